@@ -1,0 +1,53 @@
+# Runwright: `make help` lists the targets.
+.DEFAULT_GOAL := help
+SHELL := /bin/bash
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# Importing litellm must never reach the network.
+export LITELLM_LOCAL_MODEL_COST_MAP := True
+
+.PHONY: help install test test-all lint fmt bench demo worker beat flower local-up local-down clean
+
+help: ## Show the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(BIN)/.installed: requirements.lock pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --require-hashes --no-deps -r requirements.lock
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
+	@touch $@
+
+install: $(BIN)/.installed ## Create .venv with the locked, hash-checked dependencies
+
+test: install ## Run the tests (services from RUNWRIGHT_DATABASE_URL/RUNWRIGHT_REDIS_URL, else the local stack)
+	$(BIN)/python -m pytest
+
+test-all: install ## Run the tests including the slow soak tests
+	$(BIN)/python -m pytest -m "slow or not slow"
+
+lint: install ## Lint, format check and strict type check
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+fmt: install ## Format the code
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench: install ## Run the benchmarks; results land in bench/results/
+	$(BIN)/python -m bench
+
+lock: ## Re-resolve requirements.lock from pyproject.toml (needs uv)
+	uv pip compile pyproject.toml --extra dev --generate-hashes --python-version 3.11 -o requirements.lock
+
+local-up: install ## Start the local stack (embedded Postgres and Redis under .runwright/)
+	$(BIN)/runwright local up
+
+local-down: install ## Stop the local stack
+	$(BIN)/runwright local down
+
+clean: ## Remove the virtualenv, caches and the local stack's data
+	-$(BIN)/runwright local down
+	rm -rf $(VENV) .runwright .mypy_cache .ruff_cache .pytest_cache bench/results

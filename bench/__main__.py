@@ -1,0 +1,22 @@
+"""Run every benchmark: ``python -m bench`` (what ``make bench`` does)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+BENCHMARKS = ["bench.checkpoint"]
+
+
+def main() -> None:
+    only = sys.argv[1:]
+    for name in BENCHMARKS:
+        if only and name.rsplit(".", 1)[-1] not in only:
+            continue
+        module = importlib.import_module(name)
+        sys.argv = [name]
+        module.main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""What the benchmarks share: where the database is, and how results are reported."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg2
+from sqlalchemy.engine import make_url
+
+from store.config import Settings
+from store.migrate import upgrade
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def settings() -> Settings:
+    """The environment's services, or the local stack when none are named."""
+    return Settings.from_env().resolved()
+
+
+@contextmanager
+def bench_database() -> Iterator[str]:
+    """A fresh, migrated database on the configured server, dropped afterwards."""
+    url = settings().database_url
+    assert url is not None
+    admin_url = make_url(url).set(database="postgres")
+    name = f"rw_bench_{os.getpid()}"
+    admin = psycopg2.connect(admin_url.render_as_string(False).replace("+psycopg2", ""))
+    admin.autocommit = True
+    try:
+        with admin.cursor() as cur:
+            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            cur.execute(f'CREATE DATABASE "{name}"')
+        bench_url = make_url(url).set(database=name).render_as_string(False)
+        upgrade(bench_url)
+        yield bench_url
+    finally:
+        with admin.cursor() as cur:
+            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
+
+
+def report(name: str, result: dict[str, Any], ok: bool) -> None:
+    RESULTS.mkdir(exist_ok=True)
+    result = {**result, "meets_targets": ok}
+    (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2))
+    print(f"== {name} ==")
+    print(json.dumps(result, indent=2))

@@ -1,0 +1,1 @@
+"""The engine: agents, tools, the tool loop, executions, approvals, tick, cancel, drain."""

@@ -1,0 +1,240 @@
+"""The narrow store interface, implemented by ``PostgresStore`` and ``MemoryStore``.
+
+Methods taking a :class:`Fence` are the writes of a running run: each is
+conditional on ``claim_owner``, ``claim_epoch`` and ``status = 'running'`` and
+raises :class:`LeaseLostError` (writing nothing) when the condition fails.
+
+Methods taking ``now`` use it as the current time when given (tests move time
+that way); otherwise the database clock, so that workers with skewed clocks
+agree on claim expiry.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from store.errors import ApprovalError, InvalidInput, PayloadTooLarge, RunNotFound
+from store.models import (
+    Approval,
+    Checkpoint,
+    Claim,
+    Decision,
+    DueNotification,
+    Effect,
+    Fence,
+    Message,
+    NewRun,
+    Outcome,
+    Run,
+    RunError,
+    RunStatus,
+    Settled,
+    Step,
+    StepCommit,
+    StepRecord,
+)
+
+DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True)
+class EffectBegin:
+    """The journal's answer to "may I run this effect?"."""
+
+    effect: Effect
+    execute: bool
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    run: Run
+    # "cancelled" (settled now), "requested" (the owner will abort), "settled" (no-op)
+    action: str
+    next_in_key: str | None = None
+
+
+@dataclass(frozen=True)
+class DecisionResult:
+    approval: Approval
+    run: Run
+    resumed: bool
+
+
+@dataclass(frozen=True)
+class ThreadStart:
+    run_id: str
+    messages: list[Message]
+    state: object
+
+
+def check_payload(new: NewRun, limit: int) -> None:
+    """Refuse payloads that are not JSON or exceed ``limit`` bytes."""
+    try:
+        encoded = json.dumps(new.trigger.payload, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"trigger payload is not JSON: {exc}") from exc
+    if len(encoded.encode()) > limit:
+        raise PayloadTooLarge(
+            f"trigger payload is {len(encoded.encode())} bytes; the limit is {limit} "
+            "(RUNWRIGHT_MAX_PAYLOAD_BYTES)"
+        )
+    if not new.agent:
+        raise InvalidInput("agent name is empty")
+
+
+def check_decidable(
+    approval: Approval, run_status: RunStatus, now: datetime, allow_expired: bool
+) -> None:
+    """Raise ApprovalError unless ``approval`` can take a decision now."""
+    if approval.decision is Decision.WITHDRAWN or run_status is not RunStatus.WAITING:
+        raise ApprovalError(
+            f"run {approval.run_id} is {run_status.value}; approval {approval.approval_id} "
+            "can no longer be decided"
+        )
+    if approval.decision is not None:
+        raise ApprovalError(
+            f"approval {approval.approval_id} was already {approval.decision.value}"
+            f" at {approval.decided_at:%Y-%m-%d %H:%M:%S %Z}"
+        )
+    if not allow_expired and approval.expires_at <= now:
+        raise ApprovalError(
+            f"approval {approval.approval_id} expired at {approval.expires_at:%Y-%m-%d %H:%M:%S %Z}"
+        )
+
+
+def check_run_id(run_id: str) -> str:
+    """Run ids are UUIDs; anything else cannot name a run."""
+    try:
+        return str(uuid.UUID(str(run_id)))
+    except ValueError:
+        raise RunNotFound(f"no run with id {run_id!r}") from None
+
+
+class Store(Protocol):
+    max_payload_bytes: int
+
+    # ------------------------------------------------------------------ runs
+    def create_run(self, new: NewRun) -> tuple[Run, bool]:
+        """Create the run, or return the existing one with the same trigger id
+        for that agent. The bool says whether it was created."""
+        ...
+
+    def get_run(self, run_id: str) -> Run: ...
+
+    def list_runs(
+        self,
+        *,
+        status: RunStatus | None = None,
+        agent: str | None = None,
+        thread: str | None = None,
+        limit: int = 50,
+    ) -> list[Run]: ...
+
+    def steps(self, run_id: str) -> list[Step]: ...
+
+    def llm_step(self, run_id: str, index: int) -> Step | None: ...
+
+    def checkpoint(self, run_id: str) -> Checkpoint | None: ...
+
+    def effect(self, run_id: str, key: str) -> Effect | None: ...
+
+    def thread_start(self, thread: str, before_run_id: str) -> ThreadStart | None:
+        """The latest settled run on ``thread`` older than ``before_run_id``."""
+        ...
+
+    # ---------------------------------------------------------------- claims
+    def claim(self, run_id: str, owner: str, ttl_seconds: float) -> Claim | None:
+        """Move the run to ``running`` with ``claim_epoch + 1``; None if not claimable."""
+        ...
+
+    def renew(self, fence: Fence, ttl_seconds: float) -> bool:
+        """Extend the claim; returns ``cancel_requested``."""
+        ...
+
+    # -------------------------------------------------------- fenced writes
+    def record_llm_step(self, fence: Fence, step: StepRecord) -> bool:
+        """W1. False if the step was already recorded (its usage is not added twice)."""
+        ...
+
+    def commit_step(self, fence: Fence, commit: StepCommit) -> Settled | None:
+        """W2. Returns :class:`Settled` when ``commit.outcome`` or approvals moved the run."""
+        ...
+
+    def settle(self, fence: Fence, outcome: Outcome) -> Settled: ...
+
+    def begin_effect(
+        self, fence: Fence, key: str, tool: str, input: object, *, rerun_started: bool
+    ) -> EffectBegin: ...
+
+    def finish_effect(
+        self, fence: Fence, key: str, *, output: object = None, error: str | None = None
+    ) -> Effect: ...
+
+    # ------------------------------------------------------- other processes
+    def request_cancel(self, run_id: str) -> CancelResult: ...
+
+    def approvals(self, run_id: str) -> list[Approval]: ...
+
+    def get_approval(self, approval_id: str) -> Approval: ...
+
+    def decide(
+        self,
+        approval_id: str,
+        decision: Decision,
+        reason: str | None,
+        response: Message,
+        *,
+        allow_expired: bool = False,
+        now: datetime | None = None,
+    ) -> DecisionResult:
+        """Record a decision once; append ``response`` to the checkpoint at the
+        same step index; when none is pending any more, queue the run."""
+        ...
+
+    def fail_waiting(self, run_id: str, error: RunError) -> Settled: ...
+
+    def record_notification(
+        self, approval_id: str, *, accepted: bool, retry_at: datetime | None
+    ) -> None:
+        """The execution's own first notification attempt and its result."""
+        ...
+
+    def mark_notified(self, approval_id: str) -> None:
+        """A re-sent notification (claimed by ``claim_due_notifications``) was accepted."""
+        ...
+
+    # ------------------------------------------------------------------ tick
+    def claim_due_notifications(
+        self, limit: int, backoff_base: float, backoff_cap: float, now: datetime | None = None
+    ) -> list[DueNotification]: ...
+
+    def expired_approvals(self, limit: int, now: datetime | None = None) -> list[Approval]: ...
+
+    def lapsed_claims(
+        self, limit: int, reenqueue_seconds: float, now: datetime | None = None
+    ) -> list[str]: ...
+
+    def stale_claimable(
+        self, limit: int, older_than_seconds: float, now: datetime | None = None
+    ) -> list[str]:
+        """Queued runs without a key and interrupted runs whose last enqueue is
+        older than the cutoff; marks them enqueued."""
+        ...
+
+    def free_key_heads(
+        self, limit: int, older_than_seconds: float, now: datetime | None = None
+    ) -> list[str]:
+        """The oldest queued run of every key nobody holds; marks them enqueued."""
+        ...
+
+    def next_in_key(self, key: str) -> str | None: ...
+
+    def mark_enqueued(self, run_ids: list[str]) -> None: ...
+
+    def prune(self, older_than: datetime, batch: int = 500) -> int: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,99 @@
+"""Claiming a run: a Redis lease in front, the Postgres fencing epoch behind.
+
+``acquire`` is step 0 of an execution. ``heartbeat`` renews both every
+``ttl / 3``. ``check`` runs before every fenced write: a lease held by a newer
+epoch fails fast; anything unclear (a missing key after a Redis restart, a
+claimer that has not reached Postgres yet, Redis down) defers to the Postgres
+fence, which is the authority.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+
+from store.base import Store
+from store.errors import LeaseLostError, StoreUnavailable
+from store.leases import Leases, Renewal
+from store.models import Fence
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    cancel_requested: bool
+    lease: Renewal | None  # None when Redis could not be reached
+
+
+class Claims:
+    def __init__(self, store: Store, leases: Leases | None, ttl_seconds: float) -> None:
+        self.store = store
+        self.leases = leases
+        self.ttl_seconds = ttl_seconds
+
+    @property
+    def ttl_ms(self) -> int:
+        return int(self.ttl_seconds * 1000)
+
+    def acquire(self, run_id: str, owner: str) -> Fence | None:
+        """Claim the run for ``owner``; None (quietly) if someone else has it."""
+        if self.leases is not None and not self.leases.acquire(run_id, owner, self.ttl_ms):
+            return None
+        try:
+            claim = self.store.claim(run_id, owner, self.ttl_seconds)
+        except BaseException:
+            self._release_pending(run_id, owner)
+            raise
+        if claim is None:
+            self._release_pending(run_id, owner)
+            return None
+        if self.leases is not None:
+            try:
+                self.leases.bind(run_id, owner, claim.epoch, self.ttl_ms)
+            except StoreUnavailable:
+                log.warning("could not record epoch %s in the lease of %s", claim.epoch, run_id)
+        return Fence(run_id=run_id, owner=owner, epoch=claim.epoch)
+
+    def _release_pending(self, run_id: str, owner: str) -> None:
+        if self.leases is None:
+            return
+        with contextlib.suppress(StoreUnavailable):  # it expires on its own
+            self.leases.release(run_id, owner, 0)
+
+    def heartbeat(self, fence: Fence) -> Heartbeat:
+        """Renew the Postgres claim, then the lease (re-created if Redis lost it).
+
+        Raises LeaseLostError if Postgres says the claim is gone.
+        """
+        cancel = self.store.renew(fence, self.ttl_seconds)
+        renewal: Renewal | None = None
+        if self.leases is not None:
+            try:
+                renewal = self.leases.renew(fence.run_id, fence.owner, fence.epoch, self.ttl_ms)
+            except StoreUnavailable as exc:
+                log.warning("lease renewal of %s skipped: %s", fence.run_id, exc)
+            else:
+                if renewal is Renewal.RESTORED:
+                    log.info("re-created the lost lease of run %s", fence.run_id)
+        return Heartbeat(cancel_requested=cancel, lease=renewal)
+
+    def check(self, fence: Fence) -> None:
+        """Fail fast if the lease shows that a newer epoch took the run over."""
+        if self.leases is None:
+            return
+        try:
+            holder = self.leases.holder(fence.run_id)
+        except StoreUnavailable:
+            return  # the Postgres fence decides
+        if holder is not None and holder.owner != fence.owner and holder.epoch > fence.epoch:
+            raise LeaseLostError(
+                f"run {fence.run_id} was taken over (epoch {holder.epoch} > {fence.epoch})"
+            )
+
+    def release(self, fence: Fence) -> None:
+        if self.leases is None:
+            return
+        with contextlib.suppress(StoreUnavailable):  # the TTL removes it
+            self.leases.release(fence.run_id, fence.owner, fence.epoch)

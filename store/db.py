@@ -1,0 +1,149 @@
+"""Driver plumbing for Postgres: engines, JSON, and error translation.
+
+Run semantics live in ``store/postgres.py``; this module only knows how to talk
+to the database.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import date, datetime
+from typing import Any
+
+import psycopg2
+import sqlalchemy as sa
+import sqlalchemy.event
+import sqlalchemy.exc
+
+from store.errors import StoreUnavailable
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, default=_default, separators=(",", ":"), allow_nan=False)
+
+
+def normalize_url(url: str) -> str:
+    """Accept ``postgres://`` and ``postgresql://`` and use psycopg2."""
+    if url.startswith("postgres://"):
+        url = "postgresql://" + url[len("postgres://") :]
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg2://" + url[len("postgresql://") :]
+    return url
+
+
+_engines: dict[tuple[int, str], sa.Engine] = {}
+_engines_lock = threading.Lock()
+
+
+class Prepared:
+    """A server-side prepared statement for the hot path.
+
+    Written with ``:name`` parameters like ``sa.text``; every parameter needs an
+    explicit ``CAST`` so that Postgres can type it at ``PREPARE`` time. Each
+    pooled connection prepares every registered statement once, when it connects,
+    so a step's writes skip parsing and planning.
+    """
+
+    registry: dict[str, Prepared] = {}
+
+    def __init__(self, name: str, sql: str) -> None:
+        self.name = name
+        self.params: list[str] = []
+
+        def number(match: re.Match[str]) -> str:
+            if match.group(1) not in self.params:
+                self.params.append(match.group(1))
+            return f"${self.params.index(match.group(1)) + 1}"
+
+        self.sql = re.sub(r"(?<!:):(\w+)", number, sql)
+        self.execute_sql = f"EXECUTE {name} ({', '.join(['%s'] * len(self.params))})"
+        Prepared.registry[name] = self
+
+    def args(self, params: dict[str, Any]) -> list[Any]:
+        return [params[name] for name in self.params]
+
+
+def _prepare_all(dbapi_connection: Any, _record: Any) -> None:
+    with dbapi_connection.cursor() as cursor:
+        # The hot statements' plans do not depend on their parameters: plan once.
+        cursor.execute("SET plan_cache_mode = force_generic_plan")
+        for statement in Prepared.registry.values():
+            cursor.execute(f"PREPARE {statement.name} AS {statement.sql}")
+    dbapi_connection.commit()
+
+
+def make_engine(url: str, *, pool_size: int | None = None) -> sa.Engine:
+    """A new engine. Pools are per process: after a fork, call again."""
+    size = pool_size or int(os.environ.get("RUNWRIGHT_DB_POOL_SIZE", "10"))
+    engine = sa.create_engine(
+        normalize_url(url),
+        pool_size=size,
+        max_overflow=size,
+        # No pre-ping: it costs a round trip per transaction. After a server
+        # restart the first statement on a dead connection fails, SQLAlchemy
+        # invalidates the whole pool, and callers retry on StoreUnavailable.
+        pool_recycle=1800,
+        json_serializer=dumps,
+        connect_args={"connect_timeout": 5, "application_name": "runwright"},
+    )
+    sa.event.listen(engine, "connect", _prepare_all)
+    return engine
+
+
+def shared_engine(url: str) -> sa.Engine:
+    """One engine per URL per process (fork-safe: keyed by pid)."""
+    key = (os.getpid(), url)
+    with _engines_lock:
+        engine = _engines.get(key)
+        if engine is None:
+            engine = _engines[key] = make_engine(url)
+        return engine
+
+
+@contextmanager
+def raw_cursor(engine: sa.Engine) -> Iterator[Any]:
+    """A driver cursor on a pooled connection, for prepared statements.
+
+    The caller commits or rolls back through ``cursor.connection``; anything
+    left open is rolled back when the connection returns to the pool.
+    """
+    raw = engine.raw_connection()
+    try:
+        with raw.cursor() as cursor:
+            yield cursor
+    except (psycopg2.OperationalError, psycopg2.InterfaceError) as exc:
+        raw.invalidate(exc)
+        raise StoreUnavailable(f"Postgres is unavailable: {exc}") from exc
+    finally:
+        raw.close()
+
+
+@contextmanager
+def db_errors() -> Iterator[None]:
+    """Translate lost connections and server restarts into StoreUnavailable."""
+    try:
+        yield
+    except sqlalchemy.exc.DBAPIError as exc:
+        if exc.connection_invalidated or isinstance(
+            exc, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError
+        ):
+            raise StoreUnavailable(f"Postgres is unavailable: {exc.orig}") from exc
+        raise
+
+
+def is_unique_violation(exc: sqlalchemy.exc.IntegrityError, constraint: str) -> bool:
+    diag = getattr(exc.orig, "diag", None)
+    return getattr(diag, "constraint_name", None) == constraint

@@ -1,0 +1,60 @@
+"""Every error Runwright raises on purpose derives from :class:`RunwrightError`.
+
+The class docstring is the default message, so ``raise RunNotFound()`` reads
+well on its own and ``raise RunNotFound(f"no run {run_id!r}")`` adds detail.
+Driver errors (psycopg2, redis) are translated at the store boundary into
+:class:`StoreUnavailable`, so callers never import a driver to catch them.
+"""
+
+from __future__ import annotations
+
+
+class RunwrightError(Exception):
+    """Runwright failed."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0])
+
+
+class RunNotFound(RunwrightError):
+    """No run has that id."""
+
+
+class AgentNotFound(RunwrightError):
+    """No agent is registered under that name."""
+
+
+class InvalidInput(RunwrightError):
+    """The input is not valid."""
+
+
+class PayloadTooLarge(InvalidInput):
+    """The trigger payload is larger than the configured limit."""
+
+
+class InvalidTransition(RunwrightError):
+    """The run is not in a status that allows this change."""
+
+
+class CheckpointConflict(RunwrightError):
+    """A checkpoint with a higher step index is already stored."""
+
+
+class LeaseLostError(RunwrightError):
+    """This execution no longer holds the run's claim; another owner carries it on."""
+
+
+class ApprovalError(RunwrightError):
+    """The approval cannot be decided."""
+
+
+class StoreUnavailable(RunwrightError):
+    """The database or Redis could not be reached."""
+
+
+class LocalStackError(RunwrightError):
+    """The local stack (embedded Postgres and Redis) could not be started."""

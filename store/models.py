@@ -1,0 +1,314 @@
+"""The records the store reads and writes.
+
+Names here are persisted (status values, step kinds, effect states): renaming
+one strands runs that are in flight, and ``tests/unit/test_compat.py`` pins them.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from store.ids import new_id
+
+JSON = Any
+Message = dict[str, Any]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class RunStatus(enum.StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    WAITING = "waiting"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    INTERRUPTED = "interrupted"
+
+    @property
+    def settled(self) -> bool:
+        return self in SETTLED
+
+    def __str__(self) -> str:
+        return self.value
+
+
+SETTLED = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+# Statuses that hold the run's concurrency key: from its first claim until it settles.
+KEY_HOLDING = frozenset({RunStatus.RUNNING, RunStatus.WAITING, RunStatus.INTERRUPTED})
+CLAIMABLE = frozenset({RunStatus.QUEUED, RunStatus.INTERRUPTED})
+
+
+class StepKind(enum.StrEnum):
+    LLM = "llm"
+    TOOL = "tool"
+    WAIT = "wait"
+
+
+class EffectStatus(enum.StrEnum):
+    STARTED = "started"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+class Decision(enum.StrEnum):
+    APPROVED = "approved"
+    DENIED = "denied"
+    # The run settled (cancelled, failed) before anyone decided.
+    WITHDRAWN = "withdrawn"
+
+
+class TriggerEnvelope(BaseModel):
+    """The event that starts a run. ``id`` deduplicates runs per agent."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str = Field(default_factory=lambda: str(uuid.uuid4()))
+    source: str = "manual"
+    trigger: str = "manual"
+    payload: JSON = Field(default_factory=dict)
+    keys: dict[str, str] = Field(default_factory=dict)
+    thread: str | None = None
+    received_at: datetime = Field(default_factory=utcnow)
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens
+        )
+
+
+@dataclass(frozen=True)
+class Claim:
+    owner: str
+    expires_at: datetime
+    epoch: int
+
+
+@dataclass(frozen=True)
+class Fence:
+    """What every write of a running run is conditional on."""
+
+    run_id: str
+    owner: str
+    epoch: int
+
+
+@dataclass(frozen=True)
+class RunError:
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class WaitPoint:
+    approval_id: str
+    tool_name: str
+    input: JSON
+    expires_at: datetime
+    token_id: str
+    notified_at: datetime | None = None
+    kind: str = "approval"
+
+
+@dataclass(frozen=True)
+class Run:
+    id: str
+    agent: str
+    status: RunStatus
+    trigger: TriggerEnvelope
+    usage: Usage
+    created_at: datetime
+    updated_at: datetime
+    concurrency_key: str | None = None
+    thread: str | None = None
+    output: JSON = None
+    error: RunError | None = None
+    waiting: WaitPoint | None = None
+    claim: Claim | None = None
+    cancel_requested: bool = False
+    steps_used: int = 0
+    state: JSON = None
+    enqueued_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    @property
+    def settled(self) -> bool:
+        return self.status.settled
+
+
+@dataclass(frozen=True)
+class Step:
+    run_id: str
+    id: int
+    index: int
+    kind: StepKind
+    started_at: datetime
+    finished_at: datetime | None
+    name: str | None = None
+    tool_call_id: str | None = None
+    input: JSON = None
+    output: JSON = None
+    error: JSON = None
+    usage: Usage | None = None
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    run_id: str
+    step_index: int
+    messages: list[Message]
+    created_at: datetime
+    finish_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Approval:
+    approval_id: str
+    run_id: str
+    step_index: int
+    tool_call_id: str
+    tool_name: str
+    input: JSON
+    expires_at: datetime
+    on_expire: str
+    token_id: str
+    created_at: datetime
+    next_notify_at: datetime | None = None
+    notified_at: datetime | None = None
+    attempts: int = 0
+    decision: Decision | None = None
+    reason: str | None = None
+    decided_at: datetime | None = None
+
+    @property
+    def pending(self) -> bool:
+        return self.decision is None
+
+    def wait_point(self) -> WaitPoint:
+        return WaitPoint(
+            approval_id=self.approval_id,
+            tool_name=self.tool_name,
+            input=self.input,
+            expires_at=self.expires_at,
+            token_id=self.token_id,
+            notified_at=self.notified_at,
+        )
+
+
+@dataclass(frozen=True)
+class Effect:
+    run_id: str
+    key: str
+    tool: str
+    input: JSON
+    status: EffectStatus
+    started_at: datetime
+    attempts: int = 1
+    output: JSON = None
+    error: str | None = None
+    finished_at: datetime | None = None
+
+
+# ---------------------------------------------------------------- write inputs
+
+
+@dataclass(frozen=True)
+class NewRun:
+    agent: str
+    trigger: TriggerEnvelope
+    concurrency_key: str | None = None
+    id: str = field(default_factory=new_id)
+
+    @property
+    def thread(self) -> str | None:
+        return self.trigger.thread
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """A step row to write: the llm step in W1, tool steps in W2."""
+
+    index: int
+    kind: StepKind
+    started_at: datetime
+    finished_at: datetime | None
+    name: str | None = None
+    tool_call_id: str | None = None
+    input: JSON = None
+    output: JSON = None
+    error: JSON = None
+    usage: Usage | None = None
+
+
+@dataclass(frozen=True)
+class NewApproval:
+    tool_call_id: str
+    tool_name: str
+    input: JSON
+    expires_at: datetime
+    on_expire: str
+    token_id: str
+    next_notify_at: datetime
+    approval_id: str = field(default_factory=new_id)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a write settles (or pauses) the run."""
+
+    status: RunStatus
+    output: JSON = None
+    error: RunError | None = None
+
+
+@dataclass(frozen=True)
+class StepCommit:
+    """W2: everything one step leaves behind, written in one fenced transaction.
+
+    The checkpoint's messages are the first ``base_count`` messages already in
+    the log followed by ``new_messages``. ``base_count`` equal to the stored
+    count is the common append; a smaller one (only at an equal index) truncates.
+    """
+
+    step_index: int
+    base_count: int
+    new_messages: list[Message]
+    finish_reason: str | None = None
+    tool_steps: list[StepRecord] = field(default_factory=list)
+    state: JSON = None
+    state_changed: bool = False
+    approvals: list[NewApproval] = field(default_factory=list)
+    outcome: Outcome | None = None
+
+
+@dataclass(frozen=True)
+class Settled:
+    """The result of a write that moved a run out of ``running``."""
+
+    run: Run
+    next_in_key: str | None = None
+
+
+@dataclass(frozen=True)
+class DueNotification:
+    approval: Approval
+    agent: str

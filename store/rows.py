@@ -1,0 +1,122 @@
+"""Mapping database rows to the store's records."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from store.models import (
+    Approval,
+    Claim,
+    Decision,
+    Effect,
+    EffectStatus,
+    Run,
+    RunError,
+    RunStatus,
+    Step,
+    StepKind,
+    TriggerEnvelope,
+    Usage,
+    WaitPoint,
+)
+
+
+def run_from_row(row: Any, waiting: WaitPoint | None = None) -> Run:
+    m = row._mapping
+    claim = None
+    if m["claim_owner"] is not None:
+        claim = Claim(
+            owner=m["claim_owner"], expires_at=m["claim_expires_at"], epoch=m["claim_epoch"]
+        )
+    error = None
+    if m["error_code"] is not None:
+        error = RunError(code=m["error_code"], message=m["error_message"] or "")
+    if waiting is None and "w_approval_id" in m and m["w_approval_id"] is not None:
+        waiting = WaitPoint(
+            approval_id=str(m["w_approval_id"]),
+            tool_name=m["w_tool_name"],
+            input=m["w_input"],
+            expires_at=m["w_expires_at"],
+            token_id=m["w_token_id"],
+            notified_at=m["w_notified_at"],
+        )
+    return Run(
+        id=str(m["id"]),
+        agent=m["agent"],
+        status=RunStatus(m["status"]),
+        trigger=TriggerEnvelope.model_validate(m["trigger"]),
+        usage=Usage(int(m["input_tokens"]), int(m["output_tokens"])),
+        created_at=m["created_at"],
+        updated_at=m["updated_at"],
+        concurrency_key=m["concurrency_key"],
+        thread=m["thread"],
+        output=m["output"],
+        error=error,
+        waiting=waiting,
+        claim=claim,
+        cancel_requested=bool(m["cancel_requested"]),
+        steps_used=int(m["steps_used"]),
+        state=m["state"],
+        enqueued_at=m["enqueued_at"],
+        started_at=m["started_at"],
+        finished_at=m["finished_at"],
+    )
+
+
+def step_from_row(row: Any) -> Step:
+    m = row._mapping
+    usage = None
+    if m["input_tokens"] is not None:
+        usage = Usage(int(m["input_tokens"]), int(m["output_tokens"] or 0))
+    return Step(
+        run_id=str(m["run_id"]),
+        id=int(m["id"]),
+        index=int(m["index"]),
+        kind=StepKind(m["kind"]),
+        started_at=m["started_at"],
+        finished_at=m["finished_at"],
+        name=m["name"],
+        tool_call_id=m["tool_call_id"],
+        input=m["input"],
+        output=m["output"],
+        error=m["error"],
+        usage=usage,
+    )
+
+
+def approval_from_row(row: Any) -> Approval:
+    m = row._mapping
+    return Approval(
+        approval_id=str(m["approval_id"]),
+        run_id=str(m["run_id"]),
+        step_index=int(m["step_index"]),
+        tool_call_id=m["tool_call_id"],
+        tool_name=m["tool_name"],
+        input=m["input"],
+        expires_at=m["expires_at"],
+        on_expire=m["on_expire"],
+        token_id=m["token_id"],
+        created_at=m["created_at"],
+        next_notify_at=m["next_notify_at"],
+        notified_at=m["notified_at"],
+        attempts=int(m["attempts"]),
+        decision=Decision(m["decision"]) if m["decision"] else None,
+        reason=m["reason"],
+        decided_at=m["decided_at"],
+    )
+
+
+def effect_from_row(row: Any) -> Effect:
+    m = row._mapping
+    return Effect(
+        run_id=str(m["run_id"]),
+        key=m["key"],
+        tool=m["tool"],
+        input=m["input"],
+        status=EffectStatus(m["status"]),
+        started_at=m["started_at"],
+        attempts=int(m["attempts"]),
+        output=m["output"],
+        error=m["error"],
+        finished_at=m["finished_at"],
+    )

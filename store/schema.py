@@ -1,0 +1,232 @@
+"""The Postgres schema. Alembic migrations in ``store/migrations`` must produce
+exactly this metadata; ``tests/integration/test_migrations.py`` compares them.
+
+Every query that ``tick()`` runs has a partial index here, so its cost follows
+the due work and not the size of the table.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
+
+metadata = sa.MetaData()
+
+_TS = sa.DateTime(timezone=True)
+_NOW = sa.text("now()")
+
+# Statuses of runs that hold their concurrency key, and settled statuses. Kept
+# literal: they are persisted values and appear in index predicates.
+_KEY_HOLDING = "status IN ('running', 'waiting', 'interrupted')"
+_SETTLED = "status IN ('completed', 'failed', 'cancelled')"
+
+runs = sa.Table(
+    "runs",
+    metadata,
+    sa.Column("id", sa.Uuid(as_uuid=False), primary_key=True),
+    sa.Column("agent", sa.Text, nullable=False),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("trigger", JSONB, nullable=False),
+    sa.Column("trigger_id", sa.Text, nullable=False),
+    sa.Column("concurrency_key", sa.Text),
+    sa.Column("thread", sa.Text),
+    sa.Column("output", JSONB),
+    sa.Column("error_code", sa.Text),
+    sa.Column("error_message", sa.Text),
+    sa.Column("input_tokens", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("output_tokens", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("steps_used", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("state", JSONB),
+    sa.Column("claim_owner", sa.Text),
+    sa.Column("claim_expires_at", _TS),
+    sa.Column("claim_epoch", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("cancel_requested", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("enqueued_at", _TS),
+    sa.Column("created_at", _TS, nullable=False, server_default=_NOW),
+    sa.Column("updated_at", _TS, nullable=False, server_default=_NOW),
+    sa.Column("started_at", _TS),
+    sa.Column("finished_at", _TS),
+    sa.CheckConstraint(
+        "status IN ('queued', 'running', 'waiting', 'completed', 'failed', 'cancelled',"
+        " 'interrupted')",
+        name="runs_status_valid",
+    ),
+    sa.UniqueConstraint("agent", "trigger_id", name="runs_agent_trigger_id_key"),
+    # One holder per concurrency key, race-free: a second claim fails on this index.
+    sa.Index(
+        "runs_key_holder_idx",
+        "concurrency_key",
+        unique=True,
+        postgresql_where=sa.text(f"concurrency_key IS NOT NULL AND {_KEY_HOLDING}"),
+    ),
+    # Queued runs of a key, oldest first (claim order, free-key job).
+    sa.Index(
+        "runs_key_queue_idx",
+        "concurrency_key",
+        "id",
+        postgresql_where=sa.text("concurrency_key IS NOT NULL AND status = 'queued'"),
+    ),
+    # Lapsed claims (recovery job).
+    sa.Index(
+        "runs_running_claim_idx",
+        "claim_expires_at",
+        postgresql_where=sa.text("status = 'running'"),
+    ),
+    # Stale enqueues of claimable runs (re-enqueue job).
+    sa.Index(
+        "runs_claimable_enqueued_idx",
+        "enqueued_at",
+        postgresql_where=sa.text("status IN ('queued', 'interrupted')"),
+    ),
+    # A thread's latest settled run (start point of the next run on it).
+    sa.Index(
+        "runs_thread_idx",
+        "thread",
+        "id",
+        postgresql_where=sa.text("thread IS NOT NULL"),
+    ),
+    # Retention (prune).
+    sa.Index("runs_settled_finished_idx", "finished_at", postgresql_where=sa.text(_SETTLED)),
+    sa.Index("runs_status_idx", "status", "id"),
+    sa.Index("runs_agent_idx", "agent", "id"),
+)
+
+steps = sa.Table(
+    "steps",
+    metadata,
+    sa.Column(
+        "run_id",
+        sa.Uuid(as_uuid=False),
+        sa.ForeignKey("runs.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("index", sa.Integer, nullable=False),
+    sa.Column("name", sa.Text),
+    sa.Column("tool_call_id", sa.Text),
+    sa.Column("input", JSONB),
+    sa.Column("output", JSONB),
+    sa.Column("error", JSONB),
+    sa.Column("input_tokens", sa.BigInteger),
+    sa.Column("output_tokens", sa.BigInteger),
+    sa.Column("started_at", _TS, nullable=False),
+    sa.Column("finished_at", _TS),
+    sa.CheckConstraint("kind IN ('llm', 'tool', 'wait')", name="steps_kind_valid"),
+    # A step is recorded once, whatever retries or recoveries happen.
+    sa.Index(
+        "steps_llm_once_idx",
+        "run_id",
+        "index",
+        unique=True,
+        postgresql_where=sa.text("kind = 'llm'"),
+    ),
+    sa.Index(
+        "steps_tool_once_idx",
+        "run_id",
+        "index",
+        "tool_call_id",
+        unique=True,
+        postgresql_where=sa.text("kind = 'tool'"),
+    ),
+    sa.Index(
+        "steps_wait_once_idx",
+        "run_id",
+        "index",
+        unique=True,
+        postgresql_where=sa.text("kind = 'wait'"),
+    ),
+)
+
+messages = sa.Table(
+    "messages",
+    metadata,
+    sa.Column(
+        "run_id",
+        sa.Uuid(as_uuid=False),
+        sa.ForeignKey("runs.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("body", JSONB, nullable=False),
+)
+
+checkpoints = sa.Table(
+    "checkpoints",
+    metadata,
+    sa.Column(
+        "run_id",
+        sa.Uuid(as_uuid=False),
+        sa.ForeignKey("runs.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("step_index", sa.Integer, nullable=False),
+    sa.Column("message_count", sa.Integer, nullable=False),
+    sa.Column("finish_reason", sa.Text),
+    sa.Column("created_at", _TS, nullable=False, server_default=_NOW),
+)
+
+effects = sa.Table(
+    "effects",
+    metadata,
+    sa.Column(
+        "run_id",
+        sa.Uuid(as_uuid=False),
+        sa.ForeignKey("runs.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("tool", sa.Text, nullable=False),
+    sa.Column("input", JSONB),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="1"),
+    sa.Column("output", JSONB),
+    sa.Column("error", sa.Text),
+    sa.Column("started_at", _TS, nullable=False),
+    sa.Column("finished_at", _TS),
+    sa.CheckConstraint("status IN ('started', 'completed', 'failed')", name="effects_status_valid"),
+)
+
+approvals = sa.Table(
+    "approvals",
+    metadata,
+    sa.Column("approval_id", sa.Uuid(as_uuid=False), primary_key=True),
+    sa.Column(
+        "run_id",
+        sa.Uuid(as_uuid=False),
+        sa.ForeignKey("runs.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("step_index", sa.Integer, nullable=False),
+    sa.Column("tool_call_id", sa.Text, nullable=False),
+    sa.Column("tool_name", sa.Text, nullable=False),
+    sa.Column("input", JSONB),
+    sa.Column("expires_at", _TS, nullable=False),
+    sa.Column("on_expire", sa.Text, nullable=False),
+    sa.Column("token_id", sa.Text, nullable=False),
+    sa.Column("notified_at", _TS),
+    sa.Column("next_notify_at", _TS),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("decision", sa.Text),
+    sa.Column("reason", sa.Text),
+    sa.Column("decided_at", _TS),
+    sa.Column("created_at", _TS, nullable=False, server_default=_NOW),
+    sa.CheckConstraint(
+        "decision IS NULL OR decision IN ('approved', 'denied', 'withdrawn')",
+        name="approvals_decision_valid",
+    ),
+    sa.CheckConstraint("on_expire IN ('deny', 'fail')", name="approvals_on_expire_valid"),
+    sa.UniqueConstraint("run_id", "tool_call_id", name="approvals_run_call_key"),
+    # Notifications to (re-)send.
+    sa.Index(
+        "approvals_notify_due_idx",
+        "next_notify_at",
+        postgresql_where=sa.text("decision IS NULL AND notified_at IS NULL"),
+    ),
+    # Waits to expire.
+    sa.Index(
+        "approvals_pending_expiry_idx",
+        "expires_at",
+        postgresql_where=sa.text("decision IS NULL"),
+    ),
+)

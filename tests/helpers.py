@@ -1,0 +1,147 @@
+"""Small builders shared by the tests."""
+
+from __future__ import annotations
+
+import copy
+from datetime import timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from store.memory import MemoryStore
+from store.models import (
+    Fence,
+    NewApproval,
+    NewRun,
+    Outcome,
+    StepCommit,
+    StepKind,
+    StepRecord,
+    TriggerEnvelope,
+    Usage,
+    utcnow,
+)
+from store.postgres import PostgresStore
+
+AnyStore = PostgresStore | MemoryStore
+
+
+def new_run(
+    agent: str = "triage",
+    *,
+    key: str | None = None,
+    trigger_id: str | None = None,
+    payload: Any = None,
+    thread: str | None = None,
+) -> NewRun:
+    envelope = TriggerEnvelope(
+        payload={"title": "App crashes on start"} if payload is None else payload,
+        thread=thread,
+        **({"id": trigger_id} if trigger_id else {}),
+    )
+    return NewRun(agent=agent, trigger=envelope, concurrency_key=key)
+
+
+def claimed(store: AnyStore, *, owner: str = "worker-a", ttl: float = 30, **kwargs: Any) -> Fence:
+    run, _ = store.create_run(new_run(**kwargs))
+    claim = store.claim(run.id, owner, ttl)
+    assert claim is not None
+    return Fence(run.id, owner, claim.epoch)
+
+
+def llm_record(index: int, *, tokens: tuple[int, int] = (10, 5), text: str = "ok") -> StepRecord:
+    now = utcnow()
+    return StepRecord(
+        index=index,
+        kind=StepKind.LLM,
+        started_at=now,
+        finished_at=now,
+        name="scripted/m",
+        output={"role": "assistant", "content": text},
+        usage=Usage(*tokens),
+    )
+
+
+def tool_record(index: int, call_id: str, output: Any = "done") -> StepRecord:
+    now = utcnow()
+    return StepRecord(
+        index=index,
+        kind=StepKind.TOOL,
+        started_at=now,
+        finished_at=now,
+        name="lookup",
+        tool_call_id=call_id,
+        input={"q": call_id},
+        output=output,
+    )
+
+
+def commit(
+    index: int,
+    base: int,
+    messages: list[dict[str, Any]],
+    *,
+    tools: list[StepRecord] | None = None,
+    outcome: Outcome | None = None,
+    approvals: list[NewApproval] | None = None,
+    state: Any = None,
+) -> StepCommit:
+    return StepCommit(
+        step_index=index,
+        base_count=base,
+        new_messages=messages,
+        finish_reason="tool_calls",
+        tool_steps=tools or [],
+        approvals=approvals or [],
+        outcome=outcome,
+        state=state,
+        state_changed=state is not None,
+    )
+
+
+def approval(call_id: str, *, expires_in: float = 3600, notify_in: float = 0) -> NewApproval:
+    now = utcnow()
+    return NewApproval(
+        tool_call_id=call_id,
+        tool_name="refund",
+        input={"amount": 10},
+        expires_at=now + timedelta(seconds=expires_in),
+        on_expire="deny",
+        token_id="k1",
+        next_notify_at=now + timedelta(seconds=notify_in),
+    )
+
+
+def msg(i: int, size: int = 0) -> dict[str, Any]:
+    return {"role": "user", "content": f"message {i}" + "x" * size}
+
+
+def snapshot(store: AnyStore) -> Any:
+    """Everything the store holds, to compare before and after a refused write."""
+    if isinstance(store, MemoryStore):
+        return copy.deepcopy(
+            (
+                store._runs,
+                store._steps,
+                store._messages,
+                store._checkpoints,
+                store._effects,
+                store._approvals,
+            )
+        )
+    tables = {
+        "runs": "id",
+        "steps": "run_id, id",
+        "messages": "run_id, seq",
+        "checkpoints": "run_id",
+        "effects": "run_id, key",
+        "approvals": "approval_id",
+    }
+    with store.engine.connect() as conn:
+        return {
+            name: [
+                tuple(row)
+                for row in conn.execute(sa.text(f"SELECT * FROM {name} ORDER BY {order}"))
+            ]
+            for name, order in tables.items()
+        }

@@ -1,0 +1,47 @@
+"""The local stack starts a real Postgres and Redis from pip packages, with no
+services on the machine needed, and the store round-trips on it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import redis
+
+from store.claims import Claims
+from store.leases import Leases
+from store.local import LocalStack
+from store.models import Outcome, RunStatus
+from store.postgres import PostgresStore
+from tests.helpers import commit, msg, new_run
+
+
+def test_local_stack_round_trip(tmp_path: Path) -> None:
+    stack = LocalStack(tmp_path / ".runwright")
+    try:
+        urls = stack.up()
+        assert stack.status()["postgres"] == "running"
+        assert stack.status()["redis"] == "running"
+        assert urls == stack.up()  # idempotent
+
+        store = PostgresStore.from_url(urls.database_url)
+        client = redis.Redis.from_url(urls.redis_url)
+        claims = Claims(store, Leases(client), ttl_seconds=15)
+        run, _ = store.create_run(new_run())
+        fence = claims.acquire(run.id, "local-worker")
+        assert fence is not None
+        store.commit_step(
+            fence, commit(1, 0, [msg(0), msg(1)], outcome=Outcome(RunStatus.COMPLETED, "ok"))
+        )
+        claims.release(fence)
+        assert store.get_run(run.id).status is RunStatus.COMPLETED
+        cp = store.checkpoint(run.id)
+        assert cp is not None and cp.messages == [msg(0), msg(1)]
+        client.close()
+        store.close()
+
+        secret = stack.secret_key()
+        assert secret.startswith("local=") and stack.secret_key() == secret
+    finally:
+        stack.down()
+    status = stack.status()
+    assert status["postgres"] == "stopped" and status["redis"] == "stopped"

@@ -1,0 +1,367 @@
+"""The store's contract, run on Postgres and on the in-memory store alike."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import timedelta
+
+import pytest
+
+from store.errors import (
+    ApprovalError,
+    CheckpointConflict,
+    InvalidInput,
+    InvalidTransition,
+    LeaseLostError,
+    PayloadTooLarge,
+    RunNotFound,
+)
+from store.models import (
+    Decision,
+    EffectStatus,
+    Fence,
+    Outcome,
+    RunError,
+    RunStatus,
+    StepKind,
+    Usage,
+    utcnow,
+)
+from tests.helpers import (
+    AnyStore,
+    approval,
+    claimed,
+    commit,
+    llm_record,
+    msg,
+    new_run,
+    snapshot,
+    tool_record,
+)
+
+
+def test_create_is_idempotent_on_trigger_id_per_agent(any_store: AnyStore) -> None:
+    first, created = any_store.create_run(new_run(trigger_id="evt-1"))
+    again, created_again = any_store.create_run(new_run(trigger_id="evt-1"))
+    other_agent, created_other = any_store.create_run(new_run("other", trigger_id="evt-1"))
+    assert created and not created_again and created_other
+    assert again.id == first.id
+    assert other_agent.id != first.id
+    assert first.status is RunStatus.QUEUED
+    assert first.trigger.payload == {"title": "App crashes on start"}
+    assert any_store.get_run(first.id).trigger == first.trigger
+
+
+def test_unknown_run_ids_raise_run_not_found(any_store: AnyStore) -> None:
+    for bad in (str(uuid.uuid4()), "not-a-uuid", ""):
+        with pytest.raises(RunNotFound, match="no run with id"):
+            any_store.get_run(bad)
+        with pytest.raises(RunNotFound):
+            any_store.steps(bad)
+        with pytest.raises(RunNotFound):
+            any_store.request_cancel(bad)
+        with pytest.raises(RunNotFound):
+            any_store.claim(bad, "w", 10)
+
+
+def test_bad_input_changes_nothing(any_store: AnyStore) -> None:
+    any_store.max_payload_bytes = 1000
+    fence = claimed(any_store)
+    before = snapshot(any_store)
+    with pytest.raises(PayloadTooLarge, match="limit is 1000"):
+        any_store.create_run(new_run(payload={"blob": "x" * 2000}))
+    with pytest.raises(InvalidInput, match="not JSON"):
+        any_store.create_run(new_run(payload={"when": object()}))
+    with pytest.raises(InvalidTransition):
+        any_store.settle(fence, Outcome(RunStatus.QUEUED))
+    with pytest.raises(InvalidTransition, match="not waiting"):
+        any_store.fail_waiting(fence.run_id, RunError("x", "y"))
+    with pytest.raises(RunNotFound):
+        any_store.get_run(str(uuid.uuid4()))
+    assert snapshot(any_store) == before
+
+
+def test_claim_moves_to_running_and_raises_the_epoch(any_store: AnyStore) -> None:
+    run, _ = any_store.create_run(new_run())
+    claim = any_store.claim(run.id, "a", 30)
+    assert claim is not None and claim.epoch == 1 and claim.owner == "a"
+    assert any_store.claim(run.id, "b", 30) is None  # claim still valid
+    running = any_store.get_run(run.id)
+    assert running.status is RunStatus.RUNNING and running.claim == claim
+    assert running.started_at is not None
+    any_store.settle(Fence(run.id, "a", 1), Outcome(RunStatus.INTERRUPTED))
+    interrupted = any_store.get_run(run.id)
+    assert interrupted.status is RunStatus.INTERRUPTED and interrupted.claim is None
+    again = any_store.claim(run.id, "b", 30)
+    assert again is not None and again.epoch == 2
+
+
+def test_expired_claim_is_taken_over_with_epoch_plus_one(any_store: AnyStore) -> None:
+    fence = claimed(any_store, ttl=0.05)
+    time.sleep(0.15)
+    takeover = any_store.claim(fence.run_id, "worker-b", 30)
+    assert takeover is not None and takeover.epoch == fence.epoch + 1
+
+
+def test_stale_owner_is_fenced_out_and_writes_nothing(any_store: AnyStore) -> None:
+    old = claimed(any_store, ttl=0.05)
+    any_store.record_llm_step(old, llm_record(1))
+    any_store.commit_step(old, commit(1, 0, [msg(0), msg(1)], tools=[tool_record(1, "c1")]))
+    any_store.begin_effect(old, "k1", "refund", {}, rerun_started=False)
+    time.sleep(0.15)
+    new = any_store.claim(old.run_id, "worker-b", 30)
+    assert new is not None
+    before = snapshot(any_store)
+    attempts = [
+        lambda: any_store.renew(old, 30),
+        lambda: any_store.record_llm_step(old, llm_record(2)),
+        lambda: any_store.commit_step(old, commit(2, 2, [msg(2)])),
+        lambda: any_store.commit_step(old, commit(2, 2, [msg(2)], approvals=[approval("c9")])),
+        lambda: any_store.settle(old, Outcome(RunStatus.COMPLETED, output="x")),
+        lambda: any_store.begin_effect(old, "k2", "refund", {}, rerun_started=False),
+        lambda: any_store.finish_effect(old, "k1", output="late"),
+    ]
+    for attempt in attempts:
+        with pytest.raises(LeaseLostError, match="no longer claimed"):
+            attempt()
+    assert snapshot(any_store) == before
+    # The new owner's writes go through.
+    any_store.record_llm_step(Fence(old.run_id, "worker-b", new.epoch), llm_record(2))
+
+
+def test_settled_run_refuses_writes(any_store: AnyStore) -> None:
+    fence = claimed(any_store)
+    settled = any_store.settle(fence, Outcome(RunStatus.COMPLETED, output={"answer": 42}))
+    assert settled.run.status is RunStatus.COMPLETED
+    assert settled.run.output == {"answer": 42}
+    assert settled.run.finished_at is not None and settled.run.claim is None
+    before = snapshot(any_store)
+    with pytest.raises(LeaseLostError):
+        any_store.record_llm_step(fence, llm_record(1))
+    with pytest.raises(LeaseLostError):
+        any_store.commit_step(fence, commit(1, 0, [msg(0)]))
+    with pytest.raises(LeaseLostError):
+        any_store.settle(fence, Outcome(RunStatus.FAILED, error=RunError("x", "y")))
+    assert any_store.claim(fence.run_id, "other", 30) is None
+    assert snapshot(any_store) == before
+
+
+def test_llm_step_is_recorded_once_and_usage_counted_once(any_store: AnyStore) -> None:
+    fence = claimed(any_store)
+    assert any_store.record_llm_step(fence, llm_record(1, tokens=(100, 20)))
+    assert not any_store.record_llm_step(fence, llm_record(1, tokens=(100, 20)))
+    run = any_store.get_run(fence.run_id)
+    assert run.usage == Usage(100, 20)
+    assert run.steps_used == 1
+    step = any_store.llm_step(fence.run_id, 1)
+    assert step is not None and step.kind is StepKind.LLM and step.usage == Usage(100, 20)
+    assert step.output == {"role": "assistant", "content": "ok"}
+    assert any_store.llm_step(fence.run_id, 2) is None
+
+
+def test_checkpoint_append_replace_and_refuse(any_store: AnyStore) -> None:
+    fence = claimed(any_store)
+    history = [msg(i) for i in range(3)]
+    any_store.commit_step(fence, commit(1, 0, history, tools=[tool_record(1, "c1")]))
+    any_store.commit_step(fence, commit(2, 3, [msg(3), msg(4)]))
+    cp = any_store.checkpoint(fence.run_id)
+    assert cp is not None and cp.step_index == 2
+    assert cp.messages == [msg(i) for i in range(5)]
+
+    # Equal index replaces: truncate to the old count (3), then append.
+    any_store.commit_step(fence, commit(2, 3, [msg(30), msg(40), msg(50)]))
+    cp = any_store.checkpoint(fence.run_id)
+    assert cp is not None and cp.step_index == 2
+    assert cp.messages == [msg(0), msg(1), msg(2), msg(30), msg(40), msg(50)]
+    if not hasattr(any_store, "_messages"):
+        with any_store.engine.connect() as conn:
+            import sqlalchemy as sa
+
+            stored = conn.execute(
+                sa.text("SELECT count(*) FROM messages WHERE run_id = :r"), {"r": fence.run_id}
+            ).scalar_one()
+        assert stored == 6  # the log holds exactly the checkpoint, nothing stale
+
+    before = snapshot(any_store)
+    with pytest.raises(CheckpointConflict, match="refusing step 1"):
+        any_store.commit_step(fence, commit(1, 0, [msg(99)]))
+    with pytest.raises(CheckpointConflict, match="cannot extend"):
+        any_store.commit_step(fence, commit(3, 10, [msg(99)]))
+    assert snapshot(any_store) == before
+
+    steps = any_store.steps(fence.run_id)
+    assert [(s.kind, s.index, s.tool_call_id) for s in steps] == [(StepKind.TOOL, 1, "c1")]
+
+
+def test_commit_with_outcome_settles_and_records_state(any_store: AnyStore) -> None:
+    fence = claimed(any_store)
+    settled = any_store.commit_step(
+        fence,
+        commit(
+            1,
+            0,
+            [msg(0), {"role": "assistant", "content": "done"}],
+            state={"count": 1},
+            outcome=Outcome(RunStatus.COMPLETED, output="done"),
+        ),
+    )
+    assert settled is not None
+    assert settled.run.status is RunStatus.COMPLETED
+    assert settled.run.output == "done"
+    assert settled.run.state == {"count": 1}
+
+
+def test_concurrency_key_one_holder_oldest_first(any_store: AnyStore) -> None:
+    older, _ = any_store.create_run(new_run(key="customer:7"))
+    newer, _ = any_store.create_run(new_run(key="customer:7"))
+    assert any_store.claim(newer.id, "w", 30) is None  # older is ahead of it
+    claim = any_store.claim(older.id, "w", 30)
+    assert claim is not None
+    assert any_store.claim(newer.id, "w", 30) is None  # key held
+    fence = Fence(older.id, "w", claim.epoch)
+    any_store.commit_step(fence, commit(1, 0, [msg(0)], approvals=[approval("c1")]))
+    assert any_store.get_run(older.id).status is RunStatus.WAITING
+    assert any_store.claim(newer.id, "w", 30) is None  # waiting keeps the key
+    assert any_store.next_in_key("customer:7") is None
+    result = any_store.request_cancel(older.id)
+    assert result.action == "cancelled" and result.next_in_key == newer.id
+    assert any_store.claim(newer.id, "w", 30) is not None
+
+
+def test_effect_journal(any_store: AnyStore) -> None:
+    fence = claimed(any_store)
+    key = f"{fence.run_id}:call_1"
+    first = any_store.begin_effect(fence, key, "refund", {"amount": 5}, rerun_started=False)
+    assert first.execute and first.effect.status is EffectStatus.STARTED
+    again = any_store.begin_effect(fence, key, "refund", {"amount": 5}, rerun_started=False)
+    assert not again.execute and again.effect.status is EffectStatus.STARTED
+    retry = any_store.begin_effect(fence, key, "refund", {"amount": 5}, rerun_started=True)
+    assert retry.execute and retry.effect.attempts == 2
+    done = any_store.finish_effect(fence, key, output={"refund_id": "r1"})
+    assert done.status is EffectStatus.COMPLETED and done.output == {"refund_id": "r1"}
+    after = any_store.begin_effect(fence, key, "refund", {"amount": 5}, rerun_started=True)
+    assert not after.execute and after.effect.output == {"refund_id": "r1"}
+    failed_key = f"{fence.run_id}:call_2"
+    any_store.begin_effect(fence, failed_key, "refund", {}, rerun_started=False)
+    failed = any_store.finish_effect(fence, failed_key, error="card declined")
+    assert failed.status is EffectStatus.FAILED and failed.error == "card declined"
+    with pytest.raises(InvalidTransition):
+        any_store.finish_effect(fence, f"{fence.run_id}:never", output=1)
+
+
+def test_cancel_by_status(any_store: AnyStore) -> None:
+    queued, _ = any_store.create_run(new_run())
+    result = any_store.request_cancel(queued.id)
+    assert result.action == "cancelled" and result.run.status is RunStatus.CANCELLED
+    assert any_store.request_cancel(queued.id).action == "settled"
+
+    fence = claimed(any_store)
+    result = any_store.request_cancel(fence.run_id)
+    assert result.action == "requested" and result.run.status is RunStatus.RUNNING
+    assert any_store.renew(fence, 30) is True
+
+
+def test_waiting_run_and_decisions(any_store: AnyStore) -> None:
+    fence = claimed(any_store)
+    any_store.commit_step(fence, commit(1, 0, [msg(0), msg(1)]))
+    assert any_store.record_llm_step(fence, llm_record(2))
+    first, second = approval("c1"), approval("c2")
+    settled = any_store.commit_step(fence, commit(2, 2, [msg(2)], approvals=[first, second]))
+    assert settled is not None and settled.run.status is RunStatus.WAITING
+    run = any_store.get_run(fence.run_id)
+    assert run.waiting is not None and run.waiting.approval_id == first.approval_id
+    assert run.waiting.tool_name == "refund" and run.claim is None
+    assert [s.kind for s in any_store.steps(fence.run_id)][-1] is StepKind.WAIT
+
+    response = {"role": "approval_response", "approval_id": first.approval_id, "approved": True}
+    result = any_store.decide(first.approval_id, Decision.APPROVED, "ok", response)
+    assert not result.resumed and result.run.status is RunStatus.WAITING
+    assert result.run.waiting is not None
+    assert result.run.waiting.approval_id == second.approval_id
+    with pytest.raises(ApprovalError, match="already approved"):
+        any_store.decide(first.approval_id, Decision.DENIED, None, response)
+
+    response2 = {"role": "approval_response", "approval_id": second.approval_id}
+    result = any_store.decide(second.approval_id, Decision.DENIED, "too much", response2)
+    assert result.resumed and result.run.status is RunStatus.QUEUED
+    cp = any_store.checkpoint(fence.run_id)
+    assert cp is not None and cp.step_index == 2  # same index: the seed's replace rule
+    assert cp.messages[-2:] == [response, response2]
+    with pytest.raises(ApprovalError, match="no approval"):
+        any_store.get_approval(str(uuid.uuid4()))
+
+
+def test_expired_approval_cannot_be_decided_but_expiry_can(any_store: AnyStore) -> None:
+    fence = claimed(any_store)
+    expiring = approval("c1", expires_in=-1)
+    any_store.commit_step(fence, commit(1, 0, [msg(0)], approvals=[expiring]))
+    before = snapshot(any_store)
+    with pytest.raises(ApprovalError, match="expired"):
+        any_store.decide(expiring.approval_id, Decision.APPROVED, None, {"role": "x"})
+    assert snapshot(any_store) == before
+    assert [a.approval_id for a in any_store.expired_approvals(10)] == [expiring.approval_id]
+    result = any_store.decide(
+        expiring.approval_id, Decision.DENIED, "expired", {"role": "x"}, allow_expired=True
+    )
+    assert result.resumed
+    assert any_store.expired_approvals(10) == []
+
+
+def test_due_notifications_claimed_once_with_backoff(any_store: AnyStore) -> None:
+    fence = claimed(any_store)
+    due = approval("c1", notify_in=-1)
+    any_store.commit_step(fence, commit(1, 0, [msg(0)], approvals=[due]))
+    now = utcnow()
+    claimed_now = any_store.claim_due_notifications(10, 5, 60, now=now)
+    assert [n.approval.approval_id for n in claimed_now] == [due.approval_id]
+    assert claimed_now[0].agent == "triage"
+    assert claimed_now[0].approval.attempts == 1
+    assert any_store.claim_due_notifications(10, 5, 60, now=now) == []
+    later = any_store.claim_due_notifications(10, 5, 60, now=now + timedelta(seconds=6))
+    assert later and later[0].approval.attempts == 2
+    any_store.mark_notified(due.approval_id)
+    assert any_store.claim_due_notifications(10, 5, 60, now=now + timedelta(days=1)) == []
+
+
+def test_tick_queries(any_store: AnyStore) -> None:
+    now = utcnow()
+    plain, _ = any_store.create_run(new_run())
+    assert any_store.stale_claimable(10, 30, now=now) == []
+    assert any_store.stale_claimable(10, 30, now=now + timedelta(seconds=60)) == [plain.id]
+    # Marked enqueued: not stale again right away.
+    assert any_store.stale_claimable(10, 30, now=now + timedelta(seconds=60)) == []
+
+    lapsed = claimed(any_store, ttl=0.05)
+    time.sleep(0.1)
+    assert lapsed.run_id in any_store.lapsed_claims(10, 30)
+    any_store.mark_enqueued([lapsed.run_id])
+    assert lapsed.run_id not in any_store.lapsed_claims(10, 30)
+
+    keyed, _ = any_store.create_run(new_run(key="k"))
+    heads = any_store.free_key_heads(10, 30, now=utcnow() + timedelta(seconds=60))
+    assert heads == [keyed.id]
+
+
+def test_thread_start_returns_previous_settled_run(any_store: AnyStore) -> None:
+    first = claimed(any_store, thread="t-1", key="thread:t-1")
+    any_store.commit_step(
+        first,
+        commit(1, 0, [msg(0), msg(1)], state={"n": 1}, outcome=Outcome(RunStatus.COMPLETED)),
+    )
+    second, _ = any_store.create_run(new_run(thread="t-1", key="thread:t-1"))
+    start = any_store.thread_start("t-1", second.id)
+    assert start is not None and start.run_id == first.run_id
+    assert start.messages == [msg(0), msg(1)] and start.state == {"n": 1}
+    assert any_store.thread_start("t-1", first.run_id) is None
+
+
+def test_prune_deletes_settled_runs_and_their_rows(any_store: AnyStore) -> None:
+    old = claimed(any_store)
+    any_store.record_llm_step(old, llm_record(1))
+    any_store.commit_step(old, commit(1, 0, [msg(0)], outcome=Outcome(RunStatus.COMPLETED)))
+    live, _ = any_store.create_run(new_run())
+    assert any_store.prune(utcnow() + timedelta(seconds=1)) == 1
+    with pytest.raises(RunNotFound):
+        any_store.get_run(old.run_id)
+    assert any_store.get_run(live.id).status is RunStatus.QUEUED
