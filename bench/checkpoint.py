@@ -119,7 +119,8 @@ def run(rounds: int, steps_per_round: int) -> dict[str, Any]:
         def floor() -> None:
             with engine.begin() as conn:
                 conn.execute(
-                    sa.text("INSERT INTO floor_probe (body) VALUES (CAST(:b AS jsonb))"), {"b": body}
+                    sa.text("INSERT INTO floor_probe (body) VALUES (CAST(:b AS jsonb))"),
+                    {"b": body},
                 )
 
         def floor_driver() -> None:

@@ -122,8 +122,11 @@ def raw_cursor(engine: sa.Engine) -> Iterator[Any]:
     """
     raw = engine.raw_connection()
     try:
-        with raw.cursor() as cursor:
+        cursor = raw.cursor()
+        try:
             yield cursor
+        finally:
+            cursor.close()
     except (psycopg2.OperationalError, psycopg2.InterfaceError) as exc:
         raw.invalidate(exc)
         raise StoreUnavailable(f"Postgres is unavailable: {exc}") from exc

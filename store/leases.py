@@ -209,7 +209,7 @@ class CancelListener:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+            pubsub = self._client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
             try:
                 pubsub.subscribe(CANCEL_CHANNEL)
                 self._ready.set()

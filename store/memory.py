@@ -228,10 +228,9 @@ class MemoryStore:
     def renew(self, fence: Fence, ttl_seconds: float) -> bool:
         with self._lock:
             run = self._fenced(fence)
-            now = self._now()
-            self._runs[run.id] = replace(
-                run, claim=replace(run.claim, expires_at=now + timedelta(seconds=ttl_seconds))
-            )
+            assert run.claim is not None
+            expires_at = self._now() + timedelta(seconds=ttl_seconds)
+            self._runs[run.id] = replace(run, claim=replace(run.claim, expires_at=expires_at))
             return run.cancel_requested
 
     def _fenced(self, fence: Fence) -> Run:
@@ -393,11 +392,16 @@ class MemoryStore:
                     input=copy.deepcopy(input),
                     status=EffectStatus.STARTED,
                     started_at=now,
+                    epoch=fence.epoch,
                 )
                 self._effects[(fence.run_id, key)] = effect
                 return EffectBegin(effect, execute=True)
+            if existing.status is EffectStatus.STARTED and existing.epoch == fence.epoch:
+                return EffectBegin(existing, execute=True)  # our own retried write
             if existing.status is EffectStatus.STARTED and rerun_started:
-                effect = replace(existing, attempts=existing.attempts + 1, started_at=now)
+                effect = replace(
+                    existing, attempts=existing.attempts + 1, started_at=now, epoch=fence.epoch
+                )
                 self._effects[(fence.run_id, key)] = effect
                 return EffectBegin(effect, execute=True)
             return EffectBegin(existing, execute=False)

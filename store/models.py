@@ -222,6 +222,7 @@ class Effect:
     input: JSON
     status: EffectStatus
     started_at: datetime
+    epoch: int = 0
     attempts: int = 1
     output: JSON = None
     error: str | None = None

@@ -482,9 +482,7 @@ class PostgresStore:
             if commit.tool_steps:
                 conn.execute(
                     sa.text(
-                        _TOOL_STEPS_FROM_JSON.format(
-                            src="(SELECT CAST(:run_id AS uuid) AS run_id)"
-                        )
+                        _TOOL_STEPS_FROM_JSON.format(src="(SELECT CAST(:run_id AS uuid) AS run_id)")
                     ),
                     {
                         "run_id": fence.run_id,
@@ -564,11 +562,7 @@ class PostgresStore:
             )
         if commit.new_messages:
             conn.execute(
-                sa.text(
-                    _MESSAGES_FROM_JSON.format(
-                        src="(SELECT CAST(:run_id AS uuid) AS run_id)"
-                    )
-                ),
+                sa.text(_MESSAGES_FROM_JSON.format(src="(SELECT CAST(:run_id AS uuid) AS run_id)")),
                 {
                     "run_id": run_id,
                     "base_count": commit.base_count,
@@ -665,6 +659,7 @@ class PostgresStore:
                     tool=tool,
                     input=input,
                     status=EffectStatus.STARTED.value,
+                    claim_epoch=fence.epoch,
                     started_at=sa.func.now(),
                 )
                 .on_conflict_do_nothing()
@@ -679,11 +674,17 @@ class PostgresStore:
                     )
                 ).one()
             )
+            if existing.status is EffectStatus.STARTED and existing.epoch == fence.epoch:
+                return EffectBegin(existing, execute=True)  # our own retried write
             if existing.status is EffectStatus.STARTED and rerun_started:
                 row = conn.execute(
                     sa.update(t.effects)
                     .where(t.effects.c.run_id == fence.run_id, t.effects.c.key == key)
-                    .values(attempts=t.effects.c.attempts + 1, started_at=sa.func.now())
+                    .values(
+                        attempts=t.effects.c.attempts + 1,
+                        claim_epoch=fence.epoch,
+                        started_at=sa.func.now(),
+                    )
                     .returning(t.effects)
                 ).one()
                 return EffectBegin(effect_from_row(row), execute=True)

@@ -115,6 +115,7 @@ def effect_from_row(row: Any) -> Effect:
         input=m["input"],
         status=EffectStatus(m["status"]),
         started_at=m["started_at"],
+        epoch=int(m["claim_epoch"]),
         attempts=int(m["attempts"]),
         output=m["output"],
         error=m["error"],

@@ -180,6 +180,9 @@ effects = sa.Table(
     sa.Column("input", JSONB),
     sa.Column("status", sa.Text, nullable=False),
     sa.Column("attempts", sa.Integer, nullable=False, server_default="1"),
+    # The claim epoch of the execution that last started it: a retried write of
+    # that same execution is not mistaken for an effect a dead process left behind.
+    sa.Column("claim_epoch", sa.Integer, nullable=False),
     sa.Column("output", JSONB),
     sa.Column("error", sa.Text),
     sa.Column("started_at", _TS, nullable=False),

@@ -13,6 +13,7 @@ _MIGRATION_LOCK = 0x52574D49
 
 def run_migrations_online() -> None:
     url = context.config.get_main_option("sqlalchemy.url")
+    assert url is not None, "store.migrate sets sqlalchemy.url"
     engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
     with engine.connect() as connection:
         connection.execute(sa.text("SELECT pg_advisory_lock(:key)"), {"key": _MIGRATION_LOCK})

@@ -84,5 +84,10 @@ def test_downgrade_to_base_and_up_again(empty_databases: tuple[str, str]) -> Non
     assert _catalog(url)["columns"] == []
     upgrade(url)
     assert {row[0] for row in _catalog(url)["columns"]} == {
-        "runs", "steps", "messages", "checkpoints", "effects", "approvals"
+        "runs",
+        "steps",
+        "messages",
+        "checkpoints",
+        "effects",
+        "approvals",
     }

@@ -234,20 +234,29 @@ def test_effect_journal(any_store: AnyStore) -> None:
     key = f"{fence.run_id}:call_1"
     first = any_store.begin_effect(fence, key, "refund", {"amount": 5}, rerun_started=False)
     assert first.execute and first.effect.status is EffectStatus.STARTED
-    again = any_store.begin_effect(fence, key, "refund", {"amount": 5}, rerun_started=False)
+    # The same execution retrying its write (e.g. an ambiguous commit) may go on.
+    retried = any_store.begin_effect(fence, key, "refund", {"amount": 5}, rerun_started=False)
+    assert retried.execute and retried.effect.attempts == 1
+
+    # A later execution finds it started by one that died: at-most-once by default.
+    any_store.settle(fence, Outcome(RunStatus.INTERRUPTED))
+    claim = any_store.claim(fence.run_id, "worker-b", 30)
+    assert claim is not None
+    later = Fence(fence.run_id, "worker-b", claim.epoch)
+    again = any_store.begin_effect(later, key, "refund", {"amount": 5}, rerun_started=False)
     assert not again.execute and again.effect.status is EffectStatus.STARTED
-    retry = any_store.begin_effect(fence, key, "refund", {"amount": 5}, rerun_started=True)
-    assert retry.execute and retry.effect.attempts == 2
-    done = any_store.finish_effect(fence, key, output={"refund_id": "r1"})
+    rerun = any_store.begin_effect(later, key, "refund", {"amount": 5}, rerun_started=True)
+    assert rerun.execute and rerun.effect.attempts == 2 and rerun.effect.epoch == later.epoch
+    done = any_store.finish_effect(later, key, output={"refund_id": "r1"})
     assert done.status is EffectStatus.COMPLETED and done.output == {"refund_id": "r1"}
-    after = any_store.begin_effect(fence, key, "refund", {"amount": 5}, rerun_started=True)
+    after = any_store.begin_effect(later, key, "refund", {"amount": 5}, rerun_started=True)
     assert not after.execute and after.effect.output == {"refund_id": "r1"}
     failed_key = f"{fence.run_id}:call_2"
-    any_store.begin_effect(fence, failed_key, "refund", {}, rerun_started=False)
-    failed = any_store.finish_effect(fence, failed_key, error="card declined")
+    any_store.begin_effect(later, failed_key, "refund", {}, rerun_started=False)
+    failed = any_store.finish_effect(later, failed_key, error="card declined")
     assert failed.status is EffectStatus.FAILED and failed.error == "card declined"
     with pytest.raises(InvalidTransition):
-        any_store.finish_effect(fence, f"{fence.run_id}:never", output=1)
+        any_store.finish_effect(later, f"{fence.run_id}:never", output=1)
 
 
 def test_cancel_by_status(any_store: AnyStore) -> None:

@@ -13,7 +13,13 @@ from store.models import Decision, EffectStatus, RunStatus, StepKind
 
 def test_status_values() -> None:
     assert [s.value for s in RunStatus] == [
-        "queued", "running", "waiting", "completed", "failed", "cancelled", "interrupted",
+        "queued",
+        "running",
+        "waiting",
+        "completed",
+        "failed",
+        "cancelled",
+        "interrupted",
     ]
     assert [k.value for k in StepKind] == ["llm", "tool", "wait"]
     assert [e.value for e in EffectStatus] == ["started", "completed", "failed"]
@@ -23,30 +29,89 @@ def test_status_values() -> None:
 def test_table_and_column_names() -> None:
     tables = {name: sorted(t.c.keys()) for name, t in schema.metadata.tables.items()}
     assert tables == {
-        "runs": sorted([
-            "id", "agent", "status", "trigger", "trigger_id", "concurrency_key", "thread",
-            "output", "error_code", "error_message", "input_tokens", "output_tokens",
-            "steps_used", "state", "claim_owner", "claim_expires_at", "claim_epoch",
-            "cancel_requested", "enqueued_at", "created_at", "updated_at", "started_at",
-            "finished_at",
-        ]),
-        "steps": sorted([
-            "run_id", "id", "kind", "index", "name", "tool_call_id", "input", "output",
-            "error", "input_tokens", "output_tokens", "started_at", "finished_at",
-        ]),
+        "runs": sorted(
+            [
+                "id",
+                "agent",
+                "status",
+                "trigger",
+                "trigger_id",
+                "concurrency_key",
+                "thread",
+                "output",
+                "error_code",
+                "error_message",
+                "input_tokens",
+                "output_tokens",
+                "steps_used",
+                "state",
+                "claim_owner",
+                "claim_expires_at",
+                "claim_epoch",
+                "cancel_requested",
+                "enqueued_at",
+                "created_at",
+                "updated_at",
+                "started_at",
+                "finished_at",
+            ]
+        ),
+        "steps": sorted(
+            [
+                "run_id",
+                "id",
+                "kind",
+                "index",
+                "name",
+                "tool_call_id",
+                "input",
+                "output",
+                "error",
+                "input_tokens",
+                "output_tokens",
+                "started_at",
+                "finished_at",
+            ]
+        ),
         "messages": ["body", "run_id", "seq"],
         "checkpoints": sorted(
             ["run_id", "step_index", "message_count", "finish_reason", "created_at"]
         ),
-        "effects": sorted([
-            "run_id", "key", "tool", "input", "status", "attempts", "output", "error",
-            "started_at", "finished_at",
-        ]),
-        "approvals": sorted([
-            "approval_id", "run_id", "step_index", "tool_call_id", "tool_name", "input",
-            "expires_at", "on_expire", "token_id", "notified_at", "next_notify_at",
-            "attempts", "decision", "reason", "decided_at", "created_at",
-        ]),
+        "effects": sorted(
+            [
+                "run_id",
+                "key",
+                "tool",
+                "input",
+                "status",
+                "attempts",
+                "claim_epoch",
+                "output",
+                "error",
+                "started_at",
+                "finished_at",
+            ]
+        ),
+        "approvals": sorted(
+            [
+                "approval_id",
+                "run_id",
+                "step_index",
+                "tool_call_id",
+                "tool_name",
+                "input",
+                "expires_at",
+                "on_expire",
+                "token_id",
+                "notified_at",
+                "next_notify_at",
+                "attempts",
+                "decision",
+                "reason",
+                "decided_at",
+                "created_at",
+            ]
+        ),
     }
 
 

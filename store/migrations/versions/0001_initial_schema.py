@@ -177,6 +177,7 @@ def upgrade() -> None:
         sa.Column("input", postgresql.JSONB(astext_type=sa.Text()), nullable=True),
         sa.Column("status", sa.Text(), nullable=False),
         sa.Column("attempts", sa.Integer(), server_default="1", nullable=False),
+        sa.Column("claim_epoch", sa.Integer(), nullable=False),
         sa.Column("output", postgresql.JSONB(astext_type=sa.Text()), nullable=True),
         sa.Column("error", sa.Text(), nullable=True),
         sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
