@@ -138,7 +138,8 @@ _TOOL_STEPS_FROM_JSON = """
 _MESSAGES_FROM_JSON = """
     INSERT INTO messages (run_id, seq, body)
     SELECT src.run_id, :base_count + m.ord - 1, m.body
-      FROM {src} AS src, jsonb_array_elements(CAST(:messages AS jsonb)) WITH ORDINALITY AS m(body, ord)
+      FROM {src} AS src,
+           jsonb_array_elements(CAST(:messages AS jsonb)) WITH ORDINALITY AS m(body, ord)
 """
 
 # The common W2 in one statement: the run update (state, outcome) is the fence;
@@ -186,7 +187,8 @@ _W2 = Prepared(
     ), m AS (
         INSERT INTO messages (run_id, seq, body)
         SELECT cp.run_id, CAST(:base_count AS int) + m.ord - 1, m.body
-          FROM cp, jsonb_array_elements(CAST(:messages AS jsonb)) WITH ORDINALITY AS m(body, ord)
+          FROM cp,
+               jsonb_array_elements(CAST(:messages AS jsonb)) WITH ORDINALITY AS m(body, ord)
         RETURNING 1
     ), s AS (
         INSERT INTO steps (run_id, kind, index, name, tool_call_id, input, output, error,

@@ -7,11 +7,11 @@ import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from store.leases import Leases, connect  # noqa: E402
-from store.memory import MemoryStore  # noqa: E402
-from store.postgres import PostgresStore  # noqa: E402
-from store.db import make_engine  # noqa: E402
-from tests.services import Services, discover  # noqa: E402
+from store.db import make_engine
+from store.leases import Leases, connect
+from store.memory import MemoryStore
+from store.postgres import PostgresStore
+from tests.services import Services, discover
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from functools import partial
 
 from store.models import Claim, Fence, Outcome, RunStatus
 from store.postgres import PostgresStore
@@ -31,9 +32,8 @@ def _race(claimers: list[Callable[[], Claim | None]]) -> list[Claim | None]:
 def test_two_threads_claiming_one_run(pg_store: PostgresStore) -> None:
     for _ in range(ROUNDS):
         run, _ = pg_store.create_run(new_run())
-        results = _race(
-            [lambda o=owner: pg_store.claim(run.id, o, 30) for owner in ("a", "b")]  # type: ignore[misc]
-        )
+        run_id = run.id
+        results = _race([partial(pg_store.claim, run_id, owner, 30) for owner in ("a", "b")])
         winners = [r for r in results if r is not None]
         assert len(winners) == 1, results
         assert winners[0].epoch == 1
@@ -46,10 +46,7 @@ def test_two_runs_sharing_a_key_one_runs_the_other_waits_fifo(pg_store: Postgres
         older, _ = pg_store.create_run(new_run(key=key))
         newer, _ = pg_store.create_run(new_run(key=key))
         results = _race(
-            [
-                lambda: pg_store.claim(newer.id, "b", 30),
-                lambda: pg_store.claim(older.id, "a", 30),
-            ]
+            [partial(pg_store.claim, newer.id, "b", 30), partial(pg_store.claim, older.id, "a", 30)]
         )
         # Only the older run may hold the key; the newer one waits its turn.
         assert results[0] is None and results[1] is not None, results
