@@ -1,1 +1,71 @@
-"""The engine: agents, tools, the tool loop, executions, approvals, tick, cancel, drain."""
+"""The engine: agents, tools, the tool loop, executions, approvals, tick, cancel, drain.
+
+``runner`` never imports Celery (it is handed an ``enqueue`` callable), and only
+``runner/model.py`` imports litellm, lazily.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runner.agent import Agent, ApprovalPolicy, ApprovalRequest, Budget, registry
+from runner.context import RunContext
+from runner.engine import Engine
+from runner.errors import (
+    AgentNotFound,
+    ApprovalError,
+    InvalidInput,
+    LeaseLostError,
+    ModelError,
+    PayloadTooLarge,
+    RunNotFound,
+    RunwrightError,
+)
+from runner.tools import Tool, effect, tool
+from store.models import Run, RunStatus, TriggerEnvelope
+
+_default_engine: Engine | None = None
+
+
+def default_engine() -> Engine:
+    """The process-wide engine configured from the environment."""
+    global _default_engine
+    if _default_engine is None:
+        _default_engine = Engine.from_env()
+    return _default_engine
+
+
+def start_run(agent: str, payload: Any = None, **kwargs: Any) -> Run:
+    """Create a run and enqueue it: the one call a web app needs.
+
+    In Django, call it inside ``transaction.on_commit`` so that a worker never
+    sees a run whose request rolled back.
+    """
+    return default_engine().start(agent, payload, **kwargs)
+
+
+__all__ = [
+    "Agent",
+    "AgentNotFound",
+    "ApprovalError",
+    "ApprovalPolicy",
+    "ApprovalRequest",
+    "Budget",
+    "Engine",
+    "InvalidInput",
+    "LeaseLostError",
+    "ModelError",
+    "PayloadTooLarge",
+    "Run",
+    "RunContext",
+    "RunNotFound",
+    "RunStatus",
+    "RunwrightError",
+    "Tool",
+    "TriggerEnvelope",
+    "default_engine",
+    "effect",
+    "registry",
+    "start_run",
+    "tool",
+]

@@ -7,11 +7,15 @@ import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+from pathlib import Path
+
+from runner.engine import Engine
+from store.config import Settings
 from store.db import make_engine
 from store.leases import Leases, connect
 from store.memory import MemoryStore
 from store.postgres import PostgresStore
-from tests.services import Services, discover
+from tests.services import ROOT, Services, discover
 
 
 @pytest.fixture(scope="session")
@@ -66,3 +70,46 @@ def any_store(request: pytest.FixtureRequest) -> PostgresStore | MemoryStore:
         return MemoryStore()
     store: PostgresStore = request.getfixturevalue("pg_store")
     return store
+
+
+@pytest.fixture(autouse=True)
+def _clean_process_state() -> Iterator[None]:
+    """Fault points and the drain flag are per process: reset them after each test."""
+    yield
+    from runner import faults
+    from runner.runtime import runtime
+
+    faults.disarm()
+    runtime().undrain()
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return Settings(lease_ttl_seconds=3, secret_key="test=test-secret", notify_backoff_seconds=5)
+
+
+@pytest.fixture
+def engine(pg_store: PostgresStore, leases: Leases, settings: Settings) -> Iterator[Engine]:
+    import tests.agents  # noqa: F401  (registers the shared agents)
+
+    made = Engine(
+        pg_store, leases=leases, settings=settings, model_retries=2, model_backoff_seconds=0.01
+    )
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def proc_env(database_url: str, redis_url: str, tmp_path: Path) -> dict[str, str]:
+    """Environment for subprocesses that execute runs against this test's services."""
+    return {
+        **os.environ,
+        "RUNWRIGHT_DATABASE_URL": database_url,
+        "RUNWRIGHT_REDIS_URL": redis_url,
+        "RUNWRIGHT_LEASE_TTL_SECONDS": "1",
+        "RUNWRIGHT_SECRET_KEY": "test=test-secret",
+        "RUNWRIGHT_SCRIPTED_JOURNAL": str(tmp_path / "journal.jsonl"),
+        "RUNWRIGHT_TEST_EFFECT_LOG": str(tmp_path / "effects.jsonl"),
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "PYTHONPATH": str(ROOT),
+    }

@@ -1,0 +1,180 @@
+"""Agents, their budgets and approval policies, and the registry that names them."""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Literal
+
+import pydantic
+
+from runner.context import RunContext
+from runner.errors import AgentNotFound, InvalidInput
+from runner.tools import Tool
+from store.models import TriggerEnvelope
+
+OnExpire = Literal["deny", "fail"]
+DEFAULT_APPROVAL_EXPIRY = timedelta(days=1)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Limits of a run. ``max_steps`` and ``max_tokens`` count over all of its
+    executions; ``timeout_ms`` applies afresh to each execution."""
+
+    max_steps: int = 20
+    max_tokens: int | None = None
+    timeout_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_steps < 1:
+            raise InvalidInput("Budget.max_steps must be at least 1")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise InvalidInput("Budget.max_tokens must be positive")
+        if self.timeout_ms is not None and self.timeout_ms < 1:
+            raise InvalidInput("Budget.timeout_ms must be positive")
+
+
+@dataclass(frozen=True)
+class ApprovalPolicy:
+    """When and how a tool call waits for a person.
+
+    ``when`` narrows the policy to some inputs; ``on_expire`` says what happens
+    if nobody decides in time: ``"deny"`` tells the model it was denied
+    (reason ``expired``), ``"fail"`` fails the run with ``approval_expired``.
+    """
+
+    expires_in: timedelta | float = DEFAULT_APPROVAL_EXPIRY
+    on_expire: OnExpire = "deny"
+    when: Callable[[dict[str, Any]], bool] | None = None
+
+    def __post_init__(self) -> None:
+        if self.on_expire not in ("deny", "fail"):
+            raise InvalidInput(f"on_expire must be 'deny' or 'fail', not {self.on_expire!r}")
+        if self.expires_seconds <= 0:
+            raise InvalidInput("ApprovalPolicy.expires_in must be positive")
+
+    @property
+    def expires_seconds(self) -> float:
+        if isinstance(self.expires_in, timedelta):
+            return self.expires_in.total_seconds()
+        return float(self.expires_in)
+
+
+ApprovalRule = bool | Callable[[dict[str, Any]], bool] | ApprovalPolicy
+ToolsFactory = Callable[[RunContext], Iterable[Tool]]
+
+
+@dataclass(frozen=True)
+class ApprovalRequest:
+    """What a notifier receives: enough to build a link a person can follow."""
+
+    run_id: str
+    agent: str
+    approval_id: str
+    tool_name: str
+    input: Any
+    expires_at: Any
+    token: str
+    token_id: str
+
+
+@dataclass
+class Agent:
+    """A named tool-calling LLM loop. Creating one registers it under its name."""
+
+    name: str
+    model: str
+    instructions: str = ""
+    tools: ToolsFactory | Iterable[Tool] = ()
+    model_settings: Mapping[str, Any] = field(default_factory=dict)
+    approvals: Mapping[str, ApprovalRule] = field(default_factory=dict)
+    budget: Budget = field(default_factory=Budget)
+    state: type[pydantic.BaseModel] | None = None
+    output: type[pydantic.BaseModel] | None = None
+    concurrency_key: Callable[[TriggerEnvelope], str | None] | None = None
+    notifier: Callable[[ApprovalRequest], Any] | None = None
+    on_error: Callable[[str, BaseException], Any] | None = None
+    register: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.name or not isinstance(self.name, str):
+            raise InvalidInput("an agent needs a name")
+        if not self.model:
+            raise InvalidInput(f"agent {self.name!r} needs a litellm model string")
+        for tool_name, rule in self.approvals.items():
+            if not isinstance(rule, bool | ApprovalPolicy) and not callable(rule):
+                raise InvalidInput(
+                    f"approval rule for {tool_name!r} must be True, a predicate or an "
+                    "ApprovalPolicy"
+                )
+        if self.register:
+            registry.add(self)
+
+    def build_tools(self, ctx: RunContext) -> list[Tool]:
+        made = self.tools(ctx) if callable(self.tools) else self.tools
+        tools = list(made)
+        for item in tools:
+            if not isinstance(item, Tool):
+                raise InvalidInput(
+                    f"agent {self.name!r}: {item!r} is not a tool; decorate it with @tool"
+                )
+        return tools
+
+    def approval_policy(self, tool_name: str, arguments: dict[str, Any]) -> ApprovalPolicy | None:
+        """The policy that applies to this call, or None if it needs no approval."""
+        rule = self.approvals.get(tool_name)
+        if rule is None or rule is False:
+            return None
+        if rule is True:
+            return ApprovalPolicy()
+        if isinstance(rule, ApprovalPolicy):
+            if rule.when is not None and not rule.when(arguments):
+                return None
+            return rule
+        return ApprovalPolicy() if rule(arguments) else None
+
+    def key_for(self, envelope: TriggerEnvelope) -> str | None:
+        if envelope.thread:
+            return f"thread:{envelope.thread}"
+        if self.concurrency_key is not None:
+            return self.concurrency_key(envelope)
+        return None
+
+
+class Registry:
+    """Agents by name. Workers fill it by importing the modules in ``RUNWRIGHT_AGENTS``."""
+
+    def __init__(self) -> None:
+        self._agents: dict[str, Agent] = {}
+        self._lock = threading.Lock()
+
+    def add(self, agent: Agent) -> None:
+        with self._lock:
+            self._agents[agent.name] = agent
+
+    def get(self, name: str) -> Agent:
+        try:
+            return self._agents[name]
+        except KeyError:
+            known = ", ".join(sorted(self._agents)) or "none"
+            raise AgentNotFound(
+                f"no agent named {name!r} is registered (known: {known}); "
+                "is its module listed in RUNWRIGHT_AGENTS?"
+            ) from None
+
+    def names(self) -> list[str]:
+        return sorted(self._agents)
+
+    def load(self, modules: Iterable[str]) -> None:
+        for module in modules:
+            try:
+                importlib.import_module(module)
+            except ImportError as exc:
+                raise InvalidInput(f"cannot import agent module {module!r}: {exc}") from exc
+
+
+registry = Registry()

@@ -1,0 +1,323 @@
+"""The engine: the public face of Runwright in Python."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from datetime import timedelta
+from typing import Any
+
+import pydantic
+
+from runner import approvals as approvals_
+from runner.agent import Agent, Registry
+from runner.agent import registry as default_registry
+from runner.context import AbortReason
+from runner.errors import InvalidInput, StoreUnavailable
+from runner.runtime import runtime
+from store.base import CancelResult, Store
+from store.claims import Claims
+from store.config import Settings
+from store.leases import CancelListener, Leases
+from store.models import (
+    Approval,
+    Checkpoint,
+    NewRun,
+    Run,
+    RunStatus,
+    Settled,
+    Step,
+    TriggerEnvelope,
+    utcnow,
+)
+
+log = logging.getLogger(__name__)
+
+Enqueue = Callable[[str], Any]
+_FROM_SETTINGS: Any = object()
+
+
+def import_string(path: str) -> Any:
+    """``"package.module:attribute"`` (or dotted) to the object it names."""
+    module, sep, attribute = path.partition(":")
+    if not sep:
+        module, _, attribute = path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise InvalidInput(f"cannot import {path!r}: {exc}") from exc
+
+
+class Engine:
+    """Starts, executes, inspects, cancels and resumes runs.
+
+    ``enqueue(run_id)`` hands a run to a worker; ``Engine.from_env()`` uses
+    Celery's. With ``enqueue=None`` the engine only creates runs, and the caller
+    runs them with :meth:`execute`.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        leases: Leases | None = None,
+        enqueue: Enqueue | None = None,
+        settings: Settings | None = None,
+        registry: Registry | None = None,
+        model_retries: int = 3,
+        model_backoff_seconds: float = 0.5,
+        write_retry_seconds: float = 60.0,
+    ) -> None:
+        self.settings = settings or Settings()
+        self.store = store
+        self.leases = leases
+        self.enqueue = enqueue
+        self.registry = registry or default_registry
+        self.claims = Claims(store, leases, self.settings.lease_ttl_seconds)
+        self.tokens = approvals_.Tokens.parse(self.settings.secret_key)
+        self.model_retries = model_retries
+        self.model_backoff_seconds = model_backoff_seconds
+        self.write_retry_seconds = write_retry_seconds
+        self.notify_delay = timedelta(seconds=self.settings.notify_backoff_seconds)
+        self._listener: CancelListener | None = None
+        self._listener_lock = threading.Lock()
+
+    @classmethod
+    def from_env(cls, *, enqueue: Enqueue | None = _FROM_SETTINGS) -> Engine:
+        """An engine configured from the environment (the local stack if no URLs)."""
+        from store.postgres import PostgresStore
+
+        settings = Settings.from_env().resolved()
+        assert settings.database_url and settings.redis_url
+        default_registry.load(settings.agents)
+        store = PostgresStore.from_url(
+            settings.database_url, max_payload_bytes=settings.max_payload_bytes
+        )
+        if enqueue is _FROM_SETTINGS:
+            enqueue = import_string(settings.enqueue)
+        return cls(
+            store,
+            leases=Leases.from_url(settings.redis_url),
+            enqueue=enqueue,
+            settings=settings,
+        )
+
+    @property
+    def tool_executor(self) -> Any:
+        return runtime().tools
+
+    def close(self) -> None:
+        if self._listener is not None:
+            self._listener.stop()
+            self._listener = None
+
+    # ------------------------------------------------------------ runs
+
+    def start(
+        self,
+        agent: str,
+        payload: Any = None,
+        *,
+        source: str = "manual",
+        trigger: str = "manual",
+        keys: Mapping[str, str] | None = None,
+        thread: str | None = None,
+        id: str | None = None,
+    ) -> Run:
+        """Create a run of ``agent`` and enqueue it. Idempotent on ``id``."""
+        spec = self.registry.get(agent)
+        fields: dict[str, Any] = {
+            "source": source,
+            "trigger": trigger,
+            "payload": {} if payload is None else payload,
+            "keys": dict(keys or {}),
+            "thread": thread,
+        }
+        if id is not None:
+            fields["id"] = id
+        try:
+            envelope = TriggerEnvelope(**fields)
+        except pydantic.ValidationError as exc:
+            raise InvalidInput(f"invalid trigger: {exc}") from None
+        run, created = self.store.create_run(
+            NewRun(agent=spec.name, trigger=envelope, concurrency_key=spec.key_for(envelope))
+        )
+        if created:
+            self._send([run.id])
+        return run
+
+    def execute(self, run_id: str) -> Run | None:
+        """Execute the run here, blocking until it settles, pauses or is handed
+        off. Returns the run as the execution left it, or None if this process
+        could not claim it (someone else has it, or it is not claimable)."""
+        return runtime().run(self.aexecute(run_id))
+
+    async def aexecute(self, run_id: str) -> Run | None:
+        from runner.execution import Execution
+
+        self._ensure_listener()
+        settled = await Execution(self, run_id).run()
+        return settled.run if settled is not None else None
+
+    def get_run(self, run_id: str) -> Run:
+        return self.store.get_run(run_id)
+
+    def list_runs(
+        self,
+        *,
+        status: RunStatus | str | None = None,
+        agent: str | None = None,
+        thread: str | None = None,
+        limit: int = 50,
+    ) -> list[Run]:
+        if isinstance(status, str):
+            try:
+                status = RunStatus(status)
+            except ValueError:
+                known = ", ".join(s.value for s in RunStatus)
+                raise InvalidInput(f"unknown status {status!r}; use one of {known}") from None
+        return self.store.list_runs(status=status, agent=agent, thread=thread, limit=limit)
+
+    def steps(self, run_id: str) -> list[Step]:
+        return self.store.steps(run_id)
+
+    def checkpoint(self, run_id: str) -> Checkpoint | None:
+        return self.store.checkpoint(run_id)
+
+    def approvals(self, run_id: str) -> list[Approval]:
+        return self.store.approvals(run_id)
+
+    # --------------------------------------------------------- control
+
+    def cancel(self, run_id: str) -> CancelResult:
+        """Cancel from any process. A running run's owner aborts within about a
+        second (pub/sub; heartbeat polling covers a missed message)."""
+        result = self.store.request_cancel(run_id)
+        if result.action == "requested":
+            runtime().abort(run_id, AbortReason.CANCEL)
+            if self.leases is not None:
+                try:
+                    self.leases.publish_cancel(run_id)
+                except StoreUnavailable as exc:
+                    log.warning(
+                        "cancel of %s not published (%s); heartbeat will see it", run_id, exc
+                    )
+        elif result.action == "cancelled" and result.next_in_key:
+            self._send([result.next_in_key])
+        return result
+
+    def respond(
+        self,
+        approval_id: str,
+        approve: bool,
+        reason: str | None = None,
+        *,
+        token: str | None = None,
+        trusted: bool = False,
+    ) -> Run:
+        """Decide an approval. With the last decision the run is queued again."""
+        result = approvals_.decide(
+            self.store, self.tokens, approval_id, approve, reason, token=token, trusted=trusted
+        )
+        if result.resumed:
+            self._send([result.run.id])
+        run: Run = result.run
+        return run
+
+    def token(self, approval_id: str) -> str:
+        """The token for an approval (what a notifier would put in a link)."""
+        approval = self.store.get_approval(approval_id)
+        return self.tokens.sign(approval.approval_id, approval.token_id)
+
+    def tick(self, now: Any = None) -> Any:
+        from runner.tick import tick
+
+        return tick(self, now=now)
+
+    def drain(self, timeout: float | None = None) -> int:
+        """Abort every execution in this process; they settle ``interrupted`` and
+        are enqueued again. Waits up to ``timeout`` (default: the drain setting)."""
+        rt = runtime()
+        count = rt.drain()
+        deadline = time.monotonic() + (self.settings.drain_seconds if timeout is None else timeout)
+        while rt.active() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return count
+
+    # ------------------------------------------------------- internals
+
+    def _ensure_listener(self) -> None:
+        if self.leases is None or self._listener is not None:
+            return
+        with self._listener_lock:
+            if self._listener is None:
+                self._listener = CancelListener(
+                    self.leases.redis, lambda run_id: runtime().abort(run_id, AbortReason.CANCEL)
+                ).start()
+
+    def _send(self, run_ids: Iterable[str]) -> None:
+        """Hand runs to workers. A failed send is logged, not raised: the run is
+        stored, and tick() re-enqueues it."""
+        if self.enqueue is None:
+            return
+        for run_id in run_ids:
+            try:
+                self.enqueue(run_id)
+            except Exception as exc:
+                log.warning("could not enqueue run %s (%s); tick() will retry", run_id, exc)
+
+    def enqueue_ids(self, run_ids: list[str]) -> None:
+        """Mark runs enqueued now and send them."""
+        if not run_ids:
+            return
+        self.store.mark_enqueued(run_ids)
+        self._send(run_ids)
+
+    def after_settle(self, settled: Settled) -> None:
+        again = [settled.run.id] if settled.run.status is RunStatus.INTERRUPTED else []
+        if settled.next_in_key:
+            again.append(settled.next_in_key)
+        self.enqueue_ids(again)
+
+    async def notify_approvals(self, agent: Agent, run: Run, new: list[Any]) -> None:
+        """First notification of the approvals a step just created."""
+        if agent.notifier is None:
+            return
+        for item in new:
+            approval = await _io(self.store.get_approval, item.approval_id)
+            request = approvals_.request_for(agent, run.id, approval, self.tokens)
+            try:
+                await approvals_.deliver(agent.notifier, request, self.tool_executor)
+            except Exception as exc:
+                log.warning(
+                    "notifier of %s failed for %s: %s", agent.name, approval.approval_id, exc
+                )
+                retry_at = utcnow() + approvals_.backoff(
+                    1,
+                    self.settings.notify_backoff_seconds,
+                    self.settings.notify_backoff_cap_seconds,
+                )
+                await _io(
+                    self.store.record_notification,
+                    approval.approval_id,
+                    accepted=False,
+                    retry_at=retry_at,
+                )
+            else:
+                await _io(
+                    self.store.record_notification,
+                    approval.approval_id,
+                    accepted=True,
+                    retry_at=None,
+                )
+
+
+async def _io(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    import asyncio
+
+    return await asyncio.get_running_loop().run_in_executor(
+        runtime().io, lambda: fn(*args, **kwargs)
+    )

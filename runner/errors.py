@@ -1,0 +1,46 @@
+"""Errors of the engine. Store errors are re-exported so that callers of
+``runner`` never import ``store`` to catch them."""
+
+from __future__ import annotations
+
+from store.errors import (
+    AgentNotFound,
+    ApprovalError,
+    CheckpointConflict,
+    InvalidInput,
+    InvalidTransition,
+    LeaseLostError,
+    PayloadTooLarge,
+    RunNotFound,
+    RunwrightError,
+    StoreUnavailable,
+)
+
+
+class ModelError(RunwrightError):
+    """The model provider failed, and retrying did not help."""
+
+
+class ToolDefinitionError(RunwrightError):
+    """The tool cannot be built from that function."""
+
+
+class Aborted(RunwrightError):
+    """The execution was aborted (cancel, drain, timeout or a lost lease)."""
+
+
+__all__ = [
+    "Aborted",
+    "AgentNotFound",
+    "ApprovalError",
+    "CheckpointConflict",
+    "InvalidInput",
+    "InvalidTransition",
+    "LeaseLostError",
+    "ModelError",
+    "PayloadTooLarge",
+    "RunNotFound",
+    "RunwrightError",
+    "StoreUnavailable",
+    "ToolDefinitionError",
+]

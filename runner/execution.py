@@ -1,0 +1,203 @@
+"""One execution of a run: claim, heartbeat, the step loop, settle.
+
+The steps follow DESIGN §3. Every write goes through :meth:`Execution.write`,
+which checks the Redis lease first and lets the Postgres fence decide; a
+refused write raises :class:`LeaseLostError` and the execution stops writing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from runner.agent import Agent
+from runner.context import AbortReason, AbortSignal, RunContext
+from runner.errors import AgentNotFound, LeaseLostError, ModelError, StoreUnavailable
+from runner.loop import StepLoop
+from runner.runtime import runtime
+from store.models import Fence, Outcome, Run, RunError, RunStatus, Settled
+
+if TYPE_CHECKING:
+    from runner.engine import Engine
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_HOST = socket.gethostname()
+
+
+def new_owner() -> str:
+    """Unique per execution, readable in ``runwright show``: host, pid, nonce."""
+    return f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+
+def abort_outcome(reason: AbortReason, *, timeout_ms: int | None = None) -> Outcome:
+    if reason is AbortReason.CANCEL:
+        return Outcome(RunStatus.CANCELLED, error=RunError("cancelled", "cancelled on request"))
+    if reason is AbortReason.DRAIN:
+        return Outcome(RunStatus.INTERRUPTED)
+    if reason is AbortReason.TIMEOUT:
+        return Outcome(
+            RunStatus.FAILED,
+            error=RunError("timeout", f"the execution ran past its timeout of {timeout_ms} ms"),
+        )
+    raise LeaseLostError("the lease was lost; the new owner carries the run on")
+
+
+class Execution:
+    def __init__(self, engine: Engine, run_id: str) -> None:
+        self.engine = engine
+        self.run_id = run_id
+        self.owner = new_owner()
+        self.fence: Fence | None = None
+        self.signal = AbortSignal(asyncio.get_running_loop())
+        self.settled: Settled | None = None
+
+    def abort(self, reason: AbortReason) -> None:
+        self.signal.abort(reason)
+
+    async def io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(
+            runtime().io, lambda: fn(*args, **kwargs)
+        )
+
+    async def write(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """A fenced write: lease check, then the store call with the fence.
+
+        Postgres outages are retried for ``write_retry_seconds``; a write whose
+        commit was ambiguous is idempotent on retry.
+        """
+        assert self.fence is not None
+        fence = self.fence
+        deadline = time.monotonic() + self.engine.write_retry_seconds
+        delay = 0.1
+        while True:
+            if self.signal.reason is AbortReason.LEASE_LOST:
+                raise LeaseLostError(f"run {self.run_id} was taken over")
+            try:
+                await self.io(self.engine.claims.check, fence)
+                return await self.io(fn, fence, *args, **kwargs)
+            except StoreUnavailable as exc:
+                if time.monotonic() > deadline:
+                    raise
+                log.warning("write for run %s failed (%s); retrying", self.run_id, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    async def run(self) -> Settled | None:
+        rt = runtime()
+        if rt.draining:
+            # This worker is shutting down: hand the run to another one.
+            await self.io(self.engine.enqueue_ids, [self.run_id])
+            return None
+        fence = await self.io(self.engine.claims.acquire, self.run_id, self.owner)
+        if fence is None:
+            log.debug("run %s is not claimable here; nothing to do", self.run_id)
+            return None
+        self.fence = fence
+        rt.add(self)
+        heartbeat = asyncio.create_task(self._heartbeat(), name=f"heartbeat {self.run_id}")
+        agent: Agent | None = None
+        try:
+            run = await self.io(self.engine.store.get_run, self.run_id)
+            try:
+                agent = self.engine.registry.get(run.agent)
+            except AgentNotFound as exc:
+                log.error("run %s: %s", self.run_id, exc)
+                self.settled = await self.settle(
+                    Outcome(RunStatus.FAILED, error=RunError("agent_not_found", exc.message))
+                )
+                return self.settled
+            self.settled = await self._run_agent(agent, run)
+            return self.settled
+        except LeaseLostError as exc:
+            log.warning("run %s: %s", self.run_id, exc)
+            self._report(agent, exc)
+            return None
+        except StoreUnavailable as exc:
+            # Not the run's fault: leave it to recovery once the claim lapses.
+            log.error("run %s stopped: %s", self.run_id, exc)
+            self._report(agent, exc)
+            return None
+        except Exception as exc:
+            log.exception("run %s crashed", self.run_id)
+            self._report(agent, exc)
+            with contextlib.suppress(LeaseLostError, StoreUnavailable):
+                self.settled = await self.settle(
+                    Outcome(
+                        RunStatus.FAILED,
+                        error=RunError("internal_error", f"{type(exc).__name__}: {exc}"),
+                    )
+                )
+            return self.settled
+        finally:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
+            rt.remove(self)
+            await self.io(self.engine.claims.release, fence)
+            if self.settled is not None:
+                await self.io(self.engine.after_settle, self.settled)
+
+    async def _run_agent(self, agent: Agent, run: Run) -> Settled:
+        if run.cancel_requested:
+            return await self.settle(abort_outcome(AbortReason.CANCEL))
+        timer = None
+        if agent.budget.timeout_ms:
+            timer = asyncio.get_running_loop().call_later(
+                agent.budget.timeout_ms / 1000, self.abort, AbortReason.TIMEOUT
+            )
+        try:
+            ctx = RunContext(run.id, agent.name, run.trigger, self.signal)
+            loop = StepLoop(self, agent, run, ctx)
+            try:
+                return await loop.run()
+            except ModelError as exc:
+                return await self.settle(
+                    Outcome(RunStatus.FAILED, error=RunError("model_error", exc.message))
+                )
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+    async def settle(self, outcome: Outcome) -> Settled:
+        settled: Settled = await self.write(self.engine.store.settle, outcome)
+        return settled
+
+    async def settle_aborted(self, agent: Agent) -> Settled:
+        assert self.signal.reason is not None
+        return await self.settle(
+            abort_outcome(self.signal.reason, timeout_ms=agent.budget.timeout_ms)
+        )
+
+    async def _heartbeat(self) -> None:
+        assert self.fence is not None
+        interval = self.engine.claims.ttl_seconds / 3
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                beat = await self.io(self.engine.claims.heartbeat, self.fence)
+            except LeaseLostError:
+                log.warning("run %s: the claim was lost; aborting", self.run_id)
+                self.abort(AbortReason.LEASE_LOST)
+                return
+            except StoreUnavailable as exc:
+                log.warning("heartbeat of run %s failed: %s", self.run_id, exc)
+                continue
+            if beat.cancel_requested:
+                self.abort(AbortReason.CANCEL)
+
+    def _report(self, agent: Agent | None, exc: BaseException) -> None:
+        if agent is None or agent.on_error is None:
+            return
+        try:
+            agent.on_error(self.run_id, exc)
+        except Exception:
+            log.exception("on_error of agent %s raised", agent.name)

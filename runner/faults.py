@@ -1,0 +1,91 @@
+"""Named fault points, placed right after each commit of an execution.
+
+Tests arm them to crash or stall the process exactly there, which is the
+cheapest way to prove a recovery claim. In another process, arm them through
+the environment::
+
+    RUNWRIGHT_FAULTS="after_w1=kill"              # SIGKILL at the first hit
+    RUNWRIGHT_FAULTS="after_w2@3=stall"           # freeze at the third hit
+    RUNWRIGHT_FAULTS="after_effect_start=kill,after_w2@2=raise"
+
+Unarmed, a fault point costs one dict lookup.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+AFTER_W1 = "after_w1"
+AFTER_EFFECT_START = "after_effect_start"
+AFTER_EFFECT_COMPLETE = "after_effect_complete"
+AFTER_W2 = "after_w2"
+POINTS = (AFTER_W1, AFTER_EFFECT_START, AFTER_EFFECT_COMPLETE, AFTER_W2)
+ACTIONS = ("kill", "stall", "raise")
+
+
+class FaultInjected(BaseException):
+    """Raised by a fault point armed with ``raise``: a crash that no handler
+    mistakes for a tool error (it is not an ``Exception``)."""
+
+
+@dataclass
+class _Armed:
+    action: str | Callable[[str], None]
+    at_hit: int = 1
+    hits: int = 0
+
+
+_armed: dict[str, _Armed] = {}
+_lock = threading.Lock()
+
+
+def arm(point: str, action: str | Callable[[str], None], *, at_hit: int = 1) -> None:
+    if point not in POINTS:
+        raise ValueError(f"unknown fault point {point!r}; known: {', '.join(POINTS)}")
+    if isinstance(action, str) and action not in ACTIONS:
+        raise ValueError(f"unknown fault action {action!r}; known: {', '.join(ACTIONS)}")
+    with _lock:
+        _armed[point] = _Armed(action, at_hit)
+
+
+def disarm() -> None:
+    with _lock:
+        _armed.clear()
+
+
+def arm_from_env(spec: str | None = None) -> None:
+    spec = os.environ.get("RUNWRIGHT_FAULTS", "") if spec is None else spec
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        point, _, action = item.partition("=")
+        point, _, at = point.partition("@")
+        arm(point, action or "kill", at_hit=int(at or 1))
+
+
+def hit(point: str) -> None:
+    """Mark that execution reached ``point``; act if it is armed."""
+    armed = _armed.get(point)
+    if armed is None:
+        return
+    with _lock:
+        armed.hits += 1
+        if armed.hits != armed.at_hit:
+            return
+    print(f"RUNWRIGHT_FAULT {point} pid={os.getpid()}", file=sys.stderr, flush=True)
+    if callable(armed.action):
+        armed.action(point)
+    elif armed.action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif armed.action == "stall":
+        while True:
+            time.sleep(3600)
+    else:
+        raise FaultInjected(point)
+
+
+arm_from_env()

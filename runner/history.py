@@ -1,0 +1,118 @@
+"""The run's message history: what is stored, and what the model is sent.
+
+The history holds the engine's own records beside the conversation:
+``approval_request`` and ``approval_response`` entries. They are the journal of
+a wait and never go to the model.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from store.models import Message
+
+APPROVAL_REQUEST = "approval_request"
+APPROVAL_RESPONSE = "approval_response"
+ENGINE_ROLES = frozenset({APPROVAL_REQUEST, APPROVAL_RESPONSE})
+
+
+def for_model(instructions: str, history: list[Message]) -> list[Message]:
+    """The request's messages: the agent's current instructions as the system
+    message (never stored), then the conversation without engine records."""
+    messages: list[Message] = []
+    if instructions:
+        messages.append({"role": "system", "content": instructions})
+    messages.extend(m for m in history if m.get("role") not in ENGINE_ROLES)
+    return messages
+
+
+def tool_message(call_id: str, content: str) -> Message:
+    return {"role": "tool", "tool_call_id": call_id, "content": content}
+
+
+def error_content(message: str, **extra: Any) -> str:
+    return json.dumps({"error": message, **extra}, ensure_ascii=False)
+
+
+def approval_request(approval_id: str, call_id: str, tool_name: str, input: Any) -> Message:
+    return {
+        "role": APPROVAL_REQUEST,
+        "approval_id": approval_id,
+        "tool_call_id": call_id,
+        "tool_name": tool_name,
+        "input": input,
+    }
+
+
+def approval_response(
+    approval_id: str, call_id: str, approved: bool, reason: str | None
+) -> Message:
+    return {
+        "role": APPROVAL_RESPONSE,
+        "approval_id": approval_id,
+        "tool_call_id": call_id,
+        "approved": approved,
+        "reason": reason,
+    }
+
+
+@dataclass
+class OpenStep:
+    """The last assistant message and what of its tool calls is settled."""
+
+    index: int  # position of the assistant message in the history
+    message: Message
+    results: set[str] = field(default_factory=set)
+    requests: dict[str, Message] = field(default_factory=dict)
+    responses: dict[str, Message] = field(default_factory=dict)
+
+    @property
+    def calls(self) -> list[dict[str, Any]]:
+        return list(self.message.get("tool_calls") or [])
+
+    @property
+    def pending(self) -> list[dict[str, Any]]:
+        """Tool calls without a result yet."""
+        return [c for c in self.calls if c["id"] not in self.results]
+
+    @property
+    def unanswered(self) -> list[str]:
+        """Approval requests nobody has answered."""
+        return [call_id for call_id in self.requests if call_id not in self.responses]
+
+
+def open_step(history: list[Message]) -> OpenStep | None:
+    """The last assistant message if some of its tool calls have no result."""
+    for position in range(len(history) - 1, -1, -1):
+        if history[position].get("role") == "assistant":
+            break
+    else:
+        return None
+    step = OpenStep(position, history[position])
+    for message in history[position + 1 :]:
+        role = message.get("role")
+        if role == "tool":
+            step.results.add(message.get("tool_call_id", ""))
+        elif role == APPROVAL_REQUEST:
+            step.requests[message["tool_call_id"]] = message
+        elif role == APPROVAL_RESPONSE:
+            step.responses[message["tool_call_id"]] = message
+    return step if step.pending else None
+
+
+def continue_thread(history: list[Message]) -> list[Message]:
+    """A previous run's history, fit to start a new run on the same thread:
+    engine records dropped, and calls that never got a result closed off so the
+    conversation stays valid for any provider."""
+    kept = [dict(m) for m in history if m.get("role") not in ENGINE_ROLES]
+    step = open_step(kept)
+    if step is not None:
+        position = step.index + 1 + len(step.results)
+        closing = [
+            tool_message(c["id"], error_content("not run: the previous run ended first"))
+            for c in step.pending
+        ]
+        kept[position:position] = closing
+    return kept

@@ -1,0 +1,232 @@
+"""The step loop of one execution: start point, model call and W1, tool calls
+and W2, until the run settles or pauses (DESIGN §3, steps 1-5)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+from runner import faults, model
+from runner.agent import Agent
+from runner.context import RunContext
+from runner.errors import InvalidInput
+from runner.generated import StateHolder, initial_state, output_tool, state_tools
+from runner.history import continue_thread, for_model, open_step
+from runner.toolcalls import CallRunner, StepCalls
+from runner.tools import Tool
+from runner.trigger import trigger_message
+from store.models import (
+    Message,
+    Outcome,
+    Run,
+    RunError,
+    RunStatus,
+    Settled,
+    StepCommit,
+    StepKind,
+    StepRecord,
+    utcnow,
+)
+
+if TYPE_CHECKING:
+    from runner.execution import Execution
+
+OUTPUT_REMINDER = "Give your final answer by calling the final_result tool."
+
+
+class StepLoop:
+    def __init__(self, execution: Execution, agent: Agent, run: Run, ctx: RunContext) -> None:
+        self.x = execution
+        self.engine = execution.engine
+        self.store = execution.engine.store
+        self.agent = agent
+        self.run_ = run
+        self.ctx = ctx
+        self.messages: list[Message] = []
+        self.saved = 0  # how many of self.messages the stored checkpoint holds
+        self.index = 0  # the stored checkpoint's step index
+        self.finish_reason: str | None = None
+        self.usage = run.usage
+        self.state = StateHolder(None)
+        self.tools: dict[str, Tool] = {}
+
+    async def run(self) -> Settled:
+        await self._load()
+        self.tools = self._assemble()
+        while True:
+            step = open_step(self.messages)
+            if step is not None:
+                # A step whose tool calls were not all answered: after an
+                # approval pause, or a crash between W1 and W2.
+                k = self.index if step.index < self.saved else self.index + 1
+                if step.unanswered:
+                    return await self.x.settle(Outcome(RunStatus.WAITING))  # re-pause
+            else:
+                if self.x.signal.aborted:
+                    return await self.x.settle_aborted(self.agent)
+                k = self.index + 1
+                over = self._over_budget(k)
+                if over is not None:
+                    return await self.x.settle(
+                        Outcome(RunStatus.FAILED, error=RunError("budget_exceeded", over))
+                    )
+                assistant = await self._assistant(k)
+                if assistant is None:
+                    return await self.x.settle_aborted(self.agent)
+                self.messages.append(assistant)
+                step = open_step(self.messages)
+            calls = await self._runner().run(step) if step is not None else StepCalls()
+            settled = await self._commit(k, step is None, calls)
+            if settled is not None:
+                return settled
+            if self.x.signal.aborted:
+                return await self.x.settle_aborted(self.agent)
+
+    # ---------------------------------------------------------- start point
+
+    async def _load(self) -> None:
+        run = self.run_
+        checkpoint = await self.x.io(self.store.checkpoint, run.id)
+        state = run.state
+        if checkpoint is not None:
+            self.messages = checkpoint.messages
+            self.saved = len(checkpoint.messages)
+            self.index = checkpoint.step_index
+            self.finish_reason = checkpoint.finish_reason
+        else:
+            history: list[Message] = []
+            if run.thread:
+                start = await self.x.io(self.store.thread_start, run.thread, run.id)
+                if start is not None:
+                    history = continue_thread(start.messages)
+                    state = start.state if state is None else state
+            self.messages = [*history, trigger_message(run.trigger)]
+        if self.agent.state is not None:
+            self.state = StateHolder(initial_state(self.agent.state) if state is None else state)
+
+    def _assemble(self) -> dict[str, Tool]:
+        tools: list[Tool] = []
+        if self.agent.state is not None:
+            tools += state_tools(self.agent.state, self.state)
+        if self.agent.output is not None:
+            tools.append(output_tool(self.agent.output))
+        tools += self.agent.build_tools(self.ctx)
+        by_name: dict[str, Tool] = {}
+        for item in tools:
+            if item.name in by_name:
+                raise InvalidInput(f"agent {self.agent.name!r} has two tools named {item.name!r}")
+            by_name[item.name] = item
+        return by_name
+
+    def _over_budget(self, k: int) -> str | None:
+        budget = self.agent.budget
+        if k > budget.max_steps:
+            return f"the run used all {budget.max_steps} steps of its budget"
+        if budget.max_tokens is not None and self.usage.total >= budget.max_tokens:
+            return f"the run used {self.usage.total} tokens; its budget is {budget.max_tokens}"
+        return None
+
+    # ----------------------------------------------------- model call and W1
+
+    async def _assistant(self, k: int) -> Message | None:
+        """Step k's assistant message: the journaled one if W1 already ran,
+        else a model call journaled by W1. None if an abort won the race."""
+        recorded = await self.x.io(self.store.llm_step, self.run_.id, k)
+        if recorded is not None:
+            return self._from_w1(recorded.output)
+        started = utcnow()
+        call = asyncio.create_task(
+            model.complete(
+                self.agent.model,
+                for_model(self.agent.instructions, self.messages),
+                [t.schema() for t in self.tools.values()],
+                self.agent.model_settings,
+                retries=self.engine.model_retries,
+                backoff_seconds=self.engine.model_backoff_seconds,
+            )
+        )
+        aborted = asyncio.create_task(self.x.signal.wait())
+        done, _ = await asyncio.wait({call, aborted}, return_when=asyncio.FIRST_COMPLETED)
+        if call not in done:
+            call.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await call
+            return None
+        aborted.cancel()
+        reply = call.result()
+        output = {"message": reply.message, "finish_reason": reply.finish_reason}
+        record = StepRecord(
+            index=k,
+            kind=StepKind.LLM,
+            started_at=started,
+            finished_at=utcnow(),
+            name=self.agent.model,
+            output=output,
+            usage=reply.usage,
+        )
+        if await self.x.write(self.store.record_llm_step, record):
+            self.usage = self.usage + reply.usage
+        else:  # recorded meanwhile: the journal wins, so tool call ids stay stable
+            existing = await self.x.io(self.store.llm_step, self.run_.id, k)
+            assert existing is not None
+            output = existing.output
+        faults.hit(faults.AFTER_W1)
+        return self._from_w1(output)
+
+    def _from_w1(self, output: Any) -> Message:
+        self.finish_reason = output.get("finish_reason")
+        message: Message = output["message"]
+        return message
+
+    # -------------------------------------------------------- tools and W2
+
+    def _runner(self) -> CallRunner:
+        assert self.x.fence is not None
+        return CallRunner(
+            agent=self.agent,
+            tools=self.tools,
+            ctx=self.ctx,
+            fence=self.x.fence,
+            write=self.x.write,
+            store_begin=self.store.begin_effect,
+            store_finish=self.store.finish_effect,
+            token_id=self.engine.tokens.current_id,
+            notify_delay=self.engine.notify_delay if self.agent.notifier else None,
+            executor=self.engine.tool_executor,
+        )
+
+    async def _commit(self, k: int, final_text: bool, calls: StepCalls) -> Settled | None:
+        self.messages += [r.message() for r in calls.results]
+        self.messages += [entry for _, entry in calls.approvals]
+        outcome = None
+        if calls.approvals:
+            pass  # the store moves the run to waiting
+        elif calls.final is not None:
+            outcome = Outcome(RunStatus.COMPLETED, output=calls.final.final_output)
+        elif final_text:
+            if self.agent.output is not None:
+                self.messages.append({"role": "user", "content": OUTPUT_REMINDER})
+            else:
+                outcome = Outcome(RunStatus.COMPLETED, output=self.messages[-1].get("content"))
+        commit = StepCommit(
+            step_index=k,
+            base_count=self.saved,
+            new_messages=self.messages[self.saved :],
+            finish_reason=self.finish_reason,
+            tool_steps=[r.record(k) for r in calls.results],
+            state=self.state.value,
+            state_changed=self.state.changed,
+            approvals=[approval for approval, _ in calls.approvals],
+            outcome=outcome,
+        )
+        settled: Settled | None = await self.x.write(self.store.commit_step, commit)
+        faults.hit(faults.AFTER_W2)
+        self.saved = len(self.messages)
+        self.index = k
+        self.state.changed = False
+        if calls.approvals and settled is not None:
+            await self.engine.notify_approvals(
+                self.agent, settled.run, [approval for approval, _ in calls.approvals]
+            )
+        return settled

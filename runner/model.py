@@ -1,0 +1,201 @@
+"""The model adapter: the only module that imports litellm, and only when a
+model is actually called, so commands like ``runwright runs`` start fast.
+
+Scripted models (``runner/testing.py``) are served through a litellm custom
+provider named ``scripted``, so tests and the demo drive the real litellm path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from runner.errors import ModelError
+from store.models import Message, Usage
+
+log = logging.getLogger(__name__)
+
+# A model message larger than this is refused as a model error.
+MAX_MESSAGE_CHARS = 1_000_000
+DEFAULT_TIMEOUT_SECONDS = 600.0
+
+_setup_lock = threading.Lock()
+_litellm: Any = None
+
+
+def _load() -> Any:
+    """Import litellm once, offline, with its chatter turned down."""
+    global _litellm
+    if _litellm is None:
+        with _setup_lock:
+            if _litellm is None:
+                os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+                import litellm
+
+                litellm.suppress_debug_info = True
+                litellm.telemetry = False
+                _register_scripted(litellm)
+                _litellm = litellm
+    return _litellm
+
+
+@dataclass(frozen=True)
+class ModelReply:
+    message: Message
+    usage: Usage
+    finish_reason: str | None
+
+
+def _transient(litellm: Any, exc: BaseException) -> bool:
+    ex = litellm.exceptions
+    transient = (
+        ex.RateLimitError,
+        ex.APIConnectionError,
+        ex.Timeout,
+        ex.ServiceUnavailableError,
+        ex.InternalServerError,
+        ex.BadGatewayError,
+    )
+    if isinstance(exc, transient):
+        return True
+    status = getattr(exc, "status_code", None)
+    return isinstance(status, int) and (status == 429 or status >= 500)
+
+
+async def complete(
+    model: str,
+    messages: Sequence[Message],
+    tools: Sequence[dict[str, Any]],
+    settings: Mapping[str, Any],
+    *,
+    retries: int = 3,
+    backoff_seconds: float = 0.5,
+) -> ModelReply:
+    """One model call with retries on transient provider errors.
+
+    Cancelling the awaiting task cancels the call (and any backoff sleep).
+    """
+    litellm = _load()
+    kwargs = dict(settings)
+    kwargs.setdefault("timeout", DEFAULT_TIMEOUT_SECONDS)
+    kwargs["num_retries"] = 0  # retries are ours: cancellable and counted
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            response = await litellm.acompletion(
+                model=model, messages=list(messages), tools=list(tools) or None, **kwargs
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            name = type(exc).__name__
+            if attempt <= retries and _transient(litellm, exc):
+                delay = backoff_seconds * 2 ** (attempt - 1) * (0.5 + random.random() / 2)
+                log.warning(
+                    "model %s: %s (attempt %d); retrying in %.1fs", model, name, attempt, delay
+                )
+                await asyncio.sleep(delay)
+                continue
+            raise ModelError(
+                f"{model}: {name}: {_short(exc)} (after {attempt} attempt(s))"
+            ) from exc
+        return _reply(response)
+
+
+def _short(exc: BaseException, limit: int = 500) -> str:
+    text = str(exc)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _reply(response: Any) -> ModelReply:
+    try:
+        choice = response.choices[0]
+        raw = choice.message
+    except (AttributeError, IndexError) as exc:
+        raise ModelError(f"the model returned no choices: {exc}") from exc
+    message: Message = {"role": "assistant", "content": raw.content}
+    calls = []
+    for i, call in enumerate(raw.tool_calls or []):
+        function = call.function
+        arguments = function.arguments
+        if not isinstance(arguments, str):
+            import json
+
+            arguments = json.dumps(arguments)
+        calls.append(
+            {
+                "id": call.id or f"call_{i}",
+                "type": "function",
+                "function": {"name": function.name or "", "arguments": arguments or ""},
+            }
+        )
+    if calls:
+        message["tool_calls"] = calls
+    size = len(raw.content or "") + sum(len(c["function"]["arguments"]) for c in calls)
+    if size > MAX_MESSAGE_CHARS:
+        raise ModelError(
+            f"the model's message is {size} characters; the limit is {MAX_MESSAGE_CHARS}"
+        )
+    usage = getattr(response, "usage", None)
+    return ModelReply(
+        message=message,
+        usage=Usage(
+            int(getattr(usage, "prompt_tokens", 0) or 0),
+            int(getattr(usage, "completion_tokens", 0) or 0),
+        ),
+        finish_reason=choice.finish_reason,
+    )
+
+
+# ------------------------------------------------------------- scripted models
+
+_SCRIPTED_ERRORS = {
+    "rate_limit": ("RateLimitError", 429),
+    "server_error": ("InternalServerError", 500),
+    "unavailable": ("ServiceUnavailableError", 503),
+    "timeout": ("Timeout", 408),
+    "bad_request": ("BadRequestError", 400),
+    "auth": ("AuthenticationError", 401),
+}
+
+
+def _register_scripted(litellm: Any) -> None:
+    from litellm import CustomLLM
+    from litellm.types.utils import ModelResponse
+
+    class ScriptedProvider(CustomLLM):  # type: ignore[misc]
+        """Serves ``scripted/<name>`` from the scripts in ``runner.testing``."""
+
+        async def acompletion(self, *args: Any, **kwargs: Any) -> Any:
+            from runner import testing
+
+            model = str(kwargs.get("model", "")).split("/", 1)[-1]
+            optional = kwargs.get("optional_params") or {}
+            script = testing.lookup(model)
+            reply, step = await script.respond(
+                kwargs.get("messages") or [], optional.get("tools") or []
+            )
+            if reply.error is not None:
+                cls_name, status = _SCRIPTED_ERRORS[reply.error]
+                cls = getattr(litellm.exceptions, cls_name)
+                message = f"scripted {reply.error}"
+                if cls_name == "Timeout":
+                    raise cls(message=message, model=model, llm_provider="scripted")
+                if cls_name in ("BadRequestError", "AuthenticationError"):
+                    raise cls(message=message, model=model, llm_provider="scripted")
+                raise cls(message=message, llm_provider="scripted", model=model)
+            return ModelResponse(**reply.response(model, step))
+
+        def completion(self, *args: Any, **kwargs: Any) -> Any:
+            raise NotImplementedError("scripted models are async only")
+
+    providers = [p for p in litellm.custom_provider_map if p.get("provider") != "scripted"]
+    providers.append({"provider": "scripted", "custom_handler": ScriptedProvider()})
+    litellm.custom_provider_map = providers

@@ -1,0 +1,121 @@
+"""The per-process runtime: one asyncio loop in a background thread that holds
+every execution of this process, plus the thread pools they use.
+
+Executions spend their time waiting on the model, so one process runs many of
+them concurrently on one loop; Celery's thread pool only supplies callers that
+block until their execution is done. The runtime is created lazily and anew
+after a fork, so prefork pools and forked tests get their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import threading
+from collections.abc import Coroutine
+from typing import Any, Protocol, TypeVar
+
+from runner.context import AbortReason
+
+T = TypeVar("T")
+
+
+class Abortable(Protocol):
+    run_id: str
+
+    def abort(self, reason: AbortReason) -> None: ...
+
+
+class Runtime:
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        # Database and Redis calls; tools run in their own pool so that slow
+        # sync tools cannot starve the writes of other runs.
+        self.io = concurrent.futures.ThreadPoolExecutor(
+            max_workers=int(os.environ.get("RUNWRIGHT_IO_THREADS", "32")),
+            thread_name_prefix="runwright-io",
+        )
+        self.tools = concurrent.futures.ThreadPoolExecutor(
+            max_workers=int(os.environ.get("RUNWRIGHT_TOOL_THREADS", "64")),
+            thread_name_prefix="runwright-tool",
+        )
+        self.loop = asyncio.new_event_loop()
+        self.loop.set_default_executor(self.io)
+        self._executions: dict[str, set[Abortable]] = {}
+        self._lock = threading.Lock()
+        self._draining = False
+        self._thread = threading.Thread(target=self._serve, name="runwright-loop", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run ``coro`` on the runtime's loop and block until it is done."""
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("Runtime.run called from the runtime's own loop; await instead")
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return future.result(timeout)
+
+    # -------------------------------------------------------- executions
+
+    def add(self, execution: Abortable) -> None:
+        with self._lock:
+            self._executions.setdefault(execution.run_id, set()).add(execution)
+            draining = self._draining
+        if draining:
+            execution.abort(AbortReason.DRAIN)
+
+    def remove(self, execution: Abortable) -> None:
+        with self._lock:
+            running = self._executions.get(execution.run_id)
+            if running is not None:
+                running.discard(execution)
+                if not running:
+                    del self._executions[execution.run_id]
+
+    def abort(self, run_id: str, reason: AbortReason) -> int:
+        with self._lock:
+            targets = list(self._executions.get(run_id, ()))
+        for execution in targets:
+            execution.abort(reason)
+        return len(targets)
+
+    def drain(self) -> int:
+        """Abort every execution of this process, and any that starts from now on."""
+        with self._lock:
+            self._draining = True
+            targets = [e for group in self._executions.values() for e in group]
+        for execution in targets:
+            execution.abort(AbortReason.DRAIN)
+        return len(targets)
+
+    def undrain(self) -> None:
+        with self._lock:
+            self._draining = False
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    def active(self) -> list[str]:
+        with self._lock:
+            return list(self._executions)
+
+
+_runtime: Runtime | None = None
+_runtime_lock = threading.Lock()
+
+
+def runtime() -> Runtime:
+    """This process's runtime (a new one after a fork)."""
+    global _runtime
+    current = _runtime
+    if current is not None and current.pid == os.getpid():
+        return current
+    with _runtime_lock:
+        if _runtime is None or _runtime.pid != os.getpid():
+            _runtime = Runtime()
+        return _runtime

@@ -1,0 +1,152 @@
+"""``tick()``: the periodic housekeeping that Celery beat runs (DESIGN §5).
+
+It is idempotent and safe to run twice at once: a Redis lock keeps two ticks
+apart, and each job claims its rows with ``FOR UPDATE SKIP LOCKED`` or a
+conditional write, so even without the lock no notification is sent twice and
+no decision is recorded twice. Every job works in bounded batches over partial
+indexes, so its cost follows the due work, not the size of the tables.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from runner import approvals
+from runner.errors import AgentNotFound, ApprovalError, InvalidTransition, StoreUnavailable
+from runner.history import approval_response
+from runner.runtime import runtime
+from store.leases import TICK_LOCK_KEY
+from store.models import Decision, RunError
+
+if TYPE_CHECKING:
+    from runner.engine import Engine
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TickReport:
+    skipped: bool = False
+    notified: int = 0
+    notify_failed: int = 0
+    expired: int = 0
+    recovered: list[str] = field(default_factory=list)
+    reenqueued: list[str] = field(default_factory=list)
+    key_heads: list[str] = field(default_factory=list)
+
+
+def tick(engine: Engine, now: datetime | None = None) -> TickReport:
+    token = uuid.uuid4().hex
+    lock_ms = int(max(engine.settings.tick_seconds * 4, 30) * 1000)
+    leases = engine.leases
+    if leases is not None:
+        try:
+            if not leases.try_lock(TICK_LOCK_KEY, token, lock_ms):
+                return TickReport(skipped=True)
+        except StoreUnavailable:
+            leases = None  # the jobs are safe without the lock
+    try:
+        report = TickReport()
+        _resend_notifications(engine, report, now)
+        _expire_waits(engine, report, now)
+        _recover_lapsed(engine, report, now)
+        _reenqueue(engine, report, now)
+        return report
+    finally:
+        if leases is not None:
+            try:
+                leases.unlock(TICK_LOCK_KEY, token)
+            except StoreUnavailable:
+                pass
+
+
+def _resend_notifications(engine: Engine, report: TickReport, now: datetime | None) -> None:
+    settings = engine.settings
+    due = engine.store.claim_due_notifications(
+        settings.tick_batch,
+        settings.notify_backoff_seconds,
+        settings.notify_backoff_cap_seconds,
+        now=now,
+    )
+    for item in due:
+        try:
+            agent = engine.registry.get(item.agent)
+        except AgentNotFound:
+            log.warning(
+                "approval %s: agent %s is not loaded here", item.approval.approval_id, item.agent
+            )
+            continue
+        if agent.notifier is None:
+            continue
+        request = approvals.request_for(agent, item.approval.run_id, item.approval, engine.tokens)
+        try:
+            runtime().run(approvals.deliver(agent.notifier, request, engine.tool_executor))
+        except Exception as exc:
+            # The claim already moved next_notify_at out by the backoff.
+            log.warning("re-sent notification for %s failed: %s", item.approval.approval_id, exc)
+            report.notify_failed += 1
+        else:
+            engine.store.mark_notified(item.approval.approval_id)
+            report.notified += 1
+
+
+def _expire_waits(engine: Engine, report: TickReport, now: datetime | None) -> None:
+    for approval in engine.store.expired_approvals(engine.settings.tick_batch, now=now):
+        try:
+            if approval.on_expire == "fail":
+                settled = engine.store.fail_waiting(
+                    approval.run_id,
+                    RunError(
+                        "approval_expired",
+                        f"approval {approval.approval_id} for {approval.tool_name} expired "
+                        f"at {approval.expires_at:%Y-%m-%d %H:%M:%S %Z}",
+                    ),
+                )
+                engine.after_settle(settled)
+            else:
+                response = approval_response(
+                    approval.approval_id, approval.tool_call_id, False, "expired"
+                )
+                result = engine.store.decide(
+                    approval.approval_id,
+                    Decision.DENIED,
+                    "expired",
+                    response,
+                    allow_expired=True,
+                    now=now,
+                )
+                if result.resumed:
+                    engine.enqueue_ids([result.run.id])
+            report.expired += 1
+        except (ApprovalError, InvalidTransition) as exc:
+            log.info("approval %s changed meanwhile: %s", approval.approval_id, exc)
+
+
+def _recover_lapsed(engine: Engine, report: TickReport, now: datetime | None) -> None:
+    settings = engine.settings
+    lapsed = engine.store.lapsed_claims(settings.tick_batch, settings.reenqueue_seconds, now=now)
+    if not lapsed:
+        return
+    if engine.leases is not None:
+        try:
+            # A live lease means the owner is alive, only its heartbeat to
+            # Postgres is late: leave the run alone.
+            lapsed = sorted(engine.leases.lapsed(lapsed))
+        except StoreUnavailable:
+            return  # cannot tell who is alive: recover next time
+    engine.enqueue_ids(lapsed)
+    report.recovered = lapsed
+
+
+def _reenqueue(engine: Engine, report: TickReport, now: datetime | None) -> None:
+    settings = engine.settings
+    stale = engine.store.stale_claimable(settings.tick_batch, settings.reenqueue_seconds, now=now)
+    heads = engine.store.free_key_heads(settings.tick_batch, settings.reenqueue_seconds, now=now)
+    # Both queries already marked their runs enqueued.
+    engine._send(stale + heads)
+    report.reenqueued = stale
+    report.key_heads = heads

@@ -1,0 +1,130 @@
+"""Agents shared by in-process tests and the worker subprocesses they start.
+
+Tools append a line to ``RUNWRIGHT_TEST_EFFECT_LOG`` each time they really run,
+so a test can count executions across processes; the scripted models journal
+every call to ``RUNWRIGHT_SCRIPTED_JOURNAL``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from typing import Any
+
+from runner import Agent, ApprovalPolicy, Budget, RunContext, effect, tool
+from runner.testing import Reply, Request, ScriptedModel, call, text, tools
+
+JOURNAL = os.environ.get("RUNWRIGHT_SCRIPTED_JOURNAL")
+
+
+def log_effect(name: str, **fields: Any) -> None:
+    path = os.environ.get("RUNWRIGHT_TEST_EFFECT_LOG")
+    if path:
+        with open(path, "a") as handle:
+            handle.write(json.dumps({"tool": name, "pid": os.getpid(), **fields}) + "\n")
+
+
+def read_effect_log(path: str) -> list[dict[str, Any]]:
+    if not os.path.exists(path):
+        return []
+    with open(path) as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+@tool
+async def lookup(q: str, ctx: RunContext) -> dict[str, Any]:
+    """Search the knowledge base."""
+    log_effect("lookup", run_id=ctx.run_id, q=q)
+    return {"q": q, "hits": 3}
+
+
+@effect
+def charge(amount: int, idempotency_key: str) -> dict[str, Any]:
+    """Charge the customer (at most once)."""
+    log_effect("charge", key=idempotency_key, amount=amount)
+    return {"charged": amount, "key": idempotency_key}
+
+
+@effect(retry="at_least_once")
+def refund(amount: int, idempotency_key: str) -> dict[str, Any]:
+    """Refund the customer (retried if the outcome is unknown)."""
+    log_effect("refund", key=idempotency_key, amount=amount)
+    return {"refunded": amount, "key": idempotency_key}
+
+
+# Step 1: a plain tool and an at-most-once effect; step 2: an at-least-once
+# effect; step 3: the answer.
+crash_model = ScriptedModel(
+    "crash",
+    [
+        tools(call("lookup", {"q": "crash"}), call("charge", {"amount": 5})),
+        tools(call("refund", {"amount": 5})),
+        text("Refunded."),
+    ],
+    journal=JOURNAL,
+)
+Agent(name="crash", model=crash_model.model, tools=[lookup, charge, refund])
+
+
+def five_steps(request: Request) -> Reply:
+    """Four steps of tool calls, then an answer; each reply takes a little while."""
+    latency = float(os.environ.get("RUNWRIGHT_TEST_MODEL_LATENCY", "0"))
+    if request.step < 5:
+        return tools(call("lookup", {"q": f"step {request.step}"}), latency=latency)
+    return text("done", latency=latency)
+
+
+five_model = ScriptedModel("five", five_steps, journal=JOURNAL)
+Agent(name="five", model=five_model.model, tools=[lookup])
+
+
+def with_refund(request: Request) -> Reply:
+    """Two lookups, a refund that needs approval, then an answer."""
+    if request.step <= 2:
+        return tools(call("lookup", {"q": f"step {request.step}"}))
+    if request.step == 3:
+        return tools(call("refund", {"amount": 7}))
+    return text("refund handled")
+
+
+approval_model = ScriptedModel("approve", with_refund, journal=JOURNAL)
+Agent(
+    name="approve",
+    model=approval_model.model,
+    tools=[lookup, refund],
+    approvals={"refund": ApprovalPolicy(expires_in=3600)},
+)
+
+
+def slow_steps(request: Request) -> Reply:
+    if request.step < 20:
+        return tools(call("lookup", {"q": f"step {request.step}"}), latency=0.5)
+    return text("done")
+
+
+slow_model = ScriptedModel("slow", slow_steps, journal=JOURNAL)
+Agent(name="slow", model=slow_model.model, tools=[lookup], budget=Budget(max_steps=30))
+
+
+@tool
+def nap(seconds: float) -> str:
+    """Sleep."""
+    time.sleep(seconds)
+    return "rested"
+
+
+@tool
+async def anap(seconds: float) -> str:
+    """Sleep, asynchronously."""
+    await asyncio.sleep(seconds)
+    return "rested"
+
+
+def hang(request: Request) -> Reply:
+    return text("never", latency=3600)
+
+
+hang_model = ScriptedModel("hang", hang, journal=JOURNAL)
+Agent(name="hang", model=hang_model.model)

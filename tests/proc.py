@@ -1,0 +1,38 @@
+"""A process that executes one run, for tests that kill or stall it.
+
+    python -m tests.proc RUN_ID
+
+Configured by the environment: RUNWRIGHT_DATABASE_URL, RUNWRIGHT_REDIS_URL,
+RUNWRIGHT_LEASE_TTL_SECONDS, and RUNWRIGHT_FAULTS to arm fault points.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import tests.agents  # noqa: F401  (registers the agents)
+from runner import Engine
+from store.config import Settings
+from store.leases import Leases
+from store.postgres import PostgresStore
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    settings = Settings.from_env()
+    assert settings.database_url and settings.redis_url
+    engine = Engine(
+        PostgresStore.from_url(settings.database_url),
+        leases=Leases.from_url(settings.redis_url),
+        settings=settings,
+    )
+    run = engine.execute(sys.argv[1])
+    print(f"RESULT {run.status.value if run else 'none'}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
