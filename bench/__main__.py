@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = ["bench.checkpoint"]
+BENCHMARKS = ["bench.checkpoint", "bench.step_overhead"]
 
 
 def main() -> None:

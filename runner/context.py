@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from store.models import TriggerEnvelope
 
 
-class AbortReason(str, enum.Enum):
+class AbortReason(enum.StrEnum):
     CANCEL = "cancel"
     DRAIN = "drain"
     TIMEOUT = "timeout"

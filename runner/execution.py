@@ -22,6 +22,7 @@ from runner.context import AbortReason, AbortSignal, RunContext
 from runner.errors import AgentNotFound, LeaseLostError, ModelError, StoreUnavailable
 from runner.loop import StepLoop
 from runner.runtime import runtime
+from store.base import StartPoint
 from store.models import Fence, Outcome, Run, RunError, RunStatus, Settled
 
 if TYPE_CHECKING:
@@ -82,8 +83,7 @@ class Execution:
             if self.signal.reason is AbortReason.LEASE_LOST:
                 raise LeaseLostError(f"run {self.run_id} was taken over")
             try:
-                await self.io(self.engine.claims.check, fence)
-                return await self.io(fn, fence, *args, **kwargs)
+                return await self.io(self._checked, fn, fence, *args, **kwargs)
             except StoreUnavailable as exc:
                 if time.monotonic() > deadline:
                     raise
@@ -91,22 +91,44 @@ class Execution:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
+    def _claim(self) -> tuple[Fence, Run, StartPoint] | None:
+        # Step 0 and step 1 in one hop to the I/O pool: claim, then the start point.
+        claimed = self.engine.claims.acquire_run(self.run_id, self.owner)
+        if claimed is None:
+            return None
+        fence, run = claimed
+        try:
+            return fence, run, self.engine.store.start_point(self.run_id)
+        except BaseException:
+            self.engine.claims.release(fence)
+            raise
+
+    def _finish(self, fence: Fence) -> None:
+        self.engine.claims.release(fence)
+        if self.settled is not None:
+            self.engine.after_settle(self.settled)
+
+    def _checked(self, fn: Callable[..., T], fence: Fence, *args: Any, **kwargs: Any) -> T:
+        # One hop to the I/O pool for both: the lease check, then the write.
+        self.engine.claims.check(fence)
+        return fn(fence, *args, **kwargs)
+
     async def run(self) -> Settled | None:
         rt = runtime()
         if rt.draining:
             # This worker is shutting down: hand the run to another one.
             await self.io(self.engine.enqueue_ids, [self.run_id])
             return None
-        fence = await self.io(self.engine.claims.acquire, self.run_id, self.owner)
-        if fence is None:
+        claimed = await self.io(self._claim)
+        if claimed is None:
             log.debug("run %s is not claimable here; nothing to do", self.run_id)
             return None
+        fence, run, start = claimed
         self.fence = fence
         rt.add(self)
         heartbeat = asyncio.create_task(self._heartbeat(), name=f"heartbeat {self.run_id}")
         agent: Agent | None = None
         try:
-            run = await self.io(self.engine.store.get_run, self.run_id)
             try:
                 agent = self.engine.registry.get(run.agent)
             except AgentNotFound as exc:
@@ -115,7 +137,7 @@ class Execution:
                     Outcome(RunStatus.FAILED, error=RunError("agent_not_found", exc.message))
                 )
                 return self.settled
-            self.settled = await self._run_agent(agent, run)
+            self.settled = await self._run_agent(agent, run, start)
             return self.settled
         except LeaseLostError as exc:
             log.warning("run %s: %s", self.run_id, exc)
@@ -142,11 +164,9 @@ class Execution:
             with contextlib.suppress(asyncio.CancelledError):
                 await heartbeat
             rt.remove(self)
-            await self.io(self.engine.claims.release, fence)
-            if self.settled is not None:
-                await self.io(self.engine.after_settle, self.settled)
+            await self.io(self._finish, fence)
 
-    async def _run_agent(self, agent: Agent, run: Run) -> Settled:
+    async def _run_agent(self, agent: Agent, run: Run, start: StartPoint) -> Settled:
         if run.cancel_requested:
             return await self.settle(abort_outcome(AbortReason.CANCEL))
         timer = None
@@ -156,7 +176,7 @@ class Execution:
             )
         try:
             ctx = RunContext(run.id, agent.name, run.trigger, self.signal)
-            loop = StepLoop(self, agent, run, ctx)
+            loop = StepLoop(self, agent, run, ctx, start)
             try:
                 return await loop.run()
             except ModelError as exc:

@@ -56,7 +56,7 @@ def state_tools(model: type[pydantic.BaseModel], holder: StateHolder) -> list[To
         Tool(
             update_state,
             name="update_state",
-            description=f"Update the run's state with a partial patch. The state's schema: {schema}",
+            description=f"Update the run's state with a partial patch. Its schema: {schema}",
             params=_Patch,
         ),
     ]

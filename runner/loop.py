@@ -16,6 +16,7 @@ from runner.history import continue_thread, for_model, open_step
 from runner.toolcalls import CallRunner, StepCalls
 from runner.tools import Tool
 from runner.trigger import trigger_message
+from store.base import StartPoint
 from store.models import (
     Message,
     Outcome,
@@ -23,6 +24,7 @@ from store.models import (
     RunError,
     RunStatus,
     Settled,
+    Step,
     StepCommit,
     StepKind,
     StepRecord,
@@ -36,7 +38,9 @@ OUTPUT_REMINDER = "Give your final answer by calling the final_result tool."
 
 
 class StepLoop:
-    def __init__(self, execution: Execution, agent: Agent, run: Run, ctx: RunContext) -> None:
+    def __init__(
+        self, execution: Execution, agent: Agent, run: Run, ctx: RunContext, start: StartPoint
+    ) -> None:
         self.x = execution
         self.engine = execution.engine
         self.store = execution.engine.store
@@ -50,6 +54,8 @@ class StepLoop:
         self.usage = run.usage
         self.state = StateHolder(None)
         self.tools: dict[str, Tool] = {}
+        self._start = start
+        self._journaled: Step | None = None
 
     async def run(self) -> Settled:
         await self._load()
@@ -87,7 +93,8 @@ class StepLoop:
 
     async def _load(self) -> None:
         run = self.run_
-        checkpoint = await self.x.io(self.store.checkpoint, run.id)
+        checkpoint = self._start.checkpoint
+        self._journaled = self._start.journaled
         state = run.state
         if checkpoint is not None:
             self.messages = checkpoint.messages
@@ -97,10 +104,10 @@ class StepLoop:
         else:
             history: list[Message] = []
             if run.thread:
-                start = await self.x.io(self.store.thread_start, run.thread, run.id)
-                if start is not None:
-                    history = continue_thread(start.messages)
-                    state = start.state if state is None else state
+                previous = await self.x.io(self.store.thread_start, run.thread, run.id)
+                if previous is not None:
+                    history = continue_thread(previous.messages)
+                    state = previous.state if state is None else state
             self.messages = [*history, trigger_message(run.trigger)]
         if self.agent.state is not None:
             self.state = StateHolder(initial_state(self.agent.state) if state is None else state)
@@ -132,8 +139,11 @@ class StepLoop:
     async def _assistant(self, k: int) -> Message | None:
         """Step k's assistant message: the journaled one if W1 already ran,
         else a model call journaled by W1. None if an abort won the race."""
-        recorded = await self.x.io(self.store.llm_step, self.run_.id, k)
-        if recorded is not None:
+        if self._journaled is not None:
+            # Only the first new step of an execution can find its W1 already
+            # journaled (by a process that died before W2); later ones cannot.
+            recorded, self._journaled = self._journaled, None
+            assert recorded.index == k
             return self._from_w1(recorded.output)
         started = utcnow()
         call = asyncio.create_task(

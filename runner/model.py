@@ -8,6 +8,7 @@ provider named ``scripted``, so tests and the demo drive the real litellm path.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import random
@@ -121,13 +122,11 @@ def _reply(response: Any) -> ModelReply:
     except (AttributeError, IndexError) as exc:
         raise ModelError(f"the model returned no choices: {exc}") from exc
     message: Message = {"role": "assistant", "content": raw.content}
-    calls = []
+    calls: list[dict[str, Any]] = []
     for i, call in enumerate(raw.tool_calls or []):
         function = call.function
         arguments = function.arguments
         if not isinstance(arguments, str):
-            import json
-
             arguments = json.dumps(arguments)
         calls.append(
             {
@@ -157,20 +156,20 @@ def _reply(response: Any) -> ModelReply:
 # ------------------------------------------------------------- scripted models
 
 _SCRIPTED_ERRORS = {
-    "rate_limit": ("RateLimitError", 429),
-    "server_error": ("InternalServerError", 500),
-    "unavailable": ("ServiceUnavailableError", 503),
-    "timeout": ("Timeout", 408),
-    "bad_request": ("BadRequestError", 400),
-    "auth": ("AuthenticationError", 401),
+    "rate_limit": "RateLimitError",
+    "server_error": "InternalServerError",
+    "unavailable": "ServiceUnavailableError",
+    "timeout": "Timeout",
+    "bad_request": "BadRequestError",
+    "auth": "AuthenticationError",
 }
 
 
 def _register_scripted(litellm: Any) -> None:
-    from litellm import CustomLLM
+    from litellm import CustomLLM  # type: ignore[attr-defined]
     from litellm.types.utils import ModelResponse
 
-    class ScriptedProvider(CustomLLM):  # type: ignore[misc]
+    class ScriptedProvider(CustomLLM):
         """Serves ``scripted/<name>`` from the scripts in ``runner.testing``."""
 
         async def acompletion(self, *args: Any, **kwargs: Any) -> Any:
@@ -183,14 +182,8 @@ def _register_scripted(litellm: Any) -> None:
                 kwargs.get("messages") or [], optional.get("tools") or []
             )
             if reply.error is not None:
-                cls_name, status = _SCRIPTED_ERRORS[reply.error]
-                cls = getattr(litellm.exceptions, cls_name)
-                message = f"scripted {reply.error}"
-                if cls_name == "Timeout":
-                    raise cls(message=message, model=model, llm_provider="scripted")
-                if cls_name in ("BadRequestError", "AuthenticationError"):
-                    raise cls(message=message, model=model, llm_provider="scripted")
-                raise cls(message=message, llm_provider="scripted", model=model)
+                cls = getattr(litellm.exceptions, _SCRIPTED_ERRORS[reply.error])
+                raise cls(message=f"scripted {reply.error}", model=model, llm_provider="scripted")
             return ModelResponse(**reply.response(model, step))
 
         def completion(self, *args: Any, **kwargs: Any) -> Any:

@@ -9,6 +9,7 @@ indexes, so its cost follows the due work, not the size of the tables.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
 from dataclasses import dataclass, field
@@ -58,10 +59,8 @@ def tick(engine: Engine, now: datetime | None = None) -> TickReport:
         return report
     finally:
         if leases is not None:
-            try:
+            with contextlib.suppress(StoreUnavailable):
                 leases.unlock(TICK_LOCK_KEY, token)
-            except StoreUnavailable:
-                pass
 
 
 def _resend_notifications(engine: Engine, report: TickReport, now: datetime | None) -> None:

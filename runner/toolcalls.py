@@ -91,9 +91,16 @@ def _clip(content: str) -> str:
     )
 
 
-def _error(call_id: str, name: str, input: Any, message: str, started: Any = None) -> CallResult:
+def _error(
+    call_id: str, name: str, input: Any, message: str, started: Any = None, **extra: Any
+) -> CallResult:
     return CallResult(
-        call_id, name, input, error_content(message), error=message, started_at=started or utcnow()
+        call_id,
+        name,
+        input,
+        error_content(message, **extra),
+        error=message,
+        started_at=started or utcnow(),
     )
 
 

@@ -162,7 +162,7 @@ def _build(
             continue
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[param.name] = (annotation, default)
-    params = pydantic.create_model(  # type: ignore[call-overload]
+    params = pydantic.create_model(
         f"{tool_name}_arguments",
         __config__=pydantic.ConfigDict(extra="forbid"),
         **fields,

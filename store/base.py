@@ -65,6 +65,15 @@ class DecisionResult:
 
 
 @dataclass(frozen=True)
+class StartPoint:
+    """Where an execution starts: the checkpoint, and the next step's llm row if
+    a process journaled it (W1) but died before its W2."""
+
+    checkpoint: Checkpoint | None
+    journaled: Step | None
+
+
+@dataclass(frozen=True)
 class ThreadStart:
     run_id: str
     messages: list[Message]
@@ -140,6 +149,8 @@ class Store(Protocol):
 
     def checkpoint(self, run_id: str) -> Checkpoint | None: ...
 
+    def start_point(self, run_id: str) -> StartPoint: ...
+
     def effect(self, run_id: str, key: str) -> Effect | None: ...
 
     def thread_start(self, thread: str, before_run_id: str) -> ThreadStart | None:
@@ -149,6 +160,10 @@ class Store(Protocol):
     # ---------------------------------------------------------------- claims
     def claim(self, run_id: str, owner: str, ttl_seconds: float) -> Claim | None:
         """Move the run to ``running`` with ``claim_epoch + 1``; None if not claimable."""
+        ...
+
+    def claim_run(self, run_id: str, owner: str, ttl_seconds: float) -> Run | None:
+        """``claim``, returning the claimed run."""
         ...
 
     def renew(self, fence: Fence, ttl_seconds: float) -> bool:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from store.base import Store
 from store.errors import LeaseLostError, StoreUnavailable
 from store.leases import Leases, Renewal
-from store.models import Fence
+from store.models import Fence, Run
 
 log = logging.getLogger(__name__)
 
@@ -39,22 +39,28 @@ class Claims:
 
     def acquire(self, run_id: str, owner: str) -> Fence | None:
         """Claim the run for ``owner``; None (quietly) if someone else has it."""
+        claimed = self.acquire_run(run_id, owner)
+        return None if claimed is None else claimed[0]
+
+    def acquire_run(self, run_id: str, owner: str) -> tuple[Fence, Run] | None:
+        """``acquire``, also returning the claimed run."""
         if self.leases is not None and not self.leases.acquire(run_id, owner, self.ttl_ms):
             return None
         try:
-            claim = self.store.claim(run_id, owner, self.ttl_seconds)
+            run = self.store.claim_run(run_id, owner, self.ttl_seconds)
         except BaseException:
             self._release_pending(run_id, owner)
             raise
-        if claim is None:
+        if run is None or run.claim is None:
             self._release_pending(run_id, owner)
             return None
+        claim = run.claim
         if self.leases is not None:
             try:
                 self.leases.bind(run_id, owner, claim.epoch, self.ttl_ms)
             except StoreUnavailable:
                 log.warning("could not record epoch %s in the lease of %s", claim.epoch, run_id)
-        return Fence(run_id=run_id, owner=owner, epoch=claim.epoch)
+        return Fence(run_id=run_id, owner=owner, epoch=claim.epoch), run
 
     def _release_pending(self, run_id: str, owner: str) -> None:
         if self.leases is None:

@@ -19,6 +19,7 @@ from store.base import (
     CancelResult,
     DecisionResult,
     EffectBegin,
+    StartPoint,
     ThreadStart,
     check_decidable,
     check_payload,
@@ -195,6 +196,16 @@ class MemoryStore:
     # ---------------------------------------------------------------- claims
 
     def claim(self, run_id: str, owner: str, ttl_seconds: float) -> Claim | None:
+        run = self.claim_run(run_id, owner, ttl_seconds)
+        return None if run is None else run.claim
+
+    def start_point(self, run_id: str) -> StartPoint:
+        with self._lock:
+            checkpoint = self._checkpoint(run_id)
+            index = checkpoint.step_index if checkpoint else 0
+            return StartPoint(checkpoint, self.llm_step(run_id, index + 1))
+
+    def claim_run(self, run_id: str, owner: str, ttl_seconds: float) -> Run | None:
         with self._lock:
             run = self._run(run_id)
             now = self._now()
@@ -223,7 +234,7 @@ class MemoryStore:
                 started_at=run.started_at or now,
                 updated_at=now,
             )
-            return claim
+            return self._runs[run.id]
 
     def renew(self, fence: Fence, ttl_seconds: float) -> bool:
         with self._lock:

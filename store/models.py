@@ -268,7 +268,7 @@ class NewApproval:
     expires_at: datetime
     on_expire: str
     token_id: str
-    next_notify_at: datetime
+    next_notify_at: datetime | None  # None: the agent has no notifier
     approval_id: str = field(default_factory=new_id)
 
 

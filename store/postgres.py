@@ -23,6 +23,7 @@ from store.base import (
     CancelResult,
     DecisionResult,
     EffectBegin,
+    StartPoint,
     ThreadStart,
     check_decidable,
     check_payload,
@@ -79,7 +80,7 @@ _CLAIM = sa.text(
               SELECT 1 FROM runs AS o
                WHERE o.concurrency_key = r.concurrency_key
                  AND o.status = 'queued' AND o.id < r.id))
-    RETURNING r.claim_owner, r.claim_expires_at, r.claim_epoch
+    RETURNING r.*
     """
 )
 
@@ -204,6 +205,21 @@ _W2 = Prepared(
     SELECT (SELECT count(*) FROM f) AS fenced, (SELECT count(*) FROM cp) AS saved,
            (SELECT count(*) FROM m) AS appended, (SELECT count(*) FROM s) AS stepped
     """,
+)
+
+# An execution's start: the checkpoint with its messages, and whether the next
+# step's W1 is already journaled (a process died between W1 and W2), in one trip.
+_START_POINT = sa.text(
+    """
+    SELECT c.step_index, c.message_count, c.finish_reason, c.created_at,
+           COALESCE((SELECT jsonb_agg(m.body ORDER BY m.seq) FROM messages AS m
+                      WHERE m.run_id = r.id AND m.seq < c.message_count), '[]') AS messages,
+           EXISTS (SELECT 1 FROM steps AS s
+                    WHERE s.run_id = r.id AND s.kind = 'llm'
+                      AND s.index = COALESCE(c.step_index, 0) + 1) AS journaled
+      FROM (SELECT CAST(:run_id AS uuid) AS id) AS r
+      LEFT JOIN checkpoints AS c ON c.run_id = r.id
+    """
 )
 
 _RUN_WITH_WAIT = """
@@ -420,6 +436,10 @@ class PostgresStore:
     # ---------------------------------------------------------------- claims
 
     def claim(self, run_id: str, owner: str, ttl_seconds: float) -> Claim | None:
+        run = self.claim_run(run_id, owner, ttl_seconds)
+        return None if run is None else run.claim
+
+    def claim_run(self, run_id: str, owner: str, ttl_seconds: float) -> Run | None:
         run_id = check_run_id(run_id)
         try:
             with self._tx() as conn:
@@ -434,7 +454,24 @@ class PostgresStore:
             with self._read() as conn:
                 self._require_run(conn, run_id)
             return None
-        return Claim(owner=row.claim_owner, expires_at=row.claim_expires_at, epoch=row.claim_epoch)
+        return run_from_row(row)
+
+    def start_point(self, run_id: str) -> StartPoint:
+        with self._read() as conn:
+            row = conn.execute(_START_POINT, {"run_id": run_id}).one()
+        checkpoint = None
+        if row.step_index is not None:
+            checkpoint = Checkpoint(
+                run_id=run_id,
+                step_index=row.step_index,
+                messages=row.messages,
+                created_at=row.created_at,
+                finish_reason=row.finish_reason,
+            )
+        journaled = None
+        if row.journaled:
+            journaled = self.llm_step(run_id, (row.step_index or 0) + 1)
+        return StartPoint(checkpoint=checkpoint, journaled=journaled)
 
     def renew(self, fence: Fence, ttl_seconds: float) -> bool:
         with self._tx() as conn:

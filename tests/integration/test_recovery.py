@@ -104,7 +104,7 @@ def test_unsaved_plain_tool_reruns_and_completed_effect_is_reused(
 
 
 def test_started_effect_is_not_rerun_by_default(engine: Engine, proc_env: dict[str, str]) -> None:
-    run_id, before = crash_then_resume(engine, proc_env, "after_effect_start=kill")
+    run_id, _before = crash_then_resume(engine, proc_env, "after_effect_start=kill")
     assert effects_of(proc_env, "charge") == []  # started, then the process died
     charge_call = llm_calls(engine, run_id, 1)[1]
     effect = engine.store.effect(run_id, f"{run_id}:{charge_call['id']}")
