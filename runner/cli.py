@@ -77,3 +77,36 @@ def local_status() -> None:
 
     for key, value in LocalStack(Settings.from_env().home).status().items():
         click.echo(f"{key:<13} {value}")
+
+
+def _engine() -> Any:
+    """The engine from the environment. Deciding approvals needs no model, so
+    litellm is not imported."""
+    from runner.engine import Engine
+
+    return Engine.from_env()
+
+
+def _decide(approval_id: str, approve: bool, token: str | None, reason: str | None) -> None:
+    run = _engine().respond(approval_id, approve, reason, token=token)
+    verb = "approved" if approve else "denied"
+    after = "queued again" if run.status.value == "queued" else f"still {run.status.value}"
+    click.echo(f"{verb} {approval_id}; run {run.id} is {after}")
+
+
+@main.command()
+@click.argument("approval_id")
+@click.option("--token", required=True, help="The token from the notification.")
+@click.option("--reason", default=None, help="Why (the model sees it).")
+def approve(approval_id: str, token: str, reason: str | None) -> None:
+    """Approve a pending tool call."""
+    _decide(approval_id, True, token, reason)
+
+
+@main.command()
+@click.argument("approval_id")
+@click.option("--token", required=True, help="The token from the notification.")
+@click.option("--reason", default=None, help="Why (the model sees it).")
+def deny(approval_id: str, token: str, reason: str | None) -> None:
+    """Deny a pending tool call."""
+    _decide(approval_id, False, token, reason)

@@ -146,7 +146,7 @@ class Engine:
             NewRun(agent=spec.name, trigger=envelope, concurrency_key=spec.key_for(envelope))
         )
         if created:
-            self._send([run.id])
+            self.send([run.id])
         return run
 
     def execute(self, run_id: str) -> Run | None:
@@ -206,7 +206,7 @@ class Engine:
                         "cancel of %s not published (%s); heartbeat will see it", run_id, exc
                     )
         elif result.action == "cancelled" and result.next_in_key:
-            self._send([result.next_in_key])
+            self.send([result.next_in_key])
         return result
 
     def respond(
@@ -223,7 +223,7 @@ class Engine:
             self.store, self.tokens, approval_id, approve, reason, token=token, trusted=trusted
         )
         if result.resumed:
-            self._send([result.run.id])
+            self.send([result.run.id])
         run: Run = result.run
         return run
 
@@ -258,7 +258,7 @@ class Engine:
                     self.leases.redis, lambda run_id: runtime().abort(run_id, AbortReason.CANCEL)
                 ).start()
 
-    def _send(self, run_ids: Iterable[str]) -> None:
+    def send(self, run_ids: Iterable[str]) -> None:
         """Hand runs to workers. A failed send is logged, not raised: the run is
         stored, and tick() re-enqueues it."""
         if self.enqueue is None:
@@ -274,7 +274,7 @@ class Engine:
         if not run_ids:
             return
         self.store.mark_enqueued(run_ids)
-        self._send(run_ids)
+        self.send(run_ids)
 
     def after_settle(self, settled: Settled) -> None:
         again = [settled.run.id] if settled.run.status is RunStatus.INTERRUPTED else []

@@ -119,7 +119,7 @@ def _expire_waits(engine: Engine, report: TickReport, now: datetime | None) -> N
                     now=now,
                 )
                 if result.resumed:
-                    engine.enqueue_ids([result.run.id])
+                    engine.send([result.run.id])  # decide() marked it enqueued
             report.expired += 1
         except (ApprovalError, InvalidTransition) as exc:
             log.info("approval %s changed meanwhile: %s", approval.approval_id, exc)
@@ -146,6 +146,6 @@ def _reenqueue(engine: Engine, report: TickReport, now: datetime | None) -> None
     stale = engine.store.stale_claimable(settings.tick_batch, settings.reenqueue_seconds, now=now)
     heads = engine.store.free_key_heads(settings.tick_batch, settings.reenqueue_seconds, now=now)
     # Both queries already marked their runs enqueued.
-    engine._send(stale + heads)
+    engine.send(stale + heads)
     report.reenqueued = stale
     report.key_heads = heads

@@ -513,7 +513,7 @@ class MemoryStore:
                     if step.kind is StepKind.WAIT and step.index == approval.step_index:
                         steps[i] = replace(step, finished_at=at, output={"resumed": True})
                 self._runs[run.id] = replace(
-                    run, status=RunStatus.QUEUED, enqueued_at=self._now(), updated_at=self._now()
+                    run, status=RunStatus.QUEUED, enqueued_at=at, updated_at=self._now()
                 )
             return DecisionResult(approval, self._with_wait(self._runs[run.id]), resumed)
 

@@ -878,7 +878,7 @@ class PostgresStore:
                     .where(t.runs.c.id == approval.run_id)
                     .values(
                         status=RunStatus.QUEUED.value,
-                        enqueued_at=sa.func.now(),
+                        enqueued_at=run_row.now,
                         updated_at=sa.func.now(),
                     )
                 )

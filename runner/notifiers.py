@@ -1,0 +1,118 @@
+"""Built-in notifiers.
+
+The webhook notifier POSTs the approval request as JSON and signs it::
+
+    X-Runwright-Timestamp: <unix seconds>
+    X-Runwright-Signature: sha256=<hex HMAC-SHA256(secret, "<timestamp>." + body)>
+
+A receiver recomputes the HMAC over the raw body with the shared secret,
+compares in constant time, and refuses timestamps older than a few minutes
+(:func:`verify_signature` does all three).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from typing import Any
+
+from runner.agent import ApprovalRequest
+from runner.errors import RunwrightError
+
+SIGNATURE_HEADER = "X-Runwright-Signature"
+TIMESTAMP_HEADER = "X-Runwright-Timestamp"
+
+
+class NotificationError(RunwrightError):
+    """The notification was not accepted."""
+
+
+def sign(secret: str | bytes, timestamp: str, body: bytes) -> str:
+    key = secret.encode() if isinstance(secret, str) else secret
+    return hmac.new(key, timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
+
+
+def verify_signature(
+    secret: str | bytes,
+    body: bytes,
+    timestamp: str,
+    signature: str,
+    *,
+    tolerance_seconds: float = 300,
+    now: float | None = None,
+) -> bool:
+    """True if ``signature`` (``sha256=<hex>``) signs ``body`` at ``timestamp``."""
+    try:
+        age = (time.time() if now is None else now) - int(timestamp)
+    except ValueError:
+        return False
+    if abs(age) > tolerance_seconds:
+        return False
+    expected = "sha256=" + sign(secret, timestamp, body)
+    return hmac.compare_digest(expected, signature)
+
+
+def request_body(request: ApprovalRequest) -> dict[str, Any]:
+    return {
+        "type": "approval.requested",
+        "run_id": request.run_id,
+        "agent": request.agent,
+        "approval_id": request.approval_id,
+        "tool_name": request.tool_name,
+        "input": request.input,
+        "expires_at": request.expires_at.isoformat()
+        if hasattr(request.expires_at, "isoformat")
+        else request.expires_at,
+        "token": request.token,
+        "token_id": request.token_id,
+    }
+
+
+class WebhookNotifier:
+    """``notifier=WebhookNotifier(url, secret)`` on an agent: a 2xx answer means
+    accepted; anything else (or no answer) means ``tick()`` re-sends later."""
+
+    def __init__(
+        self,
+        url: str,
+        secret: str | bytes,
+        *,
+        timeout: float = 10.0,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"webhook URL must be http(s), not {url!r}")
+        self.url = url
+        self.secret = secret
+        self.timeout = timeout
+        self.headers = dict(headers or {})
+
+    def __call__(self, request: ApprovalRequest) -> None:
+        body = json.dumps(request_body(request), separators=(",", ":"), default=str).encode()
+        timestamp = str(int(time.time()))
+        http_request = urllib.request.Request(
+            self.url,
+            data=body,
+            method="POST",
+            headers={
+                **self.headers,
+                "Content-Type": "application/json",
+                "User-Agent": "runwright-webhook",
+                TIMESTAMP_HEADER: timestamp,
+                SIGNATURE_HEADER: "sha256=" + sign(self.secret, timestamp, body),
+            },
+        )
+        try:
+            with urllib.request.urlopen(http_request, timeout=self.timeout) as response:
+                status = response.status
+        except urllib.error.HTTPError as exc:
+            raise NotificationError(f"webhook answered {exc.code}") from exc
+        except (urllib.error.URLError, TimeoutError, OSError) as exc:
+            raise NotificationError(f"webhook unreachable: {exc}") from exc
+        if not 200 <= status < 300:
+            raise NotificationError(f"webhook answered {status}")
