@@ -9,6 +9,7 @@ indexes, so its cost follows the due work, not the size of the tables.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import uuid
@@ -71,6 +72,7 @@ def _resend_notifications(engine: Engine, report: TickReport, now: datetime | No
         settings.notify_backoff_cap_seconds,
         now=now,
     )
+    sends = []
     for item in due:
         try:
             agent = engine.registry.get(item.agent)
@@ -79,18 +81,32 @@ def _resend_notifications(engine: Engine, report: TickReport, now: datetime | No
                 "approval %s: agent %s is not loaded here", item.approval.approval_id, item.agent
             )
             continue
-        if agent.notifier is None:
-            continue
-        request = approvals.request_for(agent, item.approval.run_id, item.approval, engine.tokens)
-        try:
-            runtime().run(approvals.deliver(agent.notifier, request, engine.tool_executor))
-        except Exception as exc:
+        if agent.notifier is not None:
+            request = approvals.request_for(
+                agent, item.approval.run_id, item.approval, engine.tokens
+            )
+            sends.append((item.approval.approval_id, agent.notifier, request))
+    if not sends:
+        return
+
+    async def send_all() -> list[BaseException | None]:
+        return await asyncio.gather(
+            *(approvals.deliver(n, r, engine.tool_executor) for _, n, r in sends),
+            return_exceptions=True,
+        )
+
+    # All at once: a slow webhook does not hold up the others.
+    results = runtime().run(send_all())
+    accepted = []
+    for (approval_id, _, _), result in zip(sends, results, strict=True):
+        if isinstance(result, BaseException):
             # The claim already moved next_notify_at out by the backoff.
-            log.warning("re-sent notification for %s failed: %s", item.approval.approval_id, exc)
+            log.warning("re-sent notification for %s failed: %s", approval_id, result)
             report.notify_failed += 1
         else:
-            engine.store.mark_notified(item.approval.approval_id)
-            report.notified += 1
+            accepted.append(approval_id)
+    engine.store.mark_notified(accepted)
+    report.notified += len(accepted)
 
 
 def _expire_waits(engine: Engine, report: TickReport, now: datetime | None) -> None:

@@ -218,8 +218,8 @@ class Store(Protocol):
         """The execution's own first notification attempt and its result."""
         ...
 
-    def mark_notified(self, approval_id: str) -> None:
-        """A re-sent notification (claimed by ``claim_due_notifications``) was accepted."""
+    def mark_notified(self, approval_ids: list[str]) -> None:
+        """Re-sent notifications (claimed by ``claim_due_notifications``) were accepted."""
         ...
 
     # ------------------------------------------------------------------ tick

@@ -540,10 +540,11 @@ class MemoryStore:
                 )
             self._approvals[approval_id] = approval
 
-    def mark_notified(self, approval_id: str) -> None:
+    def mark_notified(self, approval_ids: list[str]) -> None:
         with self._lock:
-            approval = self.get_approval(approval_id)
-            self._approvals[approval_id] = replace(approval, notified_at=self._now())
+            for approval_id in approval_ids:
+                approval = self.get_approval(approval_id)
+                self._approvals[approval_id] = replace(approval, notified_at=self._now())
 
     # ------------------------------------------------------------------ tick
 

@@ -923,11 +923,13 @@ class PostgresStore:
                 .values(**values)
             )
 
-    def mark_notified(self, approval_id: str) -> None:
+    def mark_notified(self, approval_ids: list[str]) -> None:
+        if not approval_ids:
+            return
         with self._tx() as conn:
             conn.execute(
                 sa.update(t.approvals)
-                .where(t.approvals.c.approval_id == approval_id)
+                .where(t.approvals.c.approval_id.in_(approval_ids))
                 .values(notified_at=sa.func.now())
             )
 

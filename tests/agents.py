@@ -128,3 +128,59 @@ def hang(request: Request) -> Reply:
 
 hang_model = ScriptedModel("hang", hang, journal=JOURNAL)
 Agent(name="hang", model=hang_model.model)
+
+
+def payload_of(request: Request) -> dict[str, Any]:
+    """The trigger payload, read back from the seed rendering of the first message."""
+    first = next(m["content"] for m in request.messages if m["role"] == "user")
+    data: dict[str, Any] = json.loads(first.removeprefix("```json\n").removesuffix("\n```"))
+    return dict(data["payload"])
+
+
+def fleet(request: Request) -> Reply:
+    """Five steps: a lookup, a charge, a refund (approval above 100), a lookup, the answer."""
+    amount = int(payload_of(request).get("amount", 10))
+    latency = float(os.environ.get("RUNWRIGHT_TEST_MODEL_LATENCY", "0.05"))
+    plan = {
+        1: tools(call("lookup", {"q": "order"}), latency=latency),
+        2: tools(call("charge", {"amount": amount}), latency=latency),
+        3: tools(call("refund", {"amount": amount}), latency=latency),
+        4: tools(call("lookup", {"q": "wrap up"}), latency=latency),
+    }
+    return plan.get(request.step, text("done", latency=latency))
+
+
+fleet_model = ScriptedModel("fleet", fleet, journal=JOURNAL)
+Agent(
+    name="fleet",
+    model=fleet_model.model,
+    tools=[lookup, charge, refund],
+    approvals={"refund": lambda args: int(args["amount"]) >= 100},
+)
+
+
+def report_error(run_id: str, error: BaseException) -> None:
+    log_effect("on_error", run_id=run_id, error=type(error).__name__)
+
+
+def steady(request: Request) -> Reply:
+    """``steps`` steps (payload), each charging once and taking ``latency`` seconds."""
+    payload = payload_of(request)
+    steps = int(payload.get("steps", 10))
+    latency = float(payload.get("latency", 0.3))
+    if request.step < steps:
+        return tools(call("charge", {"amount": request.step}), latency=latency)
+    return text("steady done", latency=latency)
+
+
+steady_model = ScriptedModel("steady", steady, journal=JOURNAL)
+Agent(
+    name="steady",
+    model=steady_model.model,
+    tools=[charge],
+    budget=Budget(max_steps=200),
+    on_error=report_error,
+    concurrency_key=lambda trigger: (
+        trigger.payload.get("customer") if isinstance(trigger.payload, dict) else None
+    ),
+)

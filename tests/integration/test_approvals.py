@@ -156,7 +156,9 @@ def test_deny_with_reason_reaches_the_model_and_the_tool_never_runs(
         "error": "denied by a human reviewer",
         "reason": "customer already refunded",
     }
-    assert all(m["role"] not in ("approval_request", "approval_response") for m in model.calls[1].messages)
+    assert all(
+        m["role"] not in ("approval_request", "approval_response") for m in model.calls[1].messages
+    )
 
 
 def test_two_approvals_and_a_plain_call_in_one_step(approvals_engine: Engine) -> None:
@@ -180,7 +182,11 @@ def test_two_approvals_and_a_plain_call_in_one_step(approvals_engine: Engine) ->
     assert checkpoint is not None
     # The plain call ran before the wait; its result is in the checkpoint.
     assert [m["role"] for m in checkpoint.messages] == [
-        "user", "assistant", "tool", "approval_request", "approval_request",
+        "user",
+        "assistant",
+        "tool",
+        "approval_request",
+        "approval_request",
     ]
     assert [s.name for s in engine.steps(run.id) if s.kind is StepKind.TOOL] == ["lookup"]
 
@@ -205,9 +211,11 @@ def test_bad_responses_raise_and_change_nothing(
     inbox = Inbox()
     name, _, refunds = refund_agent(
         inbox=inbox,
-        script=lambda r: tools(call("refund", {"amount": 1}), call("refund", {"amount": 2}))
-        if r.step == 1
-        else text("done"),
+        script=lambda r: (
+            tools(call("refund", {"amount": 1}), call("refund", {"amount": 2}))
+            if r.step == 1
+            else text("done")
+        ),
     )
     run = engine.start(name)
     engine.execute(run.id)
@@ -232,7 +240,9 @@ def test_bad_responses_raise_and_change_nothing(
     # Expired: move its expiry into the past.
     with pg_store.engine.begin() as conn:
         conn.execute(
-            sa.text("UPDATE approvals SET expires_at = now() - interval '1 minute' WHERE approval_id = :a"),
+            sa.text(
+                "UPDATE approvals SET expires_at = now() - interval '1 minute' WHERE approval_id = :a"
+            ),
             {"a": second.approval_id},
         )
     refused("expired", second.approval_id, True, token=token_second)
@@ -402,8 +412,12 @@ def test_webhook_notifier_signature_verifies(approvals_engine: Engine) -> None:
         assert payload["approval_id"] == approval.approval_id
         assert payload["token"] == engine.token(approval.approval_id)
         assert payload["tool_name"] == "refund" and payload["input"] == {"amount": 30}
-        assert not verify_signature("wrong-secret", body, headers[TIMESTAMP_HEADER], headers[SIGNATURE_HEADER])
-        assert not verify_signature("whsec-test", body + b" ", headers[TIMESTAMP_HEADER], headers[SIGNATURE_HEADER])
+        assert not verify_signature(
+            "wrong-secret", body, headers[TIMESTAMP_HEADER], headers[SIGNATURE_HEADER]
+        )
+        assert not verify_signature(
+            "whsec-test", body + b" ", headers[TIMESTAMP_HEADER], headers[SIGNATURE_HEADER]
+        )
 
         # A receiver that refuses (wrong secret): not accepted, so tick re-sends.
         other = Receiver("another-secret")

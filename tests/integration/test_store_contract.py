@@ -329,7 +329,7 @@ def test_due_notifications_claimed_once_with_backoff(any_store: AnyStore) -> Non
     assert any_store.claim_due_notifications(10, 5, 60, now=now) == []
     later = any_store.claim_due_notifications(10, 5, 60, now=now + timedelta(seconds=6))
     assert later and later[0].approval.attempts == 2
-    any_store.mark_notified(due.approval_id)
+    any_store.mark_notified([due.approval_id])
     assert any_store.claim_due_notifications(10, 5, 60, now=now + timedelta(days=1)) == []
 
 

@@ -1,0 +1,59 @@
+"""Runwright's Celery preset. Every value can be overridden from the environment.
+
+Executions mostly wait on the model, so a worker process runs many of them on
+threads (``worker_pool = "threads"``) rather than one per core.
+"""
+
+from __future__ import annotations
+
+import os
+
+from store.config import Settings
+
+_settings = Settings.from_env()
+if _settings.broker_url is None and _settings.redis_url is None:
+    _settings = _settings.resolved()  # the local stack
+
+
+def _int(name: str, default: int) -> int:
+    return int(os.environ.get(name, default))
+
+
+# A message is only a wake-up hint: Postgres decides who executes. A message
+# redelivered while its run is still executing is refused by the claim.
+broker_url = _settings.broker
+broker_connection_retry_on_startup = True
+task_default_queue = os.environ.get("RUNWRIGHT_QUEUE", "runwright")
+task_serializer = "json"
+accept_content = ["json"]
+
+task_acks_late = True
+task_reject_on_worker_lost = True
+worker_prefetch_multiplier = 1
+task_ignore_result = True
+
+# Longer than any execution, so Redis never hands a running task's message to
+# another worker; recovery of dead workers is tick()'s job, not the broker's.
+_visibility = _int("RUNWRIGHT_VISIBILITY_TIMEOUT", 12 * 3600)
+broker_transport_options = {"visibility_timeout": _visibility}
+result_backend_transport_options = {"visibility_timeout": _visibility}
+visibility_timeout = _visibility
+
+worker_pool = os.environ.get("RUNWRIGHT_WORKER_POOL", "threads")
+worker_concurrency = _int("RUNWRIGHT_WORKER_CONCURRENCY", 64)
+# Warm shutdown (SIGTERM) drains executions: they settle `interrupted` and are
+# enqueued again. A cold shutdown still gets the drain window first.
+worker_soft_shutdown_timeout = _settings.drain_seconds + 2
+worker_enable_soft_shutdown_on_idle = False
+worker_cancel_long_running_tasks_on_connection_loss = False
+
+# Flower: task events and readable task names.
+worker_send_task_events = True
+task_send_sent_event = True
+
+beat_schedule = {
+    "runwright-tick": {"task": "runwright.tick", "schedule": _settings.tick_seconds},
+}
+beat_schedule_filename = os.environ.get(
+    "RUNWRIGHT_BEAT_SCHEDULE", str(_settings.home / "celerybeat-schedule")
+)

@@ -1,0 +1,77 @@
+"""The Celery app and its two tasks. Task arguments carry run ids only."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any
+
+from celery import Celery, signals
+
+from runner.engine import Engine
+from runner.runtime import runtime
+
+log = logging.getLogger(__name__)
+
+app = Celery("runwright")
+app.config_from_object("celeryconfig")
+
+_engine: Engine | None = None
+_engine_pid = 0
+_engine_lock = threading.Lock()
+
+
+def engine() -> Engine:
+    """This process's engine, created on first use (after any fork), so every
+    worker process has its own database and Redis pools."""
+    global _engine, _engine_pid
+    if _engine is None or _engine_pid != os.getpid():
+        with _engine_lock:
+            if _engine is None or _engine_pid != os.getpid():
+                _engine = Engine.from_env(enqueue=enqueue)
+                _engine_pid = os.getpid()
+    return _engine
+
+
+@app.task(name="runwright.execute", ignore_result=True, acks_late=True)
+def execute(run_id: str) -> str | None:
+    """Execute one run. A duplicate or stale message exits quietly."""
+    run = engine().execute(run_id)
+    return run.status.value if run is not None else None
+
+
+@app.task(name="runwright.tick", ignore_result=True)
+def tick() -> dict[str, Any]:
+    """Re-send notifications, expire waits, recover lapsed runs, re-enqueue."""
+    report = engine().tick()
+    return {
+        "skipped": report.skipped,
+        "notified": report.notified,
+        "expired": report.expired,
+        "recovered": len(report.recovered),
+        "reenqueued": len(report.reenqueued) + len(report.key_heads),
+    }
+
+
+def enqueue(run_id: str) -> None:
+    """Hand a run to a worker: the ``enqueue`` callable the engine is given."""
+    execute.apply_async(args=[run_id])
+
+
+@signals.worker_init.connect
+def _warm_up(**_: Any) -> None:
+    # Import litellm (seconds) and connect before the first task, not during it.
+    from runner.model import _load
+
+    _load()
+    engine()
+
+
+@signals.worker_shutting_down.connect
+def _drain(sig: str = "", how: str = "", **_: Any) -> None:
+    # Runs in the main process's signal handler: only flag the executions (no
+    # logging here, it takes locks); they settle `interrupted`, release their
+    # leases and are enqueued again, while Celery's warm shutdown waits for
+    # their tasks to return.
+    runtime().drain()

@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from store.local import LocalRedis, free_port
+from tests.e2e.cluster import Cluster
+from tests.services import Services
+
+
+def _make_cluster(services: Services, workdir: Path) -> tuple[Cluster, LocalRedis, str]:
+    # Each cluster gets a Redis server of its own (leases in db 0, the broker in
+    # db 1), so tests may restart it and never touch the machine's shared one.
+    redis_server = LocalRedis(workdir / "redis", free_port())
+    redis_server.start()
+    name = services.new_database()
+    cluster = Cluster(
+        database_url=services.database_url(name),
+        redis_url=redis_server.url(0),
+        broker_url=redis_server.url(1),
+        workdir=workdir,
+    )
+    return cluster, redis_server, name
+
+
+@pytest.fixture
+def cluster(services: Services, tmp_path: Path) -> Iterator[Cluster]:
+    made, redis_server, name = _make_cluster(services, tmp_path)
+    yield made
+    made.stop()
+    redis_server.kill()
+    services.drop_database(name)
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(
+    services: Services, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cluster]:
+    """Two workers and beat, shared by the tests of a module that do not break them."""
+    made, redis_server, name = _make_cluster(services, tmp_path_factory.mktemp("cluster"))
+    made.worker("w1")
+    made.worker("w2")
+    made.beat()
+    yield made
+    made.stop()
+    redis_server.kill()
+    services.drop_database(name)
