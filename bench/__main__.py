@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = ["bench.checkpoint", "bench.step_overhead"]
+BENCHMARKS = ["bench.checkpoint", "bench.step_overhead", "bench.workers"]
 
 
 def main() -> None:

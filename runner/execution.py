@@ -60,6 +60,9 @@ class Execution:
         self.fence: Fence | None = None
         self.signal = AbortSignal(asyncio.get_running_loop())
         self.settled: Settled | None = None
+        # Set once a write moved the run out of `running`: a heartbeat racing
+        # with that write then finds the claim gone, and that is no loss.
+        self.left_running = False
 
     def abort(self, reason: AbortReason) -> None:
         self.signal.abort(reason)
@@ -83,7 +86,10 @@ class Execution:
             if self.signal.reason is AbortReason.LEASE_LOST:
                 raise LeaseLostError(f"run {self.run_id} was taken over")
             try:
-                return await self.io(self._checked, fn, fence, *args, **kwargs)
+                result = await self.io(self._checked, fn, fence, *args, **kwargs)
+                if isinstance(result, Settled):
+                    self.left_running = True
+                return result
             except StoreUnavailable as exc:
                 if time.monotonic() > deadline:
                     raise
@@ -205,8 +211,9 @@ class Execution:
             try:
                 beat = await self.io(self.engine.claims.heartbeat, self.fence)
             except LeaseLostError:
-                log.warning("run %s: the claim was lost; aborting", self.run_id)
-                self.abort(AbortReason.LEASE_LOST)
+                if not self.left_running:
+                    log.warning("run %s: the claim was lost; aborting", self.run_id)
+                    self.abort(AbortReason.LEASE_LOST)
                 return
             except StoreUnavailable as exc:
                 log.warning("heartbeat of run %s failed: %s", self.run_id, exc)

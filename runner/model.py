@@ -86,6 +86,8 @@ async def complete(
     kwargs = dict(settings)
     kwargs.setdefault("timeout", DEFAULT_TIMEOUT_SECONDS)
     kwargs["num_retries"] = 0  # retries are ours: cancellable and counted
+    if model.startswith("scripted/"):
+        _price_as_free(litellm, model)
     attempt = 0
     while True:
         attempt += 1
@@ -154,6 +156,26 @@ def _reply(response: Any) -> ModelReply:
 
 
 # ------------------------------------------------------------- scripted models
+
+
+def _price_as_free(litellm: Any, model: str) -> None:
+    """Give a scripted model an entry in litellm's cost map: without one, every
+    call searches the map for a price and logs why it found none."""
+    if model in litellm.model_cost:
+        return
+    info = {
+        "litellm_provider": "scripted",
+        "mode": "chat",
+        "input_cost_per_token": 0.0,
+        "output_cost_per_token": 0.0,
+        "max_tokens": 1_000_000,
+        "max_input_tokens": 1_000_000,
+        "max_output_tokens": 1_000_000,
+        "supports_function_calling": True,
+    }
+    litellm.model_cost[model] = info
+    litellm.model_cost[model.split("/", 1)[1]] = info
+
 
 _SCRIPTED_ERRORS = {
     "rate_limit": "RateLimitError",

@@ -72,6 +72,7 @@ class Tool:
         self.ctx_param = ctx_param
         self.key_param = key_param
         self.is_async = inspect.iscoroutinefunction(fn)
+        self._schema: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
         kind = "effect" if self.effect else "tool"
@@ -83,16 +84,18 @@ class Tool:
 
     def schema(self) -> dict[str, Any]:
         """The tool in OpenAI's function-calling format, as litellm expects it."""
-        parameters = self.params.model_json_schema()
-        parameters.pop("title", None)
-        return {
-            "type": "function",
-            "function": {
-                "name": self.name,
-                "description": self.description,
-                "parameters": parameters,
-            },
-        }
+        if self._schema is None:
+            parameters = self.params.model_json_schema()
+            parameters.pop("title", None)
+            self._schema = {
+                "type": "function",
+                "function": {
+                    "name": self.name,
+                    "description": self.description,
+                    "parameters": parameters,
+                },
+            }
+        return self._schema
 
     def parse(self, arguments: str | dict[str, Any] | None) -> pydantic.BaseModel:
         if arguments is None or arguments == "":

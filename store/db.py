@@ -10,6 +10,7 @@ import json
 import os
 import re
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import date, datetime
@@ -92,15 +93,39 @@ def make_engine(url: str, *, pool_size: int | None = None) -> sa.Engine:
         normalize_url(url),
         pool_size=size,
         max_overflow=size,
-        # No pre-ping: it costs a round trip per transaction. After a server
-        # restart the first statement on a dead connection fails, SQLAlchemy
-        # invalidates the whole pool, and callers retry on StoreUnavailable.
+        # No pre-ping on every checkout (a round trip per transaction, twice a
+        # step): _ping_if_idle pings only connections that sat idle.
         pool_recycle=1800,
         json_serializer=dumps,
         connect_args={"connect_timeout": 5, "application_name": "runwright"},
     )
     sa.event.listen(engine, "connect", _prepare_all)
+    sa.event.listen(engine.pool, "checkout", _ping_if_idle)
+    sa.event.listen(engine.pool, "checkin", _mark_used)
     return engine
+
+
+# A connection idle for longer than this is pinged before use, so a server
+# restart costs a reconnect rather than a failed request. Busy connections (the
+# step loop's) skip the ping; if the server restarts under them, the failed
+# write is retried by the execution.
+IDLE_PING_SECONDS = 2.0
+
+
+def _mark_used(_dbapi_connection: Any, record: Any) -> None:
+    record.info["used_at"] = time.monotonic()
+
+
+def _ping_if_idle(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+    if time.monotonic() - record.info.get("used_at", 0.0) < IDLE_PING_SECONDS:
+        return
+    try:
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        dbapi_connection.rollback()
+    except (psycopg2.OperationalError, psycopg2.InterfaceError) as exc:
+        # The pool discards this connection and checks out another one.
+        raise sqlalchemy.exc.DisconnectionError(str(exc)) from exc
 
 
 def shared_engine(url: str) -> sa.Engine:

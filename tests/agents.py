@@ -184,3 +184,17 @@ Agent(
         trigger.payload.get("customer") if isinstance(trigger.payload, dict) else None
     ),
 )
+
+
+def paced(request: Request) -> Reply:
+    """``steps`` steps (payload) of a plain async lookup, ``latency`` seconds each."""
+    payload = payload_of(request)
+    steps = int(payload.get("steps", 5))
+    latency = float(payload.get("latency", 1.0))
+    if request.step < steps:
+        return tools(call("lookup", {"q": f"step {request.step}"}), latency=latency)
+    return text("paced done", latency=latency)
+
+
+paced_model = ScriptedModel("paced", paced, journal=JOURNAL)
+Agent(name="paced", model=paced_model.model, tools=[lookup], budget=Budget(max_steps=200))

@@ -27,7 +27,7 @@ class Proc:
     def __init__(self, name: str, args: list[str], env: dict[str, str], logdir: Path) -> None:
         self.name = name
         self.log_path = logdir / f"{name}.log"
-        self._log = open(self.log_path, "ab")
+        self._log = open(self.log_path, "ab")  # noqa: SIM115  (closed in stop())
         self.popen = subprocess.Popen(
             args,
             env=env,

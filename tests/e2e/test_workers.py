@@ -4,6 +4,7 @@ cross-process cancel, concurrency keys, lost broker messages."""
 from __future__ import annotations
 
 import collections
+import itertools
 import time
 from typing import Any
 
@@ -98,7 +99,7 @@ def test_runs_sharing_a_key_run_one_at_a_time_in_order(shared_cluster: Cluster) 
         0.1,
     )
     done = [engine.get_run(r.id) for r in runs]
-    for earlier, later in zip(done, done[1:], strict=False):
+    for earlier, later in itertools.pairwise(done):
         assert earlier.finished_at is not None and later.started_at is not None
         assert earlier.finished_at <= later.started_at  # one at a time, oldest first
 

@@ -241,7 +241,8 @@ def test_bad_responses_raise_and_change_nothing(
     with pg_store.engine.begin() as conn:
         conn.execute(
             sa.text(
-                "UPDATE approvals SET expires_at = now() - interval '1 minute' WHERE approval_id = :a"
+                "UPDATE approvals SET expires_at = now() - interval '1 minute'"
+                " WHERE approval_id = :a"
             ),
             {"a": second.approval_id},
         )
