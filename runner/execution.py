@@ -86,7 +86,7 @@ class Execution:
             if self.signal.reason is AbortReason.LEASE_LOST:
                 raise LeaseLostError(f"run {self.run_id} was taken over")
             try:
-                result = await self.io(self._checked, fn, fence, *args, **kwargs)
+                result: T = await self.io(self._checked, fn, fence, *args, **kwargs)
                 if isinstance(result, Settled):
                     self.left_running = True
                 return result
