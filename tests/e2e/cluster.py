@@ -14,6 +14,7 @@ from typing import Any
 
 from celery import Celery
 
+import tests.agents  # noqa: F401  (the agents the workers run, known here too)
 from runner import Engine
 from store.config import Settings
 from store.leases import Leases
@@ -91,6 +92,7 @@ class Cluster:
     workdir: Path
     overrides: dict[str, str] = field(default_factory=dict)
     procs: list[Proc] = field(default_factory=list)
+    queue: str = "runwright"
 
     def env(self, **extra: str) -> dict[str, str]:
         env = {
@@ -105,6 +107,7 @@ class Cluster:
             "RUNWRIGHT_REENQUEUE_SECONDS": "3",
             "RUNWRIGHT_DRAIN_SECONDS": "5",
             "RUNWRIGHT_HOME": str(self.workdir),
+            "RUNWRIGHT_QUEUE": self.queue,
             "RUNWRIGHT_SCRIPTED_JOURNAL": str(self.workdir / "journal.jsonl"),
             "RUNWRIGHT_TEST_EFFECT_LOG": str(self.workdir / "effects.jsonl"),
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",
@@ -173,7 +176,7 @@ class Cluster:
         """An engine in the test process that enqueues through the broker, as a
         web app would."""
         client = Celery("runwright-test-client", broker=self.broker_url)
-        client.conf.task_default_queue = "runwright"
+        client.conf.task_default_queue = self.queue
 
         def enqueue(run_id: str) -> None:
             client.send_task("runwright.execute", args=[run_id])
