@@ -35,6 +35,12 @@ def default_engine() -> Engine:
     return _default_engine
 
 
+def set_default_engine(engine: Engine | None) -> None:
+    """Use ``engine`` for :func:`start_run` (tests, or apps that build their own)."""
+    global _default_engine
+    _default_engine = engine
+
+
 def start_run(agent: str, payload: Any = None, **kwargs: Any) -> Run:
     """Create a run and enqueue it: the one call a web app needs.
 
@@ -66,6 +72,7 @@ __all__ = [
     "default_engine",
     "effect",
     "registry",
+    "set_default_engine",
     "start_run",
     "tool",
 ]
