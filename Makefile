@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 # Importing litellm must never reach the network.
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: help install test test-all lint fmt bench demo worker beat flower local-up local-down clean
+.PHONY: help install demo test test-all lint fmt bench worker beat flower local-up local-down clean
 
 help: ## Show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -20,6 +20,9 @@ $(BIN)/.installed: requirements.lock pyproject.toml
 	@touch $@
 
 install: $(BIN)/.installed ## Create .venv with the locked, hash-checked dependencies
+
+demo: install ## Run the demo end to end (local stack, worker, beat, approval, a killed worker)
+	$(BIN)/runwright demo
 
 test: install ## Run the tests (services from RUNWRIGHT_DATABASE_URL/RUNWRIGHT_REDIS_URL, else the local stack)
 	$(BIN)/python -m pytest
@@ -41,6 +44,15 @@ bench: install ## Run the benchmarks; results land in bench/results/
 
 lock: ## Re-resolve requirements.lock from pyproject.toml (needs uv)
 	uv pip compile pyproject.toml --extra dev --generate-hashes --python-version 3.11 -o requirements.lock
+
+worker: install ## Start a worker (threads pool; scale by starting more)
+	$(BIN)/celery -A tasks worker -l INFO
+
+beat: install ## Start beat, which runs tick() every RUNWRIGHT_TICK_SECONDS
+	$(BIN)/celery -A tasks beat -l INFO
+
+flower: install ## Start Flower on :5555 (FLOWER_USER / FLOWER_PASSWORD for basic auth)
+	$(BIN)/celery -A tasks flower --port=5555 --basic-auth=$${FLOWER_USER:-admin}:$${FLOWER_PASSWORD:?set FLOWER_PASSWORD}
 
 local-up: install ## Start the local stack (embedded Postgres and Redis under .runwright/)
 	$(BIN)/runwright local up

@@ -1,28 +1,64 @@
 """The engine: agents, tools, the tool loop, executions, approvals, tick, cancel, drain.
 
 ``runner`` never imports Celery (it is handed an ``enqueue`` callable), and only
-``runner/model.py`` imports litellm, lazily.
+``runner/model.py`` imports litellm, lazily. Names load on first use, so the
+command line starts fast.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from runner.agent import Agent, ApprovalPolicy, ApprovalRequest, Budget, registry
-from runner.context import RunContext
-from runner.engine import Engine
-from runner.errors import (
-    AgentNotFound,
-    ApprovalError,
-    InvalidInput,
-    LeaseLostError,
-    ModelError,
-    PayloadTooLarge,
-    RunNotFound,
-    RunwrightError,
-)
-from runner.tools import Tool, effect, tool
-from store.models import Run, RunStatus, TriggerEnvelope
+if TYPE_CHECKING:
+    from runner.agent import Agent, ApprovalPolicy, ApprovalRequest, Budget, registry
+    from runner.context import RunContext
+    from runner.engine import Engine
+    from runner.errors import (
+        AgentNotFound,
+        ApprovalError,
+        InvalidInput,
+        LeaseLostError,
+        ModelError,
+        PayloadTooLarge,
+        RunNotFound,
+        RunwrightError,
+    )
+    from runner.tools import Tool, effect, tool
+    from store.models import Run, RunStatus, TriggerEnvelope
+
+_LAZY = {
+    "Agent": "runner.agent",
+    "AgentNotFound": "runner.errors",
+    "ApprovalError": "runner.errors",
+    "ApprovalPolicy": "runner.agent",
+    "ApprovalRequest": "runner.agent",
+    "Budget": "runner.agent",
+    "Engine": "runner.engine",
+    "InvalidInput": "runner.errors",
+    "LeaseLostError": "runner.errors",
+    "ModelError": "runner.errors",
+    "PayloadTooLarge": "runner.errors",
+    "Run": "store.models",
+    "RunContext": "runner.context",
+    "RunNotFound": "runner.errors",
+    "RunStatus": "store.models",
+    "RunwrightError": "runner.errors",
+    "Tool": "runner.tools",
+    "TriggerEnvelope": "store.models",
+    "effect": "runner.tools",
+    "registry": "runner.agent",
+    "tool": "runner.tools",
+}
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'runner' has no attribute {name!r}") from None
+    return getattr(importlib.import_module(module), name)
+
 
 _default_engine: Engine | None = None
 
@@ -31,6 +67,8 @@ def default_engine() -> Engine:
     """The process-wide engine configured from the environment."""
     global _default_engine
     if _default_engine is None:
+        from runner.engine import Engine
+
         _default_engine = Engine.from_env()
     return _default_engine
 

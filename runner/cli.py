@@ -1,17 +1,27 @@
 """The ``runwright`` command line.
 
-Commands that do not run a model never import litellm, so they start fast.
+Commands import what they need when they run: none imports litellm except
+``demo`` (whose worker runs a model), so listing runs starts in a fraction of a
+second. Runwright's own errors print one line and exit with status 1.
 """
 
 from __future__ import annotations
 
+import json
+import re
 import sys
-from typing import Any, NoReturn
+import time
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from store.config import Settings
-from store.errors import RunwrightError
+from store.errors import InvalidInput, RunwrightError
+
+if TYPE_CHECKING:
+    from runner.engine import Engine
+    from store.models import Run, Step
 
 
 def fail(message: str) -> NoReturn:
@@ -29,10 +39,297 @@ class Group(click.Group):
             fail(exc.message)
 
 
+def _settings() -> Settings:
+    return Settings.from_env().resolved()
+
+
+def _engine() -> Engine:
+    from runner.engine import Engine
+
+    return Engine.from_env()
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True)
+
+
+def _when(value: Any) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
+
+
+def parse_duration(text: str) -> timedelta:
+    """``30d``, ``12h``, ``90m``, ``45s`` (or several: ``1d12h``)."""
+    parts = re.fullmatch(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?", text.strip())
+    if not text.strip() or parts is None:
+        raise InvalidInput(f"{text!r} is not a duration like 30d, 12h, 90m or 45s")
+    days, hours, minutes, seconds = (int(p or 0) for p in parts.groups())
+    return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+
+
 @click.group(cls=Group)
 @click.version_option(package_name="runwright")
 def main() -> None:
     """Durable AI agents on Celery."""
+
+
+# ------------------------------------------------------------------ runs
+
+
+@main.command()
+@click.argument("agent")
+@click.option("--payload", default="{}", help="The trigger payload, as JSON.")
+@click.option("--source", default="cli", show_default=True)
+@click.option("--trigger", "trigger_name", default="manual", show_default=True)
+@click.option("--key", "keys", multiple=True, help="A trigger key, as name=value (repeatable).")
+@click.option("--thread", default=None, help="Continue this conversation thread.")
+@click.option("--id", "trigger_id", default=None, help="Trigger id; starting it again is a no-op.")
+def start(
+    agent: str,
+    payload: str,
+    source: str,
+    trigger_name: str,
+    keys: tuple[str, ...],
+    thread: str | None,
+    trigger_id: str | None,
+) -> None:
+    """Start a run of AGENT and hand it to a worker."""
+    try:
+        data = json.loads(payload)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"--payload is not JSON: {exc}") from None
+    pairs = {}
+    for item in keys:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise InvalidInput(f"--key {item!r} is not name=value")
+        pairs[name] = value
+    run = _engine().start(
+        agent,
+        data,
+        source=source,
+        trigger=trigger_name,
+        keys=pairs,
+        thread=thread,
+        id=trigger_id,
+    )
+    click.echo(f"run {run.id} ({run.agent}) is {run.status.value}")
+
+
+@main.command()
+@click.option("--status", default=None, help="Only runs with this status.")
+@click.option("--agent", default=None, help="Only runs of this agent.")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 10_000))
+def runs(status: str | None, agent: str | None, limit: int) -> None:
+    """List the latest runs."""
+    from rich.table import Table
+
+    from store.summary import list_runs
+
+    url = _settings().database_url
+    assert url is not None
+    rows = list_runs(url, status=status, agent=agent, limit=limit)
+    table = Table("run", "agent", "status", "steps", "tokens", "created", "error")
+    for row in rows:
+        table.add_row(
+            str(row["id"]),
+            row["agent"],
+            row["status"],
+            str(row["steps_used"]),
+            str(row["input_tokens"] + row["output_tokens"]),
+            _when(row["created_at"]),
+            row["error_code"] or "",
+        )
+    _console().print(table)
+    if not rows:
+        click.echo("no runs")
+
+
+def _step_line(step: Step) -> str:
+    if step.kind.value == "llm":
+        message = (step.output or {}).get("message", {})
+        calls = [c["function"]["name"] for c in message.get("tool_calls") or []]
+        what = f"calls {', '.join(calls)}" if calls else repr(_clip(message.get("content") or ""))
+        usage = (
+            f" [{step.usage.input_tokens}+{step.usage.output_tokens} tokens]" if step.usage else ""
+        )
+        return f"step {step.index:>3}  llm   {what}{usage}"
+    if step.kind.value == "tool":
+        outcome = (
+            f"error: {_clip(str(step.error))}" if step.error else _clip(json.dumps(step.output))
+        )
+        return (
+            f"step {step.index:>3}  tool  {step.name}({_clip(json.dumps(step.input))}) -> {outcome}"
+        )
+    return f"step {step.index:>3}  wait  {step.name} {json.dumps(step.input)}"
+
+
+def _clip(text: str, width: int = 80) -> str:
+    text = text.replace("\n", " ")
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _describe(run: Run) -> list[str]:
+    lines = [
+        f"run      {run.id}",
+        f"agent    {run.agent}",
+        f"status   {run.status.value}",
+        f"usage    {run.usage.input_tokens} in, {run.usage.output_tokens} out, "
+        f"{run.steps_used} steps",
+        f"created  {_when(run.created_at)}   finished {_when(run.finished_at)}",
+    ]
+    if run.concurrency_key:
+        lines.append(f"key      {run.concurrency_key}")
+    if run.claim:
+        lines.append(f"owner    {run.claim.owner} (epoch {run.claim.epoch})")
+    if run.waiting:
+        lines.append(
+            f"waiting  approval {run.waiting.approval_id} for {run.waiting.tool_name}"
+            f"({json.dumps(run.waiting.input)}), expires {_when(run.waiting.expires_at)}"
+        )
+    if run.error:
+        lines.append(f"error    {run.error.code}: {run.error.message}")
+    if run.output is not None:
+        lines.append(f"output   {_clip(json.dumps(run.output), 200)}")
+    return lines
+
+
+@main.command()
+@click.argument("run_id")
+@click.option("--messages/--no-messages", default=True, help="Print the checkpoint's messages.")
+def show(run_id: str, messages: bool) -> None:
+    """Show a run: its status, steps, usage and checkpoint messages."""
+    from store.postgres import PostgresStore
+
+    url = _settings().database_url
+    assert url is not None
+    store = PostgresStore.from_url(url)
+    run = store.get_run(run_id)
+    for line in _describe(run):
+        click.echo(line)
+    click.echo("steps")
+    for step in store.steps(run_id):
+        click.echo("  " + _step_line(step))
+    checkpoint = store.checkpoint(run_id)
+    if messages and checkpoint is not None:
+        click.echo(
+            f"checkpoint at step {checkpoint.step_index} ({len(checkpoint.messages)} messages)"
+        )
+        for message in checkpoint.messages:
+            body = message.get("content")
+            if body is None:
+                calls = message.get("tool_calls") or []
+                body = "calls " + ", ".join(c["function"]["name"] for c in calls)
+            elif not isinstance(body, str):
+                body = json.dumps(body)
+            click.echo(f"  {message['role']:<17} {_clip(str(body), 100)}")
+
+
+@main.command()
+@click.argument("run_id")
+@click.option("--interval", default=0.5, show_default=True, help="Seconds between polls.")
+@click.option("--timeout", default=None, type=float, help="Give up after this many seconds.")
+def watch(run_id: str, interval: float, timeout: float | None) -> None:
+    """Follow a run's steps live until it settles."""
+    from store.postgres import PostgresStore
+
+    url = _settings().database_url
+    assert url is not None
+    store = PostgresStore.from_url(url)
+    seen: set[int] = set()
+    status = None
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        run = store.get_run(run_id)
+        for step in store.steps(run_id):
+            if step.id not in seen:
+                seen.add(step.id)
+                click.echo(_step_line(step))
+        if run.status != status:
+            status = run.status
+            extra = ""
+            if run.waiting:
+                extra = f": approval {run.waiting.approval_id} for {run.waiting.tool_name}"
+            if run.error:
+                extra = f": {run.error.code}: {run.error.message}"
+            click.echo(f"-- {run.status.value}{extra}")
+        if run.settled:
+            if run.output is not None:
+                click.echo(f"output: {_clip(json.dumps(run.output), 200)}")
+            return
+        if deadline is not None and time.monotonic() > deadline:
+            fail(f"run {run_id} is still {run.status.value} after {timeout:g} s")
+        time.sleep(interval)
+
+
+# ------------------------------------------------------------- control
+
+
+def _decide(approval_id: str, approve: bool, token: str, reason: str | None) -> None:
+    run = _engine().respond(approval_id, approve, reason, token=token)
+    verb = "approved" if approve else "denied"
+    after = "queued again" if run.status.value == "queued" else f"still {run.status.value}"
+    click.echo(f"{verb} {approval_id}; run {run.id} is {after}")
+
+
+@main.command()
+@click.argument("approval_id")
+@click.option("--token", required=True, help="The token from the notification.")
+@click.option("--reason", default=None, help="Why (the model sees it).")
+def approve(approval_id: str, token: str, reason: str | None) -> None:
+    """Approve a pending tool call."""
+    _decide(approval_id, True, token, reason)
+
+
+@main.command()
+@click.argument("approval_id")
+@click.option("--token", required=True, help="The token from the notification.")
+@click.option("--reason", default=None, help="Why (the model sees it).")
+def deny(approval_id: str, token: str, reason: str | None) -> None:
+    """Deny a pending tool call."""
+    _decide(approval_id, False, token, reason)
+
+
+@main.command()
+@click.argument("run_id")
+def cancel(run_id: str) -> None:
+    """Cancel a run, from any machine."""
+    result = _engine().cancel(run_id)
+    if result.action == "cancelled":
+        click.echo(f"run {run_id} cancelled")
+    elif result.action == "requested":
+        click.echo(f"run {run_id} is running; its worker has been told to stop")
+    else:
+        click.echo(f"run {run_id} is already {result.run.status.value}; nothing to cancel")
+
+
+@main.command()
+def tick() -> None:
+    """Run tick() once: notifications, expiries, recovery, re-enqueue."""
+    report = _engine().tick()
+    if report.skipped:
+        click.echo("another tick is running; skipped")
+        return
+    click.echo(
+        f"notified {report.notified} (failed {report.notify_failed}), expired {report.expired}, "
+        f"recovered {len(report.recovered)}, re-enqueued "
+        f"{len(report.reenqueued) + len(report.key_heads)}"
+    )
+
+
+@main.command()
+@click.option("--older-than", "older_than", required=True, help="Age, like 30d or 12h.")
+def prune(older_than: str) -> None:
+    """Delete settled runs older than the given age, with all their rows."""
+    from store.models import utcnow
+    from store.postgres import PostgresStore
+
+    age = parse_duration(older_than)
+    url = _settings().database_url
+    assert url is not None
+    deleted = PostgresStore.from_url(url).prune(utcnow() - age)
+    click.echo(f"deleted {deleted} settled run(s) older than {older_than}")
 
 
 @main.command()
@@ -40,10 +337,13 @@ def migrate() -> None:
     """Create or upgrade the database schema."""
     from store.migrate import upgrade
 
-    settings = Settings.from_env().resolved()
-    assert settings.database_url is not None
-    upgrade(settings.database_url)
+    url = _settings().database_url
+    assert url is not None
+    upgrade(url)
     click.echo("schema is up to date")
+
+
+# ---------------------------------------------------------- local stack
 
 
 @main.group()
@@ -79,34 +379,14 @@ def local_status() -> None:
         click.echo(f"{key:<13} {value}")
 
 
-def _engine() -> Any:
-    """The engine from the environment. Deciding approvals needs no model, so
-    litellm is not imported."""
-    from runner.engine import Engine
-
-    return Engine.from_env()
-
-
-def _decide(approval_id: str, approve: bool, token: str | None, reason: str | None) -> None:
-    run = _engine().respond(approval_id, approve, reason, token=token)
-    verb = "approved" if approve else "denied"
-    after = "queued again" if run.status.value == "queued" else f"still {run.status.value}"
-    click.echo(f"{verb} {approval_id}; run {run.id} is {after}")
-
-
 @main.command()
-@click.argument("approval_id")
-@click.option("--token", required=True, help="The token from the notification.")
-@click.option("--reason", default=None, help="Why (the model sees it).")
-def approve(approval_id: str, token: str, reason: str | None) -> None:
-    """Approve a pending tool call."""
-    _decide(approval_id, True, token, reason)
+@click.option("--keep/--no-keep", default=False, help="Leave the worker and beat running.")
+def demo(keep: bool) -> None:
+    """Run the demo end to end on the local stack (or the configured services)."""
+    from runner.demo import run_demo
+
+    run_demo(keep=keep)
 
 
-@main.command()
-@click.argument("approval_id")
-@click.option("--token", required=True, help="The token from the notification.")
-@click.option("--reason", default=None, help="Why (the model sees it).")
-def deny(approval_id: str, token: str, reason: str | None) -> None:
-    """Deny a pending tool call."""
-    _decide(approval_id, False, token, reason)
+if __name__ == "__main__":
+    main()

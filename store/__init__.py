@@ -1,47 +1,105 @@
 """Persistence: the schema, the Postgres and in-memory stores, Redis leases, the local stack.
 
-``store`` knows nothing of Celery or litellm.
+``store`` knows nothing of Celery or litellm. Names are imported on first use, so
+that a command touching one module does not pay for all of them.
 """
 
-from store.base import CancelResult, DecisionResult, EffectBegin, Store, ThreadStart
-from store.claims import Claims
-from store.config import Settings
-from store.errors import (
-    AgentNotFound,
-    ApprovalError,
-    CheckpointConflict,
-    InvalidInput,
-    InvalidTransition,
-    LeaseLostError,
-    LocalStackError,
-    PayloadTooLarge,
-    RunNotFound,
-    RunwrightError,
-    StoreUnavailable,
-)
-from store.leases import Leases
-from store.memory import MemoryStore
-from store.models import (
-    Approval,
-    Checkpoint,
-    Claim,
-    Decision,
-    Effect,
-    EffectStatus,
-    Fence,
-    NewRun,
-    Outcome,
-    Run,
-    RunError,
-    RunStatus,
-    Step,
-    StepCommit,
-    StepKind,
-    StepRecord,
-    TriggerEnvelope,
-    Usage,
-    WaitPoint,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from store.base import CancelResult, DecisionResult, EffectBegin, Store, ThreadStart
+    from store.claims import Claims
+    from store.config import Settings
+    from store.errors import (
+        AgentNotFound,
+        ApprovalError,
+        CheckpointConflict,
+        InvalidInput,
+        InvalidTransition,
+        LeaseLostError,
+        LocalStackError,
+        PayloadTooLarge,
+        RunNotFound,
+        RunwrightError,
+        StoreUnavailable,
+    )
+    from store.leases import Leases
+    from store.memory import MemoryStore
+    from store.models import (
+        Approval,
+        Checkpoint,
+        Claim,
+        Decision,
+        Effect,
+        EffectStatus,
+        Fence,
+        NewRun,
+        Outcome,
+        Run,
+        RunError,
+        RunStatus,
+        Step,
+        StepCommit,
+        StepKind,
+        StepRecord,
+        TriggerEnvelope,
+        Usage,
+        WaitPoint,
+    )
+
+_LAZY = {
+    "AgentNotFound": "store.errors",
+    "Approval": "store.models",
+    "ApprovalError": "store.errors",
+    "CancelResult": "store.base",
+    "Checkpoint": "store.models",
+    "CheckpointConflict": "store.errors",
+    "Claim": "store.models",
+    "Claims": "store.claims",
+    "Decision": "store.models",
+    "DecisionResult": "store.base",
+    "Effect": "store.models",
+    "EffectBegin": "store.base",
+    "EffectStatus": "store.models",
+    "Fence": "store.models",
+    "InvalidInput": "store.errors",
+    "InvalidTransition": "store.errors",
+    "LeaseLostError": "store.errors",
+    "Leases": "store.leases",
+    "LocalStackError": "store.errors",
+    "MemoryStore": "store.memory",
+    "NewRun": "store.models",
+    "Outcome": "store.models",
+    "PayloadTooLarge": "store.errors",
+    "Run": "store.models",
+    "RunError": "store.models",
+    "RunNotFound": "store.errors",
+    "RunStatus": "store.models",
+    "RunwrightError": "store.errors",
+    "Settings": "store.config",
+    "Step": "store.models",
+    "StepCommit": "store.models",
+    "StepKind": "store.models",
+    "StepRecord": "store.models",
+    "Store": "store.base",
+    "StoreUnavailable": "store.errors",
+    "ThreadStart": "store.base",
+    "TriggerEnvelope": "store.models",
+    "Usage": "store.models",
+    "WaitPoint": "store.models",
+}
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'store' has no attribute {name!r}") from None
+    return getattr(importlib.import_module(module), name)
+
 
 __all__ = [
     "AgentNotFound",

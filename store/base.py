@@ -38,8 +38,6 @@ from store.models import (
     StepRecord,
 )
 
-DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
-
 
 @dataclass(frozen=True)
 class EffectBegin:

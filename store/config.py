@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from store.base import DEFAULT_MAX_PAYLOAD_BYTES
 from store.errors import InvalidInput
+
+DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
 
 
 def _number(env: Mapping[str, str], name: str, default: float, *, minimum: float = 0) -> float:

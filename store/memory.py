@@ -15,7 +15,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from store.base import (
-    DEFAULT_MAX_PAYLOAD_BYTES,
     CancelResult,
     DecisionResult,
     EffectBegin,
@@ -25,6 +24,7 @@ from store.base import (
     check_payload,
     check_run_id,
 )
+from store.config import DEFAULT_MAX_PAYLOAD_BYTES
 from store.errors import (
     ApprovalError,
     CheckpointConflict,

@@ -19,7 +19,6 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from store import schema as t
 from store.base import (
-    DEFAULT_MAX_PAYLOAD_BYTES,
     CancelResult,
     DecisionResult,
     EffectBegin,
@@ -29,6 +28,7 @@ from store.base import (
     check_payload,
     check_run_id,
 )
+from store.config import DEFAULT_MAX_PAYLOAD_BYTES
 from store.db import Prepared, db_errors, dumps, is_unique_violation, raw_cursor, shared_engine
 from store.errors import (
     ApprovalError,

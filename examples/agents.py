@@ -1,0 +1,91 @@
+"""The agent both example apps start: ``support_triage``.
+
+It looks an order up, then asks to refund it; the refund waits for a person, who
+gets a link to the web app's approval page. Workers find the agent through
+``RUNWRIGHT_AGENTS=examples.agents``.
+
+Set ``RUNWRIGHT_MODEL`` (any litellm model string, e.g. ``openai/gpt-4o-mini``)
+to use a real model; without it a scripted model plays the part, so the
+examples run without an API key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any
+from urllib.parse import quote
+
+from runner import Agent, ApprovalRequest, effect, tool
+from runner.testing import Reply, Request, ScriptedModel, call, text, tools
+
+AGENT = "support_triage"
+
+# Where the approval pages are served: the notifier builds links from it.
+BASE_URL = os.environ.get("EXAMPLE_BASE_URL", "http://localhost:5000")
+
+ORDERS: dict[str, dict[str, Any]] = {
+    "A-1001": {"order_id": "A-1001", "total": 40, "status": "delivered damaged"},
+    "A-1002": {"order_id": "A-1002", "total": 125, "status": "never arrived"},
+}
+
+# Stand-ins for a payment provider and an approvers' inbox, so you (and the
+# tests) can see what the agent did.
+refunds: list[dict[str, Any]] = []
+sent_links: list[str] = []
+
+
+@tool
+def lookup_order(order_id: str) -> dict[str, Any]:
+    """Look up an order by its id (like A-1001)."""
+    return ORDERS.get(order_id, {"error": f"no order {order_id}"})
+
+
+@effect
+def refund(order_id: str, amount: int, idempotency_key: str) -> dict[str, Any]:
+    """Refund ``amount`` of an order to the customer. A person approves it first."""
+    # A real provider would take idempotency_key, so a retried call refunds once.
+    refunds.append({"order_id": order_id, "amount": amount, "key": idempotency_key})
+    return {"refunded": amount, "order_id": order_id}
+
+
+def approval_link(approval_id: str, token: str) -> str:
+    return f"{BASE_URL}/approvals/{approval_id}?token={quote(token)}"
+
+
+def notify(request: ApprovalRequest) -> None:
+    """Send the approver a link (here: print it). Raising would make tick() retry."""
+    link = approval_link(request.approval_id, request.token)
+    sent_links.append(link)
+    print(
+        f"[{request.agent}] approve {request.tool_name} {json.dumps(request.input)}: {link}",
+        flush=True,
+    )
+
+
+def scripted_triage(request: Request) -> Reply:
+    """What a model would do: look the order up, ask for a refund, summarise."""
+    if request.step == 1:
+        found = re.search(r"A-\d+", str(request.messages[0].get("content")))
+        return tools(call("lookup_order", {"order_id": found[0] if found else "A-1001"}))
+    last = json.loads(request.tool_results()[-1]["content"])
+    if request.step == 2 and "total" in last:
+        return tools(call("refund", {"order_id": last["order_id"], "amount": last["total"]}))
+    return text(f"Triage done: {json.dumps(last)}")
+
+
+MODEL = os.environ.get("RUNWRIGHT_MODEL") or ScriptedModel(AGENT, scripted_triage).model
+
+support_triage = Agent(
+    name=AGENT,
+    model=MODEL,
+    instructions=(
+        "You triage customer support messages. Look up the order the message is "
+        "about; if the customer is owed money, refund the order total. Then answer "
+        "with one sentence for the support team."
+    ),
+    tools=[lookup_order, refund],
+    approvals={"refund": True},
+    notifier=notify,
+)

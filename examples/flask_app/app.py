@@ -1,0 +1,150 @@
+"""A Flask app that starts Runwright runs and lets a person decide approvals.
+
+Run it (with a worker started with ``RUNWRIGHT_AGENTS=examples.agents``)::
+
+    flask --app examples.flask_app.app:create_app run
+
+    curl -X POST localhost:5000/runs -H 'content-type: application/json' \\
+         -d '{"agent": "support_triage", "payload": {"message": "A-1001 arrived broken"}}'
+
+The notifier prints the approval link; open it to approve or deny the refund.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from typing import Any
+
+from flask import Flask, jsonify, render_template_string, request
+from flask.typing import ResponseReturnValue
+
+import examples.agents  # noqa: F401  (registers support_triage)
+from runner import (
+    AgentNotFound,
+    ApprovalError,
+    Engine,
+    InvalidInput,
+    Run,
+    RunNotFound,
+    default_engine,
+)
+
+# render_template_string autoescapes: tool input written by a model is untrusted.
+APPROVAL_PAGE = """<!doctype html>
+<title>Approve {{ approval.tool_name }}?</title>
+<h1>{{ approval.tool_name }}</h1>
+<p>Run {{ approval.run_id }} asks to call <b>{{ approval.tool_name }}</b> with:</p>
+<pre>{{ input_json }}</pre>
+{% if approval.decision %}
+<p>Already {{ approval.decision.value }}{% if approval.reason %}: {{ approval.reason }}{% endif %}.</p>
+{% else %}
+<p>Expires at {{ approval.expires_at.isoformat() }}.</p>
+<form method="post" action="{{ request.path }}">
+  <input type="hidden" name="token" value="{{ token }}">
+  <label>Reason <textarea name="reason" maxlength="2000"></textarea></label>
+  <button name="decision" value="approve">Approve</button>
+  <button name="decision" value="deny">Deny</button>
+</form>
+{% endif %}
+"""
+
+RESULT_PAGE = """<!doctype html>
+<title>{{ title }}</title>
+<h1>{{ title }}</h1>
+<p>{{ message }}</p>
+"""
+
+
+def run_json(run: Run) -> dict[str, Any]:
+    waiting = run.waiting
+    return {
+        "run_id": run.id,
+        "agent": run.agent,
+        "status": run.status.value,
+        "output": run.output,
+        "error": None if run.error is None else {"code": run.error.code, "message": run.error.message},
+        "waiting": None
+        if waiting is None
+        else {
+            "approval_id": waiting.approval_id,
+            "tool_name": waiting.tool_name,
+            "input": waiting.input,
+            "expires_at": waiting.expires_at.isoformat(),
+        },
+    }
+
+
+def result(title: str, message: str, status: int) -> ResponseReturnValue:
+    return render_template_string(RESULT_PAGE, title=title, message=message), status
+
+
+def create_app(engine: Engine | None = None) -> Flask:
+    """The app; ``engine=None`` uses the process default (``Engine.from_env()``)
+    when the first request needs it."""
+    app = Flask(__name__)
+
+    def runwright() -> Engine:
+        return engine if engine is not None else default_engine()
+
+    @app.post("/runs")
+    def start() -> ResponseReturnValue:
+        body = request.get_json(silent=True)
+        if not isinstance(body, dict):
+            return jsonify(error="the body must be a JSON object"), 400
+        agent, payload, run_id = body.get("agent"), body.get("payload", {}), body.get("id")
+        if not isinstance(agent, str):
+            return jsonify(error='"agent" must be an agent name'), 400
+        if not isinstance(payload, dict):
+            return jsonify(error='"payload" must be a JSON object'), 400
+        if run_id is not None and not isinstance(run_id, str):
+            return jsonify(error='"id" must be a string'), 400
+        try:
+            # Idempotent on id: a client that retries the POST gets the same run.
+            run = runwright().start(agent, payload, source="flask", trigger="POST /runs", id=run_id)
+        except (AgentNotFound, InvalidInput) as exc:  # PayloadTooLarge is an InvalidInput
+            return jsonify(error=exc.message), 400
+        return jsonify(run_id=run.id, status=run.status.value), 201
+
+    @app.get("/runs/<run_id>")
+    def show(run_id: str) -> ResponseReturnValue:
+        try:
+            return jsonify(run_json(runwright().get_run(run_id)))
+        except RunNotFound as exc:
+            return jsonify(error=exc.message), 404
+
+    @app.get("/approvals/<approval_id>")
+    def approval_page(approval_id: str) -> ResponseReturnValue:
+        token = request.args.get("token", "")
+        try:
+            approval = runwright().store.get_approval(approval_id)
+            # The page shows the tool input, so only the token's holder may see it.
+            if not hmac.compare_digest(runwright().token(approval_id), token):
+                raise ApprovalError(f"the token is not valid for approval {approval_id}")
+        except ApprovalError as exc:
+            return result("Cannot show this approval", exc.message, 400)
+        return render_template_string(
+            APPROVAL_PAGE,
+            approval=approval,
+            token=token,
+            input_json=json.dumps(approval.input, indent=2, ensure_ascii=False),
+        )
+
+    @app.post("/approvals/<approval_id>")
+    def decide(approval_id: str) -> ResponseReturnValue:
+        decision = request.form.get("decision")
+        if decision not in ("approve", "deny"):
+            return result("Not decided", "decision must be approve or deny", 400)
+        try:
+            run = runwright().respond(
+                approval_id,
+                decision == "approve",
+                request.form.get("reason") or None,
+                token=request.form.get("token", ""),
+            )
+        except ApprovalError as exc:
+            return result("Not decided", exc.message, 400)
+        done = "Approved" if decision == "approve" else "Denied"
+        return result(done, f"Run {run.id} is now {run.status.value}.", 200)
+
+    return app

@@ -1,0 +1,53 @@
+"""Light reads for the command line: psycopg2 and plain dicts only.
+
+``runwright runs`` must start in well under half a second, so it does not load
+SQLAlchemy or pydantic for a listing. Everything else goes through the store.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg2
+import psycopg2.extras
+
+from store.errors import InvalidInput, StoreUnavailable
+
+STATUSES = ("queued", "running", "waiting", "completed", "failed", "cancelled", "interrupted")
+
+
+def libpq_url(url: str) -> str:
+    for prefix in ("postgresql+psycopg2://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql://" + url[len(prefix) :]
+    return url
+
+
+def list_runs(
+    url: str, *, status: str | None = None, agent: str | None = None, limit: int = 50
+) -> list[dict[str, Any]]:
+    if status is not None and status not in STATUSES:
+        raise InvalidInput(f"unknown status {status!r}; use one of {', '.join(STATUSES)}")
+    clauses, params = [], []
+    if status is not None:
+        clauses.append("status = %s")
+        params.append(status)
+    if agent is not None:
+        clauses.append("agent = %s")
+        params.append(agent)
+    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+    sql = f"""
+        SELECT id, agent, status, steps_used, input_tokens, output_tokens, error_code,
+               concurrency_key, created_at, updated_at, finished_at
+          FROM runs {where} ORDER BY id DESC LIMIT %s
+    """
+    try:
+        conn = psycopg2.connect(libpq_url(url), connect_timeout=5)
+    except psycopg2.OperationalError as exc:
+        raise StoreUnavailable(f"Postgres is unavailable: {exc}".strip()) from exc
+    try:
+        with conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cursor:
+            cursor.execute(sql, [*params, limit])
+            return [dict(row) for row in cursor.fetchall()]
+    finally:
+        conn.close()
