@@ -67,7 +67,8 @@ def notify(request: ApprovalRequest) -> None:
 def scripted_triage(request: Request) -> Reply:
     """What a model would do: look the order up, ask for a refund, summarise."""
     if request.step == 1:
-        found = re.search(r"A-\d+", str(request.messages[0].get("content")))
+        trigger = next(m["content"] for m in request.messages if m["role"] == "user")
+        found = re.search(r"A-\d+", str(trigger))
         return tools(call("lookup_order", {"order_id": found[0] if found else "A-1001"}))
     last = json.loads(request.tool_results()[-1]["content"])
     if request.step == 2 and "total" in last:

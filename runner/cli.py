@@ -52,7 +52,10 @@ def _engine() -> Engine:
 def _console() -> Any:
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=True)
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=200)  # piped: never cut ids short
+    return console
 
 
 def _when(value: Any) -> str:

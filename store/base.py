@@ -97,15 +97,15 @@ def check_decidable(
     approval: Approval, run_status: RunStatus, now: datetime, allow_expired: bool
 ) -> None:
     """Raise ApprovalError unless ``approval`` can take a decision now."""
+    if approval.decision is not None and approval.decision is not Decision.WITHDRAWN:
+        raise ApprovalError(
+            f"approval {approval.approval_id} was already {approval.decision.value}"
+            f" at {approval.decided_at:%Y-%m-%d %H:%M:%S %Z}"
+        )
     if approval.decision is Decision.WITHDRAWN or run_status is not RunStatus.WAITING:
         raise ApprovalError(
             f"run {approval.run_id} is {run_status.value}; approval {approval.approval_id} "
             "can no longer be decided"
-        )
-    if approval.decision is not None:
-        raise ApprovalError(
-            f"approval {approval.approval_id} was already {approval.decision.value}"
-            f" at {approval.decided_at:%Y-%m-%d %H:%M:%S %Z}"
         )
     if not allow_expired and approval.expires_at <= now:
         raise ApprovalError(

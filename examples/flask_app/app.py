@@ -37,7 +37,8 @@ APPROVAL_PAGE = """<!doctype html>
 <p>Run {{ approval.run_id }} asks to call <b>{{ approval.tool_name }}</b> with:</p>
 <pre>{{ input_json }}</pre>
 {% if approval.decision %}
-<p>Already {{ approval.decision.value }}{% if approval.reason %}: {{ approval.reason }}{% endif %}.</p>
+<p>Already {{ approval.decision.value }}.</p>
+{% if approval.reason %}<p>Reason: {{ approval.reason }}</p>{% endif %}
 {% else %}
 <p>Expires at {{ approval.expires_at.isoformat() }}.</p>
 <form method="post" action="{{ request.path }}">
@@ -63,7 +64,9 @@ def run_json(run: Run) -> dict[str, Any]:
         "agent": run.agent,
         "status": run.status.value,
         "output": run.output,
-        "error": None if run.error is None else {"code": run.error.code, "message": run.error.message},
+        "error": None
+        if run.error is None
+        else {"code": run.error.code, "message": run.error.message},
         "waiting": None
         if waiting is None
         else {

@@ -1,0 +1,147 @@
+"""Every command through the real ``runwright`` entry point, bad input included."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner import Engine
+from store.models import RunStatus
+from tests.services import ROOT
+
+RUNWRIGHT = str(Path(sys.executable).with_name("runwright"))
+
+
+@pytest.fixture
+def cli_env(database_url: str, redis_url: str, tmp_path: Path) -> dict[str, str]:
+    broker_db = int(redis_url.rsplit("/", 1)[1])
+    return {
+        **os.environ,
+        "RUNWRIGHT_DATABASE_URL": database_url,
+        "RUNWRIGHT_REDIS_URL": redis_url,
+        # Messages the commands enqueue land in a database nothing consumes.
+        "RUNWRIGHT_BROKER_URL": redis_url.rsplit("/", 1)[0] + f"/{broker_db}",
+        "RUNWRIGHT_AGENTS": "tests.agents",
+        "RUNWRIGHT_SECRET_KEY": "test=test-secret",
+        "RUNWRIGHT_HOME": str(tmp_path / "home"),
+        "PYTHONPATH": str(ROOT),
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    }
+
+
+def rw(env: dict[str, str], *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [RUNWRIGHT, *args], env=env, capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    if ok:
+        assert done.returncode == 0, done.stderr
+    return done
+
+
+def refused(env: dict[str, str], *args: str) -> str:
+    done = rw(env, *args, ok=False)
+    assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    assert "Traceback" not in done.stderr
+    return lines[0]
+
+
+def started_id(output: str) -> str:
+    match = re.match(r"run (\S+) \((\w+)\) is (\w+)", output.strip())
+    assert match, output
+    return match.group(1)
+
+
+def test_start_runs_show_watch_approve(cli_env: dict[str, str], engine: Engine) -> None:
+    assert "up to date" in rw(cli_env, "migrate").stdout
+    run_id = started_id(rw(cli_env, "start", "fleet", "--payload", '{"amount": 150}').stdout)
+    again = rw(cli_env, "start", "fleet", "--payload", "{}", "--id", "evt-9", "--key", "a=b")
+    same = rw(cli_env, "start", "fleet", "--payload", '{"x": 1}', "--id", "evt-9")
+    assert started_id(again.stdout) == started_id(same.stdout)  # idempotent on --id
+
+    listing = rw(cli_env, "runs").stdout
+    assert run_id in listing and "queued" in listing
+    assert run_id in rw(cli_env, "runs", "--status", "queued", "--agent", "fleet").stdout
+    assert run_id not in rw(cli_env, "runs", "--status", "completed").stdout
+
+    waiting = engine.execute(run_id)  # up to the refund that needs approval
+    assert waiting is not None and waiting.status is RunStatus.WAITING and waiting.waiting
+    shown = rw(cli_env, "show", run_id).stdout
+    assert "status   waiting" in shown and "approval " + waiting.waiting.approval_id in shown
+    assert "tool  charge" in shown and "checkpoint at step 3" in shown
+
+    approval_id = waiting.waiting.approval_id
+    assert "not valid" in refused(cli_env, "approve", approval_id, "--token", "forged")
+    out = rw(cli_env, "approve", approval_id, "--token", engine.token(approval_id)).stdout
+    assert f"approved {approval_id}; run {run_id} is queued again" in out
+    assert "already approved" in refused(
+        cli_env, "approve", approval_id, "--token", engine.token(approval_id)
+    )
+    engine.execute(run_id)
+    watched = rw(cli_env, "watch", run_id, "--interval", "0.1").stdout
+    assert "-- completed" in watched and "output:" in watched
+    assert watched.count("llm") == 5
+
+
+def test_deny_cancel_tick_prune(cli_env: dict[str, str], engine: Engine) -> None:
+    run = engine.start("fleet", {"amount": 500})
+    waiting = engine.execute(run.id)
+    assert waiting is not None and waiting.waiting is not None
+    approval_id = waiting.waiting.approval_id
+    out = rw(
+        cli_env, "deny", approval_id, "--token", engine.token(approval_id), "--reason", "no"
+    ).stdout
+    assert f"denied {approval_id}" in out
+    assert engine.approvals(run.id)[0].reason == "no"
+
+    queued = engine.start("fleet", {"amount": 1})
+    assert f"run {queued.id} cancelled" in rw(cli_env, "cancel", queued.id).stdout
+    assert "already cancelled; nothing to cancel" in rw(cli_env, "cancel", queued.id).stdout
+    assert engine.get_run(queued.id).status is RunStatus.CANCELLED
+
+    assert re.search(r"notified \d+ .*re-enqueued \d+", rw(cli_env, "tick").stdout)
+    pruned = rw(cli_env, "prune", "--older-than", "0s").stdout
+    assert "deleted 1 settled run(s)" in pruned
+    assert "is not a duration" in refused(cli_env, "prune", "--older-than", "soon")
+
+
+def test_bad_input_is_one_clear_line(cli_env: dict[str, str]) -> None:
+    assert "no agent named 'nope'" in refused(cli_env, "start", "nope")
+    assert "--payload is not JSON" in refused(cli_env, "start", "fleet", "--payload", "{bad")
+    assert "is not name=value" in refused(cli_env, "start", "fleet", "--key", "novalue")
+    unknown = "01a22a21-0000-7000-8000-000000000000"
+    assert "no run with id" in refused(cli_env, "show", unknown)
+    assert "no run with id" in refused(cli_env, "show", "not-a-run")
+    assert "no run with id" in refused(cli_env, "watch", unknown)
+    assert "no run with id" in refused(cli_env, "cancel", unknown)
+    assert "no approval with id" in refused(cli_env, "approve", unknown, "--token", "t")
+    assert "unknown status 'bogus'" in refused(cli_env, "runs", "--status", "bogus")
+    bad_env = {**cli_env, "RUNWRIGHT_LEASE_TTL_SECONDS": "fast"}
+    assert "RUNWRIGHT_LEASE_TTL_SECONDS must be a number" in refused(bad_env, "cancel", unknown)
+
+
+def test_local_up_status_down(cli_env: dict[str, str], tmp_path: Path) -> None:
+    env: dict[str, Any] = {
+        k: v
+        for k, v in cli_env.items()
+        if k not in ("RUNWRIGHT_DATABASE_URL", "RUNWRIGHT_REDIS_URL", "RUNWRIGHT_BROKER_URL")
+    }
+    env["RUNWRIGHT_HOME"] = str(tmp_path / "stack")
+    try:
+        up = rw(env, "local", "up").stdout
+        assert re.search(r"postgres\s+postgresql://postgres@127\.0\.0\.1:\d+/runwright", up)
+        status = rw(env, "local", "status").stdout
+        assert re.search(r"postgres\s+running", status) and re.search(r"redis\s+running", status)
+        # With no URLs set, commands use the local stack.
+        assert "no runs" in rw(env, "runs").stdout
+    finally:
+        assert "stopped" in rw(env, "local", "down").stdout
+    status = rw(env, "local", "status").stdout
+    assert re.search(r"postgres\s+stopped", status) and re.search(r"redis\s+stopped", status)

@@ -1,0 +1,171 @@
+"""The Django example, through django.test.Client, against the real Postgres store.
+
+Django's own tables live in a throwaway SQLite file; runs live in the test's
+Postgres database, through ``set_default_engine``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from examples import agents
+from runner import Engine, RunStatus, set_default_engine
+from store.postgres import PostgresStore
+from tests.helpers import snapshot
+
+
+@pytest.fixture(scope="module")
+def django_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Configure Django once per process, with a fresh SQLite file per module."""
+    import django
+    from django.core.management import call_command
+    from django.db import connections
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "examples.django_app.settings")
+    path = str(tmp_path_factory.mktemp("django") / "db.sqlite3")
+    os.environ["EXAMPLE_DJANGO_DB"] = path
+    django.setup()
+    call_command("migrate", verbosity=0)
+    yield
+    connections.close_all()
+
+
+@pytest.fixture
+def client(django_db: None, engine: Engine) -> Iterator[Any]:
+    from django.test import Client
+
+    from examples.django_app.tickets.models import Ticket
+
+    agents.refunds.clear()
+    agents.sent_links.clear()
+    Ticket.objects.all().delete()
+    set_default_engine(engine)
+    try:
+        yield Client()
+    finally:
+        set_default_engine(None)
+
+
+def ticket_run(ticket_id: int) -> str:
+    from examples.django_app.tickets.models import Ticket
+
+    run_id: str = Ticket.objects.get(pk=ticket_id).run_id
+    return run_id
+
+
+def open_waiting_ticket(client: Any, engine: Engine) -> tuple[str, str, str]:
+    """POST /tickets/, execute until the refund waits; the run id, link path, token."""
+    created = client.post("/tickets/", {"title": "Order A-1002 never arrived"})
+    assert created.status_code == 201
+    ticket_id = created.json()["ticket_id"]
+    run_id = ticket_run(ticket_id)
+    run = engine.get_run(run_id)
+    assert run.status is RunStatus.QUEUED and run.trigger.id == f"ticket-{ticket_id}"
+    waiting = engine.execute(run_id)
+    assert waiting is not None and waiting.status is RunStatus.WAITING
+    [link] = agents.sent_links
+    url = urlsplit(link)
+    return run_id, url.path, parse_qs(url.query)["token"][0]
+
+
+def test_ticket_triage_with_an_approval(client: Any, engine: Engine) -> None:
+    from examples.django_app.tickets.models import Ticket
+
+    run_id, path, token = open_waiting_ticket(client, engine)
+    waiting = engine.get_run(run_id).waiting
+    assert waiting is not None and path == f"/approvals/{waiting.approval_id}"
+    assert agents.refunds == []
+
+    for url in (path, path + "/"):  # the notifier's link, and Django's usual slash
+        page = client.get(url, {"token": token})
+        assert page.status_code == 200
+        html = page.content.decode()
+        assert "refund" in html and "A-1002" in html and "125" in html
+        assert f'name="token" value="{token}"' in html
+
+    decided = client.post(path + "/", {"token": token, "decision": "approve", "reason": "ok"})
+    assert decided.status_code == 200 and "queued" in decided.content.decode()
+    assert engine.get_run(run_id).status is RunStatus.QUEUED
+
+    done = engine.execute(run_id)
+    assert done is not None and done.status is RunStatus.COMPLETED
+    assert [(r["order_id"], r["amount"]) for r in agents.refunds] == [("A-1002", 125)]
+    [ticket] = Ticket.objects.all()
+    shown = client.get(f"/tickets/{ticket.pk}/").json()
+    assert shown["run_id"] == run_id and shown["status"] == "completed"
+    assert "refunded" in shown["output"]
+
+
+def test_wrong_token_is_refused_and_changes_nothing(
+    client: Any, engine: Engine, pg_store: PostgresStore
+) -> None:
+    run_id, path, _ = open_waiting_ticket(client, engine)
+    before = snapshot(pg_store)
+    page = client.get(path + "/", {"token": "forged"})
+    assert page.status_code == 400
+    assert "the token is not valid" in page.content.decode()
+    assert "A-1002" not in page.content.decode()
+    refused = client.post(path + "/", {"token": "forged", "decision": "approve"})
+    assert refused.status_code == 400
+    assert "the token is not valid" in refused.content.decode()
+    assert snapshot(pg_store) == before
+    assert engine.get_run(run_id).status is RunStatus.WAITING
+    assert agents.refunds == []
+
+
+def test_the_approval_post_needs_no_csrf_token(client: Any, engine: Engine) -> None:
+    from django.test import Client
+
+    run_id, path, token = open_waiting_ticket(client, engine)
+    strict = Client(enforce_csrf_checks=True)
+    assert strict.post("/tickets/", {"title": "no csrf"}).status_code == 403
+    decided = strict.post(path + "/", {"token": token, "decision": "deny", "reason": "dup"})
+    assert decided.status_code == 200
+    assert engine.get_run(run_id).status is RunStatus.QUEUED
+
+
+def test_a_rolled_back_request_starts_no_run(
+    client: Any, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.db import transaction
+
+    from examples.django_app.tickets import views
+    from examples.django_app.tickets.models import Ticket
+
+    def fail(ticket: Ticket) -> dict[str, object]:
+        raise RuntimeError("the view failed after saving the ticket")
+
+    # Through a request: ATOMIC_REQUESTS rolls the ticket back, so on_commit never fires.
+    monkeypatch.setattr(views, "ticket_json", fail)
+    client.raise_request_exception = False
+    assert client.post("/tickets/", {"title": "Order A-1001"}).status_code == 500
+
+    # And in code: the same helper inside a transaction that rolls back.
+    with pytest.raises(RuntimeError), transaction.atomic():
+        views.open_ticket("Order A-1001 again")
+        raise RuntimeError("roll back")
+
+    assert Ticket.objects.count() == 0
+    assert engine.list_runs(agent=agents.AGENT) == []
+
+    # The control: a committed request does start a run.
+    monkeypatch.undo()
+    assert client.post("/tickets/", {"title": "Order A-1001"}).status_code == 201
+    assert len(engine.list_runs(agent=agents.AGENT)) == 1
+
+
+def test_bad_requests(client: Any) -> None:
+    assert client.get("/tickets/404/").status_code == 404
+    assert client.post("/tickets/", {"title": "  "}).status_code == 400
+    assert client.get("/tickets/").status_code == 405
+    page = client.get("/approvals/not-an-approval/", {"token": "x"})
+    assert page.status_code == 400 and "no approval" in page.content.decode()
+    decided = client.post(
+        "/approvals/0190a5f2-0000-7000-8000-000000000000/", {"token": "x", "decision": "approve"}
+    )
+    assert decided.status_code == 400 and "no approval" in decided.content.decode()
