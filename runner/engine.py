@@ -16,7 +16,7 @@ from runner import approvals as approvals_
 from runner.agent import Agent, Registry
 from runner.agent import registry as default_registry
 from runner.context import AbortReason
-from runner.errors import InvalidInput, StoreUnavailable
+from runner.errors import ApprovalError, InvalidInput, StoreUnavailable
 from runner.runtime import runtime
 from store.base import CancelResult, Store
 from store.claims import Claims
@@ -231,6 +231,14 @@ class Engine:
         """The token for an approval (what a notifier would put in a link)."""
         approval = self.store.get_approval(approval_id)
         return self.tokens.sign(approval.approval_id, approval.token_id)
+
+    def check_token(self, approval_id: str, token: str) -> Approval:
+        """The approval, if ``token`` is its token; else ApprovalError. For pages
+        that show an approval's input only to the holder of its link."""
+        approval = self.store.get_approval(approval_id)
+        if not self.tokens.verify(approval.approval_id, approval.token_id, token):
+            raise ApprovalError(f"the token is not valid for approval {approval_id}")
+        return approval
 
     def tick(self, now: Any = None) -> Any:
         from runner.tick import tick

@@ -12,7 +12,6 @@ The notifier prints the approval link; open it to approve or deny the refund.
 
 from __future__ import annotations
 
-import hmac
 import json
 from typing import Any
 
@@ -120,10 +119,8 @@ def create_app(engine: Engine | None = None) -> Flask:
     def approval_page(approval_id: str) -> ResponseReturnValue:
         token = request.args.get("token", "")
         try:
-            approval = runwright().store.get_approval(approval_id)
             # The page shows the tool input, so only the token's holder may see it.
-            if not hmac.compare_digest(runwright().token(approval_id), token):
-                raise ApprovalError(f"the token is not valid for approval {approval_id}")
+            approval = runwright().check_token(approval_id, token)
         except ApprovalError as exc:
             return result("Cannot show this approval", exc.message, 400)
         return render_template_string(

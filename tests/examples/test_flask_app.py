@@ -110,7 +110,7 @@ def test_wrong_token_is_refused_and_changes_nothing(
     client.post(path, data={"token": token, "decision": "approve"})
     again = client.post(path, data={"token": token, "decision": "deny"})
     assert again.status_code == 400
-    assert "can no longer be decided" in again.get_data(as_text=True)
+    assert "already approved" in again.get_data(as_text=True)
 
 
 def test_bad_start_requests_are_400(client: FlaskClient) -> None:

@@ -12,7 +12,6 @@ from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404
 from django.template import engines
-from django.utils.crypto import constant_time_compare
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods, require_POST
 
@@ -54,7 +53,7 @@ def start_triage(ticket_id: int, title: str) -> None:
         {"ticket_id": ticket_id, "message": title},
         source="django",
         trigger="ticket.created",
-        id=f"ticket-{ticket_id}",  # a retried commit hook cannot start a second run
+        id=f"ticket-{ticket_id}",  # idempotent: starting it again returns the same run
     )
     Ticket.objects.filter(pk=ticket_id).update(run_id=run.id)
 
@@ -124,10 +123,8 @@ def approval(request: HttpRequest, approval_id: str) -> HttpResponse:
 
     token = request.GET.get("token", "")
     try:
-        found = engine.store.get_approval(approval_id)
         # The page shows the tool input, so only the token's holder may see it.
-        if not constant_time_compare(engine.token(approval_id), token):
-            raise ApprovalError(f"the token is not valid for approval {approval_id}")
+        found = engine.check_token(approval_id, token)
     except ApprovalError as exc:
         return page("Cannot show this approval", exc.message, 400)
     context = {
