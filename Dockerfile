@@ -28,8 +28,12 @@ RUN pip install --no-deps --no-build-isolation . \
     && rm -rf build ./*.egg-info
 
 USER runwright
-# Only the embedded local stack writes here; the compose stack uses real services.
-ENV RUNWRIGHT_HOME=/home/runwright/.runwright
+# PYTHONPATH: the `celery` and `runwright` scripts do not put the working
+# directory on sys.path, and agent modules (RUNWRIGHT_AGENTS, e.g.
+# examples.agents) live in /app. RUNWRIGHT_HOME: only the embedded local stack
+# writes there; the compose stack uses real services.
+ENV PYTHONPATH=/app \
+    RUNWRIGHT_HOME=/home/runwright/.runwright
 
 # SIGTERM (docker stop) is Celery's warm shutdown: executions drain, settle
 # `interrupted` and are enqueued again. Exec form, so Celery gets the signal.

@@ -10,6 +10,7 @@ from typing import Any
 from celery import Celery, signals
 
 from runner.engine import Engine
+from runner.errors import RunwrightError
 from runner.runtime import runtime
 
 log = logging.getLogger(__name__)
@@ -61,11 +62,16 @@ def enqueue(run_id: str) -> None:
 
 @signals.worker_init.connect
 def _warm_up(**_: Any) -> None:
-    # Import litellm (seconds) and connect before the first task, not during it.
+    # Import litellm (seconds) and the agents before the first task, not during
+    # it. A worker that cannot load its agents must not look healthy: exit loudly
+    # (SystemExit passes through Celery's signal dispatch; other errors would not).
     from runner.model import _load
 
-    _load()
-    engine()
+    try:
+        _load()
+        engine()
+    except RunwrightError as exc:
+        raise SystemExit(f"runwright: the worker cannot start: {exc.message}") from exc
 
 
 @signals.worker_shutting_down.connect

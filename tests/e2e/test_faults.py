@@ -189,3 +189,12 @@ def test_redis_restart_takes_over_nothing_and_all_runs_complete(cluster: Cluster
     assert epochs == [1] * len(runs)  # no run was taken over while its owner lived
     for run in runs:
         assert max(effect_runs(cluster, run.id).values()) == 1
+
+
+def test_worker_that_cannot_load_its_agents_exits_loudly(cluster: Cluster) -> None:
+    worker = cluster.worker("broken", wait=False, RUNWRIGHT_AGENTS="no_such_module.agents")
+    assert worker.wait(60) != 0
+    assert (
+        "runwright: the worker cannot start: cannot import agent module "
+        "'no_such_module.agents'" in worker.log()
+    )

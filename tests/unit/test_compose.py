@@ -25,7 +25,6 @@ DOCKERIGNORE = ROOT / ".dockerignore"
 RUNWRIGHT_SERVICES = ("migrate", "worker", "beat", "flower")
 REQUIRED = {
     "RUNWRIGHT_SECRET_KEY": "k1=s3cret",
-    "RUNWRIGHT_AGENTS": "myapp.agents",
     "FLOWER_PASSWORD": "flower-pw",
 }
 
@@ -194,7 +193,7 @@ def test_runwright_env_reaches_every_runwright_service() -> None:
         "RUNWRIGHT_REDIS_URL": "redis://redis:6379/0",
         "RUNWRIGHT_BROKER_URL": "redis://redis:6379/1",
         "RUNWRIGHT_SECRET_KEY": REQUIRED["RUNWRIGHT_SECRET_KEY"],
-        "RUNWRIGHT_AGENTS": REQUIRED["RUNWRIGHT_AGENTS"],
+        "RUNWRIGHT_AGENTS": "examples.agents",
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
     }
     found = services()
@@ -207,8 +206,8 @@ def test_runwright_env_reaches_every_runwright_service() -> None:
     assert expected["RUNWRIGHT_DATABASE_URL"] == url + pg_env["POSTGRES_DB"]
 
 
-def test_secret_key_and_agents_have_no_default() -> None:
-    for name in ("RUNWRIGHT_SECRET_KEY", "RUNWRIGHT_AGENTS", "FLOWER_PASSWORD"):
+def test_secret_key_and_flower_password_have_no_default() -> None:
+    for name in ("RUNWRIGHT_SECRET_KEY", "FLOWER_PASSWORD"):
         without = {k: v for k, v in REQUIRED.items() if k != name}
         with pytest.raises(MissingVariable, match=name):
             compose(without)
@@ -216,16 +215,26 @@ def test_secret_key_and_agents_have_no_default() -> None:
             compose({**without, name: ""})
 
 
+def test_agents_default_to_the_examples_and_can_be_chosen() -> None:
+    for name in RUNWRIGHT_SERVICES:
+        chosen = environment(services({**REQUIRED, "RUNWRIGHT_AGENTS": "myapp.agents"})[name])
+        assert chosen["RUNWRIGHT_AGENTS"] == "myapp.agents", name
+    # The default module ships in the build context (so in the image).
+    assert (ROOT / "examples" / "agents.py").is_file()
+    assert (ROOT / "examples" / "__init__.py").is_file()
+    assert "examples" not in dockerignore_patterns()
+
+
 def test_provider_keys_pass_through_without_defaults() -> None:
     raw = raw_compose()["services"]
     worker_env = environment(raw["worker"])
-    keys = [k for k in worker_env if k.endswith("_API_KEY")]
+    keys = [k for k in worker_env if k.endswith("_API_KEY")] + ["RUNWRIGHT_MODEL"]
     assert "OPENAI_API_KEY" in keys
     for key in keys:
         assert worker_env[key] is None, f"{key} must come from the host, not the file"
     # Services that never call a model do not get them.
     for name in ("migrate", "beat", "flower"):
-        assert not [k for k in environment(raw[name]) if k.endswith("_API_KEY")], name
+        assert not [k for k in environment(raw[name]) if k in keys], name
 
 
 def test_migrate_runs_once_and_workers_wait_for_it() -> None:
@@ -352,19 +361,32 @@ def test_no_build_isolation_has_its_backend_in_the_lock() -> None:
 
 def test_dockerfile_env_and_cmd() -> None:
     steps = dockerfile_instructions()
-    env = " ".join(args for instruction, args in steps if instruction == "ENV")
-    assert "LITELLM_LOCAL_MODEL_COST_MAP=True" in env.split()
+    env = dict(
+        word.split("=", 1)
+        for instruction, args in steps
+        if instruction == "ENV"
+        for word in shlex.split(args)
+    )
+    assert env.get("LITELLM_LOCAL_MODEL_COST_MAP") == "True"
+    # `celery` (a console script) does not put the working directory on
+    # sys.path: agent modules copied with the source must import all the same.
+    workdirs = [args for instruction, args in steps if instruction == "WORKDIR"]
+    assert workdirs and workdirs[-1] in env.get("PYTHONPATH", "").split(":")
     cmds = [args for instruction, args in steps if instruction == "CMD"]
     assert len(cmds) == 1
     assert yaml.safe_load(cmds[0]) == ["celery", "-A", "tasks", "worker", "-l", "INFO"]
 
 
-def test_dockerignore_keeps_local_state_out() -> None:
-    patterns = {
+def dockerignore_patterns() -> set[str]:
+    return {
         line.strip().rstrip("/")
         for line in DOCKERIGNORE.read_text().splitlines()
         if line.strip() and not line.startswith("#")
     }
+
+
+def test_dockerignore_keeps_local_state_out() -> None:
+    patterns = dockerignore_patterns()
     assert {".venv", ".runwright", ".git", ".mypy_cache", ".pytest_cache"} <= patterns
     assert "**/__pycache__" in patterns or "__pycache__" in patterns
     # Never the files the image is built from.
