@@ -7,8 +7,9 @@ command line starts fast.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from store.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from runner.agent import Agent, ApprovalPolicy, ApprovalRequest, Budget, registry
@@ -52,12 +53,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    try:
-        module = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module 'runner' has no attribute {name!r}") from None
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_attributes(__name__, _LAZY)
 
 
 _default_engine: Engine | None = None

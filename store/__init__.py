@@ -6,8 +6,9 @@ that a command touching one module does not pay for all of them.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from store.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from store.base import CancelResult, DecisionResult, EffectBegin, Store, ThreadStart
@@ -93,12 +94,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    try:
-        module = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module 'store' has no attribute {name!r}") from None
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_attributes(__name__, _LAZY)
 
 
 __all__ = [

@@ -145,7 +145,12 @@ def raw_cursor(engine: sa.Engine) -> Iterator[Any]:
     The caller commits or rolls back through ``cursor.connection``; anything
     left open is rolled back when the connection returns to the pool.
     """
-    raw = engine.raw_connection()
+    try:
+        raw = engine.raw_connection()
+    except (psycopg2.OperationalError, psycopg2.InterfaceError) as exc:
+        raise StoreUnavailable(f"Postgres is unavailable: {exc}".strip()) from exc
+    except sqlalchemy.exc.DBAPIError as exc:
+        raise StoreUnavailable(f"Postgres is unavailable: {exc.orig}".strip()) from exc
     try:
         cursor = raw.cursor()
         try:

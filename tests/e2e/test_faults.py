@@ -198,3 +198,47 @@ def test_worker_that_cannot_load_its_agents_exits_loudly(cluster: Cluster) -> No
         "runwright: the worker cannot start: cannot import agent module "
         "'no_such_module.agents'" in worker.log()
     )
+
+
+def test_postgres_restart_mid_run_loses_no_step(tmp_path: Any) -> None:
+    from store.local import LocalPostgres, LocalRedis, free_port
+    from store.migrate import upgrade
+
+    postgres = LocalPostgres(tmp_path / "pg", free_port())
+    redis_server = LocalRedis(tmp_path / "redis", free_port())
+    postgres.start()
+    redis_server.start()
+    postgres.create_database("runwright")
+    url = postgres.url("runwright")
+    upgrade(url)
+    cluster = Cluster(
+        database_url=url,
+        redis_url=redis_server.url(0),
+        broker_url=redis_server.url(1),
+        workdir=tmp_path,
+        overrides={"RUNWRIGHT_LEASE_TTL_SECONDS": "5"},
+    )
+    try:
+        cluster.worker("w1")
+        cluster.worker("w2")
+        cluster.beat()
+        engine = cluster.engine()
+        runs = [engine.start("steady", {"steps": 8, "latency": 0.3, "n": i}) for i in range(4)]
+        wait_until(lambda: all(running_on(engine, r.id, 2) for r in runs), 60, "runs to start")
+        saved = {r.id: engine.checkpoint(r.id).step_index for r in runs}  # type: ignore[union-attr]
+        postgres.stop("immediate")  # a crash, as far as clients can tell
+        time.sleep(2.0)
+        postgres.start()
+        wait_until(
+            lambda: all(engine.get_run(r.id).status is RunStatus.COMPLETED for r in runs),
+            120,
+            "all runs to complete after the restart",
+            0.3,
+        )
+        for run in runs:
+            assert_no_completed_step_repeated(cluster, engine, run.id, saved[run.id])
+            assert engine.get_run(run.id).output == "steady done"
+    finally:
+        cluster.stop()
+        redis_server.kill()
+        postgres.stop("immediate")
