@@ -17,7 +17,7 @@ from runner.agent import Agent, Registry
 from runner.agent import registry as default_registry
 from runner.context import AbortReason
 from runner.errors import ApprovalError, InvalidInput, StoreUnavailable
-from runner.runtime import runtime
+from runner.runtime import in_io, runtime
 from store.base import CancelResult, Store
 from store.claims import Claims
 from store.config import Settings
@@ -295,7 +295,7 @@ class Engine:
         if agent.notifier is None:
             return
         for item in new:
-            approval = await _io(self.store.get_approval, item.approval_id)
+            approval = await in_io(self.store.get_approval, item.approval_id)
             request = approvals_.request_for(agent, run.id, approval, self.tokens)
             try:
                 await approvals_.deliver(agent.notifier, request, self.tool_executor)
@@ -308,24 +308,16 @@ class Engine:
                     self.settings.notify_backoff_seconds,
                     self.settings.notify_backoff_cap_seconds,
                 )
-                await _io(
+                await in_io(
                     self.store.record_notification,
                     approval.approval_id,
                     accepted=False,
                     retry_at=retry_at,
                 )
             else:
-                await _io(
+                await in_io(
                     self.store.record_notification,
                     approval.approval_id,
                     accepted=True,
                     retry_at=None,
                 )
-
-
-async def _io(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    import asyncio
-
-    return await asyncio.get_running_loop().run_in_executor(
-        runtime().io, lambda: fn(*args, **kwargs)
-    )

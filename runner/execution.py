@@ -21,7 +21,7 @@ from runner.agent import Agent
 from runner.context import AbortReason, AbortSignal, RunContext
 from runner.errors import AgentNotFound, LeaseLostError, ModelError, StoreUnavailable
 from runner.loop import StepLoop
-from runner.runtime import runtime
+from runner.runtime import in_io, runtime
 from store.base import StartPoint
 from store.models import Fence, Outcome, Run, RunError, RunStatus, Settled
 
@@ -68,9 +68,7 @@ class Execution:
         self.signal.abort(reason)
 
     async def io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(
-            runtime().io, lambda: fn(*args, **kwargs)
-        )
+        return await in_io(fn, *args, **kwargs)
 
     async def write(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """A fenced write: lease check, then the store call with the fence.

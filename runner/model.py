@@ -41,6 +41,10 @@ def _load() -> Any:
 
                 litellm.suppress_debug_info = True
                 litellm.telemetry = False
+                if "LITELLM_LOG" not in os.environ:
+                    # litellm logs every call at INFO, twice under Celery; a
+                    # worker's log is for runs, not for each model request.
+                    logging.getLogger("LiteLLM").setLevel(logging.WARNING)
                 _register_scripted(litellm)
                 _litellm = litellm
     return _litellm

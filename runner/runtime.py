@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import os
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
 from runner.context import AbortReason
@@ -103,6 +104,13 @@ class Runtime:
     def active(self) -> list[str]:
         with self._lock:
             return list(self._executions)
+
+
+async def in_io(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run a blocking call (database, Redis) in this process's I/O pool."""
+    return await asyncio.get_running_loop().run_in_executor(
+        runtime().io, functools.partial(fn, *args, **kwargs)
+    )
 
 
 _runtime: Runtime | None = None
