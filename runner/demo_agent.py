@@ -11,7 +11,6 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 from runner.agent import Agent, ApprovalPolicy, ApprovalRequest, Budget
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
@@ -71,14 +70,8 @@ def notify(request: ApprovalRequest) -> None:
     )
 
 
-def _payload(request: Request) -> dict[str, Any]:
-    first = next(m["content"] for m in request.messages if m["role"] == "user")
-    data: dict[str, Any] = json.loads(first.removeprefix("```json\n").removesuffix("\n```"))
-    return dict(data["payload"])
-
-
 def script(request: Request) -> Reply:
-    payload = _payload(request)
+    payload = request.payload
     title = str(payload.get("title", "a bug"))
     steps = int(payload.get("steps", 0))
     if steps:  # the long investigation of the second run: one log search per step

@@ -115,6 +115,13 @@ class Request:
     def tool_results(self) -> list[Message]:
         return [m for m in self.messages if m.get("role") == "tool"]
 
+    @property
+    def payload(self) -> Any:
+        """The trigger payload, read back from the run's first message (the
+        fenced JSON block of ``runner.trigger.render_trigger``)."""
+        first = next(m["content"] for m in self.messages if m.get("role") == "user")
+        return json.loads(first.removeprefix("```json\n").removesuffix("\n```"))["payload"]
+
 
 Script = Sequence[Reply] | Callable[[Request], Reply]
 

@@ -130,16 +130,9 @@ hang_model = ScriptedModel("hang", hang, journal=JOURNAL)
 Agent(name="hang", model=hang_model.model)
 
 
-def payload_of(request: Request) -> dict[str, Any]:
-    """The trigger payload, read back from the seed rendering of the first message."""
-    first = next(m["content"] for m in request.messages if m["role"] == "user")
-    data: dict[str, Any] = json.loads(first.removeprefix("```json\n").removesuffix("\n```"))
-    return dict(data["payload"])
-
-
 def fleet(request: Request) -> Reply:
     """Five steps: a lookup, a charge, a refund (approval above 100), a lookup, the answer."""
-    amount = int(payload_of(request).get("amount", 10))
+    amount = int(request.payload.get("amount", 10))
     latency = float(os.environ.get("RUNWRIGHT_TEST_MODEL_LATENCY", "0.05"))
     plan = {
         1: tools(call("lookup", {"q": "order"}), latency=latency),
@@ -165,7 +158,7 @@ def report_error(run_id: str, error: BaseException) -> None:
 
 def steady(request: Request) -> Reply:
     """``steps`` steps (payload), each charging once and taking ``latency`` seconds."""
-    payload = payload_of(request)
+    payload = request.payload
     steps = int(payload.get("steps", 10))
     latency = float(payload.get("latency", 0.3))
     if request.step < steps:
@@ -188,7 +181,7 @@ Agent(
 
 def paced(request: Request) -> Reply:
     """``steps`` steps (payload) of a plain async lookup, ``latency`` seconds each."""
-    payload = payload_of(request)
+    payload = request.payload
     steps = int(payload.get("steps", 5))
     latency = float(payload.get("latency", 1.0))
     if request.step < steps:
