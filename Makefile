@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 # Importing litellm must never reach the network.
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: help install demo test test-all lint fmt bench worker beat flower local-up local-down clean
+.PHONY: help install demo test lint fmt bench lock worker beat flower local-up local-down clean
 
 help: ## Show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -26,9 +26,6 @@ demo: install ## Run the demo end to end (local stack, worker, beat, approval, a
 
 test: install ## Run the tests (services from RUNWRIGHT_DATABASE_URL/RUNWRIGHT_REDIS_URL, else the local stack)
 	$(BIN)/python -m pytest
-
-test-all: install ## Run the tests including the slow soak tests
-	$(BIN)/python -m pytest -m "slow or not slow"
 
 lint: install ## Lint, format check and strict type check
 	$(BIN)/ruff check .
