@@ -25,12 +25,7 @@ class ToolDefinitionError(RunwrightError):
     """The tool cannot be built from that function."""
 
 
-class Aborted(RunwrightError):
-    """The execution was aborted (cancel, drain, timeout or a lost lease)."""
-
-
 __all__ = [
-    "Aborted",
     "AgentNotFound",
     "ApprovalError",
     "CheckpointConflict",

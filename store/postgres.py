@@ -125,23 +125,26 @@ _W1 = Prepared(
     """,
 )
 
-_TOOL_STEPS_FROM_JSON = """
+_TOOL_STEPS_FROM_JSON = sa.text(
+    """
     INSERT INTO steps (run_id, kind, index, name, tool_call_id, input, output, error,
                        started_at, finished_at)
-    SELECT src.run_id, s.kind, s.index, s.name, s.tool_call_id, s.input, s.output, s.error,
-           s.started_at, s.finished_at
-      FROM {src} AS src, jsonb_to_recordset(CAST(:steps AS jsonb)) AS s(
+    SELECT CAST(:run_id AS uuid), s.kind, s.index, s.name, s.tool_call_id, s.input, s.output,
+           s.error, s.started_at, s.finished_at
+      FROM jsonb_to_recordset(CAST(:steps AS jsonb)) AS s(
            kind text, index int, name text, tool_call_id text, input jsonb, output jsonb,
            error jsonb, started_at timestamptz, finished_at timestamptz)
     ON CONFLICT DO NOTHING
-"""
+    """
+)
 
-_MESSAGES_FROM_JSON = """
+_MESSAGES_FROM_JSON = sa.text(
+    """
     INSERT INTO messages (run_id, seq, body)
-    SELECT src.run_id, :base_count + m.ord - 1, m.body
-      FROM {src} AS src,
-           jsonb_array_elements(CAST(:messages AS jsonb)) WITH ORDINALITY AS m(body, ord)
-"""
+    SELECT CAST(:run_id AS uuid), :base_count + m.ord - 1, m.body
+      FROM jsonb_array_elements(CAST(:messages AS jsonb)) WITH ORDINALITY AS m(body, ord)
+    """
+)
 
 # The common W2 in one statement: the run update (state, outcome) is the fence;
 # the checkpoint row only moves forward from exactly ``base_count`` messages
@@ -520,9 +523,7 @@ class PostgresStore:
             self._write_checkpoint(conn, fence.run_id, commit)
             if commit.tool_steps:
                 conn.execute(
-                    sa.text(
-                        _TOOL_STEPS_FROM_JSON.format(src="(SELECT CAST(:run_id AS uuid) AS run_id)")
-                    ),
+                    _TOOL_STEPS_FROM_JSON,
                     {
                         "run_id": fence.run_id,
                         "steps": dumps([_step_json(s) for s in commit.tool_steps]),
@@ -601,7 +602,7 @@ class PostgresStore:
             )
         if commit.new_messages:
             conn.execute(
-                sa.text(_MESSAGES_FROM_JSON.format(src="(SELECT CAST(:run_id AS uuid) AS run_id)")),
+                _MESSAGES_FROM_JSON,
                 {
                     "run_id": run_id,
                     "base_count": commit.base_count,
