@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import threading
+import time
 from dataclasses import dataclass, field
 
 from store.models import TriggerEnvelope
@@ -29,6 +30,7 @@ class AbortSignal:
         self._event = asyncio.Event()
         self._lock = threading.Lock()
         self.reason: AbortReason | None = None
+        self.aborted_at: float | None = None  # time.monotonic() of the abort
 
     @property
     def aborted(self) -> bool:
@@ -39,6 +41,7 @@ class AbortSignal:
             if self.reason is not None:
                 return
             self.reason = reason
+            self.aborted_at = time.monotonic()
         if self._loop is not None and self._loop.is_running():
             try:
                 running = asyncio.get_running_loop()

@@ -109,8 +109,17 @@ class Execution:
 
     def _finish(self, fence: Fence) -> None:
         self.engine.claims.release(fence)
-        if self.settled is not None:
-            self.engine.after_settle(self.settled)
+        if self.settled is None:
+            return
+        self.engine.after_settle(self.settled)
+        if self.settled.run.status is RunStatus.WAITING:
+            # An approval decided while this execution still held the lease
+            # (during the notifier, say) queued the run, and its message found
+            # the lease taken and was dropped. Now that the lease is free, look
+            # once more, so that a fast decision never waits for tick().
+            with contextlib.suppress(StoreUnavailable):
+                if self.engine.store.get_run(self.run_id).status is RunStatus.QUEUED:
+                    self.engine.send([self.run_id])
 
     def _checked(self, fn: Callable[..., T], fence: Fence, *args: Any, **kwargs: Any) -> T:
         # One hop to the I/O pool for both: the lease check, then the write.
@@ -155,13 +164,7 @@ class Execution:
         except Exception as exc:
             log.exception("run %s crashed", self.run_id)
             self._report(agent, exc)
-            with contextlib.suppress(LeaseLostError, StoreUnavailable):
-                self.settled = await self.settle(
-                    Outcome(
-                        RunStatus.FAILED,
-                        error=RunError("internal_error", f"{type(exc).__name__}: {exc}"),
-                    )
-                )
+            self.settled = await self._settle_crash(exc)
             return self.settled
         finally:
             heartbeat.cancel()
@@ -190,6 +193,22 @@ class Execution:
         finally:
             if timer is not None:
                 timer.cancel()
+
+    async def _settle_crash(self, exc: Exception) -> Settled | None:
+        """Fail the run after an unexpected error. This write must not fail on
+        what the error says: if the full message cannot be written, a bare one
+        is, so the run never stays claimed by an execution that is gone."""
+        messages = [f"{type(exc).__name__}: {exc}", f"{type(exc).__name__} (details in the log)"]
+        for message in messages:
+            try:
+                return await self.settle(
+                    Outcome(RunStatus.FAILED, error=RunError("internal_error", message))
+                )
+            except (LeaseLostError, StoreUnavailable):
+                return None
+            except Exception:
+                log.exception("run %s: recording the failure failed", self.run_id)
+        return None
 
     async def settle(self, outcome: Outcome) -> Settled:
         settled: Settled = await self.write(self.engine.store.settle, outcome)

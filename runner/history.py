@@ -8,6 +8,8 @@ a wait and never go to the model.
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +28,47 @@ def for_model(instructions: str, history: list[Message]) -> list[Message]:
         messages.append({"role": "system", "content": instructions})
     messages.extend(m for m in history if m.get("role") not in ENGINE_ROLES)
     return messages
+
+
+# What a provider's tool call id may look like for the engine to keep it.
+_CALL_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+
+
+def call_ids(history: Iterable[Message]) -> set[str]:
+    """Every tool call id the history's assistant messages use."""
+    return {
+        call["id"]
+        for message in history
+        if message.get("role") == "assistant"
+        for call in message.get("tool_calls") or ()
+    }
+
+
+def assign_call_ids(message: Message, used: set[str], step_index: int) -> Message:
+    """``message`` with tool call ids unique within the run.
+
+    Effect keys, approvals and tool results are keyed by the call id, so an id
+    the run already used (some providers number every step's calls from
+    ``call_0``), an empty one, or one repeated within the step would make one
+    call stand for another. Such an id is replaced by one derived from the step
+    and the call's position; any other id is kept as the model sent it. The
+    ids chosen are added to ``used``.
+    """
+    calls = message.get("tool_calls")
+    if not calls:
+        return message
+    assigned = []
+    for position, call in enumerate(calls):
+        call_id = call.get("id")
+        if not isinstance(call_id, str) or not _CALL_ID.fullmatch(call_id) or call_id in used:
+            call_id = f"call_{step_index}_{position}"
+            suffix = 0
+            while call_id in used:
+                suffix += 1
+                call_id = f"call_{step_index}_{position}_{suffix}"
+        used.add(call_id)
+        assigned.append(call if call.get("id") == call_id else {**call, "id": call_id})
+    return {**message, "tool_calls": assigned}
 
 
 def tool_message(call_id: str, content: str) -> Message:

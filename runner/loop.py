@@ -12,7 +12,7 @@ from runner.agent import Agent
 from runner.context import RunContext
 from runner.errors import InvalidInput
 from runner.generated import StateHolder, initial_state, output_tool, state_tools
-from runner.history import continue_thread, for_model, open_step
+from runner.history import assign_call_ids, call_ids, continue_thread, for_model, open_step
 from runner.toolcalls import CallRunner, StepCalls
 from runner.tools import Tool
 from runner.trigger import trigger_message
@@ -54,6 +54,7 @@ class StepLoop:
         self.usage = run.usage
         self.state = StateHolder(None)
         self.tools: dict[str, Tool] = {}
+        self.call_ids: set[str] = set()  # every tool call id of the history
         self._start = start
         self._journaled: Step | None = None
 
@@ -111,6 +112,7 @@ class StepLoop:
             self.messages = [*history, trigger_message(run.trigger)]
         if self.agent.state is not None:
             self.state = StateHolder(initial_state(self.agent.state) if state is None else state)
+        self.call_ids = call_ids(self.messages)
 
     def _assemble(self) -> dict[str, Tool]:
         tools: list[Tool] = []
@@ -165,7 +167,8 @@ class StepLoop:
             return None
         aborted.cancel()
         reply = call.result()
-        output = {"message": reply.message, "finish_reason": reply.finish_reason}
+        message = assign_call_ids(reply.message, self.call_ids, k)
+        output = {"message": message, "finish_reason": reply.finish_reason}
         record = StepRecord(
             index=k,
             kind=StepKind.LLM,
@@ -187,6 +190,7 @@ class StepLoop:
     def _from_w1(self, output: Any) -> Message:
         self.finish_reason = output.get("finish_reason")
         message: Message = output["message"]
+        self.call_ids.update(call["id"] for call in message.get("tool_calls") or ())
         return message
 
     # -------------------------------------------------------- tools and W2
@@ -204,6 +208,7 @@ class StepLoop:
             token_id=self.engine.tokens.current_id,
             notify_delay=self.engine.notify_delay if self.agent.notifier else None,
             executor=self.engine.tool_executor,
+            drain_grace_seconds=max(0.0, self.engine.settings.drain_seconds - 2),
         )
 
     async def _commit(self, k: int, final_text: bool, calls: StepCalls) -> Settled | None:

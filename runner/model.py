@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.errors import ModelError
+from store.jsonsafe import clean_message, clean_text
 from store.models import Message, Usage
 
 log = logging.getLogger(__name__)
@@ -117,8 +118,7 @@ async def complete(
 
 
 def _short(exc: BaseException, limit: int = 500) -> str:
-    text = str(exc)
-    return text if len(text) <= limit else text[:limit] + "..."
+    return clean_message(str(exc), limit)
 
 
 def _reply(response: Any) -> ModelReply:
@@ -127,23 +127,35 @@ def _reply(response: Any) -> ModelReply:
         raw = choice.message
     except (AttributeError, IndexError) as exc:
         raise ModelError(f"the model returned no choices: {exc}") from exc
-    message: Message = {"role": "assistant", "content": raw.content}
+    # Model output is untrusted: text that Postgres cannot store (NUL, lone
+    # surrogates) is replaced here, and tool call ids are only kept as given;
+    # the step loop makes them unique within the run before W1 journals them.
+    content = raw.content
+    message: Message = {
+        "role": "assistant",
+        "content": clean_text(content) if isinstance(content, str) else None,
+    }
     calls: list[dict[str, Any]] = []
-    for i, call in enumerate(raw.tool_calls or []):
+    for call in raw.tool_calls or []:
         function = call.function
         arguments = function.arguments
         if not isinstance(arguments, str):
-            arguments = json.dumps(arguments)
+            arguments = json.dumps(arguments, default=str)
         calls.append(
             {
-                "id": call.id or f"call_{i}",
+                "id": call.id if isinstance(call.id, str) else "",
                 "type": "function",
-                "function": {"name": function.name or "", "arguments": arguments or ""},
+                "function": {
+                    "name": clean_text(function.name or ""),
+                    "arguments": clean_text(arguments or ""),
+                },
             }
         )
     if calls:
         message["tool_calls"] = calls
-    size = len(raw.content or "") + sum(len(c["function"]["arguments"]) for c in calls)
+    size = len(message["content"] or "") + sum(
+        len(c["id"]) + len(c["function"]["name"]) + len(c["function"]["arguments"]) for c in calls
+    )
     if size > MAX_MESSAGE_CHARS:
         raise ModelError(
             f"the model's message is {size} characters; the limit is {MAX_MESSAGE_CHARS}"

@@ -13,6 +13,7 @@ import asyncio
 import concurrent.futures
 import functools
 import os
+import queue
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar
@@ -28,6 +29,59 @@ class Abortable(Protocol):
     def abort(self, reason: AbortReason) -> None: ...
 
 
+class DaemonThreadPool(concurrent.futures.Executor):
+    """A thread pool whose threads do not hold the process open at exit.
+
+    ``ThreadPoolExecutor`` joins its threads when the interpreter exits, so a
+    sync tool that an abort abandoned would keep a draining worker alive until
+    the tool returned. Here an abandoned call's thread is simply left behind.
+    """
+
+    def __init__(self, max_workers: int, thread_name_prefix: str) -> None:
+        self._max = max_workers
+        self._prefix = thread_name_prefix
+        self._work: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads = 0
+        self._idle = 0
+        self._waiting = 0  # submitted, not yet picked up
+
+    def submit(
+        self, fn: Callable[..., T], /, *args: Any, **kwargs: Any
+    ) -> concurrent.futures.Future[T]:
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        with self._lock:
+            self._waiting += 1
+            spawn = self._waiting > self._idle and self._threads < self._max
+            if spawn:
+                self._threads += 1
+                number = self._threads
+        self._work.put((future, fn, args, kwargs))
+        if spawn:
+            threading.Thread(
+                target=self._serve, name=f"{self._prefix}_{number}", daemon=True
+            ).start()
+        return future
+
+    def _serve(self) -> None:
+        while True:
+            with self._lock:
+                self._idle += 1
+            future, fn, args, kwargs = self._work.get()
+            with self._lock:
+                self._idle -= 1
+                self._waiting -= 1
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+            del future, fn, args, kwargs
+
+
 class Runtime:
     def __init__(self) -> None:
         self.pid = os.getpid()
@@ -37,7 +91,7 @@ class Runtime:
             max_workers=int(os.environ.get("RUNWRIGHT_IO_THREADS", "32")),
             thread_name_prefix="runwright-io",
         )
-        self.tools = concurrent.futures.ThreadPoolExecutor(
+        self.tools = DaemonThreadPool(
             max_workers=int(os.environ.get("RUNWRIGHT_TOOL_THREADS", "64")),
             thread_name_prefix="runwright-tool",
         )

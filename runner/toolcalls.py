@@ -2,26 +2,38 @@
 
 Model output is untrusted: an unknown tool, arguments that are not JSON or do
 not fit the schema, and a tool that raises all become tool error results the
-model sees. None of them crashes the run.
+model sees. Tool output is untrusted too: it is made storable (see
+``store.jsonsafe``) or, if it cannot be, becomes a tool error. None of them
+crashes the run.
+
+Every tool call races the run's abort signal. On cancel or timeout a call
+still running a second later is abandoned (at once on a lost lease; a drain
+allows most of the drain window): an async tool is cancelled, a sync tool's
+thread is left to finish and its result is discarded. An abandoned call gets no result,
+so its step stays open; an abandoned effect's journal row stays ``started``,
+which is what "outcome unknown" means to the next execution.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import pydantic
 
 from runner import faults
 from runner.agent import Agent
-from runner.context import RunContext
+from runner.context import AbortReason, AbortSignal, RunContext
 from runner.history import OpenStep, approval_request, error_content, tool_message
-from runner.tools import Tool, ToolInputError, result_text, to_jsonable
+from runner.tools import Tool, ToolInputError
 from store.base import EffectBegin
+from store.jsonsafe import NotStorable, clean_json, clean_message, clip
 from store.models import (
     Effect,
     EffectStatus,
@@ -34,8 +46,12 @@ from store.models import (
 )
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MAX_RESULT_CHARS = 100_000
+# How long a running tool call may go on after a cancel or a timeout before it
+# is abandoned (a drain allows more: most of its window).
+ABORT_GRACE_SECONDS = 1.0
 FINAL_RESULT = "final_result"
 OUTCOME_UNKNOWN = (
     "outcome unknown: this effect started in an earlier execution that stopped before "
@@ -83,17 +99,31 @@ class StepCalls:
         return next((r for r in self.results if r.has_final), None)
 
 
-def _clip(content: str) -> str:
-    if len(content) <= MAX_RESULT_CHARS:
-        return content
-    return (
-        content[:MAX_RESULT_CHARS] + f"... [truncated {len(content) - MAX_RESULT_CHARS} characters]"
-    )
+class Abandoned(Exception):
+    """The run was aborted while the tool call was still running."""
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A tool's return value made fit to store: the tool message's content and
+    the value recorded in the step row and the effect journal."""
+
+    content: str
+    output: Any
+
+
+def storable(value: Any) -> Stored:
+    """Raises :class:`NotStorable` for a value no JSON can hold (a cycle)."""
+    jsonable = clean_json(value)
+    text = jsonable if isinstance(jsonable, str) else json.dumps(jsonable, ensure_ascii=False)
+    content = clip(text, MAX_RESULT_CHARS)
+    return Stored(content, jsonable if content is text else content)
 
 
 def _error(
     call_id: str, name: str, input: Any, message: str, started: Any = None, **extra: Any
 ) -> CallResult:
+    message = clean_message(message)
     return CallResult(
         call_id,
         name,
@@ -102,6 +132,10 @@ def _error(
         error=message,
         started_at=started or utcnow(),
     )
+
+
+def _raised(tool: Tool, exc: BaseException) -> str:
+    return f"{tool.name} raised {type(exc).__name__}: {exc}"
 
 
 # Writes go through the execution, which checks the lease and retries on outages.
@@ -124,6 +158,7 @@ class CallRunner:
         token_id: str,
         notify_delay: timedelta | None,
         executor: Any,
+        drain_grace_seconds: float = 0.0,
     ) -> None:
         self.agent = agent
         self.tools = tools
@@ -135,10 +170,11 @@ class CallRunner:
         self.token_id = token_id
         self.notify_delay = notify_delay
         self.executor = executor
+        self.drain_grace_seconds = drain_grace_seconds
 
     async def run(self, step: OpenStep) -> StepCalls:
         out = StepCalls()
-        runnable: list[tuple[dict[str, Any], Tool, pydantic.BaseModel]] = []
+        runnable: list[tuple[dict[str, Any], Tool, pydantic.BaseModel, Any]] = []
         for call in step.pending:
             call_id, name = call["id"], call["function"]["name"]
             raw_args = call["function"].get("arguments")
@@ -154,7 +190,7 @@ class CallRunner:
             except ToolInputError as exc:
                 out.results.append(_error(call_id, name, raw_args, str(exc)))
                 continue
-            input = args.model_dump(mode="json")
+            input = clean_json(args.model_dump(mode="json"))
             response = step.responses.get(call_id)
             if response is not None:
                 if not response.get("approved"):
@@ -179,47 +215,76 @@ class CallRunner:
                     entry = approval_request(approval.approval_id, call_id, name, input)
                     out.approvals.append((approval, entry))
                     continue
-            runnable.append((call, tool, args))
+            runnable.append((call, tool, args, input))
         if runnable:
-            out.results.extend(
-                await asyncio.gather(*(self._run_one(c, t, a) for c, t, a in runnable))
-            )
+            done = await asyncio.gather(*(self._run_one(*item) for item in runnable))
+            out.results.extend(result for result in done if result is not None)
         order = {c["id"]: i for i, c in enumerate(step.calls)}
         out.results.sort(key=lambda r: order.get(r.call_id, 0))
         return out
 
+    async def _race(self, work: Coroutine[Any, Any, T]) -> T:
+        """``work``'s result, unless the run is aborted and the call outlives
+        the abort's grace (:class:`Abandoned`)."""
+        signal = self.ctx.signal
+        task = asyncio.ensure_future(work)
+        stop = asyncio.ensure_future(signal.wait())
+        try:
+            await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if not task.done():
+                # A call about to finish is worth recording rather than
+                # turning into an unknown outcome: give it a short grace.
+                await asyncio.wait({task}, timeout=self._grace_left(signal))
+        except BaseException:
+            task.cancel()
+            raise
+        finally:
+            stop.cancel()
+        if task.done():
+            return task.result()
+        task.cancel()  # cancels an async tool; a sync tool's thread runs on, ignored
+        raise Abandoned
+
+    def _grace_left(self, signal: AbortSignal) -> float:
+        if signal.reason is AbortReason.LEASE_LOST:
+            return 0.0  # nothing of it could be written anyway
+        grace = ABORT_GRACE_SECONDS
+        if signal.reason is AbortReason.DRAIN:
+            grace = max(grace, self.drain_grace_seconds)
+        aborted_at = signal.aborted_at if signal.aborted_at is not None else time.monotonic()
+        return max(0.0, aborted_at + grace - time.monotonic())
+
     async def _run_one(
-        self, call: dict[str, Any], tool: Tool, args: pydantic.BaseModel
-    ) -> CallResult:
+        self, call: dict[str, Any], tool: Tool, args: pydantic.BaseModel, input: Any
+    ) -> CallResult | None:
+        """The call's result, or None if it was abandoned."""
         call_id = call["id"]
-        input = args.model_dump(mode="json")
         started = utcnow()
         if tool.effect:
             return await self._run_effect(call_id, tool, args, input, started)
         try:
-            value = await tool.invoke(args, self.ctx, executor=self.executor)
+            value = await self._race(tool.invoke(args, self.ctx, executor=self.executor))
+        except Abandoned:
+            log.warning("run %s: tool %s abandoned by an abort", self.ctx.run_id, tool.name)
+            return None
         except Exception as exc:
-            return _error(
-                call_id,
-                tool.name,
-                input,
-                f"{tool.name} raised {type(exc).__name__}: {exc}",
-                started,
-            )
-        return self._success(call_id, tool, args, input, value, started)
+            return _error(call_id, tool.name, input, _raised(tool, exc), started)
+        try:
+            stored = storable(value)
+        except NotStorable as exc:
+            return _error(call_id, tool.name, input, self._unstorable(tool, exc), started)
+        return self._success(call_id, tool, input, stored, started)
+
+    @staticmethod
+    def _unstorable(tool: Tool, exc: NotStorable) -> str:
+        return f"{tool.name} returned a value that cannot be recorded: {exc}"
 
     def _success(
-        self,
-        call_id: str,
-        tool: Tool,
-        args: pydantic.BaseModel,
-        input: Any,
-        value: Any,
-        started: Any,
+        self, call_id: str, tool: Tool, input: Any, stored: Stored, started: Any
     ) -> CallResult:
-        content = _clip(result_text(value))
-        output = to_jsonable(value) if len(content) < MAX_RESULT_CHARS else content
-        result = CallResult(call_id, tool.name, input, content, output=output, started_at=started)
+        result = CallResult(
+            call_id, tool.name, input, stored.content, output=stored.output, started_at=started
+        )
         if tool.name == FINAL_RESULT:
             result.has_final = True
             result.final_output = input
@@ -227,7 +292,7 @@ class CallRunner:
 
     async def _run_effect(
         self, call_id: str, tool: Tool, args: pydantic.BaseModel, input: Any, started: Any
-    ) -> CallResult:
+    ) -> CallResult | None:
         key = f"{self.ctx.run_id}:{call_id}"
         begin: EffectBegin = await self.write(
             self.store_begin, key, tool.name, input, rerun_started=tool.retry == "at_least_once"
@@ -237,22 +302,34 @@ class CallRunner:
             effect = begin.effect
             if effect.status is EffectStatus.COMPLETED:
                 log.info("effect %s already completed; reusing its recorded result", key)
-                content = _clip(result_text(effect.output))
-                return CallResult(
-                    call_id, tool.name, input, content, output=effect.output, started_at=started
-                )
+                return self._success(call_id, tool, input, storable(effect.output), started)
             if effect.status is EffectStatus.FAILED:
                 return _error(
                     call_id, tool.name, input, effect.error or "the effect failed", started
                 )
             return _error(call_id, tool.name, input, OUTCOME_UNKNOWN, started)
         try:
-            value = await tool.invoke(args, self.ctx, idempotency_key=key, executor=self.executor)
+            value = await self._race(
+                tool.invoke(args, self.ctx, idempotency_key=key, executor=self.executor)
+            )
+        except Abandoned:
+            # The journal keeps `started`: the outcome is unknown.
+            log.warning("run %s: effect %s abandoned by an abort", self.ctx.run_id, key)
+            return None
         except Exception as exc:
-            message = f"{tool.name} raised {type(exc).__name__}: {exc}"
+            message = clean_message(_raised(tool, exc))
             await self.write(self.store_finish, key, error=message)
             faults.hit(faults.AFTER_EFFECT_COMPLETE)
             return _error(call_id, tool.name, input, message, started)
-        await self.write(self.store_finish, key, output=to_jsonable(value))
+        try:
+            stored = storable(value)
+        except NotStorable as exc:
+            # The effect ran: the journal records it completed, so it never
+            # runs again, with a note in place of the result it cannot hold.
+            message = self._unstorable(tool, exc)
+            await self.write(self.store_finish, key, output={"unrecorded_result": message})
+            faults.hit(faults.AFTER_EFFECT_COMPLETE)
+            return _error(call_id, tool.name, input, message, started)
+        await self.write(self.store_finish, key, output=stored.output)
         faults.hit(faults.AFTER_EFFECT_COMPLETE)
-        return self._success(call_id, tool, args, input, value, started)
+        return self._success(call_id, tool, input, stored, started)

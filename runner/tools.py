@@ -19,7 +19,6 @@ from concurrent.futures import Executor
 from typing import Any, Literal, overload
 
 import pydantic
-import pydantic_core
 
 from runner.context import RunContext
 from runner.errors import ToolDefinitionError
@@ -30,18 +29,6 @@ IDEMPOTENCY_KEY = "idempotency_key"
 
 class ToolInputError(Exception):
     """The model's arguments for a tool call are unusable."""
-
-
-def to_jsonable(value: Any) -> Any:
-    """What a tool returned, as JSON-compatible data."""
-    return pydantic_core.to_jsonable_python(value, fallback=str)
-
-
-def result_text(value: Any) -> str:
-    """A tool result as the content of a ``tool`` message."""
-    if isinstance(value, str):
-        return value
-    return json.dumps(to_jsonable(value), ensure_ascii=False)
 
 
 class Tool:

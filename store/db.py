@@ -21,7 +21,7 @@ import sqlalchemy as sa
 import sqlalchemy.event
 import sqlalchemy.exc
 
-from store.errors import StoreUnavailable
+from store.errors import StoreRefused, StoreUnavailable
 
 
 def _default(value: Any) -> Any:
@@ -33,7 +33,10 @@ def _default(value: Any) -> Any:
 
 
 def dumps(value: Any) -> str:
-    return json.dumps(value, default=_default, separators=(",", ":"), allow_nan=False)
+    try:
+        return json.dumps(value, default=_default, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise StoreRefused(f"the value cannot be stored as JSON: {exc}") from exc
 
 
 def normalize_url(url: str) -> str:
@@ -160,6 +163,9 @@ def raw_cursor(engine: sa.Engine) -> Iterator[Any]:
     except (psycopg2.OperationalError, psycopg2.InterfaceError) as exc:
         raw.invalidate(exc)
         raise StoreUnavailable(f"Postgres is unavailable: {exc}") from exc
+    except (psycopg2.DataError, psycopg2.ProgrammingError, ValueError) as exc:
+        # ValueError: psycopg2 refuses NUL characters in parameters.
+        raise refused(exc) from exc
     finally:
         raw.close()
 
@@ -174,7 +180,20 @@ def db_errors() -> Iterator[None]:
             exc, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError
         ):
             raise StoreUnavailable(f"Postgres is unavailable: {exc.orig}") from exc
-        raise
+        if isinstance(exc, sqlalchemy.exc.IntegrityError):
+            raise  # the store reads constraint names off these
+        raise refused(exc) from exc
+    except sqlalchemy.exc.StatementError as exc:
+        raise refused(exc) from exc
+
+
+def refused(exc: BaseException) -> StoreRefused:
+    """The driver's reason without the statement or its parameters, which may
+    hold anything (a tool's output, a secret in a payload)."""
+    orig = getattr(exc, "orig", None) or exc
+    text = (getattr(orig, "pgerror", None) or str(orig)).strip()
+    reason = text.splitlines()[0] if text else type(orig).__name__
+    return StoreRefused(f"Postgres refused the statement: {reason}")
 
 
 def is_unique_violation(exc: sqlalchemy.exc.IntegrityError, constraint: str) -> bool:

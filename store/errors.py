@@ -56,5 +56,9 @@ class StoreUnavailable(RunwrightError):
     """The database or Redis could not be reached."""
 
 
+class StoreRefused(RunwrightError):
+    """The database refused a value or a statement."""
+
+
 class LocalStackError(RunwrightError):
     """The local stack (embedded Postgres and Redis) could not be started."""

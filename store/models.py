@@ -15,9 +15,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from store.ids import new_id
+from store.jsonsafe import clean_message
 
 JSON = Any
 Message = dict[str, Any]
+MAX_ERROR_CHARS = 4000
+MAX_ERROR_CODE_CHARS = 64
 
 
 def utcnow() -> datetime:
@@ -113,8 +116,16 @@ class Fence:
 
 @dataclass(frozen=True)
 class RunError:
+    """Why a run failed. The message often quotes untrusted text (a tool's
+    exception, a provider's answer): it is cleaned and clipped here, so that
+    writing a failure can never fail on its text."""
+
     code: str
     message: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "code", clean_message(self.code, MAX_ERROR_CODE_CHARS))
+        object.__setattr__(self, "message", clean_message(self.message, MAX_ERROR_CHARS))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,471 @@
+"""Attacks on the execution engine from model output, tool output and timing
+(issue 9: items 6, 7, 9, 10, 11 and 13), on real Postgres and Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner import Agent, Budget, Engine, effect, tool
+from runner.agent import ApprovalRequest
+from runner.testing import ScriptedModel, call, text, tools
+from store.config import Settings
+from store.errors import StoreRefused
+from store.leases import Leases, lease_key
+from store.models import (
+    EffectStatus,
+    Fence,
+    NewRun,
+    Outcome,
+    RunError,
+    RunStatus,
+    StepKind,
+    StepRecord,
+    TriggerEnvelope,
+    utcnow,
+)
+from store.postgres import PostgresStore
+from tests.agents import charge, lookup, read_effect_log
+from tests.integration.test_http_model import FakeOpenAI
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def run_in_thread(engine: Engine, run_id: str) -> tuple[threading.Thread, dict[str, Any]]:
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        box["run"] = engine.execute(run_id)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    return thread, box
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.01)
+    raise AssertionError("condition not met in time")
+
+
+# ------------------------------------------------- 6: tool call ids from the model
+
+
+class ScriptedOpenAI(FakeOpenAI):
+    """A loopback OpenAI-compatible server whose replies a test scripts by step."""
+
+    def __init__(self, script: Callable[[int, dict[str, Any]], dict[str, Any]]) -> None:
+        super().__init__()
+        self.script = script
+
+    def reply(self, body: dict[str, Any]) -> dict[str, Any]:
+        step = 1 + sum(1 for m in body["messages"] if m["role"] == "assistant")
+        message = self.script(step, body)
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": 1_700_000_000,
+            "model": body["model"],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        }
+
+
+def calls(*items: tuple[str, str, dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(args)},
+            }
+            for call_id, name, args in items
+        ],
+    }
+
+
+@pytest.fixture
+def scripted_openai() -> Iterator[Callable[..., ScriptedOpenAI]]:
+    servers: list[ScriptedOpenAI] = []
+
+    def make(script: Callable[[int, dict[str, Any]], dict[str, Any]]) -> ScriptedOpenAI:
+        server = ScriptedOpenAI(script)
+        server.thread.start()
+        servers.append(server)
+        return server
+
+    yield make
+    for server in servers:
+        server.server.shutdown()
+        server.server.server_close()
+
+
+def http_agent(server: FakeOpenAI, **kwargs: Any) -> str:
+    name = unique("ids")
+    Agent(
+        name=name,
+        model="openai/gpt-4o-mini",
+        model_settings={"api_base": server.base_url, "api_key": "sk-loopback"},
+        **kwargs,
+    )
+    return name
+
+
+def test_empty_and_reused_call_ids_never_merge_effects(
+    engine: Engine,
+    scripted_openai: Callable[..., ScriptedOpenAI],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    log = tmp_path / "effects.jsonl"
+    monkeypatch.setenv("RUNWRIGHT_TEST_EFFECT_LOG", str(log))
+
+    def script(step: int, body: dict[str, Any]) -> dict[str, Any]:
+        if step == 1:  # a provider that sends no ids at all
+            return calls(("", "charge", {"amount": 1}), ("", "lookup", {"q": "a"}))
+        if step == 2:  # ... and again: litellm's fallback would be call_0 once more
+            return calls(("", "charge", {"amount": 2}))
+        if step == 3:  # one id twice in one step
+            return calls(("dup", "charge", {"amount": 3}), ("dup", "charge", {"amount": 4}))
+        if step == 4:  # an id an earlier step used
+            return calls(("dup", "charge", {"amount": 5}), ("own_id_7", "lookup", {"q": "b"}))
+        return {"role": "assistant", "content": "done"}
+
+    server = scripted_openai(script)
+    name = http_agent(server, tools=[charge, lookup])
+    run = engine.start(name)
+    done = engine.execute(run.id)
+    assert done is not None and done.status is RunStatus.COMPLETED
+
+    charged = [e["amount"] for e in read_effect_log(str(log)) if e["tool"] == "charge"]
+    assert sorted(charged) == [1, 2, 3, 4, 5]  # every effect ran, once
+    keys = [e["key"] for e in read_effect_log(str(log)) if e["tool"] == "charge"]
+    assert len(set(keys)) == 5
+
+    checkpoint = engine.checkpoint(run.id)
+    assert checkpoint is not None
+    ids = [
+        c["id"]
+        for m in checkpoint.messages
+        if m["role"] == "assistant"
+        for c in m.get("tool_calls") or ()
+    ]
+    assert len(ids) == len(set(ids)) == 7 and "" not in ids
+    # Ids the model sent that were usable are the ones it sees again.
+    assert "dup" in ids and "own_id_7" in ids
+    last_request = server.requests[-1]["messages"]
+    assert any(m.get("tool_call_id") == "own_id_7" for m in last_request if m["role"] == "tool")
+    results = [m["tool_call_id"] for m in checkpoint.messages if m["role"] == "tool"]
+    assert sorted(results) == sorted(ids)  # each call answered exactly once
+
+
+def test_an_id_reused_in_an_approval_step_still_waits_for_a_decision(
+    engine: Engine, scripted_openai: Callable[..., ScriptedOpenAI]
+) -> None:
+    def script(step: int, body: dict[str, Any]) -> dict[str, Any]:
+        if step in (1, 2):  # two gated calls, both with the id "call_0"
+            return calls(("call_0", "charge", {"amount": 10 * step}))
+        return {"role": "assistant", "content": "done"}
+
+    server = scripted_openai(script)
+    name = http_agent(server, tools=[charge, lookup], approvals={"charge": True})
+    run = engine.start(name)
+    for amount in (10, 20):
+        waiting = engine.execute(run.id)
+        assert waiting is not None and waiting.status is RunStatus.WAITING
+        pending = [a for a in engine.approvals(run.id) if a.pending]
+        assert [a.input for a in pending] == [{"amount": amount}]
+        assert waiting.waiting is not None
+        assert waiting.waiting.approval_id == pending[0].approval_id
+        engine.respond(pending[0].approval_id, True, trusted=True)
+    done = engine.execute(run.id)
+    assert done is not None and done.status is RunStatus.COMPLETED
+    tool_steps = [s for s in engine.steps(run.id) if s.kind is StepKind.TOOL]
+    assert [s.output for s in tool_steps] == [
+        {"charged": 10, "key": f"{run.id}:call_0"},
+        {"charged": 20, "key": f"{run.id}:call_2_0"},
+    ]
+
+
+# ----------------------------------------------- 7: tools that hang past an abort
+
+
+@tool
+def sleepy(seconds: float) -> str:
+    """Sleep in a thread."""
+    time.sleep(seconds)
+    return "woke"
+
+
+@tool
+async def asleepy(seconds: float) -> str:
+    """Sleep on the loop."""
+    await asyncio.sleep(seconds)
+    return "woke"
+
+
+@effect
+def slow_transfer(seconds: float, idempotency_key: str) -> str:
+    """Move money, slowly."""
+    time.sleep(seconds)
+    return "moved"
+
+
+@pytest.mark.parametrize("hanging", [sleepy, asleepy], ids=["sync", "async"])
+def test_timeout_ends_a_run_whose_tool_hangs(engine: Engine, hanging: Any) -> None:
+    name = unique("hang-timeout")
+    model = ScriptedModel(name, [tools(call(hanging.name, {"seconds": 15})), text("never")])
+    Agent(name=name, model=model.model, tools=[hanging], budget=Budget(timeout_ms=1000))
+    started = time.monotonic()
+    done = engine.execute(engine.start(name).id)
+    elapsed = time.monotonic() - started
+    assert done is not None and done.status is RunStatus.FAILED
+    assert done.error is not None and done.error.code == "timeout"
+    assert elapsed < 5, f"the run ended {elapsed:.1f}s after it started, not about 2s"
+    # The abandoned call has no result: a retry of the step would run it again.
+    assert not [s for s in engine.steps(done.id) if s.kind is StepKind.TOOL]
+
+
+@pytest.mark.parametrize("hanging", [sleepy, asleepy], ids=["sync", "async"])
+def test_cancel_ends_a_run_whose_tool_hangs(engine: Engine, hanging: Any) -> None:
+    name = unique("hang-cancel")
+    model = ScriptedModel(name, [tools(call(hanging.name, {"seconds": 15})), text("never")])
+    Agent(name=name, model=model.model, tools=[hanging])
+    run = engine.start(name)
+    thread, box = run_in_thread(engine, run.id)
+    wait_for(lambda: model.call_count == 1)
+    time.sleep(0.3)  # the tool is running
+    requested = time.monotonic()
+    assert engine.cancel(run.id).action == "requested"
+    thread.join(10)
+    settled_after = time.monotonic() - requested
+    assert not thread.is_alive()
+    assert box["run"].status is RunStatus.CANCELLED
+    assert settled_after < 2.5, f"cancel took {settled_after:.1f}s"
+    assert engine.get_run(run.id).claim is None or engine.get_run(run.id).status.settled
+
+
+def test_an_abandoned_effect_is_an_unknown_outcome(engine: Engine, pg_store: PostgresStore) -> None:
+    name = unique("hang-effect")
+    model = ScriptedModel(
+        name, [tools(call("slow_transfer", {"seconds": 15}, id="t1")), text("never")]
+    )
+    Agent(name=name, model=model.model, tools=[slow_transfer])
+    run = engine.start(name)
+    thread, box = run_in_thread(engine, run.id)
+    wait_for(lambda: pg_store.effect(run.id, f"{run.id}:t1") is not None)
+    engine.cancel(run.id)
+    thread.join(10)
+    assert box["run"].status is RunStatus.CANCELLED
+    journaled = pg_store.effect(run.id, f"{run.id}:t1")
+    assert journaled is not None and journaled.status is EffectStatus.STARTED
+
+
+def test_a_tool_that_finishes_within_the_grace_is_recorded(engine: Engine) -> None:
+    name = unique("grace")
+    model = ScriptedModel(name, [tools(call("sleepy", {"seconds": 0.6})), text("never")])
+    Agent(name=name, model=model.model, tools=[sleepy])
+    run = engine.start(name)
+    thread, box = run_in_thread(engine, run.id)
+    wait_for(lambda: model.call_count == 1)
+    time.sleep(0.1)
+    engine.cancel(run.id)
+    thread.join(10)
+    assert box["run"].status is RunStatus.CANCELLED
+    assert [s.output for s in engine.steps(run.id) if s.kind is StepKind.TOOL] == ["woke"]
+
+
+# ------------------------------------- 9, 10, 11: values that are not storable
+
+
+def _circular() -> Any:
+    value: dict[str, Any] = {"a": 1}
+    value["self"] = value
+    return value
+
+
+HOSTILE_OUTPUTS: dict[str, Callable[[], Any]] = {
+    "nan": lambda: {"score": float("nan"), "big": float("inf"), "small": float("-inf")},
+    "bytes": lambda: b"\xff\xfe not utf-8 \x00",
+    "circular": _circular,
+    "nul": lambda: "before\x00after",
+    "surrogate": lambda: {"text": "lone \ud800 surrogate", "key\x00": "v"},
+}
+
+
+@pytest.mark.parametrize("kind", sorted(HOSTILE_OUTPUTS))
+def test_tool_output_that_is_not_json_goes_back_to_the_model(engine: Engine, kind: str) -> None:
+    make = HOSTILE_OUTPUTS[kind]
+
+    @tool
+    def hostile() -> Any:
+        """Return something awkward."""
+        return make()
+
+    @effect
+    def hostile_effect(idempotency_key: str) -> Any:
+        """Do something, then return something awkward."""
+        return make()
+
+    name = unique(f"hostile-{kind}")
+    model = ScriptedModel(
+        name,
+        [
+            tools(call("hostile", id="h1"), call("hostile_effect", id="h2")),
+            text("handled"),
+        ],
+    )
+    Agent(name=name, model=model.model, tools=[hostile, hostile_effect])
+    done = engine.execute(engine.start(name).id)
+    assert done is not None and done.status is RunStatus.COMPLETED, done and done.error
+    assert done.output == "handled"
+    results = [m for m in model.calls[1].messages if m["role"] == "tool"]
+    assert len(results) == 2
+    for message in results:
+        assert "\x00" not in message["content"]
+    effect_row = engine.store.effect(done.id, f"{done.id}:h2")
+    assert effect_row is not None and effect_row.status is EffectStatus.COMPLETED
+
+
+def test_an_exception_message_with_nul_is_a_tool_error(engine: Engine) -> None:
+    @tool
+    def grumpy() -> str:
+        """Fail with an awkward message."""
+        raise RuntimeError("bad\x00byte \ud800")
+
+    name = unique("nul-raise")
+    model = ScriptedModel(name, [tools(call("grumpy")), text("ok")])
+    Agent(name=name, model=model.model, tools=[grumpy])
+    done = engine.execute(engine.start(name).id)
+    assert done is not None and done.status is RunStatus.COMPLETED
+    [step] = [s for s in engine.steps(done.id) if s.kind is StepKind.TOOL]
+    assert "RuntimeError" in str(step.error) and "\x00" not in str(step.error)
+
+
+def test_model_content_with_nul_is_sanitized(engine: Engine) -> None:
+    name = unique("nul-model")
+    model = ScriptedModel(
+        name, [tools(call("lookup", {"q": "x\u0000y"})), text("fine\x00 \ud83d answer")]
+    )
+    Agent(name=name, model=model.model, tools=[lookup])
+    done = engine.execute(engine.start(name).id)
+    assert done is not None and done.status is RunStatus.COMPLETED
+    assert done.output == "fine\ufffd \ufffd answer"
+
+
+def test_a_failure_whose_message_cannot_be_stored_still_settles(
+    engine: Engine, leases: Leases
+) -> None:
+    def broken_factory(ctx: Any) -> list[Any]:
+        raise RuntimeError("factory failed \x00 with a NUL")
+
+    name = unique("nul-crash")
+    model = ScriptedModel(name, [text("never")])
+    Agent(name=name, model=model.model, tools=broken_factory)
+    run = engine.start(name)
+    done = engine.execute(run.id)
+    assert done is not None and done.status is RunStatus.FAILED
+    stored = engine.get_run(run.id)
+    assert stored.status is RunStatus.FAILED
+    assert stored.error is not None and stored.error.code == "internal_error"
+    assert "factory failed" in stored.error.message and "\x00" not in stored.error.message
+    assert leases.redis.get(lease_key(run.id)) is None  # released
+
+
+@pytest.mark.parametrize("value", [float("nan"), "nul\x00inside"], ids=["nan", "nul"])
+def test_driver_statements_never_land_in_the_error(pg_store: PostgresStore, value: Any) -> None:
+    # A value no sanitizer saw reaches the caller as one clear error, without
+    # the SQL text or its parameters; a failure's own text is always storable.
+    run, _ = pg_store.create_run(NewRun(agent=_agent_for_refusal(), trigger=TriggerEnvelope()))
+    claim = pg_store.claim(run.id, "me", 30)
+    assert claim is not None
+    fence = Fence(run.id, "me", claim.epoch)
+    with pytest.raises(StoreRefused) as raised:
+        pg_store.record_llm_step(fence, _llm_record_with(value))
+    assert "SELECT" not in raised.value.message and "nul" not in raised.value.message
+    settled = pg_store.settle(
+        fence, Outcome(RunStatus.FAILED, error=RunError("internal_error", "x\x00y"))
+    )
+    assert settled.run.error is not None and settled.run.error.message == "x\ufffdy"
+
+
+def _agent_for_refusal() -> str:
+    name = unique("refusal")
+    Agent(name=name, model=ScriptedModel(name, [text("x")]).model)
+    return name
+
+
+def _llm_record_with(value: Any) -> StepRecord:
+    now = utcnow()
+    return StepRecord(
+        index=1,
+        kind=StepKind.LLM,
+        started_at=now,
+        finished_at=now,
+        output={"message": {"role": "assistant", "content": value}},
+    )
+
+
+# ------------------------------------------------- 13: a decision made at once
+
+
+def test_a_decision_made_while_the_lease_is_held_resumes_without_tick(
+    pg_store: PostgresStore, leases: Leases, settings: Settings
+) -> None:
+    executed: list[threading.Thread] = []
+    engine_box: dict[str, Engine] = {}
+
+    def enqueue(run_id: str) -> None:
+        thread = threading.Thread(target=engine_box["engine"].execute, args=(run_id,))
+        executed.append(thread)
+        thread.start()
+
+    made = Engine(pg_store, leases=leases, settings=settings, enqueue=enqueue)
+    engine_box["engine"] = made
+    decided = threading.Event()
+
+    def decide_at_once(request: ApprovalRequest) -> None:
+        # The approver answers while the execution that asked still holds
+        # the lease: the resume message finds the run claimed.
+        made.respond(request.approval_id, True, trusted=True)
+        time.sleep(0.5)
+        decided.set()
+
+    name = unique("fast-approval")
+    model = ScriptedModel(name, [tools(call("charge", {"amount": 1})), text("approved and done")])
+    Agent(
+        name=name,
+        model=model.model,
+        tools=[charge],
+        approvals={"charge": True},
+        notifier=decide_at_once,
+    )
+    run = made.start(name)
+    try:
+        wait_for(lambda: made.get_run(run.id).status is RunStatus.COMPLETED, timeout=5)
+    finally:
+        for thread in list(executed):
+            thread.join(10)
+        made.close()
+    assert decided.is_set()
