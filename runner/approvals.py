@@ -29,8 +29,6 @@ from store.models import Approval, Decision
 log = logging.getLogger(__name__)
 
 MAX_REASON_CHARS = 2000
-
-
 MIN_SECRET_BYTES = 32
 DEFAULT_KEY_ID = "default"
 # ":" and "," appear in no base64, URL-safe base64 or hex alphabet, so a secret
@@ -63,8 +61,8 @@ class Tokens:
             log.info("RUNWRIGHT_SECRET_KEY is not set: approval tokens verify in this process only")
             return cls({"ephemeral": secrets.token_bytes(32)}, "ephemeral")
         keys: dict[str, bytes] = {}
-        for entry in setting.split(","):
-            key_id, secret = _parse_entry(entry.strip())
+        for number, entry in enumerate(setting.split(","), start=1):
+            key_id, secret = _parse_entry(number, entry.strip())
             if key_id in keys:
                 raise ConfigurationError(f"RUNWRIGHT_SECRET_KEY lists the key id {key_id!r} twice")
             keys[key_id] = secret
@@ -88,11 +86,13 @@ class Tokens:
         return hmac.compare_digest(expected, token.encode("utf-8", "surrogatepass"))
 
 
-def _parse_entry(entry: str) -> tuple[str, bytes]:
-    """One ``secret`` or ``id:secret`` entry of ``RUNWRIGHT_SECRET_KEY``."""
+def _parse_entry(number: int, entry: str) -> tuple[str, bytes]:
+    """One ``secret`` or ``id:secret`` entry of ``RUNWRIGHT_SECRET_KEY``. Errors
+    name the entry by its position: its text may be (part of) a secret."""
     if not entry:
         raise ConfigurationError(
-            "RUNWRIGHT_SECRET_KEY has an empty entry; give a secret or id:secret[,id:secret...]"
+            f"RUNWRIGHT_SECRET_KEY entry {number} is empty; give a secret or "
+            "id:secret[,id:secret...]"
         )
     key_id, sep, secret = (part.strip() for part in entry.partition(_SEPARATOR))
     if not sep:
@@ -101,21 +101,24 @@ def _parse_entry(entry: str) -> tuple[str, bytes]:
             # "=" other than base64's trailing padding is the old id=secret form;
             # taking it whole would silently rename the key and void its tokens.
             raise ConfigurationError(
-                "RUNWRIGHT_SECRET_KEY entries are id:secret (a colon, not '='), or a bare secret"
+                f"RUNWRIGHT_SECRET_KEY entry {number}: entries are id:secret (a colon, "
+                "not '='), or a bare secret"
             )
     elif not _KEY_ID.fullmatch(key_id):
         raise ConfigurationError(
-            f"RUNWRIGHT_SECRET_KEY key ids are 1-64 letters, digits, '_', '.' or '-', "
-            f"not {key_id[:80]!r}"
+            f"RUNWRIGHT_SECRET_KEY entry {number}: a key id is 1-64 letters, digits, "
+            "'_', '.' or '-' before the first ':'"
         )
     try:
         encoded = secret.encode()
     except UnicodeEncodeError:
-        raise ConfigurationError(f"the secret of key {key_id!r} is not valid UTF-8") from None
+        raise ConfigurationError(
+            f"RUNWRIGHT_SECRET_KEY entry {number}: the secret is not valid UTF-8"
+        ) from None
     if len(encoded) < MIN_SECRET_BYTES:
         raise ConfigurationError(
-            f"the secret of key {key_id!r} is {len(encoded)} bytes; at least "
-            f"{MIN_SECRET_BYTES} are required (e.g. openssl rand -base64 32)"
+            f"RUNWRIGHT_SECRET_KEY entry {number}: the secret is {len(encoded)} bytes; at "
+            f"least {MIN_SECRET_BYTES} are required (e.g. openssl rand -base64 32)"
         )
     return key_id, encoded
 
