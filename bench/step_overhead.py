@@ -75,9 +75,14 @@ def run(repeats: int) -> dict[str, Any]:
         durable = Engine(
             PostgresStore(db),
             leases=Leases.from_url(base.redis_url),
-            settings=Settings(lease_ttl_seconds=30, secret_key="bench=bench"),
+            settings=Settings(
+                lease_ttl_seconds=30, secret_key="bench:bench-secret-bench-secret-bench-secret"
+            ),
         )
-        memory = Engine(MemoryStore(), settings=Settings(secret_key="bench=bench"))
+        memory = Engine(
+            MemoryStore(),
+            settings=Settings(secret_key="bench:bench-secret-bench-secret-bench-secret"),
+        )
         for engine in (durable, memory):  # warm up: litellm import, pools, prepared plans
             _per_step(engine, agent.name, 10)
 

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from runner.errors import (
         AgentNotFound,
         ApprovalError,
+        ConfigurationError,
         InvalidInput,
         LeaseLostError,
         ModelError,
@@ -35,6 +36,7 @@ _LAZY = {
     "ApprovalPolicy": "runner.agent",
     "ApprovalRequest": "runner.agent",
     "Budget": "runner.agent",
+    "ConfigurationError": "runner.errors",
     "Engine": "runner.engine",
     "InvalidInput": "runner.errors",
     "LeaseLostError": "runner.errors",
@@ -91,6 +93,7 @@ __all__ = [
     "ApprovalPolicy",
     "ApprovalRequest",
     "Budget",
+    "ConfigurationError",
     "Engine",
     "InvalidInput",
     "LeaseLostError",

@@ -14,13 +14,14 @@ import hashlib
 import hmac
 import inspect
 import logging
+import re
 import secrets
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
 from runner.agent import Agent, ApprovalRequest
-from runner.errors import ApprovalError, InvalidInput
+from runner.errors import ApprovalError, ConfigurationError
 from runner.history import approval_response
 from store.base import Store
 from store.models import Approval, Decision
@@ -28,6 +29,13 @@ from store.models import Approval, Decision
 log = logging.getLogger(__name__)
 
 MAX_REASON_CHARS = 2000
+MIN_SECRET_BYTES = 32
+DEFAULT_KEY_ID = "default"
+# ":" and "," appear in no base64, URL-safe base64 or hex alphabet, so a secret
+# in any of those encodings can never be mistaken for an id or a second key.
+_KEY_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_SEPARATOR = ":"
+_B64_PADDING = re.compile(r"[^=]*=*")
 
 
 class Tokens:
@@ -35,29 +43,30 @@ class Tokens:
 
     def __init__(self, keys: Mapping[str, bytes], current_id: str) -> None:
         if current_id not in keys:
-            raise InvalidInput(f"no signing key with id {current_id!r}")
+            raise ConfigurationError(f"no signing key with id {current_id!r}")
         self._keys = dict(keys)
         self.current_id = current_id
 
     @classmethod
     def parse(cls, setting: str | None) -> Tokens:
-        """``RUNWRIGHT_SECRET_KEY``: ``id=secret[,id=secret...]``, first one current;
-        a bare secret gets the id ``default``. Unset: a random key for this
-        process only (tokens then verify only here)."""
+        """``RUNWRIGHT_SECRET_KEY``: ``secret`` or ``id:secret[,id:secret...]``.
+
+        The first key signs new approvals; every listed key verifies. A bare
+        secret (no ``:``) is taken whole and gets the id ``default``; with an id,
+        the secret is everything after the first ``:``. Each secret must be at
+        least 32 bytes. Unset: a random key for this process only (tokens then
+        verify only here).
+        """
         if not setting:
             log.info("RUNWRIGHT_SECRET_KEY is not set: approval tokens verify in this process only")
             return cls({"ephemeral": secrets.token_bytes(32)}, "ephemeral")
         keys: dict[str, bytes] = {}
-        order: list[str] = []
-        for item in filter(None, (part.strip() for part in setting.split(","))):
-            key_id, sep, secret = item.partition("=")
-            if not sep:
-                key_id, secret = "default", item
-            if not key_id or not secret:
-                raise InvalidInput("RUNWRIGHT_SECRET_KEY entries look like id=secret")
-            keys[key_id] = secret.encode()
-            order.append(key_id)
-        return cls(keys, order[0])
+        for number, entry in enumerate(setting.split(","), start=1):
+            key_id, secret = _parse_entry(number, entry.strip())
+            if key_id in keys:
+                raise ConfigurationError(f"RUNWRIGHT_SECRET_KEY lists the key id {key_id!r} twice")
+            keys[key_id] = secret
+        return cls(keys, next(iter(keys)))
 
     def sign(self, approval_id: str, token_id: str | None = None) -> str:
         key_id = token_id or self.current_id
@@ -68,10 +77,50 @@ class Tokens:
         digest = hmac.new(secret, approval_id.encode(), hashlib.sha256).digest()
         return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
-    def verify(self, approval_id: str, token_id: str, token: str) -> bool:
-        if token_id not in self._keys:
+    def verify(self, approval_id: str, token_id: str, token: object) -> bool:
+        if token_id not in self._keys or not isinstance(token, str):
             return False
-        return hmac.compare_digest(self.sign(approval_id, token_id), token)
+        expected = self.sign(approval_id, token_id).encode()
+        # Bytes, not str: compare_digest raises TypeError on a non-ASCII str, and
+        # a token comes from whoever holds (or guesses at) a link.
+        return hmac.compare_digest(expected, token.encode("utf-8", "surrogatepass"))
+
+
+def _parse_entry(number: int, entry: str) -> tuple[str, bytes]:
+    """One ``secret`` or ``id:secret`` entry of ``RUNWRIGHT_SECRET_KEY``. Errors
+    name the entry by its position: its text may be (part of) a secret."""
+    if not entry:
+        raise ConfigurationError(
+            f"RUNWRIGHT_SECRET_KEY entry {number} is empty; give a secret or "
+            "id:secret[,id:secret...]"
+        )
+    key_id, sep, secret = (part.strip() for part in entry.partition(_SEPARATOR))
+    if not sep:
+        key_id, secret = DEFAULT_KEY_ID, entry
+        if not _B64_PADDING.fullmatch(entry):
+            # "=" other than base64's trailing padding is the old id=secret form;
+            # taking it whole would silently rename the key and void its tokens.
+            raise ConfigurationError(
+                f"RUNWRIGHT_SECRET_KEY entry {number}: entries are id:secret (a colon, "
+                "not '='), or a bare secret"
+            )
+    elif not _KEY_ID.fullmatch(key_id):
+        raise ConfigurationError(
+            f"RUNWRIGHT_SECRET_KEY entry {number}: a key id is 1-64 letters, digits, "
+            "'_', '.' or '-' before the first ':'"
+        )
+    try:
+        encoded = secret.encode()
+    except UnicodeEncodeError:
+        raise ConfigurationError(
+            f"RUNWRIGHT_SECRET_KEY entry {number}: the secret is not valid UTF-8"
+        ) from None
+    if len(encoded) < MIN_SECRET_BYTES:
+        raise ConfigurationError(
+            f"RUNWRIGHT_SECRET_KEY entry {number}: the secret is {len(encoded)} bytes; at "
+            f"least {MIN_SECRET_BYTES} are required (e.g. openssl rand -base64 32)"
+        )
+    return key_id, encoded
 
 
 def backoff(attempts: int, base: float, cap: float) -> timedelta:
@@ -101,6 +150,24 @@ async def deliver(
         await result
 
 
+def check_reason(reason: object) -> None:
+    """A reason is stored as text and inside the checkpoint's JSON, where Postgres
+    refuses NUL and the driver refuses lone surrogates: refuse them here, before
+    anything is written, with the same error on both stores."""
+    if reason is None:
+        return
+    if not isinstance(reason, str):
+        raise ApprovalError(f"the reason must be text, not {type(reason).__name__}")
+    if len(reason) > MAX_REASON_CHARS:
+        raise ApprovalError(f"the reason is longer than {MAX_REASON_CHARS} characters")
+    if "\x00" in reason:
+        raise ApprovalError("the reason contains a NUL character")
+    try:
+        reason.encode()
+    except UnicodeEncodeError:
+        raise ApprovalError("the reason is not valid Unicode (it has a lone surrogate)") from None
+
+
 def decide(
     store: Store,
     tokens: Tokens,
@@ -113,8 +180,7 @@ def decide(
 ) -> Any:
     """Check the token and record the decision; the store checks the rest
     (decided once, not expired, run still waiting) in one transaction."""
-    if reason is not None and len(reason) > MAX_REASON_CHARS:
-        raise ApprovalError(f"the reason is longer than {MAX_REASON_CHARS} characters")
+    check_reason(reason)
     approval = store.get_approval(approval_id)
     if not trusted:
         if not token:

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -39,6 +40,13 @@ class TickReport:
     recovered: list[str] = field(default_factory=list)
     reenqueued: list[str] = field(default_factory=list)
     key_heads: list[str] = field(default_factory=list)
+    # Approvals a job could not handle (logged, left for a later tick), and the
+    # jobs that failed as a whole; the other jobs ran regardless.
+    item_errors: int = 0
+    failed_jobs: list[str] = field(default_factory=list)
+
+
+Job = Callable[["Engine", TickReport, "datetime | None"], None]
 
 
 def tick(engine: Engine, now: datetime | None = None) -> TickReport:
@@ -53,10 +61,14 @@ def tick(engine: Engine, now: datetime | None = None) -> TickReport:
             leases = None  # the jobs are safe without the lock
     try:
         report = TickReport()
-        _resend_notifications(engine, report, now)
-        _expire_waits(engine, report, now)
-        _recover_lapsed(engine, report, now)
-        _reenqueue(engine, report, now)
+        for job in _JOBS:
+            # Each job on its own: a failing one (a bad row, a store outage
+            # during one query) must not keep the others from their work.
+            try:
+                job(engine, report, now)
+            except Exception:
+                log.exception("tick job %s failed; the other jobs ran", job.__name__)
+                report.failed_jobs.append(job.__name__.lstrip("_"))
         return report
     finally:
         if leases is not None:
@@ -81,11 +93,20 @@ def _resend_notifications(engine: Engine, report: TickReport, now: datetime | No
                 "approval %s: agent %s is not loaded here", item.approval.approval_id, item.agent
             )
             continue
-        if agent.notifier is not None:
+        if agent.notifier is None:
+            continue
+        try:
             request = approvals.request_for(
                 agent, item.approval.run_id, item.approval, engine.tokens
             )
-            sends.append((item.approval.approval_id, agent.notifier, request))
+        except Exception as exc:
+            # Typically signed with a key that has since been removed: no valid
+            # link can be made for it. The claim moved next_notify_at out by
+            # the backoff, so it is retried rarely; its expiry still applies.
+            log.warning("cannot re-send approval %s: %s", item.approval.approval_id, exc)
+            report.item_errors += 1
+            continue
+        sends.append((item.approval.approval_id, agent.notifier, request))
     if not sends:
         return
 
@@ -139,6 +160,11 @@ def _expire_waits(engine: Engine, report: TickReport, now: datetime | None) -> N
             report.expired += 1
         except (ApprovalError, InvalidTransition) as exc:
             log.info("approval %s changed meanwhile: %s", approval.approval_id, exc)
+        except StoreUnavailable:
+            raise  # the store is gone for every item: the job fails, the others try
+        except Exception:
+            log.exception("could not expire approval %s", approval.approval_id)
+            report.item_errors += 1
 
 
 def _recover_lapsed(engine: Engine, report: TickReport, now: datetime | None) -> None:
@@ -160,8 +186,23 @@ def _recover_lapsed(engine: Engine, report: TickReport, now: datetime | None) ->
 def _reenqueue(engine: Engine, report: TickReport, now: datetime | None) -> None:
     settings = engine.settings
     stale = engine.store.stale_claimable(settings.tick_batch, settings.reenqueue_seconds, now=now)
-    heads = engine.store.free_key_heads(settings.tick_batch, settings.reenqueue_seconds, now=now)
-    # Both queries already marked their runs enqueued.
-    engine.send(stale + heads)
+    # The query already marked these runs enqueued.
+    engine.send(stale)
     report.reenqueued = stale
+
+
+def _start_key_heads(engine: Engine, report: TickReport, now: datetime | None) -> None:
+    settings = engine.settings
+    heads = engine.store.free_key_heads(settings.tick_batch, settings.reenqueue_seconds, now=now)
+    # The query already marked these runs enqueued.
+    engine.send(heads)
     report.key_heads = heads
+
+
+_JOBS: tuple[Job, ...] = (
+    _resend_notifications,
+    _expire_waits,
+    _recover_lapsed,
+    _reenqueue,
+    _start_key_heads,
+)

@@ -12,7 +12,7 @@ agree on claim expiry.
 from __future__ import annotations
 
 import json
-import uuid
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -113,12 +113,36 @@ def check_decidable(
         )
 
 
+# Runwright writes every id as a lowercase, hyphenated UUID, and only that
+# spelling is accepted. uuid.UUID() would also take "urn:uuid:...", braces,
+# uppercase, no hyphens, "_" and non-ASCII digits; one spelling per id keeps
+# lookups, logs and links in agreement and keeps odd text away from the driver.
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def is_canonical_id(value: object) -> bool:
+    """True if ``value`` is an id as Runwright writes it (a lowercase UUID)."""
+    return isinstance(value, str) and _CANONICAL_UUID.fullmatch(value) is not None
+
+
+def shown_id(value: object) -> str:
+    """``value`` for an error message: quoted, escaped, and cut short."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def check_run_id(run_id: str) -> str:
     """Run ids are UUIDs; anything else cannot name a run."""
-    try:
-        return str(uuid.UUID(str(run_id)))
-    except ValueError:
-        raise RunNotFound(f"no run with id {run_id!r}") from None
+    if not is_canonical_id(run_id):
+        raise RunNotFound(f"no run with id {shown_id(run_id)}")
+    return run_id
+
+
+def check_approval_id(approval_id: str) -> str:
+    """Approval ids are UUIDs; anything else cannot name an approval."""
+    if not is_canonical_id(approval_id):
+        raise ApprovalError(f"no approval with id {shown_id(approval_id)}")
+    return approval_id
 
 
 class Store(Protocol):

@@ -32,6 +32,10 @@ class InvalidInput(RunwrightError):
     """The input is not valid."""
 
 
+class ConfigurationError(RunwrightError):
+    """The configuration is not valid."""
+
+
 class PayloadTooLarge(InvalidInput):
     """The trigger payload is larger than the configured limit."""
 

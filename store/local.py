@@ -390,9 +390,15 @@ class LocalStack:
         with _file_lock(self.home / ".lock"):
             if not path.exists():
                 self.home.mkdir(parents=True, exist_ok=True)
-                path.write_text(f"local={secrets.token_urlsafe(32)}\n")
+                path.write_text(f"local:{secrets.token_urlsafe(32)}\n")
                 path.chmod(0o600)
-            return path.read_text().strip()
+            key = path.read_text().strip()
+            if key.startswith("local="):
+                # Written before keys were id:secret: same id and secret, so the
+                # tokens of approvals already waiting stay valid.
+                key = "local:" + key.removeprefix("local=")
+                path.write_text(key + "\n")
+            return key
 
     def destroy(self) -> None:
         self.down()

@@ -20,6 +20,7 @@ from store.base import (
     EffectBegin,
     StartPoint,
     ThreadStart,
+    check_approval_id,
     check_decidable,
     check_payload,
     check_run_id,
@@ -474,7 +475,7 @@ class MemoryStore:
 
     def get_approval(self, approval_id: str) -> Approval:
         with self._lock:
-            approval = self._approvals.get(approval_id)
+            approval = self._approvals.get(check_approval_id(approval_id))
             if approval is None:
                 raise ApprovalError(f"no approval with id {approval_id!r}")
             return approval

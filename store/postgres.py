@@ -7,7 +7,6 @@ trips plus two commits, however long the run's history is.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -24,6 +23,7 @@ from store.base import (
     EffectBegin,
     StartPoint,
     ThreadStart,
+    check_approval_id,
     check_decidable,
     check_payload,
     check_run_id,
@@ -814,10 +814,7 @@ class PostgresStore:
             return approval_from_row(row)
 
     def _approval_row(self, conn: sa.Connection, approval_id: str, *, lock: bool) -> Any:
-        try:
-            uuid.UUID(approval_id)
-        except ValueError:
-            raise ApprovalError(f"no approval with id {approval_id!r}") from None
+        approval_id = check_approval_id(approval_id)
         stmt = sa.select(t.approvals).where(t.approvals.c.approval_id == approval_id)
         row = conn.execute(stmt.with_for_update() if lock else stmt).first()
         if row is None:

@@ -85,7 +85,11 @@ def _clean_process_state() -> Iterator[None]:
 
 @pytest.fixture
 def settings() -> Settings:
-    return Settings(lease_ttl_seconds=3, secret_key="test=test-secret", notify_backoff_seconds=5)
+    return Settings(
+        lease_ttl_seconds=3,
+        secret_key="test:test-secret-for-runwright-tests-only",
+        notify_backoff_seconds=5,
+    )
 
 
 @pytest.fixture
@@ -107,7 +111,7 @@ def proc_env(database_url: str, redis_url: str, tmp_path: Path) -> dict[str, str
         "RUNWRIGHT_DATABASE_URL": database_url,
         "RUNWRIGHT_REDIS_URL": redis_url,
         "RUNWRIGHT_LEASE_TTL_SECONDS": "1",
-        "RUNWRIGHT_SECRET_KEY": "test=test-secret",
+        "RUNWRIGHT_SECRET_KEY": "test:test-secret-for-runwright-tests-only",
         "RUNWRIGHT_SCRIPTED_JOURNAL": str(tmp_path / "journal.jsonl"),
         "RUNWRIGHT_TEST_EFFECT_LOG": str(tmp_path / "effects.jsonl"),
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",

@@ -101,7 +101,7 @@ class Cluster:
             "RUNWRIGHT_REDIS_URL": self.redis_url,
             "RUNWRIGHT_BROKER_URL": self.broker_url,
             "RUNWRIGHT_AGENTS": "tests.agents",
-            "RUNWRIGHT_SECRET_KEY": "test=test-secret",
+            "RUNWRIGHT_SECRET_KEY": "test:test-secret-for-runwright-tests-only",
             "RUNWRIGHT_LEASE_TTL_SECONDS": "2",
             "RUNWRIGHT_TICK_SECONDS": "1",
             "RUNWRIGHT_REENQUEUE_SECONDS": "3",

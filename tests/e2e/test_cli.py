@@ -28,7 +28,7 @@ def cli_env(database_url: str, redis_url: str, tmp_path: Path) -> dict[str, str]
         # Messages the commands enqueue land in a database nothing consumes.
         "RUNWRIGHT_BROKER_URL": redis_url.rsplit("/", 1)[0] + f"/{broker_db}",
         "RUNWRIGHT_AGENTS": "tests.agents",
-        "RUNWRIGHT_SECRET_KEY": "test=test-secret",
+        "RUNWRIGHT_SECRET_KEY": "test:test-secret-for-runwright-tests-only",
         "RUNWRIGHT_HOME": str(tmp_path / "home"),
         "PYTHONPATH": str(ROOT),
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",

@@ -101,7 +101,7 @@ def test_flower_sees_execute_with_the_run_id_only(cluster: Cluster, flower: Flow
     assert task["worker"].startswith("w1@")
     # Nothing secret reaches the broker or Flower: not the signing key, not a
     # connection URL or its password.
-    assert engine.settings.secret_key == "test=test-secret"
+    assert engine.settings.secret_key == "test:test-secret-for-runwright-tests-only"
     secrets = [
         engine.settings.secret_key,
         "test-secret",

@@ -40,7 +40,7 @@ def test_local_stack_round_trip(tmp_path: Path) -> None:
         store.close()
 
         secret = stack.secret_key()
-        assert secret.startswith("local=") and stack.secret_key() == secret
+        assert secret.startswith("local:") and stack.secret_key() == secret
     finally:
         stack.down()
     status = stack.status()

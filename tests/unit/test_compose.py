@@ -24,7 +24,7 @@ DOCKERIGNORE = ROOT / ".dockerignore"
 
 RUNWRIGHT_SERVICES = ("migrate", "worker", "beat", "flower")
 REQUIRED = {
-    "RUNWRIGHT_SECRET_KEY": "k1=s3cret",
+    "RUNWRIGHT_SECRET_KEY": "k1:s3cret-s3cret-s3cret-s3cret-s3cret",
     "FLOWER_PASSWORD": "flower-pw",
 }
 
