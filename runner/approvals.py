@@ -21,7 +21,7 @@ from datetime import timedelta
 from typing import Any
 
 from runner.agent import Agent, ApprovalRequest
-from runner.errors import ApprovalError, ConfigurationError
+from runner.errors import ApprovalError, ConfigurationError, InvalidApprovalInput
 from runner.history import approval_response
 from store.base import Store
 from store.models import Approval, Decision
@@ -157,15 +157,17 @@ def check_reason(reason: object) -> None:
     if reason is None:
         return
     if not isinstance(reason, str):
-        raise ApprovalError(f"the reason must be text, not {type(reason).__name__}")
+        raise InvalidApprovalInput(f"the reason must be text, not {type(reason).__name__}")
     if len(reason) > MAX_REASON_CHARS:
-        raise ApprovalError(f"the reason is longer than {MAX_REASON_CHARS} characters")
+        raise InvalidApprovalInput(f"the reason is longer than {MAX_REASON_CHARS} characters")
     if "\x00" in reason:
-        raise ApprovalError("the reason contains a NUL character")
+        raise InvalidApprovalInput("the reason contains a NUL character")
     try:
         reason.encode()
     except UnicodeEncodeError:
-        raise ApprovalError("the reason is not valid Unicode (it has a lone surrogate)") from None
+        raise InvalidApprovalInput(
+            "the reason is not valid Unicode (it has a lone surrogate)"
+        ) from None
 
 
 def decide(

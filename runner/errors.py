@@ -8,12 +8,14 @@ from store.errors import (
     ApprovalError,
     CheckpointConflict,
     ConfigurationError,
+    InvalidApprovalInput,
     InvalidInput,
     InvalidTransition,
     LeaseLostError,
     PayloadTooLarge,
     RunNotFound,
     RunwrightError,
+    StoreRefused,
     StoreUnavailable,
 )
 
@@ -31,6 +33,7 @@ __all__ = [
     "ApprovalError",
     "CheckpointConflict",
     "ConfigurationError",
+    "InvalidApprovalInput",
     "InvalidInput",
     "InvalidTransition",
     "LeaseLostError",
@@ -38,6 +41,7 @@ __all__ = [
     "PayloadTooLarge",
     "RunNotFound",
     "RunwrightError",
+    "StoreRefused",
     "StoreUnavailable",
     "ToolDefinitionError",
 ]

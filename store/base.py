@@ -17,7 +17,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from store.errors import ApprovalError, InvalidInput, PayloadTooLarge, RunNotFound
+from store.errors import (
+    ApprovalError,
+    InvalidApprovalInput,
+    InvalidInput,
+    PayloadTooLarge,
+    RunNotFound,
+)
 from store.models import (
     Approval,
     Checkpoint,
@@ -141,7 +147,7 @@ def check_run_id(run_id: str) -> str:
 def check_approval_id(approval_id: str) -> str:
     """Approval ids are UUIDs; anything else cannot name an approval."""
     if not is_canonical_id(approval_id):
-        raise ApprovalError(f"no approval with id {shown_id(approval_id)}")
+        raise InvalidApprovalInput(f"no approval with id {shown_id(approval_id)}")
     return approval_id
 
 

@@ -56,6 +56,14 @@ class ApprovalError(RunwrightError):
     """The approval cannot be decided."""
 
 
+class InvalidApprovalInput(ApprovalError, InvalidInput):
+    """The approval id or the reason is malformed.
+
+    Both an :class:`ApprovalError` (the decision cannot be made) and an
+    :class:`InvalidInput` (the caller's input is bad), so handlers of either
+    answer it."""
+
+
 class StoreUnavailable(RunwrightError):
     """The database or Redis could not be reached."""
 
