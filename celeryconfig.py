@@ -22,6 +22,11 @@ def _int(name: str, default: int) -> int:
 # A message is only a wake-up hint: Postgres decides who executes. A message
 # redelivered while its run is still executing is refused by the claim.
 broker_url = _settings.broker
+# kombu's Redis transport, with channels that survive a broker restart (a
+# restart otherwise stops busy workers; see tasks/broker.py). Other brokers
+# (RabbitMQ) keep the transport their URL names.
+if broker_url.split("://", 1)[0] in ("redis", "rediss"):
+    broker_transport = "tasks.broker:Transport"
 broker_connection_retry_on_startup = True
 task_default_queue = os.environ.get("RUNWRIGHT_QUEUE", "runwright")
 task_serializer = "json"
