@@ -23,9 +23,10 @@ def _int(name: str, default: int) -> int:
 # redelivered while its run is still executing is refused by the claim.
 broker_url = _settings.broker
 # kombu's Redis transport, with channels that survive a broker restart (a
-# restart otherwise stops busy workers; see tasks/broker.py). Other brokers
-# (RabbitMQ) keep the transport their URL names.
-if broker_url.split("://", 1)[0] in ("redis", "rediss"):
+# restart otherwise stops busy workers; see docs/redis-broker.md). Only for
+# redis://: a named transport hides the URL's scheme from kombu, which derives
+# its TLS defaults from rediss://. Other brokers keep the transport their URL names.
+if broker_url.startswith("redis://"):
     broker_transport = "tasks.broker:Transport"
 broker_connection_retry_on_startup = True
 task_default_queue = os.environ.get("RUNWRIGHT_QUEUE", "runwright")

@@ -28,7 +28,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 class Channel(redis.Channel):
     def _connparams(self, asynchronous: bool = False) -> dict[str, Any]:
-        # Set before Channel.__init__ runs: its first ping already builds a pool.
+        # Kept in __dict__, not set in __init__: Channel.__init__ builds its first
+        # pool (for its ping) before a subclass's __init__ could set anything.
         saved: dict[bool, dict[str, Any]] = self.__dict__.setdefault("_runwright_connparams", {})
         if self.connection is not None and self.connection.client is not None:
             build: Callable[..., dict[str, Any]] = super()._connparams
