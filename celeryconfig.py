@@ -22,6 +22,12 @@ def _int(name: str, default: int) -> int:
 # A message is only a wake-up hint: Postgres decides who executes. A message
 # redelivered while its run is still executing is refused by the claim.
 broker_url = _settings.broker
+# kombu's Redis transport, with channels that survive a broker restart (a
+# restart otherwise stops busy workers; see docs/redis-broker.md). Only for
+# redis://: a named transport hides the URL's scheme from kombu, which derives
+# its TLS defaults from rediss://. Other brokers keep the transport their URL names.
+if broker_url.startswith("redis://"):
+    broker_transport = "tasks.broker:Transport"
 broker_connection_retry_on_startup = True
 task_default_queue = os.environ.get("RUNWRIGHT_QUEUE", "runwright")
 task_serializer = "json"
