@@ -16,7 +16,7 @@ from runner import approvals as approvals_
 from runner.agent import Agent, Registry
 from runner.agent import registry as default_registry
 from runner.context import AbortReason
-from runner.errors import ApprovalError, InvalidInput, StoreUnavailable
+from runner.errors import ApprovalError, ConfigurationError, InvalidInput, StoreUnavailable
 from runner.runtime import in_io, runtime
 from store.base import CancelResult, Store
 from store.claims import Claims
@@ -88,14 +88,20 @@ class Engine:
     @classmethod
     def from_env(cls, *, enqueue: Enqueue | None = _FROM_SETTINGS) -> Engine:
         """An engine configured from the environment (the local stack if no URLs)."""
+        from store.migrate import require_head
         from store.postgres import PostgresStore
 
         settings = Settings.from_env().resolved()
-        assert settings.database_url and settings.redis_url
+        if not settings.database_url or not settings.redis_url:
+            raise ConfigurationError(
+                "set both RUNWRIGHT_DATABASE_URL and RUNWRIGHT_REDIS_URL, or neither for the "
+                "local stack"
+            )
         default_registry.load(settings.agents)
         store = PostgresStore.from_url(
             settings.database_url, max_payload_bytes=settings.max_payload_bytes
         )
+        require_head(store.engine)
         if enqueue is _FROM_SETTINGS:
             enqueue = import_string(settings.enqueue)
         return cls(

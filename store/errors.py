@@ -36,6 +36,10 @@ class ConfigurationError(RunwrightError):
     """The configuration is not valid."""
 
 
+class SchemaMismatch(ConfigurationError):
+    """The database schema is not the one this code needs."""
+
+
 class PayloadTooLarge(InvalidInput):
     """The trigger payload is larger than the configured limit."""
 

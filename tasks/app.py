@@ -60,13 +60,29 @@ def enqueue(run_id: str) -> None:
     execute.apply_async(args=[run_id])
 
 
+def _uses_prefork(worker: Any) -> bool:
+    from celery import concurrency
+    from celery.concurrency.prefork import TaskPool
+
+    pool = concurrency.get_implementation(getattr(worker, "pool_cls", None) or "prefork")
+    return isinstance(pool, type) and issubclass(pool, TaskPool)
+
+
 @signals.worker_init.connect
-def _warm_up(**_: Any) -> None:
+def _warm_up(sender: Any = None, **_: Any) -> None:
     # Import litellm (seconds) and the agents before the first task, not during
     # it. A worker that cannot load its agents must not look healthy: exit loudly
     # (SystemExit passes through Celery's signal dispatch; other errors would not).
     from runner.model import _load
 
+    if sender is not None and _uses_prefork(sender):
+        # Warm shutdown reaches only the main process, so executions in
+        # prefork children could not drain: they would be cut off at the
+        # cold shutdown and wait for tick() to recover them.
+        raise SystemExit(
+            "runwright: the prefork pool cannot drain running agents on shutdown; "
+            "use the threads pool (the default: unset RUNWRIGHT_WORKER_POOL, or -P threads)"
+        )
     try:
         _load()
         engine()
