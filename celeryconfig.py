@@ -63,3 +63,5 @@ beat_schedule = {
 beat_schedule_filename = os.environ.get(
     "RUNWRIGHT_BEAT_SCHEDULE", str(_settings.home / "celerybeat-schedule")
 )
+# Creates the schedule file's folder, so beat starts in a fresh directory.
+beat_scheduler = "tasks.beat:Scheduler"
