@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from store.lazy import lazy_attributes
+from runner.layout import require_own_modules
+
+require_own_modules("store")
+
+from store.lazy import lazy_attributes  # noqa: E402
 
 if TYPE_CHECKING:
     from runner.agent import Agent, ApprovalPolicy, ApprovalRequest, Budget, registry

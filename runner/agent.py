@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -12,7 +14,7 @@ from typing import Any, Literal
 import pydantic
 
 from runner.context import RunContext
-from runner.errors import AgentNotFound, InvalidInput
+from runner.errors import AgentNotFound, ConfigurationError, InvalidInput
 from runner.tools import Tool
 from store.models import TriggerEnvelope
 
@@ -170,11 +172,19 @@ class Registry:
         return sorted(self._agents)
 
     def load(self, modules: Iterable[str]) -> None:
+        """Import the agent modules. The current directory is searched too (last,
+        so it never shadows an installed package), as people expect of a
+        command started in their app's folder."""
+        cwd = os.getcwd()
+        if "" not in sys.path and cwd not in sys.path:
+            sys.path.append(cwd)
         for module in modules:
             try:
                 importlib.import_module(module)
             except ImportError as exc:
-                raise InvalidInput(f"cannot import agent module {module!r}: {exc}") from exc
+                raise ConfigurationError(
+                    f"cannot import agent module {module!r} (RUNWRIGHT_AGENTS): {exc}"
+                ) from exc
 
 
 registry = Registry()

@@ -17,6 +17,7 @@ from runner.agent import Agent, Registry
 from runner.agent import registry as default_registry
 from runner.context import AbortReason
 from runner.errors import ApprovalError, ConfigurationError, InvalidInput, StoreUnavailable
+from runner.layout import require_own_modules
 from runner.runtime import in_io, runtime
 from store.base import CancelResult, Store
 from store.claims import Claims
@@ -103,6 +104,8 @@ class Engine:
         )
         require_head(store.engine)
         if enqueue is _FROM_SETTINGS:
+            if settings.enqueue.startswith("tasks:"):
+                require_own_modules("tasks")
             enqueue = import_string(settings.enqueue)
         return cls(
             store,

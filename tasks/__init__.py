@@ -4,6 +4,10 @@ and the worker signals (warm-up, drain).
 Start workers with ``celery -A tasks worker`` and beat with ``celery -A tasks beat``.
 """
 
-from tasks.app import app, engine, enqueue, execute, tick
+from runner.layout import require_own_modules
+
+require_own_modules("runner", "store", "celeryconfig")
+
+from tasks.app import app, engine, enqueue, execute, tick  # noqa: E402
 
 __all__ = ["app", "engine", "enqueue", "execute", "tick"]

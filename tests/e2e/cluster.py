@@ -25,14 +25,21 @@ from tests.services import ROOT
 class Proc:
     """A subprocess whose output goes to a log file we can wait on."""
 
-    def __init__(self, name: str, args: list[str], env: dict[str, str], logdir: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        args: list[str],
+        env: dict[str, str],
+        logdir: Path,
+        cwd: Path = ROOT,
+    ) -> None:
         self.name = name
         self.log_path = logdir / f"{name}.log"
         self._log = open(self.log_path, "ab")  # noqa: SIM115  (closed in stop())
         self.popen = subprocess.Popen(
             args,
             env=env,
-            cwd=ROOT,
+            cwd=cwd,
             stdout=self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

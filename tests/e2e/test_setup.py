@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
 
+from store.models import RunStatus
 from tests.e2e.cluster import Cluster, Proc, wait_until
+from tests.services import ROOT
 
 
 def test_a_prefork_worker_refuses_to_start_with_one_line(cluster: Cluster) -> None:
@@ -38,3 +43,84 @@ def test_beat_starts_in_a_fresh_directory_with_external_services(
     time.sleep(1.5)  # a tick or two
     assert beat.popen.poll() is None, beat.log()[-2000:]
     assert "FileNotFoundError" not in beat.log()
+
+
+BILLING_AGENTS = """
+from runner import Agent
+from runner.testing import ScriptedModel, text
+
+billing_model = ScriptedModel("billing-cwd", [text("billed from the app folder")])
+Agent(name="billing-cwd", model=billing_model.model)
+"""
+
+
+def test_a_worker_started_in_the_app_folder_finds_its_agent_module(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "billing_agents.py").write_text(BILLING_AGENTS)
+    spec = importlib.util.spec_from_file_location("billing_agents", app / "billing_agents.py")
+    assert spec is not None and spec.loader is not None
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))  # known here too
+    worker = Proc(
+        "app-worker",
+        [sys.executable, "-m", "celery", "-A", "tasks", "worker", "-l", "INFO", "-c", "2"],
+        cluster.env(RUNWRIGHT_AGENTS="billing_agents"),
+        cluster.workdir,
+        cwd=app,
+    )
+    cluster.procs.append(worker)
+    worker.wait_for(" ready.", timeout=90)
+    engine = cluster.engine()
+    run = engine.start("billing-cwd")
+    done = wait_until(
+        lambda: engine.get_run(run.id).status is RunStatus.COMPLETED and engine.get_run(run.id),
+        30,
+        "the run to complete",
+    )
+    assert done.output == "billed from the app folder"
+
+
+def _python_in(project: Path, code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Python started in ``project`` with it first on the import path, as
+    ``python manage.py`` or ``python -m celery`` would be."""
+    base = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run(
+        [sys.executable, "-c", f"import sys; sys.path.insert(0, ''); {code}"],
+        cwd=project,
+        env={**base, "PYTHONPATH": str(ROOT), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def _one_line(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 1, done
+    assert done.stderr.strip().count("\n") == 0, done.stderr
+    return done.stderr
+
+
+def test_a_store_package_that_shadows_runwrights_fails_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "store").mkdir()
+    (tmp_path / "store" / "__init__.py").write_text("")
+    for code in ("import runner", "import tasks"):
+        line = _one_line(_python_in(tmp_path, code))
+        assert str(tmp_path / "store" / "__init__.py") in line
+        assert "shadows Runwright's module 'store'" in line
+
+
+def test_a_tasks_module_that_shadows_runwrights_fails_in_one_line(
+    tmp_path: Path, database_url: str, redis_url: str
+) -> None:
+    (tmp_path / "tasks.py").write_text("")
+    done = _python_in(
+        tmp_path,
+        "from runner.cli import main; main(['start', 'any-agent'])",
+        RUNWRIGHT_DATABASE_URL=database_url,
+        RUNWRIGHT_REDIS_URL=redis_url,
+        RUNWRIGHT_SECRET_KEY="k1:" + "s" * 40,
+    )
+    line = _one_line(done)
+    assert str(tmp_path / "tasks.py") in line and "shadows Runwright's module 'tasks'" in line
