@@ -9,10 +9,16 @@ from __future__ import annotations
 import os
 
 from store.config import Settings
+from store.errors import ConfigurationError
 
-_settings = Settings.from_env()
-if _settings.broker_url is None and _settings.redis_url is None:
-    _settings = _settings.resolved()  # the local stack
+# Checked, and never starting servers: with no URLs the local stack must
+# already be up (`runwright local up`). A `celery` command with a bad
+# configuration stops with one line. (A web process has met the same checks
+# earlier, in Engine.from_env, as a ConfigurationError.)
+try:
+    _settings = Settings.from_env().resolved(start=False)
+except ConfigurationError as exc:
+    raise SystemExit(f"runwright: {exc.message}") from None
 
 
 def _int(name: str, default: int) -> int:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from store.errors import InvalidInput
+from store.errors import ConfigurationError, InvalidInput
 
 DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
 
@@ -77,21 +77,52 @@ class Settings:
 
     @property
     def uses_local_stack(self) -> bool:
-        return self.database_url is None or self.redis_url is None
+        """No URLs at all: the local stack. Anything partial is refused by :meth:`check`."""
+        return self.database_url is None and self.redis_url is None
 
-    def resolved(self) -> Settings:
-        """These settings with the local stack's URLs filled in (started if needed)."""
+    def check(self) -> None:
+        """Refuse, in one line, a configuration a production process must not
+        run with: one of the two URLs without the other (which would quietly
+        start private embedded servers), or services without a signing key
+        (each process would sign approval tokens with its own random key)."""
+        if (self.database_url is None) != (self.redis_url is None):
+            missing, given = (
+                ("RUNWRIGHT_DATABASE_URL", "RUNWRIGHT_REDIS_URL")
+                if self.database_url is None
+                else ("RUNWRIGHT_REDIS_URL", "RUNWRIGHT_DATABASE_URL")
+            )
+            raise ConfigurationError(
+                f"{missing} is not set but {given} is: set both, or neither to use the "
+                "local stack"
+            )
+        if not self.uses_local_stack and not (self.secret_key or "").strip():
+            raise ConfigurationError(
+                "RUNWRIGHT_SECRET_KEY is not set: approval tokens need one key shared by every "
+                "process; set it to 32 or more random bytes, e.g. the output of "
+                "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`"
+            )
+
+    def resolved(self, *, start: bool = True) -> Settings:
+        """These settings, checked, with the local stack's URLs filled in when no
+        URLs are set. ``start=False`` never starts servers: the stack must be up."""
+        self.check()
         if not self.uses_local_stack:
             return self
         from store.local import LocalStack
 
-        urls = LocalStack(self.home).up()
-        secret = self.secret_key or LocalStack(self.home).secret_key()
+        stack = LocalStack(self.home)
+        urls = stack.up() if start else stack.running_urls()
+        if urls is None:
+            raise ConfigurationError(
+                "RUNWRIGHT_DATABASE_URL and RUNWRIGHT_REDIS_URL are not set and the local "
+                f"stack under {stack.home} is not running: run `runwright local up`, or set "
+                "both URLs"
+            )
         return replace(
             self,
-            database_url=self.database_url or urls.database_url,
-            redis_url=self.redis_url or urls.redis_url,
-            secret_key=secret,
+            database_url=urls.database_url,
+            redis_url=urls.redis_url,
+            secret_key=self.secret_key or stack.secret_key(),
         )
 
     @property

@@ -354,13 +354,22 @@ class LocalStack:
             redis_server.start()
             postgres.create_database(self.database)
             urls = StackURLs(postgres.url(self.database), redis_server.url(0))
-            if state.get("migrated_url") != urls.database_url:
-                from store.migrate import upgrade
+            # Every time: a stack made by an older version gets the new
+            # migrations (a no-op, one query, when it is at head).
+            from store.migrate import upgrade_if_behind
 
-                upgrade(urls.database_url)
-                state["migrated_url"] = urls.database_url
-                self._save_state(state)
+            upgrade_if_behind(urls.database_url)
             return urls
+
+    def running_urls(self) -> StackURLs | None:
+        """The URLs of the stack if both servers are running; never starts them."""
+        state = self._state()
+        if "postgres_port" not in state:
+            return None
+        postgres, redis_server = self._servers(state)
+        if not (postgres.running() and redis_server.running()):
+            return None
+        return StackURLs(postgres.url(self.database), redis_server.url(0))
 
     def down(self) -> None:
         with _file_lock(self.home / ".lock"):

@@ -33,6 +33,17 @@ def upgrade(url: str, revision: str = "head") -> None:
         command.upgrade(alembic_config(url), revision)
 
 
+def upgrade_if_behind(url: str) -> None:
+    """``upgrade(url)`` unless the schema is already at head (one query then)."""
+    engine = sa.create_engine(normalize_url(url), poolclass=sa.pool.NullPool)
+    try:
+        current = current_revision(engine)
+    finally:
+        engine.dispose()
+    if current != HEAD:
+        upgrade(url)
+
+
 def downgrade(url: str, revision: str) -> None:
     with db_errors():
         command.downgrade(alembic_config(url), revision)

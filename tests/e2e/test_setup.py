@@ -124,3 +124,68 @@ def test_a_tasks_module_that_shadows_runwrights_fails_in_one_line(
     )
     line = _one_line(done)
     assert str(tmp_path / "tasks.py") in line and "shadows Runwright's module 'tasks'" in line
+
+
+def _celery_exits(cluster: Cluster, name: str, command: str, **env: str) -> str:
+    """Start ``celery -A tasks <command>`` expecting it to refuse to start."""
+    full = cluster.env(**env)
+    for key in [k for k, v in env.items() if v == ""]:
+        full.pop(key, None)  # "" means: unset it
+    proc = Proc(
+        name,
+        [sys.executable, "-m", "celery", "-A", "tasks", command, "-l", "INFO"],
+        full,
+        cluster.workdir,
+        cwd=cluster.workdir,
+    )
+    cluster.procs.append(proc)
+    code = proc.wait(90)
+    log = proc.log()
+    assert code != 0, log[-2000:]
+    ours = [line for line in log.splitlines() if line.startswith("runwright: ")]
+    assert len(ours) == 1 and log.rstrip().endswith(ours[0]), log[-2000:]
+    assert "Traceback" not in log, log[-2000:]
+    return ours[0]
+
+
+def test_partial_configuration_stops_worker_and_beat_and_starts_no_servers(
+    cluster: Cluster,
+) -> None:
+    home = cluster.workdir / "home"
+    for command in ("worker", "beat"):
+        line = _celery_exits(
+            cluster,
+            f"{command}-no-redis",
+            command,
+            RUNWRIGHT_REDIS_URL="",
+            RUNWRIGHT_BROKER_URL="",
+            RUNWRIGHT_HOME=str(home),
+        )
+        assert "RUNWRIGHT_REDIS_URL is not set" in line
+        line = _celery_exits(
+            cluster,
+            f"{command}-no-db",
+            command,
+            RUNWRIGHT_DATABASE_URL="",
+            RUNWRIGHT_HOME=str(home),
+        )
+        assert "RUNWRIGHT_DATABASE_URL is not set" in line
+        line = _celery_exits(
+            cluster,
+            f"{command}-nothing",
+            command,
+            RUNWRIGHT_DATABASE_URL="",
+            RUNWRIGHT_REDIS_URL="",
+            RUNWRIGHT_BROKER_URL="",
+            RUNWRIGHT_HOME=str(home),
+        )
+        assert "runwright local up" in line
+    # No embedded Postgres or Redis was started for any of them.
+    assert not (home / "postgres").exists() and not (home / "redis").exists()
+
+
+def test_a_missing_or_weak_signing_key_stops_the_worker(cluster: Cluster) -> None:
+    line = _celery_exits(cluster, "no-key", "worker", RUNWRIGHT_SECRET_KEY="")
+    assert "RUNWRIGHT_SECRET_KEY is not set" in line
+    line = _celery_exits(cluster, "weak-key", "worker", RUNWRIGHT_SECRET_KEY="short-secret")
+    assert "RUNWRIGHT_SECRET_KEY" in line and "32" in line
