@@ -6,49 +6,20 @@ Postgres database, through ``set_default_engine``.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
 from examples import agents
-from runner import Engine, RunStatus, set_default_engine
+from runner import Engine, RunStatus
 from store.postgres import PostgresStore
 from tests.helpers import snapshot
 
 
-@pytest.fixture(scope="module")
-def django_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Configure Django once per process, with a fresh SQLite file per module."""
-    import django
-    from django.core.management import call_command
-    from django.db import connections
-
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "examples.django_app.settings")
-    path = str(tmp_path_factory.mktemp("django") / "db.sqlite3")
-    os.environ["EXAMPLE_DJANGO_DB"] = path
-    django.setup()
-    call_command("migrate", verbosity=0)
-    yield
-    connections.close_all()
-
-
 @pytest.fixture
-def client(django_db: None, engine: Engine) -> Iterator[Any]:
-    from django.test import Client
-
-    from examples.django_app.tickets.models import Ticket
-
-    agents.refunds.clear()
-    agents.sent_links.clear()
-    Ticket.objects.all().delete()
-    set_default_engine(engine)
-    try:
-        yield Client()
-    finally:
-        set_default_engine(None)
+def client(django_client: Any) -> Any:
+    return django_client
 
 
 def ticket_run(ticket_id: int) -> str:
