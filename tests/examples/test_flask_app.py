@@ -159,7 +159,7 @@ def test_the_page_escapes_tool_input(client: FlaskClient, engine: Engine) -> Non
 def test_a_waiting_run_shows_its_approval_only_to_the_token_holder(
     client: FlaskClient, engine: Engine
 ) -> None:
-    run_id, path, token = start_waiting_run(client, engine)
+    run_id, _, token = start_waiting_run(client, engine)
     waiting = engine.get_run(run_id).waiting
     assert waiting is not None
     for query in ({}, {"token": "forged"}, {"token": ""}):
@@ -183,7 +183,7 @@ def test_the_notifier_logs_no_token(
     capfd: pytest.CaptureFixture[str],
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    run_id, path, token = start_waiting_run(client, engine)
+    run_id, _, token = start_waiting_run(client, engine)
     waiting = engine.get_run(run_id).waiting
     assert waiting is not None
     out, err = capfd.readouterr()
