@@ -53,11 +53,12 @@ class Command(click.Command):
     """Refuses arguments that are not text before the command runs."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        for name, value in ctx.params.items():
+        for param in self.params:
+            value = ctx.params.get(param.name or "")
             for item in value if isinstance(value, tuple) else (value,):
                 if isinstance(item, str) and not _is_text(item):
-                    flag = name.replace("_", "-")
-                    raise InvalidInput(f"{flag} is not valid UTF-8 text")
+                    label = param.opts[0] if isinstance(param, click.Option) else param.name
+                    raise InvalidInput(f"{label} is not valid UTF-8 text")
         return super().invoke(ctx)
 
 

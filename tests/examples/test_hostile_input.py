@@ -105,7 +105,8 @@ def test_flask_run_ids_are_not_found(flask_client: FlaskClient) -> None:
 def django_tickets() -> int:
     from examples.django_app.tickets.models import Ticket
 
-    return Ticket.objects.count()
+    count: int = Ticket.objects.count()
+    return count
 
 
 @pytest.mark.parametrize(
