@@ -13,14 +13,13 @@ plain ``Text``, never as rich markup.
 from __future__ import annotations
 
 import json
-import re
 import sys
 import time
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+from runner.cliargs import PRUNE_MAX, PRUNE_MIN, is_text, parse_duration, parse_payload
 from runner.terminal import inert
 from store.config import Settings
 from store.errors import InvalidInput, RunwrightError
@@ -30,10 +29,6 @@ if TYPE_CHECKING:
     from store.models import Run, Step
 
 
-# Prune refuses ages outside this range: zero would delete runs that settled a
-# moment ago, and a century is longer than any retention anyone means.
-PRUNE_MIN = timedelta(minutes=1)
-PRUNE_MAX = timedelta(days=36_500)
 ERROR_CHARS = 300  # an error quoting a 20 KB argument still fits a few lines
 
 
@@ -56,20 +51,10 @@ class Command(click.Command):
         for param in self.params:
             value = ctx.params.get(param.name or "")
             for item in value if isinstance(value, tuple) else (value,):
-                if isinstance(item, str) and not _is_text(item):
+                if isinstance(item, str) and not is_text(item):
                     label = param.opts[0] if isinstance(param, click.Option) else param.name
                     raise InvalidInput(f"{label} is not valid UTF-8 text")
         return super().invoke(ctx)
-
-
-def _is_text(value: str) -> bool:
-    # Python decodes argv with surrogateescape: bytes that are not UTF-8 arrive
-    # as lone surrogates, which no store, log or terminal can take.
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 class Group(click.Group):
@@ -106,35 +91,6 @@ def _console() -> Any:
 
 def _when(value: Any) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
-
-
-def parse_duration(text: str) -> timedelta:
-    """``30d``, ``12h``, ``90m``, ``45s`` (or several: ``1d12h``).
-
-    ASCII digits only (``\\d`` would take any script's digits), and at most nine
-    per unit, so no value can overflow ``timedelta`` or Python's int parsing.
-    """
-    unit = "([0-9]{1,9})"
-    parts = re.fullmatch(f"(?:{unit}d)?(?:{unit}h)?(?:{unit}m)?(?:{unit}s)?", text.strip())
-    if not text.strip() or parts is None:
-        raise InvalidInput(f"{text[:40]!r} is not a duration like 30d, 12h, 90m or 45s")
-    days, hours, minutes, seconds = (int(p or 0) for p in parts.groups())
-    return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
-
-
-def _refuse_constant(name: str) -> Any:
-    raise InvalidInput(f"--payload is not JSON: {name} is not a JSON number")
-
-
-def parse_payload(text: str) -> Any:
-    """``--payload``: strict JSON (no NaN or Infinity), refused if nested too deep
-    to parse; the engine then checks it like any trigger."""
-    try:
-        return json.loads(text, parse_constant=_refuse_constant)
-    except json.JSONDecodeError as exc:
-        raise InvalidInput(f"--payload is not JSON: {exc}") from None
-    except RecursionError:
-        raise InvalidInput("--payload is nested too deeply") from None
 
 
 @click.group(cls=Group)
