@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from runner.cliargs import PRUNE_MAX, PRUNE_MIN, is_text, parse_duration, parse_payload
+from runner.cliargs import (
+    PRUNE_MAX,
+    PRUNE_MIN,
+    is_text,
+    parse_duration,
+    parse_payload,
+    seconds,
+)
 from runner.terminal import inert
 from store.config import Settings
 from store.errors import InvalidInput, RunwrightError
@@ -251,8 +258,20 @@ def show(run_id: str, messages: bool) -> None:
 
 @main.command()
 @click.argument("run_id")
-@click.option("--interval", default=0.5, show_default=True, help="Seconds between polls.")
-@click.option("--timeout", default=None, type=float, help="Give up after this many seconds.")
+@click.option(
+    "--interval",
+    default=0.5,
+    show_default=True,
+    callback=seconds(0.01, 3600),
+    help="Seconds between polls.",
+)
+@click.option(
+    "--timeout",
+    default=None,
+    type=float,
+    callback=seconds(0, 10**9),
+    help="Give up after this many seconds.",
+)
 def watch(run_id: str, interval: float, timeout: float | None) -> None:
     """Follow a run's steps live until it settles."""
     from store.postgres import PostgresStore

@@ -4,9 +4,13 @@
 from __future__ import annotations
 
 import json
+import math
 import re
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
+
+import click
 
 from store.errors import InvalidInput
 
@@ -53,3 +57,17 @@ def parse_payload(text: str) -> Any:
         raise InvalidInput(f"--payload is not JSON: {exc}") from None
     except RecursionError:
         raise InvalidInput("--payload is nested too deeply") from None
+
+
+def seconds(low: float, high: float) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """A click callback for a float option: finite and from ``low`` to ``high``.
+    click's FloatRange lets NaN through (every comparison with it is false), and
+    ``time.sleep`` raises on NaN and on negative values."""
+
+    def check(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+        if value is not None and not (math.isfinite(value) and low <= value <= high):
+            label = param.opts[0] if param.opts else param.name
+            raise InvalidInput(f"{label} must be a number of seconds from {low:g} to {high:g}")
+        return value
+
+    return check
