@@ -10,6 +10,7 @@ that is never a 500.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -33,6 +34,13 @@ def _refuse_constant(name: str) -> Any:
     raise InvalidInput(f"the body is not JSON: {name} is not a JSON number")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400 parses as inf, which JSON cannot hold
+        raise InvalidInput(f"the body holds a number out of range: {text[:40]}")
+    return value
+
+
 def json_body(body: bytes) -> Any:
     """The body as strict JSON: UTF-8, no NaN or Infinity, not nested past what
     the parser can take (the engine then applies its own nesting limit)."""
@@ -41,8 +49,8 @@ def json_body(body: bytes) -> Any:
     except UnicodeDecodeError:
         raise InvalidInput("the body is not UTF-8") from None
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
-    except json.JSONDecodeError as exc:
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except ValueError as exc:  # JSONDecodeError, or an integer of over 4300 digits
         raise InvalidInput(f"the body is not JSON: {exc}") from None
     except RecursionError:
         raise InvalidInput("the body is nested too deeply") from None

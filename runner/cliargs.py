@@ -48,12 +48,19 @@ def refuse_constant(name: str) -> Any:
     raise InvalidInput(f"--payload is not JSON: {name} is not a JSON number")
 
 
+def finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400 parses as inf, which JSON cannot hold
+        raise InvalidInput(f"--payload holds a number out of range: {text[:40]}")
+    return value
+
+
 def parse_payload(text: str) -> Any:
     """``--payload``: strict JSON (no NaN or Infinity), refused if nested too deep
     to parse; the engine then checks it like any trigger."""
     try:
-        return json.loads(text, parse_constant=refuse_constant)
-    except json.JSONDecodeError as exc:
+        return json.loads(text, parse_constant=refuse_constant, parse_float=finite_float)
+    except ValueError as exc:  # JSONDecodeError, or an integer of over 4300 digits
         raise InvalidInput(f"--payload is not JSON: {exc}") from None
     except RecursionError:
         raise InvalidInput("--payload is nested too deeply") from None

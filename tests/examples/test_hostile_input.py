@@ -55,6 +55,10 @@ def flask_start(client: FlaskClient, body: bytes | str) -> Any:
             '{"agent": "support_triage", "payload": {"m": ' + nested(TOO_DEEP) + "}}",
             id="too-deep-to-parse",
         ),
+        pytest.param('{"agent": "support_triage", "payload": {"m": 1e400}}', id="float-overflow"),
+        pytest.param(
+            '{"agent": "support_triage", "payload": {"m": ' + "1" * 5000 + "}}", id="huge-int"
+        ),
     ],
 )
 def test_flask_start_refuses_bodies_it_cannot_read(
