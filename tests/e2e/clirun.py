@@ -8,12 +8,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+from store.config import Settings
 from tests.services import ROOT
 
 RUNWRIGHT = str(Path(sys.executable).with_name("runwright"))
 
 
-def make_cli_env(database_url: str, redis_url: str, tmp_path: Path) -> dict[str, str]:
+def make_cli_env(
+    database_url: str, redis_url: str, tmp_path: Path, settings: Settings
+) -> dict[str, str]:
+    """The environment of a ``runwright`` process that works on this test's
+    services, signing with the test engine's key (``settings``)."""
+    assert settings.secret_key
     broker_db = int(redis_url.rsplit("/", 1)[1])
     return {
         **os.environ,
@@ -22,7 +28,7 @@ def make_cli_env(database_url: str, redis_url: str, tmp_path: Path) -> dict[str,
         # Messages the commands enqueue land in a database nothing consumes.
         "RUNWRIGHT_BROKER_URL": redis_url.rsplit("/", 1)[0] + f"/{broker_db}",
         "RUNWRIGHT_AGENTS": "tests.agents",
-        "RUNWRIGHT_SECRET_KEY": "test=test-secret",
+        "RUNWRIGHT_SECRET_KEY": settings.secret_key,
         "RUNWRIGHT_HOME": str(tmp_path / "home"),
         "PYTHONPATH": str(ROOT),
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from runner import Engine, RunStatus
+from store.config import Settings
 from store.postgres import PostgresStore
 from tests.e2e.clirun import make_cli_env, refused, rw
 from tests.helpers import snapshot
@@ -25,8 +26,10 @@ LIMIT = 4096  # RUNWRIGHT_MAX_PAYLOAD_BYTES for these tests; argv cannot carry 2
 
 
 @pytest.fixture
-def cli_env(database_url: str, redis_url: str, tmp_path: Path) -> dict[str, str]:
-    env = make_cli_env(database_url, redis_url, tmp_path)
+def cli_env(
+    database_url: str, redis_url: str, tmp_path: Path, settings: Settings
+) -> dict[str, str]:
+    env = make_cli_env(database_url, redis_url, tmp_path, settings)
     env["RUNWRIGHT_MAX_PAYLOAD_BYTES"] = str(LIMIT)
     return env
 

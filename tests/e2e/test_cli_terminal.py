@@ -14,6 +14,7 @@ import pytest
 
 import tests.agents_terminal as hostile
 from runner import Engine, RunStatus
+from store.config import Settings
 from tests.e2e.clirun import make_cli_env, rw
 
 # The visible rendering of the OSC sequence that would retitle the terminal.
@@ -21,8 +22,10 @@ SHOWN = "\\x1b]0;pwned\\x07"
 
 
 @pytest.fixture
-def cli_env(database_url: str, redis_url: str, tmp_path: Path) -> dict[str, str]:
-    return make_cli_env(database_url, redis_url, tmp_path)
+def cli_env(
+    database_url: str, redis_url: str, tmp_path: Path, settings: Settings
+) -> dict[str, str]:
+    return make_cli_env(database_url, redis_url, tmp_path, settings)
 
 
 def assert_inert(output: str) -> None:
