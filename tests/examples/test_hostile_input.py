@@ -151,7 +151,11 @@ class Page:
         self.client, self.approval_id = client, approval_id
 
     def get(self, approval_id: str, token: str) -> tuple[int, bytes]:
-        response = self.client.get(self.path(approval_id), {"token": token})
+        query = {"token": token}
+        if isinstance(self.client, FlaskClient):
+            response = self.client.get(self.path(approval_id), query_string=query)
+        else:
+            response = self.client.get(self.path(approval_id), query)
         return response.status_code, self.body(response)
 
     def post(self, approval_id: str, form: dict[str, str] | bytes) -> tuple[int, bytes]:
