@@ -4,6 +4,11 @@ It looks an order up, then asks to refund it; the refund waits for a person, who
 gets a link to the web app's approval page. Workers find the agent through
 ``RUNWRIGHT_AGENTS=examples.agents``.
 
+The link carries the approval's token: whoever has it can decide. So it goes to
+the approvers only, here an inbox file (``EXAMPLE_INBOX``, by default
+``.runwright/example-inbox.txt``, readable by its owner only); the worker's log
+says which approval was sent, never the link.
+
 Set ``RUNWRIGHT_MODEL`` (any litellm model string, e.g. ``openai/gpt-4o-mini``)
 to use a real model; without it a scripted model plays the part, so the
 examples run without an API key.
@@ -12,8 +17,10 @@ examples run without an API key.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -21,6 +28,8 @@ from runner import Agent, ApprovalRequest, effect, tool
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
 
 AGENT = "support_triage"
+
+log = logging.getLogger(__name__)
 
 # Where the approval pages are served: the notifier builds links from it.
 BASE_URL = os.environ.get("EXAMPLE_BASE_URL", "http://localhost:5000")
@@ -54,13 +63,33 @@ def approval_link(approval_id: str, token: str) -> str:
     return f"{BASE_URL}/approvals/{approval_id}?token={quote(token)}"
 
 
+def inbox() -> Path:
+    default = Path(os.environ.get("RUNWRIGHT_HOME", ".runwright")) / "example-inbox.txt"
+    return Path(os.environ.get("EXAMPLE_INBOX") or default)
+
+
+def deliver(link: str) -> None:
+    """Append the link to the inbox file, which only its owner may read."""
+    path = inbox()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    with os.fdopen(descriptor, "a") as handle:
+        handle.write(link + "\n")
+
+
 def notify(request: ApprovalRequest) -> None:
-    """Send the approver a link (here: print it). Raising would make tick() retry."""
+    """Send the approvers the link. Raising would make tick() retry."""
     link = approval_link(request.approval_id, request.token)
+    deliver(link)
     sent_links.append(link)
-    print(
-        f"[{request.agent}] approve {request.tool_name} {json.dumps(request.input)}: {link}",
-        flush=True,
+    # The link is a credential: the log names the approval, not the token.
+    log.info(
+        "run %s (%s) waits for approval %s of %s; the link went to %s",
+        request.run_id,
+        request.agent,
+        request.approval_id,
+        request.tool_name,
+        inbox(),
     )
 
 

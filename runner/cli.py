@@ -3,19 +3,31 @@
 Commands import what they need when they run: none imports litellm except
 ``demo`` (whose worker runs a model), so listing runs starts in a fraction of a
 second. Runwright's own errors print one line and exit with status 1.
+
+Stored text (model and tool output, errors, payloads) was written by whoever
+controls the model, the tools or the trigger: it is printed only through
+``say``, which makes control characters inert, and the runs table takes it as
+plain ``Text``, never as rich markup.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import sys
 import time
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+from runner.cliargs import (
+    PRUNE_MAX,
+    PRUNE_MIN,
+    is_text,
+    parse_duration,
+    parse_payload,
+    seconds,
+)
+from runner.terminal import inert
 from store.config import Settings
 from store.errors import InvalidInput, RunwrightError
 
@@ -24,13 +36,39 @@ if TYPE_CHECKING:
     from store.models import Run, Step
 
 
+ERROR_CHARS = 300  # an error quoting a 20 KB argument still fits a few lines
+
+
+def say(text: str) -> None:
+    """Print one line of (possibly stored, hostile) text, inert."""
+    click.echo(inert(text))
+
+
 def fail(message: str) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
+    if len(message) > ERROR_CHARS:
+        message = message[: ERROR_CHARS - 3] + "..."
+    click.echo(f"error: {inert(message)}", err=True)
     sys.exit(1)
+
+
+class Command(click.Command):
+    """Refuses arguments that are not text before the command runs."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        for param in self.params:
+            value = ctx.params.get(param.name or "")
+            for item in value if isinstance(value, tuple) else (value,):
+                if isinstance(item, str) and not is_text(item):
+                    label = param.opts[0] if isinstance(param, click.Option) else param.name
+                    raise InvalidInput(f"{label} is not valid UTF-8 text")
+        return super().invoke(ctx)
 
 
 class Group(click.Group):
     """Turns Runwright's errors into one clear line and a non-zero exit."""
+
+    command_class = Command
+    group_class = type  # subgroups (``local``) are Groups too
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -62,15 +100,6 @@ def _when(value: Any) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
 
 
-def parse_duration(text: str) -> timedelta:
-    """``30d``, ``12h``, ``90m``, ``45s`` (or several: ``1d12h``)."""
-    parts = re.fullmatch(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?", text.strip())
-    if not text.strip() or parts is None:
-        raise InvalidInput(f"{text!r} is not a duration like 30d, 12h, 90m or 45s")
-    days, hours, minutes, seconds = (int(p or 0) for p in parts.groups())
-    return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
-
-
 @click.group(cls=Group)
 @click.version_option(package_name="runwright")
 def main() -> None:
@@ -98,15 +127,12 @@ def start(
     trigger_id: str | None,
 ) -> None:
     """Start a run of AGENT and hand it to a worker."""
-    try:
-        data = json.loads(payload)
-    except json.JSONDecodeError as exc:
-        raise InvalidInput(f"--payload is not JSON: {exc}") from None
+    data = parse_payload(payload)
     pairs = {}
     for item in keys:
         name, sep, value = item.partition("=")
         if not sep or not name:
-            raise InvalidInput(f"--key {item!r} is not name=value")
+            raise InvalidInput(f"--key {item[:40]!r} is not name=value")
         pairs[name] = value
     run = _engine().start(
         agent,
@@ -117,7 +143,7 @@ def start(
         thread=thread,
         id=trigger_id,
     )
-    click.echo(f"run {run.id} ({run.agent}) is {run.status.value}")
+    say(f"run {run.id} ({run.agent}) is {run.status.value}")
 
 
 @main.command()
@@ -127,6 +153,7 @@ def start(
 def runs(status: str | None, agent: str | None, limit: int) -> None:
     """List the latest runs."""
     from rich.table import Table
+    from rich.text import Text
 
     from store.summary import list_runs
 
@@ -135,15 +162,17 @@ def runs(status: str | None, agent: str | None, limit: int) -> None:
     rows = list_runs(url, status=status, agent=agent, limit=limit)
     table = Table("run", "agent", "status", "steps", "tokens", "created", "error")
     for row in rows:
-        table.add_row(
-            str(row["id"]),
+        cells = (
+            row["id"],
             row["agent"],
             row["status"],
-            str(row["steps_used"]),
-            str(row["input_tokens"] + row["output_tokens"]),
+            row["steps_used"],
+            row["input_tokens"] + row["output_tokens"],
             _when(row["created_at"]),
             row["error_code"] or "",
         )
+        # Text, not str: a str cell is parsed as rich markup ("[red]...").
+        table.add_row(*(Text(inert(cell)) for cell in cells))
     _console().print(table)
     if not rows:
         click.echo("no runs")
@@ -210,15 +239,13 @@ def show(run_id: str, messages: bool) -> None:
     store = PostgresStore.from_url(url)
     run = store.get_run(run_id)
     for line in _describe(run):
-        click.echo(line)
-    click.echo("steps")
+        say(line)
+    say("steps")
     for step in store.steps(run_id):
-        click.echo("  " + _step_line(step))
+        say("  " + _step_line(step))
     checkpoint = store.checkpoint(run_id)
     if messages and checkpoint is not None:
-        click.echo(
-            f"checkpoint at step {checkpoint.step_index} ({len(checkpoint.messages)} messages)"
-        )
+        say(f"checkpoint at step {checkpoint.step_index} ({len(checkpoint.messages)} messages)")
         for message in checkpoint.messages:
             body = message.get("content")
             if body is None:
@@ -226,13 +253,25 @@ def show(run_id: str, messages: bool) -> None:
                 body = "calls " + ", ".join(c["function"]["name"] for c in calls)
             elif not isinstance(body, str):
                 body = json.dumps(body)
-            click.echo(f"  {message['role']:<17} {_clip(str(body), 100)}")
+            say(f"  {message['role']:<17} {_clip(str(body), 100)}")
 
 
 @main.command()
 @click.argument("run_id")
-@click.option("--interval", default=0.5, show_default=True, help="Seconds between polls.")
-@click.option("--timeout", default=None, type=float, help="Give up after this many seconds.")
+@click.option(
+    "--interval",
+    default=0.5,
+    show_default=True,
+    callback=seconds(0.01, 3600),
+    help="Seconds between polls.",
+)
+@click.option(
+    "--timeout",
+    default=None,
+    type=float,
+    callback=seconds(0, 10**9),
+    help="Give up after this many seconds.",
+)
 def watch(run_id: str, interval: float, timeout: float | None) -> None:
     """Follow a run's steps live until it settles."""
     from store.postgres import PostgresStore
@@ -248,7 +287,7 @@ def watch(run_id: str, interval: float, timeout: float | None) -> None:
         for step in store.steps(run_id):
             if step.id not in seen:
                 seen.add(step.id)
-                click.echo(_step_line(step))
+                say(_step_line(step))
         if run.status != status:
             status = run.status
             extra = ""
@@ -256,10 +295,10 @@ def watch(run_id: str, interval: float, timeout: float | None) -> None:
                 extra = f": approval {run.waiting.approval_id} for {run.waiting.tool_name}"
             if run.error:
                 extra = f": {run.error.code}: {run.error.message}"
-            click.echo(f"-- {run.status.value}{extra}")
+            say(f"-- {run.status.value}{extra}")
         if run.settled:
             if run.output is not None:
-                click.echo(f"output: {_clip(json.dumps(run.output), 200)}")
+                say(f"output: {_clip(json.dumps(run.output), 200)}")
             return
         if deadline is not None and time.monotonic() > deadline:
             fail(f"run {run_id} is still {run.status.value} after {timeout:g} s")
@@ -273,7 +312,7 @@ def _decide(approval_id: str, approve: bool, token: str, reason: str | None) -> 
     run = _engine().respond(approval_id, approve, reason, token=token)
     verb = "approved" if approve else "denied"
     after = "queued again" if run.status.value == "queued" else f"still {run.status.value}"
-    click.echo(f"{verb} {approval_id}; run {run.id} is {after}")
+    say(f"{verb} {approval_id}; run {run.id} is {after}")
 
 
 @main.command()
@@ -300,11 +339,11 @@ def cancel(run_id: str) -> None:
     """Cancel a run, from any machine."""
     result = _engine().cancel(run_id)
     if result.action == "cancelled":
-        click.echo(f"run {run_id} cancelled")
+        say(f"run {run_id} cancelled")
     elif result.action == "requested":
-        click.echo(f"run {run_id} is running; its worker has been told to stop")
+        say(f"run {run_id} is running; its worker has been told to stop")
     else:
-        click.echo(f"run {run_id} is already {result.run.status.value}; nothing to cancel")
+        say(f"run {run_id} is already {result.run.status.value}; nothing to cancel")
 
 
 @main.command()
@@ -312,9 +351,9 @@ def tick() -> None:
     """Run tick() once: notifications, expiries, recovery, re-enqueue."""
     report = _engine().tick()
     if report.skipped:
-        click.echo("another tick is running; skipped")
+        say("another tick is running; skipped")
         return
-    click.echo(
+    say(
         f"notified {report.notified} (failed {report.notify_failed}), expired {report.expired}, "
         f"recovered {len(report.recovered)}, re-enqueued "
         f"{len(report.reenqueued) + len(report.key_heads)}"
@@ -322,17 +361,21 @@ def tick() -> None:
 
 
 @main.command()
-@click.option("--older-than", "older_than", required=True, help="Age, like 30d or 12h.")
+@click.option(
+    "--older-than", "older_than", required=True, help="Age, like 30d or 12h (1m to 36500d)."
+)
 def prune(older_than: str) -> None:
     """Delete settled runs older than the given age, with all their rows."""
     from store.models import utcnow
     from store.postgres import PostgresStore
 
     age = parse_duration(older_than)
+    if not PRUNE_MIN <= age <= PRUNE_MAX:
+        raise InvalidInput(f"--older-than {older_than.strip()} is outside 1m to 36500d")
     url = _settings().database_url
     assert url is not None
     deleted = PostgresStore.from_url(url).prune(utcnow() - age)
-    click.echo(f"deleted {deleted} settled run(s) older than {older_than}")
+    say(f"deleted {deleted} settled run(s) older than {older_than}")
 
 
 @main.command()

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import RunwrightError
+from runner.terminal import inert
 from store.config import Settings
 
 LEASE_TTL = "3"
@@ -32,7 +33,8 @@ class DemoError(RunwrightError):
 
 
 def say(message: str = "") -> None:
-    print(message, flush=True)
+    # With RUNWRIGHT_MODEL set, a real model writes some of this text.
+    print(inert(message), flush=True)
 
 
 class Worker:

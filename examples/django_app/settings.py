@@ -12,8 +12,12 @@ from pathlib import Path
 BASE_DIR = Path(__file__).resolve().parent
 
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "example-only-not-a-secret")
-DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
-ALLOWED_HOSTS = ["localhost", "127.0.0.1", "testserver"]
+# Off unless asked for (DJANGO_DEBUG=1): Django's debug 500 page shows settings
+# and the server's environment, RUNWRIGHT_DATABASE_URL and its password included,
+# to whoever made the request.
+DEBUG = os.environ.get("DJANGO_DEBUG", "") == "1"
+# With DEBUG off Django answers only these hosts; "testserver" is the test client.
+ALLOWED_HOSTS = ["localhost", "127.0.0.1", "[::1]", "testserver"]
 
 INSTALLED_APPS = ["examples.django_app.tickets"]
 MIDDLEWARE = [

@@ -7,7 +7,12 @@ Run it (with a worker started with ``RUNWRIGHT_AGENTS=examples.agents``)::
     curl -X POST localhost:5000/runs -H 'content-type: application/json' \\
          -d '{"agent": "support_triage", "payload": {"message": "A-1001 arrived broken"}}'
 
-The notifier prints the approval link; open it to approve or deny the refund.
+The notifier puts the approval link in the example inbox (see
+``examples.agents``); open it to approve or deny the refund. ``GET /runs/<id>``
+shows what a waiting run asks for only with that link's ``?token=``.
+
+Bad input of any kind (not UTF-8, not JSON, too deep, too large, an unknown
+agent, a malformed id or token) is a 400 with one clear error, never a 500.
 """
 
 from __future__ import annotations
@@ -19,15 +24,8 @@ from flask import Flask, jsonify, render_template_string, request
 from flask.typing import ResponseReturnValue
 
 import examples.agents  # noqa: F401  (registers support_triage)
-from runner import (
-    AgentNotFound,
-    ApprovalError,
-    Engine,
-    InvalidInput,
-    Run,
-    RunNotFound,
-    default_engine,
-)
+from examples.web import check_form, json_body, status_for
+from runner import Engine, InvalidInput, Run, RunwrightError, default_engine
 
 # render_template_string autoescapes: tool input written by a model is untrusted.
 APPROVAL_PAGE = """<!doctype html>
@@ -56,7 +54,9 @@ RESULT_PAGE = """<!doctype html>
 """
 
 
-def run_json(run: Run) -> dict[str, Any]:
+def run_json(run: Run, *, approver: bool = False) -> dict[str, Any]:
+    """The run as JSON. What a waiting run asks for (the tool input and the
+    approval id) is shown only to an ``approver``: the holder of its token."""
     waiting = run.waiting
     return {
         "run_id": run.id,
@@ -69,10 +69,9 @@ def run_json(run: Run) -> dict[str, Any]:
         "waiting": None
         if waiting is None
         else {
-            "approval_id": waiting.approval_id,
             "tool_name": waiting.tool_name,
-            "input": waiting.input,
             "expires_at": waiting.expires_at.isoformat(),
+            **({"approval_id": waiting.approval_id, "input": waiting.input} if approver else {}),
         },
     }
 
@@ -89,9 +88,14 @@ def create_app(engine: Engine | None = None) -> Flask:
     def runwright() -> Engine:
         return engine if engine is not None else default_engine()
 
+    @app.errorhandler(RunwrightError)
+    def refuse(exc: RunwrightError) -> ResponseReturnValue:
+        # Anything the engine refuses is one clear answer, never a 500.
+        return jsonify(error=exc.message), status_for(exc)
+
     @app.post("/runs")
     def start() -> ResponseReturnValue:
-        body = request.get_json(silent=True)
+        body = json_body(request.get_data())
         if not isinstance(body, dict):
             return jsonify(error="the body must be a JSON object"), 400
         agent, payload, run_id = body.get("agent"), body.get("payload", {}), body.get("id")
@@ -101,19 +105,22 @@ def create_app(engine: Engine | None = None) -> Flask:
             return jsonify(error='"payload" must be a JSON object'), 400
         if run_id is not None and not isinstance(run_id, str):
             return jsonify(error='"id" must be a string'), 400
-        try:
-            # Idempotent on id: a client that retries the POST gets the same run.
-            run = runwright().start(agent, payload, source="flask", trigger="POST /runs", id=run_id)
-        except (AgentNotFound, InvalidInput) as exc:  # PayloadTooLarge is an InvalidInput
-            return jsonify(error=exc.message), 400
+        # Idempotent on id: a client that retries the POST gets the same run.
+        run = runwright().start(agent, payload, source="flask", trigger="POST /runs", id=run_id)
         return jsonify(run_id=run.id, status=run.status.value), 201
 
     @app.get("/runs/<run_id>")
     def show(run_id: str) -> ResponseReturnValue:
-        try:
-            return jsonify(run_json(runwright().get_run(run_id)))
-        except RunNotFound as exc:
-            return jsonify(error=exc.message), 404
+        run = runwright().get_run(run_id)
+        token = request.args.get("token")
+        approver = False
+        if run.waiting is not None and token:
+            try:
+                runwright().check_token(run.waiting.approval_id, token)
+                approver = True
+            except RunwrightError:
+                pass  # a wrong token sees what anyone sees
+        return jsonify(run_json(run, approver=approver))
 
     @app.get("/approvals/<approval_id>")
     def approval_page(approval_id: str) -> ResponseReturnValue:
@@ -121,8 +128,8 @@ def create_app(engine: Engine | None = None) -> Flask:
         try:
             # The page shows the tool input, so only the token's holder may see it.
             approval = runwright().check_token(approval_id, token)
-        except ApprovalError as exc:
-            return result("Cannot show this approval", exc.message, 400)
+        except RunwrightError as exc:
+            return result("Cannot show this approval", exc.message, status_for(exc, missing=400))
         return render_template_string(
             APPROVAL_PAGE,
             approval=approval,
@@ -132,6 +139,10 @@ def create_app(engine: Engine | None = None) -> Flask:
 
     @app.post("/approvals/<approval_id>")
     def decide(approval_id: str) -> ResponseReturnValue:
+        try:
+            check_form(request.content_type, request.get_data())
+        except InvalidInput as exc:
+            return result("Not decided", exc.message, 400)
         decision = request.form.get("decision")
         if decision not in ("approve", "deny"):
             return result("Not decided", "decision must be approve or deny", 400)
@@ -142,8 +153,8 @@ def create_app(engine: Engine | None = None) -> Flask:
                 request.form.get("reason") or None,
                 token=request.form.get("token", ""),
             )
-        except ApprovalError as exc:
-            return result("Not decided", exc.message, 400)
+        except RunwrightError as exc:
+            return result("Not decided", exc.message, status_for(exc, missing=400))
         done = "Approved" if decision == "approve" else "Denied"
         return result(done, f"Run {run.id} is now {run.status.value}.", 200)
 

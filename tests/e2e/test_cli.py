@@ -2,61 +2,26 @@
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from runner import Engine
+from store.config import Settings
 from store.models import RunStatus
-from tests.services import ROOT
-
-RUNWRIGHT = str(Path(sys.executable).with_name("runwright"))
+from store.postgres import PostgresStore
+from tests.e2e.clirun import make_cli_env, refused, rw, started_id
+from tests.helpers import snapshot
 
 
 @pytest.fixture
-def cli_env(database_url: str, redis_url: str, tmp_path: Path) -> dict[str, str]:
-    broker_db = int(redis_url.rsplit("/", 1)[1])
-    return {
-        **os.environ,
-        "RUNWRIGHT_DATABASE_URL": database_url,
-        "RUNWRIGHT_REDIS_URL": redis_url,
-        # Messages the commands enqueue land in a database nothing consumes.
-        "RUNWRIGHT_BROKER_URL": redis_url.rsplit("/", 1)[0] + f"/{broker_db}",
-        "RUNWRIGHT_AGENTS": "tests.agents",
-        "RUNWRIGHT_SECRET_KEY": "test:test-secret-for-runwright-tests-only",
-        "RUNWRIGHT_HOME": str(tmp_path / "home"),
-        "PYTHONPATH": str(ROOT),
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-    }
-
-
-def rw(env: dict[str, str], *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [RUNWRIGHT, *args], env=env, capture_output=True, text=True, timeout=120, cwd=ROOT
-    )
-    if ok:
-        assert done.returncode == 0, done.stderr
-    return done
-
-
-def refused(env: dict[str, str], *args: str) -> str:
-    done = rw(env, *args, ok=False)
-    assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
-    assert "Traceback" not in done.stderr
-    return lines[0]
-
-
-def started_id(output: str) -> str:
-    match = re.match(r"run (\S+) \((\w+)\) is (\w+)", output.strip())
-    assert match, output
-    return match.group(1)
+def cli_env(
+    database_url: str, redis_url: str, tmp_path: Path, settings: Settings
+) -> dict[str, str]:
+    return make_cli_env(database_url, redis_url, tmp_path, settings)
 
 
 def test_start_runs_show_watch_approve(cli_env: dict[str, str], engine: Engine) -> None:
@@ -90,7 +55,9 @@ def test_start_runs_show_watch_approve(cli_env: dict[str, str], engine: Engine) 
     assert watched.count("llm") == 5
 
 
-def test_deny_cancel_tick_prune(cli_env: dict[str, str], engine: Engine) -> None:
+def test_deny_cancel_tick_prune(
+    cli_env: dict[str, str], engine: Engine, pg_store: PostgresStore
+) -> None:
     run = engine.start("fleet", {"amount": 500})
     waiting = engine.execute(run.id)
     assert waiting is not None and waiting.waiting is not None
@@ -107,9 +74,59 @@ def test_deny_cancel_tick_prune(cli_env: dict[str, str], engine: Engine) -> None
     assert engine.get_run(queued.id).status is RunStatus.CANCELLED
 
     assert re.search(r"notified \d+ .*re-enqueued \d+", rw(cli_env, "tick").stdout)
-    pruned = rw(cli_env, "prune", "--older-than", "0s").stdout
+    assert "deleted 0 settled run(s)" in rw(cli_env, "prune", "--older-than", "1h").stdout
+    settled_hours_ago(pg_store, queued.id, 2)
+    pruned = rw(cli_env, "prune", "--older-than", "1h").stdout
     assert "deleted 1 settled run(s)" in pruned
     assert "is not a duration" in refused(cli_env, "prune", "--older-than", "soon")
+
+
+def settled_hours_ago(store: PostgresStore, run_id: str, hours: int) -> None:
+    """Age a settled run: prune refuses ages under a minute, and tests do not wait."""
+    with store.engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE runs SET finished_at = now() - make_interval(hours => :h) WHERE id = :id"
+            ),
+            {"h": hours, "id": run_id},
+        )
+
+
+@pytest.mark.parametrize(
+    "age",
+    [
+        "0d",
+        "0s",
+        "0m0s",
+        "59s",
+        "-5d",
+        "99999999d",
+        "999999999d",
+        "36501d",
+        "1e400d",
+        "1.5d",
+        "soon",
+        "",
+        " ",
+        "5",
+        "d",
+        "5x",
+        "9" * 5000 + "d",
+        "\u0663d",
+        "1d1d",
+        "5 d",
+    ],
+)
+def test_prune_refuses_absurd_ages(
+    cli_env: dict[str, str], engine: Engine, pg_store: PostgresStore, age: str
+) -> None:
+    run = engine.start("fleet", {"amount": 1})
+    engine.cancel(run.id)
+    settled_hours_ago(pg_store, run.id, 24 * 365 * 200)  # older than any age prune takes
+    before = snapshot(pg_store)
+    line = refused(cli_env, "prune", "--older-than", age)
+    assert "duration" in line or "outside 1m to 36500d" in line
+    assert snapshot(pg_store) == before
 
 
 def test_bad_input_is_one_clear_line(cli_env: dict[str, str]) -> None:

@@ -7,48 +7,29 @@ Postgres database, through ``set_default_engine``.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import secrets
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
 from examples import agents
-from runner import Engine, RunStatus, set_default_engine
+from runner import Engine, RunStatus
 from store.postgres import PostgresStore
 from tests.helpers import snapshot
-
-
-@pytest.fixture(scope="module")
-def django_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Configure Django once per process, with a fresh SQLite file per module."""
-    import django
-    from django.core.management import call_command
-    from django.db import connections
-
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "examples.django_app.settings")
-    path = str(tmp_path_factory.mktemp("django") / "db.sqlite3")
-    os.environ["EXAMPLE_DJANGO_DB"] = path
-    django.setup()
-    call_command("migrate", verbosity=0)
-    yield
-    connections.close_all()
+from tests.services import ROOT
 
 
 @pytest.fixture
-def client(django_db: None, engine: Engine) -> Iterator[Any]:
-    from django.test import Client
-
-    from examples.django_app.tickets.models import Ticket
-
-    agents.refunds.clear()
-    agents.sent_links.clear()
-    Ticket.objects.all().delete()
-    set_default_engine(engine)
-    try:
-        yield Client()
-    finally:
-        set_default_engine(None)
+def client(django_client: Any) -> Any:
+    return django_client
 
 
 def ticket_run(ticket_id: int) -> str:
@@ -169,3 +150,50 @@ def test_bad_requests(client: Any) -> None:
         "/approvals/0190a5f2-0000-7000-8000-000000000000/", {"token": "x", "decision": "approve"}
     )
     assert decided.status_code == 400 and "no approval" in decided.content.decode()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def test_a_server_error_shows_no_secrets(tmp_path: Path) -> None:
+    """A real ``runserver`` with the default settings: its 500 page must not show
+    the environment (runserver's WSGI environ holds it), the database URL first."""
+    password = "pw-" + secrets.token_hex(8)
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_DEBUG"}
+    env.update(
+        RUNWRIGHT_DATABASE_URL=f"postgresql://runwright:{password}@127.0.0.1:1/runwright",
+        # A database nobody migrated: every ticket query fails, a plain 500.
+        EXAMPLE_DJANGO_DB=str(tmp_path / "unmigrated.sqlite3"),
+        DJANGO_SETTINGS_MODULE="examples.django_app.settings",
+        PYTHONPATH=str(ROOT),
+    )
+    port = free_port()
+    manage = ROOT / "examples" / "django_app" / "manage.py"
+    server = subprocess.Popen(
+        [sys.executable, str(manage), "runserver", "--noreload", f"127.0.0.1:{port}"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/tickets/1/", timeout=5)
+            except urllib.error.HTTPError as exc:
+                status, body = exc.code, exc.read().decode(errors="replace")
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, "no server"
+                time.sleep(0.2)
+        assert status == 500
+        assert password not in body
+        assert "RUNWRIGHT_DATABASE_URL" not in body and "Traceback" not in body
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

@@ -2,25 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+import stat
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from flask.testing import FlaskClient
 
 from examples import agents
-from examples.flask_app.app import create_app
 from runner import Engine, RunStatus
 from store.postgres import PostgresStore
 from tests.helpers import snapshot
 
 
 @pytest.fixture
-def client(engine: Engine) -> Iterator[FlaskClient]:
-    agents.refunds.clear()
-    agents.sent_links.clear()
-    with create_app(engine).test_client() as made:
-        yield made
+def client(flask_client: FlaskClient) -> FlaskClient:
+    return flask_client
 
 
 def link_parts(link: str) -> tuple[str, str]:
@@ -49,7 +47,7 @@ def test_approve_through_the_page_then_the_run_completes(
     client: FlaskClient, engine: Engine
 ) -> None:
     run_id, path, token = start_waiting_run(client, engine)
-    shown = client.get(f"/runs/{run_id}").json
+    shown = client.get(f"/runs/{run_id}", query_string={"token": token}).json
     assert shown is not None and shown["status"] == "waiting"
     assert shown["waiting"]["tool_name"] == "refund"
     assert shown["waiting"]["input"] == {"order_id": "A-1002", "amount": 125}
@@ -156,3 +154,42 @@ def test_the_page_escapes_tool_input(client: FlaskClient, engine: Engine) -> Non
         assert "<script>" not in html and "&lt;script&gt;" in html
     finally:
         del agents.ORDERS["A-666"]
+
+
+def test_a_waiting_run_shows_its_approval_only_to_the_token_holder(
+    client: FlaskClient, engine: Engine
+) -> None:
+    run_id, _, token = start_waiting_run(client, engine)
+    waiting = engine.get_run(run_id).waiting
+    assert waiting is not None
+    for query in ({}, {"token": "forged"}, {"token": ""}):
+        response = client.get(f"/runs/{run_id}", query_string=query)
+        assert response.status_code == 200
+        body = response.get_data(as_text=True)
+        assert waiting.approval_id not in body and "A-1002" not in body and "125" not in body
+        assert response.json is not None
+        assert response.json["waiting"]["tool_name"] == "refund"
+        assert "input" not in response.json["waiting"]
+    holder = client.get(f"/runs/{run_id}", query_string={"token": token}).json
+    assert holder is not None and holder["waiting"]["approval_id"] == waiting.approval_id
+    assert holder["waiting"]["input"] == {"order_id": "A-1002", "amount": 125}
+
+
+def test_the_notifier_logs_no_token(
+    client: FlaskClient,
+    engine: Engine,
+    inbox: Path,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    run_id, _, token = start_waiting_run(client, engine)
+    waiting = engine.get_run(run_id).waiting
+    assert waiting is not None
+    out, err = capfd.readouterr()
+    logged = caplog.text + out + err
+    assert f"approval {waiting.approval_id}" in caplog.text
+    assert token not in logged and "token=" not in logged
+    # The link itself went to the approvers' inbox, readable by its owner only.
+    assert inbox.read_text().splitlines() == [agents.approval_link(waiting.approval_id, token)]
+    assert stat.S_IMODE(inbox.stat().st_mode) == 0o600

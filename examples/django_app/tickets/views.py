@@ -1,12 +1,17 @@
 """Open a ticket and triage it with an agent; decide the agent's approvals.
 
 Start a worker with ``RUNWRIGHT_AGENTS=examples.agents`` and
-``EXAMPLE_BASE_URL=http://localhost:8000`` so the printed links point here.
+``EXAMPLE_BASE_URL=http://localhost:8000`` so the notifier's links point here.
+
+Bad input of any kind (a form that is not UTF-8, a title with control
+characters, a malformed id or token, a reason the engine refuses) is a 400 with
+one clear error and writes nothing, never a 500.
 """
 
 from __future__ import annotations
 
 import json
+import unicodedata
 
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -17,7 +22,10 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from examples.agents import AGENT
 from examples.django_app.tickets.models import Ticket
-from runner import ApprovalError, default_engine, start_run
+from examples.web import check_form, status_for
+from runner import InvalidInput, RunwrightError, default_engine, start_run
+
+TITLE_CHARS = 200  # Ticket.title's max_length, which SQLite does not enforce
 
 # Django templates autoescape: the tool input was written by a model.
 APPROVAL_PAGE = engines["django"].from_string("""<!doctype html>
@@ -75,11 +83,24 @@ def ticket_json(ticket: Ticket) -> dict[str, object]:
     return {"ticket_id": ticket.pk, "title": ticket.title}
 
 
+def check_title(title: str) -> str:
+    """A one-line title the run's trigger can carry, or InvalidInput."""
+    if not title:
+        raise InvalidInput("a ticket needs a title")
+    if len(title) > TITLE_CHARS:
+        raise InvalidInput(f"a title has at most {TITLE_CHARS} characters")
+    if any(unicodedata.category(char) == "Cc" for char in title):
+        raise InvalidInput("a title cannot hold control characters")
+    return title
+
+
 @require_POST
 def create_ticket(request: HttpRequest) -> HttpResponse:
-    title = request.POST.get("title", "").strip()
-    if not title:
-        return JsonResponse({"error": "a ticket needs a title"}, status=400)
+    try:
+        check_form(request.content_type, request.body)
+        title = check_title(request.POST.get("title", "").strip())
+    except InvalidInput as exc:
+        return JsonResponse({"error": exc.message}, status=400)
     ticket = open_ticket(title)
     return JsonResponse(ticket_json(ticket), status=201)
 
@@ -89,7 +110,10 @@ def show_ticket(request: HttpRequest, ticket_id: int) -> HttpResponse:
     ticket = get_object_or_404(Ticket, pk=ticket_id)
     body: dict[str, object] = {**ticket_json(ticket), "run_id": ticket.run_id or None}
     if ticket.run_id:
-        run = default_engine().get_run(ticket.run_id)
+        try:
+            run = default_engine().get_run(ticket.run_id)
+        except RunwrightError as exc:
+            return JsonResponse({"error": exc.message}, status=status_for(exc))
         body.update(status=run.status.value, output=run.output)
     return JsonResponse(body)
 
@@ -106,6 +130,10 @@ def page(title: str, message: str, status: int) -> HttpResponse:
 def approval(request: HttpRequest, approval_id: str) -> HttpResponse:
     engine = default_engine()
     if request.method == "POST":
+        try:
+            check_form(request.content_type, request.body)
+        except InvalidInput as exc:
+            return page("Not decided", exc.message, 400)
         decision = request.POST.get("decision")
         if decision not in ("approve", "deny"):
             return page("Not decided", "decision must be approve or deny", 400)
@@ -116,8 +144,8 @@ def approval(request: HttpRequest, approval_id: str) -> HttpResponse:
                 request.POST.get("reason") or None,
                 token=request.POST.get("token", ""),
             )
-        except ApprovalError as exc:
-            return page("Not decided", exc.message, 400)
+        except RunwrightError as exc:
+            return page("Not decided", exc.message, status_for(exc, missing=400))
         done = "Approved" if decision == "approve" else "Denied"
         return page(done, f"Run {run.id} is now {run.status.value}.", 200)
 
@@ -125,8 +153,8 @@ def approval(request: HttpRequest, approval_id: str) -> HttpResponse:
     try:
         # The page shows the tool input, so only the token's holder may see it.
         found = engine.check_token(approval_id, token)
-    except ApprovalError as exc:
-        return page("Cannot show this approval", exc.message, 400)
+    except RunwrightError as exc:
+        return page("Cannot show this approval", exc.message, status_for(exc, missing=400))
     context = {
         "approval": found,
         "token": token,

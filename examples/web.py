@@ -1,0 +1,68 @@
+"""What both example apps do with a request before Runwright sees it.
+
+Flask and Django decode request bodies leniently: bytes that are not UTF-8
+become U+FFFD, so a client's broken text would be stored as something it never
+sent. These helpers decode strictly and turn anything else into one clear
+:class:`InvalidInput`; ``status_for`` maps every Runwright error to an answer
+that is never a 500.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+from urllib.parse import parse_qsl
+
+from runner.errors import InvalidInput, RunNotFound, RunwrightError, StoreUnavailable
+
+
+def status_for(exc: RunwrightError, *, missing: int = 404) -> int:
+    """``missing`` for an unknown run, 503 when the store is down, else 400.
+
+    Approval pages pass ``missing=400``: to them an id that names nothing is
+    one more way a link can be wrong.
+    """
+    if isinstance(exc, RunNotFound):
+        return missing
+    if isinstance(exc, StoreUnavailable):
+        return 503  # not the client's fault: it may retry
+    return 400
+
+
+def _refuse_constant(name: str) -> Any:
+    raise InvalidInput(f"the body is not JSON: {name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400 parses as inf, which JSON cannot hold
+        raise InvalidInput(f"the body holds a number out of range: {text[:40]}")
+    return value
+
+
+def json_body(body: bytes) -> Any:
+    """The body as strict JSON: UTF-8, no NaN or Infinity, not nested past what
+    the parser can take (the engine then applies its own nesting limit)."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput("the body is not UTF-8") from None
+    try:
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except ValueError as exc:  # JSONDecodeError, or an integer of over 4300 digits
+        raise InvalidInput(f"the body is not JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidInput("the body is nested too deeply") from None
+
+
+def check_form(content_type: str | None, body: bytes) -> None:
+    """Refuse a form whose fields are not UTF-8 (raw or percent-encoded)."""
+    kind = (content_type or "").split(";")[0].strip().lower()
+    try:
+        if kind == "application/x-www-form-urlencoded":
+            parse_qsl(body.decode("utf-8"), keep_blank_values=True, errors="strict")
+        elif kind == "multipart/form-data":
+            body.decode("utf-8")  # these forms upload no files: every part is text
+    except UnicodeDecodeError:
+        raise InvalidInput("the form is not UTF-8 text") from None

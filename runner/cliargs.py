@@ -1,0 +1,80 @@
+"""The CLI's own parsing of its arguments, strict: each bad value is one
+:class:`InvalidInput`, never a traceback or a surprise."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import click
+
+from store.errors import InvalidInput
+
+# Prune refuses ages outside this range: zero would delete runs that settled a
+# moment ago, and a century is longer than any retention anyone means.
+PRUNE_MIN = timedelta(minutes=1)
+PRUNE_MAX = timedelta(days=36_500)
+
+
+def is_text(value: str) -> bool:
+    # Python decodes argv with surrogateescape: bytes that are not UTF-8 arrive
+    # as lone surrogates, which no store, log or terminal can take.
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def parse_duration(text: str) -> timedelta:
+    """``30d``, ``12h``, ``90m``, ``45s`` (or several: ``1d12h``).
+
+    ASCII digits only (``\\d`` would take any script's digits), and at most nine
+    per unit, so no value can overflow ``timedelta`` or Python's int parsing.
+    """
+    unit = "([0-9]{1,9})"
+    parts = re.fullmatch(f"(?:{unit}d)?(?:{unit}h)?(?:{unit}m)?(?:{unit}s)?", text.strip())
+    if not text.strip() or parts is None:
+        raise InvalidInput(f"{text[:40]!r} is not a duration like 30d, 12h, 90m or 45s")
+    days, hours, minutes, seconds = (int(p or 0) for p in parts.groups())
+    return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+
+
+def refuse_constant(name: str) -> Any:
+    raise InvalidInput(f"--payload is not JSON: {name} is not a JSON number")
+
+
+def finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400 parses as inf, which JSON cannot hold
+        raise InvalidInput(f"--payload holds a number out of range: {text[:40]}")
+    return value
+
+
+def parse_payload(text: str) -> Any:
+    """``--payload``: strict JSON (no NaN or Infinity), refused if nested too deep
+    to parse; the engine then checks it like any trigger."""
+    try:
+        return json.loads(text, parse_constant=refuse_constant, parse_float=finite_float)
+    except ValueError as exc:  # JSONDecodeError, or an integer of over 4300 digits
+        raise InvalidInput(f"--payload is not JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidInput("--payload is nested too deeply") from None
+
+
+def seconds(low: float, high: float) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """A click callback for a float option: finite and from ``low`` to ``high``.
+    click's FloatRange lets NaN through (every comparison with it is false), and
+    ``time.sleep`` raises on NaN and on negative values."""
+
+    def check(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+        if value is not None and not (math.isfinite(value) and low <= value <= high):
+            label = param.opts[0] if param.opts else param.name
+            raise InvalidInput(f"{label} must be a number of seconds from {low:g} to {high:g}")
+        return value
+
+    return check

@@ -1,0 +1,62 @@
+"""Shared by the example apps' tests: the clients of both apps, Django's setup,
+and an approvers' inbox of each test's own."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask.testing import FlaskClient
+
+from examples import agents
+from runner import Engine, set_default_engine
+
+
+@pytest.fixture(autouse=True)
+def inbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The notifier's inbox file, inside the test's temporary directory."""
+    path = tmp_path / "inbox.txt"
+    monkeypatch.setenv("EXAMPLE_INBOX", str(path))
+    agents.refunds.clear()
+    agents.sent_links.clear()
+    return path
+
+
+@pytest.fixture
+def flask_client(engine: Engine) -> Iterator[FlaskClient]:
+    from examples.flask_app.app import create_app
+
+    with create_app(engine).test_client() as made:
+        yield made
+
+
+@pytest.fixture(scope="session")
+def django_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Configure Django once per process, with a throwaway SQLite file."""
+    import django
+    from django.core.management import call_command
+    from django.db import connections
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "examples.django_app.settings")
+    os.environ["EXAMPLE_DJANGO_DB"] = str(tmp_path_factory.mktemp("django") / "db.sqlite3")
+    django.setup()
+    call_command("migrate", verbosity=0)
+    yield
+    connections.close_all()
+
+
+@pytest.fixture
+def django_client(django_db: None, engine: Engine) -> Iterator[Any]:
+    from django.test import Client
+
+    from examples.django_app.tickets.models import Ticket
+
+    Ticket.objects.all().delete()
+    set_default_engine(engine)
+    try:
+        yield Client()
+    finally:
+        set_default_engine(None)
