@@ -2,7 +2,8 @@
 
 1. A trigger ("App crashes on start") starts a run on a real Celery worker.
 2. The agent calls tools, then asks to file a ticket: an effect that waits for
-   approval. The notifier prints the approval command with its token.
+   approval. The notifier writes the token to an inbox file and logs the command
+   without it.
 3. The demo approves through that same command, as a person would; the run
    completes and the ticket is filed once.
 4. A second, longer run starts; its worker is killed (SIGKILL) mid-run; a

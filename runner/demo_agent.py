@@ -53,7 +53,9 @@ def file_ticket(title: str, severity: str, summary: str, idempotency_key: str) -
 
 
 def notify(request: ApprovalRequest) -> None:
-    """Hand the approval to a person: here, a line in the inbox and the terminal."""
+    """Hand the approval to a person: here, a line in the inbox (which holds the
+    token) and a note in the worker's log (which never does: logs are read by
+    more people than approvals are meant for)."""
     entry = {
         "approval_id": request.approval_id,
         "token": request.token,
@@ -65,7 +67,7 @@ def notify(request: ApprovalRequest) -> None:
     with open(INBOX, "a") as handle:
         handle.write(json.dumps(entry) + "\n")
     print(
-        f"approval needed: runwright approve {request.approval_id} --token {request.token}",
+        f"approval needed: runwright approve {request.approval_id} --token <token from {INBOX}>",
         flush=True,
     )
 

@@ -3,6 +3,7 @@ database or Redis in the environment, and read what it shows."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -39,6 +40,17 @@ def test_demo_from_a_fresh_clone(tmp_path: Path) -> None:
         assert "completed by worker B" in out
         assert "each once" in out and "none repeated" in out
         assert out.rstrip().endswith("Demo complete.")
+        # The approval token went to the inbox, never to a log or the terminal.
+        home = clone / ".runwright"
+        tokens = [
+            json.loads(line)["token"]
+            for line in (home / "demo-inbox.jsonl").read_text().splitlines()
+        ]
+        assert tokens
+        logs = "".join(p.read_text(errors="replace") for p in home.glob("demo-*.log"))
+        assert "approval needed: runwright approve" in logs
+        for token in tokens:
+            assert token not in logs and token not in out
     finally:
         subprocess.run(
             [RUNWRIGHT, "local", "down"], cwd=clone, env=env, capture_output=True, timeout=60
