@@ -24,7 +24,7 @@ import socket
 import stat
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -318,6 +318,9 @@ class LocalStack:
     def __init__(self, home: Path | str = ".runwright") -> None:
         self.home = Path(home).resolve()
         self._state_file = self.home / "stack.json"
+        # The servers the last ``up()`` started, so that a caller (the tests) can
+        # stop exactly those and leave running what someone else had started.
+        self.started: tuple[str, ...] = ()
 
     def _state(self) -> dict[str, Any]:
         try:
@@ -350,6 +353,11 @@ class LocalStack:
                 state["redis_port"] = free_port()
             self._save_state(state)
             postgres, redis_server = self._servers(state)
+            self.started = tuple(
+                name
+                for name, server in (("postgres", postgres), ("redis", redis_server))
+                if not server.running()
+            )
             postgres.start()
             redis_server.start()
             postgres.create_database(self.database)
@@ -362,14 +370,17 @@ class LocalStack:
                 self._save_state(state)
             return urls
 
-    def down(self) -> None:
+    def down(self, servers: Collection[str] = ("postgres", "redis")) -> None:
+        """Stop the named servers (both by default)."""
         with _file_lock(self.home / ".lock"):
             state = self._state()
             if "postgres_port" not in state:
                 return
             postgres, redis_server = self._servers(state)
-            redis_server.stop()
-            postgres.stop()
+            if "redis" in servers:
+                redis_server.stop()
+            if "postgres" in servers:
+                postgres.stop()
 
     def status(self) -> dict[str, Any]:
         state = self._state()
