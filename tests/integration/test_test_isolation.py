@@ -170,13 +170,18 @@ def test_the_suite_leaves_other_peoples_redis_and_postgres_data_alone(
     assert left == {"postgres", "template0", "template1", *foreign, f"rw_t_{dead}_3"}
 
 
-def test_a_redis_given_to_the_tests_is_used_only_where_it_is_empty(tmp_path: Path) -> None:
+def test_a_redis_given_to_the_tests_is_used_only_where_it_is_empty(
+    tmp_path: Path, developer_redis: LocalRedis
+) -> None:
     given = LocalRedis(tmp_path / "test-redis", free_port())
     given.start()
     try:
         someone = redis.Redis.from_url(given.url(2))
         someone.set("not-the-suites", "keep me")
-        probe = Probe(tmp_path, _env(RUNWRIGHT_TEST_REDIS_URL=given.url(0)), "test_fill")
+        env = _env(
+            RUNWRIGHT_TEST_REDIS_URL=given.url(0), RUNWRIGHT_REDIS_URL=developer_redis.url(0)
+        )
+        probe = Probe(tmp_path, env, "test_fill")
         probe.assert_clean()
         used = {entry["redis"] for entry in probe.entries()}
         assert {url.rsplit("/", 1)[0] for url in used} == {f"redis://127.0.0.1:{given.port}"}
@@ -206,7 +211,7 @@ def test_the_tests_redis_must_not_be_the_applications(tmp_path: Path) -> None:
 def test_the_local_stack_is_stopped_only_if_the_tests_started_it(tmp_path: Path) -> None:
     home = tmp_path / "home"
     stack = LocalStack(home)
-    env = _env(RUNWRIGHT_DATABASE_URL=None, RUNWRIGHT_HOME=str(home))
+    env = _env(RUNWRIGHT_DATABASE_URL=None, RUNWRIGHT_REDIS_URL=None, RUNWRIGHT_HOME=str(home))
     try:
         started_by_tests = Probe(tmp_path, env, "test_fill[3]")
         started_by_tests.assert_clean()
