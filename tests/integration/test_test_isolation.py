@@ -11,8 +11,10 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -95,9 +97,23 @@ def developer_redis(tmp_path: Path) -> Iterator[LocalRedis]:
 
 
 @pytest.fixture
-def developer_postgres(tmp_path: Path) -> Iterator[LocalPostgres]:
+def outside() -> Iterator[Path]:
+    """A folder outside pytest's temporary root, for Postgres data.
+
+    Run as root, Postgres runs as an unprivileged user and needs o+x on every
+    parent of its data; each pytest session that starts on the machine resets
+    its temporary root to 0700, which would pull the data from under a running
+    server.
+    """
+    made = Path(tempfile.mkdtemp(prefix="rw-isolation-")).resolve()
+    yield made
+    shutil.rmtree(made, ignore_errors=True)
+
+
+@pytest.fixture
+def developer_postgres(outside: Path) -> Iterator[LocalPostgres]:
     """Stands in for a Postgres server shared with others (RUNWRIGHT_DATABASE_URL)."""
-    server = LocalPostgres(tmp_path / "developer-postgres", free_port())
+    server = LocalPostgres(outside / "developer-postgres", free_port())
     server.start()
     yield server
     server.stop()
@@ -208,8 +224,10 @@ def test_the_tests_redis_must_not_be_the_applications(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(300)
-def test_the_local_stack_is_stopped_only_if_the_tests_started_it(tmp_path: Path) -> None:
-    home = tmp_path / "home"
+def test_the_local_stack_is_stopped_only_if_the_tests_started_it(
+    tmp_path: Path, outside: Path
+) -> None:
+    home = outside / "home"
     stack = LocalStack(home)
     env = _env(RUNWRIGHT_DATABASE_URL=None, RUNWRIGHT_REDIS_URL=None, RUNWRIGHT_HOME=str(home))
     try:
