@@ -28,9 +28,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 @pytest.hookimpl(trylast=True)  # after pytest's own hook has torn down the session fixtures
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Fail the session if it leaves a process running (and end those processes)."""
-    factory = getattr(session.config, "_tmp_path_factory", None)
-    if factory is not None:
-        _watch.roots.append(factory.getbasetemp().resolve())
+    # Only if some test made it (getbasetemp() would make one now, for nothing).
+    basetemp = getattr(getattr(session.config, "_tmp_path_factory", None), "_basetemp", None)
+    if basetemp is not None:
+        _watch.roots.append(Path(basetemp).resolve())
     left = _watch.wait_for_leftovers()
     if not left:
         return

@@ -136,17 +136,14 @@ class Services:
             conn.close()
 
     def close(self) -> None:
-        """Drop what the session made and stop what it started."""
-        try:
-            for name in sorted(self._made, key=lambda n: n == self.template):
-                self.drop_database(name)  # the template last: clones may still exist
-            self._alive.close()
-        finally:
-            try:
-                self.redis_dbs.close()
-            finally:
-                if self.stack is not None:
-                    self.stack.leave()
+        """Drop what the session made and stop what it started, even if a step fails."""
+        with contextlib.ExitStack() as later:  # runs the callbacks last to first
+            if self.stack is not None:
+                later.callback(self.stack.leave)
+            later.callback(self.redis_dbs.close)
+            later.callback(self._alive.close)
+            for name in sorted(self._made):
+                self.drop_database(name)
 
 
 def _session_key(comment: str | None) -> int | None:
@@ -168,21 +165,17 @@ def stack_home() -> Path:
 
 def discover(workdir: Path) -> Services:
     """The services for a test session; ``Services.close()`` undoes everything it did."""
-    redis_dbs = RedisDatabases.for_tests(workdir / "redis", os.environ)
-    stack: StackUse | None = None
-    try:
+    with contextlib.ExitStack() as undo:
+        redis_dbs = RedisDatabases.for_tests(workdir / "redis", os.environ)
+        undo.callback(redis_dbs.close)
+        stack: StackUse | None = None
         database_url = os.environ.get("RUNWRIGHT_DATABASE_URL")
         if not database_url:
             stack = StackUse(stack_home())
+            undo.callback(stack.leave)
             database_url = stack.enter()
         services = Services(_server_url(database_url), redis_dbs, stack)
-    except BaseException:
-        try:
-            redis_dbs.close()
-        finally:
-            if stack is not None:
-                stack.leave()
-        raise
+        undo.pop_all()  # from here on, services.close() undoes it all
     try:
         services.prepare()
     except BaseException:

@@ -266,3 +266,20 @@ def test_a_session_that_leaves_a_process_running_fails_and_ends_it(tmp_path: Pat
                     proc = psutil.Process(pid)
                     if proc.cmdline() == ["sleep", "600"]:
                         proc.kill()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root runs Postgres as another user")
+def test_postgres_stops_even_after_a_parent_folder_was_made_private(outside: Path) -> None:
+    """What pytest does to its temporary root whenever a session starts on the machine."""
+    parent = outside / "private"
+    server = LocalPostgres(parent / "pg", free_port())
+    server.start()
+    pid = int((server.data / "postmaster.pid").read_text().splitlines()[0])
+    try:
+        parent.chmod(0o700)
+        outside.chmod(0o700)
+        server.stop()
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    finally:
+        with contextlib.suppress(psutil.Error):
+            psutil.Process(pid).kill()
