@@ -24,7 +24,7 @@ install: $(BIN)/.installed ## Create .venv with the locked, hash-checked depende
 demo: install ## Run the demo end to end (local stack, worker, beat, approval, a killed worker)
 	$(BIN)/runwright demo
 
-test: install ## Run the tests (services from RUNWRIGHT_DATABASE_URL/RUNWRIGHT_REDIS_URL, else the local stack)
+test: install ## Run the tests (Postgres from RUNWRIGHT_DATABASE_URL, else the local stack; a Redis of their own: docs/testing.md)
 	$(BIN)/python -m pytest
 
 lint: install ## Lint, format check and strict type check

@@ -165,8 +165,30 @@ def _inbox_entry(path: Path, run_id: str, timeout: float = 30) -> dict[str, Any]
     raise DemoError("the notifier never delivered the approval request")
 
 
+def _stack_running(base: Settings) -> bool:
+    from store.local import LocalStack
+
+    status = LocalStack(base.home).status()
+    return bool(status["postgres"] == status["redis"] == "running")
+
+
+def _say_what_runs(base: Settings, stack_was_running: bool, kept: list[Worker]) -> None:
+    """Name what the demo leaves running, and how to stop it."""
+    running = [w for w in kept if w.proc.poll() is None]
+    if running:
+        pids = " ".join(str(w.proc.pid) for w in running)
+        say(f"Left running: {', '.join(w.name for w in running)}; stop them with `kill {pids}`.")
+    if base.uses_local_stack and _stack_running(base):
+        since = "already running before the demo" if stack_was_running else "started by the demo"
+        say(
+            f"Left running: the local stack ({since}; Postgres and Redis, data in "
+            f"{base.home}/); stop it with `runwright local down`."
+        )
+
+
 def run_demo(*, keep: bool = False) -> None:
     base = Settings.from_env()
+    stack_was_running = base.uses_local_stack and _stack_running(base)
     if base.uses_local_stack:
         say(f"Starting the local stack (embedded Postgres and Redis) under {base.home}/ ...")
     settings = base.resolved()
@@ -194,14 +216,16 @@ def run_demo(*, keep: bool = False) -> None:
         engine = Engine.from_env()
         _first_run(engine, home, demo_agent)
         _second_run(engine, env, home, workers, model is None)
-        say()
-        say("Demo complete.")
     finally:
+        say()
         if keep:
             say(f"Leaving the workers running (logs in {home}/demo-*.log).")
         else:
             for worker in workers:
                 worker.stop()
+        _say_what_runs(base, stack_was_running, workers if keep else [])
+    say()
+    say("Demo complete.")
 
 
 def _first_run(engine: Any, home: Path, demo_agent: Any) -> None:

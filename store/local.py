@@ -24,7 +24,7 @@ import socket
 import stat
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -115,6 +115,20 @@ def _make_traversable(path: Path) -> None:
             parent.chmod(mode | stat.S_IXOTH)
 
 
+# What ``pg_ctl stop -m <mode>`` sends the postmaster.
+_STOP_SIGNALS = {"smart": signal.SIGTERM, "fast": signal.SIGINT, "immediate": signal.SIGQUIT}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class LocalPostgres:
     """One Postgres cluster in ``root`` listening on 127.0.0.1:``port``."""
 
@@ -131,6 +145,10 @@ class LocalPostgres:
     def _run(self, args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
         if self._user is not None:
             kwargs.update(user=self._user.pw_uid, group=self._user.pw_gid, extra_groups=[])
+            if self.root.exists():
+                # A parent may have been made private since (pytest does that to
+                # its temporary root whenever a session starts).
+                _make_traversable(self.root)
         env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
         if self._user is not None:
             env["HOME"] = str(self.root)
@@ -207,10 +225,22 @@ class LocalPostgres:
     def stop(self, mode: str = "fast") -> None:
         if not (self.data / "postmaster.pid").exists():
             return
-        with contextlib.suppress(LocalStackError):
+        try:
             self._run(
                 [str(postgres_bin() / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop"]
             )
+        except LocalStackError:
+            # pg_ctl failed (it may not reach the data folder): the postmaster takes
+            # the same request as a signal, and must not be left running.
+            self._signal(_STOP_SIGNALS.get(mode, signal.SIGINT))
+
+    def _signal(self, signum: int) -> None:
+        try:
+            pid = int((self.data / "postmaster.pid").read_text().splitlines()[0])
+            os.kill(pid, signum)
+        except (OSError, ValueError, IndexError):
+            return
+        _wait_for(lambda: not _alive(pid), 60, "Postgres shutdown")
 
     def kill(self) -> None:
         """Crash the server (SIGKILL the postmaster): what a power cut looks like."""
@@ -318,6 +348,9 @@ class LocalStack:
     def __init__(self, home: Path | str = ".runwright") -> None:
         self.home = Path(home).resolve()
         self._state_file = self.home / "stack.json"
+        # The servers the last ``up()`` started, so that a caller (the tests) can
+        # stop exactly those and leave running what someone else had started.
+        self.started: tuple[str, ...] = ()
 
     def _state(self) -> dict[str, Any]:
         try:
@@ -350,6 +383,11 @@ class LocalStack:
                 state["redis_port"] = free_port()
             self._save_state(state)
             postgres, redis_server = self._servers(state)
+            self.started = tuple(
+                name
+                for name, server in (("postgres", postgres), ("redis", redis_server))
+                if not server.running()
+            )
             postgres.start()
             redis_server.start()
             postgres.create_database(self.database)
@@ -371,14 +409,17 @@ class LocalStack:
             return None
         return StackURLs(postgres.url(self.database), redis_server.url(0))
 
-    def down(self) -> None:
+    def down(self, servers: Collection[str] = ("postgres", "redis")) -> None:
+        """Stop the named servers (both by default)."""
         with _file_lock(self.home / ".lock"):
             state = self._state()
             if "postgres_port" not in state:
                 return
             postgres, redis_server = self._servers(state)
-            redis_server.stop()
-            postgres.stop()
+            if "redis" in servers:
+                redis_server.stop()
+            if "postgres" in servers:
+                postgres.stop()
 
     def status(self) -> dict[str, Any]:
         state = self._state()

@@ -15,19 +15,45 @@ from store.db import make_engine
 from store.leases import Leases, connect
 from store.memory import MemoryStore
 from store.postgres import PostgresStore
+from tests.leaks import Watch, describe, stop
 from tests.services import ROOT, Services, discover
+
+_watch = Watch()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _watch.start()
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own hook has torn down the session fixtures
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Fail the session if it leaves a process running (and end those processes)."""
+    # Only if some test made it (getbasetemp() would make one now, for nothing).
+    basetemp = getattr(getattr(session.config, "_tmp_path_factory", None), "_basetemp", None)
+    if basetemp is not None:
+        _watch.roots.append(Path(basetemp).resolve())
+    left = _watch.wait_for_leftovers()
+    if not left:
+        return
+    lines = [describe(proc) for proc in left]
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_sep("=", "processes this test session left running", red=True)
+        for line in lines:
+            reporter.write_line(line)
+    else:
+        print("processes this test session left running:", *lines, sep="\n")
+    stop(left)
+    if session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope="session")
-def services() -> Iterator[Services]:
-    found = discover()
+def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
+    """Postgres and Redis for the session: see tests/services.py for what they touch."""
+    found = discover(tmp_path_factory.mktemp("services"))
     yield found
-    conn = found.admin()
-    try:
-        with conn.cursor() as cur:
-            cur.execute(f'DROP DATABASE IF EXISTS "{found.template}" WITH (FORCE)')
-    finally:
-        conn.close()
+    found.close()
 
 
 @pytest.fixture
@@ -47,7 +73,7 @@ def pg_store(database_url: str) -> Iterator[PostgresStore]:
 
 @pytest.fixture
 def redis_url(services: Services) -> str:
-    """A Redis database number of this test's own, flushed."""
+    """A Redis database of this test's own, empty, on a server the suite owns."""
     return services.redis_url()
 
 

@@ -39,6 +39,8 @@ def test_demo_from_a_fresh_clone(tmp_path: Path) -> None:
         assert "killing worker A (SIGKILL) after" in out
         assert "completed by worker B" in out
         assert "each once" in out and "none repeated" in out
+        assert "Left running: the local stack (started by the demo" in out
+        assert "stop it with `runwright local down`" in out
         assert out.rstrip().endswith("Demo complete.")
         # The approval token went to the inbox, never to a log or the terminal.
         home = clone / ".runwright"
