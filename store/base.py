@@ -78,6 +78,27 @@ class ThreadStart:
     state: object
 
 
+def takeover_crashes(takeovers: int, max_takeovers: int | None) -> bool:
+    """Whether a takeover of a run with ``takeovers`` takeovers since its last
+    progress settles it ``failed/crashed`` instead of executing it.
+
+    Only a takeover counts (a claim from ``running`` whose claim expired): its
+    previous execution died without settling. A claim from ``interrupted`` does
+    not, since that execution drained cleanly; nor does one from ``queued``.
+    Progress (a W1 or W2) resets the count, so a long run that is taken over
+    now and then but moves on each time is never stopped.
+    """
+    return max_takeovers is not None and takeovers + 1 >= max_takeovers
+
+
+def crashed_error(epoch: int, max_takeovers: int) -> RunError:
+    return RunError(
+        "crashed",
+        f"the run was taken over {max_takeovers} times without progress; its executions"
+        f" keep dying (last epoch {epoch}), so it is not retried (RUNWRIGHT_MAX_TAKEOVERS)",
+    )
+
+
 def check_payload(new: NewRun, limit: int) -> None:
     """Refuse payloads that are not JSON or exceed ``limit`` bytes."""
     try:
@@ -156,12 +177,18 @@ class Store(Protocol):
         ...
 
     # ---------------------------------------------------------------- claims
-    def claim(self, run_id: str, owner: str, ttl_seconds: float) -> Claim | None:
+    def claim(
+        self, run_id: str, owner: str, ttl_seconds: float, *, max_takeovers: int | None = None
+    ) -> Claim | None:
         """Move the run to ``running`` with ``claim_epoch + 1``; None if not claimable."""
         ...
 
-    def claim_run(self, run_id: str, owner: str, ttl_seconds: float) -> Run | None:
-        """``claim``, returning the claimed run."""
+    def claim_run(
+        self, run_id: str, owner: str, ttl_seconds: float, *, max_takeovers: int | None = None
+    ) -> Run | Settled | None:
+        """``claim``, returning the claimed run; or, when the claim is a takeover
+        that :func:`takeover_crashes` refuses, the run settled ``failed/crashed``
+        (the caller enqueues ``next_in_key``)."""
         ...
 
     def renew(self, fence: Fence, ttl_seconds: float) -> bool:
