@@ -869,11 +869,15 @@ class PostgresStore:
         now: datetime | None = None,
     ) -> DecisionResult:
         with self._tx() as conn:
-            approval = approval_from_row(self._approval_row(conn, approval_id, lock=True))
+            # Locks are taken in one order everywhere: the run row, then its
+            # approvals (request_cancel, fail_waiting and W2 do the same). An
+            # approval's run never changes, so reading it unlocked first is safe.
+            run_id = approval_from_row(self._approval_row(conn, approval_id, lock=False)).run_id
             run_row = conn.execute(
                 sa.text(f"SELECT status, {_NOW} AS now FROM runs WHERE id = :id FOR UPDATE"),
-                {"id": approval.run_id, "now": now},
+                {"id": run_id, "now": now},
             ).one()
+            approval = approval_from_row(self._approval_row(conn, approval_id, lock=True))
             check_decidable(approval, RunStatus(run_row.status), run_row.now, allow_expired)
             conn.execute(
                 sa.update(t.approvals)
