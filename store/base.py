@@ -11,13 +11,12 @@ agree on claim expiry.
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from store.errors import ApprovalError, InvalidInput, PayloadTooLarge, RunNotFound
+from store.errors import ApprovalError, RunNotFound
 from store.models import (
     Approval,
     Checkpoint,
@@ -37,6 +36,7 @@ from store.models import (
     StepCommit,
     StepRecord,
 )
+from store.validate import check_new_run
 
 
 @dataclass(frozen=True)
@@ -100,18 +100,9 @@ def crashed_error(epoch: int, max_takeovers: int) -> RunError:
 
 
 def check_payload(new: NewRun, limit: int) -> None:
-    """Refuse payloads that are not JSON or exceed ``limit`` bytes."""
-    try:
-        encoded = json.dumps(new.trigger.payload, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInput(f"trigger payload is not JSON: {exc}") from exc
-    if len(encoded.encode()) > limit:
-        raise PayloadTooLarge(
-            f"trigger payload is {len(encoded.encode())} bytes; the limit is {limit} "
-            "(RUNWRIGHT_MAX_PAYLOAD_BYTES)"
-        )
-    if not new.agent:
-        raise InvalidInput("agent name is empty")
+    """Refuse a trigger that is not storable JSON text or exceeds ``limit``
+    bytes (``store/validate.py``). Both stores call this before writing."""
+    check_new_run(new, limit)
 
 
 def check_decidable(
