@@ -12,7 +12,7 @@ import os
 import signal
 
 from runner import Agent, RunContext, tool
-from runner.testing import Request, Reply, ScriptedModel, call, text, tools
+from runner.testing import Reply, Request, ScriptedModel, call, text, tools
 from tests.agents import JOURNAL, log_effect
 
 # The tool works a while before it crashes, as a native library might: the

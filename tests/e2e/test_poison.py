@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import time
 
-
-from store.models import RunStatus
 import tests.agents_poison  # noqa: F401  (the poison agent, known here too)
+from store.models import RunStatus
 from tests.agents import read_effect_log
 from tests.e2e.cluster import Cluster, Proc
 

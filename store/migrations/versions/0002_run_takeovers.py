@@ -18,9 +18,7 @@ depends_on = None
 
 def upgrade() -> None:
     # A constant default: Postgres adds the column without rewriting the table.
-    op.add_column(
-        "runs", sa.Column("takeovers", sa.Integer(), server_default="0", nullable=False)
-    )
+    op.add_column("runs", sa.Column("takeovers", sa.Integer(), server_default="0", nullable=False))
 
 
 def downgrade() -> None:
