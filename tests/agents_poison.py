@@ -17,7 +17,7 @@ from tests.agents import JOURNAL, log_effect
 
 # The tool works a while before it crashes, as a native library might: the
 # healthy runs sharing the worker make progress in the meantime.
-FUSE_SECONDS = float(os.environ.get("RUNWRIGHT_TEST_POISON_FUSE", "1.5"))
+FUSE_SECONDS = float(os.environ.get("RUNWRIGHT_TEST_POISON_FUSE", "3"))
 
 
 @tool

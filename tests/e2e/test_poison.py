@@ -5,12 +5,23 @@ from __future__ import annotations
 
 import time
 
+import sqlalchemy as sa
+
 import tests.agents_poison  # noqa: F401  (the poison agent, known here too)
+from runner import Engine
 from store.models import RunStatus
 from tests.agents import read_effect_log
 from tests.e2e.cluster import Cluster, Proc
 
 LIMIT = 3
+
+
+def _epoch(engine: Engine, run_id: str) -> int:
+    with engine.store.engine.connect() as conn:  # type: ignore[attr-defined]
+        epoch: int = conn.execute(
+            sa.text("SELECT claim_epoch FROM runs WHERE id = :id"), {"id": run_id}
+        ).scalar_one()
+    return epoch
 
 
 def test_poison_run_settles_crashed_and_healthy_runs_complete(cluster: Cluster) -> None:
@@ -21,7 +32,9 @@ def test_poison_run_settles_crashed_and_healthy_runs_complete(cluster: Cluster) 
     cluster.beat()
     worker = cluster.worker("w0")
     engine = cluster.engine()
-    healthy = [engine.start("paced", {"steps": 4, "latency": 0.1}) for _ in range(4)]
+    # Each needs several worker lives (12 s of steps, 3 s fuse): they go down
+    # with every worker the poison run kills, and move on each time.
+    healthy = [engine.start("paced", {"steps": 40, "latency": 0.3}) for _ in range(4)]
     poison = engine.start("poison", {"customer": "acme"})
     # Queued behind the poison run on its concurrency key: it can only run once
     # the poison run has settled and handed the key on.
@@ -56,10 +69,14 @@ def test_poison_run_settles_crashed_and_healthy_runs_complete(cluster: Cluster) 
     # One execution per epoch, then the claim that hit the limit settled it.
     assert len(detonations) == LIMIT, detonations
     assert len({e["pid"] for e in detonations}) == LIMIT
-    assert deaths >= LIMIT
+    assert deaths == LIMIT  # only the poison run killed workers
     for run in [*healthy, behind]:
         done = engine.get_run(run.id)
         assert done.status is RunStatus.COMPLETED, done
+    # Healthy runs died as often as the poison run did, but each execution made
+    # progress, which reset their count: none was crashed.
+    epochs = [_epoch(engine, r.id) for r in healthy]
+    assert max(epochs) >= LIMIT + 1, epochs
     assert engine.get_run(behind.id).output == "steady done"
     # Settled means out of recovery: no worker dies any more.
     time.sleep(3)
