@@ -163,3 +163,21 @@ def test_the_largest_accepted_values_are_stored(any_store: AnyStore) -> None:
     assert created and run.status is RunStatus.QUEUED
     stored = any_store.get_run(run.id)
     assert stored.trigger.payload == nested(MAX_DEPTH) and stored.thread == thread
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"source": "s" * (LIMIT + 1)},
+        {"keys": {f"k{i}": "v" * 100 for i in range(50)}},
+        {"id": "i" * 400, "thread": "t" * 400, "trigger": "n" * (LIMIT - 700)},
+        {"payload": shared(40)},
+    ],
+    ids=["source", "keys", "together", "shared payload"],
+)
+def test_oversized_parts_are_payload_too_large(any_store: AnyStore, fields: dict[str, Any]) -> None:
+    any_store.max_payload_bytes = LIMIT
+    before = snapshot(any_store)
+    with pytest.raises(PayloadTooLarge):
+        any_store.create_run(NewRun(agent="five", trigger=envelope(**fields)))
+    assert snapshot(any_store) == before
