@@ -77,7 +77,12 @@ class Engine:
         self.leases = leases
         self.enqueue = enqueue
         self.registry = registry or default_registry
-        self.claims = Claims(store, leases, self.settings.lease_ttl_seconds)
+        self.claims = Claims(
+            store,
+            leases,
+            self.settings.lease_ttl_seconds,
+            max_takeovers=self.settings.max_takeovers,
+        )
         self.tokens = approvals_.Tokens.parse(self.settings.secret_key)
         self.model_retries = model_retries
         self.model_backoff_seconds = model_backoff_seconds

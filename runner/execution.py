@@ -98,6 +98,11 @@ class Execution:
     def _claim(self) -> tuple[Fence, Run, StartPoint] | None:
         # Step 0 and step 1 in one hop to the I/O pool: claim, then the start point.
         claimed = self.engine.claims.acquire_run(self.run_id, self.owner)
+        if isinstance(claimed, Settled):
+            # A takeover of a run that keeps killing its executions: the store
+            # settled it failed/crashed instead; hand its key to the next run.
+            self.engine.after_settle(claimed)
+            return None
         if claimed is None:
             return None
         fence, run = claimed

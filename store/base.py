@@ -11,7 +11,6 @@ agree on claim expiry.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -20,8 +19,6 @@ from typing import Protocol
 from store.errors import (
     ApprovalError,
     InvalidApprovalInput,
-    InvalidInput,
-    PayloadTooLarge,
     RunNotFound,
 )
 from store.models import (
@@ -43,6 +40,7 @@ from store.models import (
     StepCommit,
     StepRecord,
 )
+from store.validate import check_new_run
 
 
 @dataclass(frozen=True)
@@ -84,19 +82,31 @@ class ThreadStart:
     state: object
 
 
+def takeover_crashes(takeovers: int, max_takeovers: int | None) -> bool:
+    """Whether a takeover of a run with ``takeovers`` takeovers since its last
+    progress settles it ``failed/crashed`` instead of executing it.
+
+    Only a takeover counts (a claim from ``running`` whose claim expired): its
+    previous execution died without settling. A claim from ``interrupted`` does
+    not, since that execution drained cleanly; nor does one from ``queued``.
+    Progress (a W1 or W2) resets the count, so a long run that is taken over
+    now and then but moves on each time is never stopped.
+    """
+    return max_takeovers is not None and takeovers + 1 >= max_takeovers
+
+
+def crashed_error(epoch: int, max_takeovers: int) -> RunError:
+    return RunError(
+        "crashed",
+        f"the run was taken over {max_takeovers} times without progress; its executions"
+        f" keep dying (last epoch {epoch}), so it is not retried (RUNWRIGHT_MAX_TAKEOVERS)",
+    )
+
+
 def check_payload(new: NewRun, limit: int) -> None:
-    """Refuse payloads that are not JSON or exceed ``limit`` bytes."""
-    try:
-        encoded = json.dumps(new.trigger.payload, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInput(f"trigger payload is not JSON: {exc}") from exc
-    if len(encoded.encode()) > limit:
-        raise PayloadTooLarge(
-            f"trigger payload is {len(encoded.encode())} bytes; the limit is {limit} "
-            "(RUNWRIGHT_MAX_PAYLOAD_BYTES)"
-        )
-    if not new.agent:
-        raise InvalidInput("agent name is empty")
+    """Refuse a trigger that is not storable JSON text or exceeds ``limit``
+    bytes (``store/validate.py``). Both stores call this before writing."""
+    check_new_run(new, limit)
 
 
 def check_decidable(
@@ -186,12 +196,18 @@ class Store(Protocol):
         ...
 
     # ---------------------------------------------------------------- claims
-    def claim(self, run_id: str, owner: str, ttl_seconds: float) -> Claim | None:
+    def claim(
+        self, run_id: str, owner: str, ttl_seconds: float, *, max_takeovers: int | None = None
+    ) -> Claim | None:
         """Move the run to ``running`` with ``claim_epoch + 1``; None if not claimable."""
         ...
 
-    def claim_run(self, run_id: str, owner: str, ttl_seconds: float) -> Run | None:
-        """``claim``, returning the claimed run."""
+    def claim_run(
+        self, run_id: str, owner: str, ttl_seconds: float, *, max_takeovers: int | None = None
+    ) -> Run | Settled | None:
+        """``claim``, returning the claimed run; or, when the claim is a takeover
+        that :func:`takeover_crashes` refuses, the run settled ``failed/crashed``
+        (the caller enqueues ``next_in_key``)."""
         ...
 
     def renew(self, fence: Fence, ttl_seconds: float) -> bool:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from store.base import Store
 from store.errors import LeaseLostError, StoreUnavailable
 from store.leases import Leases, Renewal
-from store.models import Fence, Run
+from store.models import Fence, Run, Settled
 
 log = logging.getLogger(__name__)
 
@@ -28,10 +28,19 @@ class Heartbeat:
 
 
 class Claims:
-    def __init__(self, store: Store, leases: Leases | None, ttl_seconds: float) -> None:
+    def __init__(
+        self,
+        store: Store,
+        leases: Leases | None,
+        ttl_seconds: float,
+        *,
+        max_takeovers: int | None = None,
+    ) -> None:
         self.store = store
         self.leases = leases
         self.ttl_seconds = ttl_seconds
+        # None: a run may be taken over any number of times (store-level tools).
+        self.max_takeovers = max_takeovers
 
     @property
     def ttl_ms(self) -> int:
@@ -40,17 +49,26 @@ class Claims:
     def acquire(self, run_id: str, owner: str) -> Fence | None:
         """Claim the run for ``owner``; None (quietly) if someone else has it."""
         claimed = self.acquire_run(run_id, owner)
-        return None if claimed is None else claimed[0]
+        return claimed[0] if isinstance(claimed, tuple) else None
 
-    def acquire_run(self, run_id: str, owner: str) -> tuple[Fence, Run] | None:
-        """``acquire``, also returning the claimed run."""
+    def acquire_run(self, run_id: str, owner: str) -> tuple[Fence, Run] | Settled | None:
+        """``acquire``, also returning the claimed run. A :class:`Settled` means
+        the claim was a takeover of a run that kept crashing its executions: the
+        store settled it ``failed/crashed`` instead, and the caller hands on its
+        concurrency key (``Engine.after_settle``)."""
         if self.leases is not None and not self.leases.acquire(run_id, owner, self.ttl_ms):
             return None
         try:
-            run = self.store.claim_run(run_id, owner, self.ttl_seconds)
+            run = self.store.claim_run(
+                run_id, owner, self.ttl_seconds, max_takeovers=self.max_takeovers
+            )
         except BaseException:
             self._release_pending(run_id, owner)
             raise
+        if isinstance(run, Settled):
+            log.error("run %s: %s", run_id, run.run.error.message if run.run.error else "crashed")
+            self._release_pending(run_id, owner)
+            return run
         if run is None or run.claim is None:
             self._release_pending(run_id, owner)
             return None

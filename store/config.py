@@ -45,6 +45,8 @@ class Settings:
     notify_backoff_cap_seconds: float = 600.0
     approval_expires_seconds: float = 86400.0
     tick_batch: int = 500
+    # Takeovers without progress before a run settles failed/crashed.
+    max_takeovers: int = 5
     home: Path = field(default_factory=lambda: Path(".runwright"))
     enqueue: str = "tasks:enqueue"
 
@@ -71,6 +73,7 @@ class Settings:
                 env, "RUNWRIGHT_APPROVAL_EXPIRES_SECONDS", 86400.0, minimum=1
             ),
             tick_batch=int(_number(env, "RUNWRIGHT_TICK_BATCH", 500, minimum=1)),
+            max_takeovers=int(_number(env, "RUNWRIGHT_MAX_TAKEOVERS", 5, minimum=1)),
             home=Path(env.get("RUNWRIGHT_HOME") or ".runwright"),
             enqueue=env.get("RUNWRIGHT_ENQUEUE") or "tasks:enqueue",
         )

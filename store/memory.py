@@ -24,6 +24,8 @@ from store.base import (
     check_decidable,
     check_payload,
     check_run_id,
+    crashed_error,
+    takeover_crashes,
 )
 from store.config import DEFAULT_MAX_PAYLOAD_BYTES
 from store.errors import (
@@ -79,6 +81,8 @@ class MemoryStore:
         self._step_ids = itertools.count(1)
         # The epoch survives settling (which clears the claim): it only ever rises.
         self._epochs: dict[str, int] = {}
+        # Takeovers since the last W1/W2 (see ``takeover_crashes``).
+        self._takeovers: dict[str, int] = {}
 
     def close(self) -> None:
         pass
@@ -196,9 +200,11 @@ class MemoryStore:
 
     # ---------------------------------------------------------------- claims
 
-    def claim(self, run_id: str, owner: str, ttl_seconds: float) -> Claim | None:
-        run = self.claim_run(run_id, owner, ttl_seconds)
-        return None if run is None else run.claim
+    def claim(
+        self, run_id: str, owner: str, ttl_seconds: float, *, max_takeovers: int | None = None
+    ) -> Claim | None:
+        run = self.claim_run(run_id, owner, ttl_seconds, max_takeovers=max_takeovers)
+        return run.claim if isinstance(run, Run) else None
 
     def start_point(self, run_id: str) -> StartPoint:
         with self._lock:
@@ -206,7 +212,9 @@ class MemoryStore:
             index = checkpoint.step_index if checkpoint else 0
             return StartPoint(checkpoint, self.llm_step(run_id, index + 1))
 
-    def claim_run(self, run_id: str, owner: str, ttl_seconds: float) -> Run | None:
+    def claim_run(
+        self, run_id: str, owner: str, ttl_seconds: float, *, max_takeovers: int | None = None
+    ) -> Run | Settled | None:
         with self._lock:
             run = self._run(run_id)
             now = self._now()
@@ -217,6 +225,15 @@ class MemoryStore:
             )
             if run.status not in CLAIMABLE and not expired:
                 return None
+            takeovers = self._takeovers.get(run.id, 0)
+            if expired:
+                assert run.claim is not None
+                if takeover_crashes(takeovers, max_takeovers):
+                    assert max_takeovers is not None
+                    self._takeovers[run.id] = takeovers + 1
+                    error = crashed_error(run.claim.epoch, max_takeovers)
+                    return self._apply_outcome(run.id, Outcome(RunStatus.FAILED, error=error))
+                takeovers += 1
             if run.concurrency_key and run.status is RunStatus.QUEUED:
                 for other in self._runs.values():
                     if other.id == run.id or other.concurrency_key != run.concurrency_key:
@@ -228,6 +245,7 @@ class MemoryStore:
             epoch = self._epochs.get(run.id, 0) + 1
             claim = Claim(owner=owner, expires_at=now + timedelta(seconds=ttl_seconds), epoch=epoch)
             self._epochs[run.id] = epoch
+            self._takeovers[run.id] = takeovers
             self._runs[run.id] = replace(
                 run,
                 status=RunStatus.RUNNING,
@@ -283,6 +301,7 @@ class MemoryStore:
             if self.llm_step(run.id, step.index) is not None:
                 return False
             self._add_step(run.id, step)
+            self._takeovers[run.id] = 0
             self._runs[run.id] = replace(
                 run,
                 usage=run.usage + (step.usage or Usage()),
@@ -295,6 +314,7 @@ class MemoryStore:
         with self._lock:
             run = self._fenced(fence)
             self._write_checkpoint(run.id, commit)
+            self._takeovers[run.id] = 0
             for record in commit.tool_steps:
                 if not any(
                     s.kind is StepKind.TOOL

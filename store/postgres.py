@@ -27,6 +27,8 @@ from store.base import (
     check_decidable,
     check_payload,
     check_run_id,
+    crashed_error,
+    takeover_crashes,
 )
 from store.config import DEFAULT_MAX_PAYLOAD_BYTES
 from store.db import Prepared, db_errors, dumps, is_unique_violation, raw_cursor, shared_engine
@@ -71,11 +73,13 @@ _CLAIM = sa.text(
            claim_owner = :owner,
            claim_expires_at = now() + make_interval(secs => :ttl),
            claim_epoch = r.claim_epoch + 1,
+           takeovers = r.takeovers + CASE WHEN r.status = 'running' THEN 1 ELSE 0 END,
            started_at = COALESCE(r.started_at, now()),
            updated_at = now()
      WHERE r.id = :run_id
        AND (r.status IN ('queued', 'interrupted')
-            OR (r.status = 'running' AND r.claim_expires_at < now()))
+            OR (r.status = 'running' AND r.claim_expires_at < now()
+                AND (CAST(:max AS int) IS NULL OR r.takeovers + 1 < CAST(:max AS int))))
        AND (r.concurrency_key IS NULL OR r.status <> 'queued' OR NOT EXISTS (
               SELECT 1 FROM runs AS o
                WHERE o.concurrency_key = r.concurrency_key
@@ -117,6 +121,7 @@ _W1 = Prepared(
         UPDATE runs SET input_tokens = runs.input_tokens + CAST(:input_tokens AS bigint),
                         output_tokens = runs.output_tokens + CAST(:output_tokens AS bigint),
                         steps_used = GREATEST(runs.steps_used, CAST(:index AS int)),
+                        takeovers = 0,
                         updated_at = now()
           FROM ins WHERE runs.id = ins.run_id
         RETURNING runs.id
@@ -155,6 +160,7 @@ _W2 = Prepared(
     WITH f AS (
         UPDATE runs SET
             updated_at = now(),
+            takeovers = 0,
             state = CASE WHEN CAST(:state_changed AS bool) THEN CAST(:state AS jsonb)
                          ELSE state END,
             status = COALESCE(CAST(:o_status AS text), status),
@@ -438,26 +444,54 @@ class PostgresStore:
 
     # ---------------------------------------------------------------- claims
 
-    def claim(self, run_id: str, owner: str, ttl_seconds: float) -> Claim | None:
-        run = self.claim_run(run_id, owner, ttl_seconds)
-        return None if run is None else run.claim
+    def claim(
+        self, run_id: str, owner: str, ttl_seconds: float, *, max_takeovers: int | None = None
+    ) -> Claim | None:
+        run = self.claim_run(run_id, owner, ttl_seconds, max_takeovers=max_takeovers)
+        return run.claim if isinstance(run, Run) else None
 
-    def claim_run(self, run_id: str, owner: str, ttl_seconds: float) -> Run | None:
+    def claim_run(
+        self, run_id: str, owner: str, ttl_seconds: float, *, max_takeovers: int | None = None
+    ) -> Run | Settled | None:
         run_id = check_run_id(run_id)
+        params = {"run_id": run_id, "owner": owner, "ttl": ttl_seconds, "max": max_takeovers}
         try:
             with self._tx() as conn:
-                row = conn.execute(
-                    _CLAIM, {"run_id": run_id, "owner": owner, "ttl": ttl_seconds}
-                ).first()
+                row = conn.execute(_CLAIM, params).first()
         except sqlalchemy.exc.IntegrityError as exc:
             if is_unique_violation(exc, "runs_key_holder_idx"):
                 return None  # another run holds the concurrency key
             raise
-        if row is None:
-            with self._read() as conn:
-                self._require_run(conn, run_id)
-            return None
-        return run_from_row(row)
+        if row is not None:
+            return run_from_row(row)
+        if max_takeovers is not None and self._settle_crashed(run_id, max_takeovers):
+            return self._after_settle(run_id, Outcome(RunStatus.FAILED))
+        with self._read() as conn:
+            self._require_run(conn, run_id)
+        return None
+
+    def _settle_crashed(self, run_id: str, max_takeovers: int) -> bool:
+        """The takeover the claim refused: settle the run failed/crashed, once."""
+        with self._tx() as conn:
+            row = conn.execute(
+                sa.text(
+                    "SELECT claim_epoch, takeovers FROM runs WHERE id = :id"
+                    " AND status = 'running' AND claim_expires_at < now() FOR UPDATE"
+                ),
+                {"id": run_id},
+            ).first()
+            if row is None or not takeover_crashes(row.takeovers, max_takeovers):
+                return False
+            error = crashed_error(row.claim_epoch, max_takeovers)
+            conn.execute(
+                sa.update(t.runs)
+                .where(t.runs.c.id == run_id)
+                .values(
+                    **_outcome_values(Outcome(RunStatus.FAILED, error=error)),
+                    takeovers=row.takeovers + 1,
+                )
+            )
+            return True
 
     def start_point(self, run_id: str) -> StartPoint:
         with self._read() as conn:
@@ -529,7 +563,7 @@ class PostgresStore:
                         "steps": dumps([_step_json(s) for s in commit.tool_steps]),
                     },
                 )
-            values: dict[str, Any] = {"updated_at": sa.func.now()}
+            values: dict[str, Any] = {"updated_at": sa.func.now(), "takeovers": 0}
             if commit.state_changed:
                 values["state"] = commit.state
             outcome = commit.outcome
@@ -832,11 +866,15 @@ class PostgresStore:
         now: datetime | None = None,
     ) -> DecisionResult:
         with self._tx() as conn:
-            approval = approval_from_row(self._approval_row(conn, approval_id, lock=True))
+            # Locks are taken in one order everywhere: the run row, then its
+            # approvals (request_cancel, fail_waiting and W2 do the same). An
+            # approval's run never changes, so reading it unlocked first is safe.
+            run_id = approval_from_row(self._approval_row(conn, approval_id, lock=False)).run_id
             run_row = conn.execute(
                 sa.text(f"SELECT status, {_NOW} AS now FROM runs WHERE id = :id FOR UPDATE"),
-                {"id": approval.run_id, "now": now},
+                {"id": run_id, "now": now},
             ).one()
+            approval = approval_from_row(self._approval_row(conn, approval_id, lock=True))
             check_decidable(approval, RunStatus(run_row.status), run_row.now, allow_expired)
             conn.execute(
                 sa.update(t.approvals)

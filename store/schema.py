@@ -40,6 +40,9 @@ runs = sa.Table(
     sa.Column("claim_owner", sa.Text),
     sa.Column("claim_expires_at", _TS),
     sa.Column("claim_epoch", sa.Integer, nullable=False, server_default="0"),
+    # Takeovers since the run last made progress (a W1 or W2): a run whose
+    # executions keep dying settles failed/crashed instead of retrying forever.
+    sa.Column("takeovers", sa.Integer, nullable=False, server_default="0"),
     sa.Column("cancel_requested", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("enqueued_at", _TS),
     sa.Column("created_at", _TS, nullable=False, server_default=_NOW),

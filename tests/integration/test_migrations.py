@@ -11,6 +11,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
 from store.migrate import downgrade, upgrade
+from store.postgres import PostgresStore
 from store.schema import metadata
 from tests.services import Services
 
@@ -91,3 +92,31 @@ def test_downgrade_to_base_and_up_again(empty_databases: tuple[str, str]) -> Non
         "effects",
         "approvals",
     }
+
+
+def test_upgrade_from_0001_keeps_runs_in_flight_claimable(empty_databases: tuple[str, str]) -> None:
+    """A run that was running before ``runs.takeovers`` existed starts from zero."""
+    url, _ = empty_databases
+    upgrade(url, "0001")
+    engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg2://"))
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO runs (id, agent, status, trigger, trigger_id, claim_owner,"
+                    " claim_expires_at, claim_epoch) VALUES (gen_random_uuid(), 'a', 'running',"
+                    " '{}', 't', 'old-worker', now() - interval '1 minute', 4)"
+                )
+            )
+        upgrade(url)
+        with engine.connect() as conn:
+            row = conn.execute(sa.text("SELECT id, takeovers FROM runs")).one()
+        assert row.takeovers == 0
+    finally:
+        engine.dispose()
+    store = PostgresStore.from_url(url)
+    try:
+        claim = store.claim(str(row.id), "new-worker", 30, max_takeovers=5)
+        assert claim is not None and claim.epoch == 5
+    finally:
+        store.close()

@@ -24,6 +24,7 @@ from store.models import (
     Outcome,
     RunError,
     RunStatus,
+    Settled,
     StepKind,
     Usage,
     utcnow,
@@ -374,3 +375,83 @@ def test_prune_deletes_settled_runs_and_their_rows(any_store: AnyStore) -> None:
     with pytest.raises(RunNotFound):
         any_store.get_run(old.run_id)
     assert any_store.get_run(live.id).status is RunStatus.QUEUED
+
+
+def _lapse() -> None:
+    time.sleep(0.12)  # past the 0.05 s claims below
+
+
+def _take_over(store: AnyStore, run_id: str, limit: int) -> Fence:
+    _lapse()
+    claim = store.claim(run_id, "taker", 0.05, max_takeovers=limit)
+    assert claim is not None
+    return Fence(run_id, "taker", claim.epoch)
+
+
+def test_takeovers_without_progress_settle_the_run_crashed(any_store: AnyStore) -> None:
+    fence = claimed(any_store, ttl=0.05, key="customer:9")
+    waiting_for_key, _ = any_store.create_run(new_run(key="customer:9"))
+    any_store.record_llm_step(fence, llm_record(1))  # progress, then the worker dies
+    for _ in range(2):
+        fence = _take_over(any_store, fence.run_id, 3)
+        # A journaled step reused by the new execution is not progress.
+        assert any_store.record_llm_step(fence, llm_record(1)) is False
+    _lapse()
+    assert fence.epoch == 3
+    settled = any_store.claim_run(fence.run_id, "taker", 0.05, max_takeovers=3)
+    assert isinstance(settled, Settled)
+    assert settled.run.status is RunStatus.FAILED and settled.run.claim is None
+    assert settled.run.error is not None and settled.run.error.code == "crashed"
+    assert "last epoch 3" in settled.run.error.message
+    assert settled.next_in_key == waiting_for_key.id  # the key is free
+    assert any_store.get_run(fence.run_id) == settled.run
+    # Settled once: no later claim, no recovery by tick(), and the old fence is out.
+    assert any_store.claim_run(fence.run_id, "again", 30, max_takeovers=3) is None
+    assert fence.run_id not in any_store.lapsed_claims(100, 0)
+    with pytest.raises(LeaseLostError):
+        any_store.record_llm_step(fence, llm_record(2))
+    assert any_store.claim(waiting_for_key.id, "w", 30) is not None
+
+
+@pytest.mark.parametrize("progress", ["w1", "w2"])
+def test_progress_resets_the_takeover_count(any_store: AnyStore, progress: str) -> None:
+    fence = claimed(any_store, ttl=0.05)
+    base = 0
+    # Far more takeovers than the limit, each followed by progress: never crashed.
+    for index in range(1, 6):
+        fence = _take_over(any_store, fence.run_id, 2)
+        if progress == "w1":
+            assert any_store.record_llm_step(fence, llm_record(index)) is True
+        else:
+            any_store.commit_step(fence, commit(index, base, [msg(index)]))
+            base += 1
+    assert any_store.get_run(fence.run_id).status is RunStatus.RUNNING
+    # Without progress the second takeover in a row settles it.
+    fence = _take_over(any_store, fence.run_id, 2)
+    _lapse()
+    settled = any_store.claim_run(fence.run_id, "taker", 0.05, max_takeovers=2)
+    assert isinstance(settled, Settled) and settled.run.status is RunStatus.FAILED
+
+
+def test_interrupted_and_queued_claims_are_not_takeovers(any_store: AnyStore) -> None:
+    run, _ = any_store.create_run(new_run())
+    for _ in range(5):  # drained cleanly again and again, e.g. across deploys
+        claim = any_store.claim(run.id, "w", 30, max_takeovers=1)
+        assert claim is not None
+        any_store.settle(Fence(run.id, "w", claim.epoch), Outcome(RunStatus.INTERRUPTED))
+    claim = any_store.claim(run.id, "w", 0.05, max_takeovers=1)
+    assert claim is not None
+    _lapse()
+    # The first takeover reaches a limit of 1 at once.
+    settled = any_store.claim_run(run.id, "taker", 30, max_takeovers=1)
+    assert isinstance(settled, Settled)
+    assert settled.run.error is not None and settled.run.error.code == "crashed"
+    assert f"last epoch {claim.epoch}" in settled.run.error.message
+
+
+def test_without_a_limit_takeovers_go_on(any_store: AnyStore) -> None:
+    fence = claimed(any_store, ttl=0.05)
+    for _ in range(4):
+        _lapse()
+        claim = any_store.claim(fence.run_id, "taker", 0.05)
+        assert claim is not None

@@ -48,6 +48,7 @@ def test_table_and_column_names() -> None:
                 "claim_owner",
                 "claim_expires_at",
                 "claim_epoch",
+                "takeovers",
                 "cancel_requested",
                 "enqueued_at",
                 "created_at",

@@ -1,0 +1,123 @@
+"""The front door: a new run's trigger is checked here before either store
+writes anything, so both refuse the same input with one clear error.
+
+What Postgres cannot store (NUL characters, lone surrogates, bytes, NaN), what
+would break its indexes (a B-tree entry holds at most about 2,700 bytes) and
+what would exhaust the interpreter (deep or endlessly shared nesting) is
+refused as :class:`InvalidInput` or :class:`PayloadTooLarge`. The walk over the
+payload is iterative and bounded, so no input reaches ``RecursionError``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from store.errors import InvalidInput, PayloadTooLarge
+from store.models import NewRun
+
+# Documented in docs/operations.md ("Input limits").
+MAX_DEPTH = 64  # nesting levels of the payload and of nothing else
+MAX_ID_CHARS = 512  # trigger id, thread
+MAX_KEY_CHARS = 576  # concurrency key: "thread:" plus a thread fits
+MAX_AGENT_CHARS = 128
+# Four bytes per character at most: agent + trigger id (one unique index) and a
+# concurrency key plus a run id stay below Postgres's B-tree entry limit.
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def check_text(value: object, what: str, *, max_chars: int | None = None) -> str:
+    """A string Postgres can store: no NUL, valid UTF-8 (no lone surrogates)."""
+    if isinstance(value, bytes | bytearray):
+        raise InvalidInput(f"{what} is bytes; pass text (decoded UTF-8)")
+    if not isinstance(value, str):
+        raise InvalidInput(f"{what} must be a string, not {type(value).__name__}")
+    if "\x00" in value:
+        raise InvalidInput(f"{what} contains a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(f"{what} is not valid UTF-8 (it holds a lone surrogate)") from None
+    if max_chars is not None and len(value) > max_chars:
+        raise InvalidInput(f"{what} is {len(value)} characters long; the limit is {max_chars}")
+    return value
+
+
+def check_json(value: object, what: str, limit: int) -> None:
+    """JSON that Postgres's jsonb can store, at most ``MAX_DEPTH`` deep.
+
+    Visiting more than ``limit`` values means the encoding is larger than
+    ``limit`` bytes (every value takes at least one), which also bounds
+    payloads that share one list many times over.
+    """
+    stack: list[tuple[object, str, int]] = [(value, what, 0)]
+    visited = 0
+    while stack:
+        item, path, depth = stack.pop()
+        visited += 1
+        if visited > limit:
+            raise PayloadTooLarge(f"{what} is larger than {limit} bytes")
+        if isinstance(item, str):
+            check_text(item, path)
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise InvalidInput(f"{path} is {item}, which is not JSON")
+        elif isinstance(item, _SCALARS):
+            continue
+        elif isinstance(item, dict | list | tuple):
+            if depth >= MAX_DEPTH:
+                raise InvalidInput(f"{what} is nested deeper than {MAX_DEPTH} levels")
+            if isinstance(item, dict):
+                for key, child in item.items():
+                    if not isinstance(key, str):
+                        raise InvalidInput(
+                            f"{path} has a key of type {type(key).__name__}; JSON keys are text"
+                        )
+                    check_text(key, f"a key in {path}")
+                    stack.append((child, f"{path}.{key[:40]}", depth + 1))
+            else:
+                stack.extend((child, f"{path}[{i}]", depth + 1) for i, child in enumerate(item))
+        elif isinstance(item, bytes | bytearray):
+            raise InvalidInput(f"{path} is bytes, which is not JSON; decode it to text")
+        else:
+            raise InvalidInput(f"{path} is a {type(item).__name__}, which is not JSON")
+
+
+def _size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":")).encode())
+
+
+def check_new_run(new: NewRun, limit: int) -> None:
+    """Refuse a new run that cannot be stored exactly as given; ``limit`` is
+    ``RUNWRIGHT_MAX_PAYLOAD_BYTES``."""
+    check_text(new.agent, "the agent name", max_chars=MAX_AGENT_CHARS)
+    if not new.agent:
+        raise InvalidInput("agent name is empty")
+    trigger = new.trigger
+    check_text(trigger.id, "the trigger id", max_chars=MAX_ID_CHARS)
+    if trigger.thread is not None:
+        check_text(trigger.thread, "the thread", max_chars=MAX_ID_CHARS)
+    if new.concurrency_key is not None:
+        check_text(new.concurrency_key, "the concurrency key", max_chars=MAX_KEY_CHARS)
+    check_text(trigger.source, "the trigger source")
+    check_text(trigger.trigger, "the trigger name")
+    if not isinstance(trigger.keys, dict):
+        raise InvalidInput("the trigger keys must be a mapping of text to text")
+    for key, value in trigger.keys.items():
+        check_text(key, "a trigger key")
+        check_text(value, f"trigger key {key[:40]!r}")
+    envelope = [trigger.id, trigger.thread, trigger.source, trigger.trigger, trigger.keys]
+    envelope_size = _size(envelope)
+    if envelope_size > limit:
+        raise PayloadTooLarge(
+            f"the trigger's source, name, keys and ids are {envelope_size} bytes; the limit is"
+            f" {limit} (RUNWRIGHT_MAX_PAYLOAD_BYTES)"
+        )
+    check_json(trigger.payload, "trigger payload", limit)
+    payload_size = _size(trigger.payload)
+    if payload_size > limit:
+        raise PayloadTooLarge(
+            f"trigger payload is {payload_size} bytes; the limit is {limit} "
+            "(RUNWRIGHT_MAX_PAYLOAD_BYTES)"
+        )
