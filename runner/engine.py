@@ -94,8 +94,8 @@ class Engine:
     @classmethod
     def from_env(cls, *, enqueue: Enqueue | None = _FROM_SETTINGS) -> Engine:
         """An engine configured from the environment (the local stack if no URLs)."""
-        from store.migrate import require_head
         from store.postgres import PostgresStore
+        from store.summary import require_schema
 
         settings = Settings.from_env().resolved()
         if not settings.database_url or not settings.redis_url:
@@ -103,11 +103,11 @@ class Engine:
                 "set both RUNWRIGHT_DATABASE_URL and RUNWRIGHT_REDIS_URL, or neither for the "
                 "local stack"
             )
+        require_schema(settings.database_url)
         default_registry.load(settings.agents)
         store = PostgresStore.from_url(
             settings.database_url, max_payload_bytes=settings.max_payload_bytes
         )
-        require_head(store.engine)
         if enqueue is _FROM_SETTINGS:
             if settings.enqueue.startswith("tasks:"):
                 require_own_modules("tasks")

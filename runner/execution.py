@@ -150,10 +150,7 @@ class Execution:
             try:
                 agent = self.engine.registry.get(run.agent)
             except AgentNotFound as exc:
-                log.error("run %s: %s", self.run_id, exc)
-                self.settled = await self.settle(
-                    Outcome(RunStatus.FAILED, error=RunError("agent_not_found", exc.message))
-                )
+                self.settled = await self._agent_missing(exc)
                 return self.settled
             self.settled = await self._run_agent(agent, run, start)
             return self.settled
@@ -198,6 +195,32 @@ class Execution:
         finally:
             if timer is not None:
                 timer.cancel()
+
+    async def _agent_missing(self, exc: AgentNotFound) -> Settled | None:
+        """During a rolling deploy an old worker can claim a run of an agent
+        that only new workers know: give the run back (tick() enqueues it again)
+        rather than fail it, until the grace period since the first miss ends."""
+        grace = self.engine.settings.agent_grace_seconds
+        deferred = await self.write(self.engine.store.defer_missing_agent, grace)
+        if deferred is not None:
+            log.warning(
+                "run %s: agent %r is not loaded in this worker; the run is left for a worker "
+                "that has it (it fails if none has within %.0f s)",
+                self.run_id,
+                deferred.agent,
+                grace,
+            )
+            return None
+        log.error("run %s: %s", self.run_id, exc)
+        return await self.settle(
+            Outcome(
+                RunStatus.FAILED,
+                error=RunError(
+                    "agent_not_found",
+                    f"{exc.message} (no worker that knows it claimed the run within {grace:.0f} s)",
+                ),
+            )
+        )
 
     async def _settle_crash(self, exc: Exception) -> Settled | None:
         """Fail the run after an unexpected error. This write must not fail on

@@ -225,6 +225,13 @@ class Store(Protocol):
 
     def settle(self, fence: Fence, outcome: Outcome) -> Settled: ...
 
+    def defer_missing_agent(self, fence: Fence, grace_seconds: float) -> Run | None:
+        """Give back a run whose agent this process does not know: ``interrupted``,
+        claim released, re-enqueued by ``tick()``; the first such time is
+        remembered. None (nothing written) once ``grace_seconds`` have passed
+        since that first time: the caller fails the run."""
+        ...
+
     def begin_effect(
         self, fence: Fence, key: str, tool: str, input: object, *, rerun_started: bool
     ) -> EffectBegin: ...

@@ -47,6 +47,7 @@ class Settings:
     tick_batch: int = 500
     # Takeovers without progress before a run settles failed/crashed.
     max_takeovers: int = 5
+    agent_grace_seconds: float = 600.0
     home: Path = field(default_factory=lambda: Path(".runwright"))
     enqueue: str = "tasks:enqueue"
 
@@ -74,6 +75,7 @@ class Settings:
             ),
             tick_batch=int(_number(env, "RUNWRIGHT_TICK_BATCH", 500, minimum=1)),
             max_takeovers=int(_number(env, "RUNWRIGHT_MAX_TAKEOVERS", 5, minimum=1)),
+            agent_grace_seconds=_number(env, "RUNWRIGHT_AGENT_GRACE_SECONDS", 600.0),
             home=Path(env.get("RUNWRIGHT_HOME") or ".runwright"),
             enqueue=env.get("RUNWRIGHT_ENQUEUE") or "tasks:enqueue",
         )
@@ -95,8 +97,7 @@ class Settings:
                 else ("RUNWRIGHT_REDIS_URL", "RUNWRIGHT_DATABASE_URL")
             )
             raise ConfigurationError(
-                f"{missing} is not set but {given} is: set both, or neither to use the "
-                "local stack"
+                f"{missing} is not set but {given} is: set both, or neither to use the local stack"
             )
         if not self.uses_local_stack and not (self.secret_key or "").strip():
             raise ConfigurationError(

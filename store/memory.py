@@ -83,6 +83,7 @@ class MemoryStore:
         self._epochs: dict[str, int] = {}
         # Takeovers since the last W1/W2 (see ``takeover_crashes``).
         self._takeovers: dict[str, int] = {}
+        self._agent_missing_since: dict[str, datetime] = {}
 
     def close(self) -> None:
         pass
@@ -408,6 +409,15 @@ class MemoryStore:
         with self._lock:
             self._fenced(fence)
             return self._apply_outcome(fence.run_id, outcome)
+
+    def defer_missing_agent(self, fence: Fence, grace_seconds: float) -> Run | None:
+        with self._lock:
+            self._fenced(fence)
+            now = self._now()
+            since = self._agent_missing_since.setdefault(fence.run_id, now)
+            if now - since >= timedelta(seconds=grace_seconds):
+                return None
+            return self._apply_outcome(fence.run_id, Outcome(RunStatus.INTERRUPTED)).run
 
     def begin_effect(
         self, fence: Fence, key: str, tool: str, input: object, *, rerun_started: bool

@@ -8,15 +8,13 @@ import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
 
+from store import revision
 from store.db import db_errors, normalize_url
-from store.errors import SchemaMismatch
+from store.revision import HEAD, REVISIONS, require_revision
+
+__all__ = ["HEAD", "REVISIONS", "current_revision", "require_head", "upgrade"]
 
 MIGRATIONS = Path(__file__).parent / "migrations"
-# The newest migration. Kept here so that checking a database costs one query
-# rather than loading every migration script; a test pins it to Alembic's head.
-HEAD = "0001"
-# Revisions in order, oldest first, to tell "behind" from "ahead".
-REVISIONS = ("0001",)
 
 
 def alembic_config(url: str) -> Config:
@@ -52,28 +50,10 @@ def downgrade(url: str, revision: str) -> None:
 def current_revision(engine: sa.Engine) -> str | None:
     """The database's schema revision; None if it was never migrated."""
     with db_errors(), engine.connect() as conn:
-        exists = conn.execute(sa.text("SELECT to_regclass('alembic_version')")).scalar()
-        if exists is None:
-            return None
-        return conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
+        return revision.current_revision(lambda sql: conn.execute(sa.text(sql)).scalar())
 
 
 def require_head(engine: sa.Engine) -> None:
     """Raise :class:`SchemaMismatch`, with one line saying what to do, unless the
     database's schema is the one this code was written for."""
-    current = current_revision(engine)
-    if current == HEAD:
-        return
-    if current is None:
-        raise SchemaMismatch(
-            "the database has no Runwright schema; run `runwright migrate` to create it"
-        )
-    if current in REVISIONS:
-        raise SchemaMismatch(
-            f"the database schema is behind this code (at {current}, needs {HEAD}); "
-            "run `runwright migrate`"
-        )
-    raise SchemaMismatch(
-        f"the database schema ({current}) is newer than this code (which knows up to {HEAD}); "
-        "deploy the newer code to this process"
-    )
+    require_revision(current_revision(engine))

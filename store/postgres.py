@@ -711,6 +711,35 @@ class PostgresStore:
         assert settled is not None
         return settled
 
+    def defer_missing_agent(self, fence: Fence, grace_seconds: float) -> Run | None:
+        fenced = sa.and_(
+            t.runs.c.id == fence.run_id,
+            t.runs.c.claim_owner == fence.owner,
+            t.runs.c.claim_epoch == fence.epoch,
+            t.runs.c.status == RunStatus.RUNNING.value,
+        )
+        missing_since = t.runs.c.agent_missing_since
+        within_grace = sa.or_(
+            missing_since.is_(None),
+            missing_since > sa.func.now() - sa.func.make_interval(0, 0, 0, 0, 0, 0, grace_seconds),
+        )
+        with self._tx() as conn:
+            deferred = conn.execute(
+                sa.update(t.runs)
+                .where(fenced, within_grace)
+                .values(
+                    **_outcome_values(Outcome(RunStatus.INTERRUPTED)),
+                    agent_missing_since=sa.func.coalesce(missing_since, sa.func.now()),
+                )
+                .returning(t.runs.c.id)
+            ).first()
+            if (
+                deferred is None
+                and conn.execute(sa.select(t.runs.c.id).where(fenced)).first() is None
+            ):
+                raise LeaseLostError(f"run {fence.run_id} is no longer claimed by this execution")
+        return None if deferred is None else self.get_run(fence.run_id)
+
     def _after_settle(self, run_id: str, outcome: Outcome | None) -> Settled | None:
         if outcome is None:
             return None

@@ -26,7 +26,8 @@ runs = sa.Table(
     sa.Column("id", sa.Uuid(as_uuid=False), primary_key=True),
     sa.Column("agent", sa.Text, nullable=False),
     sa.Column("status", sa.Text, nullable=False),
-    sa.Column("trigger", JSONB, nullable=False),
+    # json, not jsonb: the trigger round-trips exactly, in the caller's key order.
+    sa.Column("trigger", sa.JSON, nullable=False),
     sa.Column("trigger_id", sa.Text, nullable=False),
     sa.Column("concurrency_key", sa.Text),
     sa.Column("thread", sa.Text),
@@ -43,6 +44,9 @@ runs = sa.Table(
     # Takeovers since the run last made progress (a W1 or W2): a run whose
     # executions keep dying settles failed/crashed instead of retrying forever.
     sa.Column("takeovers", sa.Integer, nullable=False, server_default="0"),
+    # First time a worker claimed the run without knowing its agent (see
+    # Execution: the run is given back until RUNWRIGHT_AGENT_GRACE_SECONDS pass).
+    sa.Column("agent_missing_since", _TS),
     sa.Column("cancel_requested", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("enqueued_at", _TS),
     sa.Column("created_at", _TS, nullable=False, server_default=_NOW),

@@ -73,11 +73,12 @@ class Services:
         self._create(self.template)
         upgrade(self.database_url(self.template))
 
-    def new_database(self) -> str:
-        """A fresh database cloned from the migrated template; its name."""
+    def new_database(self, *, empty: bool = False) -> str:
+        """A fresh database cloned from the migrated template (or with no schema
+        at all); its name."""
         with _lock:
             name = f"rw_t_{os.getpid()}_{next(_DB_COUNTER)}"
-        self._create(name, template=self.template)
+        self._create(name, template=None if empty else self.template)
         return name
 
     def drop_database(self, name: str) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from store.models import RunStatus
 from tests.e2e.cluster import Cluster, Proc, wait_until
-from tests.services import ROOT
+from tests.services import ROOT, Services
 
 
 def test_a_prefork_worker_refuses_to_start_with_one_line(cluster: Cluster) -> None:
@@ -189,3 +189,56 @@ def test_a_missing_or_weak_signing_key_stops_the_worker(cluster: Cluster) -> Non
     assert "RUNWRIGHT_SECRET_KEY is not set" in line
     line = _celery_exits(cluster, "weak-key", "worker", RUNWRIGHT_SECRET_KEY="short-secret")
     assert "RUNWRIGHT_SECRET_KEY" in line and "32" in line
+
+
+def test_a_rolling_deploy_leaves_a_new_agents_run_for_a_new_worker(cluster: Cluster) -> None:
+    import tests.agents_newcomer  # noqa: F401  (known to this process, as to new workers)
+
+    old = cluster.worker("old")  # RUNWRIGHT_AGENTS=tests.agents: no "newcomer"
+    cluster.beat()
+    engine = cluster.engine()
+    run = engine.start("newcomer")
+    wait_until(
+        lambda: "is not loaded in this worker" in old.log(), 30, "the old worker to give it back"
+    )
+    given_back = engine.get_run(run.id)
+    assert given_back.status is RunStatus.INTERRUPTED and given_back.claim is None
+    cluster.worker("new", RUNWRIGHT_AGENTS="tests.agents,tests.agents_newcomer")
+    done = wait_until(
+        lambda: engine.get_run(run.id).status.settled and engine.get_run(run.id),
+        60,
+        "a new worker to run it",
+    )
+    assert done.status is RunStatus.COMPLETED and done.output == "done by a new worker"
+
+
+def test_a_run_whose_agent_no_worker_knows_fails_after_the_grace(cluster: Cluster) -> None:
+    import tests.agents_newcomer  # noqa: F401
+
+    cluster.overrides["RUNWRIGHT_AGENT_GRACE_SECONDS"] = "3"
+    cluster.worker("old")
+    cluster.beat()
+    engine = cluster.engine()
+    run = engine.start("newcomer")
+    done = wait_until(
+        lambda: engine.get_run(run.id).status.settled and engine.get_run(run.id),
+        60,
+        "the grace to end",
+    )
+    assert done.status is RunStatus.FAILED
+    assert done.error is not None and done.error.code == "agent_not_found"
+    assert (
+        done.finished_at is not None and (done.finished_at - done.created_at).total_seconds() >= 3
+    )
+
+
+def test_a_worker_on_an_unmigrated_database_refuses_to_start(
+    cluster: Cluster, services: Services
+) -> None:
+    name = services.new_database(empty=True)
+    try:
+        url = services.database_url(name)
+        line = _celery_exits(cluster, "unmigrated", "worker", RUNWRIGHT_DATABASE_URL=url)
+        assert "no Runwright schema" in line and "runwright migrate" in line
+    finally:
+        services.drop_database(name)

@@ -8,8 +8,10 @@ from pathlib import Path
 import redis
 
 from store.claims import Claims
+from store.db import make_engine
 from store.leases import Leases
 from store.local import LocalStack
+from store.migrate import HEAD, REVISIONS, current_revision, downgrade
 from store.models import Outcome, RunStatus
 from store.postgres import PostgresStore
 from tests.helpers import commit, msg, new_run
@@ -41,6 +43,16 @@ def test_local_stack_round_trip(tmp_path: Path) -> None:
 
         secret = stack.secret_key()
         assert secret.startswith("local:") and stack.secret_key() == secret
+
+        # A stack made by an older version gets later migrations on its next up.
+        downgrade(urls.database_url, REVISIONS[-2])
+        engine = make_engine(urls.database_url, pool_size=1)
+        try:
+            assert current_revision(engine) == REVISIONS[-2]
+            stack.up()
+            assert current_revision(engine) == HEAD
+        finally:
+            engine.dispose()
     finally:
         stack.down()
     status = stack.status()

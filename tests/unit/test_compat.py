@@ -49,6 +49,7 @@ def test_table_and_column_names() -> None:
                 "claim_expires_at",
                 "claim_epoch",
                 "takeovers",
+                "agent_missing_since",
                 "cancel_requested",
                 "enqueued_at",
                 "created_at",

@@ -1,0 +1,64 @@
+"""The trigger round-trips exactly: the first message and ``ctx.trigger`` show
+the payload's keys in the caller's order (issue 10, item 11), on both stores."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from runner import Agent, Engine, RunContext, tool
+from runner.testing import ScriptedModel, call, text, tools
+from store.config import Settings
+from store.leases import Leases
+from store.memory import MemoryStore
+from store.postgres import PostgresStore
+
+ORDERED_FIRST_MESSAGE = """```json
+{
+  "source": "manual",
+  "trigger": "manual",
+  "payload": {
+    "title": "App crashes on start",
+    "id": 7,
+    "nested": {
+      "zeta": 1,
+      "alpha": 2
+    }
+  }
+}
+```"""
+
+
+@pytest.fixture(params=["postgres", "memory"])
+def any_engine(request: pytest.FixtureRequest, settings: Settings) -> Any:
+    if request.param == "memory":
+        made = Engine(MemoryStore(), settings=settings)
+    else:
+        pg_store: PostgresStore = request.getfixturevalue("pg_store")
+        leases: Leases = request.getfixturevalue("leases")
+        made = Engine(pg_store, leases=leases, settings=settings)
+    yield made
+    made.close()
+
+
+def test_the_payload_keeps_the_callers_key_order(any_engine: Engine) -> None:
+    seen: list[list[str]] = []
+
+    @tool
+    def look(ctx: RunContext) -> str:
+        """Look at the trigger."""
+        seen.append(list(ctx.trigger.payload))
+        return "ok"
+
+    name = f"order-{uuid.uuid4().hex[:8]}"
+    model = ScriptedModel(name, [tools(call("look")), text("done")])
+    Agent(name=name, model=model.model, tools=[look])
+    payload = {"title": "App crashes on start", "id": 7, "nested": {"zeta": 1, "alpha": 2}}
+    run = any_engine.start(name, payload)
+    assert list(any_engine.get_run(run.id).trigger.payload) == ["title", "id", "nested"]
+    done = any_engine.execute(run.id)
+    assert done is not None and done.output == "done"
+    assert model.calls[0].messages[-1]["content"] == ORDERED_FIRST_MESSAGE
+    assert seen == [["title", "id", "nested"]]
