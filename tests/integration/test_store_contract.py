@@ -122,6 +122,7 @@ def test_stale_owner_is_fenced_out_and_writes_nothing(any_store: AnyStore) -> No
         lambda: any_store.settle(old, Outcome(RunStatus.COMPLETED, output="x")),
         lambda: any_store.begin_effect(old, "k2", "refund", {}, rerun_started=False),
         lambda: any_store.finish_effect(old, "k1", output="late"),
+        lambda: any_store.defer_missing_agent(old, 600),
     ]
     for attempt in attempts:
         with pytest.raises(LeaseLostError, match="no longer claimed"):
@@ -455,3 +456,25 @@ def test_without_a_limit_takeovers_go_on(any_store: AnyStore) -> None:
         _lapse()
         claim = any_store.claim(fence.run_id, "taker", 0.05)
         assert claim is not None
+
+
+def test_a_missing_agent_defers_the_run_until_the_grace_ends(any_store: AnyStore) -> None:
+    fence = claimed(any_store)
+    deferred = any_store.defer_missing_agent(fence, 600)
+    assert deferred is not None
+    assert deferred.status is RunStatus.INTERRUPTED and deferred.claim is None
+    assert deferred.enqueued_at is not None  # tick() enqueues it again later
+    again = any_store.claim(fence.run_id, "worker-b", 30)
+    assert again is not None  # an interrupted claim: claimable, not a takeover
+    second = Fence(fence.run_id, "worker-b", again.epoch)
+    assert any_store.defer_missing_agent(second, 600) is not None
+    third = any_store.claim(fence.run_id, "worker-c", 30)
+    assert third is not None
+    late = Fence(fence.run_id, "worker-c", third.epoch)
+    time.sleep(0.2)
+    before = snapshot(any_store)
+    # Past the grace (counted from the first miss): nothing written; the caller fails it.
+    assert any_store.defer_missing_agent(late, 0.1) is None
+    assert snapshot(any_store) == before
+    settled = any_store.settle(late, Outcome(RunStatus.FAILED))
+    assert settled.run.status is RunStatus.FAILED
