@@ -1,12 +1,11 @@
-"""Runwright's Celery preset. Every value can be overridden from the environment.
+"""Runwright's Celery preset. Its values come from ``store.config.Settings``, so
+every one can be set from the environment.
 
 Executions mostly wait on the model, so a worker process runs many of them on
 threads (``worker_pool = "threads"``) rather than one per core.
 """
 
 from __future__ import annotations
-
-import os
 
 from store.config import Settings
 from store.errors import ConfigurationError
@@ -21,10 +20,6 @@ except ConfigurationError as exc:
     raise SystemExit(f"runwright: {exc.message}") from None
 
 
-def _int(name: str, default: int) -> int:
-    return int(os.environ.get(name, default))
-
-
 # A message is only a wake-up hint: Postgres decides who executes. A message
 # redelivered while its run is still executing is refused by the claim.
 broker_url = _settings.broker
@@ -35,7 +30,7 @@ broker_url = _settings.broker
 if broker_url.startswith("redis://"):
     broker_transport = "tasks.broker:Transport"
 broker_connection_retry_on_startup = True
-task_default_queue = os.environ.get("RUNWRIGHT_QUEUE", "runwright")
+task_default_queue = _settings.queue
 task_serializer = "json"
 accept_content = ["json"]
 
@@ -46,13 +41,13 @@ task_ignore_result = True
 
 # Longer than any execution, so Redis never hands a running task's message to
 # another worker; recovery of dead workers is tick()'s job, not the broker's.
-_visibility = _int("RUNWRIGHT_VISIBILITY_TIMEOUT", 12 * 3600)
+_visibility = _settings.visibility_timeout_seconds
 broker_transport_options = {"visibility_timeout": _visibility}
 result_backend_transport_options = {"visibility_timeout": _visibility}
 visibility_timeout = _visibility
 
-worker_pool = os.environ.get("RUNWRIGHT_WORKER_POOL", "threads")
-worker_concurrency = _int("RUNWRIGHT_WORKER_CONCURRENCY", 64)
+worker_pool = _settings.worker_pool
+worker_concurrency = _settings.worker_concurrency
 # Warm shutdown (SIGTERM) drains executions: they settle `interrupted` and are
 # enqueued again. A cold shutdown still gets the drain window first.
 worker_soft_shutdown_timeout = _settings.drain_seconds + 2
@@ -66,8 +61,6 @@ task_send_sent_event = True
 beat_schedule = {
     "runwright-tick": {"task": "runwright.tick", "schedule": _settings.tick_seconds},
 }
-beat_schedule_filename = os.environ.get(
-    "RUNWRIGHT_BEAT_SCHEDULE", str(_settings.home / "celerybeat-schedule")
-)
+beat_schedule_filename = str(_settings.beat_schedule or _settings.home / "celerybeat-schedule")
 # Creates the schedule file's folder, so beat starts in a fresh directory.
 beat_scheduler = "tasks.beat:Scheduler"

@@ -26,6 +26,7 @@ from urllib.parse import quote
 
 from runner import Agent, ApprovalRequest, effect, tool
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
+from store.config import Settings
 
 AGENT = "support_triage"
 
@@ -64,7 +65,7 @@ def approval_link(approval_id: str, token: str) -> str:
 
 
 def inbox() -> Path:
-    default = Path(os.environ.get("RUNWRIGHT_HOME", ".runwright")) / "example-inbox.txt"
+    default = Settings.from_env().home / "example-inbox.txt"
     return Path(os.environ.get("EXAMPLE_INBOX") or default)
 
 
@@ -105,7 +106,7 @@ def scripted_triage(request: Request) -> Reply:
     return text(f"Triage done: {json.dumps(last)}")
 
 
-MODEL = os.environ.get("RUNWRIGHT_MODEL") or ScriptedModel(AGENT, scripted_triage).model
+MODEL = Settings.from_env().model or ScriptedModel(AGENT, scripted_triage).model
 
 support_triage = Agent(
     name=AGENT,

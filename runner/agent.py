@@ -19,7 +19,6 @@ from runner.tools import Tool
 from store.models import TriggerEnvelope
 
 OnExpire = Literal["deny", "fail"]
-DEFAULT_APPROVAL_EXPIRY = timedelta(days=1)
 
 
 @dataclass(frozen=True)
@@ -49,18 +48,21 @@ class ApprovalPolicy:
     (reason ``expired``), ``"fail"`` fails the run with ``approval_expired``.
     """
 
-    expires_in: timedelta | float = DEFAULT_APPROVAL_EXPIRY
+    # None: the project's default, RUNWRIGHT_APPROVAL_EXPIRES_SECONDS (a day).
+    expires_in: timedelta | float | None = None
     on_expire: OnExpire = "deny"
     when: Callable[[dict[str, Any]], bool] | None = None
 
     def __post_init__(self) -> None:
         if self.on_expire not in ("deny", "fail"):
             raise InvalidInput(f"on_expire must be 'deny' or 'fail', not {self.on_expire!r}")
-        if self.expires_seconds <= 0:
+        if self.expires_in is not None and self.expires_seconds(1.0) <= 0:
             raise InvalidInput("ApprovalPolicy.expires_in must be positive")
 
-    @property
-    def expires_seconds(self) -> float:
+    def expires_seconds(self, default: float) -> float:
+        """Seconds until a request expires; ``default`` if the policy sets none."""
+        if self.expires_in is None:
+            return default
         if isinstance(self.expires_in, timedelta):
             return self.expires_in.total_seconds()
         return float(self.expires_in)
@@ -100,6 +102,10 @@ class Agent:
     concurrency_key: Callable[[TriggerEnvelope], str | None] | None = None
     notifier: Callable[[ApprovalRequest], Any] | None = None
     on_error: Callable[[str, BaseException], Any] | None = None
+    # Retries of a transient provider error within one model call; None: the
+    # engine's (RUNWRIGHT_MODEL_RETRIES, RUNWRIGHT_MODEL_BACKOFF_SECONDS).
+    model_retries: int | None = None
+    model_backoff_seconds: float | None = None
     register: bool = True
 
     def __post_init__(self) -> None:
@@ -107,6 +113,10 @@ class Agent:
             raise InvalidInput("an agent needs a name")
         if not self.model:
             raise InvalidInput(f"agent {self.name!r} needs a litellm model string")
+        if self.model_retries is not None and self.model_retries < 0:
+            raise InvalidInput(f"agent {self.name!r}: model_retries must be 0 or more")
+        if self.model_backoff_seconds is not None and self.model_backoff_seconds < 0:
+            raise InvalidInput(f"agent {self.name!r}: model_backoff_seconds must be 0 or more")
         for tool_name, rule in self.approvals.items():
             if not isinstance(rule, bool | ApprovalPolicy) and not callable(rule):
                 raise InvalidInput(

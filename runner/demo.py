@@ -60,7 +60,7 @@ class Worker:
                 "-l",
                 "INFO",
                 "-s",
-                str(Path(os.environ["RUNWRIGHT_HOME"]) / "demo-beat"),
+                str(Settings.from_env().home / "demo-beat"),
             ]
         return [
             "worker",
@@ -102,16 +102,20 @@ class Worker:
 def _env(settings: Settings) -> dict[str, str]:
     agents = ",".join(dict.fromkeys(["runner.demo_agent", *settings.agents]))
     assert settings.database_url and settings.redis_url and settings.secret_key
+    # The demo's own pace, unless the environment already chose one.
+    paced = {
+        "RUNWRIGHT_LEASE_TTL_SECONDS": LEASE_TTL,
+        "RUNWRIGHT_TICK_SECONDS": "1",
+        "RUNWRIGHT_QUEUE": "runwright-demo",
+    }
     return {
+        **paced,
         **os.environ,
         "RUNWRIGHT_DATABASE_URL": settings.database_url,
         "RUNWRIGHT_REDIS_URL": settings.redis_url,
         "RUNWRIGHT_SECRET_KEY": settings.secret_key,
         "RUNWRIGHT_HOME": str(settings.home.resolve()),
         "RUNWRIGHT_AGENTS": agents,
-        "RUNWRIGHT_LEASE_TTL_SECONDS": os.environ.get("RUNWRIGHT_LEASE_TTL_SECONDS", LEASE_TTL),
-        "RUNWRIGHT_TICK_SECONDS": os.environ.get("RUNWRIGHT_TICK_SECONDS", "1"),
-        "RUNWRIGHT_QUEUE": os.environ.get("RUNWRIGHT_QUEUE", "runwright-demo"),
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
         "PYTHONUNBUFFERED": "1",
     }
@@ -206,7 +210,7 @@ def run_demo(*, keep: bool = False) -> None:
     from runner import demo_agent
     from runner.engine import Engine
 
-    model = os.environ.get("RUNWRIGHT_MODEL")
+    model = settings.model
     say(f"Model: {model or 'scripted (set RUNWRIGHT_MODEL and its API key for a real one)'}")
     say("Starting worker A and beat (celery -A tasks worker / beat) ...")
     workers = [Worker("worker-a", env, home), Worker("beat", env, home)]

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-from pathlib import Path
 
 from runner.agent import Agent, ApprovalPolicy, ApprovalRequest, Budget
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
 from runner.tools import effect, tool
+from store.config import Settings
 
-HOME = Path(os.environ.get("RUNWRIGHT_HOME") or ".runwright")
+SETTINGS = Settings.from_env()
+HOME = SETTINGS.home
 INBOX = HOME / "demo-inbox.jsonl"
 TICKETS = HOME / "demo-tickets.jsonl"
 JOURNAL = HOME / "demo-model-calls.jsonl"
@@ -112,7 +112,7 @@ scripted = ScriptedModel("demo-triage", script, journal=JOURNAL)
 
 triage = Agent(
     name="triage",
-    model=os.environ.get("RUNWRIGHT_MODEL") or scripted.model,
+    model=SETTINGS.model or scripted.model,
     instructions=INSTRUCTIONS,
     tools=[search_logs, find_similar_issues, file_ticket],
     approvals={"file_ticket": ApprovalPolicy(expires_in=3600)},

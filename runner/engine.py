@@ -68,8 +68,8 @@ class Engine:
         enqueue: Enqueue | None = None,
         settings: Settings | None = None,
         registry: Registry | None = None,
-        model_retries: int = 3,
-        model_backoff_seconds: float = 0.5,
+        model_retries: int | None = None,
+        model_backoff_seconds: float | None = None,
         write_retry_seconds: float = 60.0,
     ) -> None:
         self.settings = settings or Settings()
@@ -84,8 +84,13 @@ class Engine:
             max_takeovers=self.settings.max_takeovers,
         )
         self.tokens = approvals_.Tokens.parse(self.settings.secret_key)
-        self.model_retries = model_retries
-        self.model_backoff_seconds = model_backoff_seconds
+        # None: the settings' (RUNWRIGHT_MODEL_RETRIES, ..._BACKOFF_SECONDS).
+        self.model_retries = self.settings.model_retries if model_retries is None else model_retries
+        self.model_backoff_seconds = (
+            self.settings.model_backoff_seconds
+            if model_backoff_seconds is None
+            else model_backoff_seconds
+        )
         self.write_retry_seconds = write_retry_seconds
         self.notify_delay = timedelta(seconds=self.settings.notify_backoff_seconds)
         self._listener: CancelListener | None = None

@@ -1,13 +1,14 @@
 """Named fault points, placed right after each commit of an execution.
 
 Tests arm them to crash or stall the process exactly there, which is the
-cheapest way to prove a recovery claim. In another process, arm them through
-the environment::
+cheapest way to prove a recovery claim. Only code arms them: :func:`arm`, or
+:func:`arm_from_spec` in a test's own subprocess (``tests/proc.py``), e.g.::
 
-    RUNWRIGHT_FAULTS="after_w1=kill"              # SIGKILL at the first hit
-    RUNWRIGHT_FAULTS="after_w2@3=stall"           # freeze at the third hit
-    RUNWRIGHT_FAULTS="after_effect_start=kill,after_w2@2=raise"
+    "after_w1=kill"              # SIGKILL at the first hit
+    "after_w2@3=stall"           # freeze at the third hit
+    "after_effect_start=kill,after_w2@2=raise"
 
+A production process never arms one: nothing here reads the environment.
 Unarmed, a fault point costs one dict lookup.
 """
 
@@ -59,8 +60,7 @@ def disarm() -> None:
         _armed.clear()
 
 
-def arm_from_env(spec: str | None = None) -> None:
-    spec = os.environ.get("RUNWRIGHT_FAULTS", "") if spec is None else spec
+def arm_from_spec(spec: str) -> None:
     for item in filter(None, (part.strip() for part in spec.split(","))):
         point, _, action = item.partition("=")
         point, _, at = point.partition("@")
@@ -86,6 +86,3 @@ def hit(point: str) -> None:
             time.sleep(3600)
     else:
         raise FaultInjected(point)
-
-
-arm_from_env()

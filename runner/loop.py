@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from runner import faults, model
 from runner.agent import Agent
@@ -33,6 +33,13 @@ from store.models import (
 
 if TYPE_CHECKING:
     from runner.execution import Execution
+
+T = TypeVar("T")
+
+
+def _first(override: T | None, default: T) -> T:
+    return default if override is None else override
+
 
 OUTPUT_REMINDER = "Give your final answer by calling the final_result tool."
 
@@ -154,8 +161,10 @@ class StepLoop:
                 for_model(self.agent.instructions, self.messages),
                 [t.schema() for t in self.tools.values()],
                 self.agent.model_settings,
-                retries=self.engine.model_retries,
-                backoff_seconds=self.engine.model_backoff_seconds,
+                retries=_first(self.agent.model_retries, self.engine.model_retries),
+                backoff_seconds=_first(
+                    self.agent.model_backoff_seconds, self.engine.model_backoff_seconds
+                ),
             )
         )
         aborted = asyncio.create_task(self.x.signal.wait())
@@ -209,6 +218,7 @@ class StepLoop:
             notify_delay=self.engine.notify_delay if self.agent.notifier else None,
             executor=self.engine.tool_executor,
             drain_grace_seconds=max(0.0, self.engine.settings.drain_seconds - 2),
+            approval_expires_seconds=self.engine.settings.approval_expires_seconds,
         )
 
     async def _commit(self, k: int, final_text: bool, calls: StepCalls) -> Settled | None:

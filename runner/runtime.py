@@ -19,6 +19,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
 from runner.context import AbortReason
+from store.config import Settings
 
 T = TypeVar("T")
 
@@ -85,14 +86,15 @@ class DaemonThreadPool(concurrent.futures.Executor):
 class Runtime:
     def __init__(self) -> None:
         self.pid = os.getpid()
+        settings = Settings.from_env()
         # Database and Redis calls; tools run in their own pool so that slow
         # sync tools cannot starve the writes of other runs.
         self.io = concurrent.futures.ThreadPoolExecutor(
-            max_workers=int(os.environ.get("RUNWRIGHT_IO_THREADS", "32")),
+            max_workers=settings.io_threads,
             thread_name_prefix="runwright-io",
         )
         self.tools = DaemonThreadPool(
-            max_workers=int(os.environ.get("RUNWRIGHT_TOOL_THREADS", "64")),
+            max_workers=settings.tool_threads,
             thread_name_prefix="runwright-tool",
         )
         self.loop = asyncio.new_event_loop()

@@ -159,6 +159,7 @@ class CallRunner:
         notify_delay: timedelta | None,
         executor: Any,
         drain_grace_seconds: float = 0.0,
+        approval_expires_seconds: float = 86400.0,
     ) -> None:
         self.agent = agent
         self.tools = tools
@@ -171,6 +172,7 @@ class CallRunner:
         self.notify_delay = notify_delay
         self.executor = executor
         self.drain_grace_seconds = drain_grace_seconds
+        self.approval_expires_seconds = approval_expires_seconds
 
     async def run(self, step: OpenStep) -> StepCalls:
         out = StepCalls()
@@ -207,7 +209,8 @@ class CallRunner:
                         tool_call_id=call_id,
                         tool_name=name,
                         input=input,
-                        expires_at=now + timedelta(seconds=policy.expires_seconds),
+                        expires_at=now
+                        + timedelta(seconds=policy.expires_seconds(self.approval_expires_seconds)),
                         on_expire=policy.on_expire,
                         token_id=self.token_id,
                         next_notify_at=now + self.notify_delay if self.notify_delay else None,

@@ -6,79 +6,107 @@ stack (``store/local.py``): a real Postgres and Redis under ``./.runwright/``.
 
 from __future__ import annotations
 
+import math
 import os
+import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import Field, dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any
 
-from store.errors import ConfigurationError, InvalidInput
+from store.errors import ConfigurationError
 
 DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
 
 
-def _number(env: Mapping[str, str], name: str, default: float, *, minimum: float = 0) -> float:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
+def _parse(item: Field[Any], kind: Any, raw: str) -> Any:
+    name = item.metadata["env"]
+    if kind in (str, str | None):
+        return raw
+    if kind in (Path, Path | None):
+        return Path(raw)
+    if kind == tuple[str, ...]:
+        return tuple(part.strip() for part in raw.split(",") if part.strip())
+    number = int if kind is int else float
     try:
-        value = float(raw)
+        value = number(raw)
     except ValueError:
-        raise InvalidInput(f"{name} must be a number, not {raw!r}") from None
-    if value < minimum:
-        raise InvalidInput(f"{name} must be at least {minimum}, not {raw!r}")
+        what = "a whole number" if number is int else "a number"
+        raise ConfigurationError(f"{name} must be {what}, not {raw[:40]!r}") from None
+    if not math.isfinite(value):
+        raise ConfigurationError(f"{name} must be finite, not {raw[:40]!r}")
+    minimum = item.metadata["minimum"]
+    if minimum is not None and value < minimum:
+        raise ConfigurationError(f"{name} must be at least {minimum}, not {raw[:40]!r}")
     return value
+
+
+def _setting(env: str, default: Any, *, minimum: float | None = None) -> Any:
+    """A field read from the environment variable ``env``."""
+    meta = {"env": env, "minimum": minimum}
+    if isinstance(default, Path):
+        return field(default_factory=lambda: default, metadata=meta)
+    return field(default=default, metadata=meta)
 
 
 @dataclass(frozen=True)
 class Settings:
-    database_url: str | None = None
-    redis_url: str | None = None
-    broker_url: str | None = None
-    agents: tuple[str, ...] = ()
-    secret_key: str | None = None
-    lease_ttl_seconds: float = 15.0
-    tick_seconds: float = 5.0
-    drain_seconds: float = 10.0
-    reenqueue_seconds: float = 30.0
-    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
-    notify_backoff_seconds: float = 5.0
-    notify_backoff_cap_seconds: float = 600.0
-    approval_expires_seconds: float = 86400.0
-    tick_batch: int = 500
-    # Takeovers without progress before a run settles failed/crashed.
-    max_takeovers: int = 5
-    agent_grace_seconds: float = 600.0
-    home: Path = field(default_factory=lambda: Path(".runwright"))
-    enqueue: str = "tasks:enqueue"
+    """Every ``RUNWRIGHT_*`` variable, parsed and checked in one place.
+
+    Nothing else reads the environment; the README's configuration table lists
+    exactly these (a test compares them)."""
+
+    database_url: str | None = _setting("RUNWRIGHT_DATABASE_URL", None)
+    redis_url: str | None = _setting("RUNWRIGHT_REDIS_URL", None)
+    broker_url: str | None = _setting("RUNWRIGHT_BROKER_URL", None)
+    agents: tuple[str, ...] = _setting("RUNWRIGHT_AGENTS", ())
+    secret_key: str | None = _setting("RUNWRIGHT_SECRET_KEY", None)
+    lease_ttl_seconds: float = _setting("RUNWRIGHT_LEASE_TTL_SECONDS", 15.0, minimum=0.3)
+    tick_seconds: float = _setting("RUNWRIGHT_TICK_SECONDS", 5.0, minimum=0.1)
+    drain_seconds: float = _setting("RUNWRIGHT_DRAIN_SECONDS", 10.0, minimum=0)
+    reenqueue_seconds: float = _setting("RUNWRIGHT_REENQUEUE_SECONDS", 30.0, minimum=0)
+    max_payload_bytes: int = _setting(
+        "RUNWRIGHT_MAX_PAYLOAD_BYTES", DEFAULT_MAX_PAYLOAD_BYTES, minimum=1
+    )
+    notify_backoff_seconds: float = _setting("RUNWRIGHT_NOTIFY_BACKOFF_SECONDS", 5.0, minimum=0)
+    notify_backoff_cap_seconds: float = _setting(
+        "RUNWRIGHT_NOTIFY_BACKOFF_CAP_SECONDS", 600.0, minimum=0
+    )
+    approval_expires_seconds: float = _setting(
+        "RUNWRIGHT_APPROVAL_EXPIRES_SECONDS", 86400.0, minimum=1
+    )
+    tick_batch: int = _setting("RUNWRIGHT_TICK_BATCH", 500, minimum=1)
+    max_takeovers: int = _setting("RUNWRIGHT_MAX_TAKEOVERS", 5, minimum=1)
+    agent_grace_seconds: float = _setting("RUNWRIGHT_AGENT_GRACE_SECONDS", 600.0, minimum=0)
+    model_retries: int = _setting("RUNWRIGHT_MODEL_RETRIES", 3, minimum=0)
+    model_backoff_seconds: float = _setting("RUNWRIGHT_MODEL_BACKOFF_SECONDS", 0.5, minimum=0)
+    home: Path = _setting("RUNWRIGHT_HOME", Path(".runwright"))  # noqa: RUF009 (a field)
+    enqueue: str = _setting("RUNWRIGHT_ENQUEUE", "tasks:enqueue")
+    queue: str = _setting("RUNWRIGHT_QUEUE", "runwright")
+    worker_pool: str = _setting("RUNWRIGHT_WORKER_POOL", "threads")
+    worker_concurrency: int = _setting("RUNWRIGHT_WORKER_CONCURRENCY", 64, minimum=1)
+    visibility_timeout_seconds: int = _setting("RUNWRIGHT_VISIBILITY_TIMEOUT", 12 * 3600, minimum=1)
+    beat_schedule: Path | None = _setting("RUNWRIGHT_BEAT_SCHEDULE", None)  # noqa: RUF009
+    db_pool_size: int = _setting("RUNWRIGHT_DB_POOL_SIZE", 10, minimum=1)
+    io_threads: int = _setting("RUNWRIGHT_IO_THREADS", 32, minimum=1)
+    tool_threads: int = _setting("RUNWRIGHT_TOOL_THREADS", 64, minimum=1)
+    model: str | None = _setting("RUNWRIGHT_MODEL", None)
+
+    @classmethod
+    def variables(cls) -> dict[str, str]:
+        """Environment variable name -> field name, for every setting."""
+        return {f.metadata["env"]: f.name for f in fields(cls)}
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
-        agents = tuple(a.strip() for a in env.get("RUNWRIGHT_AGENTS", "").split(",") if a.strip())
-        return cls(
-            database_url=env.get("RUNWRIGHT_DATABASE_URL") or None,
-            redis_url=env.get("RUNWRIGHT_REDIS_URL") or None,
-            broker_url=env.get("RUNWRIGHT_BROKER_URL") or None,
-            agents=agents,
-            secret_key=env.get("RUNWRIGHT_SECRET_KEY") or None,
-            lease_ttl_seconds=_number(env, "RUNWRIGHT_LEASE_TTL_SECONDS", 15.0, minimum=0.3),
-            tick_seconds=_number(env, "RUNWRIGHT_TICK_SECONDS", 5.0, minimum=0.1),
-            drain_seconds=_number(env, "RUNWRIGHT_DRAIN_SECONDS", 10.0),
-            reenqueue_seconds=_number(env, "RUNWRIGHT_REENQUEUE_SECONDS", 30.0),
-            max_payload_bytes=int(
-                _number(env, "RUNWRIGHT_MAX_PAYLOAD_BYTES", DEFAULT_MAX_PAYLOAD_BYTES, minimum=1)
-            ),
-            notify_backoff_seconds=_number(env, "RUNWRIGHT_NOTIFY_BACKOFF_SECONDS", 5.0),
-            notify_backoff_cap_seconds=_number(env, "RUNWRIGHT_NOTIFY_BACKOFF_CAP_SECONDS", 600.0),
-            approval_expires_seconds=_number(
-                env, "RUNWRIGHT_APPROVAL_EXPIRES_SECONDS", 86400.0, minimum=1
-            ),
-            tick_batch=int(_number(env, "RUNWRIGHT_TICK_BATCH", 500, minimum=1)),
-            max_takeovers=int(_number(env, "RUNWRIGHT_MAX_TAKEOVERS", 5, minimum=1)),
-            agent_grace_seconds=_number(env, "RUNWRIGHT_AGENT_GRACE_SECONDS", 600.0),
-            home=Path(env.get("RUNWRIGHT_HOME") or ".runwright"),
-            enqueue=env.get("RUNWRIGHT_ENQUEUE") or "tasks:enqueue",
-        )
+        hints = typing.get_type_hints(cls)
+        values: dict[str, Any] = {}
+        for item in fields(cls):
+            raw = env.get(item.metadata["env"], "").strip()
+            if raw:
+                values[item.name] = _parse(item, hints[item.name], raw)
+        return cls(**values)
 
     @property
     def uses_local_stack(self) -> bool:
@@ -133,5 +161,5 @@ class Settings:
     def broker(self) -> str:
         url = self.broker_url or self.redis_url
         if url is None:
-            raise InvalidInput("no broker URL: resolve the settings first")
+            raise ConfigurationError("no broker URL: resolve the settings first")
         return url

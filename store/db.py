@@ -21,6 +21,7 @@ import sqlalchemy as sa
 import sqlalchemy.event
 import sqlalchemy.exc
 
+from store.config import Settings
 from store.errors import StoreRefused, StoreUnavailable
 
 
@@ -91,7 +92,7 @@ def _prepare_all(dbapi_connection: Any, _record: Any) -> None:
 
 def make_engine(url: str, *, pool_size: int | None = None) -> sa.Engine:
     """A new engine. Pools are per process: after a fork, call again."""
-    size = pool_size or int(os.environ.get("RUNWRIGHT_DB_POOL_SIZE", "10"))
+    size = pool_size or Settings.from_env().db_pool_size
     engine = sa.create_engine(
         normalize_url(url),
         pool_size=size,

@@ -3,7 +3,8 @@
     python -m tests.proc RUN_ID
 
 Configured by the environment: RUNWRIGHT_DATABASE_URL, RUNWRIGHT_REDIS_URL,
-RUNWRIGHT_LEASE_TTL_SECONDS, and RUNWRIGHT_FAULTS to arm fault points.
+RUNWRIGHT_LEASE_TTL_SECONDS, and RUNWRIGHT_TEST_FAULTS to arm fault points
+(see ``runner.faults``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sys
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import tests.agents  # noqa: F401  (registers the agents)
-from runner import Engine
+from runner import Engine, faults
 from store.config import Settings
 from store.leases import Leases
 from store.postgres import PostgresStore
@@ -23,6 +24,7 @@ from store.postgres import PostgresStore
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    faults.arm_from_spec(os.environ.get("RUNWRIGHT_TEST_FAULTS", ""))
     settings = Settings.from_env()
     assert settings.database_url and settings.redis_url
     engine = Engine(

@@ -22,7 +22,7 @@ def execute_in_process(
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "tests.proc", run_id],
-        env={**env, "RUNWRIGHT_FAULTS": faults},
+        env={**env, "RUNWRIGHT_TEST_FAULTS": faults},
         capture_output=True,
         text=True,
         timeout=120,

@@ -1,0 +1,94 @@
+"""``Settings`` is the single source of every ``RUNWRIGHT_*`` variable, and the
+README's table lists exactly those (issue 10, items 6 and 7)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from store.config import Settings
+from store.errors import ConfigurationError
+from tests.services import ROOT
+
+# Variables of the test suite itself, never of a Runwright process.
+TEST_ONLY = re.compile(r"RUNWRIGHT_TEST_\w+")
+
+
+def readme_variables() -> set[str]:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"^\| `(RUNWRIGHT_\w+)` \|", section, flags=re.M))
+
+
+def test_the_readme_table_lists_exactly_the_settings() -> None:
+    assert readme_variables() == set(Settings.variables())
+
+
+def test_every_setting_is_parsed_from_its_variable() -> None:
+    sample = {
+        str: "x",
+        int: "7",
+        float: "7.5",
+    }
+    for name, field in Settings.variables().items():
+        default = getattr(Settings(), field)
+        raw = "a,b" if field == "agents" else sample.get(type(default), "/tmp/x")
+        if field in ("lease_ttl_seconds", "tick_seconds"):
+            raw = "7.5"
+        value = getattr(Settings.from_env({name: raw}), field)
+        assert value != default, (name, value)
+
+
+def test_nothing_else_reads_a_runwright_variable() -> None:
+    pattern = re.compile(r"(environ(\.get)?\s*[\(\[]|getenv\()\s*[\"'](RUNWRIGHT_\w+)")
+    offenders = []
+    for folder in ("runner", "store", "tasks", "examples"):
+        for path in (ROOT / folder).rglob("*.py"):
+            if path == ROOT / "store" / "config.py":
+                continue
+            for match in pattern.finditer(path.read_text()):
+                if not TEST_ONLY.fullmatch(match.group(3)):
+                    offenders.append(f"{path.relative_to(ROOT)}: {match.group(3)}")
+    for path in (ROOT / "celeryconfig.py",):
+        offenders += [f"{path.name}: {m.group(3)}" for m in pattern.finditer(path.read_text())]
+    assert offenders == []
+
+
+@pytest.mark.parametrize(
+    ("name", "raw"),
+    [
+        ("RUNWRIGHT_TICK_SECONDS", "soon"),
+        ("RUNWRIGHT_TICK_SECONDS", "nan"),
+        ("RUNWRIGHT_LEASE_TTL_SECONDS", "0.01"),
+        ("RUNWRIGHT_TICK_BATCH", "1.5"),
+        ("RUNWRIGHT_MAX_PAYLOAD_BYTES", "-1"),
+    ],
+)
+def test_a_bad_value_is_a_configuration_error_naming_the_variable(name: str, raw: str) -> None:
+    with pytest.raises(ConfigurationError, match=name):
+        Settings.from_env({name: raw})
+
+
+def test_the_checks_hold_under_python_dash_o(tmp_path: Path) -> None:
+    # `assert` disappears under -O; the configuration checks must not.
+    code = (
+        "from runner.engine import Engine\n"
+        "from store.errors import ConfigurationError\n"
+        "try:\n"
+        "    Engine.from_env(enqueue=None)\n"
+        "except ConfigurationError as exc:\n"
+        "    print('refused:', exc)\n"
+    )
+    env = {
+        "PYTHONPATH": str(ROOT),
+        "RUNWRIGHT_DATABASE_URL": "postgresql://nowhere/db",
+        "RUNWRIGHT_HOME": str(tmp_path),
+    }
+    done = subprocess.run(
+        [sys.executable, "-O", "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert "refused: RUNWRIGHT_REDIS_URL is not set" in done.stdout, done.stderr
