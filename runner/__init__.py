@@ -36,6 +36,14 @@ if TYPE_CHECKING:
 
 _LAZY = {
     "Agent": "runner.agent",
+    "SchemaMismatch": "runner.errors",
+    "StoreRefused": "runner.errors",
+    "RunNotWaiting": "runner.errors",
+    "InvalidApprovalToken": "runner.errors",
+    "InvalidApprovalId": "runner.errors",
+    "ApprovalNotFound": "runner.errors",
+    "ApprovalExpired": "runner.errors",
+    "ApprovalAlreadyDecided": "runner.errors",
     "AgentNotFound": "runner.errors",
     "ApprovalError": "runner.errors",
     "ApprovalPolicy": "runner.agent",

@@ -21,7 +21,7 @@ from datetime import timedelta
 from typing import Any
 
 from runner.agent import Agent, ApprovalRequest
-from runner.errors import ApprovalError, ConfigurationError, InvalidApprovalInput
+from runner.errors import ConfigurationError, InvalidApprovalInput, InvalidApprovalToken
 from runner.history import approval_response
 from store.base import Store
 from store.models import Approval, Decision
@@ -73,7 +73,7 @@ class Tokens:
         try:
             secret = self._keys[key_id]
         except KeyError:
-            raise ApprovalError(f"signing key {key_id!r} is no longer configured") from None
+            raise InvalidApprovalToken(f"signing key {key_id!r} is no longer configured") from None
         digest = hmac.new(secret, approval_id.encode(), hashlib.sha256).digest()
         return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
@@ -186,9 +186,9 @@ def decide(
     approval = store.get_approval(approval_id)
     if not trusted:
         if not token:
-            raise ApprovalError("a token is required to decide an approval")
+            raise InvalidApprovalToken("a token is required to decide an approval")
         if not tokens.verify(approval.approval_id, approval.token_id, token):
-            raise ApprovalError(f"the token is not valid for approval {approval_id}")
+            raise InvalidApprovalToken(f"the token is not valid for approval {approval_id}")
     response = approval_response(approval.approval_id, approval.tool_call_id, approve, reason)
     decision = Decision.APPROVED if approve else Decision.DENIED
     return store.decide(approval.approval_id, decision, reason, response)

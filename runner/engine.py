@@ -16,7 +16,12 @@ from runner import approvals as approvals_
 from runner.agent import Agent, Registry
 from runner.agent import registry as default_registry
 from runner.context import AbortReason
-from runner.errors import ApprovalError, ConfigurationError, InvalidInput, StoreUnavailable
+from runner.errors import (
+    ConfigurationError,
+    InvalidApprovalToken,
+    InvalidInput,
+    StoreUnavailable,
+)
 from runner.layout import require_own_modules
 from runner.runtime import in_io, runtime
 from store.base import CancelResult, Store
@@ -256,7 +261,7 @@ class Engine:
         that show an approval's input only to the holder of its link."""
         approval = self.store.get_approval(approval_id)
         if not self.tokens.verify(approval.approval_id, approval.token_id, token):
-            raise ApprovalError(f"the token is not valid for approval {approval_id}")
+            raise InvalidApprovalToken(f"the token is not valid for approval {approval_id}")
         return approval
 
     def tick(self, now: Any = None) -> Any:

@@ -17,9 +17,11 @@ from datetime import datetime
 from typing import Protocol
 
 from store.errors import (
-    ApprovalError,
-    InvalidApprovalInput,
+    ApprovalAlreadyDecided,
+    ApprovalExpired,
+    InvalidApprovalId,
     RunNotFound,
+    RunNotWaiting,
 )
 from store.models import (
     Approval,
@@ -112,19 +114,19 @@ def check_payload(new: NewRun, limit: int) -> None:
 def check_decidable(
     approval: Approval, run_status: RunStatus, now: datetime, allow_expired: bool
 ) -> None:
-    """Raise ApprovalError unless ``approval`` can take a decision now."""
+    """Raise an ApprovalError subclass unless ``approval`` can take a decision now."""
     if approval.decision is not None and approval.decision is not Decision.WITHDRAWN:
-        raise ApprovalError(
+        raise ApprovalAlreadyDecided(
             f"approval {approval.approval_id} was already {approval.decision.value}"
             f" at {approval.decided_at:%Y-%m-%d %H:%M:%S %Z}"
         )
     if approval.decision is Decision.WITHDRAWN or run_status is not RunStatus.WAITING:
-        raise ApprovalError(
+        raise RunNotWaiting(
             f"run {approval.run_id} is {run_status.value}; approval {approval.approval_id} "
             "can no longer be decided"
         )
     if not allow_expired and approval.expires_at <= now:
-        raise ApprovalError(
+        raise ApprovalExpired(
             f"approval {approval.approval_id} expired at {approval.expires_at:%Y-%m-%d %H:%M:%S %Z}"
         )
 
@@ -157,7 +159,7 @@ def check_run_id(run_id: str) -> str:
 def check_approval_id(approval_id: str) -> str:
     """Approval ids are UUIDs; anything else cannot name an approval."""
     if not is_canonical_id(approval_id):
-        raise InvalidApprovalInput(f"no approval with id {shown_id(approval_id)}")
+        raise InvalidApprovalId(f"no approval with id {shown_id(approval_id)}")
     return approval_id
 
 

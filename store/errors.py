@@ -60,12 +60,36 @@ class ApprovalError(RunwrightError):
     """The approval cannot be decided."""
 
 
+class ApprovalNotFound(ApprovalError):
+    """No approval has that id."""
+
+
+class InvalidApprovalToken(ApprovalError):
+    """The token is missing or not valid for this approval."""
+
+
+class ApprovalAlreadyDecided(ApprovalError):
+    """The approval was already decided."""
+
+
+class ApprovalExpired(ApprovalError):
+    """The approval expired before it was decided."""
+
+
+class RunNotWaiting(ApprovalError):
+    """The run no longer waits for this approval (it settled or moved on)."""
+
+
 class InvalidApprovalInput(ApprovalError, InvalidInput):
     """The approval id or the reason is malformed.
 
     Both an :class:`ApprovalError` (the decision cannot be made) and an
     :class:`InvalidInput` (the caller's input is bad), so handlers of either
     answer it."""
+
+
+class InvalidApprovalId(InvalidApprovalInput, ApprovalNotFound):
+    """That is not an approval id, so no approval has it."""
 
 
 class StoreUnavailable(RunwrightError):

@@ -29,7 +29,7 @@ from store.base import (
 )
 from store.config import DEFAULT_MAX_PAYLOAD_BYTES
 from store.errors import (
-    ApprovalError,
+    ApprovalNotFound,
     CheckpointConflict,
     InvalidTransition,
     LeaseLostError,
@@ -507,7 +507,7 @@ class MemoryStore:
         with self._lock:
             approval = self._approvals.get(check_approval_id(approval_id))
             if approval is None:
-                raise ApprovalError(f"no approval with id {approval_id!r}")
+                raise ApprovalNotFound(f"no approval with id {approval_id!r}")
             return approval
 
     def decide(

@@ -33,7 +33,7 @@ from store.base import (
 from store.config import DEFAULT_MAX_PAYLOAD_BYTES
 from store.db import Prepared, db_errors, dumps, is_unique_violation, raw_cursor, shared_engine
 from store.errors import (
-    ApprovalError,
+    ApprovalNotFound,
     CheckpointConflict,
     InvalidTransition,
     LeaseLostError,
@@ -881,7 +881,7 @@ class PostgresStore:
         stmt = sa.select(t.approvals).where(t.approvals.c.approval_id == approval_id)
         row = conn.execute(stmt.with_for_update() if lock else stmt).first()
         if row is None:
-            raise ApprovalError(f"no approval with id {approval_id!r}")
+            raise ApprovalNotFound(f"no approval with id {approval_id!r}")
         return row
 
     def decide(

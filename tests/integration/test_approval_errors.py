@@ -1,0 +1,79 @@
+"""Each way a decision can fail raises its own ApprovalError subclass, so a web
+app can answer each with its own HTTP status (issue 11, errors)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import sqlalchemy as sa
+
+from runner import Engine
+from runner.errors import (
+    ApprovalAlreadyDecided,
+    ApprovalError,
+    ApprovalExpired,
+    ApprovalNotFound,
+    InvalidApprovalId,
+    InvalidApprovalToken,
+    InvalidInput,
+    RunNotWaiting,
+)
+from runner.testing import call, text, tools
+from store.postgres import PostgresStore
+from tests.integration.test_approvals import (  # noqa: F401  (fixtures: approvals_engine, queued)
+    Inbox,
+    approvals_engine,
+    queued,
+    refund_agent,
+)
+
+
+def test_each_refusal_has_its_own_class(approvals_engine: Engine, pg_store: PostgresStore) -> None:
+    engine = approvals_engine
+    inbox = Inbox()
+    name, _, _ = refund_agent(
+        inbox=inbox,
+        script=lambda r: (
+            tools(call("refund", {"amount": 1}), call("refund", {"amount": 2}))
+            if r.step == 1
+            else text("done")
+        ),
+    )
+    run = engine.start(name)
+    engine.execute(run.id)
+    first, second = engine.approvals(run.id)
+    token_first, token_second = inbox.accepted[0].token, inbox.accepted[1].token
+
+    cases: list[tuple[type[ApprovalError], dict[str, object]]] = [
+        (InvalidApprovalToken, {"approval_id": first.approval_id, "token": "forged"}),
+        (InvalidApprovalToken, {"approval_id": first.approval_id}),
+        (ApprovalNotFound, {"approval_id": str(uuid.uuid4()), "trusted": True}),
+        (InvalidApprovalId, {"approval_id": "urn:uuid:" + first.approval_id, "trusted": True}),
+    ]
+    for cls, kwargs in cases:
+        approval_id = kwargs.pop("approval_id")
+        with pytest.raises(cls):
+            engine.respond(approval_id, True, **kwargs)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput):  # a malformed id is the caller's bad input too
+        engine.respond("not-an-id", True, trusted=True)
+    with pytest.raises(ApprovalNotFound):
+        engine.respond("not-an-id", True, trusted=True)
+
+    engine.respond(first.approval_id, True, token=token_first)
+    with pytest.raises(ApprovalAlreadyDecided):
+        engine.respond(first.approval_id, False, token=token_first)
+
+    with pg_store.engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE approvals SET expires_at = now() - interval '1 minute'"
+                " WHERE approval_id = :a"
+            ),
+            {"a": second.approval_id},
+        )
+    with pytest.raises(ApprovalExpired):
+        engine.respond(second.approval_id, True, token=token_second)
+    engine.cancel(run.id)
+    with pytest.raises(RunNotWaiting):
+        engine.respond(second.approval_id, True, token=token_second)
