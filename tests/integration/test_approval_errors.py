@@ -21,12 +21,7 @@ from runner.errors import (
 )
 from runner.testing import call, text, tools
 from store.postgres import PostgresStore
-from tests.integration.test_approvals import (  # noqa: F401  (fixtures: approvals_engine, queued)
-    Inbox,
-    approvals_engine,
-    queued,
-    refund_agent,
-)
+from tests.integration.test_approvals import Inbox, refund_agent
 
 
 def test_each_refusal_has_its_own_class(approvals_engine: Engine, pg_store: PostgresStore) -> None:
