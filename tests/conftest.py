@@ -118,8 +118,42 @@ def settings() -> Settings:
     )
 
 
+@pytest.fixture(params=["postgres", "memory"])
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """The engine, approvals and tick suites run on both stores: Postgres with
+    Redis leases, and the in-memory store without leases."""
+    return str(request.param)
+
+
 @pytest.fixture
-def engine(pg_store: PostgresStore, leases: Leases, settings: Settings) -> Iterator[Engine]:
+def engine_store(
+    store_kind: str, request: pytest.FixtureRequest
+) -> tuple[PostgresStore | MemoryStore, Leases | None]:
+    if store_kind == "memory":
+        return MemoryStore(), None
+    store: PostgresStore = request.getfixturevalue("pg_store")
+    leases: Leases = request.getfixturevalue("leases")
+    return store, leases
+
+
+@pytest.fixture
+def engine(
+    engine_store: tuple[PostgresStore | MemoryStore, Leases | None], settings: Settings
+) -> Iterator[Engine]:
+    import tests.agents  # noqa: F401  (registers the shared agents)
+
+    store, leases = engine_store
+    made = Engine(
+        store, leases=leases, settings=settings, model_retries=2, model_backoff_seconds=0.01
+    )
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def pg_engine(pg_store: PostgresStore, leases: Leases, settings: Settings) -> Iterator[Engine]:
+    """An engine on Postgres with Redis leases, for the few tests that stage a
+    fault in SQL or Redis; each says why."""
     import tests.agents  # noqa: F401  (registers the shared agents)
 
     made = Engine(

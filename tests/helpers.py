@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -14,6 +15,7 @@ from store.models import (
     NewApproval,
     NewRun,
     Outcome,
+    RunStatus,
     StepCommit,
     StepKind,
     StepRecord,
@@ -145,3 +147,37 @@ def snapshot(store: AnyStore) -> Any:
             ]
             for name, order in tables.items()
         }
+
+
+# Moving a row past a point in time or into a status that no public call
+# reaches, for tests that run on both stores.
+
+
+def expire_approval(store: AnyStore, approval_id: str) -> None:
+    """Put the approval's expiry a minute in the past."""
+    if isinstance(store, MemoryStore):
+        approval = store._approvals[approval_id]
+        store._approvals[approval_id] = replace(
+            approval, expires_at=utcnow() - timedelta(minutes=1)
+        )
+        return
+    with store.engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE approvals SET expires_at = now() - interval '1 minute'"
+                " WHERE approval_id = :a"
+            ),
+            {"a": approval_id},
+        )
+
+
+def force_status(store: AnyStore, run_id: str, status: RunStatus) -> None:
+    """Set the run's status directly, as a bug or an operator might."""
+    if isinstance(store, MemoryStore):
+        store._runs[run_id] = replace(store._runs[run_id], status=status)
+        return
+    with store.engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE runs SET status = :s WHERE id = :id"),
+            {"s": status.value, "id": run_id},
+        )

@@ -6,7 +6,6 @@ from __future__ import annotations
 import uuid
 
 import pytest
-import sqlalchemy as sa
 
 from runner import Engine
 from runner.errors import (
@@ -20,11 +19,11 @@ from runner.errors import (
     RunNotWaiting,
 )
 from runner.testing import call, text, tools
-from store.postgres import PostgresStore
+from tests.helpers import expire_approval
 from tests.integration.test_approvals import Inbox, refund_agent
 
 
-def test_each_refusal_has_its_own_class(approvals_engine: Engine, pg_store: PostgresStore) -> None:
+def test_each_refusal_has_its_own_class(approvals_engine: Engine) -> None:
     engine = approvals_engine
     inbox = Inbox()
     name, _, _ = refund_agent(
@@ -59,14 +58,7 @@ def test_each_refusal_has_its_own_class(approvals_engine: Engine, pg_store: Post
     with pytest.raises(ApprovalAlreadyDecided):
         engine.respond(first.approval_id, False, token=token_first)
 
-    with pg_store.engine.begin() as conn:
-        conn.execute(
-            sa.text(
-                "UPDATE approvals SET expires_at = now() - interval '1 minute'"
-                " WHERE approval_id = :a"
-            ),
-            {"a": second.approval_id},
-        )
+    expire_approval(engine.store, second.approval_id)
     with pytest.raises(ApprovalExpired):
         engine.respond(second.approval_id, True, token=token_second)
     engine.cancel(run.id)

@@ -26,7 +26,7 @@ from store.leases import Leases
 from store.models import Decision, RunStatus, StepKind, utcnow
 from store.postgres import PostgresStore
 from tests.agents import lookup
-from tests.helpers import snapshot
+from tests.helpers import AnyStore, expire_approval, force_status, snapshot
 
 
 def unique(prefix: str) -> str:
@@ -71,9 +71,11 @@ def queued() -> list[str]:
 
 @pytest.fixture
 def approvals_engine(
-    pg_store: PostgresStore, leases: Leases, settings: Settings, queued: list[str]
+    engine_store: tuple[AnyStore, Leases | None], settings: Settings, queued: list[str]
 ) -> Iterator[Engine]:
-    made = Engine(pg_store, leases=leases, settings=settings, enqueue=queued.append)
+    """On both stores (see ``engine_store`` in tests/conftest.py)."""
+    store, leases = engine_store
+    made = Engine(store, leases=leases, settings=settings, enqueue=queued.append)
     yield made
     made.close()
 
@@ -204,10 +206,9 @@ def test_two_approvals_and_a_plain_call_in_one_step(approvals_engine: Engine) ->
     assert model.call_count == 2
 
 
-def test_bad_responses_raise_and_change_nothing(
-    approvals_engine: Engine, pg_store: PostgresStore
-) -> None:
+def test_bad_responses_raise_and_change_nothing(approvals_engine: Engine) -> None:
     engine = approvals_engine
+    store = engine.store
     inbox = Inbox()
     name, _, refunds = refund_agent(
         inbox=inbox,
@@ -223,10 +224,10 @@ def test_bad_responses_raise_and_change_nothing(
     token_first, token_second = inbox.accepted[0].token, inbox.accepted[1].token
 
     def refused(match: str, *args: Any, **kwargs: Any) -> None:
-        before = snapshot(pg_store)
+        before = snapshot(store)
         with pytest.raises(ApprovalError, match=match):
             engine.respond(*args, **kwargs)
-        assert snapshot(pg_store) == before
+        assert snapshot(store) == before
 
     refused("not valid", first.approval_id, True, token="forged-token")
     refused("not valid", first.approval_id, True, token=token_second)  # another approval's
@@ -238,14 +239,7 @@ def test_bad_responses_raise_and_change_nothing(
     refused("already approved", first.approval_id, False, token=token_first)
 
     # Expired: move its expiry into the past.
-    with pg_store.engine.begin() as conn:
-        conn.execute(
-            sa.text(
-                "UPDATE approvals SET expires_at = now() - interval '1 minute'"
-                " WHERE approval_id = :a"
-            ),
-            {"a": second.approval_id},
-        )
+    expire_approval(store, second.approval_id)
     refused("expired", second.approval_id, True, token=token_second)
 
     engine.cancel(run.id)
@@ -309,9 +303,7 @@ def test_expiry_with_fail_policy_fails_the_run(approvals_engine: Engine) -> None
     assert approval.decision is Decision.WITHDRAWN
 
 
-def test_executing_a_waiting_run_makes_no_model_call(
-    approvals_engine: Engine, pg_store: PostgresStore
-) -> None:
+def test_executing_a_waiting_run_makes_no_model_call(approvals_engine: Engine) -> None:
     engine = approvals_engine
     name, model, _ = refund_agent()
     run = engine.start(name)
@@ -321,13 +313,14 @@ def test_executing_a_waiting_run_makes_no_model_call(
     assert engine.get_run(run.id).status is RunStatus.WAITING
     # Even if the run were queued again by mistake, the execution re-pauses on the
     # checkpoint's unanswered request without calling the model.
-    with pg_store.engine.begin() as conn:
-        conn.execute(sa.text("UPDATE runs SET status = 'queued' WHERE id = :id"), {"id": run.id})
+    force_status(engine.store, run.id, RunStatus.QUEUED)
     again = engine.execute(run.id)
     assert again is not None and again.status is RunStatus.WAITING
     assert model.call_count == 1
 
 
+# Postgres only: the property under test is FOR UPDATE SKIP LOCKED between two
+# processes' ticks, and the Redis tick lock; the in-memory store has neither.
 @pytest.mark.parametrize("with_lock", [True, False])
 def test_concurrent_ticks_send_each_notification_once(
     pg_store: PostgresStore, leases: Leases, settings: Settings, with_lock: bool

@@ -4,16 +4,9 @@ the payload's keys in the caller's order (issue 10, item 11), on both stores."""
 from __future__ import annotations
 
 import uuid
-from typing import Any
-
-import pytest
 
 from runner import Agent, Engine, RunContext, tool
 from runner.testing import ScriptedModel, call, text, tools
-from store.config import Settings
-from store.leases import Leases
-from store.memory import MemoryStore
-from store.postgres import PostgresStore
 
 ORDERED_FIRST_MESSAGE = """```json
 {
@@ -31,19 +24,8 @@ ORDERED_FIRST_MESSAGE = """```json
 ```"""
 
 
-@pytest.fixture(params=["postgres", "memory"])
-def any_engine(request: pytest.FixtureRequest, settings: Settings) -> Any:
-    if request.param == "memory":
-        made = Engine(MemoryStore(), settings=settings)
-    else:
-        pg_store: PostgresStore = request.getfixturevalue("pg_store")
-        leases: Leases = request.getfixturevalue("leases")
-        made = Engine(pg_store, leases=leases, settings=settings)
-    yield made
-    made.close()
-
-
-def test_the_payload_keeps_the_callers_key_order(any_engine: Engine) -> None:
+def test_the_payload_keeps_the_callers_key_order(engine: Engine) -> None:
+    any_engine = engine  # both stores (tests/conftest.py)
     seen: list[list[str]] = []
 
     @tool
