@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import time
 import uuid
@@ -34,7 +33,8 @@ from store.models import (
 )
 from store.postgres import PostgresStore
 from tests.agents import charge, lookup, read_effect_log
-from tests.integration.test_http_model import FakeOpenAI
+from tests.provider import Provider, answer
+from tests.provider import tool_calls as calls
 
 
 def unique(prefix: str) -> str:
@@ -64,64 +64,21 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 10.0) -> None:
 # ------------------------------------------------- 6: tool call ids from the model
 
 
-class ScriptedOpenAI(FakeOpenAI):
-    """A loopback OpenAI-compatible server whose replies a test scripts by step."""
-
-    def __init__(self, script: Callable[[int, dict[str, Any]], dict[str, Any]]) -> None:
-        super().__init__()
-        self.script = script
-
-    def reply(self, body: dict[str, Any]) -> dict[str, Any]:
-        step = 1 + sum(1 for m in body["messages"] if m["role"] == "assistant")
-        message = self.script(step, body)
-        return {
-            "id": f"chatcmpl-{uuid.uuid4().hex}",
-            "object": "chat.completion",
-            "created": 1_700_000_000,
-            "model": body["model"],
-            "choices": [
-                {
-                    "index": 0,
-                    "message": message,
-                    "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
-                }
-            ],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
-        }
-
-
-def calls(*items: tuple[str, str, dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {
-                "id": call_id,
-                "type": "function",
-                "function": {"name": name, "arguments": json.dumps(args)},
-            }
-            for call_id, name, args in items
-        ],
-    }
-
-
 @pytest.fixture
-def scripted_openai() -> Iterator[Callable[..., ScriptedOpenAI]]:
-    servers: list[ScriptedOpenAI] = []
+def scripted_openai() -> Iterator[Callable[..., Provider]]:
+    servers: list[Provider] = []
 
-    def make(script: Callable[[int, dict[str, Any]], dict[str, Any]]) -> ScriptedOpenAI:
-        server = ScriptedOpenAI(script)
-        server.thread.start()
+    def make(script: Callable[[int, dict[str, Any]], dict[str, Any]]) -> Provider:
+        server = Provider(script).start()
         servers.append(server)
         return server
 
     yield make
     for server in servers:
-        server.server.shutdown()
-        server.server.server_close()
+        server.stop()
 
 
-def http_agent(server: FakeOpenAI, **kwargs: Any) -> str:
+def http_agent(server: Provider, **kwargs: Any) -> str:
     name = unique("ids")
     Agent(
         name=name,
@@ -134,7 +91,7 @@ def http_agent(server: FakeOpenAI, **kwargs: Any) -> str:
 
 def test_empty_and_reused_call_ids_never_merge_effects(
     engine: Engine,
-    scripted_openai: Callable[..., ScriptedOpenAI],
+    scripted_openai: Callable[..., Provider],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -150,7 +107,7 @@ def test_empty_and_reused_call_ids_never_merge_effects(
             return calls(("dup", "charge", {"amount": 3}), ("dup", "charge", {"amount": 4}))
         if step == 4:  # an id an earlier step used
             return calls(("dup", "charge", {"amount": 5}), ("own_id_7", "lookup", {"q": "b"}))
-        return {"role": "assistant", "content": "done"}
+        return answer("done")
 
     server = scripted_openai(script)
     name = http_agent(server, tools=[charge, lookup])
@@ -174,19 +131,19 @@ def test_empty_and_reused_call_ids_never_merge_effects(
     assert len(ids) == len(set(ids)) == 7 and "" not in ids
     # Ids the model sent that were usable are the ones it sees again.
     assert "dup" in ids and "own_id_7" in ids
-    last_request = server.requests[-1]["messages"]
+    last_request = server.requests[-1].body["messages"]
     assert any(m.get("tool_call_id") == "own_id_7" for m in last_request if m["role"] == "tool")
     results = [m["tool_call_id"] for m in checkpoint.messages if m["role"] == "tool"]
     assert sorted(results) == sorted(ids)  # each call answered exactly once
 
 
 def test_an_id_reused_in_an_approval_step_still_waits_for_a_decision(
-    engine: Engine, scripted_openai: Callable[..., ScriptedOpenAI]
+    engine: Engine, scripted_openai: Callable[..., Provider]
 ) -> None:
     def script(step: int, body: dict[str, Any]) -> dict[str, Any]:
         if step in (1, 2):  # two gated calls, both with the id "call_0"
             return calls(("call_0", "charge", {"amount": 10 * step}))
-        return {"role": "assistant", "content": "done"}
+        return answer("done")
 
     server = scripted_openai(script)
     name = http_agent(server, tools=[charge, lookup], approvals={"charge": True})
