@@ -42,7 +42,9 @@ def _waiting_run(store: PostgresStore) -> tuple[str, list[str]]:
 
 
 def test_concurrent_cancel_and_respond_never_deadlock(wide_store: PostgresStore) -> None:
-    engine = Engine(wide_store, settings=Settings(secret_key="test:test-secret-for-runwright-tests-only"))
+    engine = Engine(
+        wide_store, settings=Settings(secret_key="test:test-secret-for-runwright-tests-only")
+    )
     runs = dict(_waiting_run(wide_store) for _ in range(RUNS))
     outcomes: dict[str, Any] = {}  # approval id (or run id for cancel) -> result or error
 

@@ -83,7 +83,9 @@ def envelope(**fields: Any) -> TriggerEnvelope:
 @pytest.fixture
 def engine(any_store: AnyStore) -> Engine:
     any_store.max_payload_bytes = LIMIT
-    return Engine(any_store, settings=Settings(secret_key="test:test-secret-for-runwright-tests-only"))
+    return Engine(
+        any_store, settings=Settings(secret_key="test:test-secret-for-runwright-tests-only")
+    )
 
 
 @pytest.mark.parametrize(("label", "fields", "message"), HOSTILE, ids=[h[0] for h in HOSTILE])
