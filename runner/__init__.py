@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         RunNotFound,
         RunwrightError,
     )
+    from runner.model import warm_up
     from runner.tools import Tool, effect, tool
     from store.models import Run, RunStatus, TriggerEnvelope
 
@@ -66,6 +67,7 @@ _LAZY = {
     "effect": "runner.tools",
     "registry": "runner.agent",
     "tool": "runner.tools",
+    "warm_up": "runner.model",
 }
 
 
@@ -127,4 +129,5 @@ __all__ = [
     "set_default_engine",
     "start_run",
     "tool",
+    "warm_up",
 ]

@@ -68,6 +68,9 @@ class Engine:
     ``enqueue(run_id)`` hands a run to a worker; ``Engine.from_env()`` uses
     Celery's. With ``enqueue=None`` the engine only creates runs, and the caller
     runs them with :meth:`execute`.
+
+    A façade: what it is built with is one :class:`~runner.deps.Deps`, which the
+    executions and ``tick()`` receive in its place (they never see the engine).
     """
 
     def __init__(
