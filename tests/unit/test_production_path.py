@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from runner import faults
 from tests.services import ROOT
 
 SECRET = "test:test-secret-for-runwright-tests-only"
@@ -60,14 +61,21 @@ def _test_only(modules: list[str]) -> list[str]:
 
 def test_importing_tasks_and_warming_up_loads_no_test_or_cli_module(tmp_path: Path) -> None:
     # celeryconfig refuses a partial configuration; these URLs are only parsed.
+    # Fault points are armed only by a call in a test: no variable arms one
+    # (a kill here would end the probe).
+    kill_all = ",".join(f"{point}=kill" for point in faults.POINTS)
     env = _env(
         tmp_path,
         RUNWRIGHT_DATABASE_URL="postgresql://postgres@127.0.0.1:1/nowhere",
         RUNWRIGHT_REDIS_URL="redis://127.0.0.1:1/0",
+        RUNWRIGHT_FAULTS=kill_all,
+        RUNWRIGHT_TEST_FAULTS=kill_all,
     )
     imported, warm = _probe(
         "import tasks\nreport('import')\n"
-        "from runner.model import warm_up\nwarm_up()\nreport('warm')\n",
+        "from runner.model import warm_up\nwarm_up()\nreport('warm')\n"
+        "from runner import faults\n"
+        "for point in faults.POINTS:\n    faults.hit(point)\n",
         env,
         tmp_path,
     )
