@@ -1,8 +1,10 @@
 """The engine: agents, tools, the tool loop, executions, approvals, tick, cancel, drain.
 
 ``runner`` never imports Celery (it is handed an ``enqueue`` callable), and only
-``runner/model.py`` imports litellm, lazily. Names load on first use, so the
-command line starts fast.
+``runner/model.py`` imports litellm, lazily (and ``runner/testing.py``, whose
+provider it registers on the first call of a ``scripted/`` model). Names load on
+first use, so the command line starts fast. The command line and the demo live
+in ``runner/cli/``, which imports the engine; the engine never imports it.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
         RunNotFound,
         RunwrightError,
     )
+    from runner.model import warm_up
     from runner.tools import Tool, effect, tool
     from store.models import Run, RunStatus, TriggerEnvelope
 
@@ -66,6 +69,7 @@ _LAZY = {
     "effect": "runner.tools",
     "registry": "runner.agent",
     "tool": "runner.tools",
+    "warm_up": "runner.model",
 }
 
 
@@ -127,4 +131,5 @@ __all__ = [
     "set_default_engine",
     "start_run",
     "tool",
+    "warm_up",
 ]

@@ -17,13 +17,14 @@ import logging
 import re
 import secrets
 from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
 from datetime import timedelta
 from typing import Any
 
 from runner.agent import Agent, ApprovalRequest
 from runner.errors import ConfigurationError, InvalidApprovalInput, InvalidApprovalToken
 from runner.history import approval_response
-from store.base import Store
+from store.base import DecisionResult, Store
 from store.models import Approval, Decision
 
 log = logging.getLogger(__name__)
@@ -142,7 +143,7 @@ def request_for(agent: Agent, run_id: str, approval: Approval, tokens: Tokens) -
 
 
 async def deliver(
-    notifier: Callable[[ApprovalRequest], Any], request: ApprovalRequest, executor: Any
+    notifier: Callable[[ApprovalRequest], Any], request: ApprovalRequest, executor: Executor
 ) -> None:
     """Call a notifier, sync (in a thread) or async. Raising means "not accepted"."""
     result = await asyncio.get_running_loop().run_in_executor(executor, notifier, request)
@@ -179,7 +180,7 @@ def decide(
     *,
     token: str | None,
     trusted: bool,
-) -> Any:
+) -> DecisionResult:
     """Check the token and record the decision; the store checks the rest
     (decided once, not expired, run still waiting) in one transaction."""
     check_reason(reason)

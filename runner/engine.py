@@ -6,8 +6,9 @@ import importlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from datetime import timedelta
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Executor
+from datetime import datetime, timedelta
 from typing import Any
 
 import pydantic
@@ -16,14 +17,17 @@ from runner import approvals as approvals_
 from runner.agent import Agent, Registry
 from runner.agent import registry as default_registry
 from runner.context import AbortReason
+from runner.deps import Deps, Enqueue
 from runner.errors import (
     ConfigurationError,
     InvalidApprovalToken,
     InvalidInput,
     StoreUnavailable,
 )
+from runner.execution import Execution
 from runner.layout import require_own_modules
-from runner.runtime import in_io, runtime
+from runner.runtime import runtime
+from runner.tick import TickReport, tick
 from store.base import CancelResult, Store
 from store.claims import Claims
 from store.config import Settings
@@ -31,19 +35,20 @@ from store.leases import CancelListener, Leases
 from store.models import (
     Approval,
     Checkpoint,
+    NewApproval,
     NewRun,
     Run,
     RunStatus,
     Settled,
     Step,
     TriggerEnvelope,
-    utcnow,
 )
 
 log = logging.getLogger(__name__)
 
-Enqueue = Callable[[str], Any]
 _FROM_SETTINGS: Any = object()
+
+__all__ = ["Engine", "Enqueue", "TickReport", "import_string"]
 
 
 def import_string(path: str) -> Any:
@@ -63,6 +68,9 @@ class Engine:
     ``enqueue(run_id)`` hands a run to a worker; ``Engine.from_env()`` uses
     Celery's. With ``enqueue=None`` the engine only creates runs, and the caller
     runs them with :meth:`execute`.
+
+    A façade: what it is built with is one :class:`~runner.deps.Deps`, which the
+    executions and ``tick()`` receive in its place (they never see the engine).
     """
 
     def __init__(
@@ -77,27 +85,30 @@ class Engine:
         model_backoff_seconds: float | None = None,
         write_retry_seconds: float = 60.0,
     ) -> None:
-        self.settings = settings or Settings()
-        self.store = store
-        self.leases = leases
-        self.enqueue = enqueue
-        self.registry = registry or default_registry
-        self.claims = Claims(
-            store,
-            leases,
-            self.settings.lease_ttl_seconds,
-            max_takeovers=self.settings.max_takeovers,
+        settings = settings or Settings()
+        self.deps = Deps(
+            store=store,
+            claims=Claims(
+                store,
+                leases,
+                settings.lease_ttl_seconds,
+                max_takeovers=settings.max_takeovers,
+            ),
+            tokens=approvals_.Tokens.parse(settings.secret_key),
+            leases=leases,
+            registry=registry or default_registry,
+            settings=settings,
+            enqueue=enqueue,
+            # None: the settings' (RUNWRIGHT_MODEL_RETRIES, ..._BACKOFF_SECONDS).
+            model_retries=settings.model_retries if model_retries is None else model_retries,
+            model_backoff_seconds=(
+                settings.model_backoff_seconds
+                if model_backoff_seconds is None
+                else model_backoff_seconds
+            ),
+            write_retry_seconds=write_retry_seconds,
+            notify_delay=timedelta(seconds=settings.notify_backoff_seconds),
         )
-        self.tokens = approvals_.Tokens.parse(self.settings.secret_key)
-        # None: the settings' (RUNWRIGHT_MODEL_RETRIES, ..._BACKOFF_SECONDS).
-        self.model_retries = self.settings.model_retries if model_retries is None else model_retries
-        self.model_backoff_seconds = (
-            self.settings.model_backoff_seconds
-            if model_backoff_seconds is None
-            else model_backoff_seconds
-        )
-        self.write_retry_seconds = write_retry_seconds
-        self.notify_delay = timedelta(seconds=self.settings.notify_backoff_seconds)
         self._listener: CancelListener | None = None
         self._listener_lock = threading.Lock()
 
@@ -129,9 +140,55 @@ class Engine:
             settings=settings,
         )
 
+    # What the engine was built with, read-only: the executions share them.
+
     @property
-    def tool_executor(self) -> Any:
-        return runtime().tools
+    def store(self) -> Store:
+        return self.deps.store
+
+    @property
+    def leases(self) -> Leases | None:
+        return self.deps.leases
+
+    @property
+    def enqueue(self) -> Enqueue | None:
+        return self.deps.enqueue
+
+    @property
+    def settings(self) -> Settings:
+        return self.deps.settings
+
+    @property
+    def registry(self) -> Registry:
+        return self.deps.registry
+
+    @property
+    def claims(self) -> Claims:
+        return self.deps.claims
+
+    @property
+    def tokens(self) -> approvals_.Tokens:
+        return self.deps.tokens
+
+    @property
+    def model_retries(self) -> int:
+        return self.deps.model_retries
+
+    @property
+    def model_backoff_seconds(self) -> float:
+        return self.deps.model_backoff_seconds
+
+    @property
+    def write_retry_seconds(self) -> float:
+        return self.deps.write_retry_seconds
+
+    @property
+    def notify_delay(self) -> timedelta:
+        return self.deps.notify_delay
+
+    @property
+    def tool_executor(self) -> Executor:
+        return self.deps.tool_executor
 
     def close(self) -> None:
         if self._listener is not None:
@@ -180,10 +237,8 @@ class Engine:
         return runtime().run(self.aexecute(run_id))
 
     async def aexecute(self, run_id: str) -> Run | None:
-        from runner.execution import Execution
-
         self._ensure_listener()
-        settled = await Execution(self, run_id).run()
+        settled = await Execution(self.deps, run_id).run()
         return settled.run if settled is not None else None
 
     def get_run(self, run_id: str) -> Run:
@@ -248,8 +303,7 @@ class Engine:
         )
         if result.resumed:
             self.send([result.run.id])
-        run: Run = result.run
-        return run
+        return result.run
 
     def token(self, approval_id: str) -> str:
         """The token for an approval (what a notifier would put in a link)."""
@@ -264,10 +318,10 @@ class Engine:
             raise InvalidApprovalToken(f"the token is not valid for approval {approval_id}")
         return approval
 
-    def tick(self, now: Any = None) -> Any:
-        from runner.tick import tick
-
-        return tick(self, now=now)
+    def tick(self, now: datetime | None = None) -> TickReport:
+        """One round of housekeeping (what Celery beat runs): re-send due
+        notifications, expire approvals, recover lapsed runs, re-enqueue."""
+        return tick(self.deps, now=now)
 
     def drain(self, timeout: float | None = None) -> int:
         """Abort every execution in this process; they settle ``interrupted`` and
@@ -293,55 +347,15 @@ class Engine:
     def send(self, run_ids: Iterable[str]) -> None:
         """Hand runs to workers. A failed send is logged, not raised: the run is
         stored, and tick() re-enqueues it."""
-        if self.enqueue is None:
-            return
-        for run_id in run_ids:
-            try:
-                self.enqueue(run_id)
-            except Exception as exc:
-                log.warning("could not enqueue run %s (%s); tick() will retry", run_id, exc)
+        self.deps.send(run_ids)
 
     def enqueue_ids(self, run_ids: list[str]) -> None:
         """Mark runs enqueued now and send them."""
-        if not run_ids:
-            return
-        self.store.mark_enqueued(run_ids)
-        self.send(run_ids)
+        self.deps.enqueue_ids(run_ids)
 
     def after_settle(self, settled: Settled) -> None:
-        again = [settled.run.id] if settled.run.status is RunStatus.INTERRUPTED else []
-        if settled.next_in_key:
-            again.append(settled.next_in_key)
-        self.enqueue_ids(again)
+        self.deps.after_settle(settled)
 
-    async def notify_approvals(self, agent: Agent, run: Run, new: list[Any]) -> None:
+    async def notify_approvals(self, agent: Agent, run: Run, new: Sequence[NewApproval]) -> None:
         """First notification of the approvals a step just created."""
-        if agent.notifier is None:
-            return
-        for item in new:
-            approval = await in_io(self.store.get_approval, item.approval_id)
-            request = approvals_.request_for(agent, run.id, approval, self.tokens)
-            try:
-                await approvals_.deliver(agent.notifier, request, self.tool_executor)
-            except Exception as exc:
-                log.warning(
-                    "notifier of %s failed for %s: %s", agent.name, approval.approval_id, exc
-                )
-                retry_at = utcnow() + approvals_.backoff(
-                    1,
-                    self.settings.notify_backoff_seconds,
-                    self.settings.notify_backoff_cap_seconds,
-                )
-                await in_io(
-                    self.store.record_notification,
-                    approval.approval_id,
-                    accepted=False,
-                    retry_at=retry_at,
-                )
-            else:
-                await in_io(
-                    self.store.record_notification,
-                    approval.approval_id,
-                    accepted=True,
-                    retry_at=None,
-                )
+        await self.deps.notify_approvals(agent, run, new)

@@ -1,5 +1,11 @@
 """Errors of the engine. Store errors are re-exported so that callers of
-``runner`` never import ``store`` to catch them."""
+``runner`` never import ``store`` to catch them.
+
+Every error Runwright raises derives from :class:`RunwrightError` (its root is
+in ``store/errors.py``), with one deliberate exception:
+``runner.faults.FaultInjected``, a ``BaseException`` (see there why). Errors of
+the test and demo helpers are defined beside them (``runner.testing``,
+``runner.cli.demo``) and derive from it too."""
 
 from __future__ import annotations
 
@@ -35,6 +41,16 @@ class ToolDefinitionError(RunwrightError):
     """The tool cannot be built from that function."""
 
 
+class ToolInputError(InvalidInput):
+    """The model's arguments for a tool call are unusable. The step loop answers
+    the model with the message; it never reaches a caller."""
+
+
+class LoopMisuse(RunwrightError):
+    """A blocking call into the runtime was made from the runtime's own loop,
+    where it would wait for itself; ``await`` the coroutine instead."""
+
+
 __all__ = [
     "AgentNotFound",
     "ApprovalAlreadyDecided",
@@ -49,6 +65,7 @@ __all__ = [
     "InvalidInput",
     "InvalidTransition",
     "LeaseLostError",
+    "LoopMisuse",
     "ModelError",
     "PayloadTooLarge",
     "RunNotFound",
@@ -58,4 +75,5 @@ __all__ = [
     "StoreRefused",
     "StoreUnavailable",
     "ToolDefinitionError",
+    "ToolInputError",
 ]

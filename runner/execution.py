@@ -15,18 +15,16 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from runner.agent import Agent
 from runner.context import AbortReason, AbortSignal, RunContext
+from runner.deps import Deps
 from runner.errors import AgentNotFound, LeaseLostError, ModelError, StoreUnavailable
 from runner.loop import StepLoop
 from runner.runtime import in_io, runtime
 from store.base import StartPoint
 from store.models import Fence, Outcome, Run, RunError, RunStatus, Settled
-
-if TYPE_CHECKING:
-    from runner.engine import Engine
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -53,8 +51,8 @@ def abort_outcome(reason: AbortReason, *, timeout_ms: int | None = None) -> Outc
 
 
 class Execution:
-    def __init__(self, engine: Engine, run_id: str) -> None:
-        self.engine = engine
+    def __init__(self, deps: Deps, run_id: str) -> None:
+        self.deps = deps
         self.run_id = run_id
         self.owner = new_owner()
         self.fence: Fence | None = None
@@ -78,7 +76,7 @@ class Execution:
         """
         assert self.fence is not None
         fence = self.fence
-        deadline = time.monotonic() + self.engine.write_retry_seconds
+        deadline = time.monotonic() + self.deps.write_retry_seconds
         delay = 0.1
         while True:
             if self.signal.reason is AbortReason.LEASE_LOST:
@@ -97,45 +95,45 @@ class Execution:
 
     def _claim(self) -> tuple[Fence, Run, StartPoint] | None:
         # Step 0 and step 1 in one hop to the I/O pool: claim, then the start point.
-        claimed = self.engine.claims.acquire_run(self.run_id, self.owner)
+        claimed = self.deps.claims.acquire_run(self.run_id, self.owner)
         if isinstance(claimed, Settled):
             # A takeover of a run that keeps killing its executions: the store
             # settled it failed/crashed instead; hand its key to the next run.
-            self.engine.after_settle(claimed)
+            self.deps.after_settle(claimed)
             return None
         if claimed is None:
             return None
         fence, run = claimed
         try:
-            return fence, run, self.engine.store.start_point(self.run_id)
+            return fence, run, self.deps.store.start_point(self.run_id)
         except BaseException:
-            self.engine.claims.release(fence)
+            self.deps.claims.release(fence)
             raise
 
     def _finish(self, fence: Fence) -> None:
-        self.engine.claims.release(fence)
+        self.deps.claims.release(fence)
         if self.settled is None:
             return
-        self.engine.after_settle(self.settled)
+        self.deps.after_settle(self.settled)
         if self.settled.run.status is RunStatus.WAITING:
             # An approval decided while this execution still held the lease
             # (during the notifier, say) queued the run, and its message found
             # the lease taken and was dropped. Now that the lease is free, look
             # once more, so that a fast decision never waits for tick().
             with contextlib.suppress(StoreUnavailable):
-                if self.engine.store.get_run(self.run_id).status is RunStatus.QUEUED:
-                    self.engine.send([self.run_id])
+                if self.deps.store.get_run(self.run_id).status is RunStatus.QUEUED:
+                    self.deps.send([self.run_id])
 
     def _checked(self, fn: Callable[..., T], fence: Fence, *args: Any, **kwargs: Any) -> T:
         # One hop to the I/O pool for both: the lease check, then the write.
-        self.engine.claims.check(fence)
+        self.deps.claims.check(fence)
         return fn(fence, *args, **kwargs)
 
     async def run(self) -> Settled | None:
         rt = runtime()
         if rt.draining:
             # This worker is shutting down: hand the run to another one.
-            await self.io(self.engine.enqueue_ids, [self.run_id])
+            await self.io(self.deps.enqueue_ids, [self.run_id])
             return None
         claimed = await self.io(self._claim)
         if claimed is None:
@@ -148,7 +146,7 @@ class Execution:
         agent: Agent | None = None
         try:
             try:
-                agent = self.engine.registry.get(run.agent)
+                agent = self.deps.registry.get(run.agent)
             except AgentNotFound as exc:
                 self.settled = await self._agent_missing(exc)
                 return self.settled
@@ -200,8 +198,8 @@ class Execution:
         """During a rolling deploy an old worker can claim a run of an agent
         that only new workers know: give the run back (tick() enqueues it again)
         rather than fail it, until the grace period since the first miss ends."""
-        grace = self.engine.settings.agent_grace_seconds
-        deferred = await self.write(self.engine.store.defer_missing_agent, grace)
+        grace = self.deps.settings.agent_grace_seconds
+        deferred = await self.write(self.deps.store.defer_missing_agent, grace)
         if deferred is not None:
             log.warning(
                 "run %s: agent %r is not loaded in this worker; the run is left for a worker "
@@ -239,7 +237,7 @@ class Execution:
         return None
 
     async def settle(self, outcome: Outcome) -> Settled:
-        settled: Settled = await self.write(self.engine.store.settle, outcome)
+        settled: Settled = await self.write(self.deps.store.settle, outcome)
         return settled
 
     async def settle_aborted(self, agent: Agent) -> Settled:
@@ -250,11 +248,11 @@ class Execution:
 
     async def _heartbeat(self) -> None:
         assert self.fence is not None
-        interval = self.engine.claims.ttl_seconds / 3
+        interval = self.deps.claims.ttl_seconds / 3
         while True:
             await asyncio.sleep(interval)
             try:
-                beat = await self.io(self.engine.claims.heartbeat, self.fence)
+                beat = await self.io(self.deps.claims.heartbeat, self.fence)
             except LeaseLostError:
                 if not self.left_running:
                     log.warning("run %s: the claim was lost; aborting", self.run_id)

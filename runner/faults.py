@@ -22,6 +22,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from runner.errors import InvalidInput
+
 AFTER_W1 = "after_w1"
 AFTER_EFFECT_START = "after_effect_start"
 AFTER_EFFECT_COMPLETE = "after_effect_complete"
@@ -32,7 +34,14 @@ ACTIONS = ("kill", "stall", "raise")
 
 class FaultInjected(BaseException):
     """Raised by a fault point armed with ``raise``: a crash that no handler
-    mistakes for a tool error (it is not an ``Exception``)."""
+    mistakes for a tool error.
+
+    On purpose not a :class:`~runner.errors.RunwrightError`, nor any
+    ``Exception``: it stands for the process dying at that point, so it must
+    pass every ``except Exception`` (the tool-call, crash-settling and retry
+    handlers) the way a SIGKILL would, and leave the run as a dead process
+    leaves it. The one exception class the project defines outside
+    ``RunwrightError``."""
 
 
 @dataclass
@@ -48,9 +57,9 @@ _lock = threading.Lock()
 
 def arm(point: str, action: str | Callable[[str], None], *, at_hit: int = 1) -> None:
     if point not in POINTS:
-        raise ValueError(f"unknown fault point {point!r}; known: {', '.join(POINTS)}")
+        raise InvalidInput(f"unknown fault point {point!r}; known: {', '.join(POINTS)}")
     if isinstance(action, str) and action not in ACTIONS:
-        raise ValueError(f"unknown fault action {action!r}; known: {', '.join(ACTIONS)}")
+        raise InvalidInput(f"unknown fault action {action!r}; known: {', '.join(ACTIONS)}")
     with _lock:
         _armed[point] = _Armed(action, at_hit)
 

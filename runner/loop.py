@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 from runner import faults, model
 from runner.agent import Agent
-from runner.context import RunContext
+from runner.context import AbortSignal, RunContext
+from runner.deps import Deps
 from runner.errors import InvalidInput
 from runner.generated import StateHolder, initial_state, output_tool, state_tools
 from runner.history import assign_call_ids, call_ids, continue_thread, for_model, open_step
@@ -18,6 +20,7 @@ from runner.tools import Tool
 from runner.trigger import trigger_message
 from store.base import StartPoint
 from store.models import (
+    Fence,
     Message,
     Outcome,
     Run,
@@ -31,10 +34,25 @@ from store.models import (
     utcnow,
 )
 
-if TYPE_CHECKING:
-    from runner.execution import Execution
-
 T = TypeVar("T")
+
+
+class Host(Protocol):
+    """What the step loop uses of the execution that runs it (an
+    :class:`~runner.execution.Execution`): its fenced writes, its abort signal
+    and its settle. A protocol, so that the loop does not import the execution."""
+
+    deps: Deps
+    fence: Fence | None
+    signal: AbortSignal
+
+    async def io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
+
+    async def write(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
+
+    async def settle(self, outcome: Outcome) -> Settled: ...
+
+    async def settle_aborted(self, agent: Agent) -> Settled: ...
 
 
 def _first(override: T | None, default: T) -> T:
@@ -46,11 +64,11 @@ OUTPUT_REMINDER = "Give your final answer by calling the final_result tool."
 
 class StepLoop:
     def __init__(
-        self, execution: Execution, agent: Agent, run: Run, ctx: RunContext, start: StartPoint
+        self, execution: Host, agent: Agent, run: Run, ctx: RunContext, start: StartPoint
     ) -> None:
         self.x = execution
-        self.engine = execution.engine
-        self.store = execution.engine.store
+        self.deps = execution.deps
+        self.store = execution.deps.store
         self.agent = agent
         self.run_ = run
         self.ctx = ctx
@@ -161,9 +179,9 @@ class StepLoop:
                 for_model(self.agent.instructions, self.messages),
                 [t.schema() for t in self.tools.values()],
                 self.agent.model_settings,
-                retries=_first(self.agent.model_retries, self.engine.model_retries),
+                retries=_first(self.agent.model_retries, self.deps.model_retries),
                 backoff_seconds=_first(
-                    self.agent.model_backoff_seconds, self.engine.model_backoff_seconds
+                    self.agent.model_backoff_seconds, self.deps.model_backoff_seconds
                 ),
             )
         )
@@ -214,11 +232,11 @@ class StepLoop:
             write=self.x.write,
             store_begin=self.store.begin_effect,
             store_finish=self.store.finish_effect,
-            token_id=self.engine.tokens.current_id,
-            notify_delay=self.engine.notify_delay if self.agent.notifier else None,
-            executor=self.engine.tool_executor,
-            drain_grace_seconds=max(0.0, self.engine.settings.drain_seconds - 2),
-            approval_expires_seconds=self.engine.settings.approval_expires_seconds,
+            token_id=self.deps.tokens.current_id,
+            notify_delay=self.deps.notify_delay if self.agent.notifier else None,
+            executor=self.deps.tool_executor,
+            drain_grace_seconds=max(0.0, self.deps.settings.drain_seconds - 2),
+            approval_expires_seconds=self.deps.settings.approval_expires_seconds,
         )
 
     async def _commit(self, k: int, final_text: bool, calls: StepCalls) -> Settled | None:
@@ -251,7 +269,7 @@ class StepLoop:
         self.index = k
         self.state.changed = False
         if calls.approvals and settled is not None:
-            await self.engine.notify_approvals(
+            await self.deps.notify_approvals(
                 self.agent, settled.run, [approval for approval, _ in calls.approvals]
             )
         return settled

@@ -3,6 +3,8 @@ model is actually called, so commands like ``runwright runs`` start fast.
 
 Scripted models (``runner/testing.py``) are served through a litellm custom
 provider named ``scripted``, so tests and the demo drive the real litellm path.
+That provider is imported and registered on the first call of a ``scripted/``
+model, never before: production processes do not load it.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import logging
 import os
 import random
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +25,8 @@ from store.models import Message, Usage
 
 log = logging.getLogger(__name__)
 
+# Models served by ``runner.testing`` (tests and the demo).
+SCRIPTED_PREFIX = "scripted/"
 # A model message larger than this is refused as a model error.
 MAX_MESSAGE_CHARS = 1_000_000
 DEFAULT_TIMEOUT_SECONDS = 600.0
@@ -46,9 +50,14 @@ def _load() -> Any:
                     # litellm logs every call at INFO, twice under Celery; a
                     # worker's log is for runs, not for each model request.
                     logging.getLogger("LiteLLM").setLevel(logging.WARNING)
-                _register_scripted(litellm)
                 _litellm = litellm
     return _litellm
+
+
+def warm_up() -> None:
+    """Import litellm now, not during the first model call (it takes seconds).
+    A worker calls this before it takes tasks."""
+    _load()
 
 
 @dataclass(frozen=True)
@@ -91,8 +100,8 @@ async def complete(
     kwargs = dict(settings)
     kwargs.setdefault("timeout", DEFAULT_TIMEOUT_SECONDS)
     kwargs["num_retries"] = 0  # retries are ours: cancellable and counted
-    if model.startswith("scripted/"):
-        _price_as_free(litellm, model)
+    if model.startswith(SCRIPTED_PREFIX):
+        _serve_scripted(litellm, model)
     attempt = 0
     while True:
         attempt += 1
@@ -173,60 +182,19 @@ def _reply(response: Any) -> ModelReply:
 
 # ------------------------------------------------------------- scripted models
 
-
-def _price_as_free(litellm: Any, model: str) -> None:
-    """Give a scripted model an entry in litellm's cost map: without one, every
-    call searches the map for a price and logs why it found none."""
-    if model in litellm.model_cost:
-        return
-    info = {
-        "litellm_provider": "scripted",
-        "mode": "chat",
-        "input_cost_per_token": 0.0,
-        "output_cost_per_token": 0.0,
-        "max_tokens": 1_000_000,
-        "max_input_tokens": 1_000_000,
-        "max_output_tokens": 1_000_000,
-        "supports_function_calling": True,
-    }
-    litellm.model_cost[model] = info
-    litellm.model_cost[model.split("/", 1)[1]] = info
+# ``runner.testing.price_as_free``, set the first time a ``scripted/`` model is
+# called. Only then is the test provider imported and registered: a worker that
+# calls real models never loads test machinery.
+_price_scripted: Callable[[Any, str], None] | None = None
 
 
-_SCRIPTED_ERRORS = {
-    "rate_limit": "RateLimitError",
-    "server_error": "InternalServerError",
-    "unavailable": "ServiceUnavailableError",
-    "timeout": "Timeout",
-    "bad_request": "BadRequestError",
-    "auth": "AuthenticationError",
-}
+def _serve_scripted(litellm: Any, model: str) -> None:
+    global _price_scripted
+    if _price_scripted is None:
+        with _setup_lock:
+            if _price_scripted is None:
+                from runner import testing
 
-
-def _register_scripted(litellm: Any) -> None:
-    from litellm import CustomLLM  # type: ignore[attr-defined]
-    from litellm.types.utils import ModelResponse
-
-    class ScriptedProvider(CustomLLM):
-        """Serves ``scripted/<name>`` from the scripts in ``runner.testing``."""
-
-        async def acompletion(self, *args: Any, **kwargs: Any) -> Any:
-            from runner import testing
-
-            model = str(kwargs.get("model", "")).split("/", 1)[-1]
-            optional = kwargs.get("optional_params") or {}
-            script = testing.lookup(model)
-            reply, step = await script.respond(
-                kwargs.get("messages") or [], optional.get("tools") or []
-            )
-            if reply.error is not None:
-                cls = getattr(litellm.exceptions, _SCRIPTED_ERRORS[reply.error])
-                raise cls(message=f"scripted {reply.error}", model=model, llm_provider="scripted")
-            return ModelResponse(**reply.response(model, step))
-
-        def completion(self, *args: Any, **kwargs: Any) -> Any:
-            raise NotImplementedError("scripted models are async only")
-
-    providers = [p for p in litellm.custom_provider_map if p.get("provider") != "scripted"]
-    providers.append({"provider": "scripted", "custom_handler": ScriptedProvider()})
-    litellm.custom_provider_map = providers
+                testing.install_provider(litellm)
+                _price_scripted = testing.price_as_free
+    _price_scripted(litellm, model)

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from runner.agent import ApprovalRequest
-from runner.errors import RunwrightError
+from runner.errors import ConfigurationError, RunwrightError
 
 SIGNATURE_HEADER = "X-Runwright-Signature"
 TIMESTAMP_HEADER = "X-Runwright-Timestamp"
@@ -92,7 +92,7 @@ class WebhookNotifier:
         headers: Mapping[str, str] | None = None,
     ) -> None:
         if not url.startswith(("http://", "https://")):
-            raise ValueError(f"webhook URL must be http(s), not {url!r}")
+            raise ConfigurationError(f"webhook URL must be http(s), not {url!r}")
         self.url = url
         self.secret = secret
         self.timeout = timeout

@@ -19,6 +19,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
 from runner.context import AbortReason
+from runner.errors import LoopMisuse
 from store.config import Settings
 
 T = TypeVar("T")
@@ -112,7 +113,7 @@ class Runtime:
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``coro`` on the runtime's loop and block until it is done."""
         if threading.current_thread() is self._thread:
-            raise RuntimeError("Runtime.run called from the runtime's own loop; await instead")
+            raise LoopMisuse("Runtime.run called from the runtime's own loop; await instead")
         future = asyncio.run_coroutine_threadsafe(coro, self.loop)
         return future.result(timeout)
 

@@ -8,6 +8,9 @@ The reply to a request is chosen by how many assistant messages the request
 already holds, not by a counter, so a script resumes correctly in another
 process after a crash. ``journal`` (a file path) records every call across
 processes, for tests that count model calls over a kill and a resume.
+
+``runner.model`` imports this module, and registers the provider, only when a
+``scripted/`` model is first called: production processes never load it.
 """
 
 from __future__ import annotations
@@ -23,9 +26,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner.errors import InvalidInput, RunwrightError
 from store.models import Message
 
-ERROR_KINDS = ("rate_limit", "server_error", "unavailable", "timeout", "bad_request", "auth")
+# Scripted provider errors, by the name of the litellm exception each raises.
+_LITELLM_ERRORS = {
+    "rate_limit": "RateLimitError",
+    "server_error": "InternalServerError",
+    "unavailable": "ServiceUnavailableError",
+    "timeout": "Timeout",
+    "bad_request": "BadRequestError",
+    "auth": "AuthenticationError",
+}
+ERROR_KINDS = tuple(_LITELLM_ERRORS)
+
+
+class ScriptedModelNotFound(RunwrightError):
+    """No scripted model has that name."""
+
+
+class ScriptExhausted(RunwrightError):
+    """The scripted model was asked for more replies than its script holds."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +82,7 @@ class Reply:
 
     def __post_init__(self) -> None:
         if self.error is not None and self.error not in ERROR_KINDS:
-            raise ValueError(f"unknown scripted error {self.error!r}; use one of {ERROR_KINDS}")
+            raise InvalidInput(f"unknown scripted error {self.error!r}; use one of {ERROR_KINDS}")
 
     def response(self, model: str, step: int = 0) -> dict[str, Any]:
         """The reply in OpenAI's chat-completion shape."""
@@ -150,7 +171,7 @@ class ScriptedModel:
             return self.script(request)
         index = request.step - 1
         if index >= len(self.script):
-            raise AssertionError(
+            raise ScriptExhausted(
                 f"scripted model {self.name!r} has {len(self.script)} replies; "
                 f"step {request.step} asked for one more"
             )
@@ -194,6 +215,7 @@ class ScriptedModel:
         return [json.loads(line) for line in self.journal.read_text().splitlines() if line]
 
     def assert_called(self, times: int) -> None:
+        # A test assertion: a plain AssertionError, which pytest reports as a failure.
         assert self.call_count == times, (
             f"{self.model} was called {self.call_count} times, not {times}"
         )
@@ -212,6 +234,58 @@ def lookup(name: str) -> ScriptedModel:
     try:
         return _scripts[name]
     except KeyError:
-        raise LookupError(
+        raise ScriptedModelNotFound(
             f"no scripted model named {name!r}; create ScriptedModel({name!r}, ...) first"
         ) from None
+
+
+# ------------------------------------------------------- the litellm provider
+
+
+def price_as_free(litellm: Any, model: str) -> None:
+    """Give a scripted model an entry in litellm's cost map: without one, every
+    call searches the map for a price and logs why it found none."""
+    if model in litellm.model_cost:
+        return
+    info = {
+        "litellm_provider": "scripted",
+        "mode": "chat",
+        "input_cost_per_token": 0.0,
+        "output_cost_per_token": 0.0,
+        "max_tokens": 1_000_000,
+        "max_input_tokens": 1_000_000,
+        "max_output_tokens": 1_000_000,
+        "supports_function_calling": True,
+    }
+    litellm.model_cost[model] = info
+    litellm.model_cost[model.split("/", 1)[1]] = info
+
+
+def install_provider(litellm: Any) -> None:
+    """Register the ``scripted`` custom provider with ``litellm`` (replacing an
+    earlier one). ``runner.model`` calls it on the first call of a scripted model."""
+    from litellm import CustomLLM  # type: ignore[attr-defined]
+    from litellm.types.utils import ModelResponse
+
+    class ScriptedProvider(CustomLLM):
+        """Serves ``scripted/<name>`` from the scripts registered here."""
+
+        async def acompletion(self, *args: Any, **kwargs: Any) -> Any:
+            model = str(kwargs.get("model", "")).split("/", 1)[-1]
+            optional = kwargs.get("optional_params") or {}
+            script = lookup(model)
+            reply, step = await script.respond(
+                kwargs.get("messages") or [], optional.get("tools") or []
+            )
+            if reply.error is not None:
+                cls = getattr(litellm.exceptions, _LITELLM_ERRORS[reply.error])
+                raise cls(message=f"scripted {reply.error}", model=model, llm_provider="scripted")
+            return ModelResponse(**reply.response(model, step))
+
+        def completion(self, *args: Any, **kwargs: Any) -> Any:
+            # litellm's contract for a custom provider that has no sync path.
+            raise NotImplementedError("scripted models are async only")
+
+    providers = [p for p in litellm.custom_provider_map if p.get("provider") != "scripted"]
+    providers.append({"provider": "scripted", "custom_handler": ScriptedProvider()})
+    litellm.custom_provider_map = providers

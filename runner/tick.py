@@ -16,17 +16,14 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from runner import approvals
+from runner.deps import Deps
 from runner.errors import AgentNotFound, ApprovalError, InvalidTransition, StoreUnavailable
 from runner.history import approval_response
 from runner.runtime import runtime
 from store.leases import TICK_LOCK_KEY
 from store.models import Decision, RunError
-
-if TYPE_CHECKING:
-    from runner.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -46,13 +43,13 @@ class TickReport:
     failed_jobs: list[str] = field(default_factory=list)
 
 
-Job = Callable[["Engine", TickReport, "datetime | None"], None]
+Job = Callable[[Deps, TickReport, "datetime | None"], None]
 
 
-def tick(engine: Engine, now: datetime | None = None) -> TickReport:
+def tick(deps: Deps, now: datetime | None = None) -> TickReport:
     token = uuid.uuid4().hex
-    lock_ms = int(max(engine.settings.tick_seconds * 4, 30) * 1000)
-    leases = engine.leases
+    lock_ms = int(max(deps.settings.tick_seconds * 4, 30) * 1000)
+    leases = deps.leases
     if leases is not None:
         try:
             if not leases.try_lock(TICK_LOCK_KEY, token, lock_ms):
@@ -65,7 +62,7 @@ def tick(engine: Engine, now: datetime | None = None) -> TickReport:
             # Each job on its own: a failing one (a bad row, a store outage
             # during one query) must not keep the others from their work.
             try:
-                job(engine, report, now)
+                job(deps, report, now)
             except Exception:
                 log.exception("tick job %s failed; the other jobs ran", job.__name__)
                 report.failed_jobs.append(job.__name__.lstrip("_"))
@@ -76,9 +73,9 @@ def tick(engine: Engine, now: datetime | None = None) -> TickReport:
                 leases.unlock(TICK_LOCK_KEY, token)
 
 
-def _resend_notifications(engine: Engine, report: TickReport, now: datetime | None) -> None:
-    settings = engine.settings
-    due = engine.store.claim_due_notifications(
+def _resend_notifications(deps: Deps, report: TickReport, now: datetime | None) -> None:
+    settings = deps.settings
+    due = deps.store.claim_due_notifications(
         settings.tick_batch,
         settings.notify_backoff_seconds,
         settings.notify_backoff_cap_seconds,
@@ -87,7 +84,7 @@ def _resend_notifications(engine: Engine, report: TickReport, now: datetime | No
     sends = []
     for item in due:
         try:
-            agent = engine.registry.get(item.agent)
+            agent = deps.registry.get(item.agent)
         except AgentNotFound:
             log.warning(
                 "approval %s: agent %s is not loaded here", item.approval.approval_id, item.agent
@@ -96,9 +93,7 @@ def _resend_notifications(engine: Engine, report: TickReport, now: datetime | No
         if agent.notifier is None:
             continue
         try:
-            request = approvals.request_for(
-                agent, item.approval.run_id, item.approval, engine.tokens
-            )
+            request = approvals.request_for(agent, item.approval.run_id, item.approval, deps.tokens)
         except Exception as exc:
             # Typically signed with a key that has since been removed: no valid
             # link can be made for it. The claim moved next_notify_at out by
@@ -112,7 +107,7 @@ def _resend_notifications(engine: Engine, report: TickReport, now: datetime | No
 
     async def send_all() -> list[BaseException | None]:
         return await asyncio.gather(
-            *(approvals.deliver(n, r, engine.tool_executor) for _, n, r in sends),
+            *(approvals.deliver(n, r, deps.tool_executor) for _, n, r in sends),
             return_exceptions=True,
         )
 
@@ -126,15 +121,15 @@ def _resend_notifications(engine: Engine, report: TickReport, now: datetime | No
             report.notify_failed += 1
         else:
             accepted.append(approval_id)
-    engine.store.mark_notified(accepted)
+    deps.store.mark_notified(accepted)
     report.notified += len(accepted)
 
 
-def _expire_waits(engine: Engine, report: TickReport, now: datetime | None) -> None:
-    for approval in engine.store.expired_approvals(engine.settings.tick_batch, now=now):
+def _expire_waits(deps: Deps, report: TickReport, now: datetime | None) -> None:
+    for approval in deps.store.expired_approvals(deps.settings.tick_batch, now=now):
         try:
             if approval.on_expire == "fail":
-                settled = engine.store.fail_waiting(
+                settled = deps.store.fail_waiting(
                     approval.run_id,
                     RunError(
                         "approval_expired",
@@ -142,12 +137,12 @@ def _expire_waits(engine: Engine, report: TickReport, now: datetime | None) -> N
                         f"at {approval.expires_at:%Y-%m-%d %H:%M:%S %Z}",
                     ),
                 )
-                engine.after_settle(settled)
+                deps.after_settle(settled)
             else:
                 response = approval_response(
                     approval.approval_id, approval.tool_call_id, False, "expired"
                 )
-                result = engine.store.decide(
+                result = deps.store.decide(
                     approval.approval_id,
                     Decision.DENIED,
                     "expired",
@@ -156,7 +151,7 @@ def _expire_waits(engine: Engine, report: TickReport, now: datetime | None) -> N
                     now=now,
                 )
                 if result.resumed:
-                    engine.send([result.run.id])  # decide() marked it enqueued
+                    deps.send([result.run.id])  # decide() marked it enqueued
             report.expired += 1
         except (ApprovalError, InvalidTransition) as exc:
             log.info("approval %s changed meanwhile: %s", approval.approval_id, exc)
@@ -167,35 +162,35 @@ def _expire_waits(engine: Engine, report: TickReport, now: datetime | None) -> N
             report.item_errors += 1
 
 
-def _recover_lapsed(engine: Engine, report: TickReport, now: datetime | None) -> None:
-    settings = engine.settings
-    lapsed = engine.store.lapsed_claims(settings.tick_batch, settings.reenqueue_seconds, now=now)
+def _recover_lapsed(deps: Deps, report: TickReport, now: datetime | None) -> None:
+    settings = deps.settings
+    lapsed = deps.store.lapsed_claims(settings.tick_batch, settings.reenqueue_seconds, now=now)
     if not lapsed:
         return
-    if engine.leases is not None:
+    if deps.leases is not None:
         try:
             # A live lease means the owner is alive, only its heartbeat to
             # Postgres is late: leave the run alone.
-            lapsed = sorted(engine.leases.lapsed(lapsed))
+            lapsed = sorted(deps.leases.lapsed(lapsed))
         except StoreUnavailable:
             return  # cannot tell who is alive: recover next time
-    engine.enqueue_ids(lapsed)
+    deps.enqueue_ids(lapsed)
     report.recovered = lapsed
 
 
-def _reenqueue(engine: Engine, report: TickReport, now: datetime | None) -> None:
-    settings = engine.settings
-    stale = engine.store.stale_claimable(settings.tick_batch, settings.reenqueue_seconds, now=now)
+def _reenqueue(deps: Deps, report: TickReport, now: datetime | None) -> None:
+    settings = deps.settings
+    stale = deps.store.stale_claimable(settings.tick_batch, settings.reenqueue_seconds, now=now)
     # The query already marked these runs enqueued.
-    engine.send(stale)
+    deps.send(stale)
     report.reenqueued = stale
 
 
-def _start_key_heads(engine: Engine, report: TickReport, now: datetime | None) -> None:
-    settings = engine.settings
-    heads = engine.store.free_key_heads(settings.tick_batch, settings.reenqueue_seconds, now=now)
+def _start_key_heads(deps: Deps, report: TickReport, now: datetime | None) -> None:
+    settings = deps.settings
+    heads = deps.store.free_key_heads(settings.tick_batch, settings.reenqueue_seconds, now=now)
     # The query already marked these runs enqueued.
-    engine.send(heads)
+    deps.send(heads)
     report.key_heads = heads
 
 

@@ -30,8 +30,9 @@ import pydantic
 from runner import faults
 from runner.agent import Agent
 from runner.context import AbortReason, AbortSignal, RunContext
+from runner.errors import RunwrightError, ToolInputError
 from runner.history import OpenStep, approval_request, error_content, tool_message
-from runner.tools import Tool, ToolInputError
+from runner.tools import Tool
 from store.base import EffectBegin
 from store.jsonsafe import NotStorable, clean_json, clean_message, clip
 from store.models import (
@@ -99,8 +100,9 @@ class StepCalls:
         return next((r for r in self.results if r.has_final), None)
 
 
-class Abandoned(Exception):
-    """The run was aborted while the tool call was still running."""
+class Abandoned(RunwrightError):
+    """The run was aborted while the tool call was still running. Raised and
+    caught inside :class:`CallRunner`; it never leaves it."""
 
 
 @dataclass(frozen=True)

@@ -21,14 +21,10 @@ from typing import Any, Literal, overload
 import pydantic
 
 from runner.context import RunContext
-from runner.errors import ToolDefinitionError
+from runner.errors import ToolDefinitionError, ToolInputError
 
 Retry = Literal["at_most_once", "at_least_once"]
 IDEMPOTENCY_KEY = "idempotency_key"
-
-
-class ToolInputError(Exception):
-    """The model's arguments for a tool call are unusable."""
 
 
 class Tool:

@@ -11,6 +11,7 @@ from celery import Celery, signals
 
 from runner.engine import Engine
 from runner.errors import RunwrightError
+from runner.model import warm_up
 from runner.runtime import runtime
 
 log = logging.getLogger(__name__)
@@ -73,8 +74,6 @@ def _warm_up(sender: Any = None, **_: Any) -> None:
     # Import litellm (seconds) and the agents before the first task, not during
     # it. A worker that cannot load its agents must not look healthy: exit loudly
     # (SystemExit passes through Celery's signal dispatch; other errors would not).
-    from runner.model import _load
-
     if sender is not None and _uses_prefork(sender):
         # Warm shutdown reaches only the main process, so executions in
         # prefork children could not drain: they would be cut off at the
@@ -84,7 +83,7 @@ def _warm_up(sender: Any = None, **_: Any) -> None:
             "use the threads pool (the default: unset RUNWRIGHT_WORKER_POOL, or -P threads)"
         )
     try:
-        _load()
+        warm_up()
         engine()
     except RunwrightError as exc:
         raise SystemExit(f"runwright: the worker cannot start: {exc.message}") from exc

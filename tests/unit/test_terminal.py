@@ -6,7 +6,7 @@ import unicodedata
 
 import pytest
 
-from runner.terminal import inert
+from runner.cli.terminal import inert
 
 
 @pytest.mark.parametrize(

@@ -22,8 +22,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from runner.cli.render import step_line
+from runner.cli.terminal import inert
 from runner.errors import RunwrightError
-from runner.terminal import inert
 from store.config import Settings
 
 LEASE_TTL = "3"
@@ -100,7 +101,7 @@ class Worker:
 
 
 def _env(settings: Settings) -> dict[str, str]:
-    agents = ",".join(dict.fromkeys(["runner.demo_agent", *settings.agents]))
+    agents = ",".join(dict.fromkeys(["runner.cli.demo_agent", *settings.agents]))
     assert settings.database_url and settings.redis_url and settings.secret_key
     # The demo's own pace, unless the environment already chose one.
     paced = {
@@ -122,9 +123,7 @@ def _env(settings: Settings) -> dict[str, str]:
 
 
 def _step_text(step: Any) -> str:
-    from runner.cli import _step_line
-
-    return _step_line(step)
+    return step_line(step)
 
 
 class Follower:
@@ -207,7 +206,7 @@ def run_demo(*, keep: bool = False) -> None:
     for stale in ("demo-inbox.jsonl", "demo-tickets.jsonl", "demo-model-calls.jsonl"):
         (home / stale).unlink(missing_ok=True)
 
-    from runner import demo_agent
+    from runner.cli import demo_agent
     from runner.engine import Engine
 
     model = settings.model

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from runner.cliargs import (
+from runner.cli.args import (
     PRUNE_MAX,
     PRUNE_MIN,
     is_text,
@@ -27,13 +27,15 @@ from runner.cliargs import (
     parse_payload,
     seconds,
 )
-from runner.terminal import inert
+from runner.cli.render import clip as _clip
+from runner.cli.render import step_line as _step_line
+from runner.cli.terminal import inert
 from store.config import Settings
 from store.errors import InvalidInput, RunwrightError
 
 if TYPE_CHECKING:
     from runner.engine import Engine
-    from store.models import Run, Step
+    from store.models import Run
 
 
 ERROR_CHARS = 300  # an error quoting a 20 KB argument still fits a few lines
@@ -176,30 +178,6 @@ def runs(status: str | None, agent: str | None, limit: int) -> None:
     _console().print(table)
     if not rows:
         click.echo("no runs")
-
-
-def _step_line(step: Step) -> str:
-    if step.kind.value == "llm":
-        message = (step.output or {}).get("message", {})
-        calls = [c["function"]["name"] for c in message.get("tool_calls") or []]
-        what = f"calls {', '.join(calls)}" if calls else repr(_clip(message.get("content") or ""))
-        usage = (
-            f" [{step.usage.input_tokens}+{step.usage.output_tokens} tokens]" if step.usage else ""
-        )
-        return f"step {step.index:>3}  llm   {what}{usage}"
-    if step.kind.value == "tool":
-        outcome = (
-            f"error: {_clip(str(step.error))}" if step.error else _clip(json.dumps(step.output))
-        )
-        return (
-            f"step {step.index:>3}  tool  {step.name}({_clip(json.dumps(step.input))}) -> {outcome}"
-        )
-    return f"step {step.index:>3}  wait  {step.name} {json.dumps(step.input)}"
-
-
-def _clip(text: str, width: int = 80) -> str:
-    text = text.replace("\n", " ")
-    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def _describe(run: Run) -> list[str]:
@@ -429,10 +407,6 @@ def local_status() -> None:
 @click.option("--keep/--no-keep", default=False, help="Leave the worker and beat running.")
 def demo(keep: bool) -> None:
     """Run the demo end to end on the local stack (or the configured services)."""
-    from runner.demo import run_demo
+    from runner.cli.demo import run_demo
 
     run_demo(keep=keep)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,31 @@
+"""How a stored step reads on one line, for ``runwright show``, ``watch`` and the
+demo. The lines hold stored (possibly hostile) text: print them through
+:func:`runner.cli.terminal.inert`."""
+
+from __future__ import annotations
+
+import json
+
+from store.models import Step
+
+
+def step_line(step: Step) -> str:
+    if step.kind.value == "llm":
+        message = (step.output or {}).get("message", {})
+        calls = [c["function"]["name"] for c in message.get("tool_calls") or []]
+        what = f"calls {', '.join(calls)}" if calls else repr(clip(message.get("content") or ""))
+        usage = (
+            f" [{step.usage.input_tokens}+{step.usage.output_tokens} tokens]" if step.usage else ""
+        )
+        return f"step {step.index:>3}  llm   {what}{usage}"
+    if step.kind.value == "tool":
+        outcome = f"error: {clip(str(step.error))}" if step.error else clip(json.dumps(step.output))
+        return (
+            f"step {step.index:>3}  tool  {step.name}({clip(json.dumps(step.input))}) -> {outcome}"
+        )
+    return f"step {step.index:>3}  wait  {step.name} {json.dumps(step.input)}"
+
+
+def clip(text: str, width: int = 80) -> str:
+    text = text.replace("\n", " ")
+    return text if len(text) <= width else text[: width - 3] + "..."

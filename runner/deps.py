@@ -1,0 +1,111 @@
+"""What an execution and ``tick()`` need of the engine, handed to them explicitly.
+
+:class:`Execution`, :class:`StepLoop` and ``tick()`` take a :class:`Deps`, never
+the :class:`~runner.engine.Engine`: the engine is the public façade built on one,
+and the imports run one way (engine -> execution -> loop, engine -> tick, each
+of them -> deps), so no module of the core needs the engine to work.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from datetime import timedelta
+
+from runner import approvals
+from runner.agent import Agent, Registry
+from runner.runtime import in_io, runtime
+from store.base import Store
+from store.claims import Claims
+from store.config import Settings
+from store.leases import Leases
+from store.models import NewApproval, Run, RunStatus, Settled, utcnow
+
+log = logging.getLogger(__name__)
+
+# Hands a run to a worker (Celery's ``apply_async``, a test's list.append, ...);
+# what it returns is ignored.
+Enqueue = Callable[[str], object]
+
+
+@dataclass(frozen=True, slots=True)
+class Deps:
+    store: Store
+    claims: Claims
+    tokens: approvals.Tokens
+    leases: Leases | None
+    registry: Registry
+    settings: Settings
+    enqueue: Enqueue | None
+    # The engine's defaults for model calls; an agent's own settings win.
+    model_retries: int
+    model_backoff_seconds: float
+    # How long a fenced write retries through a store outage.
+    write_retry_seconds: float
+    # When a new approval's notification is first retried, if its notifier fails.
+    notify_delay: timedelta
+
+    @property
+    def tool_executor(self) -> Executor:
+        """This process's tool pool (a new one after a fork)."""
+        return runtime().tools
+
+    def send(self, run_ids: Iterable[str]) -> None:
+        """Hand runs to workers. A failed send is logged, not raised: the run is
+        stored, and tick() re-enqueues it."""
+        if self.enqueue is None:
+            return
+        for run_id in run_ids:
+            try:
+                self.enqueue(run_id)
+            except Exception as exc:
+                log.warning("could not enqueue run %s (%s); tick() will retry", run_id, exc)
+
+    def enqueue_ids(self, run_ids: list[str]) -> None:
+        """Mark runs enqueued now and send them."""
+        if not run_ids:
+            return
+        self.store.mark_enqueued(run_ids)
+        self.send(run_ids)
+
+    def after_settle(self, settled: Settled) -> None:
+        """Queue what a settle freed: an interrupted run again, and the next run
+        of its concurrency key."""
+        again = [settled.run.id] if settled.run.status is RunStatus.INTERRUPTED else []
+        if settled.next_in_key:
+            again.append(settled.next_in_key)
+        self.enqueue_ids(again)
+
+    async def notify_approvals(self, agent: Agent, run: Run, new: Sequence[NewApproval]) -> None:
+        """First notification of the approvals a step just created."""
+        if agent.notifier is None:
+            return
+        for item in new:
+            approval = await in_io(self.store.get_approval, item.approval_id)
+            request = approvals.request_for(agent, run.id, approval, self.tokens)
+            try:
+                await approvals.deliver(agent.notifier, request, self.tool_executor)
+            except Exception as exc:
+                log.warning(
+                    "notifier of %s failed for %s: %s", agent.name, approval.approval_id, exc
+                )
+                retry_at = utcnow() + approvals.backoff(
+                    1,
+                    self.settings.notify_backoff_seconds,
+                    self.settings.notify_backoff_cap_seconds,
+                )
+                await in_io(
+                    self.store.record_notification,
+                    approval.approval_id,
+                    accepted=False,
+                    retry_at=retry_at,
+                )
+            else:
+                await in_io(
+                    self.store.record_notification,
+                    approval.approval_id,
+                    accepted=True,
+                    retry_at=None,
+                )
