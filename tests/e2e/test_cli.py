@@ -18,6 +18,13 @@ from tests.helpers import snapshot
 
 
 @pytest.fixture
+def engine(pg_engine: Engine) -> Engine:
+    """Other processes (the CLI, executors that get killed) share these runs
+    through Postgres and Redis, so this module runs on them only."""
+    return pg_engine
+
+
+@pytest.fixture
 def cli_env(
     database_url: str, redis_url: str, tmp_path: Path, settings: Settings
 ) -> dict[str, str]:
