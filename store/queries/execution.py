@@ -118,7 +118,7 @@ W2 = Statement(
          WHERE {FENCE}
         RETURNING id
     ), old AS (
-        SELECT c.step_index, c.message_count FROM checkpoints AS c, f WHERE c.run_id = f.id
+        SELECT step_index, message_count FROM checkpoints WHERE run_id = CAST(:run_id AS uuid)
     ), ok AS (
         SELECT f.id FROM f
          WHERE (NOT EXISTS (SELECT 1 FROM old) AND CAST(:base_count AS int) = 0)
@@ -137,8 +137,10 @@ W2 = Statement(
                created_at = EXCLUDED.created_at
         RETURNING c.run_id
     ), gone AS (
-        DELETE FROM messages AS x USING cp
-         WHERE x.run_id = cp.run_id AND x.seq >= CAST(:message_count AS int)
+        -- Parameters, not a join with cp: the generic plan then always uses the key.
+        DELETE FROM messages
+         WHERE run_id = CAST(:run_id AS uuid) AND seq >= CAST(:message_count AS int)
+           AND EXISTS (SELECT 1 FROM cp)
         RETURNING 1
     ), m AS (
         INSERT INTO messages AS x (run_id, seq, body)
