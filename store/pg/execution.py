@@ -161,14 +161,15 @@ class PgExecution(PgBase):
             "wait_input": dumps(wait_input) if commit.approvals else None,
         }
         with self.db.tx() as tx:
-            row = tx.first(q.W2, params)
+            row = tx.first(q.W2_WAIT if commit.approvals else q.W2, params)
             assert row is not None  # the statement always returns its counts
             if not row["fenced"]:
                 raise _lost(fence)
             if not row["saved"]:
                 tx.rollback()
-                stored = row["stored_index"], row["stored_count"]
-                check_checkpoint(fence.run_id, None if stored[0] is None else stored, commit)
+                stored = tx.first(q.CHECKPOINT_AT, {"run_id": fence.run_id})
+                at = None if stored is None else (stored["step_index"], stored["message_count"])
+                check_checkpoint(fence.run_id, at, commit)
                 raise AssertionError("W2 refused a checkpoint that the rule allows")
         return self._after_settle(fence.run_id, outcome)
 

@@ -99,16 +99,39 @@ W1 = Statement(
     prepare=True,
 )
 
-# W2, the only one: the run update (state, outcome) is the fence. The
+# W2, one code path (``PgExecution.commit_step``): the run update (state, outcome) is the fence. The
 # checkpoint moves only as ``store.rules.check_checkpoint`` allows (not below
 # the stored step index, never from more messages than are stored); when it
-# does not, nothing is saved and the caller rolls back and raises that rule's
-# error from ``stored_index``/``stored_count``. Messages from ``base_count`` on
-# are written over (a replace at an equal index) and those past the new count
-# dropped; tool steps, approvals and the wait step hang off the checkpoint.
-W2 = Statement(
-    "runwright_w2",
-    f"""
+# does not, nothing is saved, and the caller rolls back and raises that rule's
+# error (reading the stored checkpoint: refusals are rare). Messages from
+# ``base_count`` on are written over (a replace at an equal index) and those
+# past the new count dropped; tool steps, approvals and the wait step hang off
+# the checkpoint.
+_W2_WAITS_COUNTED = "+ (SELECT count(*) FROM a) + (SELECT count(*) FROM w)"
+_W2_WAITS = """
+    ), a AS (
+        INSERT INTO approvals (approval_id, run_id, step_index, tool_call_id, tool_name, input,
+                               expires_at, on_expire, token_id, next_notify_at)
+        SELECT a.approval_id, cp.run_id, CAST(:step_index AS int), a.tool_call_id, a.tool_name,
+               a.input, a.expires_at, a.on_expire, a.token_id, a.next_notify_at
+          FROM cp, jsonb_to_recordset(CAST(:approvals AS jsonb)) AS a(
+               approval_id uuid, tool_call_id text, tool_name text, input jsonb,
+               expires_at timestamptz, on_expire text, token_id text, next_notify_at timestamptz)
+        ON CONFLICT DO NOTHING
+        RETURNING 1
+    ), w AS (
+        INSERT INTO steps (run_id, kind, index, name, input, started_at)
+        SELECT cp.run_id, 'wait', CAST(:step_index AS int), 'approval',
+               CAST(:wait_input AS jsonb), now()
+          FROM cp WHERE CAST(:wait_input AS jsonb) IS NOT NULL
+        ON CONFLICT DO NOTHING
+        RETURNING 1
+"""
+
+
+def _w2(waits: bool) -> str:
+    """W2's text; with ``waits``, it also writes the approvals and the wait step."""
+    return f"""
     WITH f AS (
         UPDATE runs SET
             takeovers = 0,
@@ -117,27 +140,27 @@ W2 = Statement(
             {OUTCOME_SET}
          WHERE {FENCE}
         RETURNING id
-    ), old AS (
-        SELECT step_index, message_count FROM checkpoints WHERE run_id = CAST(:run_id AS uuid)
-    ), ok AS (
-        SELECT f.id FROM f
-         WHERE (NOT EXISTS (SELECT 1 FROM old) AND CAST(:base_count AS int) = 0)
-            OR EXISTS (SELECT 1 FROM old WHERE old.step_index <= CAST(:step_index AS int)
-                                          AND old.message_count >= CAST(:base_count AS int))
     ), cp AS (
+        -- The run's first checkpoint only from no messages; a stored one moves
+        -- only if the rule holds, checked on the conflicting row itself.
         INSERT INTO checkpoints AS c (run_id, step_index, message_count, finish_reason,
                                       created_at)
-        SELECT ok.id, CAST(:step_index AS int), CAST(:message_count AS int),
+        SELECT f.id, CAST(:step_index AS int), CAST(:message_count AS int),
                CAST(:finish_reason AS text), now()
-          FROM ok
+          FROM f
+         WHERE CAST(:base_count AS int) = 0
+            OR EXISTS (SELECT 1 FROM checkpoints AS x WHERE x.run_id = f.id)
         ON CONFLICT (run_id) DO UPDATE
            SET step_index = EXCLUDED.step_index,
                message_count = EXCLUDED.message_count,
                finish_reason = EXCLUDED.finish_reason,
                created_at = EXCLUDED.created_at
+         WHERE c.step_index <= EXCLUDED.step_index
+           AND c.message_count >= CAST(:base_count AS int)
         RETURNING c.run_id
     ), gone AS (
-        -- Parameters, not a join with cp: the generic plan then always uses the key.
+        -- Messages past the new count (a replace that shortens); parameters,
+        -- not a join with cp, so that the generic plan always uses the key.
         DELETE FROM messages
          WHERE run_id = CAST(:run_id AS uuid) AND seq >= CAST(:message_count AS int)
            AND EXISTS (SELECT 1 FROM cp)
@@ -159,32 +182,17 @@ W2 = Statement(
                error jsonb, started_at timestamptz, finished_at timestamptz)
         ON CONFLICT DO NOTHING
         RETURNING 1
-    ), a AS (
-        INSERT INTO approvals (approval_id, run_id, step_index, tool_call_id, tool_name, input,
-                               expires_at, on_expire, token_id, next_notify_at)
-        SELECT a.approval_id, cp.run_id, CAST(:step_index AS int), a.tool_call_id, a.tool_name,
-               a.input, a.expires_at, a.on_expire, a.token_id, a.next_notify_at
-          FROM cp, jsonb_to_recordset(CAST(:approvals AS jsonb)) AS a(
-               approval_id uuid, tool_call_id text, tool_name text, input jsonb,
-               expires_at timestamptz, on_expire text, token_id text, next_notify_at timestamptz)
-        ON CONFLICT DO NOTHING
-        RETURNING 1
-    ), w AS (
-        INSERT INTO steps (run_id, kind, index, name, input, started_at)
-        SELECT cp.run_id, 'wait', CAST(:step_index AS int), 'approval',
-               CAST(:wait_input AS jsonb), now()
-          FROM cp WHERE CAST(:wait_input AS jsonb) IS NOT NULL
-        ON CONFLICT DO NOTHING
-        RETURNING 1
-    )
+{_W2_WAITS if waits else ""}    )
     SELECT (SELECT count(*) FROM f) AS fenced, (SELECT count(*) FROM cp) AS saved,
-           (SELECT step_index FROM old) AS stored_index,
-           (SELECT message_count FROM old) AS stored_count,
            (SELECT count(*) FROM gone) + (SELECT count(*) FROM m) + (SELECT count(*) FROM s)
-           + (SELECT count(*) FROM a) + (SELECT count(*) FROM w) AS written
-    """,
-    prepare=True,
-)
+           {_W2_WAITS_COUNTED if waits else ""} AS written
+    """
+
+
+# One code path, two statements: a step that asks for approvals also writes
+# them and its wait step (a plain step does not pay for those inserts).
+W2 = Statement("runwright_w2", _w2(False), prepare=True)
+W2_WAIT = Statement("runwright_w2_wait", _w2(True), prepare=True)
 
 SETTLE = Statement("settle", f"UPDATE runs SET {OUTCOME_SET} WHERE {FENCE} RETURNING id")
 
@@ -235,4 +243,9 @@ FINISH_EFFECT = Statement(
 EFFECT_FOR_KEY = Statement(
     "effect_for_key",
     "SELECT * FROM effects WHERE run_id = CAST(:run_id AS uuid) AND key = CAST(:key AS text)",
+)
+
+CHECKPOINT_AT = Statement(
+    "checkpoint_at",
+    "SELECT step_index, message_count FROM checkpoints WHERE run_id = CAST(:run_id AS uuid)",
 )
