@@ -25,6 +25,7 @@ from runner.loop import StepLoop
 from runner.runtime import in_io, runtime
 from store.base import StartPoint
 from store.models import Fence, Outcome, Run, RunError, RunStatus, Settled
+from store.rules import cancel_outcome
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -39,7 +40,7 @@ def new_owner() -> str:
 
 def abort_outcome(reason: AbortReason, *, timeout_ms: int | None = None) -> Outcome:
     if reason is AbortReason.CANCEL:
-        return Outcome(RunStatus.CANCELLED, error=RunError("cancelled", "cancelled on request"))
+        return cancel_outcome()
     if reason is AbortReason.DRAIN:
         return Outcome(RunStatus.INTERRUPTED)
     if reason is AbortReason.TIMEOUT:

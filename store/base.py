@@ -42,6 +42,9 @@ from store.models import (
     StepCommit,
     StepRecord,
 )
+from store.rules import CancelAction
+from store.rules import crashed_error as crashed_error
+from store.rules import takeover_crashes as takeover_crashes
 from store.validate import check_new_run
 
 
@@ -56,8 +59,7 @@ class EffectBegin:
 @dataclass(frozen=True)
 class CancelResult:
     run: Run
-    # "cancelled" (settled now), "requested" (the owner will abort), "settled" (no-op)
-    action: str
+    action: CancelAction
     next_in_key: str | None = None
 
 
@@ -82,27 +84,6 @@ class ThreadStart:
     run_id: str
     messages: list[Message]
     state: object
-
-
-def takeover_crashes(takeovers: int, max_takeovers: int | None) -> bool:
-    """Whether a takeover of a run with ``takeovers`` takeovers since its last
-    progress settles it ``failed/crashed`` instead of executing it.
-
-    Only a takeover counts (a claim from ``running`` whose claim expired): its
-    previous execution died without settling. A claim from ``interrupted`` does
-    not, since that execution drained cleanly; nor does one from ``queued``.
-    Progress (a W1 or W2) resets the count, so a long run that is taken over
-    now and then but moves on each time is never stopped.
-    """
-    return max_takeovers is not None and takeovers + 1 >= max_takeovers
-
-
-def crashed_error(epoch: int, max_takeovers: int) -> RunError:
-    return RunError(
-        "crashed",
-        f"the run was taken over {max_takeovers} times without progress; its executions"
-        f" keep dying (last epoch {epoch}), so it is not retried (RUNWRIGHT_MAX_TAKEOVERS)",
-    )
 
 
 def check_payload(new: NewRun, limit: int) -> None:

@@ -23,6 +23,12 @@ def _parse(item: Field[Any], kind: Any, raw: str) -> Any:
     name = item.metadata["env"]
     if kind in (str, str | None):
         return raw
+    if kind is bool:
+        if raw.lower() in ("1", "true", "yes", "on"):
+            return True
+        if raw.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ConfigurationError(f"{name} must be true or false, not {raw[:40]!r}")
     if kind in (Path, Path | None):
         return Path(raw)
     if kind == tuple[str, ...]:
@@ -88,6 +94,8 @@ class Settings:
     visibility_timeout_seconds: int = _setting("RUNWRIGHT_VISIBILITY_TIMEOUT", 12 * 3600, minimum=1)
     beat_schedule: Path | None = _setting("RUNWRIGHT_BEAT_SCHEDULE", None)  # noqa: RUF009
     db_pool_size: int = _setting("RUNWRIGHT_DB_POOL_SIZE", 10, minimum=1)
+    # Off behind PgBouncer in transaction mode (see docs/operations.md).
+    db_prepared: bool = _setting("RUNWRIGHT_DB_PREPARED", True)
     io_threads: int = _setting("RUNWRIGHT_IO_THREADS", 32, minimum=1)
     tool_threads: int = _setting("RUNWRIGHT_TOOL_THREADS", 64, minimum=1)
     model: str | None = _setting("RUNWRIGHT_MODEL", None)

@@ -1,28 +1,29 @@
-"""Driver plumbing for Postgres: engines, JSON, and error translation.
+"""Driver plumbing for Postgres: engines, JSON, and the statement executor.
 
-Run semantics live in ``store/postgres.py``; this module only knows how to talk
-to the database.
+Run semantics live in ``store/rules.py`` and the SQL in ``store/queries``; this
+module only knows how to talk to the database.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import date, datetime
 from typing import Any
 
-import psycopg2
 import sqlalchemy as sa
 import sqlalchemy.event
 import sqlalchemy.exc
 
 from store.config import Settings
-from store.errors import StoreRefused, StoreUnavailable
+from store.dberrors import LOST, REFUSED, refused, unavailable
+from store.errors import StoreRefused
+from store.queries import Statement
 
 
 def _default(value: Any) -> Any:
@@ -53,46 +54,37 @@ _engines: dict[tuple[int, str], sa.Engine] = {}
 _engines_lock = threading.Lock()
 
 
-class Prepared:
-    """A server-side prepared statement for the hot path.
-
-    Written with ``:name`` parameters like ``sa.text``; every parameter needs an
-    explicit ``CAST`` so that Postgres can type it at ``PREPARE`` time. Each
-    pooled connection prepares every registered statement once, when it connects,
-    so a step's writes skip parsing and planning.
-    """
-
-    registry: dict[str, Prepared] = {}
-
-    def __init__(self, name: str, sql: str) -> None:
-        self.name = name
-        self.params: list[str] = []
-
-        def number(match: re.Match[str]) -> str:
-            if match.group(1) not in self.params:
-                self.params.append(match.group(1))
-            return f"${self.params.index(match.group(1)) + 1}"
-
-        self.sql = re.sub(r"(?<!:):(\w+)", number, sql)
-        self.execute_sql = f"EXECUTE {name} ({', '.join(['%s'] * len(self.params))})"
-        Prepared.registry[name] = self
-
-    def args(self, params: dict[str, Any]) -> list[Any]:
-        return [params[name] for name in self.params]
-
-
 def _prepare_all(dbapi_connection: Any, _record: Any) -> None:
     with dbapi_connection.cursor() as cursor:
         # The hot statements' plans do not depend on their parameters: plan once.
         cursor.execute("SET plan_cache_mode = force_generic_plan")
-        for statement in Prepared.registry.values():
-            cursor.execute(f"PREPARE {statement.name} AS {statement.sql}")
+        for statement in Statement.prepared.values():
+            cursor.execute(f"PREPARE {statement.name} AS {statement.numbered}")
     dbapi_connection.commit()
 
 
-def make_engine(url: str, *, pool_size: int | None = None) -> sa.Engine:
-    """A new engine. Pools are per process: after a fork, call again."""
-    size = pool_size or Settings.from_env().db_pool_size
+# Engines whose connections prepare the hot statements (see make_engine).
+_preparing: weakref.WeakKeyDictionary[sa.Engine, bool] = weakref.WeakKeyDictionary()
+
+
+def prepares(engine: sa.Engine) -> bool:
+    """Whether ``engine``'s connections hold the prepared statements."""
+    return _preparing.get(engine, False)
+
+
+def make_engine(
+    url: str, *, pool_size: int | None = None, prepared: bool | None = None
+) -> sa.Engine:
+    """A new engine. Pools are per process: after a fork, call again.
+
+    ``prepared`` (default ``RUNWRIGHT_DB_PREPARED``): each connection prepares
+    the hot statements when it connects. Off behind PgBouncer in transaction
+    mode, where a session's prepared statements and settings do not follow it
+    from one transaction to the next; the same statements then run unprepared.
+    """
+    settings = Settings.from_env()
+    size = pool_size or settings.db_pool_size
+    prepared = settings.db_prepared if prepared is None else prepared
     engine = sa.create_engine(
         normalize_url(url),
         pool_size=size,
@@ -103,7 +95,9 @@ def make_engine(url: str, *, pool_size: int | None = None) -> sa.Engine:
         json_serializer=dumps,
         connect_args={"connect_timeout": 5, "application_name": "runwright"},
     )
-    sa.event.listen(engine, "connect", _prepare_all)
+    if prepared:
+        sa.event.listen(engine, "connect", _prepare_all)
+    _preparing[engine] = prepared
     sa.event.listen(engine.pool, "checkout", _ping_if_idle)
     sa.event.listen(engine.pool, "checkin", _mark_used)
     return engine
@@ -127,7 +121,7 @@ def _ping_if_idle(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
         with dbapi_connection.cursor() as cursor:
             cursor.execute("SELECT 1")
         dbapi_connection.rollback()
-    except (psycopg2.OperationalError, psycopg2.InterfaceError) as exc:
+    except LOST as exc:
         # The pool discards this connection and checks out another one.
         raise sqlalchemy.exc.DisconnectionError(str(exc)) from exc
 
@@ -142,30 +136,93 @@ def shared_engine(url: str) -> sa.Engine:
         return engine
 
 
+Row = dict[str, Any]
+
+
+class Tx:
+    """Statements inside one transaction of :meth:`Executor.tx`."""
+
+    def __init__(self, cursor: Any, prepared: bool) -> None:
+        self.cursor = cursor
+        self.prepared = prepared
+
+    def execute(self, statement: Statement, params: dict[str, Any] | None = None) -> int:
+        """Run ``statement``; the number of rows it touched."""
+        params = params or {}
+        if self.prepared and statement.name in Statement.prepared:
+            self.cursor.execute(statement.execute_sql, statement.args(params))
+        else:
+            self.cursor.execute(statement.pyformat, params)
+        return int(self.cursor.rowcount)
+
+    def rows(self, statement: Statement, params: dict[str, Any] | None = None) -> list[Row]:
+        self.execute(statement, params)
+        names = [column.name for column in self.cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in self.cursor.fetchall()]
+
+    def first(self, statement: Statement, params: dict[str, Any] | None = None) -> Row | None:
+        rows = self.rows(statement, params)
+        return rows[0] if rows else None
+
+    def rollback(self) -> None:
+        self.cursor.connection.rollback()
+
+
+class Executor:
+    """Runs named statements (``store/queries``) on pooled connections.
+
+    It owns connections, prepared statements and driver-error translation:
+    nothing above it sees psycopg2 or SQLAlchemy. Prepared or not is the
+    engine's (``make_engine``); the statements are the same either way.
+    """
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self.engine = engine
+        self.prepared = prepares(engine)
+
+    @contextmanager
+    def tx(self) -> Iterator[Tx]:
+        """One transaction: committed when the block ends, rolled back if it raises."""
+        with raw_cursor(self.engine) as cursor:
+            yield Tx(cursor, self.prepared)
+            cursor.connection.commit()
+
+    def rows(self, statement: Statement, params: dict[str, Any] | None = None) -> list[Row]:
+        with self.tx() as tx:
+            return tx.rows(statement, params)
+
+    def first(self, statement: Statement, params: dict[str, Any] | None = None) -> Row | None:
+        with self.tx() as tx:
+            return tx.first(statement, params)
+
+    def execute(self, statement: Statement, params: dict[str, Any] | None = None) -> int:
+        with self.tx() as tx:
+            return tx.execute(statement, params)
+
+
 @contextmanager
 def raw_cursor(engine: sa.Engine) -> Iterator[Any]:
-    """A driver cursor on a pooled connection, for prepared statements.
+    """A driver cursor on a pooled connection, with the store's errors.
 
-    The caller commits or rolls back through ``cursor.connection``; anything
-    left open is rolled back when the connection returns to the pool.
+    The caller commits through ``cursor.connection``; anything left open is
+    rolled back when the connection returns to the pool.
     """
     try:
         raw = engine.raw_connection()
-    except (psycopg2.OperationalError, psycopg2.InterfaceError) as exc:
-        raise StoreUnavailable(f"Postgres is unavailable: {exc}".strip()) from exc
+    except LOST as exc:
+        raise unavailable(exc) from exc
     except sqlalchemy.exc.DBAPIError as exc:
-        raise StoreUnavailable(f"Postgres is unavailable: {exc.orig}".strip()) from exc
+        raise unavailable(exc.orig) from exc
     try:
         cursor = raw.cursor()
         try:
             yield cursor
         finally:
             cursor.close()
-    except (psycopg2.OperationalError, psycopg2.InterfaceError) as exc:
+    except LOST as exc:
         raw.invalidate(exc)
-        raise StoreUnavailable(f"Postgres is unavailable: {exc}") from exc
-    except (psycopg2.DataError, psycopg2.ProgrammingError, ValueError) as exc:
-        # ValueError: psycopg2 refuses NUL characters in parameters.
+        raise unavailable(exc) from exc
+    except REFUSED as exc:
         raise refused(exc) from exc
     finally:
         raw.close()
@@ -173,30 +230,13 @@ def raw_cursor(engine: sa.Engine) -> Iterator[Any]:
 
 @contextmanager
 def db_errors() -> Iterator[None]:
-    """Translate lost connections and server restarts into StoreUnavailable."""
+    """The store's errors for SQLAlchemy's wrapped driver errors (migrations),
+    translated as the executor translates them."""
     try:
         yield
     except sqlalchemy.exc.DBAPIError as exc:
-        if exc.connection_invalidated or isinstance(
-            exc, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError
-        ):
-            raise StoreUnavailable(f"Postgres is unavailable: {exc.orig}") from exc
-        if isinstance(exc, sqlalchemy.exc.IntegrityError):
-            raise  # the store reads constraint names off these
+        if exc.connection_invalidated or isinstance(exc.orig, LOST):
+            raise unavailable(exc.orig) from exc
         raise refused(exc) from exc
     except sqlalchemy.exc.StatementError as exc:
         raise refused(exc) from exc
-
-
-def refused(exc: BaseException) -> StoreRefused:
-    """The driver's reason without the statement or its parameters, which may
-    hold anything (a tool's output, a secret in a payload)."""
-    orig = getattr(exc, "orig", None) or exc
-    text = (getattr(orig, "pgerror", None) or str(orig)).strip()
-    reason = text.splitlines()[0] if text else type(orig).__name__
-    return StoreRefused(f"Postgres refused the statement: {reason}")
-
-
-def is_unique_violation(exc: sqlalchemy.exc.IntegrityError, constraint: str) -> bool:
-    diag = getattr(exc.orig, "diag", None)
-    return getattr(diag, "constraint_name", None) == constraint

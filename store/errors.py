@@ -100,5 +100,14 @@ class StoreRefused(RunwrightError):
     """The database refused a value or a statement."""
 
 
+class ConstraintViolation(StoreRefused):
+    """The database refused a write on a constraint; ``constraint`` names it,
+    so the store can tell an expected race (a key holder) from a bug."""
+
+    def __init__(self, message: str = "", constraint: str | None = None) -> None:
+        super().__init__(message)
+        self.constraint = constraint
+
+
 class LocalStackError(RunwrightError):
     """The local stack (embedded Postgres and Redis) could not be started."""

@@ -16,12 +16,10 @@ import fcntl
 import importlib.util
 import json
 import os
-import pwd
 import secrets
 import shutil
 import signal
 import socket
-import stat
 import subprocess
 import time
 from collections.abc import Collection, Iterator
@@ -30,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from store.errors import LocalStackError
-
-PG_USER_NAME = "runwright"
+from store.localuser import PG_USER_NAME as PG_USER_NAME
+from store.localuser import make_traversable, unprivileged_user
 
 
 def _package_dir(name: str) -> Path:
@@ -81,40 +79,6 @@ def _file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _unprivileged_user() -> pwd.struct_passwd | None:
-    """The user Postgres runs as when we are root (Postgres refuses root)."""
-    if os.geteuid() != 0:
-        return None
-    try:
-        return pwd.getpwnam(PG_USER_NAME)
-    except KeyError:
-        pass
-    try:
-        subprocess.run(
-            [
-                "useradd",
-                "--system",
-                "--no-create-home",
-                "--shell",
-                "/usr/sbin/nologin",
-                PG_USER_NAME,
-            ],
-            check=True,
-            capture_output=True,
-        )
-        return pwd.getpwnam(PG_USER_NAME)
-    except (OSError, subprocess.CalledProcessError, KeyError):
-        return pwd.getpwnam("nobody")
-
-
-def _make_traversable(path: Path) -> None:
-    """Let another user reach ``path``: add o+x to every ancestor that lacks it."""
-    for parent in [path, *path.parents]:
-        mode = parent.stat().st_mode
-        if not mode & stat.S_IXOTH:
-            parent.chmod(mode | stat.S_IXOTH)
-
-
 # What ``pg_ctl stop -m <mode>`` sends the postmaster.
 _STOP_SIGNALS = {"smart": signal.SIGTERM, "fast": signal.SIGINT, "immediate": signal.SIGQUIT}
 
@@ -137,7 +101,7 @@ class LocalPostgres:
         self.port = port
         self.data = self.root / "data"
         self.logfile = self.root / "postgres.log"
-        self._user = _unprivileged_user()
+        self._user = unprivileged_user()
 
     def url(self, database: str = "postgres") -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
@@ -148,7 +112,7 @@ class LocalPostgres:
             if self.root.exists():
                 # A parent may have been made private since (pytest does that to
                 # its temporary root whenever a session starts).
-                _make_traversable(self.root)
+                make_traversable(self.root)
         env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
         if self._user is not None:
             env["HOME"] = str(self.root)
@@ -166,8 +130,8 @@ class LocalPostgres:
             return
         self.root.mkdir(parents=True, exist_ok=True)
         if self._user is not None:
-            _make_traversable(self.root)
-            _make_traversable(postgres_bin())
+            make_traversable(self.root)
+            make_traversable(postgres_bin())
             os.chown(self.root, self._user.pw_uid, self._user.pw_gid)
         self._run(
             [

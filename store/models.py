@@ -16,6 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from store.ids import new_id
 from store.jsonsafe import clean_message
+from store.status import CANCELLABLE as CANCELLABLE
+from store.status import CLAIMABLE as CLAIMABLE
+from store.status import KEY_HOLDING as KEY_HOLDING
+from store.status import SETTLED as SETTLED
+from store.status import RunStatus as RunStatus
 
 JSON = Any
 Message = dict[str, Any]
@@ -25,29 +30,6 @@ MAX_ERROR_CODE_CHARS = 64
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-class RunStatus(enum.StrEnum):
-    QUEUED = "queued"
-    RUNNING = "running"
-    WAITING = "waiting"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    INTERRUPTED = "interrupted"
-
-    @property
-    def settled(self) -> bool:
-        return self in SETTLED
-
-    def __str__(self) -> str:
-        return self.value
-
-
-SETTLED = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
-# Statuses that hold the run's concurrency key: from its first claim until it settles.
-KEY_HOLDING = frozenset({RunStatus.RUNNING, RunStatus.WAITING, RunStatus.INTERRUPTED})
-CLAIMABLE = frozenset({RunStatus.QUEUED, RunStatus.INTERRUPTED})
 
 
 class StepKind(enum.StrEnum):

@@ -1,7 +1,8 @@
-"""Mapping database rows to the store's records."""
+"""Mapping database rows (column name to value) to the store's records."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from store.models import (
@@ -21,8 +22,8 @@ from store.models import (
 )
 
 
-def run_from_row(row: Any, waiting: WaitPoint | None = None) -> Run:
-    m = row._mapping
+def run_from_row(row: Mapping[str, Any], waiting: WaitPoint | None = None) -> Run:
+    m = row
     claim = None
     if m["claim_owner"] is not None:
         claim = Claim(
@@ -63,8 +64,8 @@ def run_from_row(row: Any, waiting: WaitPoint | None = None) -> Run:
     )
 
 
-def step_from_row(row: Any) -> Step:
-    m = row._mapping
+def step_from_row(row: Mapping[str, Any]) -> Step:
+    m = row
     usage = None
     if m["input_tokens"] is not None:
         usage = Usage(int(m["input_tokens"]), int(m["output_tokens"] or 0))
@@ -84,8 +85,8 @@ def step_from_row(row: Any) -> Step:
     )
 
 
-def approval_from_row(row: Any) -> Approval:
-    m = row._mapping
+def approval_from_row(row: Mapping[str, Any]) -> Approval:
+    m = row
     return Approval(
         approval_id=str(m["approval_id"]),
         run_id=str(m["run_id"]),
@@ -106,8 +107,8 @@ def approval_from_row(row: Any) -> Approval:
     )
 
 
-def effect_from_row(row: Any) -> Effect:
-    m = row._mapping
+def effect_from_row(row: Mapping[str, Any]) -> Effect:
+    m = row
     return Effect(
         run_id=str(m["run_id"]),
         key=m["key"],

@@ -10,15 +10,18 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
+from store.models import EffectStatus
+from store.status import CLAIMABLE, KEY_HOLDING, SETTLED, RunStatus, lit, status_in
+
 metadata = sa.MetaData()
 
 _TS = sa.DateTime(timezone=True)
 _NOW = sa.text("now()")
 
-# Statuses of runs that hold their concurrency key, and settled statuses. Kept
-# literal: they are persisted values and appear in index predicates.
-_KEY_HOLDING = "status IN ('running', 'waiting', 'interrupted')"
-_SETTLED = "status IN ('completed', 'failed', 'cancelled')"
+# Predicates rendered from the statuses (store/status.py), in the enum's order:
+# the text must equal the migrations' (tests/integration/test_migrations.py).
+_KEY_HOLDING = status_in(KEY_HOLDING)
+_SETTLED = status_in(SETTLED)
 
 runs = sa.Table(
     "runs",
@@ -54,8 +57,7 @@ runs = sa.Table(
     sa.Column("started_at", _TS),
     sa.Column("finished_at", _TS),
     sa.CheckConstraint(
-        "status IN ('queued', 'running', 'waiting', 'completed', 'failed', 'cancelled',"
-        " 'interrupted')",
+        status_in(RunStatus),
         name="runs_status_valid",
     ),
     sa.UniqueConstraint("agent", "trigger_id", name="runs_agent_trigger_id_key"),
@@ -71,19 +73,21 @@ runs = sa.Table(
         "runs_key_queue_idx",
         "concurrency_key",
         "id",
-        postgresql_where=sa.text("concurrency_key IS NOT NULL AND status = 'queued'"),
+        postgresql_where=sa.text(
+            f"concurrency_key IS NOT NULL AND status = {lit(RunStatus.QUEUED)}"
+        ),
     ),
     # Lapsed claims (recovery job).
     sa.Index(
         "runs_running_claim_idx",
         "claim_expires_at",
-        postgresql_where=sa.text("status = 'running'"),
+        postgresql_where=sa.text(f"status = {lit(RunStatus.RUNNING)}"),
     ),
     # Stale enqueues of claimable runs (re-enqueue job).
     sa.Index(
         "runs_claimable_enqueued_idx",
         "enqueued_at",
-        postgresql_where=sa.text("status IN ('queued', 'interrupted')"),
+        postgresql_where=sa.text(status_in(CLAIMABLE)),
     ),
     # A thread's latest settled run (start point of the next run on it).
     sa.Index(
@@ -194,7 +198,10 @@ effects = sa.Table(
     sa.Column("error", sa.Text),
     sa.Column("started_at", _TS, nullable=False),
     sa.Column("finished_at", _TS),
-    sa.CheckConstraint("status IN ('started', 'completed', 'failed')", name="effects_status_valid"),
+    sa.CheckConstraint(
+        f"status IN ({', '.join(repr(s.value) for s in EffectStatus)})",
+        name="effects_status_valid",
+    ),
 )
 
 approvals = sa.Table(

@@ -11,10 +11,13 @@ from typing import Any
 import psycopg2
 import psycopg2.extras
 
-from store.errors import InvalidInput, StoreRefused, StoreUnavailable
+from store.dberrors import translated
+from store.errors import InvalidInput
+from store.queries.cli import RUN_SUMMARIES
 from store.revision import current_revision, require_revision
+from store.status import RunStatus
 
-STATUSES = ("queued", "running", "waiting", "completed", "failed", "cancelled", "interrupted")
+STATUSES = tuple(status.value for status in RunStatus)
 
 
 def libpq_url(url: str) -> str:
@@ -29,29 +32,14 @@ def list_runs(
 ) -> list[dict[str, Any]]:
     if status is not None and status not in STATUSES:
         raise InvalidInput(f"unknown status {status!r}; use one of {', '.join(STATUSES)}")
-    clauses, params = [], []
-    if status is not None:
-        clauses.append("status = %s")
-        params.append(status)
-    if agent is not None:
-        clauses.append("agent = %s")
-        params.append(agent)
-    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-    sql = f"""
-        SELECT id, agent, status, steps_used, input_tokens, output_tokens, error_code,
-               concurrency_key, created_at, updated_at, finished_at
-          FROM runs {where} ORDER BY id DESC LIMIT %s
-    """
     conn = _connect(url)
     try:
-        _require_schema(conn)
-        with conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cursor:
-            cursor.execute(sql, [*params, limit])
-            return [dict(row) for row in cursor.fetchall()]
-    except (psycopg2.DataError, psycopg2.ProgrammingError, ValueError) as exc:
-        # ValueError: psycopg2 refuses NUL characters in parameters.
-        reason = str(exc).strip().splitlines()[0]
-        raise StoreRefused(f"Postgres refused the query: {reason}") from exc
+        with translated():
+            _require_schema(conn)
+            with conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cursor:
+                params = {"status": status, "agent": agent, "limit": limit}
+                cursor.execute(RUN_SUMMARIES.pyformat, params)
+                return [dict(row) for row in cursor.fetchall()]
     finally:
         conn.close()
 
@@ -68,10 +56,8 @@ def require_schema(url: str) -> None:
 
 
 def _connect(url: str) -> Any:
-    try:
+    with translated():
         return psycopg2.connect(libpq_url(url), connect_timeout=5)
-    except psycopg2.OperationalError as exc:
-        raise StoreUnavailable(f"Postgres is unavailable: {exc}".strip()) from exc
 
 
 def _require_schema(conn: Any) -> None:

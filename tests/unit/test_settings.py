@@ -33,6 +33,7 @@ def test_every_setting_is_parsed_from_its_variable() -> None:
         str: "x",
         int: "7",
         float: "7.5",
+        bool: "false",
     }
     for name, field in Settings.variables().items():
         default = getattr(Settings(), field)

@@ -1,0 +1,1 @@
+"""``MemoryStore`` by aggregate; the class itself is in ``store/memory.py``."""

@@ -1,0 +1,155 @@
+"""Runs and what they hold, in memory; creating and claiming a run."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+from datetime import timedelta
+
+from store.base import StartPoint, ThreadStart, check_payload
+from store.mem.base import MemBase
+from store.models import (
+    Checkpoint,
+    Claim,
+    Effect,
+    NewRun,
+    Outcome,
+    Run,
+    RunStatus,
+    Settled,
+    Step,
+    StepKind,
+    Usage,
+)
+from store.rules import claimable, crashed_error, is_takeover, takeover_crashes
+
+
+class MemRuns(MemBase):
+    def create_run(self, new: NewRun) -> tuple[Run, bool]:
+        check_payload(new, self.max_payload_bytes)
+        with self._lock:
+            for run in self._runs.values():
+                if run.agent == new.agent and run.trigger.id == new.trigger.id:
+                    return self._with_wait(run), False
+            now = self._now()
+            run = Run(
+                id=new.id,
+                agent=new.agent,
+                status=RunStatus.QUEUED,
+                trigger=new.trigger,
+                usage=Usage(),
+                created_at=now,
+                updated_at=now,
+                concurrency_key=new.concurrency_key,
+                thread=new.thread,
+                enqueued_at=now,
+            )
+            self._runs[run.id] = run
+            self._steps[run.id] = []
+            self._messages[run.id] = []
+            return run, True
+
+    def get_run(self, run_id: str) -> Run:
+        with self._lock:
+            return self._with_wait(self._run(run_id))
+
+    def list_runs(
+        self,
+        *,
+        status: RunStatus | None = None,
+        agent: str | None = None,
+        thread: str | None = None,
+        limit: int = 50,
+    ) -> list[Run]:
+        with self._lock:
+            runs = [
+                self._with_wait(r)
+                for r in sorted(self._runs.values(), key=lambda r: r.id, reverse=True)
+                if (status is None or r.status is status)
+                and (agent is None or r.agent == agent)
+                and (thread is None or r.thread == thread)
+            ]
+            return runs[:limit]
+
+    def steps(self, run_id: str) -> list[Step]:
+        with self._lock:
+            self._run(run_id)
+            return sorted(self._steps[run_id], key=lambda s: (s.index, s.id))
+
+    def llm_step(self, run_id: str, index: int) -> Step | None:
+        with self._lock:
+            for step in self._steps.get(run_id, []):
+                if step.kind is StepKind.LLM and step.index == index:
+                    return step
+            return None
+
+    def checkpoint(self, run_id: str) -> Checkpoint | None:
+        with self._lock:
+            self._run(run_id)
+            return self._checkpoint(run_id)
+
+    def start_point(self, run_id: str) -> StartPoint:
+        with self._lock:
+            checkpoint = self._checkpoint(run_id)
+            index = checkpoint.step_index if checkpoint else 0
+            return StartPoint(checkpoint, self.llm_step(run_id, index + 1))
+
+    def effect(self, run_id: str, key: str) -> Effect | None:
+        with self._lock:
+            return self._effects.get((run_id, key))
+
+    def thread_start(self, thread: str, before_run_id: str) -> ThreadStart | None:
+        with self._lock:
+            earlier = [
+                r
+                for r in self._runs.values()
+                if r.thread == thread and r.id < before_run_id and r.settled
+            ]
+            if not earlier:
+                return None
+            last = max(earlier, key=lambda r: r.id)
+            checkpoint = self._checkpoint(last.id)
+            messages = checkpoint.messages if checkpoint else []
+            return ThreadStart(run_id=last.id, messages=messages, state=copy.deepcopy(last.state))
+
+    # ---------------------------------------------------------------- claims
+
+    def claim(
+        self, run_id: str, owner: str, ttl_seconds: float, *, max_takeovers: int | None = None
+    ) -> Claim | None:
+        run = self.claim_run(run_id, owner, ttl_seconds, max_takeovers=max_takeovers)
+        return run.claim if isinstance(run, Run) else None
+
+    def claim_run(
+        self, run_id: str, owner: str, ttl_seconds: float, *, max_takeovers: int | None = None
+    ) -> Run | Settled | None:
+        with self._lock:
+            run = self._run(run_id)
+            now = self._now()
+            expires_at = run.claim.expires_at if run.claim else None
+            if not claimable(run.status, expires_at, now):
+                return None
+            takeovers = self._takeovers.get(run.id, 0)
+            if is_takeover(run.status, expires_at, now):
+                assert run.claim is not None
+                if takeover_crashes(takeovers, max_takeovers):
+                    assert max_takeovers is not None
+                    self._takeovers[run.id] = takeovers + 1
+                    error = crashed_error(run.claim.epoch, max_takeovers)
+                    return self._apply_outcome(run.id, Outcome(RunStatus.FAILED, error=error))
+                takeovers += 1
+            key = run.concurrency_key
+            if key and run.status is RunStatus.QUEUED and self._next_in_key(key) != run.id:
+                return None  # another run holds the key, or is older in its queue
+            epoch = self._epochs.get(run.id, 0) + 1
+            claim = Claim(owner=owner, expires_at=now + timedelta(seconds=ttl_seconds), epoch=epoch)
+            self._epochs[run.id] = epoch
+            self._takeovers[run.id] = takeovers
+            self._runs[run.id] = replace(
+                run,
+                status=RunStatus.RUNNING,
+                claim=claim,
+                started_at=run.started_at or now,
+                updated_at=now,
+            )
+            return self._runs[run.id]

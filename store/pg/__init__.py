@@ -1,0 +1,1 @@
+"""``PostgresStore`` by aggregate; the class itself is in ``store/postgres.py``."""

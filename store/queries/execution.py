@@ -1,0 +1,251 @@
+"""Claims and the fenced writes of a running run: W1, W2, settle, effects.
+
+W1 and W2 are single statements, data-modifying CTE chains whose first link
+is the fence, so a step costs two round trips and two commits however long the
+run's history is. They are the statements prepared on every connection.
+"""
+
+from __future__ import annotations
+
+from store.queries import Statement
+from store.queries.fragments import FENCE, OUTCOME_SET
+from store.status import CLAIMABLE, RunStatus, lit, status_in
+
+_RUNNING = lit(RunStatus.RUNNING)
+_QUEUED = lit(RunStatus.QUEUED)
+
+# Claimable: a claimable status, or running with an expired claim (a takeover)
+# that the takeover limit does not refuse; a queued run of a key only as the
+# key's oldest queued run (the key's one holder is enforced by runs_key_holder_idx).
+CLAIM = Statement(
+    "claim",
+    f"""
+    UPDATE runs AS r
+       SET status = {_RUNNING},
+           claim_owner = CAST(:owner AS text),
+           claim_expires_at = now() + make_interval(secs => CAST(:ttl AS float8)),
+           claim_epoch = r.claim_epoch + 1,
+           takeovers = r.takeovers + CASE WHEN r.status = {_RUNNING} THEN 1 ELSE 0 END,
+           started_at = COALESCE(r.started_at, now()),
+           updated_at = now()
+     WHERE r.id = CAST(:run_id AS uuid)
+       AND ({status_in(CLAIMABLE, "r.status")}
+            OR (r.status = {_RUNNING} AND r.claim_expires_at < now()
+                AND (CAST(:max AS int) IS NULL OR r.takeovers + 1 < CAST(:max AS int))))
+       AND (r.concurrency_key IS NULL OR r.status <> {_QUEUED} OR NOT EXISTS (
+              SELECT 1 FROM runs AS o
+               WHERE o.concurrency_key = r.concurrency_key
+                 AND o.status = {_QUEUED} AND o.id < r.id))
+    RETURNING r.*
+    """,
+)
+
+# The takeover the claim refused, locked so that it settles once.
+LAPSED_RUN = Statement(
+    "lapsed_run",
+    f"""
+    SELECT claim_epoch, takeovers FROM runs
+     WHERE id = CAST(:run_id AS uuid) AND status = {_RUNNING} AND claim_expires_at < now()
+       FOR UPDATE
+    """,
+)
+
+SETTLE_CRASHED = Statement(
+    "settle_crashed",
+    f"UPDATE runs SET {OUTCOME_SET}, takeovers = CAST(:takeovers AS int)"
+    " WHERE id = CAST(:run_id AS uuid)",
+)
+
+RENEW = Statement(
+    "renew",
+    f"""
+    UPDATE runs SET claim_expires_at = now() + make_interval(secs => CAST(:ttl AS float8))
+     WHERE {FENCE}
+    RETURNING cancel_requested
+    """,
+)
+
+LOCK_FENCED = Statement("lock_fenced", f"SELECT id FROM runs WHERE {FENCE} FOR UPDATE")
+
+FENCED = Statement("fenced", f"SELECT id FROM runs WHERE {FENCE}")
+
+# W1: the llm step row and the usage it cost, added only if the row is new.
+W1 = Statement(
+    "runwright_w1",
+    f"""
+    WITH f AS (
+        SELECT id FROM runs WHERE {FENCE} FOR UPDATE
+    ), ins AS (
+        INSERT INTO steps (run_id, kind, index, name, input, output, error,
+                           input_tokens, output_tokens, started_at, finished_at)
+        SELECT f.id, 'llm', CAST(:index AS int), CAST(:name AS text), CAST(:input AS jsonb),
+               CAST(:output AS jsonb), CAST(:error AS jsonb), CAST(:input_tokens AS bigint),
+               CAST(:output_tokens AS bigint), CAST(:started_at AS timestamptz),
+               CAST(:finished_at AS timestamptz)
+          FROM f
+        ON CONFLICT (run_id, index) WHERE kind = 'llm' DO NOTHING
+        RETURNING run_id
+    ), upd AS (
+        UPDATE runs SET input_tokens = runs.input_tokens + CAST(:input_tokens AS bigint),
+                        output_tokens = runs.output_tokens + CAST(:output_tokens AS bigint),
+                        steps_used = GREATEST(runs.steps_used, CAST(:index AS int)),
+                        takeovers = 0,
+                        updated_at = now()
+          FROM ins WHERE runs.id = ins.run_id
+        RETURNING runs.id
+    )
+    SELECT (SELECT count(*) FROM f) AS fenced, (SELECT count(*) FROM upd) AS applied
+    """,
+    prepare=True,
+)
+
+# W2, one code path (``PgExecution.commit_step``): the run update (state, outcome) is the fence. The
+# checkpoint moves only as ``store.rules.check_checkpoint`` allows (not below
+# the stored step index, never from more messages than are stored); when it
+# does not, nothing is saved, and the caller rolls back and raises that rule's
+# error (reading the stored checkpoint: refusals are rare). Messages from
+# ``base_count`` on are written over (a replace at an equal index) and those
+# past the new count dropped; tool steps, approvals and the wait step hang off
+# the checkpoint.
+_W2_WAITS_COUNTED = "+ (SELECT count(*) FROM a) + (SELECT count(*) FROM w)"
+_W2_WAITS = """
+    ), a AS (
+        INSERT INTO approvals (approval_id, run_id, step_index, tool_call_id, tool_name, input,
+                               expires_at, on_expire, token_id, next_notify_at)
+        SELECT a.approval_id, cp.run_id, CAST(:step_index AS int), a.tool_call_id, a.tool_name,
+               a.input, a.expires_at, a.on_expire, a.token_id, a.next_notify_at
+          FROM cp, jsonb_to_recordset(CAST(:approvals AS jsonb)) AS a(
+               approval_id uuid, tool_call_id text, tool_name text, input jsonb,
+               expires_at timestamptz, on_expire text, token_id text, next_notify_at timestamptz)
+        ON CONFLICT DO NOTHING
+        RETURNING 1
+    ), w AS (
+        INSERT INTO steps (run_id, kind, index, name, input, started_at)
+        SELECT cp.run_id, 'wait', CAST(:step_index AS int), 'approval',
+               CAST(:wait_input AS jsonb), now()
+          FROM cp WHERE CAST(:wait_input AS jsonb) IS NOT NULL
+        ON CONFLICT DO NOTHING
+        RETURNING 1
+"""
+
+
+def _w2(waits: bool) -> str:
+    """W2's text; with ``waits``, it also writes the approvals and the wait step."""
+    return f"""
+    WITH f AS (
+        UPDATE runs SET
+            takeovers = 0,
+            state = CASE WHEN CAST(:state_changed AS bool) THEN CAST(:state AS jsonb)
+                         ELSE state END,
+            {OUTCOME_SET}
+         WHERE {FENCE}
+        RETURNING id
+    ), cp AS (
+        -- The run's first checkpoint only from no messages; a stored one moves
+        -- only if the rule holds, checked on the conflicting row itself.
+        INSERT INTO checkpoints AS c (run_id, step_index, message_count, finish_reason,
+                                      created_at)
+        SELECT f.id, CAST(:step_index AS int), CAST(:message_count AS int),
+               CAST(:finish_reason AS text), now()
+          FROM f
+         WHERE CAST(:base_count AS int) = 0
+            OR EXISTS (SELECT 1 FROM checkpoints AS x WHERE x.run_id = f.id)
+        ON CONFLICT (run_id) DO UPDATE
+           SET step_index = EXCLUDED.step_index,
+               message_count = EXCLUDED.message_count,
+               finish_reason = EXCLUDED.finish_reason,
+               created_at = EXCLUDED.created_at
+         WHERE c.step_index <= EXCLUDED.step_index
+           AND c.message_count >= CAST(:base_count AS int)
+        RETURNING c.run_id
+    ), gone AS (
+        -- Messages past the new count (a replace that shortens); parameters,
+        -- not a join with cp, so that the generic plan always uses the key.
+        DELETE FROM messages
+         WHERE run_id = CAST(:run_id AS uuid) AND seq >= CAST(:message_count AS int)
+           AND EXISTS (SELECT 1 FROM cp)
+        RETURNING 1
+    ), m AS (
+        INSERT INTO messages AS x (run_id, seq, body)
+        SELECT cp.run_id, CAST(:base_count AS int) + m.ord - 1, m.body
+          FROM cp,
+               jsonb_array_elements(CAST(:messages AS jsonb)) WITH ORDINALITY AS m(body, ord)
+        ON CONFLICT (run_id, seq) DO UPDATE SET body = EXCLUDED.body
+        RETURNING 1
+    ), s AS (
+        INSERT INTO steps (run_id, kind, index, name, tool_call_id, input, output, error,
+                           started_at, finished_at)
+        SELECT cp.run_id, s.kind, s.index, s.name, s.tool_call_id, s.input, s.output, s.error,
+               s.started_at, s.finished_at
+          FROM cp, jsonb_to_recordset(CAST(:steps AS jsonb)) AS s(
+               kind text, index int, name text, tool_call_id text, input jsonb, output jsonb,
+               error jsonb, started_at timestamptz, finished_at timestamptz)
+        ON CONFLICT DO NOTHING
+        RETURNING 1
+{_W2_WAITS if waits else ""}    )
+    SELECT (SELECT count(*) FROM f) AS fenced, (SELECT count(*) FROM cp) AS saved,
+           (SELECT count(*) FROM gone) + (SELECT count(*) FROM m) + (SELECT count(*) FROM s)
+           {_W2_WAITS_COUNTED if waits else ""} AS written
+    """
+
+
+# One code path, two statements: a step that asks for approvals also writes
+# them and its wait step (a plain step does not pay for those inserts).
+W2 = Statement("runwright_w2", _w2(False), prepare=True)
+W2_WAIT = Statement("runwright_w2_wait", _w2(True), prepare=True)
+
+SETTLE = Statement("settle", f"UPDATE runs SET {OUTCOME_SET} WHERE {FENCE} RETURNING id")
+
+# A run whose agent this process does not know, given back within the grace.
+DEFER = Statement(
+    "defer",
+    f"""
+    UPDATE runs SET {OUTCOME_SET},
+           agent_missing_since = COALESCE(agent_missing_since, now())
+     WHERE {FENCE}
+       AND (agent_missing_since IS NULL
+            OR agent_missing_since > now() - make_interval(secs => CAST(:grace AS float8)))
+    RETURNING id
+    """,
+)
+
+BEGIN_EFFECT = Statement(
+    "begin_effect",
+    """
+    INSERT INTO effects (run_id, key, tool, input, status, claim_epoch, started_at)
+    VALUES (CAST(:run_id AS uuid), CAST(:key AS text), CAST(:tool AS text),
+            CAST(:input AS jsonb), 'started', CAST(:epoch AS int), now())
+    ON CONFLICT DO NOTHING
+    RETURNING *
+    """,
+)
+
+RERUN_EFFECT = Statement(
+    "rerun_effect",
+    """
+    UPDATE effects SET attempts = attempts + 1, claim_epoch = CAST(:epoch AS int),
+                       started_at = now()
+     WHERE run_id = CAST(:run_id AS uuid) AND key = CAST(:key AS text)
+    RETURNING *
+    """,
+)
+
+FINISH_EFFECT = Statement(
+    "finish_effect",
+    """
+    UPDATE effects SET status = CAST(:status AS text), output = CAST(:output AS jsonb),
+                       error = CAST(:error AS text), finished_at = now()
+     WHERE run_id = CAST(:run_id AS uuid) AND key = CAST(:key AS text)
+    RETURNING *
+    """,
+)
+
+EFFECT_FOR_KEY = Statement(
+    "effect_for_key",
+    "SELECT * FROM effects WHERE run_id = CAST(:run_id AS uuid) AND key = CAST(:key AS text)",
+)
+
+CHECKPOINT_AT = Statement(
+    "checkpoint_at",
+    "SELECT step_index, message_count FROM checkpoints WHERE run_id = CAST(:run_id AS uuid)",
+)

@@ -1,0 +1,166 @@
+"""The rules of a run, written once, as plain functions both stores call.
+
+``MemoryStore`` and ``PostgresStore`` differ only in where rows live: what is
+claimable, who holds a concurrency key, what an outcome writes, the checkpoint
+rule, cancel and settle are decided here. The single-statement writes of
+Postgres (the claim, W2) restate a rule in SQL where a round trip would
+otherwise be needed; each says which rule it restates, and the contract suite
+runs both stores through the same cases.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from store.errors import CheckpointConflict, InvalidTransition
+from store.models import JSON, Outcome, RunError, StepCommit
+from store.status import CANCELLABLE, CLAIMABLE, KEY_HOLDING, RunStatus
+
+# The error of a run cancelled on request (settled at once, or by its owner).
+CANCELLED_ON_REQUEST = RunError(RunStatus.CANCELLED.value, "cancelled on request")
+
+
+class CancelAction(enum.StrEnum):
+    CANCELLED = "cancelled"  # settled now
+    REQUESTED = "requested"  # the owner will abort
+    SETTLED = "settled"  # already settled: nothing to do
+
+
+def cancel_outcome() -> Outcome:
+    return Outcome(RunStatus.CANCELLED, error=CANCELLED_ON_REQUEST)
+
+
+def cancel_action(status: RunStatus) -> CancelAction:
+    """What a cancel request does to a run in ``status``."""
+    if status in CANCELLABLE:
+        return CancelAction.CANCELLED
+    if status is RunStatus.RUNNING:
+        return CancelAction.REQUESTED
+    return CancelAction.SETTLED
+
+
+# ------------------------------------------------------------------- claims
+
+
+def is_takeover(status: RunStatus, claim_expires_at: datetime | None, now: datetime) -> bool:
+    """A running run whose claim lapsed: its execution died without settling."""
+    return status is RunStatus.RUNNING and claim_expires_at is not None and claim_expires_at < now
+
+
+def claimable(status: RunStatus, claim_expires_at: datetime | None, now: datetime) -> bool:
+    """A claimable status, or a takeover (the claim SQL restates this)."""
+    return status in CLAIMABLE or is_takeover(status, claim_expires_at, now)
+
+
+def holds_key(status: RunStatus) -> bool:
+    """A run holds its concurrency key from its first claim until it settles."""
+    return status in KEY_HOLDING
+
+
+def key_head(runs: Iterable[tuple[str, RunStatus]]) -> str | None:
+    """The run that may take a key next, from ``(id, status)`` of the key's
+    runs: the oldest queued one, unless a run holds the key."""
+    queued = []
+    for run_id, status in runs:
+        if holds_key(status):
+            return None
+        if status is RunStatus.QUEUED:
+            queued.append(run_id)
+    return min(queued) if queued else None
+
+
+def takeover_crashes(takeovers: int, max_takeovers: int | None) -> bool:
+    """Whether a takeover of a run with ``takeovers`` takeovers since its last
+    progress settles it ``failed/crashed`` instead of executing it.
+
+    Only a takeover counts (a claim from ``running`` whose claim expired): its
+    previous execution died without settling. A claim from ``interrupted`` does
+    not, since that execution drained cleanly; nor does one from ``queued``.
+    Progress (a W1 or W2) resets the count, so a long run that is taken over
+    now and then but moves on each time is never stopped.
+    """
+    return max_takeovers is not None and takeovers + 1 >= max_takeovers
+
+
+def crashed_error(epoch: int, max_takeovers: int) -> RunError:
+    return RunError(
+        "crashed",
+        f"the run was taken over {max_takeovers} times without progress; its executions"
+        f" keep dying (last epoch {epoch}), so it is not retried (RUNWRIGHT_MAX_TAKEOVERS)",
+    )
+
+
+# ----------------------------------------------------------------- outcomes
+
+
+@dataclass(frozen=True)
+class OutcomeColumns:
+    """What moving a run to an outcome writes. ``status`` None: no outcome."""
+
+    status: RunStatus | None
+    settled: bool = False
+    output: JSON = None
+    error: RunError | None = None
+    # The claim is released (any outcome: the run leaves ``running``).
+    releases_claim: bool = False
+    # ``enqueued_at`` is set now, so tick() re-enqueues the run in its time.
+    requeue: bool = False
+
+
+def outcome_columns(outcome: Outcome | None) -> OutcomeColumns:
+    """The one place that decides what an outcome writes."""
+    if outcome is None:
+        return OutcomeColumns(None)
+    settled = outcome.status.settled
+    return OutcomeColumns(
+        status=outcome.status,
+        settled=settled,
+        output=outcome.output if settled else None,
+        error=outcome.error if settled else None,
+        releases_claim=True,
+        requeue=outcome.status is RunStatus.INTERRUPTED,
+    )
+
+
+def check_settle(outcome: Outcome) -> None:
+    """A running run settles, pauses or is given back; it cannot stay or requeue."""
+    if outcome.status in (RunStatus.RUNNING, RunStatus.QUEUED):
+        raise InvalidTransition(f"a running run cannot settle as {outcome.status.value}")
+
+
+def check_fail_waiting(run_id: str, status: RunStatus) -> None:
+    if status is not RunStatus.WAITING:
+        raise InvalidTransition(f"run {run_id} is {status.value}, not waiting")
+
+
+def commit_outcome(commit: StepCommit) -> Outcome | None:
+    """What W2 moves the run to: waiting when it asks for approvals."""
+    return Outcome(RunStatus.WAITING) if commit.approvals else commit.outcome
+
+
+def wakes_key(key: str | None, status: RunStatus) -> bool:
+    """After a write, whether the key's next run should be looked for."""
+    return bool(key) and not holds_key(status)
+
+
+# --------------------------------------------------------------- checkpoints
+
+
+def check_checkpoint(run_id: str, stored: tuple[int, int] | None, commit: StepCommit) -> None:
+    """The checkpoint rule: a commit appends to the stored messages, or replaces
+    those from ``base_count`` on at an equal or higher step index; it never
+    goes below the stored step index, nor extends from more messages than are
+    stored. ``stored`` is ``(step_index, message_count)``, None if no checkpoint."""
+    stored_index, stored_count = stored if stored is not None else (0, 0)
+    if stored is not None and commit.step_index < stored_index:
+        raise CheckpointConflict(
+            f"run {run_id} already has a checkpoint at step {stored_index}; "
+            f"refusing step {commit.step_index}"
+        )
+    if commit.base_count > stored_count:
+        raise CheckpointConflict(
+            f"run {run_id} has {stored_count} messages; cannot extend from {commit.base_count}"
+        )

@@ -1,0 +1,48 @@
+"""Run statuses and the groups the rules speak of, with their SQL spelling.
+
+This module is light (no SQLAlchemy, no pydantic) so that ``store/summary.py``
+can use it. Every status literal in SQL is rendered from here: a status is
+spelled by hand only in :class:`RunStatus` (a test checks).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+
+
+class RunStatus(enum.StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    WAITING = "waiting"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    INTERRUPTED = "interrupted"
+
+    @property
+    def settled(self) -> bool:
+        return self in SETTLED
+
+    def __str__(self) -> str:
+        return self.value
+
+
+SETTLED = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+# Statuses that hold the run's concurrency key: from its first claim until it settles.
+KEY_HOLDING = frozenset({RunStatus.RUNNING, RunStatus.WAITING, RunStatus.INTERRUPTED})
+CLAIMABLE = frozenset({RunStatus.QUEUED, RunStatus.INTERRUPTED})
+# Statuses a cancel settles at once; a running run is asked to abort instead.
+CANCELLABLE = frozenset({RunStatus.QUEUED, RunStatus.WAITING, RunStatus.INTERRUPTED})
+
+
+def lit(status: RunStatus) -> str:
+    """``status`` as an SQL literal: ``'queued'``."""
+    return f"'{RunStatus(status).value}'"
+
+
+def status_in(statuses: Iterable[RunStatus], column: str = "status") -> str:
+    """``status IN ('a', 'b')`` in the enum's order, so that the text is stable
+    (the schema's index predicates are compared with the migrations' text)."""
+    chosen = set(statuses)
+    return f"{column} IN ({', '.join(lit(s) for s in RunStatus if s in chosen)})"
