@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from store.config import Settings
 from store.errors import ConfigurationError
+from store.local import resolve
 
 # Checked, and never starting servers: with no URLs the local stack must
 # already be up (`runwright local up`). A `celery` command with a bad
 # configuration stops with one line. (A web process has met the same checks
 # earlier, in Engine.from_env, as a ConfigurationError.)
 try:
-    _settings = Settings.from_env().resolved(start=False)
+    _settings = resolve(Settings.from_env(), start=False)
 except ConfigurationError as exc:
     raise SystemExit(f"runwright: {exc.message}") from None
 

@@ -13,6 +13,7 @@ import psycopg2
 from sqlalchemy.engine import make_url
 
 from store.config import Settings
+from store.local import resolve
 from store.migrate import upgrade
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -20,7 +21,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 def settings() -> Settings:
     """The environment's services, or the local stack when none are named."""
-    return Settings.from_env().resolved()
+    return resolve(Settings.from_env())
 
 
 @contextmanager

@@ -43,6 +43,7 @@ from store.models import (
     Step,
     TriggerEnvelope,
 )
+from store.rules import CancelAction
 
 log = logging.getLogger(__name__)
 
@@ -115,10 +116,11 @@ class Engine:
     @classmethod
     def from_env(cls, *, enqueue: Enqueue | None = _FROM_SETTINGS) -> Engine:
         """An engine configured from the environment (the local stack if no URLs)."""
+        from store.local import resolve
         from store.postgres import PostgresStore
         from store.summary import require_schema
 
-        settings = Settings.from_env().resolved()
+        settings = resolve(Settings.from_env())
         if not settings.database_url or not settings.redis_url:
             raise ConfigurationError(
                 "set both RUNWRIGHT_DATABASE_URL and RUNWRIGHT_REDIS_URL, or neither for the "
@@ -275,7 +277,7 @@ class Engine:
         """Cancel from any process. A running run's owner aborts within about a
         second (pub/sub; heartbeat polling covers a missed message)."""
         result = self.store.request_cancel(run_id)
-        if result.action == "requested":
+        if result.action is CancelAction.REQUESTED:
             runtime().abort(run_id, AbortReason.CANCEL)
             if self.leases is not None:
                 try:
@@ -284,7 +286,7 @@ class Engine:
                     log.warning(
                         "cancel of %s not published (%s); heartbeat will see it", run_id, exc
                     )
-        elif result.action == "cancelled" and result.next_in_key:
+        elif result.action is CancelAction.CANCELLED and result.next_in_key:
             self.send([result.next_in_key])
         return result
 

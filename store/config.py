@@ -10,7 +10,7 @@ import math
 import os
 import typing
 from collections.abc import Mapping
-from dataclasses import Field, dataclass, field, fields, replace
+from dataclasses import Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -141,29 +141,6 @@ class Settings:
                 "process; set it to 32 or more random bytes, e.g. the output of "
                 "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`"
             )
-
-    def resolved(self, *, start: bool = True) -> Settings:
-        """These settings, checked, with the local stack's URLs filled in when no
-        URLs are set. ``start=False`` never starts servers: the stack must be up."""
-        self.check()
-        if not self.uses_local_stack:
-            return self
-        from store.local import LocalStack
-
-        stack = LocalStack(self.home)
-        urls = stack.up() if start else stack.running_urls()
-        if urls is None:
-            raise ConfigurationError(
-                "RUNWRIGHT_DATABASE_URL and RUNWRIGHT_REDIS_URL are not set and the local "
-                f"stack under {stack.home} is not running: run `runwright local up`, or set "
-                "both URLs"
-            )
-        return replace(
-            self,
-            database_url=urls.database_url,
-            redis_url=urls.redis_url,
-            secret_key=self.secret_key or stack.secret_key(),
-        )
 
     @property
     def broker(self) -> str:

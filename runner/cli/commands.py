@@ -32,6 +32,8 @@ from runner.cli.render import step_line as _step_line
 from runner.cli.terminal import inert
 from store.config import Settings
 from store.errors import InvalidInput, RunwrightError
+from store.rules import CancelAction
+from store.status import RunStatus
 
 if TYPE_CHECKING:
     from runner.engine import Engine
@@ -80,7 +82,9 @@ class Group(click.Group):
 
 
 def _settings() -> Settings:
-    return Settings.from_env().resolved()
+    from store.local import resolve
+
+    return resolve(Settings.from_env())
 
 
 def _engine() -> Engine:
@@ -289,7 +293,7 @@ def watch(run_id: str, interval: float, timeout: float | None) -> None:
 def _decide(approval_id: str, approve: bool, token: str, reason: str | None) -> None:
     run = _engine().respond(approval_id, approve, reason, token=token)
     verb = "approved" if approve else "denied"
-    after = "queued again" if run.status.value == "queued" else f"still {run.status.value}"
+    after = "queued again" if run.status is RunStatus.QUEUED else f"still {run.status.value}"
     say(f"{verb} {approval_id}; run {run.id} is {after}")
 
 
@@ -316,9 +320,9 @@ def deny(approval_id: str, token: str, reason: str | None) -> None:
 def cancel(run_id: str) -> None:
     """Cancel a run, from any machine."""
     result = _engine().cancel(run_id)
-    if result.action == "cancelled":
+    if result.action is CancelAction.CANCELLED:
         say(f"run {run_id} cancelled")
-    elif result.action == "requested":
+    elif result.action is CancelAction.REQUESTED:
         say(f"run {run_id} is running; its worker has been told to stop")
     else:
         say(f"run {run_id} is already {result.run.status.value}; nothing to cancel")

@@ -26,6 +26,7 @@ from runner.cli.render import step_line
 from runner.cli.terminal import inert
 from runner.errors import RunwrightError
 from store.config import Settings
+from store.status import RunStatus
 
 LEASE_TTL = "3"
 
@@ -194,7 +195,9 @@ def run_demo(*, keep: bool = False) -> None:
     stack_was_running = base.uses_local_stack and _stack_running(base)
     if base.uses_local_stack:
         say(f"Starting the local stack (embedded Postgres and Redis) under {base.home}/ ...")
-    settings = base.resolved()
+    from store.local import resolve
+
+    settings = resolve(base)
     from store.migrate import upgrade
 
     assert settings.database_url
@@ -243,7 +246,7 @@ def _first_run(engine: Any, home: Path, demo_agent: Any) -> None:
     for line in render_trigger(run.trigger).splitlines():
         say("    " + line)
     follow = Follower(engine, run.id)
-    follow.until(lambda r: r.status.value == "waiting", 60, "the approval wait")
+    follow.until(lambda r: r.status is RunStatus.WAITING, 60, "the approval wait")
     entry = _inbox_entry(demo_agent.INBOX, run.id)
     say(f"  the notifier asked for approval of {entry['tool_name']}({json.dumps(entry['input'])})")
 
@@ -270,7 +273,7 @@ def _first_run(engine: Any, home: Path, demo_agent: Any) -> None:
         raise DemoError(f"approve failed: {done.stderr.strip()}")
     say("  " + done.stdout.strip())
     finished = follow.until(lambda r: r.settled, 60, "the run to complete")
-    if finished.status.value != "completed":
+    if finished.status is not RunStatus.COMPLETED:
         raise DemoError(f"the run ended {finished.status.value}: {finished.error}")
     tickets = [
         json.loads(line) for line in demo_agent.TICKETS.read_text().splitlines() if run.id in line
@@ -306,7 +309,7 @@ def _second_run(
     workers.append(Worker("worker-b", env, home))
     workers[-1].wait_ready()
     finished = follow.until(lambda r: r.settled, 120, "worker B to finish the run")
-    if finished.status.value != "completed":
+    if finished.status is not RunStatus.COMPLETED:
         raise DemoError(f"the run ended {finished.status.value}: {finished.error}")
     steps = engine.steps(run.id)
     llm = [s.index for s in steps if s.kind.value == "llm"]

@@ -27,7 +27,7 @@ from runner.engine import Engine
 from tests.services import ROOT
 
 MAX_LINES = 450
-PACKAGES = ("runner", "tasks")  # store/ has its own rework (issue 11, the store part)
+PACKAGES = ("runner", "store", "tasks")
 
 
 @dataclass(frozen=True)

@@ -28,16 +28,6 @@ NOT_STATUSES = {
     ("local.py", '"postgres": "running" if postgres.running() else "stopped",'),
     ("local.py", '"redis": "running" if redis_server.running() else "stopped",'),
     ("demo.py", 'return bool(status["postgres"] == status["redis"] == "running")'),
-    # Runner code outside the store's files (the lead replaces these when the
-    # runner rework merges; they compare values read through the public API).
-    (
-        "cli.py",
-        'after = "queued again" if run.status.value == "queued" else f"still {run.status.value}"',
-    ),
-    ("cli.py", 'if result.action == "cancelled":'),
-    ("engine.py", 'elif result.action == "cancelled" and result.next_in_key:'),
-    ("demo.py", 'follow.until(lambda r: r.status.value == "waiting", 60, "the approval wait")'),
-    ("demo.py", 'if finished.status.value != "completed":'),
 }
 
 
