@@ -355,6 +355,7 @@ def test_a_failure_whose_message_cannot_be_stored_still_settles(engine: Engine) 
 def test_driver_statements_never_land_in_the_error(pg_store: PostgresStore, value: Any) -> None:
     # A value no sanitizer saw reaches the caller as one clear error, without
     # the SQL text or its parameters; a failure's own text is always storable.
+    # Postgres only: the refusal under test is the driver's.
     run, _ = pg_store.create_run(NewRun(agent=_agent_for_refusal(), trigger=TriggerEnvelope()))
     claim = pg_store.claim(run.id, "me", 30)
     assert claim is not None
@@ -391,6 +392,8 @@ def _llm_record_with(value: Any) -> StepRecord:
 def test_a_decision_made_while_the_lease_is_held_resumes_without_tick(
     pg_store: PostgresStore, leases: Leases, settings: Settings
 ) -> None:
+    # Postgres and Redis only: the dropped resume is a claim refused because the
+    # Redis lease is still held, which the in-memory store has no notion of.
     executed: list[threading.Thread] = []
     engine_box: dict[str, Engine] = {}
 
