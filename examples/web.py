@@ -9,12 +9,11 @@ that is never a 500.
 
 from __future__ import annotations
 
-import json
-import math
 from typing import Any
 from urllib.parse import parse_qsl
 
 from runner.errors import InvalidInput, RunNotFound, RunwrightError, StoreUnavailable
+from store.jsonsafe import loads_strict
 
 
 def status_for(exc: RunwrightError, *, missing: int = 404) -> int:
@@ -30,17 +29,6 @@ def status_for(exc: RunwrightError, *, missing: int = 404) -> int:
     return 400
 
 
-def _refuse_constant(name: str) -> Any:
-    raise InvalidInput(f"the body is not JSON: {name} is not a JSON number")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):  # 1e400 parses as inf, which JSON cannot hold
-        raise InvalidInput(f"the body holds a number out of range: {text[:40]}")
-    return value
-
-
 def json_body(body: bytes) -> Any:
     """The body as strict JSON: UTF-8, no NaN or Infinity, not nested past what
     the parser can take (the engine then applies its own nesting limit)."""
@@ -48,12 +36,7 @@ def json_body(body: bytes) -> Any:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidInput("the body is not UTF-8") from None
-    try:
-        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
-    except ValueError as exc:  # JSONDecodeError, or an integer of over 4300 digits
-        raise InvalidInput(f"the body is not JSON: {exc}") from None
-    except RecursionError:
-        raise InvalidInput("the body is nested too deeply") from None
+    return loads_strict(text, "the body")
 
 
 def check_form(content_type: str | None, body: bytes) -> None:

@@ -5,11 +5,14 @@ and JSON has no NaN. Sanitizing happens once, where untrusted values enter.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Any
 
 import pydantic_core
+
+from store.errors import InvalidInput
 
 REPLACEMENT = "\ufffd"
 # NUL and lone surrogates: what Postgres text and JSONB cannot hold.
@@ -103,3 +106,25 @@ def _key(key: Any) -> str:
     if isinstance(key, bytes):
         return clean_text(key.decode("utf-8", errors="replace"))
     return clean_text(str(key))
+
+
+def loads_strict(text: str, what: str) -> Any:
+    """``text`` as JSON a store can hold, or one :class:`InvalidInput` naming
+    ``what``: no NaN or Infinity, no number that overflows to infinity, no
+    integer past Python's digit limit, nothing nested too deep to parse."""
+
+    def refuse_constant(name: str) -> Any:
+        raise InvalidInput(f"{what} is not JSON: {name} is not a JSON number")
+
+    def finite_float(number: str) -> float:
+        value = float(number)
+        if not math.isfinite(value):  # 1e400 parses as inf, which JSON cannot hold
+            raise InvalidInput(f"{what} holds a number out of range: {number[:40]}")
+        return value
+
+    try:
+        return json.loads(text, parse_constant=refuse_constant, parse_float=finite_float)
+    except ValueError as exc:  # JSONDecodeError, or an integer of over 4300 digits
+        raise InvalidInput(f"{what} is not JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidInput(f"{what} is nested too deeply") from None

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import copy
+import threading
+import time
+import uuid
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -181,3 +185,29 @@ def force_status(store: AnyStore, run_id: str, status: RunStatus) -> None:
             sa.text("UPDATE runs SET status = :s WHERE id = :id"),
             {"s": status.value, "id": run_id},
         )
+
+
+def unique(prefix: str) -> str:
+    """A name no other test uses (agents and scripted models are process-wide)."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def run_in_thread(engine: Any, run_id: str) -> tuple[threading.Thread, dict[str, Any]]:
+    """Execute the run on a thread; its result lands in the box under "run"."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        box["run"] = engine.execute(run_id)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    return thread, box
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.01)
+    raise AssertionError("condition not met in time")

@@ -5,7 +5,10 @@ from pathlib import Path
 
 import pytest
 
+from runner import Engine
+from store.config import Settings
 from store.local import LocalRedis, free_port
+from tests.e2e.clirun import make_cli_env
 from tests.e2e.cluster import Cluster
 from tests.services import Services
 
@@ -47,3 +50,18 @@ def shared_cluster(
     made.stop()
     redis_server.kill()
     services.drop_database(name)
+
+
+@pytest.fixture
+def engine(pg_engine: Engine) -> Engine:
+    """End-to-end tests share their runs with other processes (the CLI,
+    workers) through Postgres and Redis: their engine runs on those only."""
+    return pg_engine
+
+
+@pytest.fixture
+def cli_env(
+    database_url: str, redis_url: str, tmp_path: Path, settings: Settings
+) -> dict[str, str]:
+    """The environment of a ``runwright`` command run against this test's services."""
+    return make_cli_env(database_url, redis_url, tmp_path, settings)

@@ -10,25 +10,10 @@ import pytest
 import sqlalchemy as sa
 
 from runner import Engine
-from store.config import Settings
 from store.models import RunStatus
 from store.postgres import PostgresStore
-from tests.e2e.clirun import make_cli_env, refused, rw, started_id
+from tests.e2e.clirun import refused, rw, started_id
 from tests.helpers import snapshot
-
-
-@pytest.fixture
-def engine(pg_engine: Engine) -> Engine:
-    """Other processes (the CLI, executors that get killed) share these runs
-    through Postgres and Redis, so this module runs on them only."""
-    return pg_engine
-
-
-@pytest.fixture
-def cli_env(
-    database_url: str, redis_url: str, tmp_path: Path, settings: Settings
-) -> dict[str, str]:
-    return make_cli_env(database_url, redis_url, tmp_path, settings)
 
 
 def test_start_runs_show_watch_approve(cli_env: dict[str, str], engine: Engine) -> None:

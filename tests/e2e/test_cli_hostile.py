@@ -26,13 +26,6 @@ LIMIT = 4096  # RUNWRIGHT_MAX_PAYLOAD_BYTES for these tests; argv cannot carry 2
 
 
 @pytest.fixture
-def engine(pg_engine: Engine) -> Engine:
-    """Other processes (the CLI, executors that get killed) share these runs
-    through Postgres and Redis, so this module runs on them only."""
-    return pg_engine
-
-
-@pytest.fixture
 def cli_env(
     database_url: str, redis_url: str, tmp_path: Path, settings: Settings
 ) -> dict[str, str]:

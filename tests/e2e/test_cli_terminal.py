@@ -8,31 +8,13 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from pathlib import Path
-
-import pytest
 
 import tests.agents_terminal as hostile
 from runner import Engine, RunStatus
-from store.config import Settings
-from tests.e2e.clirun import make_cli_env, rw
+from tests.e2e.clirun import rw
 
 # The visible rendering of the OSC sequence that would retitle the terminal.
 SHOWN = "\\x1b]0;pwned\\x07"
-
-
-@pytest.fixture
-def engine(pg_engine: Engine) -> Engine:
-    """Other processes (the CLI, executors that get killed) share these runs
-    through Postgres and Redis, so this module runs on them only."""
-    return pg_engine
-
-
-@pytest.fixture
-def cli_env(
-    database_url: str, redis_url: str, tmp_path: Path, settings: Settings
-) -> dict[str, str]:
-    return make_cli_env(database_url, redis_url, tmp_path, settings)
 
 
 def assert_inert(output: str) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from typing import Any
 
 import pydantic
@@ -17,6 +16,7 @@ from store.errors import LeaseLostError
 from store.leases import lease_key
 from store.models import RunStatus, StepKind, Usage
 from tests.agents import lookup, nap
+from tests.helpers import run_in_thread, unique, wait_for
 
 SEED_FIRST_MESSAGE = """```json
 {
@@ -27,30 +27,6 @@ SEED_FIRST_MESSAGE = """```json
   }
 }
 ```"""
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def run_in_thread(engine: Engine, run_id: str) -> tuple[threading.Thread, dict[str, Any]]:
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        box["run"] = engine.execute(run_id)
-
-    thread = threading.Thread(target=target)
-    thread.start()
-    return thread, box
-
-
-def wait_for(predicate: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.01)
-    raise AssertionError("condition not met in time")
 
 
 def test_first_message_is_the_seed_rendering_and_tools_see_the_envelope(engine: Engine) -> None:

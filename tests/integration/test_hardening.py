@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -33,33 +32,9 @@ from store.models import (
 )
 from store.postgres import PostgresStore
 from tests.agents import charge, lookup, read_effect_log
+from tests.helpers import run_in_thread, unique, wait_for
 from tests.provider import Provider, answer
 from tests.provider import tool_calls as calls
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def run_in_thread(engine: Engine, run_id: str) -> tuple[threading.Thread, dict[str, Any]]:
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        box["run"] = engine.execute(run_id)
-
-    thread = threading.Thread(target=target)
-    thread.start()
-    return thread, box
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.01)
-    raise AssertionError("condition not met in time")
-
 
 # ------------------------------------------------- 6: tool call ids from the model
 
