@@ -263,11 +263,11 @@ def price_as_free(litellm: Any, model: str) -> None:
 
 def install_provider(litellm: Any) -> None:
     """Register the ``scripted`` custom provider with ``litellm`` (replacing an
-    earlier one). ``runner.model`` calls it on the first call of a scripted model."""
-    from litellm import CustomLLM  # type: ignore[attr-defined]
-    from litellm.types.utils import ModelResponse
+    earlier one). ``runner.model`` calls it on the first call of a scripted model,
+    handing over the litellm it imported (only ``runner.model`` imports litellm)."""
+    ModelResponse = litellm.ModelResponse
 
-    class ScriptedProvider(CustomLLM):
+    class ScriptedProvider(litellm.CustomLLM):  # type: ignore[misc]
         """Serves ``scripted/<name>`` from the scripts registered here."""
 
         async def acompletion(self, *args: Any, **kwargs: Any) -> Any:
