@@ -60,7 +60,7 @@ def main() -> None:
     parser.add_argument("other", type=Path, help="the checkout to compare with")
     parser.add_argument("benchmarks", nargs="*", default=list(FIGURES))
     parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
+    args = parser.parse_intermixed_args()
     sides = {"this": HERE, "other": args.other.resolve()}
     samples: dict[str, dict[str, list[float]]] = {"this": {}, "other": {}}
     for round_no in range(args.rounds):
