@@ -161,8 +161,13 @@ class Tx:
         return [dict(zip(names, row, strict=True)) for row in self.cursor.fetchall()]
 
     def first(self, statement: Statement, params: dict[str, Any] | None = None) -> Row | None:
-        rows = self.rows(statement, params)
-        return rows[0] if rows else None
+        self.execute(statement, params)
+        row = self.cursor.fetchone()
+        if row is None:
+            return None
+        return {
+            column.name: value for column, value in zip(self.cursor.description, row, strict=True)
+        }
 
     def rollback(self) -> None:
         self.cursor.connection.rollback()

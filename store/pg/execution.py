@@ -24,6 +24,7 @@ from store.models import (
     StepRecord,
 )
 from store.pg.base import PgBase, fence_params, outcome_params
+from store.queries import Statement
 from store.queries import execution as q
 from store.rows import effect_from_row, run_from_row
 from store.rules import (
@@ -157,21 +158,29 @@ class PgExecution(PgBase):
             "steps": dumps([_step_json(s) for s in commit.tool_steps]),
             "state_changed": commit.state_changed,
             "state": dumps(commit.state) if commit.state_changed else None,
-            "approvals": dumps(approvals),
-            "wait_input": dumps(wait_input) if commit.approvals else None,
+            "approvals": dumps(approvals) if approvals else None,
+            "wait_input": dumps(wait_input) if approvals else None,
         }
         with self.db.tx() as tx:
-            row = tx.first(q.W2_WAIT if commit.approvals else q.W2, params)
-            assert row is not None  # the statement always returns its counts
-            if not row["fenced"]:
-                raise _lost(fence)
-            if not row["saved"]:
+            if not self._w2(tx, fence, q.W2_WAIT if commit.approvals else q.W2, params):
+                # Not an append: raise the rule's error, or replace stored messages.
                 tx.rollback()
                 stored = tx.first(q.CHECKPOINT_AT, {"run_id": fence.run_id})
                 at = None if stored is None else (stored["step_index"], stored["message_count"])
                 check_checkpoint(fence.run_id, at, commit)
-                raise AssertionError("W2 refused a checkpoint that the rule allows")
+                replace = q.W2_REPLACE_WAIT if commit.approvals else q.W2_REPLACE
+                if not self._w2(tx, fence, replace, params):
+                    raise AssertionError("W2 refused a checkpoint that the rule allows")
         return self._after_settle(fence.run_id, outcome)
+
+    @staticmethod
+    def _w2(tx: Tx, fence: Fence, statement: Statement, params: dict[str, Any]) -> bool:
+        """Run one of W2's statements; whether it saved the checkpoint."""
+        row = tx.first(statement, params)
+        assert row is not None  # the statement always returns its counts
+        if not row["fenced"]:
+            raise _lost(fence)
+        return bool(row["saved"])
 
     def settle(self, fence: Fence, outcome: Outcome) -> Settled:
         check_settle(outcome)

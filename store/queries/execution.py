@@ -99,14 +99,19 @@ W1 = Statement(
     prepare=True,
 )
 
-# W2, one code path (``PgExecution.commit_step``): the run update (state, outcome) is the fence. The
-# checkpoint moves only as ``store.rules.check_checkpoint`` allows (not below
-# the stored step index, never from more messages than are stored); when it
-# does not, nothing is saved, and the caller rolls back and raises that rule's
-# error (reading the stored checkpoint: refusals are rare). Messages from
-# ``base_count`` on are written over (a replace at an equal index) and those
-# past the new count dropped; tool steps, approvals and the wait step hang off
-# the checkpoint.
+# W2, one code path (``PgExecution.commit_step``): the run update (state,
+# outcome) is the fence. The checkpoint moves only as
+# ``store.rules.check_checkpoint`` allows (not below the stored step index, never
+# from more messages than are stored); when it does not, nothing is saved, and
+# the caller rolls back and raises that rule's error (reading the stored
+# checkpoint: refusals are rare). Tool steps, approvals and the wait step hang
+# off the checkpoint.
+#
+# Every step appends: the checkpoint moves from exactly ``base_count`` messages,
+# so the new messages are plain inserts. A replace (an equal index from fewer
+# messages than are stored) is the rare case: the append statement saves
+# nothing, and the caller runs the replace statement, which writes over the
+# messages from ``base_count`` on and drops those past the new count.
 _W2_WAITS_COUNTED = "+ (SELECT count(*) FROM a) + (SELECT count(*) FROM w)"
 _W2_WAITS = """
     ), a AS (
@@ -129,8 +134,22 @@ _W2_WAITS = """
 """
 
 
-def _w2(waits: bool) -> str:
-    """W2's text; with ``waits``, it also writes the approvals and the wait step."""
+_APPEND_ONLY = "c.message_count = CAST(:base_count AS int)"
+_REPLACE = "c.message_count >= CAST(:base_count AS int)"
+_DROP_PAST_COUNT = """
+    ), gone AS (
+        -- Messages past the new count (a replace that shortens); parameters,
+        -- not a join with cp, so that the generic plan always uses the key.
+        DELETE FROM messages
+         WHERE run_id = CAST(:run_id AS uuid) AND seq >= CAST(:message_count AS int)
+           AND EXISTS (SELECT 1 FROM cp)
+        RETURNING 1"""
+_WRITE_OVER = "ON CONFLICT (run_id, seq) DO UPDATE SET body = EXCLUDED.body"
+
+
+def _w2(waits: bool, replace: bool) -> str:
+    """W2's text; with ``waits``, it also writes the approvals and the wait step;
+    with ``replace``, it writes over stored messages instead of appending."""
     return f"""
     WITH f AS (
         UPDATE runs SET
@@ -156,21 +175,14 @@ def _w2(waits: bool) -> str:
                finish_reason = EXCLUDED.finish_reason,
                created_at = EXCLUDED.created_at
          WHERE c.step_index <= EXCLUDED.step_index
-           AND c.message_count >= CAST(:base_count AS int)
-        RETURNING c.run_id
-    ), gone AS (
-        -- Messages past the new count (a replace that shortens); parameters,
-        -- not a join with cp, so that the generic plan always uses the key.
-        DELETE FROM messages
-         WHERE run_id = CAST(:run_id AS uuid) AND seq >= CAST(:message_count AS int)
-           AND EXISTS (SELECT 1 FROM cp)
-        RETURNING 1
+           AND {_REPLACE if replace else _APPEND_ONLY}
+        RETURNING c.run_id{_DROP_PAST_COUNT if replace else ""}
     ), m AS (
         INSERT INTO messages AS x (run_id, seq, body)
         SELECT cp.run_id, CAST(:base_count AS int) + m.ord - 1, m.body
           FROM cp,
                jsonb_array_elements(CAST(:messages AS jsonb)) WITH ORDINALITY AS m(body, ord)
-        ON CONFLICT (run_id, seq) DO UPDATE SET body = EXCLUDED.body
+        {_WRITE_OVER if replace else ""}
         RETURNING 1
     ), s AS (
         INSERT INTO steps (run_id, kind, index, name, tool_call_id, input, output, error,
@@ -184,15 +196,19 @@ def _w2(waits: bool) -> str:
         RETURNING 1
 {_W2_WAITS if waits else ""}    )
     SELECT (SELECT count(*) FROM f) AS fenced, (SELECT count(*) FROM cp) AS saved,
-           (SELECT count(*) FROM gone) + (SELECT count(*) FROM m) + (SELECT count(*) FROM s)
+           {"(SELECT count(*) FROM gone) +" if replace else ""}
+           (SELECT count(*) FROM m) + (SELECT count(*) FROM s)
            {_W2_WAITS_COUNTED if waits else ""} AS written
     """
 
 
-# One code path, two statements: a step that asks for approvals also writes
-# them and its wait step (a plain step does not pay for those inserts).
-W2 = Statement("runwright_w2", _w2(False), prepare=True)
-W2_WAIT = Statement("runwright_w2_wait", _w2(True), prepare=True)
+# One code path, four statements: a step that asks for approvals also writes
+# them and its wait step (a plain step does not pay for those inserts); the
+# appends are prepared, the rare replaces are not.
+W2 = Statement("runwright_w2", _w2(waits=False, replace=False), prepare=True)
+W2_WAIT = Statement("runwright_w2_wait", _w2(waits=True, replace=False), prepare=True)
+W2_REPLACE = Statement("w2_replace", _w2(waits=False, replace=True))
+W2_REPLACE_WAIT = Statement("w2_replace_wait", _w2(waits=True, replace=True))
 
 SETTLE = Statement("settle", f"UPDATE runs SET {OUTCOME_SET} WHERE {FENCE} RETURNING id")
 

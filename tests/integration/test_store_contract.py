@@ -246,9 +246,17 @@ def test_checkpoint_append_replace_and_refuse(any_store: AnyStore) -> None:
             ).scalar_one()
         assert stored == 6  # the log holds exactly the checkpoint, nothing stale
 
+    # A replace that shortens drops what lies past the new count; the next
+    # step appends after it as usual.
+    any_store.commit_step(fence, commit(2, 1, [msg(10)]))
+    any_store.commit_step(fence, commit(3, 2, [msg(20)]))
+    cp = any_store.checkpoint(fence.run_id)
+    assert cp is not None and cp.step_index == 3
+    assert cp.messages == [msg(0), msg(10), msg(20)]
+
     before = snapshot(any_store)
-    with pytest.raises(CheckpointConflict, match="refusing step 1"):
-        any_store.commit_step(fence, commit(1, 0, [msg(99)]))
+    with pytest.raises(CheckpointConflict, match="refusing step 2"):
+        any_store.commit_step(fence, commit(2, 0, [msg(99)]))
     with pytest.raises(CheckpointConflict, match="cannot extend"):
         any_store.commit_step(fence, commit(3, 10, [msg(99)]))
     assert snapshot(any_store) == before
@@ -629,6 +637,20 @@ def test_a_second_wait_at_the_same_step_is_recorded_once(any_store: AnyStore) ->
     any_store.commit_step(again, commit(1, 2, [msg(2)], approvals=[approval("c2")]))
     waits = [s for s in any_store.steps(fence.run_id) if s.kind is StepKind.WAIT]
     assert len(waits) == 1 and waits[0].index == 1
+
+
+def test_a_replace_that_asks_for_approval_writes_over_and_waits(any_store: AnyStore) -> None:
+    """A replace at an equal index may pause the run, like an append."""
+    fence = claimed(any_store)
+    any_store.commit_step(fence, commit(1, 0, [msg(0), msg(1), msg(2)]))
+    asked = approval("c9")
+    settled = any_store.commit_step(fence, commit(1, 1, [msg(11)], approvals=[asked]))
+    assert settled is not None and settled.run.status is RunStatus.WAITING
+    cp = any_store.checkpoint(fence.run_id)
+    assert cp is not None and cp.messages == [msg(0), msg(11)]
+    assert any_store.get_approval(asked.approval_id).tool_call_id == "c9"
+    waits = [s for s in any_store.steps(fence.run_id) if s.kind is StepKind.WAIT]
+    assert [w.index for w in waits] == [1]
 
 
 def test_effect_reads_back_as_journaled(any_store: AnyStore) -> None:
