@@ -34,7 +34,9 @@ from store.models import (
     Message,
     NewRun,
     Outcome,
+    RetryWait,
     Run,
+    RunAttempt,
     RunError,
     RunStatus,
     Settled,
@@ -61,6 +63,12 @@ class CancelResult:
     run: Run
     action: CancelAction
     next_in_key: str | None = None
+
+
+@dataclass(frozen=True)
+class RetryResult:
+    run: Run
+    retried: bool
 
 
 @dataclass(frozen=True)
@@ -215,6 +223,13 @@ class Store(Protocol):
         since that first time: the caller fails the run."""
         ...
 
+    def defer_retry(self, fence: Fence, wait: RetryWait) -> Settled:
+        """Give back a run whose model step failed transiently and may be tried
+        again: ``queued``, claim released, not claimable before ``wait.at``,
+        with the attempts and the error recorded (``Run.retry``). Progress (the
+        next W1 that records a step) clears them."""
+        ...
+
     def begin_effect(
         self, fence: Fence, key: str, tool: str, input: object, *, rerun_started: bool
     ) -> EffectBegin: ...
@@ -225,6 +240,23 @@ class Store(Protocol):
 
     # ------------------------------------------------------- other processes
     def request_cancel(self, run_id: str) -> CancelResult: ...
+
+    def retry_run(self, run_id: str, extra_steps: int = 0) -> RetryResult:
+        """Queue a ``failed`` or ``cancelled`` run again, from its checkpoint,
+        keeping its outcome as an attempt (:meth:`attempts`) and adding
+        ``extra_steps`` to its budget. A run that is live already (queued,
+        running, waiting, interrupted) is returned unchanged with
+        ``retried=False``; a completed run raises :class:`InvalidTransition`."""
+        ...
+
+    def attempts(self, run_id: str) -> list[RunAttempt]:
+        """The run's earlier attempts, oldest first (empty if never retried)."""
+        ...
+
+    def fork_run(self, run_id: str, at_step: int, new: NewRun, *, model: str | None) -> Run:
+        """A new ``queued`` run ``new`` whose history is the one of ``run_id``
+        as it stood after step ``at_step``; the original is not written."""
+        ...
 
     def approvals(self, run_id: str) -> list[Approval]: ...
 

@@ -86,6 +86,16 @@ class Settings:
     agent_grace_seconds: float = _setting("RUNWRIGHT_AGENT_GRACE_SECONDS", 600.0, minimum=0)
     model_retries: int = _setting("RUNWRIGHT_MODEL_RETRIES", 3, minimum=0)
     model_backoff_seconds: float = _setting("RUNWRIGHT_MODEL_BACKOFF_SECONDS", 0.5, minimum=0)
+    # Durable retries of a model call once the in-call ones are spent (runner/retry.py).
+    retry_initial_seconds: float = _setting("RUNWRIGHT_RETRY_INITIAL_SECONDS", 1.0, minimum=0)
+    retry_multiplier: float = _setting("RUNWRIGHT_RETRY_MULTIPLIER", 2.0, minimum=1)
+    retry_max_backoff_seconds: float = _setting(
+        "RUNWRIGHT_RETRY_MAX_BACKOFF_SECONDS", 60.0, minimum=0
+    )
+    retry_max_attempts: int = _setting("RUNWRIGHT_RETRY_MAX_ATTEMPTS", 20, minimum=1)
+    retry_max_elapsed_seconds: float = _setting(
+        "RUNWRIGHT_RETRY_MAX_ELAPSED_SECONDS", 1800.0, minimum=1
+    )
     home: Path = _setting("RUNWRIGHT_HOME", Path(".runwright"))  # noqa: RUF009 (a field)
     enqueue: str = _setting("RUNWRIGHT_ENQUEUE", "tasks:enqueue")
     queue: str = _setting("RUNWRIGHT_QUEUE", "runwright")

@@ -36,6 +36,8 @@ class StepKind(enum.StrEnum):
     LLM = "llm"
     TOOL = "tool"
     WAIT = "wait"
+    # The run's state as the step left it (written only when it changed).
+    STATE = "state"
 
 
 class EffectStatus(enum.StrEnum):
@@ -122,6 +124,33 @@ class WaitPoint:
 
 
 @dataclass(frozen=True)
+class RetryWait:
+    """A model step that keeps failing with transient errors: how many attempts
+    failed since ``since``, the last error, and when the next one may start.
+    While ``at`` is in the future the run is queued and no execution claims it."""
+
+    attempts: int
+    since: datetime
+    error: str
+    at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class RunAttempt:
+    """An earlier attempt of a run, kept when :meth:`Engine.retry` started the next."""
+
+    attempt: int
+    status: RunStatus
+    error: RunError | None
+    steps_used: int
+    usage: Usage
+    started_at: datetime | None
+    finished_at: datetime | None
+    retried_at: datetime
+    extra_steps: int = 0
+
+
+@dataclass(frozen=True)
 class Run:
     id: str
     agent: str
@@ -142,10 +171,25 @@ class Run:
     enqueued_at: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    # Transient model failures of the current step (None: none since the last progress).
+    retry: RetryWait | None = None
+    # Steps added to the agent's budget (a retry's extra steps, a fork's prefix).
+    extra_steps: int = 0
+    # A model that overrides the agent's (a fork onto another model).
+    model: str | None = None
+    forked_from: str | None = None
+    forked_at_step: int | None = None
 
     @property
     def settled(self) -> bool:
         return self.status.settled
+
+    @property
+    def retry_at(self) -> datetime | None:
+        """When a run waiting to retry a failing model step may run again."""
+        if self.status is RunStatus.QUEUED and self.retry is not None:
+            return self.retry.at
+        return None
 
 
 @dataclass(frozen=True)

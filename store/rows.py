@@ -11,7 +11,9 @@ from store.models import (
     Decision,
     Effect,
     EffectStatus,
+    RetryWait,
     Run,
+    RunAttempt,
     RunError,
     RunStatus,
     Step,
@@ -61,6 +63,39 @@ def run_from_row(row: Mapping[str, Any], waiting: WaitPoint | None = None) -> Ru
         enqueued_at=m["enqueued_at"],
         started_at=m["started_at"],
         finished_at=m["finished_at"],
+        retry=retry_from_row(m),
+        extra_steps=int(m["extra_steps"]),
+        model=m["model"],
+        forked_from=None if m["forked_from"] is None else str(m["forked_from"]),
+        forked_at_step=m["forked_at_step"],
+    )
+
+
+def retry_from_row(m: Mapping[str, Any]) -> RetryWait | None:
+    if not m["retry_attempts"]:
+        return None
+    return RetryWait(
+        attempts=int(m["retry_attempts"]),
+        since=m["retry_since"],
+        error=m["retry_error"] or "",
+        at=m["retry_at"],
+    )
+
+
+def attempt_from_row(m: Mapping[str, Any]) -> RunAttempt:
+    error = None
+    if m["error_code"] is not None:
+        error = RunError(code=m["error_code"], message=m["error_message"] or "")
+    return RunAttempt(
+        attempt=int(m["attempt"]),
+        status=RunStatus(m["status"]),
+        error=error,
+        steps_used=int(m["steps_used"]),
+        usage=Usage(int(m["input_tokens"]), int(m["output_tokens"])),
+        started_at=m["started_at"],
+        finished_at=m["finished_at"],
+        retried_at=m["retried_at"],
+        extra_steps=int(m["extra_steps"]),
     )
 
 

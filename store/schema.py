@@ -51,6 +51,22 @@ runs = sa.Table(
     # Execution: the run is given back until RUNWRIGHT_AGENT_GRACE_SECONDS pass).
     sa.Column("agent_missing_since", _TS),
     sa.Column("cancel_requested", sa.Boolean, nullable=False, server_default=sa.false()),
+    # A run waiting to retry a failing model step (runner/retry.py): queued, not
+    # claimable before retry_at; the attempts and the error of the current step.
+    sa.Column("retry_at", _TS),
+    sa.Column("retry_attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("retry_since", _TS),
+    sa.Column("retry_error", sa.Text),
+    # Steps added to the agent's budget (a retry's --extra-steps, a fork's prefix).
+    sa.Column("extra_steps", sa.Integer, nullable=False, server_default="0"),
+    # A model that overrides the agent's (a fork onto another model).
+    sa.Column("model", sa.Text),
+    sa.Column(
+        "forked_from",
+        sa.Uuid(as_uuid=False),
+        sa.ForeignKey("runs.id", name="runs_forked_from_fkey", ondelete="SET NULL"),
+    ),
+    sa.Column("forked_at_step", sa.Integer),
     sa.Column("enqueued_at", _TS),
     sa.Column("created_at", _TS, nullable=False, server_default=_NOW),
     sa.Column("updated_at", _TS, nullable=False, server_default=_NOW),
@@ -123,7 +139,7 @@ steps = sa.Table(
     sa.Column("output_tokens", sa.BigInteger),
     sa.Column("started_at", _TS, nullable=False),
     sa.Column("finished_at", _TS),
-    sa.CheckConstraint("kind IN ('llm', 'tool', 'wait')", name="steps_kind_valid"),
+    sa.CheckConstraint("kind IN ('llm', 'tool', 'wait', 'state')", name="steps_kind_valid"),
     # A step is recorded once, whatever retries or recoveries happen.
     sa.Index(
         "steps_llm_once_idx",
@@ -160,6 +176,9 @@ messages = sa.Table(
     ),
     sa.Column("seq", sa.Integer, primary_key=True, autoincrement=False),
     sa.Column("body", JSONB, nullable=False),
+    # The step that wrote the message (a fork takes the history up to a step);
+    # NULL on rows written before revision 0004.
+    sa.Column("step_index", sa.Integer),
 )
 
 checkpoints = sa.Table(
@@ -175,6 +194,29 @@ checkpoints = sa.Table(
     sa.Column("message_count", sa.Integer, nullable=False),
     sa.Column("finish_reason", sa.Text),
     sa.Column("created_at", _TS, nullable=False, server_default=_NOW),
+)
+
+# A run's earlier attempts: each retry (Engine.retry) keeps the outcome it replaced.
+run_attempts = sa.Table(
+    "run_attempts",
+    metadata,
+    sa.Column(
+        "run_id",
+        sa.Uuid(as_uuid=False),
+        sa.ForeignKey("runs.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("attempt", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("error_code", sa.Text),
+    sa.Column("error_message", sa.Text),
+    sa.Column("steps_used", sa.Integer, nullable=False),
+    sa.Column("input_tokens", sa.BigInteger, nullable=False),
+    sa.Column("output_tokens", sa.BigInteger, nullable=False),
+    sa.Column("started_at", _TS),
+    sa.Column("finished_at", _TS),
+    sa.Column("extra_steps", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("retried_at", _TS, nullable=False, server_default=_NOW),
 )
 
 effects = sa.Table(
