@@ -316,6 +316,8 @@ class Outcome:
     status: RunStatus
     output: JSON = None
     error: RunError | None = None
+    # A run given back to the queue: not claimable before this time.
+    not_before: datetime | None = None
 
 
 @dataclass(frozen=True)

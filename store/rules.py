@@ -16,7 +16,15 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from store.errors import CheckpointConflict, InvalidTransition
-from store.models import JSON, Outcome, RunError, StepCommit
+from store.models import (
+    JSON,
+    Outcome,
+    RunError,
+    StepCommit,
+    StepKind,
+    StepRecord,
+    utcnow,
+)
 from store.status import CANCELLABLE, CLAIMABLE, KEY_HOLDING, RunStatus
 
 # The error of a run cancelled on request (settled at once, or by its owner).
@@ -50,8 +58,16 @@ def is_takeover(status: RunStatus, claim_expires_at: datetime | None, now: datet
     return status is RunStatus.RUNNING and claim_expires_at is not None and claim_expires_at < now
 
 
-def claimable(status: RunStatus, claim_expires_at: datetime | None, now: datetime) -> bool:
-    """A claimable status, or a takeover (the claim SQL restates this)."""
+def claimable(
+    status: RunStatus,
+    claim_expires_at: datetime | None,
+    now: datetime,
+    retry_at: datetime | None = None,
+) -> bool:
+    """A claimable status, or a takeover (the claim SQL restates this); a
+    queued run waiting to retry a model step only from its ``retry_at`` on."""
+    if status is RunStatus.QUEUED and retry_at is not None and retry_at > now:
+        return False
     return status in CLAIMABLE or is_takeover(status, claim_expires_at, now)
 
 
@@ -106,8 +122,10 @@ class OutcomeColumns:
     error: RunError | None = None
     # The claim is released (any outcome: the run leaves ``running``).
     releases_claim: bool = False
-    # ``enqueued_at`` is set now, so tick() re-enqueues the run in its time.
+    # ``enqueued_at`` is set (to ``requeue_at``, else now), so tick()
+    # re-enqueues the run in its time.
     requeue: bool = False
+    requeue_at: datetime | None = None
 
 
 def outcome_columns(outcome: Outcome | None) -> OutcomeColumns:
@@ -121,7 +139,8 @@ def outcome_columns(outcome: Outcome | None) -> OutcomeColumns:
         output=outcome.output if settled else None,
         error=outcome.error if settled else None,
         releases_claim=True,
-        requeue=outcome.status is RunStatus.INTERRUPTED,
+        requeue=outcome.status in (RunStatus.INTERRUPTED, RunStatus.QUEUED),
+        requeue_at=outcome.not_before,
     )
 
 
@@ -164,3 +183,20 @@ def check_checkpoint(run_id: str, stored: tuple[int, int] | None, commit: StepCo
         raise CheckpointConflict(
             f"run {run_id} has {stored_count} messages; cannot extend from {commit.base_count}"
         )
+
+
+def with_state_step(commit: StepCommit) -> list[StepRecord]:
+    """The step rows W2 writes: the tool steps, and a ``state`` step with the
+    run's state when the step changed it (so that a fork at that step starts
+    from the state as it was then)."""
+    if not commit.state_changed:
+        return commit.tool_steps
+    now = utcnow()
+    state = StepRecord(
+        index=commit.step_index,
+        kind=StepKind.STATE,
+        started_at=now,
+        finished_at=now,
+        output=commit.state,
+    )
+    return [*commit.tool_steps, state]

@@ -187,6 +187,21 @@ def force_status(store: AnyStore, run_id: str, status: RunStatus) -> None:
         )
 
 
+def force_retry_due(store: AnyStore, run_id: str) -> None:
+    """Move a run's retry_at into the past, as time passing would."""
+    if isinstance(store, MemoryStore):
+        run = store._runs[run_id]
+        assert run.retry is not None
+        past = utcnow() - timedelta(seconds=1)
+        store._runs[run_id] = replace(run, retry=replace(run.retry, at=past))
+        return
+    with store.engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE runs SET retry_at = now() - interval '1 second' WHERE id = :id"),
+            {"id": run_id},
+        )
+
+
 def unique(prefix: str) -> str:
     """A name no other test uses (agents and scripted models are process-wide)."""
     return f"{prefix}-{uuid.uuid4().hex[:8]}"

@@ -47,6 +47,8 @@ class MemBase:
         self._runs: dict[str, Run] = {}
         self._steps: dict[str, list[Step]] = {}
         self._messages: dict[str, list[Message]] = {}
+        # The step that wrote each message, index for index (a fork's history).
+        self._message_steps: dict[str, list[int]] = {}
         self._checkpoints: dict[str, tuple[int, int, str | None, datetime]] = {}
         self._effects: dict[tuple[str, str], Effect] = {}
         self._approvals: dict[str, Approval] = {}
@@ -94,6 +96,8 @@ class MemBase:
         """A step row, once: the same unique keys as the Postgres indexes
         (an llm or wait step per index, a tool step per index and call)."""
         for step in self._steps[run_id]:
+            if record.kind is StepKind.STATE:
+                break  # every state a step left is kept (the last one counts)
             if (
                 step.kind is record.kind
                 and step.index == record.index
@@ -136,6 +140,9 @@ class MemBase:
         log = self._messages[run_id]
         del log[commit.base_count :]
         log.extend(copy.deepcopy(commit.new_messages))
+        written = self._message_steps.setdefault(run_id, [])
+        del written[commit.base_count :]
+        written.extend([commit.step_index] * len(commit.new_messages))
         self._checkpoints[run_id] = (commit.step_index, len(log), commit.finish_reason, self._now())
 
     def _apply_outcome(self, run_id: str, outcome: Outcome, **extra: Any) -> Settled:
@@ -152,7 +159,7 @@ class MemBase:
                 finished_at=now, output=copy.deepcopy(columns.output), error=columns.error
             )
         if columns.requeue:
-            changes["enqueued_at"] = now
+            changes["enqueued_at"] = columns.requeue_at or now
         self._runs[run_id] = replace(run, **changes)
         next_id = None
         if run.concurrency_key and wakes_key(run.concurrency_key, outcome.status):

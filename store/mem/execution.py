@@ -15,6 +15,7 @@ from store.models import (
     EffectStatus,
     Fence,
     Outcome,
+    RetryWait,
     Run,
     RunStatus,
     Settled,
@@ -23,7 +24,7 @@ from store.models import (
     StepRecord,
     Usage,
 )
-from store.rules import check_settle, commit_outcome
+from store.rules import check_settle, commit_outcome, with_state_step
 
 
 class MemExecution(MemBase):
@@ -46,6 +47,7 @@ class MemExecution(MemBase):
                 run,
                 usage=run.usage + (step.usage or Usage()),
                 steps_used=max(run.steps_used, step.index),
+                retry=None,
                 updated_at=self._now(),
             )
             return True
@@ -55,7 +57,7 @@ class MemExecution(MemBase):
             run = self._fenced(fence)
             self._write_checkpoint(run.id, commit)
             self._takeovers[run.id] = 0
-            for record in commit.tool_steps:
+            for record in with_state_step(commit):
                 self._add_step(run.id, record)
             now = self._now()
             for new in commit.approvals:
@@ -107,6 +109,13 @@ class MemExecution(MemBase):
             if now - since >= timedelta(seconds=grace_seconds):
                 return None
             return self._apply_outcome(fence.run_id, Outcome(RunStatus.INTERRUPTED)).run
+
+    def defer_retry(self, fence: Fence, wait: RetryWait) -> Settled:
+        with self._lock:
+            self._fenced(fence)
+            return self._apply_outcome(
+                fence.run_id, Outcome(RunStatus.QUEUED, not_before=wait.at), retry=wait
+            )
 
     def begin_effect(
         self, fence: Fence, key: str, tool: str, input: object, *, rerun_started: bool

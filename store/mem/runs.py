@@ -127,7 +127,7 @@ class MemRuns(MemBase):
             run = self._run(run_id)
             now = self._now()
             expires_at = run.claim.expires_at if run.claim else None
-            if not claimable(run.status, expires_at, now):
+            if not claimable(run.status, expires_at, now, run.retry_at):
                 return None
             takeovers = self._takeovers.get(run.id, 0)
             if is_takeover(run.status, expires_at, now):

@@ -108,7 +108,12 @@ class PgApprovals(PgBase):
             cp = _one(tx.first(q.LOCK_CHECKPOINT, {"run_id": run_id}))
             tx.execute(
                 q.APPEND_MESSAGE,
-                {"run_id": run_id, "seq": cp["message_count"], "body": dumps(response)},
+                {
+                    "run_id": run_id,
+                    "seq": cp["message_count"],
+                    "body": dumps(response),
+                    "step_index": cp["step_index"],
+                },
             )
             pending = _one(tx.first(q.PENDING, {"run_id": run_id}))["pending"]
             if pending == 0:

@@ -31,6 +31,7 @@ def outcome_params(outcome: Outcome | None) -> dict[str, Any]:
         "o_code": error.code if error else None,
         "o_message": error.message if error else None,
         "o_requeue": columns.requeue,
+        "o_requeue_at": columns.requeue_at,
     }
 
 

@@ -17,6 +17,7 @@ from store.models import (
     EffectStatus,
     Fence,
     Outcome,
+    RetryWait,
     Run,
     RunStatus,
     Settled,
@@ -33,6 +34,7 @@ from store.rules import (
     commit_outcome,
     crashed_error,
     takeover_crashes,
+    with_state_step,
 )
 
 
@@ -155,7 +157,7 @@ class PgExecution(PgBase):
             "message_count": commit.base_count + len(commit.new_messages),
             "finish_reason": commit.finish_reason,
             "messages": dumps(commit.new_messages),
-            "steps": dumps([_step_json(s) for s in commit.tool_steps]),
+            "steps": dumps([_step_json(s) for s in with_state_step(commit)]),
             "state_changed": commit.state_changed,
             "state": dumps(commit.state) if commit.state_changed else None,
             "approvals": dumps(approvals) if approvals else None,
@@ -203,6 +205,20 @@ class PgExecution(PgBase):
         return None if deferred is None else self.get_run(fence.run_id)
 
     # ---------------------------------------------------------------- effects
+
+    def defer_retry(self, fence: Fence, wait: RetryWait) -> Settled:
+        outcome = Outcome(RunStatus.QUEUED, not_before=wait.at)
+        params = {
+            **fence_params(fence),
+            **outcome_params(outcome),
+            "attempts": wait.attempts,
+            "since": wait.since,
+            "error": wait.error,
+        }
+        row = self.db.first(q.DEFER_RETRY, params)
+        if row is None:
+            raise _lost(fence)
+        return Settled(run=run_from_row(row))
 
     def begin_effect(
         self, fence: Fence, key: str, tool: str, input: object, *, rerun_started: bool

@@ -67,9 +67,11 @@ APPEND_MESSAGE = Statement(
     "append_message",
     """
     WITH m AS (
-        INSERT INTO messages (run_id, seq, body)
-        VALUES (CAST(:run_id AS uuid), CAST(:seq AS int), CAST(:body AS jsonb))
-        ON CONFLICT (run_id, seq) DO UPDATE SET body = EXCLUDED.body
+        INSERT INTO messages (run_id, seq, body, step_index)
+        VALUES (CAST(:run_id AS uuid), CAST(:seq AS int), CAST(:body AS jsonb),
+                CAST(:step_index AS int))
+        ON CONFLICT (run_id, seq) DO UPDATE
+           SET body = EXCLUDED.body, step_index = EXCLUDED.step_index
     ), gone AS (
         DELETE FROM messages
          WHERE run_id = CAST(:run_id AS uuid) AND seq > CAST(:seq AS int)

@@ -29,6 +29,7 @@ CLAIM = Statement(
            started_at = COALESCE(r.started_at, now()),
            updated_at = now()
      WHERE r.id = CAST(:run_id AS uuid)
+       AND (r.retry_at IS NULL OR r.retry_at <= now() OR r.status <> {_QUEUED})
        AND ({status_in(CLAIMABLE, "r.status")}
             OR (r.status = {_RUNNING} AND r.claim_expires_at < now()
                 AND (CAST(:max AS int) IS NULL OR r.takeovers + 1 < CAST(:max AS int))))
@@ -90,6 +91,8 @@ W1 = Statement(
                         output_tokens = runs.output_tokens + CAST(:output_tokens AS bigint),
                         steps_used = GREATEST(runs.steps_used, CAST(:index AS int)),
                         takeovers = 0,
+                        retry_attempts = 0, retry_at = NULL, retry_since = NULL,
+                        retry_error = NULL,
                         updated_at = now()
           FROM ins WHERE runs.id = ins.run_id
         RETURNING runs.id
@@ -144,7 +147,9 @@ _DROP_PAST_COUNT = """
          WHERE run_id = CAST(:run_id AS uuid) AND seq >= CAST(:message_count AS int)
            AND EXISTS (SELECT 1 FROM cp)
         RETURNING 1"""
-_WRITE_OVER = "ON CONFLICT (run_id, seq) DO UPDATE SET body = EXCLUDED.body"
+_WRITE_OVER = (
+    "ON CONFLICT (run_id, seq) DO UPDATE SET body = EXCLUDED.body, step_index = EXCLUDED.step_index"
+)
 
 
 def _w2(waits: bool, replace: bool) -> str:
@@ -178,8 +183,8 @@ def _w2(waits: bool, replace: bool) -> str:
            AND {_REPLACE if replace else _APPEND_ONLY}
         RETURNING c.run_id{_DROP_PAST_COUNT if replace else ""}
     ), m AS (
-        INSERT INTO messages AS x (run_id, seq, body)
-        SELECT cp.run_id, CAST(:base_count AS int) + m.ord - 1, m.body
+        INSERT INTO messages AS x (run_id, seq, body, step_index)
+        SELECT cp.run_id, CAST(:base_count AS int) + m.ord - 1, m.body, CAST(:step_index AS int)
           FROM cp,
                jsonb_array_elements(CAST(:messages AS jsonb)) WITH ORDINALITY AS m(body, ord)
         {_WRITE_OVER if replace else ""}
@@ -209,6 +214,23 @@ W2 = Statement("runwright_w2", _w2(waits=False, replace=False), prepare=True)
 W2_WAIT = Statement("runwright_w2_wait", _w2(waits=True, replace=False), prepare=True)
 W2_REPLACE = Statement("w2_replace", _w2(waits=False, replace=True))
 W2_REPLACE_WAIT = Statement("w2_replace_wait", _w2(waits=True, replace=True))
+
+# A model step that failed transiently goes back to the queue, not claimable
+# before retry_at (the outcome's not-before, which is also its enqueued_at, so
+# tick() re-enqueues it RUNWRIGHT_REENQUEUE_SECONDS after that time if its
+# delayed message is lost).
+DEFER_RETRY = Statement(
+    "defer_retry",
+    f"""
+    UPDATE runs SET {OUTCOME_SET},
+           retry_at = CAST(:o_requeue_at AS timestamptz),
+           retry_attempts = CAST(:attempts AS int),
+           retry_since = CAST(:since AS timestamptz),
+           retry_error = CAST(:error AS text)
+     WHERE {FENCE}
+    RETURNING *
+    """,
+)
 
 SETTLE = Statement("settle", f"UPDATE runs SET {OUTCOME_SET} WHERE {FENCE} RETURNING id")
 

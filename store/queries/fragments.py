@@ -26,6 +26,8 @@ OUTCOME_SET = """
                       ELSE error_code END,
     error_message = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_message AS text)
                          ELSE error_message END,
-    enqueued_at = CASE WHEN CAST(:o_requeue AS bool) THEN now() ELSE enqueued_at END,
+    enqueued_at = CASE WHEN CAST(:o_requeue AS bool)
+                       THEN COALESCE(CAST(:o_requeue_at AS timestamptz), now())
+                       ELSE enqueued_at END,
     updated_at = now()
 """

@@ -32,6 +32,7 @@ from store.models import (
     EffectStatus,
     Fence,
     Outcome,
+    RetryWait,
     RunError,
     RunStatus,
     Settled,
@@ -45,6 +46,7 @@ from tests.helpers import (
     approval,
     claimed,
     commit,
+    force_retry_due,
     llm_record,
     msg,
     new_run,
@@ -651,6 +653,39 @@ def test_a_replace_that_asks_for_approval_writes_over_and_waits(any_store: AnySt
     assert any_store.get_approval(asked.approval_id).tool_call_id == "c9"
     waits = [s for s in any_store.steps(fence.run_id) if s.kind is StepKind.WAIT]
     assert [w.index for w in waits] == [1]
+
+
+def test_defer_retry_queues_the_run_not_before_its_time(any_store: AnyStore) -> None:
+    """A transient model failure gives the run back: queued, claim released,
+    not claimable before retry_at, attempts and error on the run; a W1 that
+    records a step clears them."""
+    fence = claimed(any_store)
+    any_store.commit_step(fence, commit(1, 0, [msg(0)]))
+    since = utcnow()
+    at = since + timedelta(seconds=30)
+    settled = any_store.defer_retry(fence, RetryWait(attempts=2, since=since, error="503", at=at))
+    run = settled.run
+    assert run.status is RunStatus.QUEUED and run.claim is None
+    assert run.retry == RetryWait(attempts=2, since=since, error="503", at=at)
+    assert run.retry_at == at and run.enqueued_at == at
+    assert any_store.get_run(fence.run_id).retry == run.retry
+    assert any_store.claim(fence.run_id, "worker-b", 30) is None  # not before retry_at
+    with pytest.raises(LeaseLostError):  # the old fence is gone
+        any_store.defer_retry(fence, RetryWait(attempts=3, since=since, error="x", at=at))
+    # Nothing is due before retry_at + the re-enqueue delay, then tick() finds it.
+    assert fence.run_id not in any_store.stale_claimable(100, 10)
+    assert fence.run_id in any_store.stale_claimable(100, 10, now=at + timedelta(seconds=11))
+    assert any_store.get_run(fence.run_id).retry_at == at  # still not claimable early
+
+    # Due: a claim from now on works; the next recorded step clears the wait.
+    due = fence.run_id
+    force_retry_due(any_store, due)
+    claim = any_store.claim(due, "worker-b", 30)
+    assert claim is not None
+    again = Fence(due, "worker-b", claim.epoch)
+    assert any_store.get_run(due).retry is not None  # kept until progress
+    assert any_store.record_llm_step(again, llm_record(2))
+    assert any_store.get_run(due).retry is None
 
 
 def test_effect_reads_back_as_journaled(any_store: AnyStore) -> None:
