@@ -15,6 +15,7 @@ import pydantic
 
 from runner.context import RunContext
 from runner.errors import AgentNotFound, ConfigurationError, InvalidInput
+from runner.retry import RetryPolicy
 from runner.tools import Tool
 from store.models import TriggerEnvelope
 
@@ -106,6 +107,9 @@ class Agent:
     # engine's (RUNWRIGHT_MODEL_RETRIES, RUNWRIGHT_MODEL_BACKOFF_SECONDS).
     model_retries: int | None = None
     model_backoff_seconds: float | None = None
+    # Durable retries once those are spent; None: the project's default
+    # (RUNWRIGHT_RETRY_*). Its ``transient`` also decides the in-call retries.
+    retry: RetryPolicy | None = None
     register: bool = True
 
     def __post_init__(self) -> None:
@@ -117,6 +121,8 @@ class Agent:
             raise InvalidInput(f"agent {self.name!r}: model_retries must be 0 or more")
         if self.model_backoff_seconds is not None and self.model_backoff_seconds < 0:
             raise InvalidInput(f"agent {self.name!r}: model_backoff_seconds must be 0 or more")
+        if self.retry is not None and not isinstance(self.retry, RetryPolicy):
+            raise InvalidInput(f"agent {self.name!r}: retry must be a RetryPolicy")
         for tool_name, rule in self.approvals.items():
             if not isinstance(rule, bool | ApprovalPolicy) and not callable(rule):
                 raise InvalidInput(

@@ -8,14 +8,16 @@ of them -> deps), so no module of the core needs the engine to work.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from runner import approvals
 from runner.agent import Agent, Registry
+from runner.retry import RetryPolicy
 from runner.runtime import in_io, runtime
 from store.base import Store
 from store.claims import Claims
@@ -26,8 +28,18 @@ from store.models import NewApproval, Run, RunStatus, Settled, utcnow
 log = logging.getLogger(__name__)
 
 # Hands a run to a worker (Celery's ``apply_async``, a test's list.append, ...);
-# what it returns is ignored.
+# what it returns is ignored. One that takes an ``eta`` keyword (a datetime)
+# delivers a run at that time (see ``tasks.enqueue``); without it, a run that
+# waits to retry is found by tick() once due.
 Enqueue = Callable[[str], object]
+
+
+def takes_eta(enqueue: Callable[..., object]) -> bool:
+    try:
+        parameters = inspect.signature(enqueue).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "eta" or p.kind is p.VAR_KEYWORD for p in parameters)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +54,8 @@ class Deps:
     # The engine's defaults for model calls; an agent's own settings win.
     model_retries: int
     model_backoff_seconds: float
+    # Durable retries of a failing model step; an agent's own policy wins.
+    retry_policy: RetryPolicy
     # How long a fenced write retries through a store outage.
     write_retry_seconds: float
     # When a new approval's notification is first retried, if its notifier fails.
@@ -63,6 +77,17 @@ class Deps:
             except Exception as exc:
                 log.warning("could not enqueue run %s (%s); tick() will retry", run_id, exc)
 
+    def send_at(self, run_id: str, at: datetime) -> None:
+        """Hand a run to a worker at ``at`` (a run waiting to retry). If the
+        enqueue callable cannot delay, or the message is lost, tick() enqueues
+        the run RUNWRIGHT_REENQUEUE_SECONDS after ``at``."""
+        if self.enqueue is None or not takes_eta(self.enqueue):
+            return
+        try:
+            self.enqueue(run_id, eta=at)  # type: ignore[call-arg]
+        except Exception as exc:
+            log.warning("could not enqueue run %s for %s (%s); tick() will", run_id, at, exc)
+
     def enqueue_ids(self, run_ids: list[str]) -> None:
         """Mark runs enqueued now and send them."""
         if not run_ids:
@@ -73,10 +98,13 @@ class Deps:
     def after_settle(self, settled: Settled) -> None:
         """Queue what a settle freed: an interrupted run again, and the next run
         of its concurrency key."""
-        again = [settled.run.id] if settled.run.status is RunStatus.INTERRUPTED else []
+        run = settled.run
+        again = [run.id] if run.status is RunStatus.INTERRUPTED else []
         if settled.next_in_key:
             again.append(settled.next_in_key)
         self.enqueue_ids(again)
+        if run.retry_at is not None:
+            self.send_at(run.id, run.retry_at)
 
     async def notify_approvals(self, agent: Agent, run: Run, new: Sequence[NewApproval]) -> None:
         """First notification of the approvals a step just created."""

@@ -26,6 +26,7 @@ from runner.errors import (
 )
 from runner.execution import Execution
 from runner.layout import require_own_modules
+from runner.retry import RetryPolicy
 from runner.runtime import runtime
 from runner.tick import TickReport, tick
 from store.base import CancelResult, Store
@@ -84,6 +85,7 @@ class Engine:
         registry: Registry | None = None,
         model_retries: int | None = None,
         model_backoff_seconds: float | None = None,
+        retry_policy: RetryPolicy | None = None,
         write_retry_seconds: float = 60.0,
     ) -> None:
         settings = settings or Settings()
@@ -107,6 +109,7 @@ class Engine:
                 if model_backoff_seconds is None
                 else model_backoff_seconds
             ),
+            retry_policy=retry_policy or RetryPolicy.from_settings(settings),
             write_retry_seconds=write_retry_seconds,
             notify_delay=timedelta(seconds=settings.notify_backoff_seconds),
         )

@@ -34,7 +34,18 @@ from store.errors import (
 
 
 class ModelError(RunwrightError):
-    """The model provider failed, and retrying did not help."""
+    """The model provider failed, and retrying within the call did not help.
+
+    ``transient``: the failure may pass (429, 5xx, a connection error, a
+    timeout), so the run may be retried later (runner/retry.py);
+    ``retry_after``: the provider asked for that many seconds' pause."""
+
+    def __init__(
+        self, message: str, *, transient: bool = False, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message)
+        self.transient = transient
+        self.retry_after = retry_after
 
 
 class ToolDefinitionError(RunwrightError):

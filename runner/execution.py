@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from runner import retry
 from runner.agent import Agent
 from runner.context import AbortReason, AbortSignal, RunContext
 from runner.deps import Deps
@@ -24,7 +25,7 @@ from runner.errors import AgentNotFound, LeaseLostError, ModelError, StoreUnavai
 from runner.loop import StepLoop
 from runner.runtime import in_io, runtime
 from store.base import StartPoint
-from store.models import Fence, Outcome, Run, RunError, RunStatus, Settled
+from store.models import Fence, Outcome, RetryWait, Run, RunError, RunStatus, Settled, utcnow
 from store.rules import cancel_outcome
 
 log = logging.getLogger(__name__)
@@ -188,12 +189,33 @@ class Execution:
             try:
                 return await loop.run()
             except ModelError as exc:
-                return await self.settle(
-                    Outcome(RunStatus.FAILED, error=RunError("model_error", exc.message))
-                )
+                return await self._model_failed(agent, loop.retry, exc)
         finally:
             if timer is not None:
                 timer.cancel()
+
+    async def _model_failed(
+        self, agent: Agent, previous: RetryWait | None, exc: ModelError
+    ) -> Settled:
+        """A model step failed. A transient failure the retry policy still
+        allows sends the run back to the queue until its next attempt, holding
+        no worker thread meanwhile; otherwise the run fails ``model_error``,
+        with its attempts recorded."""
+        policy = agent.retry or self.deps.retry_policy
+        wait = retry.next_wait(policy, previous, exc, utcnow())
+        if wait.at is None:
+            error = RunError("model_error", retry.gave_up(policy, wait, exc))
+            settled: Settled = await self.write(self.deps.store.defer_retry, wait, error)
+            return settled
+        log.warning(
+            "run %s: model step failed (attempt %d): %s; retrying at %s",
+            self.run_id,
+            wait.attempts,
+            exc.message,
+            f"{wait.at:%H:%M:%S}",
+        )
+        settled = await self.write(self.deps.store.defer_retry, wait)
+        return settled
 
     async def _agent_missing(self, exc: AgentNotFound) -> Settled | None:
         """During a rolling deploy an old worker can claim a run of an agent

@@ -82,6 +82,8 @@ class StepLoop:
         self.call_ids: set[str] = set()  # every tool call id of the history
         self._start = start
         self._journaled: Step | None = None
+        # The run's failed attempts at its current model step; progress clears them.
+        self.retry = run.retry
 
     async def run(self) -> Settled:
         await self._load()
@@ -155,8 +157,9 @@ class StepLoop:
 
     def _over_budget(self, k: int) -> str | None:
         budget = self.agent.budget
-        if k > budget.max_steps:
-            return f"the run used all {budget.max_steps} steps of its budget"
+        max_steps = budget.max_steps + self.run_.extra_steps
+        if k > max_steps:
+            return f"the run used all {max_steps} steps of its budget"
         if budget.max_tokens is not None and self.usage.total >= budget.max_tokens:
             return f"the run used {self.usage.total} tokens; its budget is {budget.max_tokens}"
         return None
@@ -173,9 +176,11 @@ class StepLoop:
             assert recorded.index == k
             return self._from_w1(recorded.output)
         started = utcnow()
+        model_name = self.run_.model or self.agent.model
+        policy = self.agent.retry or self.deps.retry_policy
         call = asyncio.create_task(
             model.complete(
-                self.agent.model,
+                model_name,
                 for_model(self.agent.instructions, self.messages),
                 [t.schema() for t in self.tools.values()],
                 self.agent.model_settings,
@@ -183,6 +188,7 @@ class StepLoop:
                 backoff_seconds=_first(
                     self.agent.model_backoff_seconds, self.deps.model_backoff_seconds
                 ),
+                transient=policy.transient,
             )
         )
         aborted = asyncio.create_task(self.x.signal.wait())
@@ -201,10 +207,11 @@ class StepLoop:
             kind=StepKind.LLM,
             started_at=started,
             finished_at=utcnow(),
-            name=self.agent.model,
+            name=model_name,
             output=output,
             usage=reply.usage,
         )
+        self.retry = None  # W1 clears the run's failed attempts
         if await self.x.write(self.store.record_llm_step, record):
             self.usage = self.usage + reply.usage
         else:  # recorded meanwhile: the journal wins, so tool call ids stay stable

@@ -10,6 +10,7 @@ model, never before: production processes do not load it.
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import json
 import logging
 import os
@@ -17,6 +18,7 @@ import random
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from runner.errors import ModelError
@@ -30,6 +32,9 @@ SCRIPTED_PREFIX = "scripted/"
 # A model message larger than this is refused as a model error.
 MAX_MESSAGE_CHARS = 1_000_000
 DEFAULT_TIMEOUT_SECONDS = 600.0
+# The longest pause an in-call retry waits out; a provider asking for more
+# (Retry-After) gets it from the queue instead (runner/retry.py).
+MAX_IN_CALL_WAIT = 10.0
 
 _setup_lock = threading.Lock()
 _litellm: Any = None
@@ -67,6 +72,31 @@ class ModelReply:
     finish_reason: str | None
 
 
+def retry_after(exc: BaseException) -> float | None:
+    """The pause a provider asked for with its answer (``retry-after-ms`` or
+    ``retry-after``, in seconds or as an HTTP date), if any."""
+    headers = getattr(exc, "litellm_response_headers", None)
+    if headers is None:
+        response = getattr(exc, "response", None)
+        headers = getattr(response, "headers", None)
+    if headers is None or not hasattr(headers, "get"):
+        return None
+    try:
+        millis = headers.get("retry-after-ms")
+        if millis is not None:
+            return max(0.0, float(millis) / 1000)
+        value = headers.get("retry-after")
+        if value is None:
+            return None
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            when = email.utils.parsedate_to_datetime(str(value))
+            return max(0.0, (when - datetime.now(UTC)).total_seconds())
+    except (TypeError, ValueError, OverflowError):
+        return None  # a header that says nothing usable
+
+
 def _transient(litellm: Any, exc: BaseException) -> bool:
     ex = litellm.exceptions
     transient = (
@@ -91,8 +121,16 @@ async def complete(
     *,
     retries: int = 3,
     backoff_seconds: float = 0.5,
+    transient: Callable[[BaseException], bool] | None = None,
 ) -> ModelReply:
-    """One model call with retries on transient provider errors.
+    """One model call with short retries on transient provider errors (blips).
+
+    ``transient`` decides which errors are worth another attempt (default:
+    429, 5xx, connection errors and timeouts). A provider's ``Retry-After`` is
+    honoured; one longer than :data:`MAX_IN_CALL_WAIT` ends the call at once,
+    since the run waits better in the queue (runner/retry.py) than on a worker
+    thread. The :class:`ModelError` raised says whether the failure was
+    transient and what pause the provider asked for.
 
     Cancelling the awaiting task cancels the call (and any backoff sleep).
     """
@@ -113,15 +151,22 @@ async def complete(
             raise
         except Exception as exc:
             name = type(exc).__name__
-            if attempt <= retries and _transient(litellm, exc):
+            passing = _transient(litellm, exc) if transient is None else bool(transient(exc))
+            pause = retry_after(exc) if passing else None
+            if passing and attempt <= retries:
                 delay = backoff_seconds * 2 ** (attempt - 1) * (0.5 + random.random() / 2)
-                log.warning(
-                    "model %s: %s (attempt %d); retrying in %.1fs", model, name, attempt, delay
-                )
-                await asyncio.sleep(delay)
-                continue
+                if pause is not None:
+                    delay = max(delay, pause)
+                if delay <= MAX_IN_CALL_WAIT:
+                    log.warning(
+                        "model %s: %s (attempt %d); retrying in %.1fs", model, name, attempt, delay
+                    )
+                    await asyncio.sleep(delay)
+                    continue
             raise ModelError(
-                f"{model}: {name}: {_short(exc)} (after {attempt} attempt(s))"
+                f"{model}: {name}: {_short(exc)} (after {attempt} attempt(s))",
+                transient=passing,
+                retry_after=pause,
             ) from exc
         return _reply(response)
 

@@ -20,8 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from runner.errors import InvalidInput
+from runner.errors import InvalidInput, ModelError
 from store.config import Settings
+from store.models import RetryWait
 
 # Whether an error is worth another attempt; None means the caller's default
 # (for model calls: 429, 5xx, connection errors and timeouts).
@@ -111,14 +112,30 @@ class RetryPolicy:
         return " or ".join(limits)
 
 
-@dataclass(frozen=True)
-class Backoff:
-    """A run's durable retry decision: when the next execution may try, and why."""
+def next_wait(
+    policy: RetryPolicy,
+    previous: RetryWait | None,
+    error: ModelError,
+    now: datetime,
+) -> RetryWait:
+    """The run's retry state after a model step failed with ``error``:
+    ``at`` is when the next attempt may start, or None if there is none (the
+    error is not transient, or the policy is exhausted)."""
+    attempts = (previous.attempts if previous is not None else 0) + 1
+    since = previous.since if previous is not None else now
+    delay = None
+    if error.transient:
+        elapsed = max(0.0, (now - since).total_seconds())
+        delay = policy.next_delay(attempts, elapsed, error.retry_after)
+    at = None if delay is None else now + timedelta(seconds=delay)
+    return RetryWait(attempts=attempts, since=since, error=error.message, at=at)
 
-    attempt: int
-    at: datetime
-    error: str
 
-
-def later(now: datetime, seconds: float) -> datetime:
-    return now + timedelta(seconds=seconds)
+def gave_up(policy: RetryPolicy, wait: RetryWait, error: ModelError) -> str:
+    """Why a run failed ``model_error``: the error, and the attempts if it was transient."""
+    if not error.transient:
+        return error.message
+    return (
+        f"{error.message}; gave up after {wait.attempts} attempt(s) of the step "
+        f"(the retry policy allows {policy.describe()})"
+    )

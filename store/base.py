@@ -223,11 +223,13 @@ class Store(Protocol):
         since that first time: the caller fails the run."""
         ...
 
-    def defer_retry(self, fence: Fence, wait: RetryWait) -> Settled:
+    def defer_retry(self, fence: Fence, wait: RetryWait, error: RunError | None = None) -> Settled:
         """Give back a run whose model step failed transiently and may be tried
         again: ``queued``, claim released, not claimable before ``wait.at``,
         with the attempts and the error recorded (``Run.retry``). Progress (the
-        next W1 that records a step) clears them."""
+        next W1 that records a step) clears them. With ``error`` (the retry
+        policy is exhausted), the run settles ``failed`` with it instead, the
+        attempts recorded all the same."""
         ...
 
     def begin_effect(

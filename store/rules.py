@@ -19,6 +19,7 @@ from store.errors import CheckpointConflict, InvalidTransition
 from store.models import (
     JSON,
     Outcome,
+    RetryWait,
     RunError,
     StepCommit,
     StepKind,
@@ -148,6 +149,16 @@ def check_settle(outcome: Outcome) -> None:
     """A running run settles, pauses or is given back; it cannot stay or requeue."""
     if outcome.status in (RunStatus.RUNNING, RunStatus.QUEUED):
         raise InvalidTransition(f"a running run cannot settle as {outcome.status.value}")
+
+
+def retry_outcome(wait: RetryWait, error: RunError | None) -> Outcome:
+    """A failing model step: back to the queue until ``wait.at``, or failed
+    with ``error`` once the retry policy is exhausted."""
+    if error is not None:
+        return Outcome(RunStatus.FAILED, error=error)
+    if wait.at is None:
+        raise InvalidTransition("a run waiting to retry needs a time to retry at")
+    return Outcome(RunStatus.QUEUED, not_before=wait.at)
 
 
 def check_fail_waiting(run_id: str, status: RunStatus) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from datetime import datetime
 from typing import Any
 
 from celery import Celery, signals
@@ -56,9 +57,10 @@ def tick() -> dict[str, Any]:
     }
 
 
-def enqueue(run_id: str) -> None:
-    """Hand a run to a worker: the ``enqueue`` callable the engine is given."""
-    execute.apply_async(args=[run_id])
+def enqueue(run_id: str, *, eta: datetime | None = None) -> None:
+    """Hand a run to a worker: the ``enqueue`` callable the engine is given.
+    With ``eta``, not before then (a run waiting to retry a model step)."""
+    execute.apply_async(args=[run_id], eta=eta)
 
 
 def _uses_prefork(worker: Any) -> bool:

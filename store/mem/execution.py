@@ -17,6 +17,7 @@ from store.models import (
     Outcome,
     RetryWait,
     Run,
+    RunError,
     RunStatus,
     Settled,
     StepCommit,
@@ -24,7 +25,7 @@ from store.models import (
     StepRecord,
     Usage,
 )
-from store.rules import check_settle, commit_outcome, with_state_step
+from store.rules import check_settle, commit_outcome, retry_outcome, with_state_step
 
 
 class MemExecution(MemBase):
@@ -110,12 +111,10 @@ class MemExecution(MemBase):
                 return None
             return self._apply_outcome(fence.run_id, Outcome(RunStatus.INTERRUPTED)).run
 
-    def defer_retry(self, fence: Fence, wait: RetryWait) -> Settled:
+    def defer_retry(self, fence: Fence, wait: RetryWait, error: RunError | None = None) -> Settled:
         with self._lock:
             self._fenced(fence)
-            return self._apply_outcome(
-                fence.run_id, Outcome(RunStatus.QUEUED, not_before=wait.at), retry=wait
-            )
+            return self._apply_outcome(fence.run_id, retry_outcome(wait, error), retry=wait)
 
     def begin_effect(
         self, fence: Fence, key: str, tool: str, input: object, *, rerun_started: bool

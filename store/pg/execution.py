@@ -19,6 +19,7 @@ from store.models import (
     Outcome,
     RetryWait,
     Run,
+    RunError,
     RunStatus,
     Settled,
     StepCommit,
@@ -33,6 +34,7 @@ from store.rules import (
     check_settle,
     commit_outcome,
     crashed_error,
+    retry_outcome,
     takeover_crashes,
     with_state_step,
 )
@@ -206,8 +208,8 @@ class PgExecution(PgBase):
 
     # ---------------------------------------------------------------- effects
 
-    def defer_retry(self, fence: Fence, wait: RetryWait) -> Settled:
-        outcome = Outcome(RunStatus.QUEUED, not_before=wait.at)
+    def defer_retry(self, fence: Fence, wait: RetryWait, error: RunError | None = None) -> Settled:
+        outcome = retry_outcome(wait, error)
         params = {
             **fence_params(fence),
             **outcome_params(outcome),
@@ -215,10 +217,11 @@ class PgExecution(PgBase):
             "since": wait.since,
             "error": wait.error,
         }
-        row = self.db.first(q.DEFER_RETRY, params)
-        if row is None:
+        if self.db.first(q.DEFER_RETRY, params) is None:
             raise _lost(fence)
-        return Settled(run=run_from_row(row))
+        settled = self._after_settle(fence.run_id, outcome)
+        assert settled is not None
+        return settled
 
     def begin_effect(
         self, fence: Fence, key: str, tool: str, input: object, *, rerun_started: bool

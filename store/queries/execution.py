@@ -228,7 +228,7 @@ DEFER_RETRY = Statement(
            retry_since = CAST(:since AS timestamptz),
            retry_error = CAST(:error AS text)
      WHERE {FENCE}
-    RETURNING *
+    RETURNING id
     """,
 )
 
