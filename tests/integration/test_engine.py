@@ -10,6 +10,7 @@ import pydantic
 import sqlalchemy as sa
 
 from runner import Agent, Budget, Engine, RunContext, faults, tool
+from runner.retry import RetryPolicy
 from runner.runtime import runtime
 from runner.testing import Request, ScriptedModel, call, text, tools
 from store.errors import LeaseLostError
@@ -160,9 +161,11 @@ def test_untrusted_model_output_becomes_tool_errors(engine: Engine) -> None:
 
 
 def test_provider_error_after_retries_fails_the_run(engine: Engine) -> None:
+    """With a retry policy of one attempt, the in-call retries are all there is
+    (durable retries: tests/integration/test_durable_retry.py)."""
     name = unique("provider")
     model = ScriptedModel(name, lambda request: text("x", error="server_error"))
-    Agent(name=name, model=model.model)
+    Agent(name=name, model=model.model, retry=RetryPolicy(max_attempts=1))
     run = engine.start(name)
     done = engine.execute(run.id)
     assert done is not None and done.status is RunStatus.FAILED

@@ -91,6 +91,7 @@ def test_downgrade_to_base_and_up_again(empty_databases: tuple[str, str]) -> Non
         "checkpoints",
         "effects",
         "approvals",
+        "run_attempts",
     }
 
 

@@ -21,7 +21,7 @@ def test_status_values() -> None:
         "cancelled",
         "interrupted",
     ]
-    assert [k.value for k in StepKind] == ["llm", "tool", "wait"]
+    assert [k.value for k in StepKind] == ["llm", "tool", "wait", "state"]
     assert [e.value for e in EffectStatus] == ["started", "completed", "failed"]
     assert [d.value for d in Decision] == ["approved", "denied", "withdrawn"]
 
@@ -56,6 +56,15 @@ def test_table_and_column_names() -> None:
                 "updated_at",
                 "started_at",
                 "finished_at",
+                # 0004
+                "retry_at",
+                "retry_attempts",
+                "retry_since",
+                "retry_error",
+                "extra_steps",
+                "model",
+                "forked_from",
+                "forked_at_step",
             ]
         ),
         "steps": sorted(
@@ -75,7 +84,23 @@ def test_table_and_column_names() -> None:
                 "finished_at",
             ]
         ),
-        "messages": ["body", "run_id", "seq"],
+        "messages": ["body", "run_id", "seq", "step_index"],
+        "run_attempts": sorted(
+            [
+                "run_id",
+                "attempt",
+                "status",
+                "error_code",
+                "error_message",
+                "steps_used",
+                "input_tokens",
+                "output_tokens",
+                "started_at",
+                "finished_at",
+                "extra_steps",
+                "retried_at",
+            ]
+        ),
         "checkpoints": sorted(
             ["run_id", "step_index", "message_count", "finish_reason", "created_at"]
         ),
