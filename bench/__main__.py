@@ -5,7 +5,13 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = ["bench.checkpoint", "bench.step_overhead", "bench.cli_startup", "bench.workers"]
+BENCHMARKS = [
+    "bench.checkpoint",
+    "bench.step_overhead",
+    "bench.cli_startup",
+    "bench.workers",
+    "bench.outage",
+]
 
 
 def main() -> None:
