@@ -262,3 +262,20 @@ def test_a_long_retry_after_waits_in_the_queue(engine: Engine, provider: Provide
     assert left.retry is not None and "RateLimitError" in left.retry.error
     assert left.retry_at is not None and left.retry_at >= started + timedelta(seconds=119)
     assert len(provider.requests) == 1  # no in-call retry sooner than asked
+
+
+def test_refused_connections_wait_in_the_queue(engine: Engine, provider: Provider) -> None:
+    """A provider that is down (nothing listens) is a transient failure too."""
+    name = unique("refused")
+    _http_agent(name, provider, QUICK)
+    provider.stop()
+    assert provider.refusing()
+    run = engine.start(name)
+    left = engine.execute(run.id)
+    assert left is not None and left.status is RunStatus.QUEUED
+    assert left.retry is not None and left.retry.attempts == 1
+    provider.start()  # the same port again
+    force_retry_due(engine.store, run.id)
+    done = engine.execute(run.id)
+    assert done is not None and done.status is RunStatus.COMPLETED and done.output == "recovered"
+    assert len(provider.answered(200)) == 1
