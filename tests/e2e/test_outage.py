@@ -3,6 +3,7 @@ OpenAI-compatible server the test controls (issue 12's acceptance 1)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from collections import Counter
@@ -88,4 +89,24 @@ def test_runs_outlast_a_provider_outage(cluster: Cluster, provider: Provider) ->
         assert run.retry is None
     answered = Counter((_payload(r.body)["n"], r.step) for r in provider.answered(200))
     assert answered == {(n, step): 1 for n in range(20) for step in (1, 2)}
+    engine.close()
+
+
+def test_a_rate_limit_is_waited_out_as_asked(cluster: Cluster, provider: Provider) -> None:
+    """429 with Retry-After: 3: the next attempt comes no sooner than 3 s later."""
+    provider.fail(429, retry_after=3)
+    cluster.worker(
+        "w1", concurrency=4, RUNWRIGHT_AGENTS=AGENTS, RUNWRIGHT_TEST_PROVIDER_URL=provider.base_url
+    )
+    engine = cluster.engine()
+    run_id = engine.start("outage", {"n": 0}).id
+    wait_until(lambda: provider.answered(429), 30, "the first 429")
+    provider.recover()
+    wait_until(
+        lambda: engine.get_run(run_id).status is RunStatus.COMPLETED, 60, "completion", interval=0.2
+    )
+    attempts = [r.at for r in provider.requests if r.step == 1]
+    assert len(attempts) >= 2
+    gaps = [later - earlier for earlier, later in itertools.pairwise(attempts)]
+    assert min(gaps) >= 3.0, gaps
     engine.close()
