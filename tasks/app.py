@@ -14,6 +14,7 @@ from runner.engine import Engine
 from runner.errors import RunwrightError
 from runner.model import warm_up
 from runner.runtime import runtime
+from tasks.outcomes import TICK, QuietTicks, RunFailed, execute_result, tick_result
 
 log = logging.getLogger(__name__)
 
@@ -37,24 +38,25 @@ def engine() -> Engine:
     return _engine
 
 
-@app.task(name="runwright.execute", ignore_result=True, acks_late=True)
+# A run that settles failed fails its task, so that Celery records FAILURE (and
+# Flower's Failed filter finds it). The failure is expected: ``throws`` makes
+# the worker log it at INFO without a traceback. The message is still acked
+# (Celery's default for a failed task with acks_late): a failed run is settled,
+# and delivering its message again could only be refused by the claim.
+@app.task(name="runwright.execute", ignore_result=True, acks_late=True, throws=(RunFailed,))
 def execute(run_id: str) -> str | None:
-    """Execute one run. A duplicate or stale message exits quietly."""
-    run = engine().execute(run_id)
-    return run.status.value if run is not None else None
+    """Execute one run. A duplicate or stale message exits quietly; a run that
+    fails raises :class:`~tasks.outcomes.RunFailed`."""
+    return execute_result(engine().execute(run_id))
 
 
-@app.task(name="runwright.tick", ignore_result=True)
-def tick() -> dict[str, Any]:
+# Ticks come every few seconds and mostly find nothing to do: they send no task
+# events, so Flower lists runs, not ticks (beat's task-sent events are turned
+# off in _quiet_beat). A tick that did something says so in one INFO line.
+@app.task(name=TICK, ignore_result=True, send_events=False)
+def tick() -> dict[str, int]:
     """Re-send notifications, expire waits, recover lapsed runs, re-enqueue."""
-    report = engine().tick()
-    return {
-        "skipped": report.skipped,
-        "notified": report.notified,
-        "expired": report.expired,
-        "recovered": len(report.recovered),
-        "reenqueued": len(report.reenqueued) + len(report.key_heads),
-    }
+    return tick_result(engine().tick())
 
 
 def enqueue(run_id: str, *, eta: datetime | None = None) -> None:
@@ -89,6 +91,26 @@ def _warm_up(sender: Any = None, **_: Any) -> None:
         engine()
     except RunwrightError as exc:
         raise SystemExit(f"runwright: the worker cannot start: {exc.message}") from exc
+
+
+@signals.worker_init.connect
+def _quiet_tick_logs(**_: Any) -> None:
+    # Two lines every few seconds would bury the worker's log as the events
+    # would bury Flower: a tick is logged only when it did something.
+    quiet = QuietTicks()
+    for name in ("celery.worker.strategy", "celery.app.trace"):
+        logging.getLogger(name).addFilter(quiet)
+
+
+@signals.beat_init.connect
+def _quiet_beat(sender: Any = None, **_: Any) -> None:
+    # The task-sent event goes with every message when task_send_sent_event is
+    # on, whatever the task's send_events says, and Flower lists a task from
+    # that event alone. Beat sends the schedule's messages (the ticks): it
+    # announces none. An embedded beat on a thread shares the worker's
+    # configuration, whose enqueues of runs stay announced.
+    if threading.current_thread() is threading.main_thread():
+        (sender.app if sender is not None else app).conf.task_send_sent_event = False
 
 
 @signals.worker_shutting_down.connect

@@ -1,10 +1,12 @@
 """A real Flower against a real worker: it sees runwright.execute, with basic auth,
-and the task's arguments carry the run id and nothing secret."""
+and the task's arguments carry the run id and nothing secret. A failed run's
+task is FAILURE and is not delivered again; ticks do not show up at all."""
 
 from __future__ import annotations
 
 import base64
 import json
+import re
 import sys
 import urllib.error
 import urllib.request
@@ -13,9 +15,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+import redis
 
+import tests.agents_failing  # noqa: F401  (the failing agent, known here too)
+from runner import Engine
 from store.local import free_port
 from store.models import RunStatus
+from tests.agents import read_effect_log
 from tests.e2e.cluster import Cluster, Proc, wait_until
 
 USER, PASSWORD = "flower-user", "flower-pass"
@@ -46,12 +52,39 @@ class Flower:
         except OSError:  # not listening yet
             return False
 
-    def tasks(self) -> dict[str, dict[str, Any]]:
-        status, body = self.get("/api/tasks")
+    def tasks(self, query: str = "") -> dict[str, dict[str, Any]]:
+        status, body = self.get("/api/tasks" + query)
         assert status == 200, (status, body[:500])
         tasks = json.loads(body)
         assert isinstance(tasks, dict)
         return tasks
+
+    def executions(self, run_id: str) -> list[dict[str, Any]]:
+        """Flower's runwright.execute tasks of one run."""
+        return [
+            task
+            for task in self.tasks("?taskname=runwright.execute").values()
+            if task.get("args") == repr([run_id])
+        ]
+
+    def finished_execution(self, run_id: str) -> dict[str, Any] | None:
+        done = [t for t in self.executions(run_id) if t.get("state") in ("SUCCESS", "FAILURE")]
+        return done[0] if done else None
+
+
+def broker_holds(cluster: Cluster) -> int:
+    """Messages in the broker's queues, plus those delivered but not acked."""
+    client = redis.Redis.from_url(cluster.broker_url)
+    try:
+        queued = sum(client.llen(k) for k in client.scan_iter() if client.type(k) == b"list")
+        return int(queued) + int(client.hlen("unacked"))
+    finally:
+        client.close()
+
+
+def effects_of(cluster: Cluster, run_id: str) -> list[dict[str, Any]]:
+    log = read_effect_log(str(cluster.workdir / "effects.jsonl"))
+    return [e for e in log if e.get("run_id") == run_id]
 
 
 @pytest.fixture
@@ -133,3 +166,79 @@ def test_flower_refuses_requests_without_auth(flower: Flower) -> None:
     assert refused.value.code == 401
     status, _ = flower.get("/api/tasks")
     assert status == 200
+
+
+def test_a_failed_run_is_a_failed_task_delivered_once(cluster: Cluster, flower: Flower) -> None:
+    cluster.overrides["RUNWRIGHT_AGENTS"] = "tests.agents,tests.agents_failing"
+    worker = cluster.worker("w1")
+    engine = cluster.engine()
+    failed = engine.start("refused")
+    completed = engine.start("fleet", {"amount": 5})
+    cancelled = engine.start("hang")
+    wait_until(lambda: engine.get_run(cancelled.id).status is RunStatus.RUNNING, 30, "hang runs")
+    assert engine.cancel(cancelled.id).action == "requested"
+    for run, status in (
+        (failed, RunStatus.FAILED),
+        (completed, RunStatus.COMPLETED),
+        (cancelled, RunStatus.CANCELLED),
+    ):
+        wait_until(lambda r=run: engine.get_run(r.id).settled, 60, f"{run.agent} to settle")
+        assert engine.get_run(run.id).status is status
+    error = engine.get_run(failed.id).error
+    assert error is not None and error.code == "model_error"
+
+    task = wait_until(lambda: flower.finished_execution(failed.id), 30, "the failed task")
+    assert task["state"] == "FAILURE", task
+    assert task["exception"].startswith("RunFailed('model_error', "), task["exception"]
+    assert "AuthenticationError" in task["exception"]
+    # Found by Flower's Failed filter.
+    assert task["uuid"] in flower.tasks("?state=FAILURE")
+    for run in (completed, cancelled):
+        done = wait_until(lambda r=run: flower.finished_execution(r.id), 30, "a task")
+        assert done["state"] == "SUCCESS", done
+
+    # Acked, not delivered again: nothing is left in the broker, and the worker
+    # received the failed run's message once.
+    wait_until(lambda: broker_holds(cluster) == 0, 10, "the broker to hold nothing")
+    log = worker.log()
+    assert log.count(f"runwright.execute[{task['uuid']}] received") == 1
+    assert len(flower.executions(failed.id)) == 1
+    assert len(effects_of(cluster, failed.id)) == 1  # one execution, one step 1
+    # Expected, so logged at INFO without a traceback.
+    assert f"runwright.execute[{task['uuid']}] raised expected: RunFailed(" in log
+    assert "raised unexpected" not in log and "Traceback" not in log
+
+
+def test_ticks_stay_out_of_flower_and_the_log_unless_they_did_something(
+    cluster: Cluster, flower: Flower
+) -> None:
+    worker = cluster.worker("w1")
+    beat = cluster.beat()
+    engine = cluster.engine()
+    # Started but never enqueued: only a tick finds it (it re-enqueues queued
+    # runs after RUNWRIGHT_REENQUEUE_SECONDS).
+    silent = Engine(engine.store, leases=engine.leases, settings=engine.settings)
+    lost = silent.start("fleet", {"amount": 1, "lost": True})
+    wait_until(
+        lambda: engine.get_run(lost.id).status is RunStatus.COMPLETED, 30, "tick's re-enqueue"
+    )
+
+    sent = "Sending due task runwright-tick"
+    wait_until(lambda: beat.log().count(sent) >= 5, 30, "beat to send five ticks")
+    # Every tick sent so far has been executed and acked.
+    ticks = beat.log().count(sent)
+    wait_until(lambda: broker_holds(cluster) == 0, 10, "the worker to take every tick")
+    # A run started now reaches Flower after the ticks' events would have.
+    later = engine.start("fleet", {"amount": 2})
+    wait_until(lambda: flower.finished_execution(later.id), 30, "Flower to list the later run")
+
+    listed = flower.tasks()
+    assert [t for t in listed.values() if t.get("name") == "runwright.tick"] == []
+    # The run the tick re-enqueued is there, as any other.
+    assert flower.finished_execution(lost.id) is not None
+    # The worker log says what ticks did, once, and is silent about the rest.
+    log = worker.log()
+    assert re.findall(r"\btick: (.*)", log) == ["reenqueued 1"], (ticks, log[-3000:])
+    assert "runwright.tick[" not in log
+    # Only the ticks' lines are gone: Celery still logs the runs' tasks.
+    assert re.search(r"runwright\.execute\[[-0-9a-f]+\] received", log)
