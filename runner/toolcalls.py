@@ -12,6 +12,13 @@ allows most of the drain window): an async tool is cancelled, a sync tool's
 thread is left to finish and its result is discarded. An abandoned call gets no result,
 so its step stays open; an abandoned effect's journal row stays ``started``,
 which is what "outcome unknown" means to the next execution.
+
+A tool declared with ``retries`` is tried again, after a backoff, when it
+raises an error its policy deems transient; only the last error reaches the
+model, with the number of attempts. An abort during the backoff (or just as an
+attempt fails) abandons the call: a later execution runs it afresh. A retried
+effect keeps its journal row ``started`` across the attempts and records one
+outcome at the end.
 """
 
 from __future__ import annotations
@@ -105,6 +112,16 @@ class Abandoned(RunwrightError):
     caught inside :class:`CallRunner`; it never leaves it."""
 
 
+class Failed(RunwrightError):
+    """The tool raised, and is not tried again. Raised and caught inside
+    :class:`CallRunner`; it never leaves it."""
+
+    def __init__(self, tool: Tool, error: Exception, attempts: int) -> None:
+        super().__init__(_raised(tool, error, attempts))
+        self.error = error
+        self.attempts = attempts
+
+
 @dataclass(frozen=True)
 class Stored:
     """A tool's return value made fit to store: the tool message's content and
@@ -136,8 +153,9 @@ def _error(
     )
 
 
-def _raised(tool: Tool, exc: BaseException) -> str:
-    return f"{tool.name} raised {type(exc).__name__}: {exc}"
+def _raised(tool: Tool, exc: BaseException, attempts: int = 1) -> str:
+    message = f"{tool.name} raised {type(exc).__name__}: {exc}"
+    return message if attempts == 1 else f"{message} (after {attempts} attempts)"
 
 
 # Writes go through the execution, which checks the lease and retries on outages.
@@ -250,6 +268,54 @@ class CallRunner:
         task.cancel()  # cancels an async tool; a sync tool's thread runs on, ignored
         raise Abandoned
 
+    async def _invoke(self, tool: Tool, args: pydantic.BaseModel, key: str | None = None) -> Any:
+        """The tool's return value, trying again as its retry policy allows.
+        Raises :class:`Abandoned`, or :class:`Failed` with the last error."""
+        attempt = 0
+        first_failure: float | None = None
+        while True:
+            attempt += 1
+            try:
+                return await self._race(
+                    tool.invoke(args, self.ctx, idempotency_key=key, executor=self.executor)
+                )
+            except Abandoned:
+                raise
+            except Exception as exc:
+                now = time.monotonic()
+                first_failure = now if first_failure is None else first_failure
+                policy = tool.retries
+                delay = None
+                if policy is not None and tool.retryable(exc):
+                    delay = policy.next_delay(attempt, now - first_failure)
+                if delay is None:
+                    raise Failed(tool, exc, attempt) from exc
+                if self.ctx.signal.aborted:
+                    raise Abandoned from exc  # no retry now, but a later execution's
+                log.warning(
+                    "run %s: tool %s failed on attempt %d (%s: %s); retrying in %.2f s",
+                    self.ctx.run_id,
+                    tool.name,
+                    attempt,
+                    type(exc).__name__,
+                    clip(str(exc), 200),
+                    delay,
+                )
+                await self._backoff(delay)
+
+    async def _backoff(self, seconds: float) -> None:
+        """Wait before a retry. An abort ends the wait and abandons the call:
+        nothing is recorded, so a later execution runs it afresh."""
+        signal = self.ctx.signal
+        if not signal.aborted:
+            stop = asyncio.ensure_future(signal.wait())
+            try:
+                await asyncio.wait({stop}, timeout=seconds)
+            finally:
+                stop.cancel()
+        if signal.aborted:
+            raise Abandoned
+
     def _grace_left(self, signal: AbortSignal) -> float:
         if signal.reason is AbortReason.LEASE_LOST:
             return 0.0  # nothing of it could be written anyway
@@ -268,12 +334,12 @@ class CallRunner:
         if tool.effect:
             return await self._run_effect(call_id, tool, args, input, started)
         try:
-            value = await self._race(tool.invoke(args, self.ctx, executor=self.executor))
+            value = await self._invoke(tool, args)
         except Abandoned:
             log.warning("run %s: tool %s abandoned by an abort", self.ctx.run_id, tool.name)
             return None
-        except Exception as exc:
-            return _error(call_id, tool.name, input, _raised(tool, exc), started)
+        except Failed as failed:
+            return _error(call_id, tool.name, input, failed.message, started)
         try:
             stored = storable(value)
         except NotStorable as exc:
@@ -314,15 +380,13 @@ class CallRunner:
                 )
             return _error(call_id, tool.name, input, OUTCOME_UNKNOWN, started)
         try:
-            value = await self._race(
-                tool.invoke(args, self.ctx, idempotency_key=key, executor=self.executor)
-            )
+            value = await self._invoke(tool, args, key)
         except Abandoned:
             # The journal keeps `started`: the outcome is unknown.
             log.warning("run %s: effect %s abandoned by an abort", self.ctx.run_id, key)
             return None
-        except Exception as exc:
-            message = clean_message(_raised(tool, exc))
+        except Failed as failed:
+            message = clean_message(failed.message)
             await self.write(self.store_finish, key, error=message)
             faults.hit(faults.AFTER_EFFECT_COMPLETE)
             return _error(call_id, tool.name, input, message, started)

@@ -4,6 +4,11 @@
 description from the docstring. ``@effect`` marks a tool with side effects: each
 call is journaled under the idempotency key ``f"{run_id}:{tool_call_id}"``,
 which the function receives if it has an ``idempotency_key`` parameter.
+
+``retries`` (an int, or a :class:`~runner.retry.RetryPolicy`) tries a raising
+tool again, with backoff, before its error goes back to the model. An effect
+may be retried only if it is ``retry="at_least_once"``: every retry runs it
+again, under the same idempotency key.
 """
 
 from __future__ import annotations
@@ -13,18 +18,49 @@ import contextvars
 import functools
 import inspect
 import json
+import logging
 import typing
 from collections.abc import Callable
-from concurrent.futures import Executor
+from concurrent.futures import CancelledError, Executor
 from typing import Any, Literal, overload
 
 import pydantic
 
 from runner.context import RunContext
-from runner.errors import ToolDefinitionError, ToolInputError
+from runner.errors import InvalidInput, ToolDefinitionError, ToolInputError
+from runner.retry import RetryPolicy
 
 Retry = Literal["at_most_once", "at_least_once"]
+Retries = int | RetryPolicy | None
 IDEMPOTENCY_KEY = "idempotency_key"
+log = logging.getLogger(__name__)
+
+
+def _retry_policy(name: str, retries: Retries, *, effect: bool, retry: Retry) -> RetryPolicy | None:
+    """The policy ``retries`` asks for, or None if the tool is never retried."""
+    if retries is None:
+        return None
+    if isinstance(retries, RetryPolicy):
+        policy = retries
+    elif isinstance(retries, int) and not isinstance(retries, bool):
+        try:
+            policy = RetryPolicy.attempts(retries)
+        except InvalidInput as exc:
+            raise ToolDefinitionError(f"{name}: {exc}") from None
+    else:
+        raise ToolDefinitionError(
+            f"{name}: retries must be an int or a RetryPolicy, not {type(retries).__name__}"
+        )
+    if policy.max_attempts == 1:
+        return None
+    if effect and retry != "at_least_once":
+        # An at-most-once effect promises to run once at most; a retry would
+        # run it again without its journal saying so.
+        raise ToolDefinitionError(
+            f"{name}: an effect can be retried only if it is declared "
+            f'retry="at_least_once"; add that, or drop retries'
+        )
+    return policy
 
 
 class Tool:
@@ -41,11 +77,13 @@ class Tool:
         retry: Retry = "at_most_once",
         ctx_param: str | None = None,
         key_param: str | None = None,
+        retries: Retries = None,
     ) -> None:
         if retry not in ("at_most_once", "at_least_once"):
             raise ToolDefinitionError(
                 f"retry must be 'at_most_once' or 'at_least_once', not {retry!r}"
             )
+        self.retries = _retry_policy(name, retries, effect=effect, retry=retry)
         self.fn = fn
         self.name = name
         self.description = description
@@ -79,6 +117,19 @@ class Tool:
                 },
             }
         return self._schema
+
+    def retryable(self, exc: Exception) -> bool:
+        """Whether ``exc``, raised by this tool, is worth another attempt (the
+        policy permitting). Unusable arguments never are, nor a cancellation."""
+        if self.retries is None or isinstance(exc, ToolInputError | CancelledError):
+            return False
+        if self.retries.transient is None:
+            return True
+        try:
+            return bool(self.retries.transient(exc))
+        except Exception:
+            log.exception("%s: the retry policy's transient predicate raised", self.name)
+            return False
 
     def parse(self, arguments: str | dict[str, Any] | None) -> pydantic.BaseModel:
         if arguments is None or arguments == "":
@@ -124,6 +175,7 @@ def _build(
     description: str | None,
     effect: bool,
     retry: Retry,
+    retries: Retries,
 ) -> Tool:
     if not callable(fn):
         raise ToolDefinitionError(f"{fn!r} is not a function")
@@ -163,6 +215,7 @@ def _build(
         retry=retry,
         ctx_param=ctx_param,
         key_param=key_param,
+        retries=retries,
     )
 
 
@@ -170,7 +223,7 @@ def _build(
 def tool(fn: Callable[..., Any], /) -> Tool: ...
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None
+    *, name: str | None = None, description: str | None = None, retries: Retries = None
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 def tool(
     fn: Callable[..., Any] | None = None,
@@ -178,11 +231,25 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
+    retries: Retries = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
-    """Turn a typed function (sync or async) into a tool."""
+    """Turn a typed function (sync or async) into a tool.
+
+    ``retries``: ``n`` more attempts after the first, half a second apart at
+    first (:meth:`RetryPolicy.attempts`), or a :class:`RetryPolicy`, whose
+    ``transient`` predicate, if set, picks the exceptions worth retrying (by
+    default, every exception the tool raises but :class:`ToolInputError`).
+    """
 
     def wrap(f: Callable[..., Any]) -> Tool:
-        return _build(f, name=name, description=description, effect=False, retry="at_most_once")
+        return _build(
+            f,
+            name=name,
+            description=description,
+            effect=False,
+            retry="at_most_once",
+            retries=retries,
+        )
 
     return wrap(fn) if fn is not None else wrap
 
@@ -191,7 +258,11 @@ def tool(
 def effect(fn: Callable[..., Any], /) -> Tool: ...
 @overload
 def effect(
-    *, name: str | None = None, description: str | None = None, retry: Retry = "at_most_once"
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    retry: Retry = "at_most_once",
+    retries: Retries = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 def effect(
     fn: Callable[..., Any] | None = None,
@@ -200,15 +271,22 @@ def effect(
     name: str | None = None,
     description: str | None = None,
     retry: Retry = "at_most_once",
+    retries: Retries = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """A tool with side effects, journaled so that a completed call never runs twice.
 
     A call that started but never recorded its result (the process died) is not
     run again unless ``retry="at_least_once"``; the model is told its outcome is
     unknown instead.
+
+    ``retries`` (as for :func:`tool`) needs ``retry="at_least_once"``: a retry
+    runs the effect again, with the same idempotency key, and its journal entry
+    records one outcome, the last attempt's.
     """
 
     def wrap(f: Callable[..., Any]) -> Tool:
-        return _build(f, name=name, description=description, effect=True, retry=retry)
+        return _build(
+            f, name=name, description=description, effect=True, retry=retry, retries=retries
+        )
 
     return wrap(fn) if fn is not None else wrap
