@@ -86,9 +86,10 @@ class PgRecovery(PgBase):
             existing = tx.first(q.EXISTING_RUN, params)
             if existing is not None:
                 return check_existing_fork(run_from_row(existing), run_id, at_step)
-            source = tx.first(q.FORK_SOURCE, {"run_id": run_id})
-            if source is None:
+            if tx.first(q.LOCK_FOR_FORK, {"run_id": run_id}) is None:
                 raise RunNotFound(f"no run with id {run_id!r}")
+            source = tx.first(q.FORK_SOURCE, {"run_id": run_id})
+            assert source is not None  # locked above
             cp_step = source["cp_step"]
             at_step = check_fork_step(run_id, at_step, cp_step)
             history = tx.rows(q.FORK_HISTORY, {"run_id": run_id, "count": source["cp_count"]})

@@ -87,9 +87,15 @@ ATTEMPTS = Statement(
 
 # -------------------------------------------------------------------- fork
 
-# The original with its checkpoint. KEY SHARE on its row (what the new run's
-# foreign key takes anyway) holds back every writer of its checkpoint, messages
-# and steps until the fork commits: each locks the run row FOR UPDATE first.
+# The original's row, in SHARE mode: every writer of a run's checkpoint,
+# messages and steps updates or locks that row in the same transaction, so none
+# can commit until the fork does. Taken before the reads below, which therefore
+# see the history as the last such writer committed it.
+LOCK_FOR_FORK = Statement(
+    "lock_for_fork",
+    "SELECT id FROM runs WHERE id = CAST(:run_id AS uuid) FOR SHARE",
+)
+
 FORK_SOURCE = Statement(
     "fork_source",
     """
@@ -97,7 +103,6 @@ FORK_SOURCE = Statement(
            c.finish_reason AS cp_finish
       FROM runs AS r LEFT JOIN checkpoints AS c ON c.run_id = r.id
      WHERE r.id = CAST(:run_id AS uuid)
-       FOR KEY SHARE OF r
     """,
 )
 

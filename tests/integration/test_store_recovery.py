@@ -578,3 +578,59 @@ def test_a_fork_leaves_every_row_of_the_original_as_it_was(pg_store: PostgresSto
     with pytest.raises(InvalidInput, match=r"no result \(refund\)"):
         pg_store.fork_run(fence.run_id, 4, fork_of(pg_store, fence.run_id), model=None)
     assert rows_of(pg_store, fence.run_id) == before
+
+
+def test_forks_taken_while_the_original_moves_on_see_one_checkpoint(
+    pg_store: PostgresStore,
+) -> None:
+    """Forks at the original's latest step while its execution commits step
+    after step (on Postgres, where the two run in separate transactions): each
+    fork holds exactly the messages the steps up to its own wrote, and no
+    statement deadlocks."""
+    fence = three_steps(pg_store)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def move_on() -> None:
+        try:
+            for step in range(4, 60):
+                if stop.is_set():
+                    return
+                call = assistant(step, "lookup")
+                pg_store.record_llm_step(fence, llm(step, call, "tool_calls"))
+                base = 6 + 2 * (step - 4)
+                pg_store.commit_step(
+                    fence, commit(step, base, [call, result(step, "lookup")], state={"n": step})
+                )
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    writer = threading.Thread(target=move_on)
+    writer.start()
+    forks = []
+    try:
+        for _ in range(15):
+            checkpoint = pg_store.checkpoint(fence.run_id)
+            assert checkpoint is not None
+            at = checkpoint.step_index
+            forks.append(
+                (
+                    at,
+                    pg_store.fork_run(
+                        fence.run_id, at, fork_of(pg_store, fence.run_id), model=None
+                    ),
+                )
+            )
+    finally:
+        stop.set()
+        writer.join(30)
+    assert errors == []
+    final = pg_store.checkpoint(fence.run_id)
+    assert final is not None
+    for at, fork in forks:
+        checkpoint = pg_store.checkpoint(fork.id)
+        assert checkpoint is not None and checkpoint.step_index == at
+        expected = 6 + 2 * (at - 3) if at >= 3 else [0, 3, 5][at]
+        assert len(checkpoint.messages) == expected
+        assert checkpoint.messages == final.messages[:expected]
+        assert fork.state == {"n": at if at != 3 else 2}  # step 3 changed no state
