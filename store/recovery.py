@@ -84,15 +84,12 @@ class Requeue:
     takeovers: int = 0
 
 
-def requeue() -> Requeue:
-    return Requeue()
-
-
-# Approvals a retry opens again: those of the checkpoint's step that a settle
-# withdrew (or left undecided), so that the re-paused run waits for them again.
-# They keep their ids, so the history's requests and links still name them; they
-# get their lifetime afresh from the retry and are notified again.
 def reopens(decision: Decision | None) -> bool:
+    """Whether a retry opens an approval of the checkpoint's step again: one a
+    settle withdrew (or left undecided), so that the run, which re-pauses on
+    the history's unanswered request, waits for it again. It keeps its id, so
+    the history's request and any link still name it; its lifetime starts
+    afresh from the retry, and it is notified again."""
     return decision is None or decision is Decision.WITHDRAWN
 
 

@@ -39,7 +39,7 @@ def describe(run: Run, attempts: list[RunAttempt]) -> list[str]:
         lines.append(f"budget   {run.extra_steps} steps beyond the agent's")
     if run.claim:
         lines.append(f"owner    {run.claim.owner} (epoch {run.claim.epoch})")
-    if run.retry is not None:
+    if run.retry is not None and not run.settled:
         retry = run.retry
         line = f"retrying: attempt {retry.attempts} failed ({clip(retry.error, 200)})"
         if run.retry_at is not None:

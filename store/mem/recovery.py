@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 
-from store.base import RetryResult, check_payload
+from store.base import RetryResult, check_payload, check_run_id
 from store.config import DEFAULT_MAX_PAYLOAD_BYTES
 from store.mem.base import MemBase
 from store.models import (
@@ -21,6 +21,7 @@ from store.models import (
     utcnow,
 )
 from store.recovery import (
+    Requeue,
     attempt_of,
     check_existing_fork,
     check_extra_steps,
@@ -32,7 +33,6 @@ from store.recovery import (
     fork_state,
     may_retry,
     reopens,
-    requeue,
 )
 
 
@@ -47,6 +47,7 @@ class MemRecovery(MemBase):
         self._attempts: dict[str, list[RunAttempt]] = {}
 
     def retry_run(self, run_id: str, extra_steps: int = 0) -> RetryResult:
+        run_id = check_run_id(run_id)
         extra_steps = check_extra_steps(extra_steps)
         with self._lock:
             run = self._run(run_id)
@@ -56,7 +57,7 @@ class MemRecovery(MemBase):
             attempts = self._attempts.setdefault(run.id, [])
             attempts.append(attempt_of(run, len(attempts) + 1, extra_steps, now))
             self._reopen_approvals(run.id, now)
-            reset = requeue()
+            reset = Requeue()
             self._takeovers[run.id] = reset.takeovers
             self._agent_missing_since.pop(run.id, None)
             self._runs[run.id] = replace(
@@ -98,6 +99,7 @@ class MemRecovery(MemBase):
             return list(self._attempts.get(run.id, []))
 
     def fork_run(self, run_id: str, at_step: int, new: NewRun, *, model: str | None) -> Run:
+        run_id = check_run_id(run_id)
         check_payload(new, self.max_payload_bytes)
         model = check_model(model)
         check_new_id(new.id)

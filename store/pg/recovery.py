@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from store.base import RetryResult, check_payload, check_run_id
-from store.db import dumps
+from store.db import Row, Tx, dumps
 from store.errors import RunNotFound
 from store.models import Decision, NewRun, Run, RunAttempt
 from store.pg.base import PgBase
 from store.queries import recovery as q
 from store.queries import runs as qr
 from store.recovery import (
+    Requeue,
     attempt_of,
     check_existing_fork,
     check_extra_steps,
@@ -22,7 +23,6 @@ from store.recovery import (
     fork_messages,
     fork_state,
     may_retry,
-    requeue,
 )
 from store.rows import attempt_from_row, run_from_row
 
@@ -45,7 +45,7 @@ class PgRecovery(PgBase):
             tx.execute(
                 q.REOPEN_APPROVALS, {"run_id": run_id, "withdrawn": Decision.WITHDRAWN.value}
             )
-            reset = requeue()
+            reset = Requeue()
             tx.execute(
                 q.REQUEUE,
                 {
@@ -85,7 +85,7 @@ class PgRecovery(PgBase):
         with self.db.tx() as tx:
             existing = tx.first(q.EXISTING_RUN, params)
             if existing is not None:
-                return check_existing_fork(run_from_row(existing), run_id, at_step)
+                return self._same_fork(tx, existing, run_id, at_step)
             if tx.first(q.LOCK_FOR_FORK, {"run_id": run_id}) is None:
                 raise RunNotFound(f"no run with id {run_id!r}")
             source = tx.first(q.FORK_SOURCE, {"run_id": run_id})
@@ -109,7 +109,7 @@ class PgRecovery(PgBase):
                 # (the insert waited for it, so this statement sees it).
                 existing = tx.first(q.EXISTING_RUN, params)
                 assert existing is not None
-                return check_existing_fork(run_from_row(existing), run_id, at_step)
+                return self._same_fork(tx, existing, run_id, at_step)
             llm = tx.first(qr.LLM_STEP, {"run_id": run_id, "index": at_step})
             tx.execute(
                 q.COPY_HISTORY,
@@ -124,6 +124,10 @@ class PgRecovery(PgBase):
                 },
             )
             return run_from_row(row)
+
+    def _same_fork(self, tx: Tx, existing: Row, run_id: str, at_step: int) -> Run:
+        check_existing_fork(run_from_row(existing), run_id, at_step)
+        return self._get_run(tx, str(existing["id"]))  # with its wait point, if waiting
 
 
 def _attempt_params(run_id: str, attempt: RunAttempt) -> dict[str, Any]:

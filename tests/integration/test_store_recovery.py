@@ -555,6 +555,15 @@ def test_fork_is_idempotent_on_its_id_and_trigger_id(any_store: AnyStore) -> Non
         any_store.fork_run(fence.run_id, 2, taken, model=None)
     assert snapshot(any_store) == before
 
+    # Asked again once it waits, the fork comes back with its wait point.
+    claim = any_store.claim(fork.id, "w", 30)
+    assert claim is not None
+    any_store.commit_step(
+        Fence(fork.id, "w", claim.epoch), commit(3, 5, [assistant(3)], approvals=[approval("c")])
+    )
+    waiting = any_store.fork_run(fence.run_id, 2, new, model=None)
+    assert waiting.waiting is not None and waiting == any_store.get_run(fork.id)
+
 
 def test_a_fork_leaves_every_row_of_the_original_as_it_was(pg_store: PostgresStore) -> None:
     """Byte for byte, on Postgres: runs, steps, messages, checkpoints, effects,
