@@ -14,6 +14,7 @@ from typing import Any
 import pydantic
 
 from runner import approvals as approvals_
+from runner import recovery
 from runner.agent import Agent, Registry
 from runner.agent import registry as default_registry
 from runner.context import AbortReason
@@ -39,6 +40,7 @@ from store.models import (
     NewApproval,
     NewRun,
     Run,
+    RunAttempt,
     RunStatus,
     Settled,
     Step,
@@ -309,6 +311,32 @@ class Engine:
         if result.resumed:
             self.send([result.run.id])
         return result.run
+
+    def retry(self, run_id: str, *, extra_steps: int = 0) -> Run:
+        """Queue a failed or cancelled run again from its checkpoint, with
+        ``extra_steps`` more in its step budget, and enqueue it; its outcome is
+        kept as an attempt (:meth:`attempts`). A live run is returned as it is;
+        a completed run raises :class:`InvalidTransition`."""
+        return recovery.retry(self.deps, run_id, extra_steps=extra_steps).run
+
+    def fork(
+        self,
+        run_id: str,
+        at_step: int,
+        *,
+        agent: str | None = None,
+        model: str | None = None,
+        id: str | None = None,
+    ) -> Run:
+        """Start a new run from ``run_id``'s history as it stood after step
+        ``at_step``, of ``agent`` (default: the original's) on ``model``
+        (default: the agent's), and enqueue it; its step budget starts afresh.
+        The original is not written. Idempotent on ``id``, the fork's trigger id."""
+        return recovery.fork(self.deps, run_id, at_step, agent=agent, model=model, id=id)
+
+    def attempts(self, run_id: str) -> list[RunAttempt]:
+        """A retried run's earlier attempts, oldest first."""
+        return self.store.attempts(run_id)
 
     def token(self, approval_id: str) -> str:
         """The token for an approval (what a notifier would put in a link)."""

@@ -10,9 +10,10 @@ from __future__ import annotations
 from store.mem.approvals import MemApprovals
 from store.mem.execution import MemExecution
 from store.mem.maintenance import MemMaintenance
+from store.mem.recovery import MemRecovery
 from store.mem.runs import MemRuns
 
 
-class MemoryStore(MemRuns, MemExecution, MemApprovals, MemMaintenance):
+class MemoryStore(MemRuns, MemExecution, MemApprovals, MemMaintenance, MemRecovery):
     def close(self) -> None:
         pass

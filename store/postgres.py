@@ -1,8 +1,9 @@
 """The production store: run semantics (``store/rules.py``) on Postgres.
 
 The class is assembled from one part per aggregate (``store/pg/``): runs,
-claims and fenced execution writes, approvals, and tick maintenance. Every
-statement is named in ``store/queries``; :class:`store.db.Executor` runs them.
+claims and fenced execution writes, approvals, tick maintenance, retry and
+fork. Every statement is named in ``store/queries``; :class:`store.db.Executor`
+runs them.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from store.db import Executor, shared_engine
 from store.pg.approvals import PgApprovals
 from store.pg.execution import PgExecution
 from store.pg.maintenance import PgMaintenance
+from store.pg.recovery import PgRecovery
 from store.pg.runs import PgRuns
 
 
-class PostgresStore(PgRuns, PgExecution, PgApprovals, PgMaintenance):
+class PostgresStore(PgRuns, PgExecution, PgApprovals, PgMaintenance, PgRecovery):
     """The production store."""
 
     def __init__(

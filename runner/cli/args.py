@@ -43,6 +43,17 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
 
 
+def parse_count(text: str, label: str, low: int, high: int) -> int:
+    """A whole number from ``low`` to ``high``, in ASCII digits (no sign, no
+    spaces inside, nothing Python's int() would also take, such as ``1_0``)."""
+    value = text.strip()
+    if not re.fullmatch("[0-9]{1,10}", value) or not low <= int(value) <= high:
+        raise InvalidInput(
+            f"{label} must be a whole number from {low} to {high}, not {text[:40]!r}"
+        )
+    return int(value)
+
+
 def parse_payload(text: str) -> Any:
     """``--payload``: strict JSON (no NaN or Infinity), refused if nested too deep
     to parse; the engine then checks it like any trigger."""

@@ -23,10 +23,12 @@ from runner.cli.args import (
     PRUNE_MAX,
     PRUNE_MIN,
     is_text,
+    parse_count,
     parse_duration,
     parse_payload,
     seconds,
 )
+from runner.cli.describe import describe, status_cell, when
 from runner.cli.render import clip as _clip
 from runner.cli.render import step_line as _step_line
 from runner.cli.terminal import inert
@@ -37,10 +39,10 @@ from store.status import RunStatus
 
 if TYPE_CHECKING:
     from runner.engine import Engine
-    from store.models import Run
 
 
 ERROR_CHARS = 300  # an error quoting a 20 KB argument still fits a few lines
+MAX_STEP = 2**31 - 1  # a step index is an int column
 
 
 def say(text: str) -> None:
@@ -100,10 +102,6 @@ def _console() -> Any:
     if not console.is_terminal:
         console = Console(highlight=False, width=200)  # piped: never cut ids short
     return console
-
-
-def _when(value: Any) -> str:
-    return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
 
 
 @click.group(cls=Group)
@@ -171,10 +169,10 @@ def runs(status: str | None, agent: str | None, limit: int) -> None:
         cells = (
             row["id"],
             row["agent"],
-            row["status"],
+            status_cell(row),
             row["steps_used"],
             row["input_tokens"] + row["output_tokens"],
-            _when(row["created_at"]),
+            when(row["created_at"]),
             row["error_code"] or "",
         )
         # Text, not str: a str cell is parsed as rich markup ("[red]...").
@@ -182,31 +180,6 @@ def runs(status: str | None, agent: str | None, limit: int) -> None:
     _console().print(table)
     if not rows:
         click.echo("no runs")
-
-
-def _describe(run: Run) -> list[str]:
-    lines = [
-        f"run      {run.id}",
-        f"agent    {run.agent}",
-        f"status   {run.status.value}",
-        f"usage    {run.usage.input_tokens} in, {run.usage.output_tokens} out, "
-        f"{run.steps_used} steps",
-        f"created  {_when(run.created_at)}   finished {_when(run.finished_at)}",
-    ]
-    if run.concurrency_key:
-        lines.append(f"key      {run.concurrency_key}")
-    if run.claim:
-        lines.append(f"owner    {run.claim.owner} (epoch {run.claim.epoch})")
-    if run.waiting:
-        lines.append(
-            f"waiting  approval {run.waiting.approval_id} for {run.waiting.tool_name}"
-            f"({json.dumps(run.waiting.input)}), expires {_when(run.waiting.expires_at)}"
-        )
-    if run.error:
-        lines.append(f"error    {run.error.code}: {run.error.message}")
-    if run.output is not None:
-        lines.append(f"output   {_clip(json.dumps(run.output), 200)}")
-    return lines
 
 
 @main.command()
@@ -220,7 +193,7 @@ def show(run_id: str, messages: bool) -> None:
     assert url is not None
     store = PostgresStore.from_url(url)
     run = store.get_run(run_id)
-    for line in _describe(run):
+    for line in describe(run, store.attempts(run_id)):
         say(line)
     say("steps")
     for step in store.steps(run_id):
@@ -326,6 +299,41 @@ def cancel(run_id: str) -> None:
         say(f"run {run_id} is running; its worker has been told to stop")
     else:
         say(f"run {run_id} is already {result.run.status.value}; nothing to cancel")
+
+
+@main.command()
+@click.argument("run_id")
+@click.option("--extra-steps", default="0", help="Steps to add to the run's budget.")
+def retry(run_id: str, extra_steps: str) -> None:
+    """Queue a failed or cancelled run again, from its last checkpoint."""
+    from runner.recovery import retry as retry_run
+    from store.recovery import MAX_EXTRA_STEPS
+
+    extra = parse_count(extra_steps, "--extra-steps", 0, MAX_EXTRA_STEPS)
+    engine = _engine()
+    result = retry_run(engine.deps, run_id, extra_steps=extra)
+    run = result.run
+    if not result.retried:
+        say(f"run {run.id} is already {run.status.value}; nothing to retry")
+        return
+    number = len(engine.attempts(run.id)) + 1
+    more = f", {extra} more steps" if extra else ""
+    say(f"run {run.id} retried and queued (attempt {number}{more})")
+
+
+@main.command()
+@click.argument("run_id")
+@click.option("--at-step", "at_step", required=True, help="The step whose history to start from.")
+@click.option("--agent", default=None, help="The new run's agent (default: the run's).")
+@click.option("--model", default=None, help="A litellm model string instead of the agent's.")
+@click.option("--id", "trigger_id", default=None, help="Trigger id; forking again is a no-op.")
+def fork(
+    run_id: str, at_step: str, agent: str | None, model: str | None, trigger_id: str | None
+) -> None:
+    """Start a new run from RUN_ID's history after a step."""
+    step = parse_count(at_step, "--at-step", 1, MAX_STEP)
+    run = _engine().fork(run_id, step, agent=agent, model=model, id=trigger_id)
+    say(f"run {run.id} ({run.agent}) is {run.status.value}; forked from {run_id} at step {step}")
 
 
 @main.command()

@@ -23,6 +23,8 @@ def step_line(step: Step) -> str:
         return (
             f"step {step.index:>3}  tool  {step.name}({clip(json.dumps(step.input))}) -> {outcome}"
         )
+    if step.kind.value == "state":
+        return f"step {step.index:>3}  state {clip(json.dumps(step.output))}"
     return f"step {step.index:>3}  wait  {step.name} {json.dumps(step.input)}"
 
 

@@ -706,6 +706,31 @@ def test_close(any_store: AnyStore) -> None:
         assert any_store.get_run(run.id).id == run.id  # nothing to close
 
 
+def test_retry_and_fork(any_store: AnyStore) -> None:
+    """A failed run retried (its outcome kept as an attempt) and forked after
+    its first step (tests/integration/test_store_recovery.py has the rest)."""
+    fence = claimed(any_store)
+    any_store.commit_step(fence, commit(1, 0, [msg(0), msg(1)], state={"n": 1}))
+    any_store.commit_step(fence, commit(2, 2, [msg(2)]))
+    any_store.settle(fence, Outcome(RunStatus.FAILED, error=RunError("model_error", "no")))
+    result = any_store.retry_run(fence.run_id, extra_steps=2)
+    assert result.retried and result.run.status is RunStatus.QUEUED
+    assert result.run.error is None and result.run.extra_steps == 2
+    [attempt] = any_store.attempts(fence.run_id)
+    assert attempt.attempt == 1 and attempt.status is RunStatus.FAILED
+    assert attempt.error == RunError("model_error", "no") and attempt.extra_steps == 2
+
+    new = new_run(trigger_id="fork-of-" + fence.run_id)
+    fork = any_store.fork_run(fence.run_id, 1, new, model="scripted/m")
+    assert fork.id == new.id and fork.status is RunStatus.QUEUED
+    assert (fork.forked_from, fork.forked_at_step, fork.model) == (fence.run_id, 1, "scripted/m")
+    assert fork.state == {"n": 1} and fork.extra_steps == 1
+    checkpoint = any_store.checkpoint(fork.id)
+    assert checkpoint is not None and checkpoint.step_index == 1
+    assert checkpoint.messages == [msg(0), msg(1)]
+    assert any_store.attempts(fork.id) == []
+
+
 def test_every_protocol_method_succeeded_on_every_store() -> None:
     """Runs last in this module: every method of the ``Store`` protocol was
     called by the tests above, and returned normally, on each store."""

@@ -1,0 +1,78 @@
+"""How a run reads in ``runwright show`` and ``runwright runs``: its status,
+a retry wait, earlier attempts, where a fork came from. The lines hold stored
+(possibly hostile) text: print them through :func:`runner.cli.terminal.inert`."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from runner.cli.render import clip
+from store.status import RunStatus
+
+if TYPE_CHECKING:
+    from store.models import Run, RunAttempt
+
+
+def when(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
+
+
+def describe(run: Run, attempts: list[RunAttempt]) -> list[str]:
+    """``runwright show``'s header: the run, then its earlier attempts."""
+    lines = [
+        f"run      {run.id}",
+        f"agent    {run.agent}",
+        f"status   {run.status.value}",
+        f"usage    {run.usage.input_tokens} in, {run.usage.output_tokens} out, "
+        f"{run.steps_used} steps",
+        f"created  {when(run.created_at)}   finished {when(run.finished_at)}",
+    ]
+    if run.concurrency_key:
+        lines.append(f"key      {run.concurrency_key}")
+    if run.forked_from:
+        lines.append(f"forked   from run {run.forked_from} at step {run.forked_at_step}")
+    if run.model:
+        lines.append(f"model    {run.model} (instead of the agent's)")
+    if run.extra_steps:
+        lines.append(f"budget   {run.extra_steps} steps beyond the agent's")
+    if run.claim:
+        lines.append(f"owner    {run.claim.owner} (epoch {run.claim.epoch})")
+    if run.retry is not None and not run.settled:
+        retry = run.retry
+        line = f"retrying: attempt {retry.attempts} failed ({clip(retry.error, 200)})"
+        if run.retry_at is not None:
+            line += f", next attempt at {when(run.retry_at)}"
+        lines.append(line)
+    if run.waiting:
+        lines.append(
+            f"waiting  approval {run.waiting.approval_id} for {run.waiting.tool_name}"
+            f"({json.dumps(run.waiting.input)}), expires {when(run.waiting.expires_at)}"
+        )
+    if run.error:
+        lines.append(f"error    {run.error.code}: {run.error.message}")
+    if run.output is not None:
+        lines.append(f"output   {clip(json.dumps(run.output), 200)}")
+    if attempts:
+        lines.append("attempts (earlier, retried)")
+        lines.extend("  " + attempt_line(a) for a in attempts)
+    return lines
+
+
+def attempt_line(attempt: RunAttempt) -> str:
+    error = f" {attempt.error.code}: {clip(attempt.error.message, 120)}" if attempt.error else ""
+    extra = f", +{attempt.extra_steps} steps" if attempt.extra_steps else ""
+    return (
+        f"{attempt.attempt:>3}  {attempt.status.value}{error}; after {attempt.steps_used} steps,"
+        f" {attempt.usage.total} tokens; {when(attempt.started_at)} to"
+        f" {when(attempt.finished_at)}; retried {when(attempt.retried_at)}{extra}"
+    )
+
+
+def status_cell(row: dict[str, Any]) -> str:
+    """``runwright runs``' status: a run waiting to retry says when."""
+    at = row.get("retry_at")
+    if row["status"] == RunStatus.QUEUED and at is not None and row.get("retry_attempts"):
+        return f"{row['status']} (retry {row['retry_attempts']} at {at:%H:%M:%S})"
+    return str(row["status"])
