@@ -21,6 +21,7 @@ from store.models import (
     Message,
     Outcome,
     Run,
+    RunAttempt,
     RunStatus,
     Settled,
     Step,
@@ -49,6 +50,8 @@ class MemBase:
         self._messages: dict[str, list[Message]] = {}
         # The step that wrote each message, index for index (a fork's history).
         self._message_steps: dict[str, list[int]] = {}
+        # Earlier attempts of retried runs (store/mem/recovery.py).
+        self._attempts: dict[str, list[RunAttempt]] = {}
         self._checkpoints: dict[str, tuple[int, int, str | None, datetime]] = {}
         self._effects: dict[tuple[str, str], Effect] = {}
         self._approvals: dict[str, Approval] = {}

@@ -131,6 +131,8 @@ class MemMaintenance(MemBase):
                 del self._runs[run_id]
                 self._steps.pop(run_id, None)
                 self._messages.pop(run_id, None)
+                self._message_steps.pop(run_id, None)
+                self._attempts.pop(run_id, None)
                 self._checkpoints.pop(run_id, None)
                 self._epochs.pop(run_id, None)
                 for key in [k for k in self._effects if k[0] == run_id]:

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 
 from store.base import RetryResult, check_payload, check_run_id
-from store.config import DEFAULT_MAX_PAYLOAD_BYTES
 from store.mem.base import MemBase
 from store.models import (
     NewRun,
@@ -18,7 +16,6 @@ from store.models import (
     Step,
     StepKind,
     Usage,
-    utcnow,
 )
 from store.recovery import (
     Requeue,
@@ -37,15 +34,6 @@ from store.recovery import (
 
 
 class MemRecovery(MemBase):
-    def __init__(
-        self,
-        *,
-        clock: Callable[[], datetime] = utcnow,
-        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-    ) -> None:
-        super().__init__(clock=clock, max_payload_bytes=max_payload_bytes)
-        self._attempts: dict[str, list[RunAttempt]] = {}
-
     def retry_run(self, run_id: str, extra_steps: int = 0) -> RetryResult:
         run_id = check_run_id(run_id)
         extra_steps = check_extra_steps(extra_steps)

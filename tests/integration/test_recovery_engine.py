@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from runner import Agent, ApprovalPolicy, Engine, RunContext, effect, tool
+from runner import Agent, ApprovalPolicy, Budget, Engine, RunContext, effect, tool
 from runner.errors import AgentNotFound, InvalidInput, InvalidTransition
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
 from store.models import RunStatus, StepKind
@@ -219,9 +219,9 @@ def test_a_fork_after_step_two_shares_that_history_then_goes_its_own_way(
     other = unique("other")
     other_model = ScriptedModel(other, [text("never used")] * 2 + [text("the fork's answer")])
     Agent(name=other, model=other_model.model, tools=[lookup])
-    fork = engine.fork(run.id, 2, agent=other, model="scripted/elsewhere", id="fork-1")
+    fork = engine.fork(run.id, 2, agent=other, model=other_model.model, id="fork-1")
     assert fork.status is RunStatus.QUEUED and fork.agent == other
-    assert (fork.forked_from, fork.forked_at_step, fork.model) == (run.id, 2, "scripted/elsewhere")
+    assert (fork.forked_from, fork.forked_at_step, fork.model) == (run.id, 2, other_model.model)
     assert fork.extra_steps == 2 and fork.usage.total == 0
     assert fork.trigger.id == "fork-1" and fork.trigger.payload == run.trigger.payload
     assert engine.fork(run.id, 2, agent=other, id="fork-1") == fork  # idempotent
@@ -281,3 +281,47 @@ def test_a_fork_of_a_waiting_run_asks_for_its_own_approval(engine: Engine) -> No
     assert paused.waiting.tool_name == "pay" and flaky.paid == []
     assert rows_of(engine.store, run.id) == rows  # type: ignore[arg-type]
     assert engine.get_run(run.id).waiting == waiting.waiting
+
+
+def test_a_fork_on_another_model_calls_that_model(
+    engine: Engine, five_steps: tuple[str, ScriptedModel]
+) -> None:
+    name, original = five_steps
+    run = engine.start(name)
+    done = engine.execute(run.id)
+    assert done is not None and done.status is RunStatus.COMPLETED
+    other = ScriptedModel(unique("other-model"), lambda request: text("from the other model"))
+    fork = engine.fork(run.id, 2, model=other.model)
+    assert fork.model == other.model
+    calls_before = original.call_count
+    forked = engine.execute(fork.id)
+    assert forked is not None and forked.status is RunStatus.COMPLETED
+    assert forked.output == "from the other model"
+    assert original.call_count == calls_before  # the fork never called the agent's model
+    assert _steps_of(other) == [3]
+    llm = [s for s in engine.steps(fork.id) if s.kind is StepKind.LLM]
+    assert [(s.index, s.name) for s in llm] == [(3, other.model)]
+
+
+def test_extra_steps_let_a_run_over_budget_go_on(engine: Engine) -> None:
+    """A run that failed budget_exceeded is retried with more steps and completes."""
+    name = unique("budget")
+    model = ScriptedModel(
+        name,
+        lambda r: tools(call("lookup", {"q": str(r.step)})) if r.step < 4 else text("done"),
+    )
+
+    Agent(name=name, model=model.model, tools=[lookup], budget=Budget(max_steps=2))
+    run = engine.start(name)
+    failed = engine.execute(run.id)
+    assert failed is not None and failed.status is RunStatus.FAILED
+    assert failed.error is not None and failed.error.code == "budget_exceeded"
+    assert engine.retry(run.id).status is RunStatus.QUEUED
+    again = engine.execute(run.id)  # still 2 steps: fails again at step 3
+    assert again is not None and again.error is not None
+    assert again.error.code == "budget_exceeded"
+    assert engine.retry(run.id, extra_steps=2).extra_steps == 2
+    done = engine.execute(run.id)
+    assert done is not None and done.status is RunStatus.COMPLETED and done.output == "done"
+    assert _steps_of(model) == [1, 2, 3, 4]  # no step was sent twice
+    assert [a.status for a in engine.attempts(run.id)] == [RunStatus.FAILED] * 2
