@@ -30,6 +30,8 @@ class Budget:
     max_steps: int = 20
     max_tokens: int | None = None
     timeout_ms: int | None = None
+    # What the run's model calls may cost, in USD (litellm's cost map).
+    max_cost_usd: float | None = None
 
     def __post_init__(self) -> None:
         if self.max_steps < 1:
@@ -38,6 +40,8 @@ class Budget:
             raise InvalidInput("Budget.max_tokens must be positive")
         if self.timeout_ms is not None and self.timeout_ms < 1:
             raise InvalidInput("Budget.timeout_ms must be positive")
+        if self.max_cost_usd is not None and not 0 < self.max_cost_usd < float("inf"):
+            raise InvalidInput("Budget.max_cost_usd must be a positive number")
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 
 from runner import approvals
 from runner.agent import Agent, Registry
+from runner.observe import Observer
 from runner.retry import RetryPolicy
 from runner.runtime import in_io, runtime
 from store.base import Store
@@ -60,6 +61,8 @@ class Deps:
     write_retry_seconds: float
     # When a new approval's notification is first retried, if its notifier fails.
     notify_delay: timedelta
+    # Who hears what the executions do (logs, traces, metrics: runner/observe).
+    observer: Observer
 
     @property
     def tool_executor(self) -> Executor:
@@ -119,6 +122,7 @@ class Deps:
                 log.warning(
                     "notifier of %s failed for %s: %s", agent.name, approval.approval_id, exc
                 )
+                self.observer.notification_failed(agent.name)
                 retry_at = utcnow() + approvals.backoff(
                     1,
                     self.settings.notify_backoff_seconds,

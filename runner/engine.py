@@ -27,9 +27,12 @@ from runner.errors import (
 )
 from runner.execution import Execution
 from runner.layout import require_own_modules
+from runner.observe import Observer, Observers
+from runner.observe.logs import LogObserver
+from runner.reports import TickReport
 from runner.retry import RetryPolicy
 from runner.runtime import runtime
-from runner.tick import TickReport, tick
+from runner.tick import tick
 from store.base import CancelResult, Store
 from store.claims import Claims
 from store.config import Settings
@@ -89,6 +92,7 @@ class Engine:
         model_backoff_seconds: float | None = None,
         retry_policy: RetryPolicy | None = None,
         write_retry_seconds: float = 60.0,
+        observers: Sequence[Observer] = (),
     ) -> None:
         settings = settings or Settings()
         self.deps = Deps(
@@ -114,6 +118,7 @@ class Engine:
             retry_policy=retry_policy or RetryPolicy.from_settings(settings),
             write_retry_seconds=write_retry_seconds,
             notify_delay=timedelta(seconds=settings.notify_backoff_seconds),
+            observer=Observers([LogObserver(), *observers]),
         )
         self._listener: CancelListener | None = None
         self._listener_lock = threading.Lock()
@@ -230,9 +235,16 @@ class Engine:
             envelope = TriggerEnvelope(**fields)
         except pydantic.ValidationError as exc:
             raise InvalidInput(f"invalid trigger: {exc}") from None
-        run, created = self.store.create_run(
-            NewRun(agent=spec.name, trigger=envelope, concurrency_key=spec.key_for(envelope))
-        )
+        carrier: dict[str, str] = {}
+        with self.deps.observer.starting(spec.name, carrier):
+            run, created = self.store.create_run(
+                NewRun(
+                    agent=spec.name,
+                    trigger=envelope,
+                    concurrency_key=spec.key_for(envelope),
+                    trace_context=carrier or None,
+                )
+            )
         if created:
             self.send([run.id])
         return run
@@ -308,6 +320,7 @@ class Engine:
         result = approvals_.decide(
             self.store, self.tokens, approval_id, approve, reason, token=token, trusted=trusted
         )
+        self.deps.observer.approval_decided(result.run, result.approval)
         if result.resumed:
             self.send([result.run.id])
         return result.run
@@ -354,7 +367,10 @@ class Engine:
     def tick(self, now: datetime | None = None) -> TickReport:
         """One round of housekeeping (what Celery beat runs): re-send due
         notifications, expire approvals, recover lapsed runs, re-enqueue."""
-        return tick(self.deps, now=now)
+        began = time.monotonic()
+        report = tick(self.deps, now=now)
+        self.deps.observer.tick(report, time.monotonic() - began)
+        return report
 
     def drain(self, timeout: float | None = None) -> int:
         """Abort every execution in this process; they settle ``interrupted`` and

@@ -144,7 +144,24 @@ class Execution:
         fence, run, start = claimed
         self.fence = fence
         rt.add(self)
-        heartbeat = asyncio.create_task(self._heartbeat(), name=f"heartbeat {self.run_id}")
+        observer = self.deps.observer
+        began = time.monotonic()
+        with observer.execution(run, fence, self.owner):
+            if run.takeovers:
+                observer.taken_over(run, fence.epoch - 1)
+            heartbeat = asyncio.create_task(self._heartbeat(), name=f"heartbeat {self.run_id}")
+            try:
+                return await self._execute(run, start)
+            finally:
+                heartbeat.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await heartbeat
+                rt.remove(self)
+                await self.io(self._finish, fence)
+                if self.settled is not None:
+                    observer.settled(self.settled.run, time.monotonic() - began)
+
+    async def _execute(self, run: Run, start: StartPoint) -> Settled | None:
         agent: Agent | None = None
         try:
             try:
@@ -155,7 +172,7 @@ class Execution:
             self.settled = await self._run_agent(agent, run, start)
             return self.settled
         except LeaseLostError as exc:
-            log.warning("run %s: %s", self.run_id, exc)
+            await self._lease_lost()
             self._report(agent, exc)
             return None
         except StoreUnavailable as exc:
@@ -168,12 +185,14 @@ class Execution:
             self._report(agent, exc)
             self.settled = await self._settle_crash(exc)
             return self.settled
-        finally:
-            heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await heartbeat
-            rt.remove(self)
-            await self.io(self._finish, fence)
+
+    async def _lease_lost(self) -> None:
+        assert self.fence is not None
+        current = None
+        with contextlib.suppress(Exception):  # only for the log line
+            claim = (await self.io(self.deps.store.get_run, self.run_id)).claim
+            current = claim.epoch if claim is not None else None
+        self.deps.observer.lease_lost(self.run_id, self.fence.epoch, current)
 
     async def _run_agent(self, agent: Agent, run: Run, start: StartPoint) -> Settled:
         if run.cancel_requested:
@@ -215,6 +234,7 @@ class Execution:
             f"{wait.at:%H:%M:%S}",
         )
         settled = await self.write(self.deps.store.defer_retry, wait)
+        self.deps.observer.retry_scheduled(settled.run, wait)
         return settled
 
     async def _agent_missing(self, exc: AgentNotFound) -> Settled | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
@@ -14,7 +15,15 @@ from runner.context import AbortSignal, RunContext
 from runner.deps import Deps
 from runner.errors import InvalidInput
 from runner.generated import StateHolder, initial_state, output_tool, state_tools
-from runner.history import assign_call_ids, call_ids, continue_thread, for_model, open_step
+from runner.history import (
+    OpenStep,
+    assign_call_ids,
+    call_ids,
+    continue_thread,
+    for_model,
+    open_step,
+)
+from runner.observe import ModelCall
 from runner.toolcalls import CallRunner, StepCalls
 from runner.tools import Tool
 from runner.trigger import trigger_message
@@ -77,6 +86,7 @@ class StepLoop:
         self.index = 0  # the stored checkpoint's step index
         self.finish_reason: str | None = None
         self.usage = run.usage
+        self.cost_usd = run.cost_usd
         self.state = StateHolder(None)
         self.tools: dict[str, Tool] = {}
         self.call_ids: set[str] = set()  # every tool call id of the history
@@ -105,17 +115,23 @@ class StepLoop:
                     return await self.x.settle(
                         Outcome(RunStatus.FAILED, error=RunError("budget_exceeded", over))
                     )
-                assistant = await self._assistant(k)
-                if assistant is None:
-                    return await self.x.settle_aborted(self.agent)
-                self.messages.append(assistant)
-                step = open_step(self.messages)
-            calls = await self._runner().run(step) if step is not None else StepCalls()
-            settled = await self._commit(k, step is None, calls)
+            with self.deps.observer.step(self.run_, k):
+                settled = await self._step(k, step)
             if settled is not None:
                 return settled
             if self.x.signal.aborted:
                 return await self.x.settle_aborted(self.agent)
+
+    async def _step(self, k: int, step: OpenStep | None) -> Settled | None:
+        """Step k: its model call (unless it is open already), its tool calls, W2."""
+        if step is None:
+            assistant = await self._assistant(k)
+            if assistant is None:
+                return await self.x.settle_aborted(self.agent)
+            self.messages.append(assistant)
+            step = open_step(self.messages)
+        calls = await self._runner(k).run(step) if step is not None else StepCalls()
+        return await self._commit(k, step is None, calls)
 
     # ---------------------------------------------------------- start point
 
@@ -162,6 +178,8 @@ class StepLoop:
             return f"the run used all {max_steps} steps of its budget"
         if budget.max_tokens is not None and self.usage.total >= budget.max_tokens:
             return f"the run used {self.usage.total} tokens; its budget is {budget.max_tokens}"
+        if budget.max_cost_usd is not None and self.cost_usd >= budget.max_cost_usd:
+            return f"the run cost ${self.cost_usd:.6f}; its budget is ${budget.max_cost_usd:.6f}"
         return None
 
     # ----------------------------------------------------- model call and W1
@@ -177,6 +195,39 @@ class StepLoop:
             return self._from_w1(recorded.output)
         started = utcnow()
         model_name = self.run_.model or self.agent.model
+        observed = ModelCall(model_name, k)
+        with self.deps.observer.model_call(self.run_, observed):
+            reply = await self._call_model(model_name)
+            if reply is None:
+                return None
+            observed.usage = reply.usage
+            observed.finish_reason = reply.finish_reason
+            observed.cost_usd = reply.cost_usd
+        message = assign_call_ids(reply.message, self.call_ids, k)
+        output = {"message": message, "finish_reason": reply.finish_reason}
+        record = StepRecord(
+            index=k,
+            kind=StepKind.LLM,
+            started_at=started,
+            finished_at=utcnow(),
+            name=model_name,
+            output=output,
+            usage=reply.usage,
+            cost_usd=reply.cost_usd,
+        )
+        self.retry = None  # W1 clears the run's failed attempts
+        if await self.x.write(self.store.record_llm_step, record):
+            self.usage = self.usage + reply.usage
+            self.cost_usd += reply.cost_usd or 0.0
+        else:  # recorded meanwhile: the journal wins, so tool call ids stay stable
+            existing = await self.x.io(self.store.llm_step, self.run_.id, k)
+            assert existing is not None
+            output = existing.output
+        faults.hit(faults.AFTER_W1)
+        return self._from_w1(output)
+
+    async def _call_model(self, model_name: str) -> model.ModelReply | None:
+        """The model's reply, or None if an abort won the race."""
         policy = self.agent.retry or self.deps.retry_policy
         call = asyncio.create_task(
             model.complete(
@@ -199,27 +250,7 @@ class StepLoop:
                 await call
             return None
         aborted.cancel()
-        reply = call.result()
-        message = assign_call_ids(reply.message, self.call_ids, k)
-        output = {"message": message, "finish_reason": reply.finish_reason}
-        record = StepRecord(
-            index=k,
-            kind=StepKind.LLM,
-            started_at=started,
-            finished_at=utcnow(),
-            name=model_name,
-            output=output,
-            usage=reply.usage,
-        )
-        self.retry = None  # W1 clears the run's failed attempts
-        if await self.x.write(self.store.record_llm_step, record):
-            self.usage = self.usage + reply.usage
-        else:  # recorded meanwhile: the journal wins, so tool call ids stay stable
-            existing = await self.x.io(self.store.llm_step, self.run_.id, k)
-            assert existing is not None
-            output = existing.output
-        faults.hit(faults.AFTER_W1)
-        return self._from_w1(output)
+        return call.result()
 
     def _from_w1(self, output: Any) -> Message:
         self.finish_reason = output.get("finish_reason")
@@ -229,7 +260,7 @@ class StepLoop:
 
     # -------------------------------------------------------- tools and W2
 
-    def _runner(self) -> CallRunner:
+    def _runner(self, k: int) -> CallRunner:
         assert self.x.fence is not None
         return CallRunner(
             agent=self.agent,
@@ -244,6 +275,8 @@ class StepLoop:
             executor=self.deps.tool_executor,
             drain_grace_seconds=max(0.0, self.deps.settings.drain_seconds - 2),
             approval_expires_seconds=self.deps.settings.approval_expires_seconds,
+            observe=functools.partial(self.deps.observer.tool_call, self.run_),
+            step=k,
         )
 
     async def _commit(self, k: int, final_text: bool, calls: StepCalls) -> Settled | None:
@@ -276,7 +309,7 @@ class StepLoop:
         self.index = k
         self.state.changed = False
         if calls.approvals and settled is not None:
-            await self.deps.notify_approvals(
-                self.agent, settled.run, [approval for approval, _ in calls.approvals]
-            )
+            asked = [approval for approval, _ in calls.approvals]
+            self.deps.observer.approvals_requested(settled.run, asked)
+            await self.deps.notify_approvals(self.agent, settled.run, asked)
         return settled

@@ -13,6 +13,7 @@ import asyncio
 import email.utils
 import json
 import logging
+import math
 import os
 import random
 import threading
@@ -70,6 +71,8 @@ class ModelReply:
     message: Message
     usage: Usage
     finish_reason: str | None
+    # From litellm's cost map; None when the model has no price there.
+    cost_usd: float | None = None
 
 
 def retry_after(exc: BaseException) -> float | None:
@@ -168,14 +171,28 @@ async def complete(
                 transient=passing,
                 retry_after=pause,
             ) from exc
-        return _reply(response)
+        return _reply(response, _cost(litellm, response))
 
 
 def _short(exc: BaseException, limit: int = 500) -> str:
     return clean_message(str(exc), limit)
 
 
-def _reply(response: Any) -> ModelReply:
+def _cost(litellm: Any, response: Any) -> float | None:
+    """What the call cost in USD, from litellm's (local) cost map; None when
+    the model has no price there."""
+    try:
+        cost = litellm.completion_cost(completion_response=response)
+    except Exception:
+        return None  # an unpriced model: litellm raises rather than guess
+    try:
+        value = float(cost)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def _reply(response: Any, cost_usd: float | None = None) -> ModelReply:
     try:
         choice = response.choices[0]
         raw = choice.message
@@ -222,6 +239,7 @@ def _reply(response: Any) -> ModelReply:
             int(getattr(usage, "completion_tokens", 0) or 0),
         ),
         finish_reason=choice.finish_reason,
+        cost_usd=cost_usd,
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import functools
 import os
 import queue
@@ -165,8 +166,10 @@ class Runtime:
 
 async def in_io(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run a blocking call (database, Redis) in this process's I/O pool."""
+    # In a copy of the caller's context, so that log records name the run.
+    context = contextvars.copy_context()
     return await asyncio.get_running_loop().run_in_executor(
-        runtime().io, functools.partial(fn, *args, **kwargs)
+        runtime().io, functools.partial(context.run, fn, *args, **kwargs)
     )
 
 

@@ -14,33 +14,18 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime
 
 from runner import approvals
 from runner.deps import Deps
 from runner.errors import AgentNotFound, ApprovalError, InvalidTransition, StoreUnavailable
 from runner.history import approval_response
+from runner.reports import TickReport
 from runner.runtime import runtime
 from store.leases import TICK_LOCK_KEY
 from store.models import Decision, RunError
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class TickReport:
-    skipped: bool = False
-    notified: int = 0
-    notify_failed: int = 0
-    expired: int = 0
-    recovered: list[str] = field(default_factory=list)
-    reenqueued: list[str] = field(default_factory=list)
-    key_heads: list[str] = field(default_factory=list)
-    # Approvals a job could not handle (logged, left for a later tick), and the
-    # jobs that failed as a whole; the other jobs ran regardless.
-    item_errors: int = 0
-    failed_jobs: list[str] = field(default_factory=list)
 
 
 Job = Callable[[Deps, TickReport, "datetime | None"], None]

@@ -28,6 +28,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -39,6 +40,7 @@ from runner.agent import Agent
 from runner.context import AbortReason, AbortSignal, RunContext
 from runner.errors import RunwrightError, ToolInputError
 from runner.history import OpenStep, approval_request, error_content, tool_message
+from runner.observe import ToolCall
 from runner.tools import Tool
 from store.base import EffectBegin
 from store.jsonsafe import NotStorable, clean_json, clean_message, clip
@@ -180,6 +182,8 @@ class CallRunner:
         executor: Any,
         drain_grace_seconds: float = 0.0,
         approval_expires_seconds: float = 86400.0,
+        observe: Callable[[ToolCall], AbstractContextManager[None]] | None = None,
+        step: int = 0,
     ) -> None:
         self.agent = agent
         self.tools = tools
@@ -193,6 +197,8 @@ class CallRunner:
         self.executor = executor
         self.drain_grace_seconds = drain_grace_seconds
         self.approval_expires_seconds = approval_expires_seconds
+        self.observe = observe
+        self.step = step
 
     async def run(self, step: OpenStep) -> StepCalls:
         out = StepCalls()
@@ -240,7 +246,7 @@ class CallRunner:
                     continue
             runnable.append((call, tool, args, input))
         if runnable:
-            done = await asyncio.gather(*(self._run_one(*item) for item in runnable))
+            done = await asyncio.gather(*(self._observed(*item) for item in runnable))
             out.results.extend(result for result in done if result is not None)
         order = {c["id"]: i for i, c in enumerate(step.calls)}
         out.results.sort(key=lambda r: order.get(r.call_id, 0))
@@ -324,6 +330,17 @@ class CallRunner:
             grace = max(grace, self.drain_grace_seconds)
         aborted_at = signal.aborted_at if signal.aborted_at is not None else time.monotonic()
         return max(0.0, aborted_at + grace - time.monotonic())
+
+    async def _observed(
+        self, call: dict[str, Any], tool: Tool, args: pydantic.BaseModel, input: Any
+    ) -> CallResult | None:
+        if self.observe is None:
+            return await self._run_one(call, tool, args, input)
+        observed = ToolCall(tool.name, call["id"], self.step, effect=tool.effect)
+        with self.observe(observed):
+            result = await self._run_one(call, tool, args, input)
+            observed.error = None if result is None else result.error
+            return result
 
     async def _run_one(
         self, call: dict[str, Any], tool: Tool, args: pydantic.BaseModel, input: Any

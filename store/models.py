@@ -171,6 +171,9 @@ class Run:
     enqueued_at: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    # Takeovers since the run last made progress (a W1 or W2); after a claim,
+    # more than 0 means that claim took the run over from a stopped execution.
+    takeovers: int = 0
     # Transient model failures of the current step (None: none since the last progress).
     retry: RetryWait | None = None
     # Steps added to the agent's budget (a retry's extra steps, a fork's prefix).
@@ -179,6 +182,10 @@ class Run:
     model: str | None = None
     forked_from: str | None = None
     forked_at_step: int | None = None
+    # What the model calls cost, in USD (0 when the models are unpriced).
+    cost_usd: float = 0.0
+    # W3C trace context of the request that started the run.
+    trace_context: dict[str, str] | None = None
 
     @property
     def settled(self) -> bool:
@@ -206,6 +213,7 @@ class Step:
     output: JSON = None
     error: JSON = None
     usage: Usage | None = None
+    cost_usd: float | None = None
 
 
 @dataclass(frozen=True)
@@ -275,6 +283,8 @@ class NewRun:
     trigger: TriggerEnvelope
     concurrency_key: str | None = None
     id: str = field(default_factory=new_id)
+    # W3C trace context to carry to the executions (runner/observe).
+    trace_context: dict[str, str] | None = None
 
     @property
     def thread(self) -> str | None:
@@ -295,6 +305,7 @@ class StepRecord:
     output: JSON = None
     error: JSON = None
     usage: Usage | None = None
+    cost_usd: float | None = None
 
 
 @dataclass(frozen=True)

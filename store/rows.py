@@ -63,6 +63,9 @@ def run_from_row(row: Mapping[str, Any], waiting: WaitPoint | None = None) -> Ru
         enqueued_at=m["enqueued_at"],
         started_at=m["started_at"],
         finished_at=m["finished_at"],
+        takeovers=int(m["takeovers"]),
+        cost_usd=float(m["cost_usd"]),
+        trace_context=m["trace_context"],
         retry=retry_from_row(m),
         extra_steps=int(m["extra_steps"]),
         model=m["model"],
@@ -117,6 +120,7 @@ def step_from_row(row: Mapping[str, Any]) -> Step:
         output=m["output"],
         error=m["error"],
         usage=usage,
+        cost_usd=m.get("cost_usd"),
     )
 
 

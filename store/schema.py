@@ -67,6 +67,10 @@ runs = sa.Table(
         sa.ForeignKey("runs.id", name="runs_forked_from_fkey", ondelete="SET NULL"),
     ),
     sa.Column("forked_at_step", sa.Integer),
+    # W3C trace context of the request that started the run (its executions
+    # join that trace), and what its model calls cost in USD.
+    sa.Column("trace_context", sa.JSON),
+    sa.Column("cost_usd", sa.Float, nullable=False, server_default="0"),
     sa.Column("enqueued_at", _TS),
     sa.Column("created_at", _TS, nullable=False, server_default=_NOW),
     sa.Column("updated_at", _TS, nullable=False, server_default=_NOW),
@@ -137,6 +141,7 @@ steps = sa.Table(
     sa.Column("error", JSONB),
     sa.Column("input_tokens", sa.BigInteger),
     sa.Column("output_tokens", sa.BigInteger),
+    sa.Column("cost_usd", sa.Float),
     sa.Column("started_at", _TS, nullable=False),
     sa.Column("finished_at", _TS),
     sa.CheckConstraint("kind IN ('llm', 'tool', 'wait', 'state')", name="steps_kind_valid"),

@@ -58,8 +58,6 @@ class MemBase:
         self._step_ids = itertools.count(1)
         # The epoch survives settling (which clears the claim): it only ever rises.
         self._epochs: dict[str, int] = {}
-        # Takeovers since the last W1/W2 (see ``takeover_crashes``).
-        self._takeovers: dict[str, int] = {}
         self._agent_missing_since: dict[str, datetime] = {}
 
     def _now(self, now: datetime | None = None) -> datetime:
@@ -121,6 +119,7 @@ class MemBase:
                 output=copy.deepcopy(record.output),
                 error=copy.deepcopy(record.error),
                 usage=record.usage,
+                cost_usd=record.cost_usd,
             )
         )
 

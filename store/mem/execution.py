@@ -43,10 +43,11 @@ class MemExecution(MemBase):
             if any(s.kind is StepKind.LLM and s.index == step.index for s in self._steps[run.id]):
                 return False
             self._add_step(run.id, step)
-            self._takeovers[run.id] = 0
             self._runs[run.id] = replace(
                 run,
+                takeovers=0,
                 usage=run.usage + (step.usage or Usage()),
+                cost_usd=run.cost_usd + (step.cost_usd or 0.0),
                 steps_used=max(run.steps_used, step.index),
                 retry=None,
                 updated_at=self._now(),
@@ -57,7 +58,7 @@ class MemExecution(MemBase):
         with self._lock:
             run = self._fenced(fence)
             self._write_checkpoint(run.id, commit)
-            self._takeovers[run.id] = 0
+            run = replace(run, takeovers=0)
             for record in with_state_step(commit):
                 self._add_step(run.id, record)
             now = self._now()

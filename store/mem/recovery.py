@@ -46,7 +46,6 @@ class MemRecovery(MemBase):
             attempts.append(attempt_of(run, len(attempts) + 1, extra_steps, now))
             self._reopen_approvals(run.id, now)
             reset = Requeue()
-            self._takeovers[run.id] = reset.takeovers
             self._agent_missing_since.pop(run.id, None)
             self._runs[run.id] = replace(
                 run,
@@ -56,6 +55,7 @@ class MemRecovery(MemBase):
                 started_at=reset.started_at,
                 finished_at=reset.finished_at,
                 cancel_requested=reset.cancel_requested,
+                takeovers=reset.takeovers,
                 retry=None,
                 extra_steps=run.extra_steps + extra_steps,
                 enqueued_at=now,

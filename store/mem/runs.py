@@ -43,6 +43,7 @@ class MemRuns(MemBase):
                 concurrency_key=new.concurrency_key,
                 thread=new.thread,
                 enqueued_at=now,
+                trace_context=dict(new.trace_context) if new.trace_context else None,
             )
             self._runs[run.id] = run
             self._steps[run.id] = []
@@ -129,12 +130,12 @@ class MemRuns(MemBase):
             expires_at = run.claim.expires_at if run.claim else None
             if not claimable(run.status, expires_at, now, run.retry_at):
                 return None
-            takeovers = self._takeovers.get(run.id, 0)
+            takeovers = run.takeovers
             if is_takeover(run.status, expires_at, now):
                 assert run.claim is not None
                 if takeover_crashes(takeovers, max_takeovers):
                     assert max_takeovers is not None
-                    self._takeovers[run.id] = takeovers + 1
+                    self._runs[run.id] = replace(run, takeovers=takeovers + 1)
                     error = crashed_error(run.claim.epoch, max_takeovers)
                     return self._apply_outcome(run.id, Outcome(RunStatus.FAILED, error=error))
                 takeovers += 1
@@ -144,9 +145,9 @@ class MemRuns(MemBase):
             epoch = self._epochs.get(run.id, 0) + 1
             claim = Claim(owner=owner, expires_at=now + timedelta(seconds=ttl_seconds), epoch=epoch)
             self._epochs[run.id] = epoch
-            self._takeovers[run.id] = takeovers
             self._runs[run.id] = replace(
                 run,
+                takeovers=takeovers,
                 status=RunStatus.RUNNING,
                 claim=claim,
                 started_at=run.started_at or now,

@@ -20,6 +20,7 @@ class PgRuns(PgBase):
             "trigger_id": new.trigger.id,
             "key": new.concurrency_key,
             "thread": new.thread,
+            "trace_context": dumps(new.trace_context) if new.trace_context else None,
         }
         with self.db.tx() as tx:
             row = tx.first(q.CREATE_RUN, params)

@@ -78,17 +78,18 @@ W1 = Statement(
         SELECT id FROM runs WHERE {FENCE} FOR UPDATE
     ), ins AS (
         INSERT INTO steps (run_id, kind, index, name, input, output, error,
-                           input_tokens, output_tokens, started_at, finished_at)
+                           input_tokens, output_tokens, cost_usd, started_at, finished_at)
         SELECT f.id, 'llm', CAST(:index AS int), CAST(:name AS text), CAST(:input AS jsonb),
                CAST(:output AS jsonb), CAST(:error AS jsonb), CAST(:input_tokens AS bigint),
-               CAST(:output_tokens AS bigint), CAST(:started_at AS timestamptz),
-               CAST(:finished_at AS timestamptz)
+               CAST(:output_tokens AS bigint), CAST(:cost_usd AS float8),
+               CAST(:started_at AS timestamptz), CAST(:finished_at AS timestamptz)
           FROM f
         ON CONFLICT (run_id, index) WHERE kind = 'llm' DO NOTHING
         RETURNING run_id
     ), upd AS (
         UPDATE runs SET input_tokens = runs.input_tokens + CAST(:input_tokens AS bigint),
                         output_tokens = runs.output_tokens + CAST(:output_tokens AS bigint),
+                        cost_usd = runs.cost_usd + COALESCE(CAST(:cost_usd AS float8), 0),
                         steps_used = GREATEST(runs.steps_used, CAST(:index AS int)),
                         takeovers = 0,
                         retry_attempts = 0, retry_at = NULL, retry_since = NULL,

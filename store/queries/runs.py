@@ -11,10 +11,10 @@ CREATE_RUN = Statement(
     "create_run",
     f"""
     INSERT INTO runs (id, agent, status, trigger, trigger_id, concurrency_key, thread,
-                      enqueued_at)
+                      trace_context, enqueued_at)
     VALUES (CAST(:id AS uuid), CAST(:agent AS text), {lit(RunStatus.QUEUED)},
             CAST(:trigger AS json), CAST(:trigger_id AS text), CAST(:key AS text),
-            CAST(:thread AS text), now())
+            CAST(:thread AS text), CAST(:trace_context AS json), now())
     ON CONFLICT ON CONSTRAINT runs_agent_trigger_id_key DO NOTHING
     RETURNING *
     """,

@@ -65,6 +65,9 @@ def test_table_and_column_names() -> None:
                 "model",
                 "forked_from",
                 "forked_at_step",
+                # 0005
+                "trace_context",
+                "cost_usd",
             ]
         ),
         "steps": sorted(
@@ -80,6 +83,7 @@ def test_table_and_column_names() -> None:
                 "error",
                 "input_tokens",
                 "output_tokens",
+                "cost_usd",
                 "started_at",
                 "finished_at",
             ]

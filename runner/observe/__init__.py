@@ -1,0 +1,171 @@
+"""Observing runs: what the engine reports, and who listens (DESIGN §10).
+
+The engine core calls one :class:`Observer` (a fan-out of several) at the
+points worth seeing: a run started, an execution, its steps, model and tool
+calls, approvals, retries, settling, takeovers and ticks. The methods that
+wrap work are context managers, so a listener sees the duration and any
+exception. Listeners: the log context and its lines (``runner/observe/logs.py``,
+always on), OpenTelemetry traces (``otel.py``, extra ``runwright[otel]``) and
+Prometheus metrics (``metrics.py``, extra ``runwright[metrics]``); the optional
+ones are imported only when configured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+from runner.reports import TickReport
+from store.models import Approval, Fence, NewApproval, RetryWait, Run, Usage
+
+
+@dataclass
+class ModelCall:
+    """One model call, filled in by the step loop as the answer arrives."""
+
+    model: str
+    step: int
+    usage: Usage | None = None
+    finish_reason: str | None = None
+    cost_usd: float | None = None
+    # The provider's errors, in-call retries included, as the loop saw them.
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ToolCall:
+    name: str
+    call_id: str
+    step: int
+    effect: bool = False
+    # Set when the tool's error went back to the model (the call did not raise).
+    error: str | None = None
+
+
+_NULL: AbstractContextManager[None] = nullcontext()
+
+
+class Observer:
+    """A listener. Every method does nothing here; override what you need."""
+
+    def starting(self, agent: str, carrier: dict[str, str]) -> AbstractContextManager[None]:
+        """Around ``Engine.start`` in the caller's process. ``carrier`` is
+        stored with the run: a tracer writes its context there so that the
+        executions, in other processes, join the caller's trace."""
+        return _NULL
+
+    def execution(self, run: Run, fence: Fence, worker: str) -> AbstractContextManager[None]:
+        """Around one execution of ``run`` (claimed with ``fence``)."""
+        return _NULL
+
+    def step(self, run: Run, index: int) -> AbstractContextManager[None]:
+        return _NULL
+
+    def model_call(self, run: Run, call: ModelCall) -> AbstractContextManager[None]:
+        return _NULL
+
+    def tool_call(self, run: Run, call: ToolCall) -> AbstractContextManager[None]:
+        return _NULL
+
+    def approvals_requested(self, run: Run, approvals: Sequence[NewApproval]) -> None:
+        return None
+
+    def approval_decided(self, run: Run, approval: Approval) -> None:
+        """In the deciding process (a web request, the CLI, tick's expiry)."""
+        return None
+
+    def retry_scheduled(self, run: Run, wait: RetryWait) -> None:
+        return None
+
+    def settled(self, run: Run, seconds: float) -> None:
+        """An execution moved the run out of ``running`` after ``seconds``."""
+        return None
+
+    def taken_over(self, run: Run, previous_epoch: int) -> None:
+        """This execution took the run over from a dead (or stalled) one."""
+        return None
+
+    def lease_lost(self, run_id: str, epoch: int, current_epoch: int | None) -> None:
+        """This execution (``epoch``) lost the run to ``current_epoch``."""
+        return None
+
+    def tick(self, report: TickReport, seconds: float) -> None:
+        return None
+
+    def notification_failed(self, agent: str) -> None:
+        return None
+
+
+class Observers(Observer):
+    """Several listeners as one; a listener that raises is logged and skipped
+    for that event, never allowed to break a run."""
+
+    def __init__(self, observers: Sequence[Observer]) -> None:
+        self.observers = tuple(observers)
+
+    @contextlib.contextmanager
+    def _all(self, method: str, *args: Any) -> Iterator[None]:
+        with contextlib.ExitStack() as stack:
+            for observer in self.observers:
+                try:
+                    stack.enter_context(getattr(observer, method)(*args))
+                except Exception:
+                    _complain(observer, method)
+            yield
+
+    def _each(self, method: str, *args: Any) -> None:
+        for observer in self.observers:
+            try:
+                getattr(observer, method)(*args)
+            except Exception:
+                _complain(observer, method)
+
+    def starting(self, agent: str, carrier: dict[str, str]) -> AbstractContextManager[None]:
+        return self._all("starting", agent, carrier)
+
+    def execution(self, run: Run, fence: Fence, worker: str) -> AbstractContextManager[None]:
+        return self._all("execution", run, fence, worker)
+
+    def step(self, run: Run, index: int) -> AbstractContextManager[None]:
+        return self._all("step", run, index)
+
+    def model_call(self, run: Run, call: ModelCall) -> AbstractContextManager[None]:
+        return self._all("model_call", run, call)
+
+    def tool_call(self, run: Run, call: ToolCall) -> AbstractContextManager[None]:
+        return self._all("tool_call", run, call)
+
+    def approvals_requested(self, run: Run, approvals: Sequence[NewApproval]) -> None:
+        self._each("approvals_requested", run, approvals)
+
+    def approval_decided(self, run: Run, approval: Approval) -> None:
+        self._each("approval_decided", run, approval)
+
+    def retry_scheduled(self, run: Run, wait: RetryWait) -> None:
+        self._each("retry_scheduled", run, wait)
+
+    def settled(self, run: Run, seconds: float) -> None:
+        self._each("settled", run, seconds)
+
+    def taken_over(self, run: Run, previous_epoch: int) -> None:
+        self._each("taken_over", run, previous_epoch)
+
+    def lease_lost(self, run_id: str, epoch: int, current_epoch: int | None) -> None:
+        self._each("lease_lost", run_id, epoch, current_epoch)
+
+    def tick(self, report: TickReport, seconds: float) -> None:
+        self._each("tick", report, seconds)
+
+    def notification_failed(self, agent: str) -> None:
+        self._each("notification_failed", agent)
+
+
+def _complain(observer: Observer, method: str) -> None:
+    import logging
+
+    logging.getLogger(__name__).exception(
+        "observer %s failed in %s; the run goes on", type(observer).__name__, method
+    )
