@@ -39,7 +39,7 @@ fmt: install ## Format the code
 bench: install ## Run the benchmarks; results land in bench/results/
 	$(BIN)/python -m bench
 
-lock: ## Re-resolve requirements.lock from pyproject.toml (needs uv)
+lock: ## Re-resolve requirements.lock from pyproject.toml (needs uv; dev includes the otel and metrics extras)
 	uv pip compile pyproject.toml --extra dev --generate-hashes --python-version 3.11 -o requirements.lock
 
 worker: install ## Start a worker (threads pool; scale by starting more)
