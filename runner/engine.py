@@ -145,11 +145,14 @@ class Engine:
             if settings.enqueue.startswith("tasks:"):
                 require_own_modules("tasks")
             enqueue = import_string(settings.enqueue)
+        from runner.observe.setup import observers
+
         return cls(
             store,
             leases=Leases.from_url(settings.redis_url),
             enqueue=enqueue,
             settings=settings,
+            observers=observers(settings),
         )
 
     # What the engine was built with, read-only: the executions share them.

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime
@@ -51,6 +52,10 @@ def tick(deps: Deps, now: datetime | None = None) -> TickReport:
             except Exception:
                 log.exception("tick job %s failed; the other jobs ran", job.__name__)
                 report.failed_jobs.append(job.__name__.lstrip("_"))
+        if deps.leases is not None:
+            # What `runwright doctor` and the workers' beat watchdog read.
+            with contextlib.suppress(StoreUnavailable):
+                deps.leases.mark_tick(time.time())
         return report
     finally:
         if leases is not None:

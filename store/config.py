@@ -17,6 +17,7 @@ from typing import Any
 from store.errors import ConfigurationError
 
 DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
+LOG_FORMATS = ("text", "json")
 
 
 def _parse(item: Field[Any], kind: Any, raw: str) -> Any:
@@ -33,7 +34,7 @@ def _parse(item: Field[Any], kind: Any, raw: str) -> Any:
         return Path(raw)
     if kind == tuple[str, ...]:
         return tuple(part.strip() for part in raw.split(",") if part.strip())
-    number = int if kind is int else float
+    number = int if kind in (int, int | None) else float
     try:
         value = number(raw)
     except ValueError:
@@ -109,6 +110,22 @@ class Settings:
     io_threads: int = _setting("RUNWRIGHT_IO_THREADS", 32, minimum=1)
     tool_threads: int = _setting("RUNWRIGHT_TOOL_THREADS", 64, minimum=1)
     model: str | None = _setting("RUNWRIGHT_MODEL", None)
+    # Observing runs (runner/observe): log lines, traces, metrics.
+    log_format: str = _setting("RUNWRIGHT_LOG_FORMAT", "text")
+    otel: bool = _setting("RUNWRIGHT_OTEL", False)
+    otel_capture_content: bool = _setting("RUNWRIGHT_OTEL_CAPTURE_CONTENT", False)
+    metrics_port: int | None = _setting("RUNWRIGHT_METRICS_PORT", None, minimum=1)
+
+    def __post_init__(self) -> None:
+        if self.log_format not in LOG_FORMATS:
+            raise ConfigurationError(
+                f"RUNWRIGHT_LOG_FORMAT must be one of {', '.join(LOG_FORMATS)}, "
+                f"not {self.log_format[:40]!r}"
+            )
+        if self.metrics_port is not None and self.metrics_port > 65535:
+            raise ConfigurationError(
+                f"RUNWRIGHT_METRICS_PORT must be a port number, not {self.metrics_port}"
+            )
 
     @classmethod
     def variables(cls) -> dict[str, str]:

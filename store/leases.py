@@ -30,6 +30,11 @@ log = logging.getLogger(__name__)
 LEASE_PREFIX = "runwright:lease:"
 CANCEL_CHANNEL = "runwright:cancel"
 TICK_LOCK_KEY = "runwright:tick"
+# When tick() last finished (epoch seconds), and each worker's last sign of
+# life (a key per worker that expires): what ``runwright doctor`` and the beat
+# watchdog read.
+LAST_TICK_KEY = "runwright:beacon:tick"
+WORKER_PREFIX = "runwright:beacon:worker:"
 
 # Move a pending value (epoch 0) to the bound one. Missing counts as ours: the
 # Postgres claim already succeeded, and Postgres is the authority.
@@ -115,6 +120,43 @@ class Leases:
     @classmethod
     def from_url(cls, url: str) -> Leases:
         return cls(connect(url))
+
+    # ------------------------------------------------------------- beacons
+
+    def mark_tick(self, at: float) -> None:
+        """Record that tick() finished at ``at`` (epoch seconds)."""
+        with redis_errors():
+            self.redis.set(LAST_TICK_KEY, repr(at))
+
+    def last_tick(self) -> float | None:
+        """When tick() last finished (epoch seconds); None if it never has."""
+        with redis_errors():
+            value = self.redis.get(LAST_TICK_KEY)
+        try:
+            return None if value is None else float(value)
+        except ValueError:
+            return None
+
+    def mark_worker(self, name: str, at: float, ttl_seconds: float) -> None:
+        """A worker's sign of life; it disappears ``ttl_seconds`` after the last one."""
+        with redis_errors():
+            self.redis.set(WORKER_PREFIX + name, repr(at), px=int(ttl_seconds * 1000))
+
+    def workers(self) -> dict[str, float]:
+        """Workers seen within their beacon's TTL, and when (epoch seconds)."""
+        seen: dict[str, float] = {}
+        with redis_errors():
+            keys = list(self.redis.scan_iter(match=WORKER_PREFIX + "*", count=500))
+            values = self.redis.mget(keys) if keys else []
+        for key, value in zip(keys, values, strict=True):
+            name = key.decode() if isinstance(key, bytes) else str(key)
+            if value is None:
+                continue  # expired between the scan and the read
+            try:
+                seen[name.removeprefix(WORKER_PREFIX)] = float(value)
+            except ValueError:
+                continue
+        return seen
 
     def acquire(self, run_id: str, owner: str, ttl_ms: int) -> bool:
         """``SET NX PX`` a pending lease; False if anyone holds the key."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 from datetime import datetime
 from typing import Any
@@ -13,6 +14,7 @@ from celery import Celery, signals
 from runner.engine import Engine
 from runner.errors import RunwrightError
 from runner.model import warm_up
+from runner.observe import setup as observe
 from runner.runtime import runtime
 from tasks.outcomes import TICK, QuietTicks, RunFailed, execute_result, tick_result
 
@@ -88,9 +90,37 @@ def _warm_up(sender: Any = None, **_: Any) -> None:
         )
     try:
         warm_up()
-        engine()
+        settings = engine().settings
+        observe.start_worker(settings, _handlers(), _worker_name(sender))
     except RunwrightError as exc:
         raise SystemExit(f"runwright: the worker cannot start: {exc.message}") from exc
+
+
+def _worker_name(worker: Any) -> str:
+    return str(getattr(worker, "hostname", None) or f"{socket.gethostname()}:{os.getpid()}")
+
+
+def _handlers() -> list[logging.Handler]:
+    """The handlers Celery set up: the root logger's and the task logger's."""
+    found = list(logging.getLogger().handlers)
+    for name in ("celery.task", "celery.redirected"):
+        found += [h for h in logging.getLogger(name).handlers if h not in found]
+    return found
+
+
+@signals.after_setup_logger.connect
+@signals.after_setup_task_logger.connect
+def _run_context_on_logs(logger: logging.Logger | None = None, **_: Any) -> None:
+    # Celery (re)configures its handlers here: give every one of them the run
+    # context, and the JSON format if asked (RUNWRIGHT_LOG_FORMAT).
+    if logger is not None:
+        observe.install_logging(list(logger.handlers))
+
+
+@signals.worker_shutdown.connect
+def _flush_observers(**_: Any) -> None:
+    if _engine is not None:
+        observe.stop_worker(_engine.settings)
 
 
 @signals.worker_init.connect

@@ -40,6 +40,10 @@ def test_every_setting_is_parsed_from_its_variable() -> None:
         raw = "a,b" if field == "agents" else sample.get(type(default), "/tmp/x")
         if field in ("lease_ttl_seconds", "tick_seconds"):
             raw = "7.5"
+        if default is False:
+            raw = "true"
+        special = {"log_format": "json", "metrics_port": "9100"}
+        raw = special.get(field, raw)
         value = getattr(Settings.from_env({name: raw}), field)
         assert value != default, (name, value)
 
@@ -93,3 +97,13 @@ def test_the_checks_hold_under_python_dash_o(tmp_path: Path) -> None:
         [sys.executable, "-O", "-c", code], env=env, capture_output=True, text=True, timeout=60
     )
     assert "refused: RUNWRIGHT_REDIS_URL is not set" in done.stdout, done.stderr
+
+
+def test_observability_settings_refuse_nonsense_in_one_line() -> None:
+    with pytest.raises(ConfigurationError, match="RUNWRIGHT_LOG_FORMAT must be one of text, json"):
+        Settings.from_env({"RUNWRIGHT_LOG_FORMAT": "xml"})
+    with pytest.raises(ConfigurationError, match="RUNWRIGHT_METRICS_PORT must be a port"):
+        Settings.from_env({"RUNWRIGHT_METRICS_PORT": "70000"})
+    with pytest.raises(ConfigurationError, match="RUNWRIGHT_METRICS_PORT must be a whole number"):
+        Settings.from_env({"RUNWRIGHT_METRICS_PORT": "9100.5"})
+    assert Settings.from_env({"RUNWRIGHT_METRICS_PORT": "9100"}).metrics_port == 9100
