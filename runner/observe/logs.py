@@ -15,6 +15,7 @@ import contextlib
 import contextvars
 import json
 import logging
+import re
 import traceback
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -47,15 +48,32 @@ def bound(**fields: Any) -> Iterator[None]:
         _context.reset(token)
 
 
+_RUN_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+EXECUTE_TASK = "runwright.execute"
+
+
 class RunContextFilter(logging.Filter):
-    """Puts the run context on every record (``None`` outside an execution)."""
+    """Puts the run context on every record (``None`` outside an execution).
+    Celery's own lines about a ``runwright.execute`` task (received,
+    succeeded, failed) are written outside the execution: they get the run id
+    from the task's argument."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         context = _context.get() or {}
+        if not context:
+            context = _from_celery(record)
         for name in FIELDS:
             if not hasattr(record, name) or getattr(record, name) is None:
                 setattr(record, name, context.get(name))
         return True
+
+
+def _from_celery(record: logging.LogRecord) -> dict[str, Any]:
+    data = getattr(record, "data", None)
+    if not isinstance(data, dict) or data.get("name") != EXECUTE_TASK:
+        return {}
+    found = _RUN_ID.search(str(data.get("args", "")))
+    return {"run_id": found.group(0)} if found else {}
 
 
 class JsonFormatter(logging.Formatter):
