@@ -11,6 +11,7 @@ BENCHMARKS = [
     "bench.cli_startup",
     "bench.workers",
     "bench.outage",
+    "bench.observe",
 ]
 
 
