@@ -203,7 +203,7 @@ def test_the_run_is_sent_for_its_retry_time(engine: Engine) -> None:
     later = left.retry_at + timedelta(seconds=engine.settings.reenqueue_seconds + 1)
     force_retry_due(engine.store, other.id)
     report = untimed.tick(now=later)
-    assert other.id in report.reenqueued and plain[-1] == other.id
+    assert other.id in report.reenqueued and other.id in plain[1:]
     timed.close()
     untimed.close()
 

@@ -63,10 +63,11 @@ def flaky(name: str) -> ScriptedModel:
 @pytest.mark.parametrize(
     ("env_retries", "agent_retries", "status"),
     [
-        ("0", None, RunStatus.FAILED),
+        # Not retried in the call: the run waits in the queue to retry durably.
+        ("0", None, RunStatus.QUEUED),
         ("2", None, RunStatus.COMPLETED),
         ("0", 2, RunStatus.COMPLETED),
-        ("2", 0, RunStatus.FAILED),
+        ("2", 0, RunStatus.QUEUED),
     ],
 )
 def test_model_retries_come_from_the_environment_or_the_agent(
@@ -88,5 +89,26 @@ def test_model_retries_come_from_the_environment_or_the_agent(
     try:
         done = made.execute(made.start(name).id)
         assert done is not None and done.status is status, done and done.error
+    finally:
+        made.close()
+
+
+def test_the_durable_retry_policy_comes_from_the_environment(
+    database_url: str, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RUNWRIGHT_RETRY_MAX_ATTEMPTS=1: a failed step is not retried later."""
+    monkeypatch.setenv("RUNWRIGHT_DATABASE_URL", database_url)
+    monkeypatch.setenv("RUNWRIGHT_REDIS_URL", redis_url)
+    monkeypatch.setenv("RUNWRIGHT_SECRET_KEY", "test:" + "s" * 40)
+    monkeypatch.setenv("RUNWRIGHT_MODEL_RETRIES", "0")
+    monkeypatch.setenv("RUNWRIGHT_RETRY_MAX_ATTEMPTS", "1")
+    made = Engine.from_env(enqueue=None)
+    assert made.deps.retry_policy.max_attempts == 1
+    name = unique("no-retries")
+    Agent(name=name, model=flaky(name).model)
+    try:
+        done = made.execute(made.start(name).id)
+        assert done is not None and done.status is RunStatus.FAILED
+        assert done.error is not None and "gave up after 1 attempt(s)" in done.error.message
     finally:
         made.close()
