@@ -320,4 +320,10 @@ class Store(Protocol):
 
     def prune(self, older_than: datetime, batch: int = 500) -> int: ...
 
+    # --------------------------------------------------------------- metrics
+    def approval_backlog(self) -> tuple[int, datetime | None]:
+        """How many approvals are pending (undecided), and when the oldest of
+        them was created (None if none is)."""
+        ...
+
     def close(self) -> None: ...

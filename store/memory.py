@@ -10,10 +10,11 @@ from __future__ import annotations
 from store.mem.approvals import MemApprovals
 from store.mem.execution import MemExecution
 from store.mem.maintenance import MemMaintenance
+from store.mem.observe import MemObserve
 from store.mem.recovery import MemRecovery
 from store.mem.runs import MemRuns
 
 
-class MemoryStore(MemRuns, MemExecution, MemApprovals, MemMaintenance, MemRecovery):
+class MemoryStore(MemRuns, MemExecution, MemApprovals, MemMaintenance, MemRecovery, MemObserve):
     def close(self) -> None:
         pass

@@ -2,8 +2,8 @@
 
 The class is assembled from one part per aggregate (``store/pg/``): runs,
 claims and fenced execution writes, approvals, tick maintenance, retry and
-fork. Every statement is named in ``store/queries``; :class:`store.db.Executor`
-runs them.
+fork, and what the metrics endpoint reads. Every statement is named in
+``store/queries``; :class:`store.db.Executor` runs them.
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ from store.db import Executor, shared_engine
 from store.pg.approvals import PgApprovals
 from store.pg.execution import PgExecution
 from store.pg.maintenance import PgMaintenance
+from store.pg.observe import PgObserve
 from store.pg.recovery import PgRecovery
 from store.pg.runs import PgRuns
 
 
-class PostgresStore(PgRuns, PgExecution, PgApprovals, PgMaintenance, PgRecovery):
+class PostgresStore(PgRuns, PgExecution, PgApprovals, PgMaintenance, PgRecovery, PgObserve):
     """The production store."""
 
     def __init__(

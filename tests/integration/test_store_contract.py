@@ -731,6 +731,25 @@ def test_retry_and_fork(any_store: AnyStore) -> None:
     assert any_store.attempts(fork.id) == []
 
 
+def test_approval_backlog_counts_the_pending_and_finds_the_oldest(any_store: AnyStore) -> None:
+    """What the metrics endpoint reads: approvals not yet decided, over all
+    runs; a decided or withdrawn one leaves the backlog."""
+    assert any_store.approval_backlog() == (0, None)
+    fence = claimed(any_store)
+    first, second = approval("c1"), approval("c2")
+    any_store.commit_step(fence, commit(1, 0, [msg(0)], approvals=[first, second]))
+    other = claimed(any_store)
+    any_store.commit_step(other, commit(1, 0, [msg(0)], approvals=[approval("c3")]))
+    created = [a.created_at for r in (fence, other) for a in any_store.approvals(r.run_id)]
+    assert any_store.approval_backlog() == (3, min(created))
+
+    response = {"role": "approval_response", "approval_id": first.approval_id, "approved": True}
+    any_store.decide(first.approval_id, Decision.APPROVED, None, response)
+    any_store.fail_waiting(other.run_id, RunError("approval_expired", "too late"))
+    left = any_store.get_approval(second.approval_id)
+    assert any_store.approval_backlog() == (1, left.created_at)
+
+
 def test_every_protocol_method_succeeded_on_every_store() -> None:
     """Runs last in this module: every method of the ``Store`` protocol was
     called by the tests above, and returned normally, on each store."""

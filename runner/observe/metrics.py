@@ -1,0 +1,390 @@
+"""Prometheus metrics of a worker (extra ``runwright[metrics]``).
+
+``RUNWRIGHT_METRICS_PORT`` turns them on: every engine built from the
+environment gets :func:`observer`, and a worker serves ``/metrics`` on that port
+(:func:`start_worker`, from Celery's ``worker_init``). The counters and
+histograms count what this process saw; the backlog gauges (pending approvals,
+the last tick's age) are read from Postgres and Redis at scrape time, so every
+worker reports the same values for them.
+
+The metrics live on :data:`REGISTRY`, this module's own registry, not
+prometheus_client's global one: an application that imports the engine keeps
+its global registry to itself (no name can clash, and nothing of ours appears
+in its own ``/metrics``), and tests can read ours alone. The endpoint adds the
+usual process, platform and GC collectors to it.
+
+Label values are agent, model and tool names and a few fixed words, never a
+run id, call id or error text. Names come from code and configuration, but a
+model can be chosen per run (a fork) and a stored run names its agent, so each
+of those labels keeps at most :data:`MAX_AGENTS`, :data:`MAX_MODELS` and
+:data:`MAX_TOOLS` distinct values per process, each clipped to
+:data:`MAX_LABEL_CHARS`; values first seen beyond the cap are counted under
+``other``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime
+from typing import TYPE_CHECKING, TypeVar
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from runner.errors import ConfigurationError
+from runner.observe import ModelCall, Observer, ToolCall
+from runner.reports import TickReport
+from store.models import Fence, RetryWait, Run, utcnow
+
+if TYPE_CHECKING:
+    from store.config import Settings
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+OTHER = "other"
+MAX_AGENTS = 100
+MAX_MODELS = 50
+MAX_TOOLS = 200
+MAX_LABEL_CHARS = 100
+# Scrapes come every few seconds from each Prometheus; the backlog query is
+# asked at most this often per worker.
+BACKLOG_CACHE_SECONDS = 5.0
+# The worker's endpoint listens on every interface: Prometheus scrapes it from
+# another host or container. Keep the port off the public network.
+LISTEN_ADDRESS = "0.0.0.0"
+
+MODEL_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+TOOL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+TICK_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class Bounded:
+    """The values of one label: the first ``limit`` distinct ones pass (clipped),
+    later ones read :data:`OTHER`."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, value: str) -> str:
+        value = str(value)[:MAX_LABEL_CHARS]
+        if value in self._seen:
+            return value
+        with self._lock:
+            if value in self._seen:
+                return value
+            if len(self._seen) >= self.limit:
+                return OTHER
+            self._seen.add(value)
+            return value
+
+
+class Metrics:
+    """The instruments the hooks update, on one registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        def counter(name: str, doc: str, labels: Iterable[str]) -> Counter:
+            return Counter(name, doc, list(labels), registry=registry)
+
+        self.runs_settled = counter(
+            "runwright_runs_settled_total",
+            "Executions that moved a run out of running, by the status they left it in: "
+            "completed, failed, cancelled, or waiting (an approval), queued (a retry), "
+            "interrupted (a shutdown).",
+            ("agent", "status"),
+        )
+        self.steps = counter(
+            "runwright_steps_total",
+            "Steps run: kind=llm, a model call answered; kind=tool, a tool call run.",
+            ("agent", "kind"),
+        )
+        self.tokens = counter(
+            "runwright_tokens_total",
+            "Tokens of the model calls answered, by direction (input, output).",
+            ("agent", "model", "direction"),
+        )
+        self.cost = counter(
+            "runwright_cost_usd_total",
+            "What the model calls cost in USD, from litellm's cost map (priced models only).",
+            ("agent", "model"),
+        )
+        self.takeovers = counter(
+            "runwright_takeovers_total",
+            "Executions that took a run over from one that stopped holding its lease.",
+            ("agent",),
+        )
+        self.lease_losses = counter(
+            "runwright_lease_losses_total",
+            "Executions that lost their run's lease to another and stopped.",
+            ("agent",),
+        )
+        self.retries = counter(
+            "runwright_retries_scheduled_total",
+            "Failed model steps sent back to the queue for a durable retry.",
+            ("agent",),
+        )
+        self.notification_failures = counter(
+            "runwright_notification_failures_total",
+            "Approval notifications the agent's notifier failed to deliver.",
+            ("agent",),
+        )
+        self.in_flight = Gauge(
+            "runwright_executions_in_flight",
+            "Executions running in this process now.",
+            ["agent"],
+            registry=registry,
+        )
+        self.model_seconds = Histogram(
+            "runwright_model_call_duration_seconds",
+            "Duration of model calls (retries within the call included), answered or not.",
+            ["agent", "model"],
+            buckets=MODEL_BUCKETS,
+            registry=registry,
+        )
+        self.tool_seconds = Histogram(
+            "runwright_tool_call_duration_seconds",
+            "Duration of tool calls, from the call to its recorded result.",
+            ["agent", "tool"],
+            buckets=TOOL_BUCKETS,
+            registry=registry,
+        )
+        self.tick_seconds = Histogram(
+            "runwright_tick_duration_seconds",
+            "Duration of the tick() rounds this process ran (not those skipped for "
+            "another one in progress).",
+            buckets=TICK_BUCKETS,
+            registry=registry,
+        )
+
+
+class MetricsObserver(Observer):
+    """Counts what the engine reports into :class:`Metrics`."""
+
+    def __init__(
+        self,
+        metrics: Metrics,
+        *,
+        max_agents: int = MAX_AGENTS,
+        max_models: int = MAX_MODELS,
+        max_tools: int = MAX_TOOLS,
+    ) -> None:
+        self.metrics = metrics
+        self.agent = Bounded(max_agents)
+        self.model = Bounded(max_models)
+        self.tool = Bounded(max_tools)
+        # (run id, epoch) -> agent label of the executions in flight, so that a
+        # lease loss, reported by run id, is counted under its agent.
+        self._running: dict[tuple[str, int], str] = {}
+
+    @contextlib.contextmanager
+    def execution(self, run: Run, fence: Fence, worker: str) -> Iterator[None]:
+        agent = self.agent(run.agent)
+        gauge = self.metrics.in_flight.labels(agent)
+        key = (run.id, fence.epoch)
+        self._running[key] = agent
+        gauge.inc()
+        try:
+            yield
+        finally:
+            gauge.dec()
+            self._running.pop(key, None)
+
+    @contextlib.contextmanager
+    def model_call(self, run: Run, call: ModelCall) -> Iterator[None]:
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            agent, model = self.agent(run.agent), self.model(call.model)
+            m = self.metrics
+            m.model_seconds.labels(agent, model).observe(time.perf_counter() - began)
+            if call.usage is not None:  # answered (not failed, not cut short by an abort)
+                m.steps.labels(agent, "llm").inc()
+                m.tokens.labels(agent, model, "input").inc(call.usage.input_tokens)
+                m.tokens.labels(agent, model, "output").inc(call.usage.output_tokens)
+                if call.cost_usd is not None:
+                    m.cost.labels(agent, model).inc(call.cost_usd)
+
+    @contextlib.contextmanager
+    def tool_call(self, run: Run, call: ToolCall) -> Iterator[None]:
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            agent = self.agent(run.agent)
+            m = self.metrics
+            m.tool_seconds.labels(agent, self.tool(call.name)).observe(time.perf_counter() - began)
+            m.steps.labels(agent, "tool").inc()
+
+    def settled(self, run: Run, seconds: float) -> None:
+        self.metrics.runs_settled.labels(self.agent(run.agent), run.status.value).inc()
+
+    def taken_over(self, run: Run, previous_epoch: int) -> None:
+        self.metrics.takeovers.labels(self.agent(run.agent)).inc()
+
+    def lease_lost(self, run_id: str, epoch: int, current_epoch: int | None) -> None:
+        agent = self._running.get((run_id, epoch), OTHER)
+        self.metrics.lease_losses.labels(agent).inc()
+
+    def retry_scheduled(self, run: Run, wait: RetryWait) -> None:
+        self.metrics.retries.labels(self.agent(run.agent)).inc()
+
+    def tick(self, report: TickReport, seconds: float) -> None:
+        if not report.skipped:
+            self.metrics.tick_seconds.observe(seconds)
+
+    def notification_failed(self, agent: str) -> None:
+        self.metrics.notification_failures.labels(self.agent(agent)).inc()
+
+
+Backlog = tuple[int, datetime | None]
+
+
+class ScrapeTimeCollector:
+    """The gauges read when Prometheus scrapes: the approval backlog (from the
+    store, at most once every ``cache_seconds``) and the age of the last
+    ``tick()`` (from Redis, every scrape). A source that fails leaves its
+    gauges out of that scrape and reads 0 in ``runwright_metrics_source_up``;
+    the rest of the scrape goes on."""
+
+    def __init__(
+        self,
+        backlog: Callable[[], Backlog],
+        last_tick: Callable[[], float | None],
+        *,
+        cache_seconds: float = BACKLOG_CACHE_SECONDS,
+    ) -> None:
+        self._backlog = backlog
+        self._last_tick = last_tick
+        self.cache_seconds = cache_seconds
+        self._cached: tuple[float, Backlog | None] | None = None
+        self._lock = threading.Lock()
+        self._failing: set[str] = set()
+
+    def describe(self) -> list[Metric]:
+        # Names only: registering must not query anything.
+        return [
+            GaugeMetricFamily("runwright_approvals_pending", ""),
+            GaugeMetricFamily("runwright_approval_oldest_pending_age_seconds", ""),
+            GaugeMetricFamily("runwright_last_tick_age_seconds", ""),
+            GaugeMetricFamily("runwright_metrics_source_up", "", labels=["source"]),
+        ]
+
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily(
+            "runwright_metrics_source_up",
+            "1 if the last read of the source behind the scrape-time gauges "
+            "(store: the approval backlog; leases: the last tick) succeeded.",
+            labels=["source"],
+        )
+        backlog = self._cached_backlog()
+        up.add_metric(["store"], 0 if backlog is None else 1)
+        if backlog is not None:
+            pending, oldest = backlog
+            yield GaugeMetricFamily(
+                "runwright_approvals_pending",
+                "Approvals waiting for a decision, over all runs.",
+                value=pending,
+            )
+            age = 0.0 if oldest is None else max(0.0, (utcnow() - oldest).total_seconds())
+            yield GaugeMetricFamily(
+                "runwright_approval_oldest_pending_age_seconds",
+                "Age of the oldest approval waiting for a decision (0 when none is).",
+                value=age,
+            )
+        read, last = self._read("leases", self._last_tick)
+        up.add_metric(["leases"], 1 if read else 0)
+        if read:
+            yield GaugeMetricFamily(
+                "runwright_last_tick_age_seconds",
+                "Seconds since tick() last finished anywhere (+Inf if it never has): "
+                "beat is down when this exceeds a few tick intervals.",
+                value=float("inf") if last is None else max(0.0, time.time() - last),
+            )
+        yield up
+
+    def _cached_backlog(self) -> Backlog | None:
+        with self._lock:
+            now = time.monotonic()
+            if self._cached is None or now - self._cached[0] >= self.cache_seconds:
+                read, value = self._read("store", self._backlog)
+                self._cached = (now, value if read else None)
+            return self._cached[1]
+
+    def _read(self, source: str, read: Callable[[], T]) -> tuple[bool, T | None]:
+        try:
+            value = read()
+        except Exception as exc:
+            # Once per outage, not once per scrape.
+            if source not in self._failing:
+                self._failing.add(source)
+                log.warning("metrics: cannot read the %s for the scrape: %s", source, exc)
+            return False, None
+        self._failing.discard(source)
+        return True, value
+
+
+_lock = threading.Lock()
+_observer: MetricsObserver | None = None
+_served: int | None = None
+
+
+def observer(settings: Settings) -> MetricsObserver:
+    """This process's listener, on :data:`REGISTRY` (one per process: engines
+    built here share it)."""
+    global _observer
+    with _lock:
+        if _observer is None:
+            _observer = MetricsObserver(Metrics(REGISTRY))
+        return _observer
+
+
+def start_worker(settings: Settings) -> None:
+    """Serve ``/metrics`` on ``RUNWRIGHT_METRICS_PORT`` (once per process), with
+    the scrape-time gauges read from the settings' database and Redis."""
+    global _served
+    port = settings.metrics_port
+    if port is None:
+        return
+    with _lock:
+        if _served is not None:
+            return
+        from prometheus_client import (
+            GC_COLLECTOR,
+            PLATFORM_COLLECTOR,
+            PROCESS_COLLECTOR,
+            start_http_server,
+        )
+
+        try:
+            start_http_server(port, addr=LISTEN_ADDRESS, registry=REGISTRY)
+        except OSError as exc:
+            raise ConfigurationError(
+                f"cannot serve metrics on RUNWRIGHT_METRICS_PORT={port}: {exc.strerror or exc}"
+            ) from exc
+        # The usual process, platform and GC collectors, as on the global registry.
+        for standard in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+            REGISTRY.register(standard)
+        if settings.database_url and settings.redis_url:
+            REGISTRY.register(_scrape_time_collector(settings.database_url, settings.redis_url))
+        _served = port
+        log.info("metrics: serving /metrics on %s:%d", LISTEN_ADDRESS, port)
+
+
+def _scrape_time_collector(database_url: str, redis_url: str) -> ScrapeTimeCollector:
+    # The engine's own pool (shared_engine is per URL and process) and a small
+    # Redis client of our own; neither connects before the first scrape.
+    from store.leases import Leases
+    from store.postgres import PostgresStore
+
+    store = PostgresStore.from_url(database_url)
+    leases = Leases.from_url(redis_url)
+    return ScrapeTimeCollector(store.approval_backlog, leases.last_tick)

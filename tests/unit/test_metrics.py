@@ -1,0 +1,350 @@
+"""Prometheus metrics in-process: the engine on the in-memory store, its hooks
+counted into a registry of the test's own, read without HTTP."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import prometheus_client
+import pytest
+from prometheus_client import CollectorRegistry
+
+from runner import Agent, Budget, Engine, RunContext, tool
+from runner.errors import ConfigurationError
+from runner.observe import ModelCall, ToolCall
+from runner.observe import metrics as m
+from runner.reports import TickReport
+from runner.retry import RetryPolicy
+from runner.testing import Reply, Request, ScriptedModel, call, text, tools
+from store.config import Settings
+from store.memory import MemoryStore
+from store.models import Fence, RunStatus, StepKind, Usage, utcnow
+from tests.agents import lookup
+from tests.helpers import unique
+
+
+@pytest.fixture
+def registry() -> CollectorRegistry:
+    return CollectorRegistry()
+
+
+@pytest.fixture
+def observer(registry: CollectorRegistry) -> m.MetricsObserver:
+    return m.MetricsObserver(m.Metrics(registry))
+
+
+@pytest.fixture
+def engine(observer: m.MetricsObserver, settings: Settings) -> Iterator[Engine]:
+    made = Engine(MemoryStore(), settings=settings, model_retries=0, observers=[observer])
+    yield made
+    made.close()
+
+
+def value(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    """A sample's value; 0 for a series never written."""
+    found = registry.get_sample_value(name, labels)
+    return 0.0 if found is None else found
+
+
+def test_a_completed_run_counts_its_steps_tokens_and_latencies(
+    engine: Engine, registry: CollectorRegistry
+) -> None:
+    name = unique("counted")
+    in_flight: list[float] = []
+
+    @tool
+    def probe(ctx: RunContext) -> str:
+        """Look at the gauge while the execution runs."""
+        in_flight.append(value(registry, "runwright_executions_in_flight", agent=ctx.agent))
+        return "seen"
+
+    model = ScriptedModel(
+        name,
+        [
+            tools(call("lookup", {"q": "a"}), call("probe"), usage=(100, 10)),
+            tools(call("lookup", {"q": "b"}), usage=(200, 20)),
+            text("done", usage=(300, 30)),
+        ],
+    )
+    Agent(name=name, model=model.model, tools=[lookup, probe])
+    run = engine.start(name)
+    done = engine.execute(run.id)
+    assert done is not None and done.status is RunStatus.COMPLETED
+
+    steps = engine.steps(run.id)
+    llm = [s for s in steps if s.kind is StepKind.LLM]
+    tool_steps = [s for s in steps if s.kind is StepKind.TOOL]
+    assert (len(llm), len(tool_steps)) == (3, 3)
+    assert in_flight == [1.0]
+    assert value(registry, "runwright_executions_in_flight", agent=name) == 0
+    assert value(registry, "runwright_runs_settled_total", agent=name, status="completed") == 1
+    assert value(registry, "runwright_steps_total", agent=name, kind="llm") == len(llm)
+    assert value(registry, "runwright_steps_total", agent=name, kind="tool") == len(tool_steps)
+    labels = {"agent": name, "model": model.model}
+    assert value(registry, "runwright_tokens_total", **labels, direction="input") == 600
+    assert value(registry, "runwright_tokens_total", **labels, direction="output") == 60
+    assert done.usage == Usage(600, 60)
+    # litellm prices no scripted model: no cost, and no cost series.
+    assert [s.cost_usd for s in llm] == [None] * 3
+    assert registry.get_sample_value("runwright_cost_usd_total", labels) is None
+    assert value(registry, "runwright_model_call_duration_seconds_count", **labels) == 3
+    assert (
+        value(registry, "runwright_tool_call_duration_seconds_count", agent=name, tool="lookup")
+        == 2
+    )
+    assert (
+        value(registry, "runwright_tool_call_duration_seconds_count", agent=name, tool="probe") == 1
+    )
+
+
+def test_failures_are_counted_by_status_and_failed_calls_are_timed_not_stepped(
+    engine: Engine, registry: CollectorRegistry
+) -> None:
+    budget_name, broken_name = unique("budget"), unique("broken")
+    budget_model = ScriptedModel(budget_name, lambda r: tools(call("lookup", {"q": "x"})))
+    Agent(
+        name=budget_name,
+        model=budget_model.model,
+        tools=[lookup],
+        budget=Budget(max_steps=2),
+    )
+
+    def broken(request: Request) -> Reply:
+        if request.step == 1:
+            return tools(call("lookup", {"q": "y"}))
+        return Reply(error="bad_request")
+
+    broken_model = ScriptedModel(broken_name, broken)
+    Agent(name=broken_name, model=broken_model.model, tools=[lookup])
+
+    over = engine.execute(engine.start(budget_name).id)
+    assert over is not None and over.error is not None
+    assert over.error.code == "budget_exceeded"
+    failed = engine.execute(engine.start(broken_name).id)
+    assert failed is not None and failed.error is not None
+    assert failed.error.code == "model_error"
+
+    for name in (budget_name, broken_name):
+        assert value(registry, "runwright_runs_settled_total", agent=name, status="failed") == 1
+        assert value(registry, "runwright_runs_settled_total", agent=name, status="completed") == 0
+    assert value(registry, "runwright_steps_total", agent=budget_name, kind="llm") == 2
+    assert value(registry, "runwright_steps_total", agent=budget_name, kind="tool") == 2
+    # The failed call is timed, but it is no step and reports no tokens.
+    broken_labels = {"agent": broken_name, "model": broken_model.model}
+    assert value(registry, "runwright_model_call_duration_seconds_count", **broken_labels) == 2
+    assert value(registry, "runwright_steps_total", agent=broken_name, kind="llm") == 1
+    assert value(registry, "runwright_tokens_total", **broken_labels, direction="input") == 10
+
+
+def test_a_durable_retry_is_counted(engine: Engine, registry: CollectorRegistry) -> None:
+    name = unique("flaky")
+    calls: list[int] = []
+
+    def flaky(request: Request) -> Reply:
+        calls.append(request.step)
+        return Reply(error="server_error") if len(calls) == 1 else text("fine")
+
+    model = ScriptedModel(name, flaky)
+    Agent(
+        name=name,
+        model=model.model,
+        model_retries=0,
+        retry=RetryPolicy(initial_backoff=0.01, max_backoff=0.01, max_attempts=3),
+    )
+    run = engine.start(name)
+    first = engine.execute(run.id)
+    assert first is not None and first.status is RunStatus.QUEUED and first.retry is not None
+    assert value(registry, "runwright_retries_scheduled_total", agent=name) == 1
+    assert value(registry, "runwright_runs_settled_total", agent=name, status="queued") == 1
+
+
+def test_waiting_for_an_approval_and_a_failed_notification(
+    engine: Engine, registry: CollectorRegistry
+) -> None:
+    name = unique("asks")
+
+    def refusing(request: Any) -> None:
+        raise RuntimeError("the webhook is down")
+
+    model = ScriptedModel(name, [tools(call("lookup", {"q": "z"})), text("ok")])
+    Agent(
+        name=name,
+        model=model.model,
+        tools=[lookup],
+        approvals={"lookup": True},
+        notifier=refusing,
+    )
+    run = engine.start(name)
+    waiting = engine.execute(run.id)
+    assert waiting is not None and waiting.status is RunStatus.WAITING
+    assert value(registry, "runwright_runs_settled_total", agent=name, status="waiting") == 1
+    assert value(registry, "runwright_notification_failures_total", agent=name) == 1
+    assert value(registry, "runwright_steps_total", agent=name, kind="tool") == 0
+
+    assert waiting.waiting is not None
+    approval_id = waiting.waiting.approval_id
+    engine.respond(approval_id, True, token=engine.token(approval_id))
+    done = engine.execute(run.id)
+    assert done is not None and done.status is RunStatus.COMPLETED
+    assert value(registry, "runwright_steps_total", agent=name, kind="tool") == 1
+    assert value(registry, "runwright_runs_settled_total", agent=name, status="completed") == 1
+
+
+def test_ticks_are_timed_unless_skipped(engine: Engine, registry: CollectorRegistry) -> None:
+    engine.tick()
+    assert value(registry, "runwright_tick_duration_seconds_count") == 1
+    engine.deps.observer.tick(TickReport(skipped=True), 0.001)
+    assert value(registry, "runwright_tick_duration_seconds_count") == 1
+
+
+def test_cost_is_summed_by_agent_and_model(
+    engine: Engine, observer: m.MetricsObserver, registry: CollectorRegistry
+) -> None:
+    name = unique("priced")
+    Agent(name=name, model="scripted/none")
+    run = engine.start(name)
+    for cost in (0.25, None, 0.5):
+        with observer.model_call(run, ModelCall("gpt-x", 1, usage=Usage(1, 1), cost_usd=cost)):
+            pass
+    assert value(registry, "runwright_cost_usd_total", agent=name, model="gpt-x") == 0.75
+
+
+def test_takeovers_and_lease_losses_by_agent(
+    engine: Engine, observer: m.MetricsObserver, registry: CollectorRegistry
+) -> None:
+    name = unique("taken")
+    Agent(name=name, model="scripted/none")
+    run = engine.start(name)
+    fence = Fence(run.id, "w", 2)
+    with observer.execution(run, fence, "w"):
+        observer.taken_over(run, 1)
+        observer.lease_lost(run.id, 2, 3)
+    observer.lease_lost(run.id, 2, 3)  # no longer in flight: its agent is unknown
+    assert value(registry, "runwright_takeovers_total", agent=name) == 1
+    assert value(registry, "runwright_lease_losses_total", agent=name) == 1
+    assert value(registry, "runwright_lease_losses_total", agent=m.OTHER) == 1
+
+
+def test_label_values_are_capped_and_clipped(engine: Engine) -> None:
+    registry = CollectorRegistry()
+    observer = m.MetricsObserver(m.Metrics(registry), max_models=2, max_tools=1)
+    name = unique("many")
+    Agent(name=name, model="scripted/none")
+    run = engine.start(name)
+    for model in ("a", "b", "c", "d", "a"):
+        with observer.model_call(run, ModelCall(model, 1, usage=Usage(1, 1))):
+            pass
+    for tool_name in ("t1", "t2"):
+        with observer.tool_call(run, ToolCall(tool_name, "call-1", 1)):
+            pass
+    models = {
+        s.labels["model"]: s.value
+        for family in registry.collect()
+        for s in family.samples
+        if s.name == "runwright_tokens_total" and s.labels["direction"] == "input"
+    }
+    assert models == {"a": 2.0, "b": 1.0, m.OTHER: 2.0}
+    tool_calls = "runwright_tool_call_duration_seconds_count"
+    assert value(registry, tool_calls, agent=name, tool="t1") == 1
+    assert value(registry, tool_calls, agent=name, tool=m.OTHER) == 1
+    long = m.Bounded(5)("x" * 1000)
+    assert long == "x" * m.MAX_LABEL_CHARS
+
+
+def test_no_label_holds_a_run_or_call_id(engine: Engine, registry: CollectorRegistry) -> None:
+    name = unique("ids")
+    model = ScriptedModel(name, [tools(call("lookup", {"q": "a"})), text("done")])
+    Agent(name=name, model=model.model, tools=[lookup])
+    runs = [engine.start(name, {"n": i}) for i in range(3)]
+    for run in runs:
+        engine.execute(run.id)
+    ids = {r.id for r in runs}
+    ids |= {s.tool_call_id for r in runs for s in engine.steps(r.id) if s.tool_call_id}
+    labels = [v for family in registry.collect() for s in family.samples for v in s.labels.values()]
+    assert labels and value(registry, "runwright_steps_total", agent=name, kind="tool") == 3
+    assert [v for v in labels if any(i in v for i in ids)] == []
+
+
+# ------------------------------------------------------------- scrape time
+
+
+def scrape(registry: CollectorRegistry) -> dict[str, float]:
+    return {
+        s.name + ("" if not s.labels else str(sorted(s.labels.items()))): s.value
+        for family in registry.collect()
+        for s in family.samples
+    }
+
+
+def test_backlog_and_last_tick_are_read_at_scrape_time() -> None:
+    store = MemoryStore()
+    reads: list[int] = []
+    last: list[float | None] = [None]
+
+    def backlog() -> tuple[int, Any]:
+        reads.append(1)
+        return store.approval_backlog()
+
+    registry = CollectorRegistry(auto_describe=True)
+    collector = m.ScrapeTimeCollector(backlog, lambda: last[0], cache_seconds=3600)
+    registry.register(collector)
+    assert reads == []  # registering queries nothing
+    first = scrape(registry)
+    assert first["runwright_approvals_pending"] == 0
+    assert first["runwright_approval_oldest_pending_age_seconds"] == 0
+    assert first["runwright_last_tick_age_seconds"] == float("inf")
+    assert first["runwright_metrics_source_up[('source', 'store')]"] == 1
+
+    created = utcnow() - timedelta(seconds=90)
+    store.approval_backlog = lambda: (2, created)  # type: ignore[method-assign]
+    last[0] = time.time() - 4
+    cached = scrape(registry)
+    assert len(reads) == 1 and cached["runwright_approvals_pending"] == 0  # cached
+    assert 4 <= cached["runwright_last_tick_age_seconds"] < 60  # never cached
+
+    collector.cache_seconds = 0
+    fresh = scrape(registry)
+    assert len(reads) == 2 and fresh["runwright_approvals_pending"] == 2
+    assert 90 <= fresh["runwright_approval_oldest_pending_age_seconds"] < 200
+
+
+def test_a_failing_source_leaves_its_gauges_out_and_the_scrape_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def down() -> Any:
+        raise ConnectionError("database down")
+
+    registry = CollectorRegistry()
+    registry.register(m.ScrapeTimeCollector(down, lambda: 1.0, cache_seconds=0))
+    with caplog.at_level(logging.WARNING, logger=m.__name__):
+        for _ in range(3):
+            samples = scrape(registry)
+    assert "runwright_approvals_pending" not in samples
+    assert samples["runwright_metrics_source_up[('source', 'store')]"] == 0
+    assert samples["runwright_metrics_source_up[('source', 'leases')]"] == 1
+    assert "runwright_last_tick_age_seconds" in samples
+    assert [r.getMessage() for r in caplog.records].count(
+        "metrics: cannot read the store for the scrape: database down"
+    ) == 1
+
+
+def test_the_module_registry_is_its_own(settings: Settings) -> None:
+    one = m.observer(settings)
+    assert m.observer(settings) is one
+    assert one.metrics.runs_settled in m.REGISTRY._collector_to_names
+    names = {family.name for family in prometheus_client.REGISTRY.collect()}
+    assert not any(n.startswith("runwright_") for n in names)
+
+
+def test_a_port_in_use_stops_the_worker_with_one_line() -> None:
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ConfigurationError, match=f"RUNWRIGHT_METRICS_PORT={port}"):
+            m.start_worker(Settings(metrics_port=port))
