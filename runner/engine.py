@@ -297,6 +297,8 @@ class Engine:
         """Cancel from any process. A running run's owner aborts within about a
         second (pub/sub; heartbeat polling covers a missed message)."""
         result = self.store.request_cancel(run_id)
+        if result.action is CancelAction.CANCELLED:
+            self.deps.observer.settled(result.run, 0.0)
         if result.action is CancelAction.REQUESTED:
             runtime().abort(run_id, AbortReason.CANCEL)
             if self.leases is not None:

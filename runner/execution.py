@@ -102,6 +102,7 @@ class Execution:
             # A takeover of a run that keeps killing its executions: the store
             # settled it failed/crashed instead; hand its key to the next run.
             self.deps.after_settle(claimed)
+            self.deps.observer.settled(claimed.run, 0.0)
             return None
         if claimed is None:
             return None
@@ -298,7 +299,8 @@ class Execution:
                 beat = await self.io(self.deps.claims.heartbeat, self.fence)
             except LeaseLostError:
                 if not self.left_running:
-                    log.warning("run %s: the claim was lost; aborting", self.run_id)
+                    if await self._taken_over():
+                        log.warning("run %s: the claim was lost; aborting", self.run_id)
                     self.abort(AbortReason.LEASE_LOST)
                 return
             except StoreUnavailable as exc:
@@ -306,6 +308,16 @@ class Execution:
                 continue
             if beat.cancel_requested:
                 self.abort(AbortReason.CANCEL)
+
+    async def _taken_over(self) -> bool:
+        """Whether the claim is gone to another execution, rather than because
+        a write of this one moved the run on (settled, paused, given back)
+        while the heartbeat's renewal was in flight: only then is it news."""
+        try:
+            run = await self.io(self.deps.store.get_run, self.run_id)
+        except StoreUnavailable:
+            return True
+        return run.status is RunStatus.RUNNING
 
     def _report(self, agent: Agent | None, exc: BaseException) -> None:
         if agent is None or agent.on_error is None:

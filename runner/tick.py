@@ -91,24 +91,25 @@ def _resend_notifications(deps: Deps, report: TickReport, now: datetime | None) 
             log.warning("cannot re-send approval %s: %s", item.approval.approval_id, exc)
             report.item_errors += 1
             continue
-        sends.append((item.approval.approval_id, agent.notifier, request))
+        sends.append((item.approval.approval_id, agent.notifier, request, agent.name))
     if not sends:
         return
 
     async def send_all() -> list[BaseException | None]:
         return await asyncio.gather(
-            *(approvals.deliver(n, r, deps.tool_executor) for _, n, r in sends),
+            *(approvals.deliver(n, r, deps.tool_executor) for _, n, r, _ in sends),
             return_exceptions=True,
         )
 
     # All at once: a slow webhook does not hold up the others.
     results = runtime().run(send_all())
     accepted = []
-    for (approval_id, _, _), result in zip(sends, results, strict=True):
+    for (approval_id, _, _, agent_name), result in zip(sends, results, strict=True):
         if isinstance(result, BaseException):
             # The claim already moved next_notify_at out by the backoff.
             log.warning("re-sent notification for %s failed: %s", approval_id, result)
             report.notify_failed += 1
+            deps.observer.notification_failed(agent_name)
         else:
             accepted.append(approval_id)
     deps.store.mark_notified(accepted)
@@ -128,6 +129,7 @@ def _expire_waits(deps: Deps, report: TickReport, now: datetime | None) -> None:
                     ),
                 )
                 deps.after_settle(settled)
+                deps.observer.settled(settled.run, 0.0)
             else:
                 response = approval_response(
                     approval.approval_id, approval.tool_call_id, False, "expired"
