@@ -8,6 +8,8 @@ The reply to a request is chosen by how many assistant messages the request
 already holds, not by a counter, so a script resumes correctly in another
 process after a crash. ``journal`` (a file path) records every call across
 processes, for tests that count model calls over a kill and a resume.
+``price`` (USD per input and per output token) puts the model in litellm's cost
+map at that price, so runs record a cost; without it the model is free.
 
 ``runner.model`` imports this module, and registers the provider, only when a
 ``scripted/`` model is first called: production processes never load it.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import threading
 import time
@@ -39,6 +42,7 @@ _LITELLM_ERRORS = {
     "auth": "AuthenticationError",
 }
 ERROR_KINDS = tuple(_LITELLM_ERRORS)
+SCRIPTED = "scripted/"
 
 
 class ScriptedModelNotFound(RunwrightError):
@@ -150,17 +154,31 @@ Script = Sequence[Reply] | Callable[[Request], Reply]
 class ScriptedModel:
     """A deterministic model. Registers itself as ``scripted/<name>``."""
 
-    def __init__(self, name: str, script: Script, *, journal: str | Path | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        script: Script,
+        *,
+        journal: str | Path | None = None,
+        price: tuple[float, float] | None = None,
+    ) -> None:
+        if price is not None and not (
+            len(price) == 2 and all(math.isfinite(p) and p >= 0 for p in price)
+        ):
+            raise InvalidInput(
+                "price is (USD per input token, USD per output token), two numbers >= 0"
+            )
         self.name = name
         self.script = script
         self.journal = Path(journal) if journal else None
+        self.price = None if price is None else (float(price[0]), float(price[1]))
         self.calls: list[Request] = []
         self._lock = threading.Lock()
         register(self)
 
     @property
     def model(self) -> str:
-        return f"scripted/{self.name}"
+        return f"{SCRIPTED}{self.name}"
 
     @property
     def call_count(self) -> int:
@@ -242,23 +260,37 @@ def lookup(name: str) -> ScriptedModel:
 # ------------------------------------------------------- the litellm provider
 
 
+# What each scripted model is priced at in litellm's cost map, as last registered.
+_priced: dict[str, tuple[float, float]] = {}
+
+
 def price_as_free(litellm: Any, model: str) -> None:
-    """Give a scripted model an entry in litellm's cost map: without one, every
-    call searches the map for a price and logs why it found none."""
-    if model in litellm.model_cost:
+    """Give a scripted model its entry in litellm's cost map: the ``price`` it
+    was created with, else free. Without an entry, every call searches the map
+    for a price and logs why it found none. (``runner.model`` calls this on each
+    call of a scripted model; it registers again only when the price changed.)"""
+    name = model.split("/", 1)[1]
+    with _scripts_lock:
+        found = _scripts.get(name)
+    price = (found.price if found is not None else None) or (0.0, 0.0)
+    if _priced.get(name) == price:
         return
     info = {
         "litellm_provider": "scripted",
         "mode": "chat",
-        "input_cost_per_token": 0.0,
-        "output_cost_per_token": 0.0,
+        "input_cost_per_token": price[0],
+        "output_cost_per_token": price[1],
+        "cache_creation_input_token_cost": 0.0,
+        "cache_read_input_token_cost": 0.0,
         "max_tokens": 1_000_000,
         "max_input_tokens": 1_000_000,
         "max_output_tokens": 1_000_000,
         "supports_function_calling": True,
     }
-    litellm.model_cost[model] = info
-    litellm.model_cost[model.split("/", 1)[1]] = info
+    # register_model, not a write to litellm.model_cost: it also drops litellm's
+    # caches of model prices, so a model priced again is charged the new price.
+    litellm.register_model({model: info, name: info})
+    _priced[name] = price
 
 
 def install_provider(litellm: Any) -> None:
@@ -280,7 +312,8 @@ def install_provider(litellm: Any) -> None:
             if reply.error is not None:
                 cls = getattr(litellm.exceptions, _LITELLM_ERRORS[reply.error])
                 raise cls(message=f"scripted {reply.error}", model=model, llm_provider="scripted")
-            return ModelResponse(**reply.response(model, step))
+            # The provider-qualified name: litellm prices a response by its model.
+            return ModelResponse(**reply.response(SCRIPTED + model, step))
 
         def completion(self, *args: Any, **kwargs: Any) -> Any:
             # litellm's contract for a custom provider that has no sync path.

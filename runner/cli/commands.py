@@ -30,6 +30,7 @@ from runner.cli.args import (
 )
 from runner.cli.describe import describe, status_cell, when
 from runner.cli.render import clip as _clip
+from runner.cli.render import cost_text
 from runner.cli.render import step_line as _step_line
 from runner.cli.terminal import inert
 from store.config import Settings
@@ -164,7 +165,7 @@ def runs(status: str | None, agent: str | None, limit: int) -> None:
     url = _settings().database_url
     assert url is not None
     rows = list_runs(url, status=status, agent=agent, limit=limit)
-    table = Table("run", "agent", "status", "steps", "tokens", "created", "error")
+    table = Table("run", "agent", "status", "steps", "tokens", "cost", "created", "error")
     for row in rows:
         cells = (
             row["id"],
@@ -172,6 +173,7 @@ def runs(status: str | None, agent: str | None, limit: int) -> None:
             status_cell(row),
             row["steps_used"],
             row["input_tokens"] + row["output_tokens"],
+            cost_text(row["cost_usd"]),
             when(row["created_at"]),
             row["error_code"] or "",
         )
@@ -366,6 +368,14 @@ def prune(older_than: str) -> None:
     assert url is not None
     deleted = PostgresStore.from_url(url).prune(utcnow() - age)
     say(f"deleted {deleted} settled run(s) older than {older_than}")
+
+
+@main.command()
+def doctor() -> None:
+    """Check the set-up, one line each; exit 0 only if all is well."""
+    from runner.cli.doctor import run_checks
+
+    sys.exit(run_checks())
 
 
 @main.command()

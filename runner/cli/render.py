@@ -14,9 +14,12 @@ def step_line(step: Step) -> str:
         message = (step.output or {}).get("message", {})
         calls = [c["function"]["name"] for c in message.get("tool_calls") or []]
         what = f"calls {', '.join(calls)}" if calls else repr(clip(message.get("content") or ""))
-        usage = (
-            f" [{step.usage.input_tokens}+{step.usage.output_tokens} tokens]" if step.usage else ""
+        spent = (
+            [f"{step.usage.input_tokens}+{step.usage.output_tokens} tokens"] if step.usage else []
         )
+        if step.cost_usd:
+            spent.append(cost_text(step.cost_usd))
+        usage = f" [{', '.join(spent)}]" if spent else ""
         return f"step {step.index:>3}  llm   {what}{usage}"
     if step.kind.value == "tool":
         outcome = f"error: {clip(str(step.error))}" if step.error else clip(json.dumps(step.output))
@@ -26,6 +29,16 @@ def step_line(step: Step) -> str:
     if step.kind.value == "state":
         return f"step {step.index:>3}  state {clip(json.dumps(step.output))}"
     return f"step {step.index:>3}  wait  {step.name} {json.dumps(step.input)}"
+
+
+def cost_text(usd: float | None) -> str:
+    """A cost in USD for a person: ``$0.0123``; ``-`` when nothing was charged
+    (an unpriced or free model); ``<$0.0001`` for a fraction of a hundredth of a cent."""
+    if not usd or usd <= 0:
+        return "-"
+    if usd < 0.0001:
+        return "<$0.0001"
+    return f"${usd:.4f}"
 
 
 def clip(text: str, width: int = 80) -> str:

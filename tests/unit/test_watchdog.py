@@ -1,0 +1,198 @@
+"""The beat watchdog (runner/watchdog.py): one WARNING per stretch without
+tick(), an INFO when ticks come back, Redis outages ridden out; and the worker
+beacon it writes. A fake clock and fake beacons, except where it runs for real."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import pytest
+
+from runner import watchdog
+from runner.watchdog import BEACON_PERIODS, Watchdog, age_text, period
+from store.config import Settings
+from store.errors import StoreUnavailable
+from store.leases import Leases
+from tests.e2e.cluster import wait_until
+
+TICK = 5.0  # seconds: the watchdog looks every 2.5 s, tick() is overdue after 15 s
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Beacons:
+    """Leases' beacons in memory; ``down`` makes them fail like a Redis outage."""
+
+    def __init__(self, last: float | None = None) -> None:
+        self.last = last
+        self.down = False
+        self.marks: list[tuple[str, float, float]] = []
+
+    def mark_worker(self, name: str, at: float, ttl_seconds: float) -> None:
+        if self.down:
+            raise StoreUnavailable("Redis is unavailable: Connection refused")
+        self.marks.append((name, at, ttl_seconds))
+
+    def last_tick(self) -> float | None:
+        if self.down:
+            raise StoreUnavailable("Redis is unavailable: Connection refused")
+        return self.last
+
+
+def looks(dog: Watchdog, clock: Clock, seconds: float) -> None:
+    """What the thread would do over ``seconds``: a look every period."""
+    end = clock.now + seconds
+    while clock.now + dog.period <= end:
+        clock.now += dog.period
+        dog.check()
+
+
+def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "runner.watchdog" and r.levelno == logging.WARNING
+    ]
+
+
+def infos(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "runner.watchdog" and r.levelno == logging.INFO
+    ]
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def test_no_tick_ever_warns_once_after_three_intervals(
+    clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "runner.watchdog")
+    dog = Watchdog(Beacons(), "w1@host", TICK, clock=clock)
+    dog.check()
+    looks(dog, clock, 3 * TICK)  # exactly three intervals: not yet overdue
+    assert warnings(caplog) == []
+    looks(dog, clock, dog.period)
+    [line] = warnings(caplog)
+    assert "tick() has never run (this worker has been up 18 s)" in line
+    assert "Is celery beat running?" in line
+    assert "runs whose worker died are not recovered" in line
+    assert "notifications are not sent again" in line and "approvals do not expire" in line
+    looks(dog, clock, 600)  # still no tick: no second warning
+    assert len(warnings(caplog)) == 1
+
+
+def test_one_warning_per_stretch_and_an_info_when_ticks_resume(
+    clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "runner.watchdog")
+    beacons = Beacons(last=clock.now)
+    dog = Watchdog(beacons, "w1@host", TICK, clock=clock)
+    for _ in range(20):  # beat ticks every interval: all quiet
+        looks(dog, clock, TICK)
+        beacons.last = clock.now
+    assert warnings(caplog) == [] and infos(caplog) == []
+
+    looks(dog, clock, 3 * TICK + dog.period)  # beat stops
+    [first] = warnings(caplog)
+    assert "tick() last ran 18 s ago, more than 3 intervals of 5 s" in first
+    looks(dog, clock, 120)
+    assert len(warnings(caplog)) == 1
+
+    beacons.last = clock.now  # beat is back
+    looks(dog, clock, dog.period)
+    assert infos(caplog) == ["tick() runs again (last 2.5 s ago)"]
+    looks(dog, clock, TICK)  # within the allowance: nothing more
+    assert len(warnings(caplog)) == 1 and len(infos(caplog)) == 1
+
+    looks(dog, clock, 3 * TICK + dog.period)  # stops again: a new stretch, a new warning
+    assert len(warnings(caplog)) == 2
+
+
+def test_a_worker_that_just_started_gives_beat_its_full_allowance(
+    clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Beat may be starting alongside the worker: the last tick being hours
+    old says nothing until this worker has waited three intervals itself."""
+    caplog.set_level(logging.INFO, "runner.watchdog")
+    dog = Watchdog(Beacons(last=clock.now - 7200), "w1@host", TICK, clock=clock)
+    dog.check()
+    looks(dog, clock, 3 * TICK)
+    assert warnings(caplog) == []
+    looks(dog, clock, dog.period)
+    [line] = warnings(caplog)
+    assert "tick() last ran 2 h ago" in line
+
+
+def test_a_redis_outage_is_logged_once_and_the_watchdog_carries_on(
+    clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "runner.watchdog")
+    beacons = Beacons(last=clock.now)
+    dog = Watchdog(beacons, "w1@host", TICK, clock=clock)
+    beacons.down = True
+    looks(dog, clock, 60)
+    [line] = warnings(caplog)
+    assert "cannot reach Redis" in line and "Connection refused" in line
+    beacons.down = False
+    looks(dog, clock, dog.period)
+    assert infos(caplog) == ["watchdog: Redis is reachable again"]
+    # Back with Redis, the check works again: the last tick is a minute old.
+    assert len(warnings(caplog)) == 2
+    assert "tick() last ran 62 s ago" in warnings(caplog)[1]
+
+
+def test_every_look_marks_the_worker_alive_for_a_few_periods(clock: Clock) -> None:
+    beacons = Beacons(last=clock.now)
+    dog = Watchdog(beacons, "w1@host", TICK, clock=clock)
+    looks(dog, clock, 3 * dog.period)
+    assert [m[0] for m in beacons.marks] == ["w1@host"] * 3
+    assert [m[1] for m in beacons.marks] == sorted({m[1] for m in beacons.marks})
+    assert {m[2] for m in beacons.marks} == {BEACON_PERIODS * dog.period}
+
+
+@pytest.mark.parametrize(
+    ("tick", "expected"), [(0.1, 0.25), (1.0, 0.5), (5.0, 2.5), (20.0, 10.0), (600.0, 10.0)]
+)
+def test_the_period_is_a_fraction_of_the_interval_within_bounds(
+    tick: float, expected: float
+) -> None:
+    assert period(tick) == expected
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(-1, "0.0 s"), (0.84, "0.8 s"), (12.4, "12 s"), (119, "119 s"), (300, "5 min"), (7300, "2 h")],
+)
+def test_ages_read_like_a_person_would_say_them(seconds: float, text: str) -> None:
+    assert age_text(seconds) == text
+
+
+def _watchdog_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "runwright-watchdog"]
+
+
+def test_start_runs_one_thread_per_process_and_stop_ends_it(redis_url: str, leases: Leases) -> None:
+    settings = Settings(redis_url=redis_url, tick_seconds=0.2)
+    try:
+        watchdog.start(settings, "w-real@host")
+        watchdog.start(settings, "w-real@host")  # a second call changes nothing
+        assert len(_watchdog_threads()) == 1
+        seen = wait_until(leases.workers, 5, "the worker's beacon")
+        assert list(seen) == ["w-real@host"] and seen["w-real@host"] <= time.time()
+    finally:
+        watchdog.stop()
+    assert _watchdog_threads() == []
+    watchdog.stop()  # again: nothing to do
