@@ -245,7 +245,7 @@ def _reply(response: Any, cost_usd: float | None = None) -> ModelReply:
 
 # ------------------------------------------------------------- scripted models
 
-# ``runner.testing.price_as_free``, set the first time a ``scripted/`` model is
+# ``runner.testing.price_scripted``, set the first time a ``scripted/`` model is
 # called. Only then is the test provider imported and registered: a worker that
 # calls real models never loads test machinery.
 _price_scripted: Callable[[Any, str], None] | None = None
@@ -259,5 +259,5 @@ def _serve_scripted(litellm: Any, model: str) -> None:
                 from runner import testing
 
                 testing.install_provider(litellm)
-                _price_scripted = testing.price_as_free
+                _price_scripted = testing.price_scripted
     _price_scripted(litellm, model)

@@ -264,7 +264,7 @@ def lookup(name: str) -> ScriptedModel:
 _priced: dict[str, tuple[float, float]] = {}
 
 
-def price_as_free(litellm: Any, model: str) -> None:
+def price_scripted(litellm: Any, model: str) -> None:
     """Give a scripted model its entry in litellm's cost map: the ``price`` it
     was created with, else free. Without an entry, every call searches the map
     for a price and logs why it found none. (``runner.model`` calls this on each
