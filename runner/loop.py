@@ -195,7 +195,7 @@ class StepLoop:
             return self._from_w1(recorded.output)
         started = utcnow()
         model_name = self.run_.model or self.agent.model
-        observed = ModelCall(model_name, k)
+        observed = ModelCall(model_name, k, messages=self.messages)
         with self.deps.observer.model_call(self.run_, observed):
             reply = await self._call_model(model_name)
             if reply is None:
@@ -203,6 +203,7 @@ class StepLoop:
             observed.usage = reply.usage
             observed.finish_reason = reply.finish_reason
             observed.cost_usd = reply.cost_usd
+            observed.output = reply.message
         message = assign_call_ids(reply.message, self.call_ids, k)
         output = {"message": message, "finish_reason": reply.finish_reason}
         record = StepRecord(

@@ -56,7 +56,14 @@ def fork(
         envelope = TriggerEnvelope(**fields)
     except pydantic.ValidationError as exc:
         raise InvalidInput(f"invalid fork id: {exc}") from None
-    new = NewRun(agent=spec.name, trigger=envelope, concurrency_key=spec.key_for(envelope))
-    run = deps.store.fork_run(original.id, at_step, new, model=model)
+    carrier: dict[str, str] = {}
+    with deps.observer.starting(spec.name, carrier):
+        new = NewRun(
+            agent=spec.name,
+            trigger=envelope,
+            concurrency_key=spec.key_for(envelope),
+            trace_context=carrier or None,
+        )
+        run = deps.store.fork_run(original.id, at_step, new, model=model)
     deps.send([run.id])
     return run

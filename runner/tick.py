@@ -142,6 +142,7 @@ def _expire_waits(deps: Deps, report: TickReport, now: datetime | None) -> None:
                     allow_expired=True,
                     now=now,
                 )
+                deps.observer.approval_decided(result.run, result.approval)
                 if result.resumed:
                     deps.send([result.run.id])  # decide() marked it enqueued
             report.expired += 1

@@ -336,10 +336,12 @@ class CallRunner:
     ) -> CallResult | None:
         if self.observe is None:
             return await self._run_one(call, tool, args, input)
-        observed = ToolCall(tool.name, call["id"], self.step, effect=tool.effect)
+        observed = ToolCall(tool.name, call["id"], self.step, effect=tool.effect, arguments=input)
         with self.observe(observed):
             result = await self._run_one(call, tool, args, input)
-            observed.error = None if result is None else result.error
+            if result is not None:
+                observed.error = result.error
+                observed.result = result.content
             return result
 
     async def _run_one(

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from runner.reports import TickReport
@@ -31,8 +31,10 @@ class ModelCall:
     usage: Usage | None = None
     finish_reason: str | None = None
     cost_usd: float | None = None
-    # The provider's errors, in-call retries included, as the loop saw them.
-    errors: list[str] = field(default_factory=list)
+    # Content, read only by listeners that record it when asked to
+    # (RUNWRIGHT_OTEL_CAPTURE_CONTENT): the messages sent and the answer.
+    messages: Sequence[Any] = ()
+    output: Any = None
 
 
 @dataclass
@@ -43,6 +45,10 @@ class ToolCall:
     effect: bool = False
     # Set when the tool's error went back to the model (the call did not raise).
     error: str | None = None
+    # Content, for listeners that record it when asked to: the arguments and
+    # what the model was told.
+    arguments: Any = None
+    result: str | None = None
 
 
 _NULL: AbstractContextManager[None] = nullcontext()

@@ -28,9 +28,6 @@ import contextvars
 import functools
 import json
 import logging
-import os
-import sys
-import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,16 +37,15 @@ from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from runner.observe import ModelCall, Observer, ToolCall
+from runner.observe.genai import provider_of, system_of
+from runner.observe.otel_export import configure as configure
+from runner.observe.otel_export import start_worker as start_worker
+from runner.observe.otel_export import stop_worker as stop_worker
 from store.config import Settings
 from store.models import Approval, Fence, NewApproval, RetryWait, Run, RunStatus
 
 log = logging.getLogger(__name__)
 
-# Without OTEL_BSP_SCHEDULE_DELAY, a worker exports its ended spans every
-# second rather than the SDK's five: a worker killed mid-run has sent what it
-# had finished by then, at the cost of at most one small request a second.
-WORKER_SCHEDULE_DELAY_MS = 1000
-FLUSH_TIMEOUT_MS = 5000
 # Captured content (opt-in) is cut to this many characters per attribute.
 MAX_CONTENT_CHARS = 8192
 MAX_ERROR_CHARS = 1024
@@ -110,32 +106,6 @@ LEASE_LOST = "runwright.lease_lost"
 APPROVAL_REQUESTED = "runwright.approval.requested"
 APPROVAL_DECIDED = "runwright.approval.decided"
 RETRY_SCHEDULED = "runwright.retry.scheduled"
-MODEL_ERROR = "runwright.model.error"
-
-# litellm's provider prefixes, as the GenAI conventions name the providers.
-_PROVIDERS = {
-    "openai": "openai",
-    "text-completion-openai": "openai",
-    "anthropic": "anthropic",
-    "bedrock": "aws.bedrock",
-    "azure": "azure.ai.openai",
-    "azure_text": "azure.ai.openai",
-    "azure_ai": "azure.ai.inference",
-    "cohere": "cohere",
-    "cohere_chat": "cohere",
-    "deepseek": "deepseek",
-    "gemini": "gcp.gemini",
-    "vertex_ai": "gcp.vertex_ai",
-    "vertex_ai_beta": "gcp.vertex_ai",
-    "groq": "groq",
-    "watsonx": "ibm.watsonx.ai",
-    "watsonx_text": "ibm.watsonx.ai",
-    "mistral": "mistral_ai",
-    "perplexity": "perplexity",
-    "xai": "x_ai",
-}
-# Where the deprecated gen_ai.system spells a provider differently.
-_SYSTEMS = {"x_ai": "xai"}
 
 
 @dataclass
@@ -255,7 +225,7 @@ class OtelObserver(Observer):
 
     @contextlib.contextmanager
     def model_call(self, run: Run, call: ModelCall) -> Iterator[None]:
-        provider, model = _provider(call.model)
+        provider, model = provider_of(call.model)
         # The step here too (and on tool spans): the spans of a killed
         # execution's last step are exported without the step's span.
         attributes: dict[str, Any] = {
@@ -266,7 +236,7 @@ class OtelObserver(Observer):
         }
         if provider is not None:
             attributes[PROVIDER] = provider
-            attributes[SYSTEM] = _SYSTEMS.get(provider, provider)
+            attributes[SYSTEM] = system_of(provider)
         span = self.tracer.start_span(f"chat {model}", kind=SpanKind.CLIENT, attributes=attributes)
         with _active(span, lambda: self._answered(span, call)):
             yield
@@ -279,12 +249,9 @@ class OtelObserver(Observer):
             span.set_attribute(FINISH_REASONS, (call.finish_reason,))
         if call.cost_usd is not None:
             span.set_attribute(COST, call.cost_usd)
-        for error in call.errors:
-            span.add_event(MODEL_ERROR, {"exception.message": _clip(error, MAX_ERROR_CHARS)})
         if self.capture:
-            # ModelCall carries no messages yet; these are written once it does.
-            _maybe(span, INPUT_MESSAGES, getattr(call, "messages", None))
-            _maybe(span, OUTPUT_MESSAGES, getattr(call, "output", None))
+            _maybe(span, INPUT_MESSAGES, list(call.messages) or None)
+            _maybe(span, OUTPUT_MESSAGES, call.output)
 
     @contextlib.contextmanager
     def tool_call(self, run: Run, call: ToolCall) -> Iterator[None]:
@@ -309,9 +276,8 @@ class OtelObserver(Observer):
             span.set_status(Status(StatusCode.ERROR, _clip(call.error, MAX_ERROR_CHARS)))
             span.set_attribute(ERROR_TYPE, "tool_error")
         if self.capture:
-            # ToolCall carries no arguments or result yet; written once it does.
-            _maybe(span, TOOL_ARGUMENTS, getattr(call, "arguments", None))
-            _maybe(span, TOOL_RESULT, getattr(call, "result", None))
+            _maybe(span, TOOL_ARGUMENTS, call.arguments)
+            _maybe(span, TOOL_RESULT, call.result)
 
     # ---------------------------------------------------------------- events
 
@@ -428,20 +394,6 @@ def _parent(run: Run) -> context.Context | None:
     return extracted
 
 
-@functools.lru_cache(maxsize=256)
-def _provider(model: str) -> tuple[str | None, str]:
-    """The GenAI provider name and the provider's own model name, from
-    litellm's ``provider/model``; a bare name is looked up in litellm's cost
-    map if litellm is loaded (it is, in a worker)."""
-    prefix, slash, rest = model.partition("/")
-    if slash and rest:
-        return _PROVIDERS.get(prefix, prefix), rest
-    litellm = sys.modules.get("litellm")
-    info = getattr(litellm, "model_cost", {}).get(model) if litellm is not None else None
-    name = info.get("litellm_provider") if isinstance(info, dict) else None
-    return (_PROVIDERS.get(name, name) if isinstance(name, str) else None), model
-
-
 def _content(value: Any) -> str:
     if isinstance(value, str):
         return _clip(value, MAX_CONTENT_CHARS)
@@ -469,83 +421,3 @@ def _version() -> str | None:
         return metadata.version("runwright")
     except metadata.PackageNotFoundError:
         return None
-
-
-# ------------------------------------------------- the provider and exporter
-
-_installed: Any = None  # the SDK TracerProvider configure() installed, if any
-_install_lock = threading.Lock()
-
-
-def configure(service_name: str = "runwright") -> bool:
-    """Install the SDK's tracer provider, exporting over OTLP/HTTP, unless
-    this process has a tracer provider already (then it is used as it is).
-
-    The exporter reads the standard variables (``OTEL_EXPORTER_OTLP_ENDPOINT``,
-    ``OTEL_EXPORTER_OTLP_HEADERS``, ...); ``OTEL_SERVICE_NAME`` (or
-    ``service.name`` in ``OTEL_RESOURCE_ATTRIBUTES``) overrides
-    ``service_name``; ``OTEL_SDK_DISABLED=true`` turns it off. Spans are
-    exported every second unless ``OTEL_BSP_SCHEDULE_DELAY`` says otherwise.
-    Returns whether it installed one.
-
-    A web app that starts runs calls this once at start-up (or configures
-    OpenTelemetry its own way) so that its ``start()`` spans are exported.
-    """
-    global _installed
-    with _install_lock:
-        if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
-            return False
-        if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-            return False
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-        for name in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
-            protocol = os.environ.get(name, "").strip()
-            if protocol and protocol != "http/protobuf":
-                log.warning(
-                    "runwright exports traces over OTLP/HTTP (http/protobuf) only; %s=%s ignored",
-                    name,
-                    protocol,
-                )
-                break
-        resource = Resource.create()
-        if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
-            resource = resource.merge(Resource({SERVICE_NAME: service_name}))
-        delay = None if os.environ.get("OTEL_BSP_SCHEDULE_DELAY") else WORKER_SCHEDULE_DELAY_MS
-        provider = TracerProvider(resource=resource)
-        provider.add_span_processor(
-            BatchSpanProcessor(OTLPSpanExporter(), schedule_delay_millis=delay)
-        )
-        trace.set_tracer_provider(provider)
-        _installed = provider
-        log.info(
-            "OpenTelemetry: exporting traces over OTLP/HTTP as service %r",
-            resource.attributes.get(SERVICE_NAME),
-        )
-        return True
-
-
-def start_worker(settings: Settings) -> None:
-    """In a worker, before it takes tasks: a tracer provider unless it has one."""
-    configure("runwright-worker")
-
-
-def stop_worker() -> None:
-    """On shutdown: export what is still buffered, and stop the exporter that
-    :func:`configure` started (a provider the app installed is only flushed)."""
-    global _installed
-    provider = _installed if _installed is not None else trace.get_tracer_provider()
-    flush = getattr(provider, "force_flush", None)
-    if flush is not None:
-        try:
-            flush(FLUSH_TIMEOUT_MS)
-        except Exception:
-            log.exception("OpenTelemetry: flushing spans at shutdown failed")
-    if _installed is not None:
-        try:
-            _installed.shutdown()
-        finally:
-            _installed = None

@@ -292,15 +292,22 @@ def test_content_is_on_the_spans_only_when_asked(traced_content: Traced) -> None
     decided = event(decision, "runwright.approval.decided")
     assert marker in decided["gen_ai.tool.call.arguments"]
     assert decided["runwright.approval.reason"] == "fine by me"
+    # The messages each model call was sent (the trigger's payload among
+    # them) and its answer; every tool call's arguments and result.
+    chats = [s for s in spans if s.name.startswith("chat ")]
+    assert chats and all("gen_ai.input.messages" in attrs(c) for c in chats)
+    assert marker in attrs(chats[0])["gen_ai.input.messages"]
+    assert all("gen_ai.output.messages" in attrs(c) for c in chats)
+    tools = [s for s in spans if s.name.startswith("execute_tool ")]
+    assert tools and all("gen_ai.tool.call.arguments" in attrs(t) for t in tools)
+    assert all("gen_ai.tool.call.result" in attrs(t) for t in tools)
 
 
 def test_what_the_hooks_report_is_on_the_spans(
     settings: Settings, memory: tuple[TracerProvider, InMemorySpanExporter]
 ) -> None:
     """Driving the hooks directly: a priced model call's cost and provider;
-    a tool call's arguments and result, which the tool hook's record does not
-    carry yet: once it does (as ``arguments`` and ``result``), they are
-    recorded when asked."""
+    a tool call's arguments and result, recorded only when asked."""
     provider, exporter = memory
     observer = OtelObserver(settings, tracer_provider=provider)
     priced = ModelCall("anthropic/claude-sonnet-4", 1, Usage(120, 30), "stop", 0.0123)
@@ -326,8 +333,8 @@ def test_what_the_hooks_report_is_on_the_spans(
             dataclasses.replace(settings, otel_capture_content=capture), tracer_provider=provider
         )
         call = ToolCall("search", f"call-{capture}", 1)
-        call.arguments = {"q": "the marker"}  # type: ignore[attr-defined]
-        call.result = "found the marker"  # type: ignore[attr-defined]
+        call.arguments = {"q": "the marker"}
+        call.result = "found the marker"
         with observer.tool_call(a_run(), call):
             pass
     quiet, loud = exporter.get_finished_spans()

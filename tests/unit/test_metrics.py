@@ -89,9 +89,9 @@ def test_a_completed_run_counts_its_steps_tokens_and_latencies(
     assert value(registry, "runwright_tokens_total", **labels, direction="input") == 600
     assert value(registry, "runwright_tokens_total", **labels, direction="output") == 60
     assert done.usage == Usage(600, 60)
-    # litellm prices no scripted model: no cost, and no cost series.
-    assert [s.cost_usd for s in llm] == [None] * 3
-    assert registry.get_sample_value("runwright_cost_usd_total", labels) is None
+    # A scripted model without a price is free: cost 0, which adds nothing.
+    assert [s.cost_usd for s in llm] == [0.0] * 3
+    assert registry.get_sample_value("runwright_cost_usd_total", labels) in (None, 0.0)
     assert value(registry, "runwright_model_call_duration_seconds_count", **labels) == 3
     assert (
         value(registry, "runwright_tool_call_duration_seconds_count", agent=name, tool="lookup")
