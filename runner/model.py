@@ -180,11 +180,18 @@ def _short(exc: BaseException, limit: int = 500) -> str:
 
 def _cost(litellm: Any, response: Any) -> float | None:
     """What the call cost in USD, from litellm's (local) cost map; None when
-    the model has no price there."""
-    try:
-        cost = litellm.completion_cost(completion_response=response)
-    except Exception:
-        return None  # an unpriced model: litellm raises rather than guess
+    the model has no price there. litellm works it out for its own logging
+    already (``response_cost``); only without that figure is it asked again."""
+    hidden = getattr(response, "_hidden_params", None)
+    if isinstance(hidden, dict) and "response_cost" in hidden:
+        cost = hidden["response_cost"]  # None: the model has no price
+        if cost is None:
+            return None
+    else:
+        try:
+            cost = litellm.completion_cost(completion_response=response)
+        except Exception:
+            return None  # an unpriced model: litellm raises rather than guess
     try:
         value = float(cost)
     except (TypeError, ValueError):
