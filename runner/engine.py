@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import pydantic
 
@@ -52,6 +52,7 @@ from store.models import (
 from store.rules import CancelAction
 
 log = logging.getLogger(__name__)
+M = TypeVar("M", bound=pydantic.BaseModel)
 
 _FROM_SETTINGS: Any = object()
 
@@ -281,6 +282,10 @@ class Engine:
                 known = ", ".join(s.value for s in RunStatus)
                 raise InvalidInput(f"unknown status {status!r}; use one of {known}") from None
         return self.store.list_runs(status=status, agent=agent, thread=thread, limit=limit)
+
+    def result(self, run_id: str, model: type[M]) -> M:
+        """The completed run's output validated as ``model`` (see :meth:`Run.output_as`)."""
+        return self.store.get_run(run_id).output_as(model)
 
     def steps(self, run_id: str) -> list[Step]:
         return self.store.steps(run_id)

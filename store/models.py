@@ -10,10 +10,11 @@ import enum
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from store.errors import InvalidInput, InvalidTransition
 from store.ids import new_id
 from store.jsonsafe import clean_message
 from store.status import CANCELLABLE as CANCELLABLE
@@ -23,6 +24,7 @@ from store.status import SETTLED as SETTLED
 from store.status import RunStatus as RunStatus
 
 JSON = Any
+M = TypeVar("M", bound=BaseModel)
 Message = dict[str, Any]
 MAX_ERROR_CHARS = 4000
 MAX_ERROR_CODE_CHARS = 64
@@ -190,6 +192,23 @@ class Run:
     @property
     def settled(self) -> bool:
         return self.status.settled
+
+    def output_as(self, model: type[M]) -> M:
+        """The run's output validated as ``model`` (typically the agent's
+        ``output=`` model). :class:`InvalidTransition` unless the run
+        completed; :class:`InvalidInput` if the output does not fit ``model``."""
+        if self.status is not RunStatus.COMPLETED:
+            why = f" ({self.error.code}: {self.error.message})" if self.error else ""
+            raise InvalidTransition(
+                f"run {self.id} is {self.status.value}{why}; only a completed run has a result"
+            )
+        try:
+            return model.model_validate(self.output)
+        except ValidationError as exc:
+            raise InvalidInput(
+                f"the output of run {self.id} is not a {model.__name__}: "
+                f"{clean_message(str(exc), 1000)}"
+            ) from None
 
     @property
     def retry_at(self) -> datetime | None:
