@@ -19,6 +19,7 @@ from store.models import (
     Effect,
     Fence,
     Message,
+    NewRun,
     Outcome,
     Run,
     RunAttempt,
@@ -28,6 +29,7 @@ from store.models import (
     StepCommit,
     StepKind,
     StepRecord,
+    Usage,
     utcnow,
 )
 from store.rules import check_checkpoint, key_head, outcome_columns, wakes_key
@@ -59,6 +61,24 @@ class MemBase:
         # The epoch survives settling (which clears the claim): it only ever rises.
         self._epochs: dict[str, int] = {}
         self._agent_missing_since: dict[str, datetime] = {}
+
+    def _new_run(self, new: NewRun, **fields: Any) -> Run:
+        """A queued run as ``create_run`` and ``fork_run`` store it."""
+        now = self._now()
+        return Run(
+            id=new.id,
+            agent=new.agent,
+            status=RunStatus.QUEUED,
+            trigger=new.trigger,
+            usage=Usage(),
+            created_at=now,
+            updated_at=now,
+            concurrency_key=new.concurrency_key,
+            thread=new.thread,
+            enqueued_at=now,
+            trace_context=dict(new.trace_context) if new.trace_context else None,
+            **fields,
+        )
 
     def _now(self, now: datetime | None = None) -> datetime:
         return now or self.clock()

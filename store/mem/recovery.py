@@ -15,7 +15,6 @@ from store.models import (
     RunStatus,
     Step,
     StepKind,
-    Usage,
 )
 from store.recovery import (
     Requeue,
@@ -130,20 +129,10 @@ class MemRecovery(MemBase):
                 ),
                 None,
             )
-            now = self._now()
-            run = Run(
-                id=new.id,
-                agent=new.agent,
-                status=RunStatus.QUEUED,
-                trigger=new.trigger,
-                usage=Usage(),
-                created_at=now,
-                updated_at=now,
-                concurrency_key=new.concurrency_key,
-                thread=new.thread,
+            run = self._new_run(
+                new,
                 steps_used=at_step,
                 state=copy.deepcopy(state),
-                enqueued_at=now,
                 extra_steps=at_step,
                 model=model,
                 forked_from=original.id,
@@ -158,7 +147,7 @@ class MemRecovery(MemBase):
                 self._copy_step(s, run.id) for s in sorted(states, key=lambda s: s.id)
             ]
             finish = fork_finish_reason(at_step, cp_step, stored[2], llm.output if llm else None)
-            self._checkpoints[run.id] = (at_step, len(messages), finish, now)
+            self._checkpoints[run.id] = (at_step, len(messages), finish, run.created_at)
             return run
 
     def _copy_step(self, step: Step, run_id: str) -> Step:

@@ -19,7 +19,6 @@ from store.models import (
     Settled,
     Step,
     StepKind,
-    Usage,
 )
 from store.rules import claimable, crashed_error, is_takeover, takeover_crashes
 
@@ -31,20 +30,7 @@ class MemRuns(MemBase):
             for run in self._runs.values():
                 if run.agent == new.agent and run.trigger.id == new.trigger.id:
                     return self._with_wait(run), False
-            now = self._now()
-            run = Run(
-                id=new.id,
-                agent=new.agent,
-                status=RunStatus.QUEUED,
-                trigger=new.trigger,
-                usage=Usage(),
-                created_at=now,
-                updated_at=now,
-                concurrency_key=new.concurrency_key,
-                thread=new.thread,
-                enqueued_at=now,
-                trace_context=dict(new.trace_context) if new.trace_context else None,
-            )
+            run = self._new_run(new)
             self._runs[run.id] = run
             self._steps[run.id] = []
             self._messages[run.id] = []

@@ -79,6 +79,7 @@ class PgRecovery(PgBase):
             "trigger_id": new.trigger.id,
             "key": new.concurrency_key,
             "thread": new.thread,
+            "trace_context": dumps(new.trace_context) if new.trace_context else None,
             "model": model,
             "run_id": run_id,
         }

@@ -141,12 +141,13 @@ CREATE_FORK = Statement(
     "create_fork",
     f"""
     INSERT INTO runs (id, agent, status, trigger, trigger_id, concurrency_key, thread,
-                      enqueued_at, state, steps_used, extra_steps, model, forked_from,
-                      forked_at_step)
+                      trace_context, enqueued_at, state, steps_used, extra_steps, model,
+                      forked_from, forked_at_step)
     VALUES (CAST(:id AS uuid), CAST(:agent AS text), {lit(RunStatus.QUEUED)},
             CAST(:trigger AS json), CAST(:trigger_id AS text), CAST(:key AS text),
-            CAST(:thread AS text), now(), CAST(:state AS jsonb), CAST(:at AS int),
-            CAST(:at AS int), CAST(:model AS text), CAST(:run_id AS uuid), CAST(:at AS int))
+            CAST(:thread AS text), CAST(:trace_context AS json), now(), CAST(:state AS jsonb),
+            CAST(:at AS int), CAST(:at AS int), CAST(:model AS text), CAST(:run_id AS uuid),
+            CAST(:at AS int))
     ON CONFLICT DO NOTHING
     RETURNING *
     """,

@@ -8,6 +8,7 @@ call goes through a recorder, and the last test checks that each method of the
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from datetime import timedelta
@@ -720,9 +721,15 @@ def test_retry_and_fork(any_store: AnyStore) -> None:
     assert attempt.attempt == 1 and attempt.status is RunStatus.FAILED
     assert attempt.error == RunError("model_error", "no") and attempt.extra_steps == 2
 
-    new = new_run(trigger_id="fork-of-" + fence.run_id)
+    # The fork carries the trace context of the request that made it.
+    traceparent = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    new = dataclasses.replace(
+        new_run(trigger_id="fork-of-" + fence.run_id), trace_context=traceparent
+    )
     fork = any_store.fork_run(fence.run_id, 1, new, model="scripted/m")
     assert fork.id == new.id and fork.status is RunStatus.QUEUED
+    assert fork.trace_context == traceparent
+    assert any_store.get_run(fork.id).trace_context == traceparent
     assert (fork.forked_from, fork.forked_at_step, fork.model) == (fence.run_id, 1, "scripted/m")
     assert fork.state == {"n": 1} and fork.extra_steps == 1
     checkpoint = any_store.checkpoint(fork.id)
