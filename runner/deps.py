@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 
 from runner import approvals
 from runner.agent import Agent, Registry
+from runner.events import Feed
 from runner.observe import Observer
 from runner.retry import RetryPolicy
 from runner.runtime import in_io, runtime
@@ -63,6 +64,8 @@ class Deps:
     notify_delay: timedelta
     # Who hears what the executions do (logs, traces, metrics: runner/observe).
     observer: Observer
+    # The run-event feed: live wake-ups and token deltas (runner/events.py).
+    feed: Feed
 
     @property
     def tool_executor(self) -> Executor:

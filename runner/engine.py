@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
 import threading
 import time
@@ -25,15 +24,18 @@ from runner.errors import (
     InvalidInput,
     StoreUnavailable,
 )
+from runner.events import EventStream, Feed, Until, statuses
 from runner.execution import Execution
+from runner.imports import import_string
 from runner.layout import require_own_modules
+from runner.live import LiveStore
 from runner.observe import Observer, Observers
 from runner.observe.logs import LogObserver
 from runner.reports import TickReport
 from runner.retry import RetryPolicy
 from runner.runtime import runtime
 from runner.tick import tick
-from store.base import CancelResult, Store
+from store.base import CancelResult, Store, check_run_id
 from store.claims import Claims
 from store.config import Settings
 from store.leases import CancelListener, Leases
@@ -57,17 +59,6 @@ M = TypeVar("M", bound=pydantic.BaseModel)
 _FROM_SETTINGS: Any = object()
 
 __all__ = ["Engine", "Enqueue", "TickReport", "import_string"]
-
-
-def import_string(path: str) -> Any:
-    """``"package.module:attribute"`` (or dotted) to the object it names."""
-    module, sep, attribute = path.partition(":")
-    if not sep:
-        module, _, attribute = path.rpartition(".")
-    try:
-        return getattr(importlib.import_module(module), attribute)
-    except (ImportError, AttributeError) as exc:
-        raise InvalidInput(f"cannot import {path!r}: {exc}") from exc
 
 
 class Engine:
@@ -96,6 +87,10 @@ class Engine:
         observers: Sequence[Observer] = (),
     ) -> None:
         settings = settings or Settings()
+        self._store = store
+        feed = Feed(store, None if leases is None else leases.redis)
+        # Writes through the engine wake the readers of the runs they touch.
+        store = LiveStore.wrap(store, feed)
         self.deps = Deps(
             store=store,
             claims=Claims(
@@ -120,6 +115,7 @@ class Engine:
             write_retry_seconds=write_retry_seconds,
             notify_delay=timedelta(seconds=settings.notify_backoff_seconds),
             observer=Observers([LogObserver(), *observers]),
+            feed=feed,
         )
         self._listener: CancelListener | None = None
         self._listener_lock = threading.Lock()
@@ -160,7 +156,7 @@ class Engine:
 
     @property
     def store(self) -> Store:
-        return self.deps.store
+        return self._store
 
     @property
     def leases(self) -> Leases | None:
@@ -207,6 +203,7 @@ class Engine:
         return self.deps.tool_executor
 
     def close(self) -> None:
+        self.deps.feed.close()
         if self._listener is not None:
             self._listener.stop()
             self._listener = None
@@ -241,7 +238,7 @@ class Engine:
             raise InvalidInput(f"invalid trigger: {exc}") from None
         carrier: dict[str, str] = {}
         with self.deps.observer.starting(spec.name, carrier):
-            run, created = self.store.create_run(
+            run, created = self.deps.store.create_run(
                 NewRun(
                     agent=spec.name,
                     trigger=envelope,
@@ -265,7 +262,7 @@ class Engine:
         return settled.run if settled is not None else None
 
     def get_run(self, run_id: str) -> Run:
-        return self.store.get_run(run_id)
+        return self.deps.store.get_run(run_id)
 
     def list_runs(
         self,
@@ -281,27 +278,56 @@ class Engine:
             except ValueError:
                 known = ", ".join(s.value for s in RunStatus)
                 raise InvalidInput(f"unknown status {status!r}; use one of {known}") from None
-        return self.store.list_runs(status=status, agent=agent, thread=thread, limit=limit)
+        return self.deps.store.list_runs(status=status, agent=agent, thread=thread, limit=limit)
 
     def result(self, run_id: str, model: type[M]) -> M:
         """The completed run's output validated as ``model`` (see :meth:`Run.output_as`)."""
-        return self.store.get_run(run_id).output_as(model)
+        return self.deps.store.get_run(run_id).output_as(model)
+
+    def events(
+        self,
+        run_id: str,
+        after: int | None = None,
+        *,
+        timeout: float | None = None,
+        until: Until = "settled",
+        tokens: bool = True,
+    ) -> EventStream:
+        """The run's events after the id ``after`` (all, if None), then live
+        ones until the run settles (or reaches ``until``) or ``timeout``
+        seconds pass; iterate with ``for`` or ``async for`` (runner/events.py)."""
+        check_run_id(run_id)
+        return self.deps.feed.events(
+            run_id, after, timeout=timeout, until=statuses(until), tokens=tokens
+        )
+
+    def wait(self, run_id: str, timeout: float | None = None, until: Until = "settled") -> Run:
+        """The run once it settles (``until="waiting"``: or waits for an
+        approval), driven by the live feed; after ``timeout`` seconds, the run
+        as it is then."""
+        return self.deps.feed.wait(check_run_id(run_id), timeout, statuses(until))
+
+    async def wait_async(
+        self, run_id: str, timeout: float | None = None, until: Until = "settled"
+    ) -> Run:
+        """:meth:`wait` for ``async`` code."""
+        return await self.deps.feed.wait_async(check_run_id(run_id), timeout, statuses(until))
 
     def steps(self, run_id: str) -> list[Step]:
-        return self.store.steps(run_id)
+        return self.deps.store.steps(run_id)
 
     def checkpoint(self, run_id: str) -> Checkpoint | None:
-        return self.store.checkpoint(run_id)
+        return self.deps.store.checkpoint(run_id)
 
     def approvals(self, run_id: str) -> list[Approval]:
-        return self.store.approvals(run_id)
+        return self.deps.store.approvals(run_id)
 
     # --------------------------------------------------------- control
 
     def cancel(self, run_id: str) -> CancelResult:
         """Cancel from any process. A running run's owner aborts within about a
         second (pub/sub; heartbeat polling covers a missed message)."""
-        result = self.store.request_cancel(run_id)
+        result = self.deps.store.request_cancel(run_id)
         if result.action is CancelAction.CANCELLED:
             self.deps.observer.settled(result.run, 0.0)
         if result.action is CancelAction.REQUESTED:
@@ -328,7 +354,7 @@ class Engine:
     ) -> Run:
         """Decide an approval. With the last decision the run is queued again."""
         result = approvals_.decide(
-            self.store, self.tokens, approval_id, approve, reason, token=token, trusted=trusted
+            self.deps.store, self.tokens, approval_id, approve, reason, token=token, trusted=trusted
         )
         self.deps.observer.approval_decided(result.run, result.approval)
         if result.resumed:
@@ -359,17 +385,17 @@ class Engine:
 
     def attempts(self, run_id: str) -> list[RunAttempt]:
         """A retried run's earlier attempts, oldest first."""
-        return self.store.attempts(run_id)
+        return self.deps.store.attempts(run_id)
 
     def token(self, approval_id: str) -> str:
         """The token for an approval (what a notifier would put in a link)."""
-        approval = self.store.get_approval(approval_id)
+        approval = self.deps.store.get_approval(approval_id)
         return self.tokens.sign(approval.approval_id, approval.token_id)
 
     def check_token(self, approval_id: str, token: str) -> Approval:
         """The approval, if ``token`` is its token; else ApprovalError. For pages
         that show an approval's input only to the holder of its link."""
-        approval = self.store.get_approval(approval_id)
+        approval = self.deps.store.get_approval(approval_id)
         if not self.tokens.verify(approval.approval_id, approval.token_id, token):
             raise InvalidApprovalToken(f"the token is not valid for approval {approval_id}")
         return approval

@@ -23,6 +23,7 @@ from store.errors import (
     RunNotFound,
     RunNotWaiting,
 )
+from store.events import RunEvent
 from store.models import (
     Approval,
     Checkpoint,
@@ -173,6 +174,11 @@ class Store(Protocol):
     ) -> list[Run]: ...
 
     def steps(self, run_id: str) -> list[Step]: ...
+
+    def events(self, run_id: str, after: int | None = None, limit: int = 1000) -> list[RunEvent]:
+        """The run's durable events with an id above ``after``, in id order
+        (store/events.py), at most ``limit``; RunNotFound if there is no run."""
+        ...
 
     def llm_step(self, run_id: str, index: int) -> Step | None: ...
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from store.events import EventType, RunEvent, step_event
 from store.models import (
     Approval,
     Claim,
@@ -160,4 +161,17 @@ def effect_from_row(row: Mapping[str, Any]) -> Effect:
         output=m["output"],
         error=m["error"],
         finished_at=m["finished_at"],
+    )
+
+
+def event_from_row(row: Mapping[str, Any]) -> RunEvent:
+    """A row of ``EVENTS_AFTER``: a steps row, or a run_events row."""
+    if row["type"] == EventType.STEP.value:
+        return step_event(step_from_row(row))
+    return RunEvent(
+        run_id=str(row["run_id"]),
+        type=EventType(row["type"]),
+        data=dict(row["data"]),
+        id=int(row["id"]),
+        at=row["at"],
     )

@@ -10,10 +10,15 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
+from store.events import EVENT_IDS, TRIGGERS
 from store.models import EffectStatus
 from store.status import CLAIMABLE, KEY_HOLDING, SETTLED, RunStatus, lit, status_in
 
 metadata = sa.MetaData()
+
+# The one sequence of event ids (store/events.py): steps and run_events take theirs from it.
+event_ids = sa.Sequence(EVENT_IDS, metadata=metadata)
+_NEXT_EVENT_ID = sa.text(f"nextval('{EVENT_IDS}'::regclass)")
 
 _TS = sa.DateTime(timezone=True)
 _NOW = sa.text("now()")
@@ -131,7 +136,7 @@ steps = sa.Table(
         sa.ForeignKey("runs.id", ondelete="CASCADE"),
         primary_key=True,
     ),
-    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    sa.Column("id", sa.BigInteger, event_ids, server_default=_NEXT_EVENT_ID, primary_key=True),
     sa.Column("kind", sa.Text, nullable=False),
     sa.Column("index", sa.Integer, nullable=False),
     sa.Column("name", sa.Text),
@@ -294,3 +299,24 @@ approvals = sa.Table(
         postgresql_where=sa.text("decision IS NULL"),
     ),
 )
+
+# Status, execution and approval events, derived by triggers from the rows of
+# runs and approvals (store/events.py); step events are the steps rows.
+run_events = sa.Table(
+    "run_events",
+    metadata,
+    sa.Column(
+        "run_id",
+        sa.Uuid(as_uuid=False),
+        sa.ForeignKey("runs.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("id", sa.BigInteger, event_ids, server_default=_NEXT_EVENT_ID, primary_key=True),
+    sa.Column("type", sa.Text, nullable=False),
+    sa.Column("data", JSONB, nullable=False),
+    sa.Column("at", _TS, nullable=False, server_default=_NOW),
+    sa.CheckConstraint("type IN ('status', 'execution', 'approval')", name="run_events_type_valid"),
+)
+
+for _name, _create, _drop in TRIGGERS:
+    sa.event.listen(metadata, "after_create", sa.DDL(_create.replace("%", "%%")))  # type: ignore[no-untyped-call]

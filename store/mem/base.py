@@ -13,6 +13,7 @@ from typing import Any
 from store.base import check_run_id
 from store.config import DEFAULT_MAX_PAYLOAD_BYTES
 from store.errors import LeaseLostError, RunNotFound
+from store.events import EventType, RunEvent, approval_changes, run_changes
 from store.models import (
     Approval,
     Checkpoint,
@@ -34,6 +35,38 @@ from store.models import (
 )
 from store.rules import check_checkpoint, key_head, outcome_columns, wakes_key
 
+Changes = list[tuple[EventType, dict[str, Any]]]
+
+
+class _Table(dict[str, Any]):
+    """A table whose every write derives the run's events from the old and the
+    new row, as the Postgres triggers do (store/events.py)."""
+
+    def __init__(
+        self,
+        derive: Callable[[Any, Any], Changes],
+        record: Callable[[str, Changes], None],
+    ) -> None:
+        super().__init__()
+        self._derive = derive
+        self._record = record
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        old = self.get(key)
+        super().__setitem__(key, value)
+        changes = self._derive(old, value)
+        if changes:
+            self._record(value.id if isinstance(value, Run) else value.run_id, changes)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
+        # A snapshot of the rows (tests compare them), without the callbacks.
+        return {key: copy.deepcopy(value, memo) for key, value in self.items()}
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        if key not in self:
+            self[key] = default
+        return self[key]
+
 
 class MemBase:
     """The tables: plain dicts under one lock."""
@@ -47,7 +80,10 @@ class MemBase:
         self.clock = clock
         self.max_payload_bytes = max_payload_bytes
         self._lock = threading.RLock()
-        self._runs: dict[str, Run] = {}
+        # One counter of ids for steps and the other events (store/events.py).
+        self._step_ids = itertools.count(1)
+        self._events: dict[str, list[RunEvent]] = {}
+        self._runs: dict[str, Run] = _Table(run_changes, self._record_events)
         self._steps: dict[str, list[Step]] = {}
         self._messages: dict[str, list[Message]] = {}
         # The step that wrote each message, index for index (a fork's history).
@@ -56,11 +92,17 @@ class MemBase:
         self._attempts: dict[str, list[RunAttempt]] = {}
         self._checkpoints: dict[str, tuple[int, int, str | None, datetime]] = {}
         self._effects: dict[tuple[str, str], Effect] = {}
-        self._approvals: dict[str, Approval] = {}
-        self._step_ids = itertools.count(1)
+        self._approvals: dict[str, Approval] = _Table(approval_changes, self._record_events)
         # The epoch survives settling (which clears the claim): it only ever rises.
         self._epochs: dict[str, int] = {}
         self._agent_missing_since: dict[str, datetime] = {}
+
+    def _record_events(self, run_id: str, changes: Changes) -> None:
+        now = self._now()
+        log = self._events.setdefault(run_id, [])
+        log.extend(
+            RunEvent(run_id, kind, data, next(self._step_ids), now) for kind, data in changes
+        )
 
     def _new_run(self, new: NewRun, **fields: Any) -> Run:
         """A queued run as ``create_run`` and ``fork_run`` store it."""

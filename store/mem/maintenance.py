@@ -130,6 +130,7 @@ class MemMaintenance(MemBase):
             for run_id in doomed:
                 del self._runs[run_id]
                 self._steps.pop(run_id, None)
+                self._events.pop(run_id, None)
                 self._messages.pop(run_id, None)
                 self._message_steps.pop(run_id, None)
                 self._attempts.pop(run_id, None)

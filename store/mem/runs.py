@@ -7,6 +7,7 @@ from dataclasses import replace
 from datetime import timedelta
 
 from store.base import StartPoint, ThreadStart, check_payload
+from store.events import RunEvent, step_event
 from store.mem.base import MemBase
 from store.models import (
     Checkpoint,
@@ -35,6 +36,14 @@ class MemRuns(MemBase):
             self._steps[run.id] = []
             self._messages[run.id] = []
             return run, True
+
+    def events(self, run_id: str, after: int | None = None, limit: int = 1000) -> list[RunEvent]:
+        after = after or 0
+        with self._lock:
+            self._run(run_id)
+            merged = [step_event(s) for s in self._steps[run_id] if s.id > after]
+            merged += [e for e in self._events.get(run_id, ()) if e.id is not None and e.id > after]
+        return sorted(merged, key=lambda e: e.id or 0)[:limit]
 
     def get_run(self, run_id: str) -> Run:
         with self._lock:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from store.base import StartPoint, ThreadStart, check_payload, check_run_id
 from store.db import dumps
+from store.events import RunEvent
 from store.models import Checkpoint, Effect, NewRun, Run, RunStatus, Step
 from store.pg.base import PgBase, checkpoint_from_row
+from store.queries import events as qe
 from store.queries import runs as q
-from store.rows import effect_from_row, run_from_row, step_from_row
+from store.rows import effect_from_row, event_from_row, run_from_row, step_from_row
 
 
 class PgRuns(PgBase):
@@ -51,6 +53,15 @@ class PgRuns(PgBase):
         with self.db.tx() as tx:
             self._require_run(tx, run_id)
             return [step_from_row(row) for row in tx.rows(q.STEPS, {"run_id": run_id})]
+
+    def events(self, run_id: str, after: int | None = None, limit: int = 1000) -> list[RunEvent]:
+        run_id = check_run_id(run_id)
+        params = {"run_id": run_id, "after": after or 0, "limit": limit}
+        events = [event_from_row(row) for row in self.db.rows(qe.EVENTS_AFTER, params)]
+        if not events:
+            with self.db.tx() as tx:
+                self._require_run(tx, run_id)  # none yet, or no such run
+        return events
 
     def llm_step(self, run_id: str, index: int) -> Step | None:
         row = self.db.first(q.LLM_STEP, {"run_id": run_id, "index": index})

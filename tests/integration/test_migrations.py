@@ -31,6 +31,15 @@ CATALOG = {
           FROM pg_constraint WHERE connamespace = 'public'::regnamespace
            AND conrelid::regclass::text <> 'alembic_version'
          ORDER BY 1, 2""",
+    "sequences": """
+        SELECT sequence_name, data_type, start_value, increment FROM information_schema.sequences
+         WHERE sequence_schema = 'public' ORDER BY 1""",
+    "triggers": """
+        SELECT tgrelid::regclass::text, tgname, pg_get_triggerdef(oid) FROM pg_trigger
+         WHERE NOT tgisinternal ORDER BY 1, 2""",
+    "functions": """
+        SELECT proname, prosrc FROM pg_proc
+         WHERE pronamespace = 'public'::regnamespace ORDER BY 1""",
 }
 
 
@@ -92,6 +101,7 @@ def test_downgrade_to_base_and_up_again(empty_databases: tuple[str, str]) -> Non
         "effects",
         "approvals",
         "run_attempts",
+        "run_events",
     }
 
 

@@ -757,6 +757,78 @@ def test_approval_backlog_counts_the_pending_and_finds_the_oldest(any_store: Any
     assert any_store.approval_backlog() == (1, left.created_at)
 
 
+def _feed(store: AnyStore, run_id: str, after: int | None = None) -> list[tuple[str, Any]]:
+    """The run's events as (type, what matters of the body)."""
+    shown: list[tuple[str, Any]] = []
+    for event in store.events(run_id, after):
+        data = event.data
+        detail = {
+            "status": lambda: data["status"],
+            "execution": lambda: (data["epoch"], data["takeover"]),
+            "approval": lambda: (data["action"], data["tool_call_id"], data["decision"]),
+            "step": lambda: (data["kind"], data["index"], data["tool_call_id"]),
+        }[event.type.value]()
+        shown.append((event.type.value, detail))
+    return shown
+
+
+def test_events_are_derived_from_every_write_in_commit_order(any_store: AnyStore) -> None:
+    fence = claimed(any_store, ttl=0.05)
+    run_id = fence.run_id
+    assert any_store.record_llm_step(fence, llm_record(1))
+    any_store.commit_step(fence, commit(1, 0, [msg(0), msg(1)], tools=[tool_record(1, "c1")]))
+    _lapse()
+    taker = _take_over(any_store, run_id, 10)
+    assert any_store.record_llm_step(taker, llm_record(2))
+    any_store.commit_step(taker, commit(2, 2, [msg(2)], approvals=[approval("c2")]))
+    waiting = any_store.get_run(run_id)
+    assert waiting.waiting is not None
+    response = {"role": "approval_response", "approval_id": waiting.waiting.approval_id}
+    any_store.decide(waiting.waiting.approval_id, Decision.APPROVED, "ok", response)
+    again = any_store.claim(run_id, "worker-c", 30)
+    assert again is not None
+    final = Fence(run_id, "worker-c", again.epoch)
+    any_store.commit_step(
+        final, commit(3, 3, [msg(3)], outcome=Outcome(RunStatus.COMPLETED, output="done"))
+    )
+    events = any_store.events(run_id)
+    ids = [e.id for e in events]
+    assert all(i is not None for i in ids) and ids == sorted(set(ids))  # type: ignore[type-var]
+    feed = _feed(any_store, run_id)
+    # Within one commit the order may differ between the stores; across commits it may not.
+    commits = [
+        [("status", "queued")],
+        [("execution", (1, False)), ("status", "running")],
+        [("step", ("llm", 1, None))],
+        [("step", ("tool", 1, "c1"))],
+        [("execution", (2, True))],
+        [("step", ("llm", 2, None))],
+        [
+            ("step", ("wait", 2, None)),
+            ("approval", ("requested", "c2", None)),
+            ("status", "waiting"),
+        ],
+        [("approval", ("decided", "c2", "approved")), ("status", "queued")],
+        [("execution", (3, False)), ("status", "running")],
+        [("status", "completed")],
+    ]
+    at = 0
+    for group in commits:
+        assert sorted(feed[at : at + len(group)]) == sorted(group), (at, feed)
+        at += len(group)
+    assert at == len(feed)
+    assert events[-1].settles and events[-1].status is RunStatus.COMPLETED
+    # A reader that resumes after an id gets exactly the rest.
+    middle = ids[5]
+    assert [e.id for e in any_store.events(run_id, middle)] == ids[6:]
+    assert [e.id for e in any_store.events(run_id, None, limit=3)] == ids[:3]
+    assert any_store.events(run_id, ids[-1]) == []
+    with pytest.raises(RunNotFound):
+        any_store.events(str(uuid.uuid4()))
+    with pytest.raises(RunNotFound):
+        any_store.events("../../etc/passwd")
+
+
 def test_every_protocol_method_succeeded_on_every_store() -> None:
     """Runs last in this module: every method of the ``Store`` protocol was
     called by the tests above, and returned normally, on each store."""

@@ -1,0 +1,241 @@
+"""The run-event feed as the store keeps it: what is an event, and its ids.
+
+Events are derived from the rows the store commits, never written beside them:
+
+- a ``step`` event is a ``steps`` row;
+- a ``status`` event is a change of ``runs.status`` (and a run's creation);
+- an ``execution`` event is a rise of ``runs.claim_epoch`` (a claim; a takeover
+  when the run was ``running`` under an older epoch);
+- an ``approval`` event is an approval row created (``requested``) or decided.
+
+Postgres derives the last three with triggers (:data:`TRIGGERS`), into
+``run_events``, so that no statement that changes a run can forget one; the
+memory store applies :func:`run_changes` and :func:`approval_changes` where it
+writes. ``steps.id`` and ``run_events.id`` come from one sequence, and every
+write of a run holds its row lock when it takes ids, so a run's events in id
+order are its events in commit order: a reader that remembers the last id it
+saw misses nothing and sees nothing twice (the ids are not contiguous).
+
+Token deltas are not here: they are live only (``runner/events.py``).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from store.models import Approval, Run, Step
+from store.status import SETTLED, RunStatus, lit
+
+# The one sequence of event ids (steps.id and run_events.id).
+EVENT_IDS = "run_event_ids"
+
+
+class EventType(enum.StrEnum):
+    STATUS = "status"
+    STEP = "step"
+    APPROVAL = "approval"
+    EXECUTION = "execution"
+    TOKEN = "token"
+
+
+def _when(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    """One event of a run. ``id`` rises with every durable event of the run
+    (a reader resumes after the last one it saw); token deltas have none."""
+
+    run_id: str
+    type: EventType
+    data: dict[str, Any] = field(default_factory=dict)
+    id: int | None = None
+    at: datetime | None = None
+
+    @property
+    def durable(self) -> bool:
+        return self.id is not None
+
+    @property
+    def status(self) -> RunStatus | None:
+        """The status a status event moved the run to."""
+        if self.type is not EventType.STATUS:
+            return None
+        return RunStatus(self.data["status"])
+
+    @property
+    def settles(self) -> bool:
+        status = self.status
+        return status is not None and status in SETTLED
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (SSE, ``runwright watch --json``)."""
+        return {
+            "id": self.id,
+            "run_id": self.run_id,
+            "type": self.type.value,
+            "at": _when(self.at),
+            "data": self.data,
+        }
+
+
+def step_data(step: Step) -> dict[str, Any]:
+    """A step as its event carries it: the fields ``steps`` returns."""
+    return {
+        "kind": step.kind.value,
+        "index": step.index,
+        "name": step.name,
+        "tool_call_id": step.tool_call_id,
+        "input": step.input,
+        "output": step.output,
+        "error": step.error,
+        "input_tokens": None if step.usage is None else step.usage.input_tokens,
+        "output_tokens": None if step.usage is None else step.usage.output_tokens,
+        "cost_usd": step.cost_usd,
+        "started_at": _when(step.started_at),
+        "finished_at": _when(step.finished_at),
+    }
+
+
+def step_event(step: Step) -> RunEvent:
+    return RunEvent(step.run_id, EventType.STEP, step_data(step), step.id, step.started_at)
+
+
+# ------------------------------------------------------------- the rule
+
+
+def status_data(run: Run) -> dict[str, Any]:
+    """What a status event says: the status, and why when there is a why."""
+    data: dict[str, Any] = {"status": run.status.value}
+    if run.error is not None:
+        data["error_code"] = run.error.code
+    if run.retry_at is not None:
+        data["retry_at"] = _when(run.retry_at)
+    return data
+
+
+def execution_data(epoch: int, owner: str | None, takeover: bool) -> dict[str, Any]:
+    return {"epoch": epoch, "owner": owner, "takeover": takeover}
+
+
+def approval_data(approval: Approval) -> dict[str, Any]:
+    decision = approval.decision
+    return {
+        "action": "requested" if decision is None else "decided",
+        "approval_id": approval.approval_id,
+        "step_index": approval.step_index,
+        "tool_call_id": approval.tool_call_id,
+        "tool_name": approval.tool_name,
+        "decision": None if decision is None else decision.value,
+        "reason": approval.reason,
+        "expires_at": _when(approval.expires_at),
+    }
+
+
+def run_changes(old: Run | None, new: Run) -> list[tuple[EventType, dict[str, Any]]]:
+    """The events a write of ``new`` over ``old`` (None: created) makes."""
+    changes: list[tuple[EventType, dict[str, Any]]] = []
+    old_epoch = 0 if old is None or old.claim is None else old.claim.epoch
+    if new.claim is not None and new.claim.epoch > old_epoch:
+        takeover = old is not None and old.status is RunStatus.RUNNING
+        changes.append(
+            (EventType.EXECUTION, execution_data(new.claim.epoch, new.claim.owner, takeover))
+        )
+    if old is None or old.status is not new.status:
+        changes.append((EventType.STATUS, status_data(new)))
+    return changes
+
+
+def approval_changes(old: Approval | None, new: Approval) -> list[tuple[EventType, dict[str, Any]]]:
+    if old is not None and old.decision is new.decision:
+        return []
+    return [(EventType.APPROVAL, approval_data(new))]
+
+
+# ---------------------------------------------------------------- Postgres
+
+_RUNNING = lit(RunStatus.RUNNING)
+
+# The same rule in SQL. Ids are taken when the trigger fires, at the end of
+# the statement, which holds the run's row lock (the runs update, or for
+# approvals the lock every approval write takes on its run first).
+_RUN_FUNCTION = f"""
+CREATE FUNCTION runwright_run_events() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' AND NEW.claim_epoch > OLD.claim_epoch THEN
+        INSERT INTO run_events (run_id, type, data)
+        VALUES (NEW.id, 'execution', jsonb_build_object(
+            'epoch', NEW.claim_epoch, 'owner', NEW.claim_owner,
+            'takeover', OLD.status = {_RUNNING}));
+    END IF;
+    IF TG_OP = 'INSERT' OR NEW.status IS DISTINCT FROM OLD.status THEN
+        INSERT INTO run_events (run_id, type, data)
+        VALUES (NEW.id, 'status', jsonb_strip_nulls(jsonb_build_object(
+            'status', NEW.status, 'error_code', NEW.error_code,
+            'retry_at', to_jsonb(NEW.retry_at))));
+    END IF;
+    RETURN NULL;
+END
+$$
+"""
+
+_APPROVAL_FUNCTION = """
+CREATE FUNCTION runwright_approval_events() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO run_events (run_id, type, data)
+    VALUES (NEW.run_id, 'approval', jsonb_build_object(
+        'action', CASE WHEN NEW.decision IS NULL THEN 'requested' ELSE 'decided' END,
+        'approval_id', NEW.approval_id, 'step_index', NEW.step_index,
+        'tool_call_id', NEW.tool_call_id, 'tool_name', NEW.tool_name,
+        'decision', NEW.decision, 'reason', NEW.reason,
+        'expires_at', to_jsonb(NEW.expires_at)));
+    RETURN NULL;
+END
+$$
+"""
+
+# (name, create statement, drop statement), in creation order.
+TRIGGERS: tuple[tuple[str, str, str], ...] = (
+    (
+        "runwright_run_events",
+        _RUN_FUNCTION,
+        "DROP FUNCTION IF EXISTS runwright_run_events()",
+    ),
+    (
+        "runs_events_insert",
+        "CREATE TRIGGER runs_events_insert AFTER INSERT ON runs"
+        " FOR EACH ROW EXECUTE FUNCTION runwright_run_events()",
+        "DROP TRIGGER IF EXISTS runs_events_insert ON runs",
+    ),
+    (
+        "runs_events_update",
+        # The WHEN keeps the per-step writes (W1, W2 mid-run) out of the function.
+        "CREATE TRIGGER runs_events_update AFTER UPDATE OF status, claim_epoch ON runs"
+        " FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status"
+        " OR OLD.claim_epoch IS DISTINCT FROM NEW.claim_epoch)"
+        " EXECUTE FUNCTION runwright_run_events()",
+        "DROP TRIGGER IF EXISTS runs_events_update ON runs",
+    ),
+    (
+        "runwright_approval_events",
+        _APPROVAL_FUNCTION,
+        "DROP FUNCTION IF EXISTS runwright_approval_events()",
+    ),
+    (
+        "approvals_events_insert",
+        "CREATE TRIGGER approvals_events_insert AFTER INSERT ON approvals"
+        " FOR EACH ROW EXECUTE FUNCTION runwright_approval_events()",
+        "DROP TRIGGER IF EXISTS approvals_events_insert ON approvals",
+    ),
+    (
+        "approvals_events_update",
+        "CREATE TRIGGER approvals_events_update AFTER UPDATE OF decision ON approvals"
+        " FOR EACH ROW WHEN (OLD.decision IS DISTINCT FROM NEW.decision)"
+        " EXECUTE FUNCTION runwright_approval_events()",
+        "DROP TRIGGER IF EXISTS approvals_events_update ON approvals",
+    ),
+)

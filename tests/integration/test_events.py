@@ -1,0 +1,187 @@
+"""The run-event feed in one process, on both stores: Postgres with Redis
+(wake-ups through pub/sub) and the memory store (wake-ups in process).
+Real workers, takeovers and SSE are in tests/e2e/test_live.py."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from runner import Agent, Engine, tool
+from runner.errors import InvalidInput, RunNotFound
+from runner.events import EventStream
+from runner.testing import Request, ScriptedModel, call, text, tools
+from store.events import EventType, RunEvent
+from store.models import RunStatus
+from tests.helpers import unique
+
+
+@tool
+def look(n: int) -> str:
+    """Look something up."""
+    return f"seen {n}"
+
+
+def stepping_agent(steps: int, *, approve: bool = False, delay: float = 0.0) -> str:
+    """An agent whose model calls ``look`` ``steps`` times, then answers."""
+    name = unique("events")
+
+    def script(request: Request) -> Any:
+        if delay:
+            time.sleep(delay)
+        if request.step <= steps:
+            return tools(call("look", {"n": request.step}))
+        return text(f"done after {steps}")
+
+    model = ScriptedModel(name, script)
+    Agent(name=name, model=model.model, tools=[look], approvals={"look": True} if approve else {})
+    return name
+
+
+def follow(stream: EventStream) -> tuple[threading.Thread, list[RunEvent]]:
+    got: list[RunEvent] = []
+
+    def read() -> None:
+        got.extend(stream)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    return reader, got
+
+
+def durable(events: list[RunEvent]) -> list[tuple[int | None, EventType]]:
+    return [(e.id, e.type) for e in events if e.durable]
+
+
+def test_a_live_reader_gets_every_event_once_in_order(engine: Engine) -> None:
+    run = engine.start(stepping_agent(4, delay=0.02))
+    reader, got = follow(engine.events(run.id, timeout=30))
+    time.sleep(0.2)  # the reader is following live before the run starts
+    finished = engine.execute(run.id)
+    reader.join(10)
+    assert finished is not None and finished.status is RunStatus.COMPLETED
+    assert not reader.is_alive()
+    stored = engine.store.events(run.id)
+    assert durable(got) == durable(stored)
+    ids = [e.id for e in got]
+    assert ids == sorted(set(ids))  # type: ignore[type-var]
+    kinds = [e.data.get("kind") for e in got if e.type is EventType.STEP]
+    assert kinds.count("llm") == 5 and kinds.count("tool") == 4
+    assert got[-1].status is RunStatus.COMPLETED
+    assert [e.status for e in got if e.type is EventType.STATUS] == [
+        RunStatus.QUEUED,
+        RunStatus.RUNNING,
+        RunStatus.COMPLETED,
+    ]
+
+
+def test_a_reader_resumes_after_its_last_id_with_no_gap_and_no_duplicate(engine: Engine) -> None:
+    run = engine.start(stepping_agent(3))
+    engine.execute(run.id)
+    everything = list(engine.events(run.id, timeout=5))
+    assert everything[-1].settles
+    for cut in range(len(everything)):
+        last = everything[cut].id
+        rest = list(engine.events(run.id, after=last, timeout=5))
+        assert durable(everything[: cut + 1] + rest) == durable(everything)
+
+
+def test_async_iteration_gets_the_same_events(engine: Engine) -> None:
+    run = engine.start(stepping_agent(2))
+
+    async def both() -> list[RunEvent]:
+        async def read() -> list[RunEvent]:
+            return [e async for e in engine.events(run.id, timeout=30)]
+
+        reading = asyncio.create_task(read())
+        await asyncio.sleep(0.2)
+        await engine.aexecute(run.id)
+        return await asyncio.wait_for(reading, 10)
+
+    got = asyncio.run(both())
+    assert durable(got) == durable(engine.store.events(run.id))
+    assert got[-1].status is RunStatus.COMPLETED
+
+
+def test_wait_returns_when_the_run_settles(engine: Engine) -> None:
+    run = engine.start(stepping_agent(2, delay=0.05))
+    settled_at: list[float] = []
+
+    def execute() -> None:
+        engine.execute(run.id)
+        settled_at.append(time.monotonic())
+
+    worker = threading.Thread(target=execute)
+    worker.start()
+    done = engine.wait(run.id, timeout=30)
+    returned = time.monotonic()
+    worker.join(10)
+    assert done.status is RunStatus.COMPLETED
+    # The settling commit came before execute() returned, and wait() heard it.
+    assert returned - settled_at[0] < 1.0
+
+
+def test_wait_on_a_waiting_run_returns_on_time(engine: Engine) -> None:
+    run = engine.start(stepping_agent(1, approve=True))
+    engine.execute(run.id)
+    began = time.monotonic()
+    still = engine.wait(run.id, timeout=1)
+    took = time.monotonic() - began
+    assert still.status is RunStatus.WAITING
+    assert 0.9 <= took < 3.0
+    assert engine.wait(run.id, until="waiting").status is RunStatus.WAITING  # at once
+
+
+def test_wait_until_waiting_stops_at_the_approval(engine: Engine) -> None:
+    run = engine.start(stepping_agent(1, approve=True, delay=0.05))
+    worker = threading.Thread(target=engine.execute, args=(run.id,))
+    worker.start()
+    paused = engine.wait(run.id, timeout=30, until="waiting")
+    worker.join(10)
+    assert paused.status is RunStatus.WAITING and paused.waiting is not None
+    events = engine.store.events(run.id)
+    requested = [e for e in events if e.type is EventType.APPROVAL]
+    assert requested and requested[0].data["action"] == "requested"
+    assert requested[0].data["approval_id"] == paused.waiting.approval_id
+
+
+def test_a_settled_run_replays_and_ends(engine: Engine) -> None:
+    run = engine.start(stepping_agent(1))
+    engine.execute(run.id)
+    began = time.monotonic()
+    events = list(engine.events(run.id))  # no timeout: it must end by itself
+    assert time.monotonic() - began < 2
+    assert events[-1].settles
+    last = events[-1].id
+    assert list(engine.events(run.id, after=last)) == []
+
+
+def test_bad_input_gets_one_clear_error(engine: Engine) -> None:
+    with pytest.raises(RunNotFound):
+        engine.events("not-a-run")
+    with pytest.raises(RunNotFound):
+        list(engine.events("0190a8f2-0000-7000-8000-000000000000", timeout=1))
+    with pytest.raises(InvalidInput, match="until"):
+        engine.wait("0190a8f2-0000-7000-8000-000000000000", until="sleeping")
+    with pytest.raises(RunNotFound):
+        engine.wait("0190a8f2-0000-7000-8000-000000000000", timeout=0.1)
+
+
+def test_token_deltas_of_an_older_epoch_are_dropped(engine: Engine) -> None:
+    run = engine.start(stepping_agent(1, approve=True))
+    engine.execute(run.id)  # epoch 1, now waiting
+    stream = engine.events(run.id, timeout=2, until="completed")
+    reader, got = follow(stream)
+    time.sleep(0.3)
+    feed = engine.deps.feed
+    feed.token(run.id, {"epoch": 2, "step": 2, "attempt": 1, "n": 0, "text": "new "})
+    feed.token(run.id, {"epoch": 1, "step": 2, "attempt": 1, "n": 5, "text": "stale"})
+    feed.token(run.id, {"epoch": 2, "step": 2, "attempt": 1, "n": 1, "text": "owner"})
+    feed.token(run.id, {"nonsense": True})
+    reader.join(5)
+    texts = [e.data["text"] for e in got if e.type is EventType.TOKEN]
+    assert texts == ["new ", "owner"]
