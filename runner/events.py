@@ -349,26 +349,14 @@ class EventStream:
     # ---------------------------------------------------------------- sync
 
     def __iter__(self) -> Iterator[RunEvent]:
-        deadline = self._deadline()
-        sink = _ThreadSink()
-        tail = self.feed._attach(self.run_id, sink)
-        try:
-            yield from self._start()
-            while not self.done:
-                wait = self._wait_for(deadline)
-                if wait is None:
-                    return
-                try:
-                    item = sink.queue.get(timeout=wait)
-                except queue.Empty:
-                    yield from self._take(self._read(self.cursor))  # resync
-                    continue
-                if item is _WAKE:
-                    yield from self._take(tail.after(self.cursor, self._read))
-                else:
-                    yield from self._token(item)
-        finally:
-            self.feed._detach(self.run_id, sink)
+        with self.reader() as reader:
+            while not reader.ended:
+                yield from reader.read(RESYNC_SECONDS)
+
+    def reader(self) -> Reader:
+        """Step-by-step reading (``with stream.reader() as r: r.read(idle)``),
+        for callers that must act while a run is quiet: SSE sends keep-alives."""
+        return Reader(self)
 
     # --------------------------------------------------------------- async
 
@@ -398,3 +386,63 @@ class EventStream:
                         yield event
         finally:
             self.feed._detach(self.run_id, sink)
+
+
+class Reader:
+    """Reads an :class:`EventStream` in this thread, one batch at a time."""
+
+    def __init__(self, stream: EventStream) -> None:
+        self.stream = stream
+        self._sink = _ThreadSink()
+        self._tail: _Tail | None = None
+        self._pending: list[RunEvent] = []
+        self._deadline: float | None = None
+        self._quiet = 0.0
+        self._expired = False
+
+    def __enter__(self) -> Reader:
+        stream = self.stream
+        self._deadline = stream._deadline()
+        self._tail = stream.feed._attach(stream.run_id, self._sink)
+        try:
+            self._pending = stream._start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.stream.feed._detach(self.stream.run_id, self._sink)
+
+    @property
+    def ended(self) -> bool:
+        """The run reached where the stream ends, or the timeout passed."""
+        return not self._pending and (self.stream.done or self._expired)
+
+    def read(self, idle: float) -> list[RunEvent]:
+        """The next events, or none after ``idle`` seconds without any."""
+        if self._pending:
+            batch, self._pending = self._pending, []
+            return batch
+        stream = self.stream
+        assert self._tail is not None, "use the reader in a with block"
+        wait = stream._wait_for(self._deadline)
+        if wait is None:
+            self._expired = True
+            return []
+        wait = min(wait, idle)
+        try:
+            item = self._sink.queue.get(timeout=wait)
+        except queue.Empty:
+            self._quiet += wait
+            if self._quiet < RESYNC_SECONDS:
+                return []
+            self._quiet = 0.0
+            return stream._take(stream._read(stream.cursor))  # resync
+        self._quiet = 0.0
+        if item is _WAKE:
+            return stream._take(self._tail.after(stream.cursor, stream._read))
+        return stream._token(item)
