@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from store.models import Approval, Run, Step
+from store.models import Approval, Run, Step, StepKind, Usage
 from store.status import SETTLED, RunStatus, lit
 
 # The one sequence of event ids (steps.id and run_events.id).
@@ -99,6 +99,31 @@ def step_data(step: Step) -> dict[str, Any]:
         "started_at": _when(step.started_at),
         "finished_at": _when(step.finished_at),
     }
+
+
+def step_of(event: RunEvent) -> Step:
+    """The step a ``step`` event carries."""
+    d = event.data
+    usage = None
+    if d.get("input_tokens") is not None:
+        usage = Usage(int(d["input_tokens"]), int(d.get("output_tokens") or 0))
+    return Step(
+        run_id=event.run_id,
+        id=event.id or 0,
+        index=int(d["index"]),
+        kind=StepKind(d["kind"]),
+        started_at=datetime.fromisoformat(d["started_at"]),
+        finished_at=None
+        if d.get("finished_at") is None
+        else datetime.fromisoformat(d["finished_at"]),
+        name=d.get("name"),
+        tool_call_id=d.get("tool_call_id"),
+        input=d.get("input"),
+        output=d.get("output"),
+        error=d.get("error"),
+        usage=usage,
+        cost_usd=d.get("cost_usd"),
+    )
 
 
 def step_event(step: Step) -> RunEvent:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
@@ -215,13 +214,7 @@ def show(run_id: str, messages: bool) -> None:
 
 @main.command()
 @click.argument("run_id")
-@click.option(
-    "--interval",
-    default=0.5,
-    show_default=True,
-    callback=seconds(0.01, 3600),
-    help="Seconds between polls.",
-)
+@click.option("--interval", default=None, type=float, hidden=True, help="Ignored (no polling).")
 @click.option(
     "--timeout",
     default=None,
@@ -229,37 +222,17 @@ def show(run_id: str, messages: bool) -> None:
     callback=seconds(0, 10**9),
     help="Give up after this many seconds.",
 )
-def watch(run_id: str, interval: float, timeout: float | None) -> None:
-    """Follow a run's steps live until it settles."""
-    from store.postgres import PostgresStore
+@click.option("--json", "as_json", is_flag=True, help="One JSON event per line.")
+def watch(run_id: str, interval: float | None, timeout: float | None, as_json: bool) -> None:
+    """Follow a run live until it settles: its steps, status changes and
+    approvals as they are committed, and a streaming model's text as it is
+    generated (from the run-event feed, without polling)."""
+    from runner.cli.follow import follow
 
-    url = _settings().database_url
-    assert url is not None
-    store = PostgresStore.from_url(url)
-    seen: set[int] = set()
-    status = None
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        run = store.get_run(run_id)
-        for step in store.steps(run_id):
-            if step.id not in seen:
-                seen.add(step.id)
-                say(_step_line(step))
-        if run.status != status:
-            status = run.status
-            extra = ""
-            if run.waiting:
-                extra = f": approval {run.waiting.approval_id} for {run.waiting.tool_name}"
-            if run.error:
-                extra = f": {run.error.code}: {run.error.message}"
-            say(f"-- {run.status.value}{extra}")
-        if run.settled:
-            if run.output is not None:
-                say(f"output: {_clip(json.dumps(run.output), 200)}")
-            return
-        if deadline is not None and time.monotonic() > deadline:
-            fail(f"run {run_id} is still {run.status.value} after {timeout:g} s")
-        time.sleep(interval)
+    settings = _settings()
+    assert settings.database_url is not None and settings.redis_url is not None
+    if not follow(settings.database_url, settings.redis_url, run_id, timeout, as_json):
+        fail(f"run {run_id} did not settle within {timeout:g} s")
 
 
 # ------------------------------------------------------------- control

@@ -1,0 +1,151 @@
+"""The run-event feed with real ``celery worker`` processes (issue 14's
+acceptance 1 and 3): a reader that follows a run through a SIGKILL and a
+takeover, reconnecting with its last id, misses nothing and sees nothing
+twice; ``wait()`` hears the settling commit at once; ``runwright watch``
+follows a run to its end without polling."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import threading
+import time
+
+import sqlalchemy as sa
+
+from runner import Engine
+from store.events import EventType, RunEvent
+from store.models import RunStatus
+from tests.e2e.clirun import RUNWRIGHT
+from tests.e2e.cluster import Cluster, wait_until
+from tests.e2e.test_faults import owner_pid, worker_of
+
+
+def _ids(events: list[RunEvent]) -> list[int]:
+    return [e.id for e in events if e.id is not None]
+
+
+def _settle_commit_at(engine: Engine, run_id: str) -> float:
+    """When the transaction that settled the run began (its ``now()``): the
+    commit came later, so a latency measured from here is an upper bound."""
+    with engine.store.engine.connect() as conn:  # type: ignore[attr-defined]
+        at = conn.execute(
+            sa.text(
+                "SELECT extract(epoch FROM at) FROM run_events WHERE run_id = :id"
+                " AND type = 'status' AND data->>'status' = :status"
+            ),
+            {"id": run_id, "status": RunStatus.COMPLETED.value},
+        ).scalar_one()
+    return float(at)
+
+
+def test_a_reader_misses_nothing_through_a_sigkill_and_a_reconnect(cluster: Cluster) -> None:
+    workers = [cluster.worker("w1"), cluster.worker("w2")]
+    cluster.beat()
+    engine = cluster.engine()
+    run = engine.start("steady", {"steps": 10, "latency": 0.3})
+
+    first: list[RunEvent] = []
+    second: list[RunEvent] = []
+    killed: list[int] = []
+
+    def read() -> None:
+        # The first connection: until the run is running under its first
+        # execution and two steps are in; then the reader "disconnects".
+        for event in engine.events(run.id, timeout=90):
+            first.append(event)
+            if sum(1 for e in first if e.type is EventType.STEP and e.data["kind"] == "tool") >= 2:
+                break
+        # Meanwhile the worker executing it is killed; the reader comes back
+        # with its last id and follows to the end, through the takeover.
+        wait_until(lambda: killed, 30, "the kill")
+        after = first[-1].id
+        second.extend(engine.events(run.id, after=after, timeout=90))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        claimed = wait_until(
+            lambda: (
+                (r := engine.get_run(run.id)).status is RunStatus.RUNNING
+                and (cp := engine.checkpoint(run.id)) is not None
+                and cp.step_index >= 3
+                and r
+            ),
+            60,
+            "three steps",
+        )
+        victim = worker_of(workers, owner_pid(claimed))
+        victim.signal(signal.SIGKILL)
+        victim.wait(10)
+        killed.append(victim.pid)
+        reader.join(120)
+    finally:
+        killed.append(0)
+    assert not reader.is_alive()
+    done = engine.get_run(run.id)
+    assert done.status is RunStatus.COMPLETED
+
+    got = first + second
+    stored = engine.store.events(run.id)
+    assert _ids(got) == _ids(stored)  # every durable event exactly once, in id order
+    assert [(e.id, e.type, e.data) for e in got if e.type is not EventType.STEP] == [
+        (e.id, e.type, e.data) for e in stored if e.type is not EventType.STEP
+    ]
+    executions = [e.data for e in got if e.type is EventType.EXECUTION]
+    assert len(executions) >= 2 and any(x["takeover"] for x in executions), executions
+    assert got[-1].status is RunStatus.COMPLETED
+
+
+def test_wait_returns_within_100ms_of_the_settling_commit(shared_cluster: Cluster) -> None:
+    engine = shared_cluster.engine()
+    run = engine.start("steady", {"steps": 3, "latency": 0.2})
+    done = engine.wait(run.id, timeout=60)
+    returned = time.time()
+    assert done.status is RunStatus.COMPLETED
+    late = returned - _settle_commit_at(engine, run.id)
+    print(f"wait() returned {late * 1000:.1f} ms after the settling transaction began")
+    assert 0 <= late < 0.1, f"wait() returned {late * 1000:.0f} ms after the settling commit"
+
+
+def test_wait_on_a_waiting_run_returns_on_time(shared_cluster: Cluster) -> None:
+    engine = shared_cluster.engine()
+    run = engine.start("approve", {"amount": 5})
+    paused = engine.wait(run.id, timeout=60, until="waiting")
+    assert paused.status is RunStatus.WAITING
+    began = time.monotonic()
+    still = engine.wait(run.id, timeout=1)
+    took = time.monotonic() - began
+    assert still.status is RunStatus.WAITING
+    assert 0.95 <= took < 1.5, took
+
+
+def test_watch_follows_a_run_to_its_end(shared_cluster: Cluster) -> None:
+    cluster = shared_cluster
+    engine = cluster.engine()
+    run = engine.start("steady", {"steps": 4, "latency": 0.3})
+    began = time.monotonic()
+    watched = subprocess.run(
+        [RUNWRIGHT, "watch", run.id, "--timeout", "60"],
+        env=cluster.env(),
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert watched.returncode == 0, watched.stderr
+    lines = watched.stdout.splitlines()
+    assert "-- completed" in lines
+    assert sum(1 for line in lines if " tool  charge(" in line) == 3
+    assert any(line.startswith("-- execution 1 started by ") for line in lines)
+    assert lines[-1] == 'output: "steady done"'
+    assert time.monotonic() - began < 60
+    # A settled run: watch replays it and exits at once.
+    again = subprocess.run(
+        [RUNWRIGHT, "watch", run.id, "--json"],
+        env=cluster.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.count('"type": "step"') == len(engine.steps(run.id))
