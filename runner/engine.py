@@ -24,7 +24,8 @@ from runner.errors import (
     InvalidInput,
     StoreUnavailable,
 )
-from runner.events import EventStream, Feed, Until, statuses
+from runner.events import Feed, Until, statuses
+from runner.eventstream import EventStream
 from runner.execution import Execution
 from runner.imports import import_string
 from runner.layout import require_own_modules

@@ -46,6 +46,24 @@ def publish_token(client: redis.Redis, run_id: str, delta: dict[str, Any]) -> No
         client.publish(events_channel(run_id), json.dumps(delta, separators=(",", ":")))
 
 
+# A token delta is worth little once late: its publish gives up quickly, so a
+# slow Redis never holds up the model stream it reports on.
+TOKEN_TIMEOUT_SECONDS = 0.25
+
+
+def quick_client(client: redis.Redis) -> redis.Redis:
+    """A client to the same Redis as ``client`` with short timeouts."""
+    pool = client.connection_pool
+    kwargs = {
+        **pool.connection_kwargs,
+        "socket_timeout": TOKEN_TIMEOUT_SECONDS,
+        "socket_connect_timeout": TOKEN_TIMEOUT_SECONDS,
+    }
+    return redis.Redis(
+        connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
+    )
+
+
 def decode(data: bytes | str) -> dict[str, Any] | None:
     """A channel message: None for a wake-up, else a token delta. Anything else
     on the channel (it is a public name) is dropped by the caller."""
