@@ -104,6 +104,13 @@ def start_run(agent: str, payload: Any = None, **kwargs: Any) -> Run:
     return default_engine().start(agent, payload, **kwargs)
 
 
+def wait_for(run_id: str, timeout: float | None = None, until: str = "settled") -> Run:
+    """The run once it settles (``until="waiting"``: or waits for an approval),
+    or as it is after ``timeout`` seconds: :meth:`Engine.wait` on the default
+    engine, driven by the live feed, not by polling."""
+    return default_engine().wait(run_id, timeout, until)
+
+
 __all__ = [
     "Agent",
     "AgentNotFound",
@@ -130,6 +137,7 @@ __all__ = [
     "registry",
     "set_default_engine",
     "start_run",
+    "wait_for",
     "tool",
     "warm_up",
 ]

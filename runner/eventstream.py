@@ -126,14 +126,17 @@ class EventStream:
 
     def _start(self) -> list[RunEvent]:
         # The status first: if the run is done already, its last event is
-        # stored, and the replay that follows ends with it.
+        # stored, and the replay that follows ends with it. The replay's own
+        # status events are history (a run was queued once, and may have
+        # waited before): only the latest of them says where the run is now.
         finished = self.feed.store.get_run(self.run_id).status in self.until
-        events = self._take(self._read(self.cursor))
-        if finished:
+        events = self._take(self._read(self.cursor), live=False)
+        current = [e.status for e in events if e.status is not None]
+        if finished or (current and current[-1] in self.until):
             self.done = True
         return events
 
-    def _take(self, events: Iterable[RunEvent]) -> list[RunEvent]:
+    def _take(self, events: Iterable[RunEvent], *, live: bool = True) -> list[RunEvent]:
         taken: list[RunEvent] = []
         for event in events:
             if self.done or event.id is None or event.id <= self.cursor:
@@ -142,8 +145,8 @@ class EventStream:
             if event.type is EventType.EXECUTION:
                 self.epoch = max(self.epoch, int(event.data["epoch"]))
             taken.append(event)
-            if event.status in self.until:
-                self.done = True
+            if live and event.status in self.until:
+                self.done = True  # it happened while this reader followed
         return taken
 
     def _token(self, delta: dict[str, Any]) -> list[RunEvent]:

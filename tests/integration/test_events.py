@@ -11,12 +11,13 @@ from typing import Any
 
 import pytest
 
-from runner import Agent, Engine, tool
+import runner
+from runner import Agent, Engine, eventstream, tool
 from runner.errors import InvalidInput, RunNotFound
 from runner.events import EventStream
 from runner.testing import Request, ScriptedModel, call, text, tools
 from store.events import EventType, RunEvent
-from store.models import RunStatus
+from store.models import Decision, RunStatus
 from tests.helpers import unique
 
 
@@ -185,3 +186,61 @@ def test_token_deltas_of_an_older_epoch_are_dropped(engine: Engine) -> None:
     reader.join(5)
     texts = [e.data["text"] for e in got if e.type is EventType.TOKEN]
     assert texts == ["new ", "owner"]
+
+
+def _decide_quietly(engine: Engine, run_id: str) -> None:
+    """Approve the run's pending approval through the bare store: committed,
+    but nobody is woken (as when a process dies between commit and publish)."""
+    waiting = engine.get_run(run_id).waiting
+    assert waiting is not None
+    response = {"role": "approval_response", "approval_id": waiting.approval_id}
+    engine.store.decide(waiting.approval_id, Decision.APPROVED, "quiet", response)
+
+
+def _follow_waiting(engine: Engine) -> tuple[str, threading.Thread, list[RunEvent]]:
+    run = engine.start(stepping_agent(1, approve=True))
+    engine.execute(run.id)
+    reader, got = follow(engine.events(run.id, timeout=20, until="queued"))
+    wait_until(lambda: any(e.status is RunStatus.WAITING for e in got), 10)
+    return run.id, reader, got
+
+
+def wait_until(predicate: Any, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_a_missed_wake_up_is_caught_by_the_resync(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(eventstream, "RESYNC_SECONDS", 0.5)
+    run_id, reader, got = _follow_waiting(engine)
+    _decide_quietly(engine, run_id)
+    reader.join(10)
+    assert not reader.is_alive()
+    assert got[-1].status is RunStatus.QUEUED
+    assert durable(got) == durable(engine.store.events(run_id))
+
+
+def test_a_reader_catches_up_after_redis_drops_its_subscription(pg_engine: Engine) -> None:
+    run_id, reader, got = _follow_waiting(pg_engine)
+    _decide_quietly(pg_engine, run_id)  # committed while nobody would hear it
+    assert pg_engine.leases is not None
+    killed = pg_engine.leases.redis.client_kill_filter(_type="pubsub")
+    assert killed >= 1
+    reader.join(10)  # long before the 15 s resync: the reconnect made it read
+    assert not reader.is_alive()
+    assert got[-1].status is RunStatus.QUEUED
+    assert durable(got) == durable(pg_engine.store.events(run_id))
+
+
+def test_wait_for_uses_the_default_engine(engine: Engine) -> None:
+    run = engine.start(stepping_agent(1))
+    engine.execute(run.id)
+    runner.set_default_engine(engine)
+    try:
+        assert runner.wait_for(run.id, timeout=5).status is RunStatus.COMPLETED
+    finally:
+        runner.set_default_engine(None)
