@@ -7,7 +7,7 @@ from store.queries import Statement
 # Step events are the steps rows; the others are run_events rows. Each branch
 # walks its primary key (run_id, id) from the reader's last id.
 EVENTS_AFTER = Statement(
-    "events_after",
+    "runwright_events_after",
     """
     (SELECT id, 'step' AS type, CAST(NULL AS jsonb) AS data, started_at AS at, run_id, kind,
             index, name, tool_call_id, input, output, error, input_tokens, output_tokens,

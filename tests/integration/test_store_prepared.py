@@ -55,7 +55,12 @@ def prepared(database_url: str) -> Iterator[PostgresStore]:
 
 
 def test_prepared_mode_prepares_the_hot_statements(prepared: PostgresStore) -> None:
-    assert set(Statement.prepared) == {"runwright_w1", "runwright_w2", "runwright_w2_wait"}
+    assert set(Statement.prepared) == {
+        "runwright_w1",
+        "runwright_w2",
+        "runwright_w2_wait",
+        "runwright_events_after",
+    }
     fence = claimed(prepared)
     _step(prepared, fence, 1, 0)
     assert _prepared_names(prepared) == set(Statement.prepared)
