@@ -137,7 +137,7 @@ __all__ = [
     "registry",
     "set_default_engine",
     "start_run",
-    "wait_for",
     "tool",
+    "wait_for",
     "warm_up",
 ]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 from collections.abc import Iterable
 from typing import Any
@@ -52,6 +53,28 @@ def statuses(until: Until) -> frozenset[RunStatus]:
             f"until must be 'settled' or statuses ({known}), not {until!r}"
         ) from None
     return SETTLED | chosen
+
+
+MAX_ID = 2**63 - 1  # event ids are bigint
+
+
+def check_after(after: object) -> int:
+    """A reader's last id: None (from the start) or an id as the feed gives them."""
+    if after is None:
+        return 0
+    if isinstance(after, bool) or not isinstance(after, int) or not 0 <= after <= MAX_ID:
+        raise InvalidInput(f"after must be an event id (0 to {MAX_ID}), not {after!r:.40}")
+    return after
+
+
+def check_timeout(timeout: object) -> float | None:
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise InvalidInput(f"timeout must be a number of seconds, not {timeout!r:.40}")
+    if not math.isfinite(timeout) or timeout < 0:
+        raise InvalidInput(f"timeout must be a finite number of seconds >= 0, not {timeout!r}")
+    return float(timeout)
 
 
 class Feed:
@@ -116,11 +139,14 @@ class Feed:
         until: Iterable[RunStatus] = SETTLED,
         tokens: bool = True,
     ) -> EventStream:
-        return EventStream(self, run_id, after or 0, timeout, frozenset(until), tokens)
+        return EventStream(
+            self, run_id, check_after(after), check_timeout(timeout), frozenset(until), tokens
+        )
 
     def wait(
         self, run_id: str, timeout: float | None = None, until: Iterable[RunStatus] = SETTLED
     ) -> Run:
+        timeout = check_timeout(timeout)
         statuses = frozenset(until)
         run = self.store.get_run(run_id)
         if run.status in statuses:
@@ -132,6 +158,7 @@ class Feed:
     async def wait_async(
         self, run_id: str, timeout: float | None = None, until: Iterable[RunStatus] = SETTLED
     ) -> Run:
+        timeout = check_timeout(timeout)
         statuses = frozenset(until)
         run = await asyncio.to_thread(self.store.get_run, run_id)
         if run.status in statuses:

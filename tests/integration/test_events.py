@@ -170,6 +170,14 @@ def test_bad_input_gets_one_clear_error(engine: Engine) -> None:
         engine.wait("0190a8f2-0000-7000-8000-000000000000", until="sleeping")
     with pytest.raises(RunNotFound):
         engine.wait("0190a8f2-0000-7000-8000-000000000000", timeout=0.1)
+    run = engine.start(stepping_agent(1))
+    for after in (-1, 2**63, 1.5, "7", True):
+        with pytest.raises(InvalidInput, match="after must be an event id"):
+            engine.events(run.id, after=after)  # type: ignore[arg-type]
+    for timeout in (-1, float("nan"), float("inf"), "1"):
+        with pytest.raises(InvalidInput, match="timeout must be"):
+            engine.wait(run.id, timeout=timeout)  # type: ignore[arg-type]
+    assert engine.get_run(run.id).status is RunStatus.QUEUED  # nothing changed
 
 
 def test_token_deltas_of_an_older_epoch_are_dropped(engine: Engine) -> None:

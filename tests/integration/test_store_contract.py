@@ -762,12 +762,14 @@ def _feed(store: AnyStore, run_id: str, after: int | None = None) -> list[tuple[
     shown: list[tuple[str, Any]] = []
     for event in store.events(run_id, after):
         data = event.data
-        detail = {
-            "status": lambda: data["status"],
-            "execution": lambda: (data["epoch"], data["takeover"]),
-            "approval": lambda: (data["action"], data["tool_call_id"], data["decision"]),
-            "step": lambda: (data["kind"], data["index"], data["tool_call_id"]),
-        }[event.type.value]()
+        keys = {
+            "status": ("status",),
+            "execution": ("epoch", "takeover"),
+            "approval": ("action", "tool_call_id", "decision"),
+            "step": ("kind", "index", "tool_call_id"),
+        }[event.type.value]
+        values = tuple(data[key] for key in keys)
+        detail = values[0] if len(values) == 1 else values
         shown.append((event.type.value, detail))
     return shown
 
