@@ -10,6 +10,9 @@ Run it (with a worker started with ``RUNWRIGHT_AGENTS=examples.agents``)::
 The notifier puts the approval link in the example inbox (see
 ``examples.agents``); open it to approve or deny the refund. ``GET /runs/<id>``
 shows what a waiting run asks for only with that link's ``?token=``.
+``GET /runs/<id>/live`` follows the run in a browser, fed by the Server-Sent
+Events of ``GET /runs/<id>/events`` (serve it with threads: each open stream
+holds one; ``flask run`` does).
 
 Bad input of any kind (not UTF-8, not JSON, too deep, too large, an unknown
 agent, a malformed id or token) is a 400 with one clear error, never a 500.
@@ -24,8 +27,18 @@ from flask import Flask, jsonify, render_template_string, request
 from flask.typing import ResponseReturnValue
 
 import examples.agents  # noqa: F401  (registers support_triage)
-from examples.web import check_form, json_body, status_for
+from examples.web import (
+    LIVE_HEADERS,
+    LIVE_KEEPALIVE_SECONDS,
+    LIVE_TIMEOUT_SECONDS,
+    check_form,
+    json_body,
+    live_page,
+    public_event,
+    status_for,
+)
 from runner import Engine, InvalidInput, Run, RunwrightError, default_engine
+from runner.sse import flask_response
 
 # render_template_string autoescapes: tool input written by a model is untrusted.
 APPROVAL_PAGE = """<!doctype html>
@@ -84,6 +97,9 @@ def create_app(engine: Engine | None = None) -> Flask:
     """The app; ``engine=None`` uses the process default (``Engine.from_env()``)
     when the first request needs it."""
     app = Flask(__name__)
+    app.config.update(
+        LIVE_KEEPALIVE_SECONDS=LIVE_KEEPALIVE_SECONDS, LIVE_TIMEOUT_SECONDS=LIVE_TIMEOUT_SECONDS
+    )
 
     def runwright() -> Engine:
         return engine if engine is not None else default_engine()
@@ -121,6 +137,20 @@ def create_app(engine: Engine | None = None) -> Flask:
             except RunwrightError:
                 pass  # a wrong token sees what anyone sees
         return jsonify(run_json(run, approver=approver))
+
+    @app.get("/runs/<run_id>/events")
+    def events(run_id: str) -> ResponseReturnValue:
+        return flask_response(
+            runwright(),
+            run_id,
+            shape=public_event,
+            timeout=app.config["LIVE_TIMEOUT_SECONDS"],
+            keepalive=app.config["LIVE_KEEPALIVE_SECONDS"],
+        )
+
+    @app.get("/runs/<run_id>/live")
+    def live(run_id: str) -> ResponseReturnValue:
+        return live_page(runwright().get_run(run_id)), 200, LIVE_HEADERS
 
     @app.get("/approvals/<approval_id>")
     def approval_page(approval_id: str) -> ResponseReturnValue:

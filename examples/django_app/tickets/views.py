@@ -3,6 +3,10 @@
 Start a worker with ``RUNWRIGHT_AGENTS=examples.agents`` and
 ``EXAMPLE_BASE_URL=http://localhost:8000`` so the notifier's links point here.
 
+``/runs/<id>/live`` follows a run in a browser, fed by the Server-Sent Events
+of ``/runs/<id>/events`` (serve it from WSGI with threads: each open stream
+holds one).
+
 Bad input of any kind (a form that is not UTF-8, a title with control
 characters, a malformed id or token, a reason the engine refuses) is a 400 with
 one clear error and writes nothing, never a 500.
@@ -13,8 +17,9 @@ from __future__ import annotations
 import json
 import unicodedata
 
+from django.conf import settings
 from django.db import transaction
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.shortcuts import get_object_or_404
 from django.template import engines
 from django.views.decorators.csrf import csrf_exempt
@@ -22,8 +27,17 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from examples.agents import AGENT
 from examples.django_app.tickets.models import Ticket
-from examples.web import check_form, status_for
+from examples.web import (
+    LIVE_HEADERS,
+    LIVE_KEEPALIVE_SECONDS,
+    LIVE_TIMEOUT_SECONDS,
+    check_form,
+    live_page,
+    public_event,
+    status_for,
+)
 from runner import InvalidInput, RunwrightError, default_engine, start_run
+from runner.sse import django_response
 
 TITLE_CHARS = 200  # Ticket.title's max_length, which SQLite does not enforce
 
@@ -162,3 +176,31 @@ def approval(request: HttpRequest, approval_id: str) -> HttpResponse:
         "input_json": json.dumps(found.input, indent=2, ensure_ascii=False),
     }
     return HttpResponse(APPROVAL_PAGE.render(context))
+
+
+# Neither view touches Django's database: no transaction around the stream.
+@transaction.non_atomic_requests
+@require_http_methods(["GET"])
+def run_events(request: HttpRequest, run_id: str) -> HttpResponseBase:
+    try:
+        response: HttpResponseBase = django_response(
+            request,
+            default_engine(),
+            run_id,
+            shape=public_event,
+            timeout=getattr(settings, "LIVE_TIMEOUT_SECONDS", LIVE_TIMEOUT_SECONDS),
+            keepalive=getattr(settings, "LIVE_KEEPALIVE_SECONDS", LIVE_KEEPALIVE_SECONDS),
+        )
+    except RunwrightError as exc:
+        return JsonResponse({"error": exc.message}, status=status_for(exc))
+    return response
+
+
+@transaction.non_atomic_requests
+@require_http_methods(["GET"])
+def live(request: HttpRequest, run_id: str) -> HttpResponse:
+    try:
+        run = default_engine().get_run(run_id)
+    except RunwrightError as exc:
+        return JsonResponse({"error": exc.message}, status=status_for(exc))
+    return HttpResponse(live_page(run), headers=LIVE_HEADERS)

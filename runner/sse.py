@@ -1,0 +1,179 @@
+"""A run's events as Server-Sent Events (``text/event-stream``), for web apps.
+
+:func:`sse_stream` is framework-free; :func:`flask_response` and
+:func:`django_response` wrap it (Flask and Django are imported only when they
+are called). Durable events carry their id, so a browser's ``EventSource``
+sends the last one back as ``Last-Event-ID`` when it reconnects and the stream
+resumes right after it: no event is lost or repeated. Token deltas go without
+an id (they are live only, and must not move that resume point).
+
+Each open stream holds one thread of the web server, blocked between events:
+serve it with threads (``gunicorn -k gthread``) or green threads. A client
+that went away is noticed when a write fails, at the latest at the next
+keep-alive, and the stream's reader is detached then.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from runner.errors import InvalidInput, RunNotFound, StoreUnavailable
+from store.events import RunEvent
+
+if TYPE_CHECKING:
+    from flask import Response
+
+    from runner.engine import Engine
+    from runner.events import EventStream
+
+log = logging.getLogger(__name__)
+
+# What an app shows of an event: the JSON of its frame, or None to leave it out.
+Shape = Callable[[RunEvent], dict[str, Any] | None]
+
+KEEPALIVE_SECONDS = 15.0
+# How long a browser waits before it reconnects, in milliseconds.
+RETRY_MS = 3000
+# A proxy must pass each frame on at once, and nothing may cache the stream.
+HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+MAX_EVENT_ID = 2**63 - 1  # event ids are Postgres bigints
+_EVENT_ID = re.compile(r"[0-9]{1,19}")  # ASCII digits only: str.isdigit takes others
+_BAD_EVENT_ID = f"a last event id must be a decimal integer from 0 to {MAX_EVENT_ID}"
+
+
+def parse_last_event_id(value: str | None) -> int | None:
+    """The id a client resumes after (None: from the start). The header is the
+    client's to write, so anything but a plain decimal id is refused, once,
+    without echoing it."""
+    if value is None:
+        return None
+    if _EVENT_ID.fullmatch(value) is None or int(value) > MAX_EVENT_ID:
+        raise InvalidInput(_BAD_EVENT_ID)
+    return int(value)
+
+
+def sse_stream(
+    engine: Engine,
+    run_id: str,
+    last_event_id: str | None,
+    *,
+    timeout: float | None = None,
+    keepalive: float = KEEPALIVE_SECONDS,
+    shape: Shape | None = None,
+) -> Iterator[bytes]:
+    """The frames of the run's events after ``last_event_id``, then of its new
+    events until it settles or ``timeout`` seconds pass; a final ``end`` frame
+    says which (``{"reason": "settled"}`` or ``"timeout"``: reconnect then).
+
+    Everything a request can get wrong is checked here, before any frame:
+    a malformed ``last_event_id`` raises :class:`InvalidInput`, a bad or
+    unknown run :class:`RunNotFound`, an unreachable store
+    :class:`StoreUnavailable`. Nothing is attached to the feed until the
+    first frame is asked for, and closing the iterator detaches it.
+
+    ``shape(event)`` gives the JSON of each frame (default: ``event.to_dict()``)
+    or None to leave the event out; the frame's id and type are the event's own.
+    """
+    after = parse_last_event_id(last_event_id)
+    if not keepalive > 0:
+        raise InvalidInput("keepalive must be a positive number of seconds")
+    stream = engine.events(run_id, after, timeout=timeout)
+    engine.get_run(run_id)  # an unknown run is a 404 now, not a broken stream later
+    return _frames(stream, keepalive, shape or RunEvent.to_dict)
+
+
+def _frames(stream: EventStream, keepalive: float, shape: Shape) -> Iterator[bytes]:
+    try:
+        # The with block detaches the reader however the generator ends,
+        # including a close() after a write to a gone client failed.
+        with stream.reader() as reader:
+            yield f"retry: {RETRY_MS}\n\n".encode()
+            wrote = time.monotonic()
+            while not reader.ended:
+                quiet = time.monotonic() - wrote
+                if quiet >= keepalive:
+                    yield b": keepalive\n\n"
+                    wrote = time.monotonic()
+                    continue
+                for event in reader.read(keepalive - quiet):
+                    frame = _frame(event, shape)
+                    if frame is not None:
+                        yield frame
+                        wrote = time.monotonic()
+            reason = "settled" if stream.done else "timeout"
+    except RunNotFound:
+        reason = "gone"  # pruned since the request was checked
+    except StoreUnavailable as exc:
+        # No end frame: the client reconnects after its last id and gets a 503
+        # while the store is down, or the rest once it is back.
+        log.warning("the event stream of run %s stopped: %s", stream.run_id, exc)
+        return
+    yield _end(reason)
+
+
+def _frame(event: RunEvent, shape: Shape) -> bytes | None:
+    payload = shape(event)
+    if payload is None:
+        return None
+    # json.dumps escapes every line break, and ensure_ascii every non-ASCII
+    # character: model text cannot end a data line or the frame early.
+    data = json.dumps(payload, separators=(",", ":"))
+    head = "" if event.id is None else f"id: {event.id}\n"
+    return f"{head}event: {event.type.value}\ndata: {data}\n\n".encode()
+
+
+def _end(reason: str) -> bytes:
+    return f'event: end\ndata: {{"reason":"{reason}"}}\n\n'.encode()
+
+
+def flask_response(
+    engine: Engine,
+    run_id: str,
+    *,
+    shape: Shape | None = None,
+    timeout: float | None = None,
+    keepalive: float = KEEPALIVE_SECONDS,
+) -> Response:
+    """The stream of the current Flask request: it resumes after the
+    ``Last-Event-ID`` header, or else after ``?after=``. Raises what
+    :func:`sse_stream` raises, before the response starts."""
+    from flask import Response, request, stream_with_context
+
+    last = request.headers.get("Last-Event-ID")
+    if last is None:
+        last = request.args.get("after")
+    frames = sse_stream(engine, run_id, last, timeout=timeout, keepalive=keepalive, shape=shape)
+    response = Response(stream_with_context(frames), mimetype="text/event-stream")
+    response.headers.update(HEADERS)
+    return response
+
+
+def django_response(
+    request: Any,
+    engine: Engine,
+    run_id: str,
+    *,
+    shape: Shape | None = None,
+    timeout: float | None = None,
+    keepalive: float = KEEPALIVE_SECONDS,
+) -> Any:
+    """A ``StreamingHttpResponse`` of the stream for a Django ``request``
+    (``Last-Event-ID``, or else ``?after=``). Raises what :func:`sse_stream`
+    raises, before the response starts. Serve it from WSGI: under ASGI Django
+    would consume this synchronous iterator in a thread of its own."""
+    from django.http import StreamingHttpResponse  # type: ignore[import-untyped]
+
+    last = request.headers.get("Last-Event-ID")
+    if last is None:
+        last = request.GET.get("after")
+    frames = sse_stream(engine, run_id, last, timeout=timeout, keepalive=keepalive, shape=shape)
+    response = StreamingHttpResponse(frames, content_type="text/event-stream")
+    for name, value in HEADERS.items():
+        response[name] = value
+    return response
