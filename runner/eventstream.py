@@ -64,14 +64,13 @@ class Tail:
             return [e for e in self.events if (e.id or 0) > cursor]
 
 
-class Sink:
+class Sink(Protocol):
     """A reader's queue, filled by the listener thread."""
 
-    def put(self, item: Any) -> None:
-        raise NotImplementedError
+    def put(self, item: Any) -> None: ...
 
 
-class ThreadSink(Sink):
+class ThreadSink:
     def __init__(self) -> None:
         self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
 
@@ -79,7 +78,7 @@ class ThreadSink(Sink):
         self.queue.put(item)
 
 
-class LoopSink(Sink):
+class LoopSink:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
@@ -137,9 +136,13 @@ class EventStream:
         return events
 
     def _take(self, events: Iterable[RunEvent], *, live: bool = True) -> list[RunEvent]:
+        # A batch is read whole, so the events a commit wrote arrive together:
+        # those after the one that ends the stream (a cancel writes the run's
+        # status before its approvals' withdrawal) are taken all the same.
         taken: list[RunEvent] = []
+        ended = self.done
         for event in events:
-            if self.done or event.id is None or event.id <= self.cursor:
+            if ended or event.id is None or event.id <= self.cursor:
                 continue
             self.cursor = event.id
             if event.type is EventType.EXECUTION:

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from flask import Response
 
     from runner.engine import Engine
-    from runner.events import EventStream
+    from runner.eventstream import EventStream
 
 log = logging.getLogger(__name__)
 

@@ -324,14 +324,11 @@ def test_token_deltas_stream_without_an_id(flask_client: FlaskClient, engine: En
 
 
 def test_a_stream_ends_with_every_event_of_a_cancel(
-    flask_client: FlaskClient, engine: Engine, store_kind: str, request: pytest.FixtureRequest
+    flask_client: FlaskClient, engine: Engine
 ) -> None:
-    if store_kind == "postgres":
-        # Cancelling a waiting run commits its status event before the approval's
-        # "withdrawn" event (the runs trigger fires first), and EventStream stops
-        # taking events at the settling one: a live stream misses the withdrawal.
-        # The core must take the rest of that commit (runner/events.py _take).
-        request.applymarker(pytest.mark.xfail(strict=True, reason="core: events after the settle"))
+    # On Postgres, cancelling a waiting run commits its status event before the
+    # approval's "withdrawn" event (the runs trigger fires first): the stream
+    # must take the rest of that commit after the event that ends it.
     run = engine.start(make_agent(1, refund=True))
     engine.execute(run.id)
     response = flask_client.get(f"/runs/{run.id}/events")
