@@ -12,6 +12,7 @@ BENCHMARKS = [
     "bench.workers",
     "bench.outage",
     "bench.observe",
+    "bench.events",
 ]
 
 
