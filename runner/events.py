@@ -27,10 +27,11 @@ from typing import Any
 
 import redis
 
-from runner.errors import InvalidInput, StoreUnavailable
+from runner.errors import InvalidInput
 from runner.eventstream import WAKE, EventStream, Sink, Tail
 from store.base import Store
-from store.live import EventListener, decode, publish_token, publish_wake, quick_client
+from store.live import WAKE as WAKE_MESSAGE
+from store.live import EventListener, Publisher, decode, events_channel, token_payload
 from store.models import Run, RunStatus
 from store.status import SETTLED
 
@@ -88,44 +89,45 @@ class Feed:
         self._sinks: dict[str, set[Sink]] = {}
         self._tails: dict[str, Tail] = {}
         self._listener: EventListener | None = None
-        self._quick: redis.Redis | None = None
+        self._out: Publisher | None = None
         self._failures = 0
 
     # ------------------------------------------------------------ publishing
 
     def wake(self, run_id: str) -> None:
-        """After a commit that wrote events of ``run_id``. Never raises: the
-        events are stored, and readers find them on the next wake-up or resync."""
+        """After a commit that wrote events of ``run_id``; one socket write.
+        Never raises: the events are stored, and readers that miss this
+        wake-up find them on the next one or at their resync."""
         if self.client is None:
             self._deliver(run_id, None)
-            return
-        try:
-            publish_wake(self.client, run_id)
-        except StoreUnavailable as exc:
-            self._publish_failed(run_id, exc)
+        else:
+            self._publisher().send(events_channel(run_id), WAKE_MESSAGE)
 
     def token(self, run_id: str, delta: dict[str, Any]) -> bool:
         """A token delta (``epoch``, ``step``, ``attempt``, ``n``, ``text``);
-        False if it could not be published (the caller stops sending them)."""
+        False if it could not be queued (the caller stops sending them)."""
         if self.client is None:
             self._deliver(run_id, delta)
             return True
-        if self._quick is None:
-            self._quick = quick_client(self.client)
-        try:
-            publish_token(self._quick, run_id, delta)
-        except StoreUnavailable as exc:
-            self._publish_failed(run_id, exc)
-            return False
-        return True
+        return self._publisher().send(events_channel(run_id), token_payload(delta))
 
-    def _publish_failed(self, run_id: str, exc: Exception) -> None:
+    def _publisher(self) -> Publisher:
+        publisher = self._out
+        if publisher is None:
+            assert self.client is not None
+            with self._lock:
+                if self._out is None:
+                    self._out = Publisher(self.client, self._publish_failed)
+                publisher = self._out
+        return publisher
+
+    def _publish_failed(self, exc: Exception) -> None:
         self._failures += 1
         if self._failures == 1 or self._failures % 100 == 0:
             log.warning(
-                "could not publish an event of run %s (%s); readers catch up from the store",
-                run_id,
+                "could not publish run events (%s; %d so far); readers catch up from the store",
                 exc,
+                self._failures,
             )
 
     # ------------------------------------------------------------ following
@@ -170,6 +172,9 @@ class Feed:
     def close(self) -> None:
         with self._lock:
             listener, self._listener = self._listener, None
+            publisher, self._out = self._out, None
+        if publisher is not None:
+            publisher.close()
         if listener is not None:
             listener.stop()
 

@@ -4,6 +4,7 @@ that a :class:`~runner.events.Feed` hands to its readers (runner/events.py)."""
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import queue
 import threading
@@ -43,6 +44,7 @@ class Tail:
         self.base: int | None = None  # complete above this id
         self.last = 0
         self.events: list[RunEvent] = []
+        self.ids: list[int] = []  # the events' ids, to find a reader's place
         self.heard = 0  # wake-ups heard
         self.read = 0  # wake-ups the events account for
         self.readers = 0
@@ -52,16 +54,17 @@ class Tail:
             if self.base is None:
                 self.base = self.last = cursor
                 self.read = self.heard - 1  # read once now
-            if cursor < self.base:
-                return read(cursor)
-            if self.read < self.heard:
-                heard = self.heard
-                new = read(self.last)
-                self.events += new
-                if new:
-                    self.last = new[-1].id or self.last
-                self.read = heard
-            return [e for e in self.events if (e.id or 0) > cursor]
+            if cursor >= self.base:
+                if self.read < self.heard:
+                    heard = self.heard
+                    new = read(self.last)  # one read, under the lock, for every reader
+                    self.events += new
+                    self.ids += [e.id or 0 for e in new]
+                    if new:
+                        self.last = self.ids[-1]
+                    self.read = heard
+                return self.events[bisect.bisect_right(self.ids, cursor) :]
+        return read(cursor)  # a reader from before this tail began: rare
 
 
 class Sink(Protocol):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -23,7 +24,6 @@ import redis
 import redis.exceptions
 
 from store.errors import StoreUnavailable
-from store.leases import redis_errors
 
 log = logging.getLogger(__name__)
 
@@ -36,32 +36,116 @@ def events_channel(run_id: str) -> str:
     return EVENTS_PREFIX + run_id
 
 
-def publish_wake(client: redis.Redis, run_id: str) -> None:
-    with redis_errors():
-        client.publish(events_channel(run_id), WAKE)
+class Publisher:
+    """Publishes on a connection of its own without waiting for Redis's
+    answers (the number of listeners, which nobody needs), so that a publish
+    costs its caller one socket write. Messages go out at once and in order.
+
+    The connection asks Redis not to answer at all (``CLIENT REPLY OFF``);
+    where a server does not know that command (some proxies), the answers are
+    read, without blocking, before each publish instead.
+
+    A failure (Redis down, a write that times out) drops the connection and
+    the message; the next publish connects again. Readers do not depend on a
+    wake-up arriving: they catch up from the store.
+    """
+
+    TIMEOUT_SECONDS = 1.0
+    # Unread answers past this are waited for (Redis answers as fast as it reads).
+    MAX_PENDING = 10_000
+
+    def __init__(self, client: redis.Redis, on_error: Callable[[Exception], None]) -> None:
+        pool = client.connection_pool
+        self._connection_class = pool.connection_class
+        self._kwargs = {
+            **pool.connection_kwargs,
+            "socket_timeout": self.TIMEOUT_SECONDS,
+            "socket_connect_timeout": self.TIMEOUT_SECONDS,
+            "health_check_interval": 0,
+        }
+        self._on_error = on_error
+        self._lock = threading.Lock()
+        self._conn: Any = None
+        self._pid = 0
+        self._quiet = False  # Redis sends no answers
+        self._pending = 0  # answers not read yet (when it does)
+
+    def send(self, channel: str, payload: bytes | str) -> bool:
+        """Publish; False if it could not be sent."""
+        with self._lock:
+            try:
+                conn = self._connection()
+                if not self._quiet:
+                    self._read_answers(conn, wait=self._pending >= self.MAX_PENDING)
+                    self._pending += 1
+                conn.send_packed_command([_publish_command(channel, payload)], check_health=False)
+                return True
+            except (redis.exceptions.RedisError, OSError) as exc:
+                self._drop()
+                self._on_error(exc)
+                return False
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+
+    def _connection(self) -> Any:
+        if self._conn is None or self._pid != os.getpid():  # none yet, or a forked child's
+            conn = self._connection_class(**self._kwargs)
+            self._pid = os.getpid()
+            self._conn = conn
+            conn.connect()
+            self._quiet = self._silence(conn)
+            self._pending = 0
+        return self._conn
+
+    @staticmethod
+    def _silence(conn: Any) -> bool:
+        """Ask Redis to stop answering; whether it agreed. With replies off,
+        the PING goes unanswered and the first answer is ``CLIENT REPLY ON``'s
+        OK; a server that does not know the command answers all three, the
+        first with an error."""
+        for command in (("CLIENT", "REPLY", "OFF"), ("PING",), ("CLIENT", "REPLY", "ON")):
+            conn.send_command(*command, check_health=False)
+        try:
+            conn.read_response()
+        except redis.exceptions.ResponseError:
+            for _ in range(2):
+                with suppress(redis.exceptions.ResponseError):
+                    conn.read_response()
+            return False
+        conn.send_command("CLIENT", "REPLY", "OFF", check_health=False)
+        return True
+
+    def _read_answers(self, conn: Any, *, wait: bool) -> None:
+        while self._pending and (wait or conn.can_read(timeout=0)):
+            with suppress(redis.exceptions.ResponseError):
+                conn.read_response()
+            self._pending -= 1
+            wait = False
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None and self._pid == os.getpid():
+            with suppress(Exception):
+                conn.disconnect()
 
 
-def publish_token(client: redis.Redis, run_id: str, delta: dict[str, Any]) -> None:
-    with redis_errors():
-        client.publish(events_channel(run_id), json.dumps(delta, separators=(",", ":")))
-
-
-# A token delta is worth little once late: its publish gives up quickly, so a
-# slow Redis never holds up the model stream it reports on.
-TOKEN_TIMEOUT_SECONDS = 0.25
-
-
-def quick_client(client: redis.Redis) -> redis.Redis:
-    """A client to the same Redis as ``client`` with short timeouts."""
-    pool = client.connection_pool
-    kwargs = {
-        **pool.connection_kwargs,
-        "socket_timeout": TOKEN_TIMEOUT_SECONDS,
-        "socket_connect_timeout": TOKEN_TIMEOUT_SECONDS,
-    }
-    return redis.Redis(
-        connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
+def _publish_command(channel: str, payload: bytes | str) -> bytes:
+    """PUBLISH in the Redis protocol, written out (cheaper than the client's
+    general packer on this path, which runs after every write of a run)."""
+    name = channel.encode()
+    body = payload.encode() if isinstance(payload, str) else payload
+    return b"*3\r\n$7\r\nPUBLISH\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n" % (
+        len(name),
+        name,
+        len(body),
+        body,
     )
+
+
+def token_payload(delta: dict[str, Any]) -> str:
+    return json.dumps(delta, separators=(",", ":"))
 
 
 def decode(data: bytes | str) -> dict[str, Any] | None:
