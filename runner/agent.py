@@ -114,6 +114,8 @@ class Agent:
     # Durable retries once those are spent; None: the project's default
     # (RUNWRIGHT_RETRY_*). Its ``transient`` also decides the in-call retries.
     retry: RetryPolicy | None = None
+    # Call the model with litellm's streaming API; deltas are published live, never stored.
+    stream: bool = False
     register: bool = True
 
     def __post_init__(self) -> None:

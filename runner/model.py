@@ -1,6 +1,9 @@
 """The model adapter: the only module that imports litellm, and only when a
 model is actually called, so commands like ``runwright runs`` start fast.
 
+With ``on_delta``, :func:`complete` streams the reply and hands its text over
+piece by piece as it arrives; the reply it returns is the same as unstreamed.
+
 Scripted models (``runner/testing.py``) are served through a litellm custom
 provider named ``scripted``, so tests and the demo drive the real litellm path.
 That provider is imported and registered on the first call of a ``scripted/``
@@ -10,6 +13,7 @@ model, never before: production processes do not load it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import json
 import logging
@@ -36,6 +40,10 @@ DEFAULT_TIMEOUT_SECONDS = 600.0
 # The longest pause an in-call retry waits out; a provider asking for more
 # (Retry-After) gets it from the queue instead (runner/retry.py).
 MAX_IN_CALL_WAIT = 10.0
+
+# ``on_delta(text, attempt)``: a piece of the reply's text, and the 1-based
+# attempt of the call it belongs to (see :func:`complete`).
+OnDelta = Callable[[str, int], None]
 
 _setup_lock = threading.Lock()
 _litellm: Any = None
@@ -125,6 +133,7 @@ async def complete(
     retries: int = 3,
     backoff_seconds: float = 0.5,
     transient: Callable[[BaseException], bool] | None = None,
+    on_delta: OnDelta | None = None,
 ) -> ModelReply:
     """One model call with short retries on transient provider errors (blips).
 
@@ -135,12 +144,30 @@ async def complete(
     thread. The :class:`ModelError` raised says whether the failure was
     transient and what pause the provider asked for.
 
-    Cancelling the awaiting task cancels the call (and any backoff sleep).
+    With ``on_delta``, the reply is streamed, and ``on_delta(text, attempt)``
+    is called with each non-empty piece of its text as it arrives, cleaned as
+    the final message is (``clean_text``). ``attempt`` counts this call's
+    attempts from 1: when an attempt fails and is retried, the next one's
+    pieces start the text again, so a reader keeps the pieces of the highest
+    attempt only. The returned reply is the one the unstreamed call gives, and
+    its text is exactly the concatenation of the last attempt's pieces. A text
+    past :data:`MAX_MESSAGE_CHARS` is refused as soon as it passes the limit.
+    ``on_delta`` runs on the event loop, so it must be quick; an exception it
+    raises is logged once and otherwise ignored.
+
+    Cancelling the awaiting task cancels the call (and any backoff sleep), and
+    closes the stream's connection.
     """
     litellm = _load()
     kwargs = dict(settings)
     kwargs.setdefault("timeout", DEFAULT_TIMEOUT_SECONDS)
     kwargs["num_retries"] = 0  # retries are ours: cancellable and counted
+    # Whether to stream is on_delta's to say: a reply streamed is read only then.
+    kwargs.pop("stream", None)
+    kwargs.pop("stream_options", None)
+    deltas = None if on_delta is None else _guarded(on_delta, model)
+    if deltas is not None:
+        kwargs.update(stream=True, stream_options={"include_usage": True})
     if model.startswith(SCRIPTED_PREFIX):
         _serve_scripted(litellm, model)
     attempt = 0
@@ -150,9 +177,12 @@ async def complete(
             response = await litellm.acompletion(
                 model=model, messages=list(messages), tools=list(tools) or None, **kwargs
             )
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
+            if deltas is not None:
+                response = await _read_stream(litellm, model, response, deltas, attempt)
+        except (asyncio.CancelledError, ModelError):
+            raise  # a ModelError here is ours (a message too large), not the provider's
+        except Exception as raised:
+            exc = _unwrap(litellm, raised)
             name = type(exc).__name__
             passing = _transient(litellm, exc) if transient is None else bool(transient(exc))
             pause = retry_after(exc) if passing else None
@@ -248,6 +278,149 @@ def _reply(response: Any, cost_usd: float | None = None) -> ModelReply:
         finish_reason=choice.finish_reason,
         cost_usd=cost_usd,
     )
+
+
+# ------------------------------------------------------------------ streaming
+
+
+def _guarded(on_delta: OnDelta, model: str) -> OnDelta:
+    """``on_delta`` unable to break the call: what it raises is logged once."""
+    failed = False
+
+    def guarded(text: str, attempt: int) -> None:
+        nonlocal failed
+        try:
+            on_delta(text, attempt)
+        except Exception:
+            if not failed:  # once per call: a broken reader must not flood the log
+                failed = True
+                log.warning("model %s: on_delta raised; the call goes on", model, exc_info=True)
+
+    return guarded
+
+
+class _Assembly:
+    """A streamed reply put back together from its chunks: the text, the tool
+    calls (by index: id, name, arguments in pieces), the finish reason and the
+    usage. It counts the characters as they come, to stop a message that is
+    too large while it is still streaming."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.finish_reason: str | None = None
+        self.usage: Any = None
+        self.cost: float | None = None
+        self.size = 0
+
+    def add(self, chunk: Any) -> str:
+        """Take one chunk in; returns its text (cleaned), if any."""
+        piece = ""
+        for choice in getattr(chunk, "choices", None) or ():
+            if getattr(choice, "index", 0) not in (0, None):
+                continue  # other choices (n > 1); the reply is the first, as unstreamed
+            if getattr(choice, "finish_reason", None):
+                self.finish_reason = choice.finish_reason
+            delta = getattr(choice, "delta", None)
+            content = getattr(delta, "content", None)
+            if isinstance(content, str) and content:
+                piece += clean_text(content)
+            for call in getattr(delta, "tool_calls", None) or ():
+                self._add_call(call)
+        if piece:
+            self.text.append(piece)
+            self._grow(len(piece))
+        usage = getattr(chunk, "usage", None)
+        if usage is not None:
+            self.usage = usage
+            # litellm's own figure rides on the usage chunk, when it is above
+            # zero; None there means only "not stamped", not "no price".
+            hidden = getattr(chunk, "_hidden_params", None)
+            cost = hidden.get("response_cost") if isinstance(hidden, dict) else None
+            if isinstance(cost, int | float) and not isinstance(cost, bool):
+                self.cost = float(cost)
+        return piece
+
+    def _add_call(self, call: Any) -> None:
+        index = getattr(call, "index", None)
+        if not isinstance(index, int):  # providers that number nothing send calls whole
+            index = len(self.calls) if getattr(call, "id", None) else max(self.calls, default=0)
+        entry = self.calls.setdefault(index, {"id": "", "name": "", "arguments": []})
+        function = getattr(call, "function", None)
+        for key, holder in (("id", call), ("name", function)):
+            value = getattr(holder, key, None)
+            if isinstance(value, str) and value and not entry[key]:  # the first piece's
+                entry[key] = value
+                self._grow(len(value))
+        arguments = getattr(function, "arguments", None)
+        if arguments is not None and not isinstance(arguments, str):
+            arguments = json.dumps(arguments, default=str)
+        if arguments:
+            entry["arguments"].append(arguments)
+            self._grow(len(arguments))
+
+    def _grow(self, chars: int) -> None:
+        self.size += chars
+        if self.size > MAX_MESSAGE_CHARS:
+            raise ModelError(
+                f"the model's message passed {MAX_MESSAGE_CHARS} characters, the limit; "
+                "its stream was closed there"
+            )
+
+    def response(self, litellm: Any, model: str) -> Any:
+        """The reply as litellm's unstreamed response, for :func:`_reply`."""
+        calls = [
+            {
+                "id": entry["id"],
+                "type": "function",
+                "function": {"name": entry["name"], "arguments": "".join(entry["arguments"])},
+            }
+            for _, entry in sorted(self.calls.items())
+        ]
+        # As unstreamed: no content when the model only called tools.
+        content = "".join(self.text) if self.text or not calls else None
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if calls:
+            message["tool_calls"] = calls
+        fields: dict[str, Any] = {
+            "model": model,
+            "choices": [{"index": 0, "message": message, "finish_reason": self.finish_reason}],
+        }
+        if self.usage is not None:
+            fields["usage"] = self.usage
+        response = litellm.ModelResponse(**fields)
+        # Without litellm's figure, _cost asks litellm's cost map.
+        response._hidden_params = {} if self.cost is None else {"response_cost": self.cost}
+        return response
+
+
+async def _read_stream(litellm: Any, model: str, stream: Any, deltas: OnDelta, attempt: int) -> Any:
+    """Read a streamed reply to its end, handing each piece of text to
+    ``deltas``; the reply assembled as an unstreamed response. The stream is
+    closed however reading ends (finished, failed, too large, cancelled), so
+    its connection to the provider is closed, not left to the garbage collector."""
+    assembly = _Assembly()
+    try:
+        async for chunk in stream:
+            piece = assembly.add(chunk)
+            if piece:
+                deltas(piece, attempt)
+    finally:
+        with contextlib.suppress(Exception):  # best effort: the outcome stands
+            await stream.aclose()
+    return assembly.response(litellm, model)
+
+
+def _unwrap(litellm: Any, exc: Exception) -> Exception:
+    """The provider's own error. litellm wraps one met while reading a stream
+    in ``MidStreamFallbackError`` (a 503 for its router); the original says
+    what happened (a 429 and its Retry-After, a dropped connection, ...)."""
+    wrapper = getattr(litellm.exceptions, "MidStreamFallbackError", None)
+    if wrapper is not None and isinstance(exc, wrapper):
+        original = getattr(exc, "original_exception", None)
+        if isinstance(original, Exception):
+            return original
+    return exc
 
 
 # ------------------------------------------------------------- scripted models

@@ -10,6 +10,8 @@ process after a crash. ``journal`` (a file path) records every call across
 processes, for tests that count model calls over a kill and a resume.
 ``price`` (USD per input and per output token) puts the model in litellm's cost
 map at that price, so runs record a cost; without it the model is free.
+Called with ``stream=True``, a scripted model streams its reply in chunks
+(:meth:`Reply.chunks`), ``chunk_delay`` seconds apart.
 
 ``runner.model`` imports this module, and registers the provider, only when a
 ``scripted/`` model is first called: production processes never load it.
@@ -24,7 +26,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,31 +90,73 @@ class Reply:
         if self.error is not None and self.error not in ERROR_KINDS:
             raise InvalidInput(f"unknown scripted error {self.error!r}; use one of {ERROR_KINDS}")
 
-    def response(self, model: str, step: int = 0) -> dict[str, Any]:
-        """The reply in OpenAI's chat-completion shape."""
+    @property
+    def finish_reason(self) -> str:
+        return "tool_calls" if self.tool_calls else "stop"
+
+    def message(self, step: int = 0) -> dict[str, Any]:
+        """The assistant message, with an id made up for each tool call that has none."""
         message: dict[str, Any] = {"role": "assistant", "content": self.content}
         if self.tool_calls:
             message["tool_calls"] = [
                 c.encode(f"call_{step}_{i}_{uuid.uuid4().hex[:8]}")
                 for i, c in enumerate(self.tool_calls)
             ]
+        return message
+
+    def usage_block(self) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.usage[0],
+            "completion_tokens": self.usage[1],
+            "total_tokens": sum(self.usage),
+        }
+
+    def response(self, model: str, step: int = 0) -> dict[str, Any]:
+        """The reply in OpenAI's chat-completion shape."""
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "model": model,
             "object": "chat.completion",
             "choices": [
-                {
-                    "index": 0,
-                    "message": message,
-                    "finish_reason": "tool_calls" if self.tool_calls else "stop",
-                }
+                {"index": 0, "message": self.message(step), "finish_reason": self.finish_reason}
             ],
-            "usage": {
-                "prompt_tokens": self.usage[0],
-                "completion_tokens": self.usage[1],
-                "total_tokens": sum(self.usage),
-            },
+            "usage": self.usage_block(),
         }
+
+    def chunks(self, step: int = 0) -> list[dict[str, Any]]:
+        """The reply as litellm's streaming chunks of a custom provider
+        (``GenericStreamingChunk``): the text a few characters at a time (two
+        pieces at least once it has two characters), each tool call whole, and
+        last the finish reason with the usage."""
+        message = self.message(step)
+        content = message["content"] or ""
+        # A few characters a piece, but no more than about 256 pieces, so a
+        # long text does not turn into a quarter of a million chunks.
+        size = max(1, min(4, len(content) // 2), -(-len(content) // 256))
+        chunks = [_chunk(text=content[i : i + size]) for i in range(0, len(content), size)]
+        for index, call in enumerate(message.get("tool_calls") or ()):
+            chunks.append(_chunk(tool_use={**call, "index": index}))
+        chunks.append(
+            _chunk(is_finished=True, finish_reason=self.finish_reason, usage=self.usage_block())
+        )
+        return chunks
+
+
+def _chunk(
+    text: str = "",
+    tool_use: dict[str, Any] | None = None,
+    is_finished: bool = False,
+    finish_reason: str = "",
+    usage: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    return {
+        "text": text,
+        "tool_use": tool_use,
+        "is_finished": is_finished,
+        "finish_reason": finish_reason,
+        "usage": usage,
+        "index": 0,
+    }
 
 
 def text(content: str, **kwargs: Any) -> Reply:
@@ -161,7 +205,10 @@ class ScriptedModel:
         *,
         journal: str | Path | None = None,
         price: tuple[float, float] | None = None,
+        chunk_delay: float = 0.0,
     ) -> None:
+        if not (math.isfinite(chunk_delay) and chunk_delay >= 0):
+            raise InvalidInput("chunk_delay is seconds between streamed chunks, a number >= 0")
         if price is not None and not (
             len(price) == 2 and all(math.isfinite(p) and p >= 0 for p in price)
         ):
@@ -172,6 +219,7 @@ class ScriptedModel:
         self.script = script
         self.journal = Path(journal) if journal else None
         self.price = None if price is None else (float(price[0]), float(price[1]))
+        self.chunk_delay = float(chunk_delay)
         self.calls: list[Request] = []
         self._lock = threading.Lock()
         register(self)
@@ -314,6 +362,24 @@ def install_provider(litellm: Any) -> None:
                 raise cls(message=f"scripted {reply.error}", model=model, llm_provider="scripted")
             # The provider-qualified name: litellm prices a response by its model.
             return ModelResponse(**reply.response(SCRIPTED + model, step))
+
+        async def astreaming(self, *args: Any, **kwargs: Any) -> AsyncIterator[dict[str, Any]]:
+            # litellm wraps this generator in its stream reader and starts it on
+            # the first read: errors surface there, as a provider's mid-stream
+            # errors do.
+            model = str(kwargs.get("model", "")).split("/", 1)[-1]
+            optional = kwargs.get("optional_params") or {}
+            script = lookup(model)
+            reply, step = await script.respond(
+                kwargs.get("messages") or [], optional.get("tools") or []
+            )
+            if reply.error is not None:
+                cls = getattr(litellm.exceptions, _LITELLM_ERRORS[reply.error])
+                raise cls(message=f"scripted {reply.error}", model=model, llm_provider="scripted")
+            for index, chunk in enumerate(reply.chunks(step)):
+                if index and script.chunk_delay:
+                    await asyncio.sleep(script.chunk_delay)
+                yield chunk
 
         def completion(self, *args: Any, **kwargs: Any) -> Any:
             # litellm's contract for a custom provider that has no sync path.

@@ -2,6 +2,10 @@
 it answers from a script, and can be made slow, rate-limited, failing with a
 status, down (refusing connections) or streaming.
 
+A streamed answer (a request with ``"stream": true``) is sent as server-sent
+events; a client that hangs up before its end is recorded
+(``Served.disconnected``, :attr:`Provider.disconnects`).
+
 Worker subprocesses reach it like any provider, through litellm's OpenAI path
 (``model="openai/<name>"``, ``api_base=server.base_url``).
 """
@@ -21,6 +25,8 @@ from typing import Any
 Message = dict[str, Any]
 # (step, request body) -> the assistant message to answer with
 Script = Callable[[int, dict[str, Any]], Message]
+# What every answer reports it used.
+USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
 
 
 @dataclass
@@ -31,6 +37,8 @@ class Served:
     step: int
     status: int
     body: dict[str, Any] = field(repr=False)
+    # A stream the client closed before its last event.
+    disconnected: bool = False
 
 
 def tool_calls(*calls: tuple[str, str, dict[str, Any]]) -> Message:
@@ -61,7 +69,10 @@ class Provider:
         self.requests: list[Served] = []
         self.failure: tuple[int, float | None] | None = None  # (status, retry-after)
         self.latency = 0.0
-        self.stream_delay = 0.0
+        self.stream_delay = 0.0  # seconds after each streamed event
+        self.chunk_chars = 4  # characters of text per streamed event
+        self._failures_left: int | None = None  # None: until recover()
+        self._drops: list[int] = []  # streams to cut short, by events to send first
         self._lock = threading.Lock()
         self._port = port
         self._server: ThreadingHTTPServer | None = None
@@ -108,12 +119,31 @@ class Provider:
             self._thread.join(5)
             self._thread = None
 
-    def fail(self, status: int = 503, *, retry_after: float | None = None) -> None:
-        """Answer every request with ``status`` until :meth:`recover`."""
-        self.failure = (status, retry_after)
+    def fail(
+        self, status: int = 503, *, retry_after: float | None = None, times: int | None = None
+    ) -> None:
+        """Answer every request with ``status`` until :meth:`recover`, or only
+        the next ``times`` requests."""
+        with self._lock:
+            self.failure = (status, retry_after)
+            self._failures_left = times
 
     def recover(self) -> None:
-        self.failure = None
+        with self._lock:
+            self.failure = None
+            self._failures_left = None
+
+    def drop_stream(self, after: int) -> None:
+        """Cut the next stream short: send ``after`` events, then close the
+        connection with no finish reason, as a provider that fell over would."""
+        with self._lock:
+            self._drops.append(after)
+
+    @property
+    def disconnects(self) -> int:
+        """How many streams the client closed before their end."""
+        with self._lock:
+            return sum(1 for r in self.requests if r.disconnected)
 
     def refusing(self) -> bool:
         try:
@@ -134,15 +164,27 @@ class Provider:
         with self._lock:
             return [r for r in self.requests if r.status == status]
 
-    def _record(self, step: int, status: int, body: dict[str, Any]) -> None:
+    def _record(self, step: int, status: int, body: dict[str, Any]) -> Served:
+        served = Served(time.time(), step, status, body)
         with self._lock:
-            self.requests.append(Served(time.time(), step, status, body))
+            self.requests.append(served)
+        return served
+
+    def _take_failure(self) -> tuple[int, float | None] | None:
+        with self._lock:
+            failure = self.failure
+            if failure is not None and self._failures_left is not None:
+                self._failures_left -= 1
+                if self._failures_left <= 0:
+                    self.failure = None
+                    self._failures_left = None
+            return failure
 
     def _serve(self, handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
         step = 1 + sum(1 for m in body.get("messages", []) if m.get("role") == "assistant")
         if self.latency:
             time.sleep(self.latency)
-        failure = self.failure
+        failure = self._take_failure()
         if failure is not None:
             status, retry_after = failure
             self._record(step, status, body)
@@ -150,9 +192,16 @@ class Provider:
             _send_json(handler, status, {"error": {"message": f"scripted {status}"}}, headers)
             return
         message = self.script(step, body)
-        self._record(step, 200, body)
+        served = self._record(step, 200, body)
         if body.get("stream"):
-            self._stream(handler, body, message)
+            with self._lock:
+                drop = self._drops.pop(0) if self._drops else None
+            try:
+                self._stream(handler, body, message, drop)
+            except (BrokenPipeError, ConnectionResetError):
+                with self._lock:
+                    served.disconnected = True
+            handler.close_connection = True
             return
         finish = "tool_calls" if message.get("tool_calls") else "stop"
         _send_json(
@@ -164,14 +213,21 @@ class Provider:
                 "created": int(time.time()),
                 "model": body.get("model", "loopback"),
                 "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+                "usage": USAGE,
             },
         )
 
     def _stream(
-        self, handler: BaseHTTPRequestHandler, body: dict[str, Any], message: Message
+        self,
+        handler: BaseHTTPRequestHandler,
+        body: dict[str, Any],
+        message: Message,
+        drop: int | None = None,
     ) -> None:
-        """Server-sent events: the text a few characters at a time, then tool calls."""
+        """Server-sent events: the text a few characters at a time, then the
+        tool calls (their arguments in pieces too), the finish reason, and the
+        usage if the request asked for it (``stream_options.include_usage``).
+        ``drop``: stop after that many events, with no finish."""
         handler.send_response(200)
         handler.send_header("Content-Type", "text/event-stream")
         handler.send_header("Cache-Control", "no-cache")
@@ -179,29 +235,47 @@ class Provider:
         handler.end_headers()
         chunk_id = f"chatcmpl-{uuid.uuid4().hex}"
 
-        def event(delta: dict[str, Any], finish: str | None = None) -> None:
+        def send(payload: dict[str, Any]) -> None:
             payload = {
                 "id": chunk_id,
                 "object": "chat.completion.chunk",
                 "created": int(time.time()),
                 "model": body.get("model", "loopback"),
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                **payload,
             }
             handler.wfile.write(f"data: {json.dumps(payload)}\n\n".encode())
             handler.wfile.flush()
             if self.stream_delay:
                 time.sleep(self.stream_delay)
 
-        event({"role": "assistant", "content": ""})
+        events: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
         text = message.get("content") or ""
-        for start in range(0, len(text), 4):
-            event({"content": text[start : start + 4]})
+        size = max(1, self.chunk_chars)
+        events += [{"content": text[start : start + size]} for start in range(0, len(text), size)]
         for index, call in enumerate(message.get("tool_calls") or []):
-            event({"tool_calls": [{"index": index, **call}]})
-        event({}, "tool_calls" if message.get("tool_calls") else "stop")
+            # As OpenAI streams a call: id and name first, the arguments in pieces.
+            function = call["function"]
+            head = {"name": function["name"], "arguments": ""}
+            events.append({"tool_calls": [{**call, "index": index, "function": head}]})
+            arguments = function["arguments"]
+            events += [
+                {
+                    "tool_calls": [
+                        {"index": index, "function": {"arguments": arguments[i : i + size]}}
+                    ]
+                }
+                for i in range(0, len(arguments), size)
+            ]
+        for delta in events[:drop]:
+            send({"choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+        if drop is not None:
+            return
+        finish = "tool_calls" if message.get("tool_calls") else "stop"
+        send({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+        if (body.get("stream_options") or {}).get("include_usage"):
+            send({"choices": [], "usage": USAGE})
         handler.wfile.write(b"data: [DONE]\n\n")
         handler.wfile.flush()
-        handler.close_connection = True
 
 
 def _send_json(
