@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
@@ -197,7 +198,7 @@ class StepLoop:
         model_name = self.run_.model or self.agent.model
         observed = ModelCall(model_name, k, messages=self.messages)
         with self.deps.observer.model_call(self.run_, observed):
-            reply = await self._call_model(model_name)
+            reply = await self._call_model(model_name, k)
             if reply is None:
                 return None
             observed.usage = reply.usage
@@ -227,7 +228,31 @@ class StepLoop:
         faults.hit(faults.AFTER_W1)
         return self._from_w1(output)
 
-    async def _call_model(self, model_name: str) -> model.ModelReply | None:
+    def _deltas(self, k: int) -> model.OnDelta:
+        """Publishes step k's text as the model streams it: live only, never
+        stored (W1 journals the whole message). Keyed by this execution's
+        epoch, so that readers drop what an execution that was taken over
+        still sends; after a failed publish the rest of the call sends none."""
+        assert self.x.fence is not None
+        feed, run_id, epoch = self.deps.feed, self.run_.id, self.x.fence.epoch
+        sent = itertools.count()
+        broken = False
+
+        def publish(text: str, attempt: int) -> None:
+            nonlocal broken
+            if not broken:
+                delta = {
+                    "epoch": epoch,
+                    "step": k,
+                    "attempt": attempt,
+                    "n": next(sent),
+                    "text": text,
+                }
+                broken = not feed.token(run_id, delta)
+
+        return publish
+
+    async def _call_model(self, model_name: str, k: int) -> model.ModelReply | None:
         """The model's reply, or None if an abort won the race."""
         policy = self.agent.retry or self.deps.retry_policy
         call = asyncio.create_task(
@@ -241,6 +266,7 @@ class StepLoop:
                     self.agent.model_backoff_seconds, self.deps.model_backoff_seconds
                 ),
                 transient=policy.transient,
+                on_delta=self._deltas(k) if self.agent.stream else None,
             )
         )
         aborted = asyncio.create_task(self.x.signal.wait())

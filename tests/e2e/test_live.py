@@ -10,15 +10,22 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
+from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
+import tests.agents_live  # noqa: F401  (the agents the workers run, known here too)
 from runner import Engine
 from store.events import EventType, RunEvent
 from store.models import RunStatus
 from tests.e2e.clirun import RUNWRIGHT
 from tests.e2e.cluster import Cluster, wait_until
 from tests.e2e.test_faults import owner_pid, worker_of
+from tests.provider import Provider, answer, tool_calls
+
+STREAMED = "Found it: the cache key ignores the lockfile, so the stale cache wins."
 
 
 def _ids(events: list[RunEvent]) -> list[int]:
@@ -149,3 +156,42 @@ def test_watch_follows_a_run_to_its_end(shared_cluster: Cluster) -> None:
     )
     assert again.returncode == 0, again.stderr
     assert again.stdout.count('"type": "step"') == len(engine.steps(run.id))
+
+
+@pytest.fixture
+def streaming_provider() -> Iterator[Provider]:
+    def script(step: int, body: dict[str, Any]) -> dict[str, Any]:
+        if step == 1:
+            return tool_calls(("call_1", "lookup", {"q": "build"}))
+        return answer(STREAMED)
+
+    with Provider(script) as server:
+        server.stream_delay = 0.03
+        yield server
+
+
+def test_a_streaming_model_text_reaches_readers_before_its_step(
+    cluster: Cluster, streaming_provider: Provider
+) -> None:
+    """Acceptance 2: a worker streams from a loopback server; the reader sees
+    the text's deltas before the step's llm event, and they add up to it."""
+    cluster.worker(
+        "w1",
+        RUNWRIGHT_AGENTS="tests.agents,tests.agents_live",
+        RUNWRIGHT_TEST_PROVIDER_URL=streaming_provider.base_url,
+    )
+    engine = cluster.engine()
+    run = engine.start("live-stream")
+    got = list(engine.events(run.id, timeout=60))
+    assert got[-1].status is RunStatus.COMPLETED
+    llm = next(
+        i
+        for i, e in enumerate(got)
+        if e.type is EventType.STEP and e.data["kind"] == "llm" and e.data["index"] == 2
+    )
+    deltas = [e for e in got[:llm] if e.type is EventType.TOKEN and e.data["step"] == 2]
+    assert len(deltas) >= 2
+    journaled = got[llm].data["output"]["message"]["content"]
+    assert "".join(d.data["text"] for d in deltas) == journaled == STREAMED
+    assert not any(e.type is EventType.TOKEN for e in got[llm:])
+    assert _ids(got) == _ids(engine.store.events(run.id))

@@ -25,15 +25,6 @@ from runner.runtime import runtime
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
 from tests.provider import Provider, answer, tool_calls
 
-# litellm silences pydantic's warnings about its own types with process-wide
-# filters when it is imported (litellm/_process_defaults.py); its stream reader
-# sets them off. pytest resets the filters after each test, so they are put
-# back for these tests.
-pytestmark = [
-    pytest.mark.filterwarnings("ignore:.*Accessing the.*attribute on the instance is deprecated"),
-    pytest.mark.filterwarnings("ignore:.*`ReadOnly` qualifier"),
-]
-
 T = TypeVar("T")
 MODEL = "openai/gpt-4o-mini"
 ASK = [{"role": "user", "content": "Why does the build fail?"}]
