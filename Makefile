@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 # Importing litellm must never reach the network.
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: help install demo test lint fmt bench lock worker beat flower local-up local-down clean
+.PHONY: help install browser demo test lint fmt bench lock worker beat flower local-up local-down clean
 
 help: ## Show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -21,10 +21,14 @@ $(BIN)/.installed: requirements.lock pyproject.toml
 
 install: $(BIN)/.installed ## Create .venv with the locked, hash-checked dependencies
 
+browser: ## Install Debian's chromium and chromedriver for the browser tests (apt-get; needs root)
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
+
 demo: install ## Run the demo end to end (local stack, worker, beat, approval, a killed worker)
 	$(BIN)/runwright demo
 
-test: install ## Run the tests (Postgres from RUNWRIGHT_DATABASE_URL, else the local stack; a Redis of their own: docs/testing.md)
+test: install browser ## Run the tests (Postgres from RUNWRIGHT_DATABASE_URL, else the local stack; a Redis of their own: docs/testing.md)
 	$(BIN)/python -m pytest
 
 lint: install ## Lint, format check and strict type check
