@@ -29,7 +29,7 @@ import redis
 
 from runner.errors import InvalidInput
 from runner.eventstream import WAKE, EventStream, Sink, Tail
-from store.base import Store
+from store.base import Store, check_run_id
 from store.live import WAKE as WAKE_MESSAGE
 from store.live import EventListener, Publisher, decode, events_channel, token_payload
 from store.models import Run, RunStatus
@@ -142,7 +142,12 @@ class Feed:
         tokens: bool = True,
     ) -> EventStream:
         return EventStream(
-            self, run_id, check_after(after), check_timeout(timeout), frozenset(until), tokens
+            self,
+            check_run_id(run_id),
+            check_after(after),
+            check_timeout(timeout),
+            frozenset(until),
+            tokens,
         )
 
     def wait(

@@ -214,7 +214,13 @@ def show(run_id: str, messages: bool) -> None:
 
 @main.command()
 @click.argument("run_id")
-@click.option("--interval", default=None, type=float, hidden=True, help="Ignored (no polling).")
+@click.option(
+    "--interval",
+    default=0.5,
+    callback=seconds(0.01, 3600),
+    hidden=True,
+    help="Ignored: watch follows the event feed (kept for old scripts).",
+)
 @click.option(
     "--timeout",
     default=None,
@@ -223,7 +229,7 @@ def show(run_id: str, messages: bool) -> None:
     help="Give up after this many seconds.",
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON event per line.")
-def watch(run_id: str, interval: float | None, timeout: float | None, as_json: bool) -> None:
+def watch(run_id: str, interval: float, timeout: float | None, as_json: bool) -> None:
     """Follow a run live until it settles: its steps, status changes and
     approvals as they are committed, and a streaming model's text as it is
     generated (from the run-event feed, without polling)."""
@@ -231,8 +237,9 @@ def watch(run_id: str, interval: float | None, timeout: float | None, as_json: b
 
     settings = _settings()
     assert settings.database_url is not None and settings.redis_url is not None
-    if not follow(settings.database_url, settings.redis_url, run_id, timeout, as_json):
-        fail(f"run {run_id} did not settle within {timeout:g} s")
+    status = follow(settings.database_url, settings.redis_url, run_id, timeout, as_json)
+    if status is not None:
+        fail(f"run {run_id} is still {status.value} after {timeout:g} s")
 
 
 # ------------------------------------------------------------- control

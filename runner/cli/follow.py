@@ -68,8 +68,9 @@ class _Text:
 
 def follow(
     database_url: str, redis_url: str, run_id: str, timeout: float | None, as_json: bool
-) -> bool:
-    """Print the run's events until it settles (True) or ``timeout`` passes (False)."""
+) -> RunStatus | None:
+    """Print the run's events until it settles (None) or ``timeout`` passes
+    (the status it has then)."""
     store = PostgresStore.from_url(database_url)
     feed = Feed(store, connect(redis_url))
     text = _Text()
@@ -85,11 +86,12 @@ def follow(
                 _say(_line(event, store))
             settled = settled or event.settles
         text.end()
-        if settled and not as_json:
-            run = store.get_run(run_id)
-            if run.output is not None:
-                _say(f"output: {clip(json.dumps(run.output), 200)}")
-        return settled
+        run = store.get_run(run_id)
+        if not settled:
+            return run.status
+        if run.output is not None and not as_json:
+            _say(f"output: {clip(json.dumps(run.output), 200)}")
+        return None
     finally:
         feed.close()
         store.close()
