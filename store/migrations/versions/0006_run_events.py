@@ -12,7 +12,81 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
 
-from store.events import EVENT_IDS, TRIGGERS
+EVENT_IDS = "run_event_ids"
+
+# The triggers as this revision creates them: store/events.py may change them
+# later, in a migration of its own.
+TRIGGERS: tuple[tuple[str, str, str], ...] = (
+    (
+        "runwright_run_events",
+        """
+CREATE FUNCTION runwright_run_events() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' AND NEW.claim_epoch > OLD.claim_epoch THEN
+        INSERT INTO run_events (run_id, type, data)
+        VALUES (NEW.id, 'execution', jsonb_build_object(
+            'epoch', NEW.claim_epoch, 'owner', NEW.claim_owner,
+            'takeover', OLD.status = 'running'));
+    END IF;
+    IF TG_OP = 'INSERT' OR NEW.status IS DISTINCT FROM OLD.status THEN
+        INSERT INTO run_events (run_id, type, data)
+        VALUES (NEW.id, 'status', jsonb_strip_nulls(jsonb_build_object(
+            'status', NEW.status, 'error_code', NEW.error_code,
+            'retry_at', to_jsonb(NEW.retry_at))));
+    END IF;
+    RETURN NULL;
+END
+$$
+""",
+        "DROP FUNCTION IF EXISTS runwright_run_events()",
+    ),
+    (
+        "runs_events_insert",
+        """
+CREATE TRIGGER runs_events_insert AFTER INSERT ON runs FOR EACH ROW EXECUTE FUNCTION runwright_run_events()
+""",
+        "DROP TRIGGER IF EXISTS runs_events_insert ON runs",
+    ),
+    (
+        "runs_events_update",
+        """
+CREATE TRIGGER runs_events_update AFTER UPDATE OF status, claim_epoch ON runs FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status OR OLD.claim_epoch IS DISTINCT FROM NEW.claim_epoch) EXECUTE FUNCTION runwright_run_events()
+""",
+        "DROP TRIGGER IF EXISTS runs_events_update ON runs",
+    ),
+    (
+        "runwright_approval_events",
+        """
+CREATE FUNCTION runwright_approval_events() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO run_events (run_id, type, data)
+    VALUES (NEW.run_id, 'approval', jsonb_build_object(
+        'action', CASE WHEN NEW.decision IS NULL THEN 'requested' ELSE 'decided' END,
+        'approval_id', NEW.approval_id, 'step_index', NEW.step_index,
+        'tool_call_id', NEW.tool_call_id, 'tool_name', NEW.tool_name,
+        'decision', NEW.decision, 'reason', NEW.reason,
+        'expires_at', to_jsonb(NEW.expires_at)));
+    RETURN NULL;
+END
+$$
+""",
+        "DROP FUNCTION IF EXISTS runwright_approval_events()",
+    ),
+    (
+        "approvals_events_insert",
+        """
+CREATE TRIGGER approvals_events_insert AFTER INSERT ON approvals FOR EACH ROW EXECUTE FUNCTION runwright_approval_events()
+""",
+        "DROP TRIGGER IF EXISTS approvals_events_insert ON approvals",
+    ),
+    (
+        "approvals_events_update",
+        """
+CREATE TRIGGER approvals_events_update AFTER UPDATE OF decision ON approvals FOR EACH ROW WHEN (OLD.decision IS DISTINCT FROM NEW.decision) EXECUTE FUNCTION runwright_approval_events()
+""",
+        "DROP TRIGGER IF EXISTS approvals_events_update ON approvals",
+    ),
+)
 
 revision = "0006"
 down_revision = "0005"
