@@ -1,0 +1,220 @@
+"""The console's one stylesheet and one script, and the headers of its pages.
+
+Both are constants, inlined in every page and named in the CSP by hash, so a
+page runs exactly this script and nothing else: no ``'unsafe-inline'``, no
+files to serve or to package. The script reads what it needs from ``data-``
+attributes the server wrote, and puts everything that came from a run into
+the page through ``textContent``: model and tool output stay text.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+
+STYLE = """
+body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1d2125;background:#fafafa}
+header.top{display:flex;gap:1.2rem;align-items:center;padding:.6rem 1.2rem;background:#1d2a3a}
+header.top a,header.top span{color:#fff;text-decoration:none}
+header.top .user{margin-left:auto;opacity:.8}
+main{max-width:72rem;margin:1rem auto;padding:0 1.2rem}
+h1{font-size:1.4rem;margin:.6rem 0}h2{font-size:1.1rem;margin:1.4rem 0 .5rem}
+h3{font-size:.95rem;margin:.8rem 0 .3rem}
+table{border-collapse:collapse;width:100%;background:#fff}
+th,td{text-align:left;padding:.3rem .5rem;border-bottom:1px solid #e3e6ea;vertical-align:top}
+td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
+pre{background:#f2f4f7;padding:.5rem;margin:.3rem 0;overflow:auto;max-height:30rem;
+white-space:pre-wrap;overflow-wrap:anywhere}
+pre.text{background:#fff;border-left:3px solid #8a9bb0}
+details>summary{cursor:pointer;color:#34577e;overflow-wrap:anywhere}
+.st{display:inline-block;padding:0 .45rem;border-radius:.6rem;background:#dde3ea;font-size:.85em}
+.st-completed{background:#cdebd3}.st-failed{background:#f5c9c9}.st-waiting{background:#fbe7b5}
+.st-running{background:#cfe1fb}.st-cancelled,.st-interrupted{background:#e6e0f0}
+.note{background:#e8f3ea;border:1px solid #b9dcc1;padding:.5rem .8rem}
+.problem{background:#fbeaea;border:1px solid #e8b5b5;padding:.5rem .8rem}
+dl.facts{display:grid;grid-template-columns:max-content 1fr;gap:.15rem 1rem;margin:0}
+dl.facts dt{color:#5b6670}dl.facts dd{margin:0;overflow-wrap:anywhere}
+form.filters{display:flex;flex-wrap:wrap;gap:.6rem;align-items:end;margin:.5rem 0}
+form.filters label{display:flex;flex-direction:column;font-size:.85em;color:#5b6670}
+.counts a{margin-right:.8rem}
+.actions{display:flex;gap:.6rem;margin:.6rem 0}
+ol.timeline{list-style:none;padding:0;margin:0}
+li.ev{background:#fff;border:1px solid #e3e6ea;border-radius:.3rem;padding:.4rem .6rem;
+margin:.3rem 0}
+li.kind-status,li.kind-execution,li.kind-approval{background:transparent;border-style:dashed}
+.head{display:flex;flex-wrap:wrap;gap:.5rem;align-items:baseline}
+.idx{font-weight:600;color:#5b6670}.meta{color:#5b6670;font-size:.85em}
+.call{margin:.3rem 0 .3rem 1rem}
+article.ask{background:#fff;border:1px solid #d5dae0;border-radius:.4rem;padding:.6rem 1rem;
+margin:1rem 0}
+section.approval{border-top:1px solid #e3e6ea;padding-top:.5rem;margin-top:.6rem}
+textarea{width:100%;max-width:40rem;min-height:2.5rem;font:inherit}
+button{font:inherit;padding:.25rem .8rem;cursor:pointer}
+button.approve{background:#2f7d46;color:#fff;border:1px solid #25663a}
+button.deny{background:#a33a3a;color:#fff;border:1px solid #8a2f2f}
+.expires{color:#8a5a00}
+"""
+
+SCRIPT = """
+"use strict";
+
+// A form decides once: a second submit (a double click) is dropped here, and
+// the server answers a second POST "already decided" in any case.
+for (const form of document.querySelectorAll("form.once")) {
+  form.addEventListener("submit", (event) => {
+    if (form.dataset.sent) event.preventDefault();
+    form.dataset.sent = "1";
+  });
+}
+
+function span(ms) {
+  const minutes = Math.floor(ms / 60000);
+  if (minutes < 1) return Math.ceil(ms / 1000) + " s";
+  if (minutes < 120) return minutes + " min";
+  const hours = Math.floor(minutes / 60);
+  return hours < 48 ? hours + " h " + (minutes % 60) + " min" : Math.floor(hours / 24) + " days";
+}
+
+function countdown() {
+  const now = Date.now();
+  for (const item of document.querySelectorAll("[data-expires]")) {
+    const at = Date.parse(item.dataset.expires);
+    if (Number.isNaN(at)) continue;
+    item.textContent = at > now ? "expires in " + span(at - now) : "expired";
+  }
+}
+countdown();
+setInterval(countdown, 1000);
+
+function el(tag, cls, text) {
+  const node = document.createElement(tag);
+  if (cls) node.className = cls;
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  return node;
+}
+
+// JSON pretty-printed, in a <details> when long (as the server renders it).
+function block(value, label) {
+  const text = typeof value === "string" ? value : JSON.stringify(value, null, 2) ?? "null";
+  const pre = el("pre", "json", text);
+  if (text.length <= 400 && text.split("\\n").length <= 12) return pre;
+  const details = el("details");
+  details.append(el("summary", "", (label ? label + ": " : "") + text.length + " characters"), pre);
+  return details;
+}
+
+function parsed(raw) {
+  if (typeof raw !== "string") return raw;
+  try { return JSON.parse(raw); } catch { return raw; }
+}
+
+function head(li, index, title, name, meta) {
+  const line = el("div", "head");
+  if (index !== null) line.append(el("span", "idx", index));
+  line.append(el("b", "", title));
+  if (name) line.append(el("span", "name", name));
+  if (meta) line.append(el("span", "meta", meta));
+  li.append(line);
+}
+
+function stepItem(li, d) {
+  const ms = d.finished_at ? Date.parse(d.finished_at) - Date.parse(d.started_at) : null;
+  const took = ms === null || Number.isNaN(ms) ? "" : ms + " ms";
+  if (d.kind === "llm") {
+    const message = (d.output && d.output.message) || {};
+    const usage =
+      d.input_tokens === null ? "" : d.input_tokens + " in, " + d.output_tokens + " out, ";
+    head(li, d.index, "model", d.name, usage + took);
+    if (typeof message.content === "string" && message.content) {
+      li.append(el("pre", "text", message.content));
+    }
+    for (const call of Array.isArray(message.tool_calls) ? message.tool_calls : []) {
+      const fn = (call && call.function) || {};
+      const box = el("div", "call");
+      box.append(el("b", "", "calls " + fn.name), block(parsed(fn.arguments), "arguments"));
+      li.append(box);
+    }
+  } else if (d.kind === "tool") {
+    head(li, d.index, "tool", d.name, took + (d.error ? ", failed" : ""));
+    li.append(el("div", "meta", "arguments"), block(d.input, "arguments"));
+    const outcome = d.error ? "error" : "result";
+    li.append(el("div", "meta", outcome), block(d.error || d.output, outcome));
+  } else if (d.kind === "wait") {
+    head(li, d.index, "waits for approval", null, null);
+  } else {
+    head(li, d.index, d.kind, d.name, took);
+    li.append(block(d.output, d.kind));
+  }
+  if (d.error && d.kind !== "tool") li.append(block(d.error, "error"));
+}
+
+function item(event) {
+  const d = event.data;
+  const li = el("li", "ev kind-" + (event.type === "step" ? d.kind : event.type));
+  if (event.type === "step") {
+    stepItem(li, d);
+  } else if (event.type === "status") {
+    head(li, null, "status " + d.status, d.error_code || null, null);
+  } else if (event.type === "execution") {
+    const takeover = d.takeover ? "takes over a stopped execution" : null;
+    head(li, null, "execution " + d.epoch, takeover, d.owner);
+  } else if (event.type === "approval") {
+    const what = d.action === "requested" ? "approval requested" : "approval " + d.decision;
+    head(li, d.step_index, what, d.tool_name, d.reason ? "reason: " + d.reason : null);
+  }
+  return li;
+}
+
+const SETTLED = ["completed", "failed", "cancelled"];
+
+function showStatus(status) {
+  const badge = document.getElementById("status");
+  if (badge) {
+    badge.textContent = status;
+    badge.className = "st st-" + status;
+  }
+  const cancel = document.getElementById("cancel");
+  const retry = document.getElementById("retry");
+  if (cancel) cancel.hidden = SETTLED.includes(status);
+  if (retry) retry.hidden = !(status === "failed" || status === "cancelled");
+}
+
+const timeline = document.getElementById("timeline");
+if (timeline && timeline.dataset.events) {
+  let last = Number(timeline.dataset.after || "0");
+  const source = new EventSource(timeline.dataset.events + "?after=" + last);
+  for (const type of ["status", "step", "approval", "execution"]) {
+    source.addEventListener(type, (message) => {
+      const event = JSON.parse(message.data);
+      if (event.id !== null && event.id <= last) return;
+      if (event.id !== null) last = event.id;
+      timeline.append(item(event));
+      if (event.type === "status") showStatus(event.data.status);
+    });
+  }
+  source.addEventListener("end", (message) => {
+    if (JSON.parse(message.data).reason !== "timeout") source.close();
+  });
+}
+"""
+
+
+def _hash(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+CSP = (
+    f"default-src 'none'; script-src {_hash(SCRIPT)}; style-src {_hash(STYLE)}; "
+    "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+)
+
+# Every page: the CSP above; no referrer (an approval link's token is in its
+# URL); no caching (pages show tool input, and a decided approval must not
+# come back from a cache as pending).
+PAGE_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-store",
+}

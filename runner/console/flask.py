@@ -1,0 +1,177 @@
+"""The console as a Flask blueprint.
+
+::
+
+    from runner import default_engine
+    from runner.console.flask import console_blueprint
+
+    app.secret_key = ...  # the CSRF token lives in Flask's session
+    app.register_blueprint(
+        console_blueprint(default_engine, guard=lambda request: current_user_name()),
+        url_prefix="/console",
+    )
+
+``guard(request)`` names the signed-in user, or returns None: then every page
+answers 403 except an approval link's (``/approvals/<id>?token=...``), which
+its token opens. Decisions made in the console are recorded as the guard's
+user; those made through a link as ``"link"``. Serve the app with threads
+(``gunicorn -k gthread``): a run page's live stream holds one while it is open.
+
+Flask is imported only here, and this module only by apps that mount it.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl
+
+from runner.console.views import CSRF_FIELD, LIVE_TIMEOUT_SECONDS, ROUTES, Console, Request, Route
+from runner.console.views import Response as ConsoleResponse
+from runner.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    import flask
+
+    from runner.engine import Engine
+
+SESSION_KEY = "runwright_console_csrf"
+MAX_FORM_BYTES = 64 * 1024
+MAX_FORM_FIELDS = 20
+
+Guard = Callable[["flask.Request"], str | None]
+
+
+def console_blueprint(
+    engine: Engine | Callable[[], Engine],
+    *,
+    guard: Guard,
+    name: str = "runwright_console",
+    live_timeout: float = LIVE_TIMEOUT_SECONDS,
+) -> flask.Blueprint:
+    """The console's pages as a blueprint; mount it with ``url_prefix``.
+    ``engine``: an engine, or a factory called on each request. Registering
+    it on an app without a ``secret_key`` raises :class:`ConfigurationError`."""
+    from flask import Blueprint
+
+    blueprint = Blueprint(name, __name__)
+    consoles: dict[str, Console] = {}
+
+    @blueprint.record_once
+    def _require_secret_key(state: Any) -> None:
+        if not state.app.secret_key:
+            raise ConfigurationError(
+                "the Runwright console keeps its CSRF token in Flask's session: "
+                "set app.secret_key before registering it"
+            )
+
+    def console_here() -> Console:
+        from flask import request, url_for
+
+        base = url_for(f"{request.blueprint}.runs").rstrip("/")
+        made = consoles.get(base)
+        if made is None:
+            made = consoles[base] = Console(engine, base_url=base, live_timeout=live_timeout)
+        return made
+
+    for route in ROUTES:
+        blueprint.add_url_rule(
+            route.rule,
+            route.name,
+            _view(route, console_here, guard),
+            methods=[route.method],
+        )
+    return blueprint
+
+
+def _view(route: Route, console_here: Callable[[], Console], guard: Guard) -> Callable[..., Any]:
+    def view(**params: str) -> flask.Response:
+        from flask import request
+
+        console = console_here()
+        user = guard(request)
+        token = _session_token()
+        form: dict[str, str] = {}
+        csrf_ok = False
+        if request.method == "POST":
+            try:
+                form = _form(request)
+            except _Refused as refused:
+                anonymous = Request(request.method, user=user)
+                return _to_flask(
+                    console.error(refused.status, "Bad request", str(refused), anonymous)
+                )
+            sent = form.get(CSRF_FIELD, "")
+            csrf_ok = bool(sent) and hmac.compare_digest(sent.encode(), token.encode())
+        headers = {}
+        last = request.headers.get("Last-Event-ID")
+        if last is not None:
+            headers["Last-Event-ID"] = last
+        answer = console.handle(
+            route.name,
+            Request(
+                method=request.method,
+                params=params,
+                query=request.args.to_dict(flat=True),
+                form=form,
+                user=user,
+                csrf_ok=csrf_ok,
+                csrf_token=token,
+                headers=headers,
+            ),
+        )
+        return _to_flask(answer)
+
+    view.__name__ = f"console_{route.name}"
+    return view
+
+
+def _session_token() -> str:
+    from flask import session
+
+    token = session.get(SESSION_KEY)
+    if not isinstance(token, str) or len(token) < 32:
+        token = session[SESSION_KEY] = secrets.token_urlsafe(32)
+    return token
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _form(request: flask.Request) -> dict[str, str]:
+    """The console's forms, decoded strictly: URL-encoded, UTF-8, small. Flask
+    would decode bad bytes leniently into text the browser never sent."""
+    kind = (request.content_type or "").split(";")[0].strip().lower()
+    if kind != "application/x-www-form-urlencoded":
+        raise _Refused(415, "the console takes URL-encoded forms only")
+    length = request.content_length
+    if length is None or length > MAX_FORM_BYTES:
+        raise _Refused(413, f"a form must state its length and be at most {MAX_FORM_BYTES} bytes")
+    try:
+        pairs = parse_qsl(
+            request.get_data(cache=False).decode("utf-8"),
+            keep_blank_values=True,
+            errors="strict",
+            max_num_fields=MAX_FORM_FIELDS,
+        )
+    except ValueError:  # not UTF-8 (raw or percent-encoded), or too many fields
+        raise _Refused(400, "the form is not UTF-8 text of a few fields") from None
+    form: dict[str, str] = {}
+    for key, value in pairs:
+        form.setdefault(key, value)
+    return form
+
+
+def _to_flask(answer: ConsoleResponse) -> flask.Response:
+    from flask import Response, stream_with_context
+
+    body = answer.body
+    content = body if isinstance(body, str) else stream_with_context(body)
+    response = Response(content, status=answer.status, content_type=answer.content_type)
+    response.headers.update(answer.headers)
+    return response

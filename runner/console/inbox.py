@@ -1,0 +1,138 @@
+"""The approvals inbox, and the page an approval link opens.
+
+An approver judges a call by what led to it: which agent asks, what it was
+asked to do (the trigger payload), the model's message that made the call,
+the tool results the run had seen by then, and the call's arguments. Approvals
+of one step are shown together, with one form for each and one for all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from runner.console.render import e, expires, hidden, json_block, parsed, when
+from runner.console.timeline import assistant_message, decision_line
+from store.models import Approval
+
+if TYPE_CHECKING:
+    from runner.approvals import InboxItem
+
+MAX_REASON = 2000
+
+
+def _decision_form(action: str, csrf: str, extra: str = "", *, label: str = "") -> str:
+    return (
+        f'<form class="once" method="post" action="{e(action)}">'
+        f"{hidden('csrf_token', csrf)}{extra}"
+        f'<label>Reason{e(label)}<br><textarea name="reason" maxlength="{MAX_REASON}">'
+        "</textarea></label><br>"
+        '<button class="approve" name="decision" value="approve">Approve</button> '
+        '<button class="deny" name="decision" value="deny">Deny</button></form>'
+    )
+
+
+def inbox_body(
+    items: Sequence[InboxItem],
+    *,
+    base: str,
+    csrf: str,
+    now: datetime,
+    agent: str | None,
+    note: str | None,
+) -> str:
+    head = "<h1>Approvals</h1>"
+    if note:
+        head += f'<p class="note">{e(note)}</p>'
+    head += (
+        f'<form class="filters" method="get" action="{e(base)}/approvals">'
+        f'<label>Agent <input name="agent" value="{e(agent or "")}"></label>'
+        "<button>Filter</button></form>"
+    )
+    if not items:
+        return head + "<p>Nothing waits for a decision.</p>"
+    # One card per step, in the order of its oldest pending approval.
+    groups: dict[tuple[str, int], list[InboxItem]] = {}
+    for item in items:
+        groups.setdefault((item.run.id, item.approval.step_index), []).append(item)
+    cards = [_card(group, base=base, csrf=csrf, now=now) for group in groups.values()]
+    return head + "\n".join(cards)
+
+
+def _card(group: Sequence[InboxItem], *, base: str, csrf: str, now: datetime) -> str:
+    first = group[0]
+    run = first.run
+    run_link = f'<a href="{e(base)}/runs/{e(run.id)}">{e(run.id)}</a>'
+    parts = [
+        f'<article class="ask"><h2>{e(run.agent)} asks to call '
+        f"{e(', '.join(sorted({i.approval.tool_name for i in group})))}</h2>",
+        f'<p class="meta">Run {run_link}, step {first.approval.step_index}, '
+        f"asked {when(first.approval.created_at)}</p>",
+        "<h3>Trigger payload</h3>" + json_block(run.trigger.payload, "payload"),
+    ]
+    if first.asking is not None:
+        parts.append("<h3>The model's message</h3>" + assistant_message(first.asking))
+    if first.seen:
+        parts.append(f"<h3>Results it had seen ({len(first.seen)})</h3>" + seen_list(first.seen))
+    for item in group:
+        parts.append(_approval_section(item.approval, base=base, csrf=csrf, now=now))
+    pending = [a for a in first.step_approvals if a.pending]
+    if len(pending) > 1:
+        action = f"{base}/runs/{run.id}/steps/{first.approval.step_index}/decide"
+        parts.append(
+            f'<section class="approval"><h3>All {len(pending)} calls of this step</h3>'
+            + _decision_form(action, csrf, label=" (for all)")
+            + "</section>"
+        )
+    parts.append("</article>")
+    return "\n".join(parts)
+
+
+def _approval_section(approval: Approval, *, base: str, csrf: str, now: datetime) -> str:
+    action = f"{base}/approvals/{approval.approval_id}"
+    extra = hidden("next", "inbox")
+    return (
+        f'<section class="approval" id="a-{e(approval.approval_id)}">'
+        f"<h3>{e(approval.tool_name)} {expires(approval.expires_at, now)}</h3>"
+        + json_block(approval.input, "arguments")
+        + _decision_form(action, csrf, extra)
+        + "</section>"
+    )
+
+
+def seen_list(seen: Sequence[Mapping[str, Any]]) -> str:
+    items = []
+    for message in seen:
+        name = message.get("name") or message.get("tool_call_id") or "tool"
+        items.append(
+            f'<li><span class="meta">{e(name)}</span>'
+            f"{json_block(parsed(message.get('content')), 'result')}</li>"
+        )
+    return f"<ol>{''.join(items)}</ol>"
+
+
+def link_body(approval: Approval, *, action: str, token: str, csrf: str, now: datetime) -> str:
+    """The page of an approval link: that approval, and nothing else of its run."""
+    parts = [
+        f"<h1>Approve {e(approval.tool_name)}?</h1>",
+        f"<p>A run asks to call <b>{e(approval.tool_name)}</b> with:</p>",
+        json_block(approval.input, "arguments"),
+    ]
+    if approval.decision is not None:
+        parts.append(decision_line(approval))
+    else:
+        parts.append(f"<p>{expires(approval.expires_at, now)}</p>")
+        parts.append(_decision_form(action, csrf, hidden("token", token)))
+    return "\n".join(parts)
+
+
+def decided_text(approval: Approval) -> str:
+    """ "approved by alice at ...: reason", for an answer that says it was decided."""
+    if approval.decision is None:
+        return "pending"
+    by = f" by {approval.decided_by}" if approval.decided_by else ""
+    decided = approval.decided_at
+    at = "" if decided is None else f" at {decided.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+    reason = f" ({approval.reason})" if approval.reason else ""
+    return f"{approval.decision.value}{by}{at}{reason}"

@@ -1,0 +1,269 @@
+"""A run's page: what it was asked, what it did step by step, and how it stands.
+
+The timeline is the run's event feed as the engine replays it (steps, status
+changes, executions and takeovers, approvals requested and decided) in commit
+order; the page's script appends the events that follow over the run's SSE
+stream, in the same markup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from runner.console.render import (
+    e,
+    facts,
+    hidden,
+    json_block,
+    money,
+    parsed,
+    status_badge,
+    text_block,
+    took,
+    when,
+)
+from store.events import EventType, RunEvent, step_of
+from store.models import Approval, Run, RunAttempt, RunStatus, Step, StepKind
+
+RETRYABLE = frozenset({RunStatus.FAILED, RunStatus.CANCELLED})
+
+
+def run_body(
+    run: Run,
+    events: Sequence[RunEvent],
+    approvals: Sequence[Approval],
+    attempts: Sequence[RunAttempt],
+    *,
+    base: str,
+    csrf: str,
+    live: bool,
+) -> str:
+    """The page of ``run`` (HTML inside <main>). ``live``: the timeline
+    follows the run's event stream (the events were replayed, not rebuilt)."""
+    by_id = {a.approval_id: a for a in approvals}
+    parts = [
+        f"<h1>{e(run.agent)} {status_badge(run.status.value, id='status')}</h1>",
+        _facts(run),
+        _actions(run, base=base, csrf=csrf),
+    ]
+    if run.error is not None:
+        parts.append(
+            f'<div class="problem"><b>{e(run.error.code)}</b>{text_block(run.error.message)}</div>'
+        )
+    pending = [a for a in approvals if a.pending]
+    if pending and run.status is RunStatus.WAITING:
+        links = ", ".join(
+            f'<a href="{e(base)}/approvals/{e(a.approval_id)}">{e(a.tool_name)}</a>'
+            for a in pending
+        )
+        parts.append(f'<p class="note">Waits for a decision on {links}.</p>')
+    if run.output is not None:
+        parts.append("<h2>Output</h2>" + json_block(run.output, "output"))
+    parts.append("<h2>Trigger</h2>" + trigger_block(run))
+    last = max((ev.id for ev in events if ev.id is not None), default=0)
+    follow = ""
+    if live and not run.settled:
+        follow = f' data-events="{e(base)}/runs/{e(run.id)}/events" data-after="{last}"'
+    items = "".join(event_item(ev, by_id) for ev in events)
+    parts.append(f'<h2>Timeline</h2><ol class="timeline" id="timeline"{follow}>{items}</ol>')
+    if attempts:
+        parts.append("<h2>Earlier attempts</h2>" + _attempts(attempts))
+    return "\n".join(parts)
+
+
+def trigger_block(run: Run) -> str:
+    trigger = run.trigger
+    rows = [
+        ("source", e(trigger.source)),
+        ("trigger", e(trigger.trigger)),
+        ("id", e(trigger.id)),
+        ("received", when(trigger.received_at)),
+    ]
+    if trigger.keys:
+        rows.append(("keys", json_block(trigger.keys, "keys")))
+    return facts(rows) + "<h3>Payload</h3>" + json_block(trigger.payload, "payload")
+
+
+def _facts(run: Run) -> str:
+    rows = [
+        ("run", e(run.id)),
+        ("created", when(run.created_at)),
+        ("started", when(run.started_at)),
+        ("finished", when(run.finished_at)),
+    ]
+    if run.started_at is not None and run.finished_at is not None:
+        rows.append(("took", e(took(run.started_at, run.finished_at))))
+    rows += [
+        ("steps", e(run.steps_used)),
+        ("tokens", e(f"{run.usage.input_tokens} in, {run.usage.output_tokens} out")),
+        ("cost", e(money(run.cost_usd))),
+    ]
+    if run.thread:
+        rows.append(("thread", e(run.thread)))
+    if run.concurrency_key:
+        rows.append(("concurrency key", e(run.concurrency_key)))
+    if run.claim is not None:
+        rows.append(("execution", e(f"epoch {run.claim.epoch}")))
+    if run.model:
+        rows.append(("model", e(run.model)))
+    if run.forked_from:
+        rows.append(("forked from", e(f"{run.forked_from} after step {run.forked_at_step}")))
+    if run.retry is not None:
+        rows.append(("model retries", e(f"{run.retry.attempts} failed: {run.retry.error}")))
+    if run.cancel_requested and not run.settled:
+        rows.append(("cancel", "requested"))
+    return facts(rows)
+
+
+def _actions(run: Run, *, base: str, csrf: str) -> str:
+    """Both buttons are always in the page, hidden when they do not apply:
+    the script shows and hides them as the run's status changes."""
+    token = hidden("csrf_token", csrf)
+    path = f"{e(base)}/runs/{e(run.id)}"
+    cancel_hidden = " hidden" if run.settled else ""
+    retry_hidden = "" if run.status in RETRYABLE else " hidden"
+    return (
+        '<div class="actions">'
+        f'<form id="cancel" class="once" method="post" action="{path}/cancel"{cancel_hidden}>'
+        f"{token}<button>Cancel run</button></form>"
+        f'<form id="retry" class="once" method="post" action="{path}/retry"{retry_hidden}>'
+        f"{token}<button>Retry run</button></form></div>"
+    )
+
+
+def _attempts(attempts: Sequence[RunAttempt]) -> str:
+    rows = "".join(
+        f"<tr><td>{a.attempt}</td><td>{status_badge(a.status.value)}</td>"
+        f"<td>{e(a.error.code + ': ' + a.error.message) if a.error else ''}</td>"
+        f'<td class="num">{a.steps_used}</td><td>{when(a.finished_at)}</td></tr>'
+        for a in attempts
+    )
+    return (
+        '<table><tr><th>attempt</th><th>status</th><th>error</th><th class="num">steps</th>'
+        f"<th>finished</th></tr>{rows}</table>"
+    )
+
+
+# ---------------------------------------------------------------- events
+
+
+def event_item(event: RunEvent, approvals: Mapping[str, Approval]) -> str:
+    """One timeline entry. The script's ``item()`` renders live events in the
+    same markup."""
+    data = event.data
+    if event.type is EventType.STEP:
+        step = step_of(event)
+        return _li(step.kind.value, _step(step, approvals))
+    if event.type is EventType.STATUS:
+        code = data.get("error_code")
+        return _li("status", _head(None, f"status {data.get('status')}", code, None))
+    if event.type is EventType.EXECUTION:
+        takeover = "takes over a stopped execution" if data.get("takeover") else None
+        return _li(
+            "execution", _head(None, f"execution {data.get('epoch')}", takeover, data.get("owner"))
+        )
+    if event.type is EventType.APPROVAL:
+        return _li("approval", _approval_event(data, approvals))
+    return ""
+
+
+def _li(kind: str, inner: str) -> str:
+    return f'<li class="ev kind-{e(kind)}">{inner}</li>'
+
+
+def _head(index: int | None, title: str, name: object, meta: object) -> str:
+    idx = "" if index is None else f'<span class="idx">{index}</span>'
+    named = "" if name is None else f'<span class="name">{e(name)}</span>'
+    more = "" if meta in (None, "") else f'<span class="meta">{e(meta)}</span>'
+    return f'<div class="head">{idx}<b>{e(title)}</b>{named}{more}</div>'
+
+
+def _step(step: Step, approvals: Mapping[str, Approval]) -> str:
+    timing = took(step.started_at, step.finished_at)
+    if step.kind is StepKind.LLM:
+        usage = step.usage
+        meta = ", ".join(
+            part
+            for part in (
+                "" if usage is None else f"{usage.input_tokens} in, {usage.output_tokens} out",
+                "" if step.cost_usd is None else money(step.cost_usd),
+                timing,
+            )
+            if part
+        )
+        body = assistant_message(_message(step.output))
+        if step.error is not None:
+            body += json_block(step.error, "error")
+        return _head(step.index, "model", step.name, meta) + body
+    if step.kind is StepKind.TOOL:
+        failed = step.error is not None
+        meta = timing + (", failed" if failed else "")
+        return (
+            _head(step.index, "tool", step.name, meta)
+            + '<div class="meta">arguments</div>'
+            + json_block(step.input, "arguments")
+            + f'<div class="meta">{"error" if failed else "result"}</div>'
+            + json_block(step.error if failed else step.output, "result")
+        )
+    if step.kind is StepKind.WAIT:
+        ids = step.input.get("approval_ids") if isinstance(step.input, dict) else None
+        asked = [approvals[i] for i in ids or () if isinstance(i, str) and i in approvals]
+        return _head(step.index, "waits for approval", None, None) + "".join(
+            decision_line(a) for a in asked
+        )
+    return _head(step.index, step.kind.value, step.name, timing) + json_block(
+        step.output, step.kind.value
+    )
+
+
+def _message(output: Any) -> dict[str, Any]:
+    reply = output if isinstance(output, dict) else {}
+    message = reply.get("message")
+    return message if isinstance(message, dict) else {}
+
+
+def assistant_message(message: Mapping[str, Any]) -> str:
+    """The model's text and each tool call it made, with its arguments."""
+    parts = []
+    content = message.get("content")
+    if isinstance(content, str) and content:
+        parts.append(text_block(content))
+    calls = message.get("tool_calls")
+    for call in calls if isinstance(calls, list) else []:
+        function = call.get("function") if isinstance(call, dict) else None
+        function = function if isinstance(function, dict) else {}
+        parts.append(
+            f'<div class="call"><b>calls {e(function.get("name"))}</b>'
+            f"{json_block(parsed(function.get('arguments')), 'arguments')}</div>"
+        )
+    return "".join(parts)
+
+
+def decision_line(approval: Approval) -> str:
+    """How an approval stands: pending until when, or who decided what and why."""
+    if approval.decision is None:
+        return f'<div class="call">{e(approval.tool_name)}: pending</div>'
+    by = approval.decided_by
+    who = f" by {e(by)}" if by else ""
+    reason = f": {e(approval.reason)}" if approval.reason else ""
+    return (
+        f'<div class="call">{e(approval.tool_name)}: <b>{e(approval.decision.value)}</b>'
+        f"{who} at {when(approval.decided_at)}{reason}</div>"
+    )
+
+
+def _approval_event(data: Mapping[str, Any], approvals: Mapping[str, Approval]) -> str:
+    index = data.get("step_index")
+    index = index if isinstance(index, int) else None
+    if data.get("action") == "requested":
+        return _head(index, "approval requested", data.get("tool_name"), None)
+    approval = approvals.get(str(data.get("approval_id")))
+    decision = data.get("decision")
+    # The approval as it stands now names who made the decision it holds.
+    now = approval.decision if approval is not None else None
+    by = approval.decided_by if approval is not None else None
+    who = f"by {by}" if by and now is not None and now.value == decision else None
+    reason = data.get("reason")
+    meta = " · ".join(str(x) for x in (who, f"reason: {reason}" if reason else None) if x)
+    return _head(index, f"approval {decision}", data.get("tool_name"), meta)

@@ -1,0 +1,413 @@
+"""The console's pages, framework-neutral: a :class:`Request` in, a
+:class:`Response` out. The Flask adapter (``runner.console.flask``) and a
+Django one only translate; the rules are here, once:
+
+- every page wants a user (the host app's, given in :attr:`Request.user`),
+  except an approval link's page, which wants that approval's token instead;
+- every POST wants :attr:`Request.csrf_ok`, checked before anything else;
+- whatever the engine refuses is one clear answer (4xx, or 503 when the store
+  is down), never a 500;
+- approve and deny are idempotent: a second POST answers "already decided"
+  with a 409 and changes nothing.
+
+The console is a client of the public engine API, never of the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from runner.console import errors
+from runner.console.assets import PAGE_HEADERS
+from runner.console.inbox import decided_text, inbox_body, link_body
+from runner.console.listing import runs_body
+from runner.console.render import message_page, page, url
+from runner.console.timeline import RETRYABLE, run_body
+from runner.errors import (
+    ApprovalAlreadyDecided,
+    InvalidInput,
+    RunwrightError,
+    StoreUnavailable,
+)
+from runner.sse import HEADERS as SSE_HEADERS
+from runner.sse import sse_stream
+from store.events import EventType, RunEvent, step_event
+from store.models import Approval
+from store.rules import CancelAction
+
+if TYPE_CHECKING:
+    from runner.engine import Engine
+
+CSRF_FIELD = "csrf_token"
+# A live stream ends after this long and the page's EventSource reconnects
+# after the last event it saw: a waiting run does not hold a thread for days.
+LIVE_TIMEOUT_SECONDS = 600.0
+MAX_QUERY_CHARS = 200
+MAX_PAGE = 200
+
+# What a redirect after a POST may say; the query names one, so nothing a
+# client writes in the URL reaches the page.
+NOTES = {
+    "approved": "Approved.",
+    "denied": "Denied.",
+    "cancelled": "The run is cancelled.",
+    "cancel_requested": "Cancel requested: the run stops within a second or so.",
+    "retried": "The run is queued again from its checkpoint.",
+}
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a handler needs of an HTTP request, as an adapter found it.
+
+    ``params``: the URL's path parameters; ``query`` and ``form``: the first
+    value of each field; ``user``: who the host app says is signed in (None:
+    nobody); ``csrf_ok``: the form carried this session's CSRF token;
+    ``csrf_token``: that token, for the forms a page renders."""
+
+    method: str
+    params: Mapping[str, str] = field(default_factory=dict)
+    query: Mapping[str, str] = field(default_factory=dict)
+    form: Mapping[str, str] = field(default_factory=dict)
+    user: str | None = None
+    csrf_ok: bool = False
+    csrf_token: str = ""
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Response:
+    """``body``: HTML, or the frames of an event stream."""
+
+    status: int
+    body: str | Iterator[bytes] = ""
+    headers: dict[str, str] = field(default_factory=dict)
+    content_type: str = "text/html; charset=utf-8"
+
+
+@dataclass(frozen=True)
+class Route:
+    """``rule``: the path under the console's base, with ``<name>`` parameters
+    (the syntax of both Flask and Django's ``path()``). ``public``: reachable
+    without a user (the handler asks for an approval token instead)."""
+
+    name: str
+    method: str
+    rule: str
+    public: bool = False
+
+
+ROUTES = (
+    Route("runs", "GET", "/"),
+    Route("run", "GET", "/runs/<run_id>"),
+    Route("events", "GET", "/runs/<run_id>/events"),
+    Route("cancel", "POST", "/runs/<run_id>/cancel"),
+    Route("retry", "POST", "/runs/<run_id>/retry"),
+    Route("decide_step", "POST", "/runs/<run_id>/steps/<step>/decide"),
+    Route("inbox", "GET", "/approvals"),
+    Route("approval", "GET", "/approvals/<approval_id>", public=True),
+    Route("decide", "POST", "/approvals/<approval_id>", public=True),
+)
+_ROUTES = {route.name: route for route in ROUTES}
+
+
+class Console:
+    """The console over ``engine`` (or a zero-argument factory of one, called
+    on each request: ``runner.default_engine``), at ``base_url`` (the path the
+    host mounts it at, without a trailing slash: ``"/console"``)."""
+
+    def __init__(
+        self,
+        engine: Engine | Callable[[], Engine],
+        *,
+        base_url: str,
+        live_timeout: float = LIVE_TIMEOUT_SECONDS,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self._engine = engine
+        self.base = base_url.rstrip("/")
+        self.live_timeout = live_timeout
+        self.now = now
+
+    @property
+    def engine(self) -> Engine:
+        made = self._engine
+        return made() if callable(made) else made
+
+    def handle(self, name: str, request: Request) -> Response:
+        """Answer ``request`` with the route called ``name``."""
+        route = _ROUTES.get(name)
+        if route is None:
+            return self.error(404, "Not found", "The console has no such page.", request)
+        method = "GET" if request.method == "HEAD" else request.method
+        if method != route.method:
+            return self.error(405, "Method not allowed", f"Use {route.method}.", request)
+        if not route.public and request.user is None:
+            return self._forbidden(request)
+        if method == "POST" and not request.csrf_ok:
+            return self.error(403, "Not done", errors.CSRF_MESSAGE, request)
+        handler: Callable[[Request], Response] = getattr(self, "_" + name)
+        try:
+            return handler(request)
+        except RunwrightError as exc:
+            status, title = errors.status_for(exc)
+            return self.error(status, title, exc.message, request)
+
+    # ----------------------------------------------------------- answers
+
+    def _html(self, title: str, body: str, request: Request, status: int = 200) -> Response:
+        base = self.base if request.user is not None else None
+        return Response(status, page(title, body, base=base, user=request.user), dict(PAGE_HEADERS))
+
+    def error(self, status: int, title: str, message: str, request: Request) -> Response:
+        """A page that says why ``request`` was refused (or what became of it)."""
+        base = self.base if request.user is not None else None
+        body = message_page(title, message, base=base, user=request.user)
+        return Response(status, body, dict(PAGE_HEADERS))
+
+    def _forbidden(self, request: Request) -> Response:
+        return self.error(403, "Forbidden", errors.FORBIDDEN_MESSAGE, request)
+
+    def _redirect(self, path: str, note: str) -> Response:
+        return Response(303, "", {"Location": url(self.base, path, {"note": note})})
+
+    def _note(self, request: Request) -> str | None:
+        return NOTES.get(request.query.get("note", ""))
+
+    # ------------------------------------------------------------- runs
+
+    def _runs(self, request: Request) -> Response:
+        query = request.query
+        filters = {
+            key: _text(query, key)
+            for key in ("status", "agent", "thread", "since", "until")
+            if query.get(key)
+        }
+        limit = _limit(query.get("limit"))
+        engine = self.engine
+        runs = engine.list_runs(
+            status=filters.get("status") or None,
+            agent=filters.get("agent"),
+            thread=filters.get("thread"),
+            limit=limit + 1,
+            before=_text(query, "before") or None,
+            since=_moment(filters.get("since"), "since"),
+            until=_moment(filters.get("until"), "until"),
+        )
+        counts = engine.run_counts(filters.get("agent"))
+        body = runs_body(
+            runs[:limit],
+            counts,
+            base=self.base,
+            filters=filters,
+            more=len(runs) > limit,
+            note=self._note(request),
+        )
+        return self._html("Runs", body, request)
+
+    def _run(self, request: Request) -> Response:
+        engine = self.engine
+        run = engine.get_run(request.params["run_id"])
+        events, live = self._replay(run.id)
+        approvals = engine.approvals(run.id)
+        attempts = engine.attempts(run.id)
+        note = self._note(request)
+        body = run_body(
+            run, events, approvals, attempts, base=self.base, csrf=request.csrf_token, live=live
+        )
+        if note:
+            body = f'<p class="note">{note}</p>' + body
+        return self._html(f"{run.agent} {run.id}", body, request)
+
+    def _replay(self, run_id: str) -> tuple[list[RunEvent], bool]:
+        """The run's events so far (False: the feed is down, so the steps
+        alone, and no live updates)."""
+        engine = self.engine
+        try:
+            return list(engine.events(run_id, timeout=0, tokens=False)), True
+        except StoreUnavailable:
+            return [step_event(step) for step in engine.steps(run_id)], False
+
+    def _events(self, request: Request) -> Response:
+        last = request.headers.get("Last-Event-ID")
+        if last is None:
+            last = request.query.get("after")
+        frames = sse_stream(
+            self.engine,
+            request.params["run_id"],
+            last,
+            timeout=self.live_timeout,
+            shape=_shape,
+        )
+        return Response(200, frames, dict(SSE_HEADERS), "text/event-stream")
+
+    def _cancel(self, request: Request) -> Response:
+        result = self.engine.cancel(request.params["run_id"])
+        run = result.run
+        if result.action is CancelAction.SETTLED:
+            message = f"The run is already {run.status.value}; nothing changed."
+            return self.error(409, "Already settled", message, request)
+        note = "cancelled" if result.action is CancelAction.CANCELLED else "cancel_requested"
+        return self._redirect(f"/runs/{run.id}", note)
+
+    def _retry(self, request: Request) -> Response:
+        engine = self.engine
+        run = engine.get_run(request.params["run_id"])
+        if run.status not in RETRYABLE:
+            message = (
+                f"The run is {run.status.value}; only a failed or cancelled run can be retried."
+            )
+            return self.error(409, "Not retried", message, request)
+        run = engine.retry(run.id)
+        return self._redirect(f"/runs/{run.id}", "retried")
+
+    # -------------------------------------------------------- approvals
+
+    def _inbox(self, request: Request) -> Response:
+        agent = _text(request.query, "agent") or None
+        items = self.engine.inbox(limit=_limit(request.query.get("limit")), agent=agent)
+        body = inbox_body(
+            items,
+            base=self.base,
+            csrf=request.csrf_token,
+            now=self.now(),
+            agent=agent,
+            note=self._note(request),
+        )
+        return self._html("Approvals", body, request)
+
+    def _approval(self, request: Request) -> Response:
+        approval_id = request.params["approval_id"]
+        token = request.query.get("token")
+        if token is None:
+            if request.user is None:
+                return self._forbidden(request)
+            # A signed-in user decides in the inbox (a link's page would
+            # record the decision as the link's, not as theirs).
+            return Response(303, "", {"Location": f"{self.base}/approvals#a-{approval_id}"})
+        approval = self._by_token(approval_id, token)
+        link = Request("GET", csrf_token=request.csrf_token)  # a link page shows no console
+        action = f"{self.base}/approvals/{approval.approval_id}"
+        body = link_body(
+            approval, action=action, token=token, csrf=request.csrf_token, now=self.now()
+        )
+        return self._html(f"Approve {approval.tool_name}?", body, link)
+
+    def _by_token(self, approval_id: str, token: str) -> Approval:
+        try:
+            return self.engine.check_token(approval_id, token)
+        except StoreUnavailable:
+            raise
+        except RunwrightError:
+            # The same answer whether the id names nothing or the token is
+            # wrong: a link tells its holder nothing about other approvals.
+            raise errors.BadLink() from None
+
+    def _decide(self, request: Request) -> Response:
+        approval_id = request.params["approval_id"]
+        approve = _decision(request.form)
+        reason = _reason(request.form)
+        token = request.form.get("token")
+        if token:
+            approval = self._by_token(approval_id, token)
+            link = Request("POST")
+            try:
+                self.engine.respond(approval_id, approve, reason, token=token, by="link")
+            except ApprovalAlreadyDecided:
+                decided = self._by_token(approval_id, token)
+                message = f"This approval was already {decided_text(decided)}; nothing changed."
+                return self.error(409, "Already decided", message, link)
+            done = "Approved" if approve else "Denied"
+            return self.error(200, done, f"{done}: {approval.tool_name}. Thank you.", link)
+        if request.user is None:
+            return self._forbidden(request)
+        try:
+            run = self.engine.respond(approval_id, approve, reason, trusted=True, by=request.user)
+        except ApprovalAlreadyDecided as exc:
+            return self.error(409, "Already decided", exc.message + "; nothing changed.", request)
+        target = "/approvals" if request.form.get("next") == "inbox" else f"/runs/{run.id}"
+        return self._redirect(target, "approved" if approve else "denied")
+
+    def _decide_step(self, request: Request) -> Response:
+        run_id = request.params["run_id"]
+        step = _step_index(request.params["step"])
+        approve = _decision(request.form)
+        reason = _reason(request.form)
+        engine = self.engine
+        of_step = [a for a in engine.approvals(run_id) if a.step_index == step]
+        if not of_step:
+            raise errors.NoSuchStep(f"run {run_id} asked for no approval at step {step}")
+        decided = 0
+        for approval in of_step:
+            if not approval.pending:
+                continue
+            try:
+                engine.respond(approval.approval_id, approve, reason, trusted=True, by=request.user)
+            except ApprovalAlreadyDecided:
+                continue  # decided meanwhile (a double click): once is enough
+            decided += 1
+        if decided == 0:
+            message = f"Every approval of step {step} was already decided; nothing changed."
+            return self.error(409, "Already decided", message, request)
+        return self._redirect("/approvals", "approved" if approve else "denied")
+
+
+# ------------------------------------------------------------ input
+
+
+def _shape(event: RunEvent) -> dict[str, Any] | None:
+    """What the run page's stream sends: every durable event whole (the page
+    is for signed-in users, who see tool input anyway), no token deltas."""
+    if event.type is EventType.TOKEN:
+        return None
+    return event.to_dict()
+
+
+def _text(query: Mapping[str, str], key: str) -> str:
+    value = query.get(key, "").strip()
+    if len(value) > MAX_QUERY_CHARS:
+        raise InvalidInput(f"{key} is longer than {MAX_QUERY_CHARS} characters")
+    return value
+
+
+def _limit(raw: str | None) -> int:
+    if raw is None or raw == "":
+        return 50
+    if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE:
+        raise InvalidInput(f"limit must be a whole number from 1 to {MAX_PAGE}")
+    return int(raw)
+
+
+def _moment(raw: str | None, name: str) -> datetime | None:
+    """A time from a filter (``2026-01-31T09:30``, as a datetime-local input
+    sends it, or any ISO 8601 time); one without a zone is UTC."""
+    if not raw:
+        return None
+    try:
+        moment = datetime.fromisoformat(raw)
+    except ValueError:
+        raise InvalidInput(f"{name} must be a time like 2026-01-31T09:30") from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _decision(form: Mapping[str, str]) -> bool:
+    decision = form.get("decision")
+    if decision not in ("approve", "deny"):
+        raise InvalidInput("decision must be approve or deny")
+    return decision == "approve"
+
+
+def _reason(form: Mapping[str, str]) -> str | None:
+    return form.get("reason", "").strip() or None
+
+
+def _step_index(raw: str) -> int:
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 9:
+        raise InvalidInput("a step is a whole number")
+    return int(raw)
+
+
+__all__ = ["CSRF_FIELD", "ROUTES", "Console", "Request", "Response", "Route"]
