@@ -160,7 +160,8 @@ function item(event) {
     head(li, null, "execution " + d.epoch, takeover, d.owner);
   } else if (event.type === "approval") {
     const what = d.action === "requested" ? "approval requested" : "approval " + d.decision;
-    head(li, d.step_index, what, d.tool_name, d.reason ? "reason: " + d.reason : null);
+    const meta = [d.decided_by ? "by " + d.decided_by : "", d.reason ? "reason: " + d.reason : ""];
+    head(li, d.step_index, what, d.tool_name, meta.filter((part) => part).join(" \u00b7 "));
   }
   return li;
 }

@@ -147,6 +147,8 @@ def _form(request: flask.Request) -> dict[str, str]:
     """The console's forms, decoded strictly: URL-encoded, UTF-8, small. Flask
     would decode bad bytes leniently into text the browser never sent."""
     kind = (request.content_type or "").split(";")[0].strip().lower()
+    if not kind and not request.content_length:
+        return {}  # a form with no fields at all
     if kind != "application/x-www-form-urlencoded":
         raise _Refused(415, "the console takes URL-encoded forms only")
     length = request.content_length

@@ -164,7 +164,7 @@ def event_item(event: RunEvent, approvals: Mapping[str, Approval]) -> str:
             "execution", _head(None, f"execution {data.get('epoch')}", takeover, data.get("owner"))
         )
     if event.type is EventType.APPROVAL:
-        return _li("approval", _approval_event(data, approvals))
+        return _li("approval", _approval_event(data))
     return ""
 
 
@@ -253,17 +253,14 @@ def decision_line(approval: Approval) -> str:
     )
 
 
-def _approval_event(data: Mapping[str, Any], approvals: Mapping[str, Approval]) -> str:
+def _approval_event(data: Mapping[str, Any]) -> str:
     index = data.get("step_index")
     index = index if isinstance(index, int) else None
     if data.get("action") == "requested":
         return _head(index, "approval requested", data.get("tool_name"), None)
-    approval = approvals.get(str(data.get("approval_id")))
-    decision = data.get("decision")
-    # The approval as it stands now names who made the decision it holds.
-    now = approval.decision if approval is not None else None
-    by = approval.decided_by if approval is not None else None
-    who = f"by {by}" if by and now is not None and now.value == decision else None
+    by = data.get("decided_by")
     reason = data.get("reason")
-    meta = " · ".join(str(x) for x in (who, f"reason: {reason}" if reason else None) if x)
-    return _head(index, f"approval {decision}", data.get("tool_name"), meta)
+    meta = " · ".join(
+        str(x) for x in (f"by {by}" if by else None, f"reason: {reason}" if reason else None) if x
+    )
+    return _head(index, f"approval {data.get('decision')}", data.get("tool_name"), meta)

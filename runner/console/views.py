@@ -53,7 +53,7 @@ MAX_PAGE = 200
 NOTES = {
     "approved": "Approved.",
     "denied": "Denied.",
-    "cancelled": "The run is cancelled.",
+    "cancel": "The run is cancelled.",
     "cancel_requested": "Cancel requested: the run stops within a second or so.",
     "retried": "The run is queued again from its checkpoint.",
 }
@@ -187,6 +187,8 @@ class Console:
             if query.get(key)
         }
         limit = _limit(query.get("limit"))
+        if query.get("limit"):
+            filters["limit"] = str(limit)  # the next page keeps it
         engine = self.engine
         runs = engine.list_runs(
             status=filters.get("status") or None,
@@ -250,7 +252,7 @@ class Console:
         if result.action is CancelAction.SETTLED:
             message = f"The run is already {run.status.value}; nothing changed."
             return self.error(409, "Already settled", message, request)
-        note = "cancelled" if result.action is CancelAction.CANCELLED else "cancel_requested"
+        note = "cancel" if result.action is CancelAction.CANCELLED else "cancel_requested"
         return self._redirect(f"/runs/{run.id}", note)
 
     def _retry(self, request: Request) -> Response:

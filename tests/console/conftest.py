@@ -1,0 +1,185 @@
+"""The console mounted in a Flask app, on an engine of each store, with agents
+that ask for approvals and agents whose model and tools write hostile text."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from runner import Agent, Engine, effect, tool
+from runner.console.flask import console_blueprint
+from runner.testing import Reply, Request, ScriptedModel, call, text, tools
+from store.config import Settings
+from store.leases import Leases
+from tests.helpers import AnyStore
+
+USER_HEADER = "X-Test-User"
+BASE = "/console"
+HOSTILE_SCRIPT = "<script>window.pwned = 1</script>"
+HOSTILE_IMG = '<img src=x onerror="window.pwned = 1">'
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def queued() -> list[str]:
+    """Run ids the engine handed to "workers": the tests execute them."""
+    return []
+
+
+@pytest.fixture
+def engine(
+    engine_store: tuple[AnyStore, Leases | None], settings: Settings, queued: list[str]
+) -> Iterator[Engine]:
+    """On both stores (``engine_store`` in tests/conftest.py): Postgres with
+    Redis, and the in-memory store."""
+    store, leases = engine_store
+    made = Engine(store, leases=leases, settings=settings, enqueue=queued.append)
+    yield made
+    made.close()
+
+
+def guard(request: Any) -> str | None:
+    """The host app's sign-in, as these tests stage it: a header names the user."""
+    user = request.headers.get(USER_HEADER)
+    return user or None
+
+
+@pytest.fixture
+def app(engine: Engine) -> Flask:
+    made = Flask(__name__)
+    made.secret_key = "console-tests-" + uuid.uuid4().hex
+    made.register_blueprint(console_blueprint(engine, guard=guard, live_timeout=5), url_prefix=BASE)
+    return made
+
+
+@pytest.fixture
+def client(app: Flask) -> Iterator[FlaskClient]:
+    with app.test_client() as made:
+        yield made
+
+
+def as_user(name: str = "alice") -> dict[str, str]:
+    return {USER_HEADER: name}
+
+
+CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
+
+
+def csrf_of(page: str) -> str:
+    found = CSRF.search(page)
+    assert found is not None, "the page has no form"
+    return found.group(1)
+
+
+def page_text(client: FlaskClient, path: str, user: str | None = "alice", status: int = 200) -> str:
+    answer = client.get(path, headers=as_user(user) if user else {})
+    body = answer.get_data(as_text=True)
+    assert answer.status_code == status, body.split("<main>")[-1][:2000]
+    return answer.get_data(as_text=True)
+
+
+@dataclass
+class Refunds:
+    done: list[int] = field(default_factory=list)
+
+
+@dataclass
+class ApprovalAgent:
+    name: str
+    refunds: Refunds
+
+
+def approval_agent(
+    *, calls: int = 1, says: str = "The order arrived broken; I will refund it.", note: str = ""
+) -> ApprovalAgent:
+    """Step 1 looks an order up; step 2 says ``says`` and asks to refund
+    (``calls`` refunds at once, each needing approval, with ``note``); step 3
+    answers."""
+    name = unique("console")
+    refunds = Refunds()
+
+    @tool
+    def lookup(order: str) -> dict[str, Any]:
+        """Look an order up."""
+        return {"order": order, "status": "arrived broken", "paid": 30}
+
+    @effect
+    def refund(amount: int, idempotency_key: str, note: str = "") -> dict[str, Any]:
+        """Refund money."""
+        refunds.done.append(amount)
+        return {"refunded": amount}
+
+    def script(request: Request) -> Any:
+        if request.step == 1:
+            return tools(call("lookup", {"order": "A-1001"}))
+        if request.step == 2:
+            asks = [call("refund", {"amount": 30 + i, "note": note}) for i in range(calls)]
+            return Reply(says, asks)
+        return text("finished: " + request.tool_results()[-1]["content"])
+
+    model = ScriptedModel(name, script)
+    Agent(
+        name=name,
+        model=model.model,
+        tools=[lookup, refund],
+        approvals={"refund": True},
+    )
+    return ApprovalAgent(name, refunds)
+
+
+def hostile_agent() -> str:
+    """Model text, tool arguments and tool results that carry markup."""
+    name = unique("hostile")
+
+    @tool
+    def echo(note: str) -> dict[str, Any]:
+        """Echo a note."""
+        return {"echo": note, "extra": HOSTILE_IMG}
+
+    def script(request: Request) -> Any:
+        if request.step == 1:
+            return tools(call("echo", {"note": HOSTILE_SCRIPT + HOSTILE_IMG}))
+        return text("Done " + HOSTILE_SCRIPT + " and " + HOSTILE_IMG)
+
+    model = ScriptedModel(name, script)
+    Agent(name=name, model=model.model, tools=[echo])
+    return name
+
+
+def plain_agent() -> str:
+    name = unique("plain")
+    model = ScriptedModel(name, lambda request: text("hello"))
+    Agent(name=name, model=model.model, tools=[])
+    return name
+
+
+def execute_all(engine: Engine, queued: list[str]) -> None:
+    """Run every queued run, as a worker would, until none is left."""
+    while queued:
+        engine.execute(queued.pop(0))
+
+
+def post(
+    client: FlaskClient,
+    path: str,
+    data: dict[str, str],
+    *,
+    csrf_from: str | None,
+    user: str | None = "alice",
+) -> Any:
+    """POST a form as ``user``, carrying the CSRF token of the page at
+    ``csrf_from`` (None: no token)."""
+    form = dict(data)
+    if csrf_from is not None:
+        form["csrf_token"] = csrf_of(page_text(client, csrf_from, user))
+    return client.post(path, data=form, headers=as_user(user) if user else {})
