@@ -1,0 +1,134 @@
+"""The console in real headless Chromium (Debian's ``chromium`` and
+``chromedriver``): an approver signs in, judges a call in the inbox, approves
+it with a reason (a double click decides once), and the run's page follows
+the run to ``completed`` with no reload; hostile model and tool text stays
+text under the console's CSP."""
+
+from __future__ import annotations
+
+import shutil
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from flask import Flask, redirect, request, session
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from werkzeug.wrappers import Response
+
+from runner import Engine, RunStatus
+from runner.console.flask import console_blueprint
+from store.models import Decision
+from tests.console.conftest import (
+    BASE,
+    HOSTILE_IMG,
+    HOSTILE_SCRIPT,
+    approval_agent,
+    execute_all,
+)
+from tests.e2e.test_sse_http import serving
+from tests.helpers import run_in_thread
+
+
+@pytest.fixture
+def browser() -> Iterator[webdriver.Chrome]:
+    binary, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    assert binary and driver, "Debian's chromium and chromedriver are needed: run `make browser`"
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    made = webdriver.Chrome(options=options, service=Service(driver))
+    try:
+        yield made
+    finally:
+        made.quit()
+
+
+def signed_in_app(engine: Engine) -> Flask:
+    """A host app whose sign-in is a session field (``/login?user=``)."""
+    app = Flask(__name__)
+    app.secret_key = uuid.uuid4().hex
+
+    @app.get("/login")
+    def login() -> Response:
+        session["user"] = request.args["user"]
+        return redirect(f"{BASE}/approvals")
+
+    def guard(flask_request: Any) -> str | None:
+        user = session.get("user")
+        return user if isinstance(user, str) else None
+
+    app.register_blueprint(console_blueprint(engine, guard=guard, live_timeout=30), url_prefix=BASE)
+    return app
+
+
+def _poll(predicate: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def test_approve_in_the_inbox_and_watch_the_run_complete(
+    engine: Engine, queued: list[str], browser: webdriver.Chrome
+) -> None:
+    agent = approval_agent(says="Refund? " + HOSTILE_SCRIPT, note=HOSTILE_IMG)
+    run = engine.start(agent.name, {"customer": HOSTILE_SCRIPT})
+    execute_all(engine, queued)
+    assert engine.get_run(run.id).status is RunStatus.WAITING
+    with serving(signed_in_app(engine)) as (port, _handlers):
+        root = f"http://127.0.0.1:{port}"
+        worker = None
+        try:
+            browser.get(f"{root}/login?user=alice")
+            card = browser.find_element(By.CSS_SELECTOR, "article.ask")
+            assert "Refund? <script>" in card.text  # the model's text, as text
+            assert "arrived broken" in card.text  # the result it had seen
+            expiry = card.find_element(By.CSS_SELECTOR, "[data-expires]")
+            assert expiry.text.startswith("expires in ")
+            card.find_element(By.NAME, "reason").send_keys("the photo shows it")
+            approve = card.find_element(By.CSS_SELECTOR, "button.approve")
+            browser.execute_script("arguments[0].click(); arguments[0].click();", approve)
+            _poll(lambda: "Approved." in browser.page_source, 10, "the inbox after deciding")
+            [decided] = engine.approvals(run.id)
+            assert (decided.decision, decided.decided_by, decided.reason) == (
+                Decision.APPROVED,
+                "alice",
+                "the photo shows it",
+            )
+
+            browser.get(f"{root}{BASE}/runs/{run.id}")
+            status = browser.find_element(By.ID, "status")
+            assert status.text == "queued"
+            shown = len(browser.find_elements(By.CSS_SELECTOR, "#timeline li"))
+            worker, box = run_in_thread(engine, queued.pop())
+            _poll(lambda: status.text == "completed", 20, "the page to show completed")
+            worker.join(15)
+            assert box["run"].status is RunStatus.COMPLETED
+            items = [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#timeline li")]
+            live = items[shown:]  # what the script appended, from the stream
+            assert live[0].startswith("execution 2") and live[-1] == "status completed"
+            [tool_item] = [t for t in live if t.startswith("2\ntool\nrefund")]
+            assert HOSTILE_IMG.replace('"', '\\"') in tool_item  # arguments, as text
+            assert any(t.startswith("3\nmodel") and "finished:" in t for t in live)
+            assert browser.find_element(By.ID, "cancel").is_displayed() is False
+            assert browser.execute_script("return window.pwned") is None
+            assert not browser.find_elements(By.CSS_SELECTOR, "main img, main script")
+            refused = [
+                entry["message"]
+                for entry in browser.get_log("browser")
+                if "Content Security Policy" in entry.get("message", "")
+            ]
+            assert refused == []
+        finally:
+            browser.get("about:blank")  # closes the page's EventSource
+            if worker is not None:
+                worker.join(15)
