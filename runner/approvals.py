@@ -171,6 +171,21 @@ def check_reason(reason: object) -> None:
         ) from None
 
 
+MAX_DECIDER_CHARS = 200
+
+
+def check_decider(by: object) -> None:
+    """Who decided: text a person could read (a user name, an email), stored as is."""
+    if by is None:
+        return
+    if not isinstance(by, str) or not by.strip():
+        raise InvalidApprovalInput("who decided must be given as a non-empty name")
+    if len(by) > MAX_DECIDER_CHARS or not by.isprintable():
+        raise InvalidApprovalInput(
+            f"who decided must be printable text of at most {MAX_DECIDER_CHARS} characters"
+        )
+
+
 def decide(
     store: Store,
     tokens: Tokens,
@@ -180,10 +195,13 @@ def decide(
     *,
     token: str | None,
     trusted: bool,
+    by: str | None = None,
 ) -> DecisionResult:
-    """Check the token and record the decision; the store checks the rest
-    (decided once, not expired, run still waiting) in one transaction."""
+    """Check the token and record the decision, and ``by`` whom; the store
+    checks the rest (decided once, not expired, run still waiting) in one
+    transaction."""
     check_reason(reason)
+    check_decider(by)
     approval = store.get_approval(approval_id)
     if not trusted:
         if not token:
@@ -192,4 +210,4 @@ def decide(
             raise InvalidApprovalToken(f"the token is not valid for approval {approval_id}")
     response = approval_response(approval.approval_id, approval.tool_call_id, approve, reason)
     decision = Decision.APPROVED if approve else Decision.DENIED
-    return store.decide(approval.approval_id, decision, reason, response)
+    return store.decide(approval.approval_id, decision, reason, response, by=by)

@@ -18,7 +18,9 @@ from datetime import datetime, timedelta
 from runner import approvals
 from runner.agent import Agent, Registry
 from runner.events import Feed
-from runner.observe import Observer
+from runner.live import LiveStore
+from runner.observe import Observer, Observers
+from runner.observe.logs import LogObserver
 from runner.retry import RetryPolicy
 from runner.runtime import in_io, runtime
 from store.base import Store
@@ -66,6 +68,49 @@ class Deps:
     observer: Observer
     # The run-event feed: live wake-ups and token deltas (runner/events.py).
     feed: Feed
+
+    @classmethod
+    def build(
+        cls,
+        store: Store,
+        *,
+        leases: Leases | None,
+        enqueue: Enqueue | None,
+        settings: Settings,
+        registry: Registry,
+        model_retries: int | None,
+        model_backoff_seconds: float | None,
+        retry_policy: RetryPolicy | None,
+        write_retry_seconds: float,
+        observers: Sequence[Observer],
+    ) -> Deps:
+        """What an engine is built with (see :class:`~runner.engine.Engine`)."""
+        feed = Feed(store, None if leases is None else leases.redis)
+        # Writes through the engine wake the readers of the runs they touch.
+        store = LiveStore.wrap(store, feed)
+        return cls(
+            store=store,
+            claims=Claims(
+                store, leases, settings.lease_ttl_seconds, max_takeovers=settings.max_takeovers
+            ),
+            tokens=approvals.Tokens.parse(settings.secret_key),
+            leases=leases,
+            registry=registry,
+            settings=settings,
+            enqueue=enqueue,
+            # None: the settings' (RUNWRIGHT_MODEL_RETRIES, ..._BACKOFF_SECONDS).
+            model_retries=settings.model_retries if model_retries is None else model_retries,
+            model_backoff_seconds=(
+                settings.model_backoff_seconds
+                if model_backoff_seconds is None
+                else model_backoff_seconds
+            ),
+            retry_policy=retry_policy or RetryPolicy.from_settings(settings),
+            write_retry_seconds=write_retry_seconds,
+            notify_delay=timedelta(seconds=settings.notify_backoff_seconds),
+            observer=Observers([LogObserver(), *observers]),
+            feed=feed,
+        )
 
     @property
     def tool_executor(self) -> Executor:

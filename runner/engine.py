@@ -6,8 +6,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import Executor
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, TypeVar
 
 import pydantic
@@ -24,14 +23,13 @@ from runner.errors import (
     InvalidInput,
     StoreUnavailable,
 )
-from runner.events import Feed, Until, statuses
+from runner.events import Until, statuses
 from runner.eventstream import EventStream
 from runner.execution import Execution
 from runner.imports import import_string
+from runner.inbox import InboxItem, inbox
 from runner.layout import require_own_modules
-from runner.live import LiveStore
-from runner.observe import Observer, Observers
-from runner.observe.logs import LogObserver
+from runner.observe import Observer
 from runner.reports import TickReport
 from runner.retry import RetryPolicy
 from runner.runtime import runtime
@@ -87,36 +85,18 @@ class Engine:
         write_retry_seconds: float = 60.0,
         observers: Sequence[Observer] = (),
     ) -> None:
-        settings = settings or Settings()
         self._store = store
-        feed = Feed(store, None if leases is None else leases.redis)
-        # Writes through the engine wake the readers of the runs they touch.
-        store = LiveStore.wrap(store, feed)
-        self.deps = Deps(
-            store=store,
-            claims=Claims(
-                store,
-                leases,
-                settings.lease_ttl_seconds,
-                max_takeovers=settings.max_takeovers,
-            ),
-            tokens=approvals_.Tokens.parse(settings.secret_key),
+        self.deps = Deps.build(
+            store,
             leases=leases,
-            registry=registry or default_registry,
-            settings=settings,
             enqueue=enqueue,
-            # None: the settings' (RUNWRIGHT_MODEL_RETRIES, ..._BACKOFF_SECONDS).
-            model_retries=settings.model_retries if model_retries is None else model_retries,
-            model_backoff_seconds=(
-                settings.model_backoff_seconds
-                if model_backoff_seconds is None
-                else model_backoff_seconds
-            ),
-            retry_policy=retry_policy or RetryPolicy.from_settings(settings),
+            settings=settings or Settings(),
+            registry=registry or default_registry,
+            model_retries=model_retries,
+            model_backoff_seconds=model_backoff_seconds,
+            retry_policy=retry_policy,
             write_retry_seconds=write_retry_seconds,
-            notify_delay=timedelta(seconds=settings.notify_backoff_seconds),
-            observer=Observers([LogObserver(), *observers]),
-            feed=feed,
+            observers=observers,
         )
         self._listener: CancelListener | None = None
         self._listener_lock = threading.Lock()
@@ -182,26 +162,6 @@ class Engine:
     @property
     def tokens(self) -> approvals_.Tokens:
         return self.deps.tokens
-
-    @property
-    def model_retries(self) -> int:
-        return self.deps.model_retries
-
-    @property
-    def model_backoff_seconds(self) -> float:
-        return self.deps.model_backoff_seconds
-
-    @property
-    def write_retry_seconds(self) -> float:
-        return self.deps.write_retry_seconds
-
-    @property
-    def notify_delay(self) -> timedelta:
-        return self.deps.notify_delay
-
-    @property
-    def tool_executor(self) -> Executor:
-        return self.deps.tool_executor
 
     def close(self) -> None:
         self.deps.feed.close()
@@ -272,14 +232,35 @@ class Engine:
         agent: str | None = None,
         thread: str | None = None,
         limit: int = 50,
+        before: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
     ) -> list[Run]:
+        """Newest first; ``before`` (a run id) pages to older runs; ``since``
+        and ``until`` bound when they were created."""
         if isinstance(status, str):
             try:
                 status = RunStatus(status)
             except ValueError:
                 known = ", ".join(s.value for s in RunStatus)
                 raise InvalidInput(f"unknown status {status!r}; use one of {known}") from None
-        return self.deps.store.list_runs(status=status, agent=agent, thread=thread, limit=limit)
+        return self.deps.store.list_runs(
+            status=status,
+            agent=agent,
+            thread=thread,
+            limit=limit,
+            before=before,
+            since=since,
+            until=until,
+        )
+
+    def run_counts(self, agent: str | None = None) -> dict[RunStatus, int]:
+        return self.deps.store.run_counts(agent)
+
+    def inbox(self, limit: int = 50, agent: str | None = None) -> list[InboxItem]:
+        """Approvals waiting for a person, oldest first, each with what an
+        approver needs to judge it (runner/inbox.py)."""
+        return inbox(self.deps.store, limit, agent)
 
     def result(self, run_id: str, model: type[M]) -> M:
         """The completed run's output validated as ``model`` (see :meth:`Run.output_as`)."""
@@ -297,7 +278,6 @@ class Engine:
         """The run's events after the id ``after`` (all, if None), then live
         ones until the run settles (or reaches ``until``) or ``timeout``
         seconds pass; iterate with ``for`` or ``async for`` (runner/events.py)."""
-        check_run_id(run_id)
         return self.deps.feed.events(
             run_id, after, timeout=timeout, until=statuses(until), tokens=tokens
         )
@@ -352,10 +332,19 @@ class Engine:
         *,
         token: str | None = None,
         trusted: bool = False,
+        by: str | None = None,
     ) -> Run:
-        """Decide an approval. With the last decision the run is queued again."""
+        """Decide an approval, recording ``by`` whom (the app's user, "link").
+        With the last decision the run is queued again."""
         result = approvals_.decide(
-            self.deps.store, self.tokens, approval_id, approve, reason, token=token, trusted=trusted
+            self.deps.store,
+            self.tokens,
+            approval_id,
+            approve,
+            reason,
+            token=token,
+            trusted=trusted,
+            by=by,
         )
         self.deps.observer.approval_decided(result.run, result.approval)
         if result.resumed:

@@ -122,9 +122,10 @@ class LiveStore:
         *,
         allow_expired: bool = False,
         now: datetime | None = None,
+        by: str | None = None,
     ) -> DecisionResult:
         result = self._store.decide(
-            approval_id, decision, reason, response, allow_expired=allow_expired, now=now
+            approval_id, decision, reason, response, allow_expired=allow_expired, now=now, by=by
         )
         self._feed.wake(result.run.id)
         return result

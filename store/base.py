@@ -20,6 +20,7 @@ from store.errors import (
     ApprovalAlreadyDecided,
     ApprovalExpired,
     InvalidApprovalId,
+    InvalidInput,
     RunNotFound,
     RunNotWaiting,
 )
@@ -146,6 +147,13 @@ def check_run_id(run_id: str) -> str:
     return run_id
 
 
+def check_page_from(run_id: str | None) -> str | None:
+    """A page's starting point (``before``): a run id, as Runwright writes them."""
+    if run_id is not None and not is_canonical_id(run_id):
+        raise InvalidInput(f"before must be a run id, not {shown_id(run_id)}")
+    return run_id
+
+
 def check_approval_id(approval_id: str) -> str:
     """Approval ids are UUIDs; anything else cannot name an approval."""
     if not is_canonical_id(approval_id):
@@ -171,7 +179,17 @@ class Store(Protocol):
         agent: str | None = None,
         thread: str | None = None,
         limit: int = 50,
-    ) -> list[Run]: ...
+        before: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> list[Run]:
+        """Newest first; ``before`` (a run id) pages to older runs, ``since``
+        and ``until`` bound ``created_at``."""
+        ...
+
+    def run_counts(self, agent: str | None = None) -> dict[RunStatus, int]:
+        """How many runs there are in each status (of ``agent``)."""
+        ...
 
     def steps(self, run_id: str) -> list[Step]: ...
 
@@ -268,6 +286,10 @@ class Store(Protocol):
 
     def approvals(self, run_id: str) -> list[Approval]: ...
 
+    def pending_approvals(self, limit: int = 50, agent: str | None = None) -> list[Approval]:
+        """Undecided approvals of waiting runs, oldest first."""
+        ...
+
     def get_approval(self, approval_id: str) -> Approval: ...
 
     def decide(
@@ -279,8 +301,9 @@ class Store(Protocol):
         *,
         allow_expired: bool = False,
         now: datetime | None = None,
+        by: str | None = None,
     ) -> DecisionResult:
-        """Record a decision once; append ``response`` to the checkpoint at the
+        """Record a decision once, and ``by`` whom; append ``response`` to the checkpoint at the
         same step index; when none is pending any more, queue the run."""
         ...
 

@@ -157,6 +157,7 @@ def approval_data(approval: Approval) -> dict[str, Any]:
         "tool_name": approval.tool_name,
         "decision": None if decision is None else decision.value,
         "reason": approval.reason,
+        "decided_by": approval.decided_by,
         "expires_at": _when(approval.expires_at),
     }
 
@@ -216,7 +217,7 @@ BEGIN
         'action', CASE WHEN NEW.decision IS NULL THEN 'requested' ELSE 'decided' END,
         'approval_id', NEW.approval_id, 'step_index', NEW.step_index,
         'tool_call_id', NEW.tool_call_id, 'tool_name', NEW.tool_name,
-        'decision', NEW.decision, 'reason', NEW.reason,
+        'decision', NEW.decision, 'reason', NEW.reason, 'decided_by', NEW.decided_by,
         'expires_at', to_jsonb(NEW.expires_at)));
     RETURN NULL;
 END

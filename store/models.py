@@ -262,6 +262,9 @@ class Approval:
     decision: Decision | None = None
     reason: str | None = None
     decided_at: datetime | None = None
+    # Who decided (the host app's user, the console's login, "link"); None for
+    # the engine's own decisions: expiry, and a cancel's withdrawal.
+    decided_by: str | None = None
 
     @property
     def pending(self) -> bool:

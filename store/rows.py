@@ -144,6 +144,7 @@ def approval_from_row(row: Mapping[str, Any]) -> Approval:
         decision=Decision(m["decision"]) if m["decision"] else None,
         reason=m["reason"],
         decided_at=m["decided_at"],
+        decided_by=m.get("decided_by"),
     )
 
 

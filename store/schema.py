@@ -280,6 +280,7 @@ approvals = sa.Table(
     sa.Column("reason", sa.Text),
     sa.Column("decided_at", _TS),
     sa.Column("created_at", _TS, nullable=False, server_default=_NOW),
+    sa.Column("decided_by", sa.Text),
     sa.CheckConstraint(
         "decision IS NULL OR decision IN ('approved', 'denied', 'withdrawn')",
         name="approvals_decision_valid",
@@ -296,6 +297,13 @@ approvals = sa.Table(
     sa.Index(
         "approvals_pending_expiry_idx",
         "expires_at",
+        postgresql_where=sa.text("decision IS NULL"),
+    ),
+    # The approvals inbox, oldest first.
+    sa.Index(
+        "approvals_pending_created_idx",
+        "created_at",
+        "approval_id",
         postgresql_where=sa.text("decision IS NULL"),
     ),
 )

@@ -59,6 +59,17 @@ class MemApprovals(MemBase):
         with self._lock:
             return self._run_approvals(check_run_id(run_id))
 
+    def pending_approvals(self, limit: int = 50, agent: str | None = None) -> list[Approval]:
+        with self._lock:
+            pending = [
+                a
+                for a in self._approvals.values()
+                if a.pending
+                and self._runs[a.run_id].status is RunStatus.WAITING
+                and agent in (None, self._runs[a.run_id].agent)
+            ]
+        return sorted(pending, key=lambda a: (a.created_at, a.approval_id))[:limit]
+
     def get_approval(self, approval_id: str) -> Approval:
         with self._lock:
             approval = self._approvals.get(check_approval_id(approval_id))
@@ -75,13 +86,16 @@ class MemApprovals(MemBase):
         *,
         allow_expired: bool = False,
         now: datetime | None = None,
+        by: str | None = None,
     ) -> DecisionResult:
         with self._lock:
             approval = self.get_approval(approval_id)
             run = self._runs[approval.run_id]
             at = self._now(now)
             check_decidable(approval, run.status, at, allow_expired)
-            approval = replace(approval, decision=decision, reason=reason, decided_at=at)
+            approval = replace(
+                approval, decision=decision, reason=reason, decided_at=at, decided_by=by
+            )
             self._approvals[approval_id] = approval
             index, count, finish_reason, _ = self._checkpoints[run.id]
             self._write_checkpoint(

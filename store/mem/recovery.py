@@ -73,6 +73,7 @@ class MemRecovery(MemBase):
                     decision=None,
                     reason=None,
                     decided_at=None,
+                    decided_by=None,
                     expires_at=now + (approval.expires_at - approval.created_at),
                     created_at=now,
                     notified_at=None,

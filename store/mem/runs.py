@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
-from store.base import StartPoint, ThreadStart, check_payload
+from store.base import StartPoint, ThreadStart, check_page_from, check_payload
 from store.events import RunEvent, step_event
 from store.mem.base import MemBase
 from store.models import (
@@ -56,7 +57,11 @@ class MemRuns(MemBase):
         agent: str | None = None,
         thread: str | None = None,
         limit: int = 50,
+        before: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
     ) -> list[Run]:
+        before = check_page_from(before)
         with self._lock:
             runs = [
                 self._with_wait(r)
@@ -64,8 +69,16 @@ class MemRuns(MemBase):
                 if (status is None or r.status is status)
                 and (agent is None or r.agent == agent)
                 and (thread is None or r.thread == thread)
+                and (before is None or r.id < before)
+                and (since is None or r.created_at >= since)
+                and (until is None or r.created_at < until)
             ]
             return runs[:limit]
+
+    def run_counts(self, agent: str | None = None) -> dict[RunStatus, int]:
+        with self._lock:
+            counts = Counter(r.status for r in self._runs.values() if agent in (None, r.agent))
+        return dict(counts)
 
     def steps(self, run_id: str) -> list[Step]:
         with self._lock:

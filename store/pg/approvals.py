@@ -64,6 +64,10 @@ class PgApprovals(PgBase):
         run_id = check_run_id(run_id)
         return [approval_from_row(r) for r in self.db.rows(q.RUN_APPROVALS, {"run_id": run_id})]
 
+    def pending_approvals(self, limit: int = 50, agent: str | None = None) -> list[Approval]:
+        rows = self.db.rows(q.PENDING_APPROVALS, {"limit": limit, "agent": agent})
+        return [approval_from_row(r) for r in rows]
+
     def get_approval(self, approval_id: str) -> Approval:
         with self.db.tx() as tx:
             return self._approval(tx, approval_id, lock=False)
@@ -84,6 +88,7 @@ class PgApprovals(PgBase):
         *,
         allow_expired: bool = False,
         now: datetime | None = None,
+        by: str | None = None,
     ) -> DecisionResult:
         with self.db.tx() as tx:
             # The run row first, then its approvals (the lock order everywhere).
@@ -101,6 +106,7 @@ class PgApprovals(PgBase):
                             "decision": decision.value,
                             "reason": reason,
                             "at": at,
+                            "by": by,
                         },
                     )
                 )

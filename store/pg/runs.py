@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from store.base import StartPoint, ThreadStart, check_payload, check_run_id
+from datetime import datetime
+
+from store.base import StartPoint, ThreadStart, check_page_from, check_payload, check_run_id
 from store.db import dumps
 from store.events import RunEvent
 from store.models import Checkpoint, Effect, NewRun, Run, RunStatus, Step
@@ -39,14 +41,24 @@ class PgRuns(PgBase):
         agent: str | None = None,
         thread: str | None = None,
         limit: int = 50,
+        before: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
     ) -> list[Run]:
         params = {
             "status": None if status is None else RunStatus(status).value,
             "agent": agent,
             "thread": thread,
             "limit": limit,
+            "before": check_page_from(before),
+            "since": since,
+            "until": until,
         }
         return [run_from_row(row) for row in self.db.rows(q.LIST_RUNS, params)]
+
+    def run_counts(self, agent: str | None = None) -> dict[RunStatus, int]:
+        rows = self.db.rows(q.RUN_COUNTS, {"agent": agent})
+        return {RunStatus(row["status"]): int(row["runs"]) for row in rows}
 
     def steps(self, run_id: str) -> list[Step]:
         run_id = check_run_id(run_id)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from store.queries import Statement
 from store.queries.fragments import NOW, OUTCOME_SET
+from store.status import RunStatus, lit
 
 LOCK_RUN = Statement(
     "lock_run",
@@ -50,7 +51,7 @@ DECIDE = Statement(
     "decide",
     """
     UPDATE approvals SET decision = CAST(:decision AS text), reason = CAST(:reason AS text),
-                         decided_at = CAST(:at AS timestamptz)
+                         decided_at = CAST(:at AS timestamptz), decided_by = CAST(:by AS text)
      WHERE approval_id = CAST(:approval_id AS uuid)
     RETURNING *
     """,
@@ -122,4 +123,16 @@ MARK_NOTIFIED = Statement(
     "mark_notified",
     "UPDATE approvals SET notified_at = now()"
     " WHERE approval_id = ANY(CAST(:approval_ids AS uuid[]))",
+)
+
+# The approvals inbox: what waits for a person, oldest first (a run that is
+# not waiting any more has nobody to ask).
+PENDING_APPROVALS = Statement(
+    "pending_approvals",
+    f"""
+    SELECT a.* FROM approvals AS a JOIN runs AS r ON r.id = a.run_id
+     WHERE a.decision IS NULL AND r.status = {lit(RunStatus.WAITING)}
+       AND (CAST(:agent AS text) IS NULL OR r.agent = CAST(:agent AS text))
+     ORDER BY a.created_at, a.approval_id LIMIT CAST(:limit AS int)
+    """,
 )

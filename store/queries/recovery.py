@@ -45,7 +45,7 @@ REOPEN_APPROVALS = Statement(
     "reopen_approvals",
     """
     UPDATE approvals AS a
-       SET decision = NULL, reason = NULL, decided_at = NULL,
+       SET decision = NULL, reason = NULL, decided_at = NULL, decided_by = NULL,
            expires_at = now() + (a.expires_at - a.created_at), created_at = now(),
            notified_at = NULL, attempts = 0,
            next_notify_at = CASE WHEN a.next_notify_at IS NULL THEN NULL ELSE now() END

@@ -52,6 +52,9 @@ LIST_RUNS = Statement(
      WHERE (CAST(:status AS text) IS NULL OR r.status = CAST(:status AS text))
        AND (CAST(:agent AS text) IS NULL OR r.agent = CAST(:agent AS text))
        AND (CAST(:thread AS text) IS NULL OR r.thread = CAST(:thread AS text))
+       AND (CAST(:before AS uuid) IS NULL OR r.id < CAST(:before AS uuid))
+       AND (CAST(:since AS timestamptz) IS NULL OR r.created_at >= CAST(:since AS timestamptz))
+       AND (CAST(:until AS timestamptz) IS NULL OR r.created_at < CAST(:until AS timestamptz))
      ORDER BY r.id DESC LIMIT CAST(:limit AS int)
     """,
 )
@@ -105,5 +108,14 @@ THREAD_START = Statement(
     SELECT id, state FROM runs
      WHERE thread = CAST(:thread AS text) AND id < CAST(:before AS uuid) AND {status_in(SETTLED)}
      ORDER BY id DESC LIMIT 1
+    """,
+)
+
+RUN_COUNTS = Statement(
+    "run_counts",
+    """
+    SELECT status, count(*) AS runs FROM runs
+     WHERE CAST(:agent AS text) IS NULL OR agent = CAST(:agent AS text)
+     GROUP BY status
     """,
 )

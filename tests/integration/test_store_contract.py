@@ -831,6 +831,43 @@ def test_events_are_derived_from_every_write_in_commit_order(any_store: AnyStore
         any_store.events("../../etc/passwd")
 
 
+def test_listing_pages_counts_and_the_inbox(any_store: AnyStore) -> None:
+    runs = [any_store.create_run(new_run(f"lister-{i % 2}"))[0] for i in range(5)]
+    newest_first = [r.id for r in reversed(runs)]
+    assert [r.id for r in any_store.list_runs(limit=10)][:5] == newest_first
+    page = any_store.list_runs(limit=2, before=newest_first[1])
+    assert [r.id for r in page] == newest_first[2:4]
+    since = runs[2].created_at
+    assert {r.id for r in any_store.list_runs(since=since)} >= {r.id for r in runs[2:]}
+    assert not {r.id for r in any_store.list_runs(until=since)} & {r.id for r in runs[2:]}
+    with pytest.raises(InvalidInput, match="before must be a run id"):
+        any_store.list_runs(before="'; DROP TABLE runs; --")
+    counts = any_store.run_counts()
+    assert counts[RunStatus.QUEUED] >= 5
+    assert any_store.run_counts("lister-1") == {RunStatus.QUEUED: 2}
+    assert any_store.run_counts("nobody") == {}
+
+    fence = claimed(any_store, agent="asker")
+    assert any_store.record_llm_step(fence, llm_record(1))
+    first, second = approval("c1"), approval("c2")
+    any_store.commit_step(fence, commit(1, 0, [msg(0), msg(1)], approvals=[first, second]))
+    pending = any_store.pending_approvals(agent="asker")
+    assert [a.approval_id for a in pending] == [first.approval_id, second.approval_id]
+    assert any_store.pending_approvals(limit=1, agent="asker") == pending[:1]
+    response = {"role": "approval_response", "approval_id": first.approval_id}
+    result = any_store.decide(first.approval_id, Decision.APPROVED, "fine", response, by="ada")
+    assert result.approval.decided_by == "ada"
+    assert any_store.get_approval(first.approval_id).decided_by == "ada"
+    assert [a.approval_id for a in any_store.pending_approvals(agent="asker")] == [
+        second.approval_id
+    ]
+    decided = [e for e in any_store.events(fence.run_id) if e.type.value == "approval"]
+    assert decided[-1].data["decided_by"] == "ada"
+    any_store.request_cancel(fence.run_id)  # withdraws the other: nobody is asked any more
+    assert any_store.pending_approvals(agent="asker") == []
+    assert any_store.get_approval(second.approval_id).decided_by is None
+
+
 def test_every_protocol_method_succeeded_on_every_store() -> None:
     """Runs last in this module: every method of the ``Store`` protocol was
     called by the tests above, and returned normally, on each store."""

@@ -143,6 +143,8 @@ def test_table_and_column_names() -> None:
                 "reason",
                 "decided_at",
                 "created_at",
+                # 0007
+                "decided_by",
             ]
         ),
     }
