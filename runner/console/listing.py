@@ -53,8 +53,8 @@ def _filters(counts: Mapping[RunStatus, int], *, base: str, filters: Mapping[str
         f'<label>Status<select name="status">{"".join(options)}</select></label>'
         + field("agent", "Agent")
         + field("thread", "Thread")
-        + field("since", "Created since", "datetime-local")
-        + field("until", "Created before", "datetime-local")
+        + field("since", "Created since (UTC)", "datetime-local")
+        + field("until", "Created before (UTC)", "datetime-local")
         + "<button>Filter</button></form>"
     )
 

@@ -21,6 +21,7 @@ from runner.console.render import (
     status_badge,
     text_block,
     took,
+    url,
     when,
 )
 from store.events import EventType, RunEvent, step_of
@@ -44,7 +45,7 @@ def run_body(
     by_id = {a.approval_id: a for a in approvals}
     parts = [
         f"<h1>{e(run.agent)} {status_badge(run.status.value, id='status')}</h1>",
-        _facts(run),
+        _facts(run, base),
         _actions(run, base=base, csrf=csrf),
     ]
     if run.error is not None:
@@ -85,7 +86,7 @@ def trigger_block(run: Run) -> str:
     return facts(rows) + "<h3>Payload</h3>" + json_block(trigger.payload, "payload")
 
 
-def _facts(run: Run) -> str:
+def _facts(run: Run, base: str) -> str:
     rows = [
         ("run", e(run.id)),
         ("created", when(run.created_at)),
@@ -100,7 +101,8 @@ def _facts(run: Run) -> str:
         ("cost", e(money(run.cost_usd))),
     ]
     if run.thread:
-        rows.append(("thread", e(run.thread)))
+        runs_of_thread = url(base, "/", {"thread": run.thread})
+        rows.append(("thread", f'<a href="{e(runs_of_thread)}">{e(run.thread)}</a>'))
     if run.concurrency_key:
         rows.append(("concurrency key", e(run.concurrency_key)))
     if run.claim is not None:

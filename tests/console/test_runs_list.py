@@ -35,6 +35,8 @@ def test_the_list_filters_by_status_agent_and_thread(
         waiting_in_queue.id
     ]
     assert listed(page_text(client, f"{BASE}/?thread=ticket-7")) == [threaded.id]
+    # A run's page links to the runs of its thread.
+    assert f'href="{BASE}/?thread=ticket-7"' in page_text(client, f"{BASE}/runs/{threaded.id}")
     assert listed(page_text(client, f"{BASE}/?agent=nobody")) == []
 
 
