@@ -204,6 +204,11 @@ def test_a_rolling_deploy_leaves_a_new_agents_run_for_a_new_worker(cluster: Clus
     given_back = engine.get_run(run.id)
     assert given_back.status is RunStatus.INTERRUPTED and given_back.claim is None
     cluster.worker("new", RUNWRIGHT_AGENTS="tests.agents,tests.agents_newcomer")
+    # The deploy ends as deploys do: the old worker stops. Until then the two
+    # compete for the re-sent run, and the broker may hand it to the old one
+    # each time (it gives it back, never fails it); after that, only the new
+    # one can take it.
+    old.stop()
     done = wait_until(
         lambda: engine.get_run(run.id).status.settled and engine.get_run(run.id),
         60,
