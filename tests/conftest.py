@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -177,3 +179,26 @@ def proc_env(database_url: str, redis_url: str, tmp_path: Path) -> dict[str, str
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
         "PYTHONPATH": str(ROOT),
     }
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    """Headless Chromium for the page tests: Debian's ``chromium`` and
+    ``chromedriver`` (``make browser`` installs them), driven by selenium
+    (imported here, not by every test), keeping the browser's console log
+    (tests read CSP refusals from it)."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    binary, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    assert binary and driver, "Debian's chromium and chromedriver are needed: run `make browser`"
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    made = webdriver.Chrome(options=options, service=Service(driver))
+    try:
+        yield made
+    finally:
+        made.quit()

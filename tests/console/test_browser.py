@@ -6,16 +6,12 @@ text under the console's CSP."""
 
 from __future__ import annotations
 
-import shutil
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from flask import Flask, redirect, request, session
 from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from werkzeug.wrappers import Response
 
@@ -31,22 +27,6 @@ from tests.console.conftest import (
 )
 from tests.e2e.test_sse_http import serving
 from tests.helpers import run_in_thread
-
-
-@pytest.fixture
-def browser() -> Iterator[webdriver.Chrome]:
-    binary, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    assert binary and driver, "Debian's chromium and chromedriver are needed: run `make browser`"
-    options = webdriver.ChromeOptions()
-    options.binary_location = binary
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    made = webdriver.Chrome(options=options, service=Service(driver))
-    try:
-        yield made
-    finally:
-        made.quit()
 
 
 def signed_in_app(engine: Engine) -> Flask:

@@ -5,15 +5,11 @@ and hostile model output stays text, under the page's CSP."""
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
 from examples.flask_app.app import create_app
@@ -50,22 +46,6 @@ def streaming_agent(gate: threading.Event) -> str:
     model = ScriptedModel(name, script, chunk_delay=0.02)
     Agent(name=name, model=model.model, tools=[inspect_order], stream=True)
     return name
-
-
-@pytest.fixture
-def browser() -> Iterator[webdriver.Chrome]:
-    binary, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    assert binary and driver, "Debian's chromium and chromedriver are needed: run `make browser`"
-    options = webdriver.ChromeOptions()
-    options.binary_location = binary
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    made = webdriver.Chrome(options=options, service=Service(driver))
-    try:
-        yield made
-    finally:
-        made.quit()
 
 
 def _poll(predicate: Any, timeout: float, what: str) -> Any:
