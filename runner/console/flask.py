@@ -26,8 +26,8 @@ import hmac
 import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl
 
+from runner.console.forms import FormRefused, check_length, parse_form
 from runner.console.views import CSRF_FIELD, LIVE_TIMEOUT_SECONDS, ROUTES, Console, Request, Route
 from runner.console.views import Response as ConsoleResponse
 from runner.errors import ConfigurationError
@@ -38,8 +38,6 @@ if TYPE_CHECKING:
     from runner.engine import Engine
 
 SESSION_KEY = "runwright_console_csrf"
-MAX_FORM_BYTES = 64 * 1024
-MAX_FORM_FIELDS = 20
 
 Guard = Callable[["flask.Request"], str | None]
 
@@ -98,7 +96,7 @@ def _view(route: Route, console_here: Callable[[], Console], guard: Guard) -> Ca
         if request.method == "POST":
             try:
                 form = _form(request)
-            except _Refused as refused:
+            except FormRefused as refused:
                 anonymous = Request(request.method, user=user)
                 return _to_flask(
                     console.error(refused.status, "Bad request", str(refused), anonymous)
@@ -137,36 +135,10 @@ def _session_token() -> str:
     return token
 
 
-class _Refused(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
 def _form(request: flask.Request) -> dict[str, str]:
-    """The console's forms, decoded strictly: URL-encoded, UTF-8, small. Flask
-    would decode bad bytes leniently into text the browser never sent."""
-    kind = (request.content_type or "").split(";")[0].strip().lower()
-    if not kind and not request.content_length:
-        return {}  # a form with no fields at all
-    if kind != "application/x-www-form-urlencoded":
-        raise _Refused(415, "the console takes URL-encoded forms only")
-    length = request.content_length
-    if length is None or length > MAX_FORM_BYTES:
-        raise _Refused(413, f"a form must state its length and be at most {MAX_FORM_BYTES} bytes")
-    try:
-        pairs = parse_qsl(
-            request.get_data(cache=False).decode("utf-8"),
-            keep_blank_values=True,
-            errors="strict",
-            max_num_fields=MAX_FORM_FIELDS,
-        )
-    except ValueError:  # not UTF-8 (raw or percent-encoded), or too many fields
-        raise _Refused(400, "the form is not UTF-8 text of a few fields") from None
-    form: dict[str, str] = {}
-    for key, value in pairs:
-        form.setdefault(key, value)
-    return form
+    if not check_length(request.content_type, request.content_length):
+        return {}
+    return parse_form(request.get_data(cache=False))
 
 
 def _to_flask(answer: ConsoleResponse) -> flask.Response:
