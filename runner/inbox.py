@@ -9,30 +9,49 @@ from store.models import Approval, Message, Run
 
 
 @dataclass(frozen=True)
+class SeenResult:
+    """A tool result the run had seen: ``name`` is the tool the model called
+    (tool messages do not carry it; the call that asked for them does)."""
+
+    tool_call_id: str
+    name: str
+    content: object
+
+
+@dataclass(frozen=True)
 class InboxItem:
     approval: Approval
     run: Run
     # The model's message whose tool call asks (None if the history lacks it).
     asking: Message | None
     # The tool results the run had seen before that message.
-    seen: list[Message]
+    seen: list[SeenResult]
     # Every approval of that step (to decide them together).
     step_approvals: list[Approval]
 
 
-def context(messages: list[Message], tool_call_id: str) -> tuple[Message | None, list[Message]]:
+def context(messages: list[Message], tool_call_id: str) -> tuple[Message | None, list[SeenResult]]:
     """The assistant message that made the call ``tool_call_id``, and the tool
     results before it."""
-    seen: list[Message] = []
+    seen: list[SeenResult] = []
+    names: dict[str, str] = {}
     for message in messages:
-        calls = message.get("tool_calls") or []
-        if message.get("role") == "assistant" and any(
-            isinstance(c, dict) and c.get("id") == tool_call_id for c in calls
-        ):
-            return message, seen
-        if message.get("role") == "tool":
-            seen.append(message)
+        role = message.get("role")
+        if role == "assistant":
+            calls = [c for c in message.get("tool_calls") or [] if isinstance(c, dict)]
+            if any(c.get("id") == tool_call_id for c in calls):
+                return message, seen
+            names.update((str(c.get("id")), _called(c)) for c in calls)
+        elif role == "tool":
+            call_id = str(message.get("tool_call_id") or "")
+            seen.append(SeenResult(call_id, names.get(call_id, "tool"), message.get("content")))
     return None, seen
+
+
+def _called(call: dict[str, object]) -> str:
+    function = call.get("function")
+    name = function.get("name") if isinstance(function, dict) else None
+    return name if isinstance(name, str) and name else "tool"
 
 
 def inbox(store: Store, limit: int, agent: str | None) -> list[InboxItem]:

@@ -8,16 +8,16 @@ of one step are shown together, with one form for each and one for all.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from runner.console.render import e, expires, hidden, json_block, parsed, when
 from runner.console.timeline import assistant_message, decision_line
 from store.models import Approval
 
 if TYPE_CHECKING:
-    from runner.inbox import InboxItem
+    from runner.inbox import InboxItem, SeenResult
 
 MAX_REASON = 2000
 
@@ -101,13 +101,12 @@ def _approval_section(approval: Approval, *, base: str, csrf: str, now: datetime
     )
 
 
-def seen_list(seen: Sequence[Mapping[str, Any]]) -> str:
+def seen_list(seen: Sequence[SeenResult]) -> str:
     items = []
-    for message in seen:
-        name = message.get("name") or message.get("tool_call_id") or "tool"
+    for result in seen:
         items.append(
-            f'<li><span class="meta">{e(name)}</span>'
-            f"{json_block(parsed(message.get('content')), 'result')}</li>"
+            f'<li><b>{e(result.name)}</b> <span class="meta">{e(result.tool_call_id)}</span>'
+            f"{json_block(parsed(result.content), 'result')}</li>"
         )
     return f"<ol>{''.join(items)}</ol>"
 

@@ -35,6 +35,7 @@ def test_the_inbox_shows_what_an_approver_needs_to_judge(
     assert "Ada Lovelace" in page  # the trigger payload
     assert "I will refund it" in page  # the message that made the call
     assert "Results it had seen (1)" in page and "arrived broken" in page  # what it saw
+    assert "<li><b>lookup</b>" in page  # named by the call that asked for it
     assert "&quot;amount&quot;: 30" in page  # the arguments
     assert f'data-expires="{approval.expires_at.isoformat()}"' in page  # counts down
     assert "expires in 23 h 59 min" in page or "expires in 24 h 0 min" in page

@@ -27,8 +27,9 @@ def test_the_inbox_shows_what_an_approver_needs(engine: Engine) -> None:
     assert item.approval.tool_name == "refund" and item.approval.input == {"amount": 7}
     assert item.asking is not None and item.asking["role"] == "assistant"
     assert [c["id"] for c in item.asking["tool_calls"]] == [item.approval.tool_call_id]
-    assert len(item.seen) == 2  # the two lookups it made before asking
-    assert all(m["role"] == "tool" for m in item.seen)
+    # The two results it saw before asking, named by the calls that made them.
+    assert [r.name for r in item.seen] == ["lookup", "lookup"]
+    assert len({r.tool_call_id for r in item.seen}) == 2 and all(r.content for r in item.seen)
     assert [a.approval_id for a in item.step_approvals] == [item.approval.approval_id]
     assert engine.inbox(limit=1) == items[:1]
     assert engine.inbox(agent="nobody") == []
