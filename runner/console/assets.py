@@ -180,19 +180,79 @@ function showStatus(status) {
   if (retry) retry.hidden = !(status === "failed" || status === "cancelled");
 }
 
+function compare(a, b) {
+  for (let i = 0; i < a.length; i += 1) if (a[i] !== b[i]) return a[i] < b[i] ? -1 : 1;
+  return 0;
+}
+
+// The model's text while it streams: one item at the end of the timeline,
+// gone when the step it belongs to is journaled. A delta belongs to the text
+// of (epoch, step, attempt): a newer one starts the text again (a retry, or
+// another worker taking over), an older one is late and dropped.
+class Streaming {
+  constructor(timeline, journaled) {
+    this.timeline = timeline;
+    this.journaled = journaled;
+    this.key = null;
+    this.item = null;
+  }
+  delta(d) {
+    if (!d || !Number.isInteger(d.step) || !Number.isInteger(d.n)) return;
+    if (typeof d.text !== "string" || d.step <= this.journaled) return;
+    const key = [d.epoch, d.step, d.attempt];
+    if (this.key !== null && compare(key, this.key) < 0) return;
+    if (this.key === null || compare(key, this.key) > 0) {
+      this.drop();
+      this.key = key;
+      this.text = "";
+      this.next = 0;
+      this.early = new Map();
+      this.item = el("li", "ev kind-streaming");
+      head(this.item, d.step, "model", null, "writing\u2026");
+      this.pre = el("pre", "text", "");
+      this.item.append(this.pre);
+      this.timeline.append(this.item);
+    }
+    this.early.set(d.n, d.text);
+    while (this.early.has(this.next)) {
+      this.text += this.early.get(this.next);
+      this.early.delete(this.next);
+      this.next += 1;
+    }
+    this.pre.textContent = this.text;
+  }
+  journal(d) {
+    if (d.kind !== "llm") return;
+    this.journaled = Math.max(this.journaled, d.index);
+    if (this.key !== null && d.index >= this.key[1]) this.drop();
+  }
+  drop() {
+    if (this.item) this.item.remove();
+    this.item = null;
+    this.key = null;
+  }
+  add(node) {
+    this.timeline.insertBefore(node, this.item);
+  }
+}
+
 const timeline = document.getElementById("timeline");
 if (timeline && timeline.dataset.events) {
   let last = Number(timeline.dataset.after || "0");
+  const streaming = new Streaming(timeline, Number(timeline.dataset.journaled || "0"));
   const source = new EventSource(timeline.dataset.events + "?after=" + last);
   for (const type of ["status", "step", "approval", "execution"]) {
     source.addEventListener(type, (message) => {
       const event = JSON.parse(message.data);
       if (event.id !== null && event.id <= last) return;
       if (event.id !== null) last = event.id;
-      timeline.append(item(event));
+      if (event.type === "step") streaming.journal(event.data);
+      streaming.add(item(event));
       if (event.type === "status") showStatus(event.data.status);
+      if (event.type === "status" && SETTLED.includes(event.data.status)) streaming.drop();
     });
   }
+  source.addEventListener("token", (message) => streaming.delta(JSON.parse(message.data).data));
   source.addEventListener("end", (message) => {
     if (JSON.parse(message.data).reason !== "timeout") source.close();
   });

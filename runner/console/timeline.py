@@ -65,12 +65,20 @@ def run_body(
     last = max((ev.id for ev in events if ev.id is not None), default=0)
     follow = ""
     if live and not run.settled:
-        follow = f' data-events="{e(base)}/runs/{e(run.id)}/events" data-after="{last}"'
+        journaled = max((ev.data["index"] for ev in events if _is_llm(ev)), default=0)
+        follow = (
+            f' data-events="{e(base)}/runs/{e(run.id)}/events" data-after="{last}"'
+            f' data-journaled="{journaled}"'
+        )
     items = "".join(event_item(ev, by_id) for ev in events)
     parts.append(f'<h2>Timeline</h2><ol class="timeline" id="timeline"{follow}>{items}</ol>')
     if attempts:
         parts.append("<h2>Earlier attempts</h2>" + _attempts(attempts))
     return "\n".join(parts)
+
+
+def _is_llm(event: RunEvent) -> bool:
+    return event.type is EventType.STEP and event.data.get("kind") == "llm"
 
 
 def trigger_block(run: Run) -> str:

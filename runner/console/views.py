@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from runner.console import errors
 from runner.console.assets import PAGE_HEADERS
@@ -34,7 +34,7 @@ from runner.errors import (
 )
 from runner.sse import HEADERS as SSE_HEADERS
 from runner.sse import sse_stream
-from store.events import EventType, RunEvent, step_event
+from store.events import RunEvent, step_event
 from store.models import Approval
 from store.rules import CancelAction
 
@@ -241,8 +241,9 @@ class Console:
             self.engine,
             request.params["run_id"],
             last,
+            # Every event whole, the model's token deltas included: the page
+            # is for signed-in users, who see everything a run wrote anyway.
             timeout=self.live_timeout,
-            shape=_shape,
         )
         return Response(200, frames, dict(SSE_HEADERS), "text/event-stream")
 
@@ -358,14 +359,6 @@ class Console:
 
 
 # ------------------------------------------------------------ input
-
-
-def _shape(event: RunEvent) -> dict[str, Any] | None:
-    """What the run page's stream sends: every durable event whole (the page
-    is for signed-in users, who see tool input anyway), no token deltas."""
-    if event.type is EventType.TOKEN:
-        return None
-    return event.to_dict()
 
 
 def _text(query: Mapping[str, str], key: str) -> str:

@@ -1,11 +1,12 @@
 """The console in real headless Chromium (Debian's ``chromium`` and
 ``chromedriver``): an approver signs in, judges a call in the inbox, approves
 it with a reason (a double click decides once), and the run's page follows
-the run to ``completed`` with no reload; hostile model and tool text stays
-text under the console's CSP."""
+the run to ``completed`` with no reload, a streaming model's text growing in
+place; hostile model and tool text stays text under the console's CSP."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from typing import Any
@@ -15,8 +16,9 @@ from selenium import webdriver
 from selenium.webdriver.common.by import By
 from werkzeug.wrappers import Response
 
-from runner import Engine, RunStatus
+from runner import Agent, Engine, RunStatus, tool
 from runner.console.flask import console_blueprint
+from runner.testing import Request, ScriptedModel, call, text, tools
 from store.models import Decision
 from tests.console.conftest import (
     BASE,
@@ -26,7 +28,7 @@ from tests.console.conftest import (
     execute_all,
 )
 from tests.e2e.test_sse_http import serving
-from tests.helpers import run_in_thread
+from tests.helpers import run_in_thread, unique
 
 
 def signed_in_app(engine: Engine) -> Flask:
@@ -109,6 +111,94 @@ def test_approve_in_the_inbox_and_watch_the_run_complete(
             ]
             assert refused == []
         finally:
+            browser.get("about:blank")  # closes the page's EventSource
+            if worker is not None:
+                worker.join(15)
+
+
+# Model output that would run script if the page ever put it in as HTML.
+HOSTILE_ANSWER = (
+    'Done. <img src=x onerror="window.pwned=1"><script>window.pwned=2</script>'
+    " and a long tail so that the text streams in many pieces over a second or so."
+)
+
+
+@tool
+def inspect_order(order_id: str) -> str:
+    """Look an order up."""
+    return f"{order_id}: <b>arrived broken</b>"
+
+
+def streaming_agent(gate: threading.Event) -> str:
+    """Two tool steps, then the hostile answer, streamed slowly; the model
+    call of step 2 waits for ``gate``, so the test sees the page mid-run."""
+    name = unique("live-page")
+
+    def script(request: Request) -> Any:
+        if request.step == 2:
+            assert gate.wait(30), "the test never opened the gate"
+        if request.step <= 2:
+            return tools(call("inspect_order", {"order_id": f"A-{request.step}"}))
+        return text(HOSTILE_ANSWER)
+
+    model = ScriptedModel(name, script, chunk_delay=0.02)
+    Agent(name=name, model=model.model, tools=[inspect_order], stream=True)
+    return name
+
+
+def test_the_run_page_shows_steps_as_they_happen_and_the_text_as_it_streams(
+    engine: Engine, queued: list[str], browser: webdriver.Chrome
+) -> None:
+    gate = threading.Event()
+    run = engine.start(streaming_agent(gate))
+    with serving(signed_in_app(engine)) as (port, _handlers):
+        root = f"http://127.0.0.1:{port}"
+        worker: threading.Thread | None = None
+        try:
+            browser.get(f"{root}/login?user=alice")
+            browser.get(f"{root}{BASE}/runs/{run.id}")
+
+            def items() -> list[str]:
+                return [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#timeline li")]
+
+            assert items() == ["status queued"]
+            worker, box = run_in_thread(engine, queued.pop())
+            # Mid-run (step 2's model call waits): step 1 is on the page already.
+            _poll(lambda: any(t.startswith("1\ntool\ninspect_order") for t in items()), 10, "1")
+            assert not any(t.startswith("2\n") for t in items())
+            assert browser.find_element(By.ID, "status").text == "running"
+
+            gate.set()
+            seen: list[str] = []
+            deadline = time.monotonic() + 30
+            while browser.find_element(By.ID, "status").text != "completed":
+                assert time.monotonic() < deadline, f"the run did not complete: {items()}"
+                streamed = browser.find_elements(By.CSS_SELECTOR, "li.kind-streaming pre")
+                seen.extend(pre.text for pre in streamed)
+                time.sleep(0.01)
+            worker.join(15)
+            assert box["run"].status is RunStatus.COMPLETED
+
+            # The text grew in place while the model streamed it, and gave way
+            # to the journaled step once that was written.
+            partial = {t for t in seen if t and t != HOSTILE_ANSWER}
+            assert len(partial) >= 2 and all(HOSTILE_ANSWER.startswith(t) for t in partial)
+            assert not browser.find_elements(By.CSS_SELECTOR, "li.kind-streaming")
+            final = items()
+            [answer] = [t for t in final if t.startswith("3\nmodel")]
+            assert HOSTILE_ANSWER in answer  # as text: the markup is visible, not rendered
+            assert final[-1] == "status completed"
+            assert any("<b>arrived broken</b>" in t for t in final)  # tool output, as text
+            assert browser.execute_script("return window.pwned") is None
+            assert not browser.find_elements(By.CSS_SELECTOR, "main img, main script")
+            refused = [
+                entry["message"]
+                for entry in browser.get_log("browser")
+                if "Content Security Policy" in entry.get("message", "")
+            ]
+            assert refused == []
+        finally:
+            gate.set()
             browser.get("about:blank")  # closes the page's EventSource
             if worker is not None:
                 worker.join(15)
