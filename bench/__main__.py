@@ -13,6 +13,7 @@ BENCHMARKS = [
     "bench.outage",
     "bench.observe",
     "bench.events",
+    "bench.console",
 ]
 
 

@@ -26,6 +26,7 @@ import hmac
 import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 from runner.console.forms import FormRefused, check_length, parse_form
 from runner.console.views import CSRF_FIELD, LIVE_TIMEOUT_SECONDS, ROUTES, Console, Request, Route
@@ -48,10 +49,13 @@ def console_blueprint(
     guard: Guard,
     name: str = "runwright_console",
     live_timeout: float = LIVE_TIMEOUT_SECONDS,
+    login_url: str | None = None,
 ) -> flask.Blueprint:
     """The console's pages as a blueprint; mount it with ``url_prefix``.
-    ``engine``: an engine, or a factory called on each request. Registering
-    it on an app without a ``secret_key`` raises :class:`ConfigurationError`."""
+    ``engine``: an engine, or a factory called on each request. ``login_url``:
+    where a GET from nobody signed in is sent, with ``?next=`` the page it
+    wanted (None: it gets a 403). Registering it on an app without a
+    ``secret_key`` raises :class:`ConfigurationError`."""
     from flask import Blueprint
 
     blueprint = Blueprint(name, __name__)
@@ -78,18 +82,23 @@ def console_blueprint(
         blueprint.add_url_rule(
             route.rule,
             route.name,
-            _view(route, console_here, guard),
+            _view(route, console_here, guard, login_url),
             methods=[route.method],
         )
     return blueprint
 
 
-def _view(route: Route, console_here: Callable[[], Console], guard: Guard) -> Callable[..., Any]:
+def _view(
+    route: Route, console_here: Callable[[], Console], guard: Guard, login_url: str | None
+) -> Callable[..., Any]:
     def view(**params: str) -> flask.Response:
         from flask import request
 
         console = console_here()
         user = guard(request)
+        if user is None and login_url and not route.public and request.method == "GET":
+            target = f"{login_url}?{urlencode({'next': request.full_path})}"
+            return _to_flask(ConsoleResponse(303, "", {"Location": target}))
         token = _session_token()
         form: dict[str, str] = {}
         csrf_ok = False
@@ -101,8 +110,7 @@ def _view(route: Route, console_here: Callable[[], Console], guard: Guard) -> Ca
                 return _to_flask(
                     console.error(refused.status, "Bad request", str(refused), anonymous)
                 )
-            sent = form.get(CSRF_FIELD, "")
-            csrf_ok = bool(sent) and hmac.compare_digest(sent.encode(), token.encode())
+            csrf_ok = csrf_valid(form.get(CSRF_FIELD))
         headers = {}
         last = request.headers.get("Last-Event-ID")
         if last is not None:
@@ -124,6 +132,21 @@ def _view(route: Route, console_here: Callable[[], Console], guard: Guard) -> Ca
 
     view.__name__ = f"console_{route.name}"
     return view
+
+
+def csrf_token() -> str:
+    """This session's console CSRF token, for the host app's own forms (its
+    sign-in form, say): put it in a ``csrf_token`` field and check the POST
+    with :func:`csrf_valid`."""
+    return _session_token()
+
+
+def csrf_valid(sent: object) -> bool:
+    """Whether ``sent`` (a form's ``csrf_token``) is this session's token."""
+    token = _session_token()
+    return (
+        isinstance(sent, str) and bool(sent) and hmac.compare_digest(sent.encode(), token.encode())
+    )
 
 
 def _session_token() -> str:

@@ -46,7 +46,7 @@ CSRF_FIELD = "csrf_token"
 # after the last event it saw: a waiting run does not hold a thread for days.
 LIVE_TIMEOUT_SECONDS = 600.0
 MAX_QUERY_CHARS = 200
-MAX_PAGE = 200
+MAX_PAGE = 1000
 
 # What a redirect after a POST may say; the query names one, so nothing a
 # client writes in the URL reaches the page.
