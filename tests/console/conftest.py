@@ -13,11 +13,12 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from runner import Agent, Engine, effect, tool
+from runner import Agent, Engine, Run, effect, tool
 from runner.console.flask import console_blueprint
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
 from store.config import Settings
 from store.leases import Leases
+from store.models import Approval
 from tests.helpers import AnyStore
 
 USER_HEADER = "X-Test-User"
@@ -183,3 +184,15 @@ def post(
     if csrf_from is not None:
         form["csrf_token"] = csrf_of(page_text(client, csrf_from, user))
     return client.post(path, data=form, headers=as_user(user) if user else {})
+
+
+def waiting_run(
+    engine: Engine, queued: list[str], payload: dict[str, Any] | None = None, **asks: Any
+) -> tuple[ApprovalAgent, Run, Approval]:
+    """A run of a new :func:`approval_agent` (``asks``: its arguments), executed
+    until it waits for its one approval."""
+    agent = approval_agent(**asks)
+    run = engine.start(agent.name, payload or {})
+    execute_all(engine, queued)
+    [approval] = engine.approvals(run.id)
+    return agent, run, approval

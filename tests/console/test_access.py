@@ -23,16 +23,14 @@ from tests.console.conftest import (
     execute_all,
     guard,
     page_text,
+    waiting_run,
 )
 
 
 def test_without_a_user_every_console_page_is_403_and_nothing_changes(
     client: FlaskClient, engine: Engine, queued: list[str]
 ) -> None:
-    agent = approval_agent()
-    run = engine.start(agent.name, {})
-    execute_all(engine, queued)
-    [approval] = engine.approvals(run.id)
+    _agent, run, approval = waiting_run(engine, queued)
     for path in ("/", "/approvals", f"/runs/{run.id}", f"/runs/{run.id}/events"):
         page = page_text(client, BASE + path, user=None, status=403)
         assert "Sign in" in page and run.id not in page
@@ -116,10 +114,7 @@ def test_a_token_link_shows_its_approval_and_nothing_else(
 def test_a_link_page_escapes_hostile_arguments(
     client: FlaskClient, engine: Engine, queued: list[str]
 ) -> None:
-    agent = approval_agent(note=HOSTILE_SCRIPT + HOSTILE_IMG)
-    run = engine.start(agent.name, {})
-    execute_all(engine, queued)
-    [approval] = engine.approvals(run.id)
+    _agent, _run, approval = waiting_run(engine, queued, note=HOSTILE_SCRIPT + HOSTILE_IMG)
     link = f"{BASE}/approvals/{approval.approval_id}?token={engine.token(approval.approval_id)}"
     page = page_text(client, link, user=None)
     assert page.count("<script") == 1 and "<img" not in page

@@ -17,6 +17,7 @@ from tests.console.conftest import (
     execute_all,
     page_text,
     post,
+    waiting_run,
 )
 
 INBOX = f"{BASE}/approvals"
@@ -25,10 +26,9 @@ INBOX = f"{BASE}/approvals"
 def test_the_inbox_shows_what_an_approver_needs_to_judge(
     client: FlaskClient, engine: Engine, queued: list[str]
 ) -> None:
-    agent = approval_agent()
-    run = engine.start(agent.name, {"order": "A-1001", "customer": "Ada Lovelace"})
-    execute_all(engine, queued)
-    [approval] = engine.approvals(run.id)
+    agent, run, approval = waiting_run(
+        engine, queued, {"order": "A-1001", "customer": "Ada Lovelace"}
+    )
 
     page = page_text(client, INBOX)
     assert f"{agent.name} asks to call refund" in page  # the agent
@@ -58,10 +58,7 @@ def test_hostile_text_in_the_inbox_is_escaped(
 def test_approving_with_a_reason_records_who_and_resumes_the_run(
     client: FlaskClient, engine: Engine, queued: list[str]
 ) -> None:
-    agent = approval_agent()
-    run = engine.start(agent.name, {})
-    execute_all(engine, queued)
-    [approval] = engine.approvals(run.id)
+    agent, run, approval = waiting_run(engine, queued)
 
     answer = post(
         client,
@@ -87,10 +84,7 @@ def test_approving_with_a_reason_records_who_and_resumes_the_run(
 def test_a_second_post_decides_nothing(
     client: FlaskClient, engine: Engine, queued: list[str]
 ) -> None:
-    agent = approval_agent()
-    run = engine.start(agent.name, {})
-    execute_all(engine, queued)
-    [approval] = engine.approvals(run.id)
+    _agent, run, approval = waiting_run(engine, queued)
     path = f"{INBOX}/{approval.approval_id}"
     token = csrf_of(page_text(client, INBOX, "alice"))
 
@@ -139,10 +133,7 @@ def test_deny_all_of_a_step_at_once(client: FlaskClient, engine: Engine, queued:
 def test_a_post_without_the_csrf_token_changes_nothing(
     client: FlaskClient, app: object, engine: Engine, queued: list[str]
 ) -> None:
-    agent = approval_agent()
-    run = engine.start(agent.name, {})
-    execute_all(engine, queued)
-    [approval] = engine.approvals(run.id)
+    _agent, run, approval = waiting_run(engine, queued)
     path = f"{INBOX}/{approval.approval_id}"
     page_text(client, INBOX)  # the session has a token now
 
@@ -169,10 +160,7 @@ def test_a_post_without_the_csrf_token_changes_nothing(
 def test_malformed_forms_are_one_clear_400(
     client: FlaskClient, engine: Engine, queued: list[str]
 ) -> None:
-    agent = approval_agent()
-    run = engine.start(agent.name, {})
-    execute_all(engine, queued)
-    [approval] = engine.approvals(run.id)
+    _agent, run, approval = waiting_run(engine, queued)
     path = f"{INBOX}/{approval.approval_id}"
     token = csrf_of(page_text(client, INBOX))
     urlencoded = {"Content-Type": "application/x-www-form-urlencoded", **as_user()}

@@ -20,16 +20,16 @@ from tests.console.conftest import (
     hostile_agent,
     page_text,
     post,
+    waiting_run,
 )
 
 
 def test_the_page_shows_trigger_timeline_decisions_usage_and_cost(
     client: FlaskClient, engine: Engine, queued: list[str]
 ) -> None:
-    agent = approval_agent()
-    run = engine.start(agent.name, {"order": "A-1001", "customer": "Ada Lovelace"})
-    execute_all(engine, queued)
-    [approval] = engine.approvals(run.id)
+    _agent, run, approval = waiting_run(
+        engine, queued, {"order": "A-1001", "customer": "Ada Lovelace"}
+    )
     answer = post(
         client,
         f"{BASE}/approvals/{approval.approval_id}",
@@ -85,6 +85,15 @@ def test_every_page_has_a_strict_csp_that_names_its_one_script(
     [script] = re.findall(r"<script>(.*?)</script>", page, re.S)
     digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
     assert f"script-src 'sha256-{digest}'" in policy
+    [style] = re.findall(r"<style>(.*?)</style>", page, re.S)
+    digest = base64.b64encode(hashlib.sha256(style.encode()).digest()).decode()
+    assert f"style-src 'sha256-{digest}'" in policy and page.count("<script") == 1
+    # Whatever the script adds to the page goes in as text.
+    assert "innerHTML" not in page and "outerHTML" not in page
+    assert "insertAdjacentHTML" not in page and "document.write" not in page
+    markup = page.replace(script, "")  # the hostile text is in it, escaped
+    assert re.search(r"<[^>]*\son\w+\s*=", markup) is None  # no inline handlers
+    assert "textContent" in script
     assert answer.headers["Referrer-Policy"] == "no-referrer"
     assert answer.headers["Cache-Control"] == "no-store"
 
