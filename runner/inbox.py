@@ -30,7 +30,9 @@ class InboxItem:
     step_approvals: list[Approval]
 
 
-def context(messages: list[Message], tool_call_id: str) -> tuple[Message | None, list[SeenResult]]:
+def context_of(
+    messages: list[Message], tool_call_id: str
+) -> tuple[Message | None, list[SeenResult]]:
     """The assistant message that made the call ``tool_call_id``, and the tool
     results before it."""
     seen: list[SeenResult] = []
@@ -55,18 +57,15 @@ def _called(call: dict[str, object]) -> str:
 
 
 def inbox(store: Store, limit: int, agent: str | None) -> list[InboxItem]:
+    pending = store.pending_approvals(limit, agent)
+    # One read for the runs of every item, however many there are.
+    contexts = store.run_contexts([a.run_id for a in pending])
     items: list[InboxItem] = []
-    runs: dict[str, tuple[Run, list[Message], list[Approval]]] = {}
-    for approval in store.pending_approvals(limit, agent):
-        if approval.run_id not in runs:
-            checkpoint = store.checkpoint(approval.run_id)
-            runs[approval.run_id] = (
-                store.get_run(approval.run_id),
-                [] if checkpoint is None else checkpoint.messages,
-                store.approvals(approval.run_id),
-            )
-        run, messages, approvals = runs[approval.run_id]
-        asking, seen = context(messages, approval.tool_call_id)
-        step = [a for a in approvals if a.step_index == approval.step_index]
-        items.append(InboxItem(approval, run, asking, seen, step))
+    for approval in pending:
+        context = contexts.get(approval.run_id)
+        if context is None:
+            continue  # pruned since: nothing left to judge it by
+        asking, seen = context_of(context.messages, approval.tool_call_id)
+        step = [a for a in context.approvals if a.step_index == approval.step_index]
+        items.append(InboxItem(approval, context.run, asking, seen, step))
     return items

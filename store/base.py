@@ -12,6 +12,7 @@ agree on claim expiry.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -87,6 +88,16 @@ class StartPoint:
 
     checkpoint: Checkpoint | None
     journaled: Step | None
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """A run as a person judges what it asks: the run, the messages of its
+    checkpoint (none before its first step) and its approvals."""
+
+    run: Run
+    messages: list[Message]
+    approvals: list[Approval]
 
 
 @dataclass(frozen=True)
@@ -288,6 +299,11 @@ class Store(Protocol):
 
     def pending_approvals(self, limit: int = 50, agent: str | None = None) -> list[Approval]:
         """Undecided approvals of waiting runs, oldest first."""
+        ...
+
+    def run_contexts(self, run_ids: Sequence[str]) -> dict[str, RunContext]:
+        """The context of each run named (ids that name no run are left out),
+        read in one transaction: the inbox's one read for all its runs."""
         ...
 
     def get_approval(self, approval_id: str) -> Approval: ...

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from urllib.parse import parse_qsl
 
+from runner.errors import InvalidInput
+
 MAX_FORM_BYTES = 64 * 1024
 MAX_FORM_FIELDS = 20
 
 
-class FormRefused(Exception):
+class FormRefused(InvalidInput):
     """The body is not a form the console takes; ``status`` says why (400,
     413 or 415)."""
 

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 
 from store.base import (
     CancelResult,
     DecisionResult,
+    RunContext,
     check_approval_id,
     check_decidable,
     check_run_id,
+    is_canonical_id,
 )
 from store.errors import ApprovalNotFound
 from store.mem.base import MemBase
@@ -69,6 +72,19 @@ class MemApprovals(MemBase):
                 and agent in (None, self._runs[a.run_id].agent)
             ]
         return sorted(pending, key=lambda a: (a.created_at, a.approval_id))[:limit]
+
+    def run_contexts(self, run_ids: Sequence[str]) -> dict[str, RunContext]:
+        contexts: dict[str, RunContext] = {}
+        with self._lock:
+            for run_id in run_ids:
+                run = self._runs.get(run_id) if is_canonical_id(run_id) else None
+                if run is None:
+                    continue
+                checkpoint = self._checkpoint(run_id)
+                messages = [] if checkpoint is None else checkpoint.messages
+                approvals = self._run_approvals(run_id)
+                contexts[run_id] = RunContext(self._with_wait(run), messages, approvals)
+        return contexts
 
     def get_approval(self, approval_id: str) -> Approval:
         with self._lock:

@@ -3,21 +3,25 @@ the run's owner. Each locks the run row first, then decides by ``store.rules``."
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from store.base import (
     CancelResult,
     DecisionResult,
+    RunContext,
     check_approval_id,
     check_decidable,
     check_run_id,
+    is_canonical_id,
 )
 from store.db import Tx, dumps
 from store.errors import ApprovalNotFound
 from store.models import Approval, Decision, Message, Outcome, RunError, RunStatus, Settled
 from store.pg.base import PgBase, outcome_params
 from store.queries import approvals as q
-from store.rows import approval_from_row
+from store.queries import runs as qr
+from store.rows import approval_from_row, run_from_row
 from store.rules import CancelAction, cancel_action, cancel_outcome, check_fail_waiting
 
 
@@ -67,6 +71,25 @@ class PgApprovals(PgBase):
     def pending_approvals(self, limit: int = 50, agent: str | None = None) -> list[Approval]:
         rows = self.db.rows(q.PENDING_APPROVALS, {"limit": limit, "agent": agent})
         return [approval_from_row(r) for r in rows]
+
+    def run_contexts(self, run_ids: Sequence[str]) -> dict[str, RunContext]:
+        ids = list(dict.fromkeys(i for i in run_ids if is_canonical_id(i)))
+        if not ids:
+            return {}
+        with self.db.tx() as tx:
+            runs = [run_from_row(r) for r in tx.rows(qr.RUNS_BY_IDS, {"ids": ids})]
+            messages = {
+                str(r["run_id"]): r["messages"]
+                for r in tx.rows(qr.CHECKPOINT_MESSAGES_BY_RUN_IDS, {"ids": ids})
+            }
+            approvals: dict[str, list[Approval]] = {}
+            for row in tx.rows(q.APPROVALS_BY_RUN_IDS, {"ids": ids}):
+                approval = approval_from_row(row)
+                approvals.setdefault(approval.run_id, []).append(approval)
+        return {
+            run.id: RunContext(run, messages.get(run.id, []), approvals.get(run.id, []))
+            for run in runs
+        }
 
     def get_approval(self, approval_id: str) -> Approval:
         with self.db.tx() as tx:

@@ -38,6 +38,12 @@ RUN_APPROVALS = Statement(
     "SELECT * FROM approvals WHERE run_id = CAST(:run_id AS uuid) ORDER BY created_at, approval_id",
 )
 
+APPROVALS_BY_RUN_IDS = Statement(
+    "approvals_by_run_ids",
+    "SELECT * FROM approvals WHERE run_id = ANY(CAST(:ids AS uuid[]))"
+    " ORDER BY created_at, approval_id",
+)
+
 APPROVAL = Statement(
     "approval", "SELECT * FROM approvals WHERE approval_id = CAST(:approval_id AS uuid)"
 )

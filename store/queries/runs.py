@@ -42,6 +42,7 @@ _RUN_WITH_WAIT = f"""
 """
 
 GET_RUN = Statement("get_run", _RUN_WITH_WAIT + " WHERE r.id = CAST(:id AS uuid)")
+RUNS_BY_IDS = Statement("runs_by_ids", _RUN_WITH_WAIT + " WHERE r.id = ANY(CAST(:ids AS uuid[]))")
 
 # Filters that are NULL match everything; on a plain statement the planner
 # folds them away, so the status and agent indexes still serve.
@@ -78,6 +79,16 @@ CHECKPOINT = Statement(
            COALESCE((SELECT jsonb_agg(m.body ORDER BY m.seq) FROM messages AS m
                       WHERE m.run_id = c.run_id AND m.seq < c.message_count), '[]') AS messages
       FROM checkpoints AS c WHERE c.run_id = CAST(:run_id AS uuid)
+    """,
+)
+
+CHECKPOINT_MESSAGES_BY_RUN_IDS = Statement(
+    "checkpoint_messages_by_run_ids",
+    """
+    SELECT c.run_id,
+           COALESCE((SELECT jsonb_agg(m.body ORDER BY m.seq) FROM messages AS m
+                      WHERE m.run_id = c.run_id AND m.seq < c.message_count), '[]') AS messages
+      FROM checkpoints AS c WHERE c.run_id = ANY(CAST(:ids AS uuid[]))
     """,
 )
 

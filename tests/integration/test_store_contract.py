@@ -854,6 +854,19 @@ def test_listing_pages_counts_and_the_inbox(any_store: AnyStore) -> None:
     pending = any_store.pending_approvals(agent="asker")
     assert [a.approval_id for a in pending] == [first.approval_id, second.approval_id]
     assert any_store.pending_approvals(limit=1, agent="asker") == pending[:1]
+    # What the inbox reads of their run, for every run at once.
+    other = any_store.create_run(new_run("lister-0"))[0]
+    contexts = any_store.run_contexts(
+        [fence.run_id, other.id, fence.run_id, str(uuid.uuid4()), "not-a-run"]
+    )
+    assert set(contexts) == {fence.run_id, other.id}
+    waiting = contexts[fence.run_id]
+    assert waiting.run == any_store.get_run(fence.run_id)
+    assert waiting.run.waiting is not None and waiting.run.waiting.approval_id == first.approval_id
+    assert waiting.messages == [msg(0), msg(1)]
+    assert waiting.approvals == any_store.approvals(fence.run_id)
+    assert (contexts[other.id].messages, contexts[other.id].approvals) == ([], [])
+    assert any_store.run_contexts([]) == {}
     response = {"role": "approval_response", "approval_id": first.approval_id}
     result = any_store.decide(first.approval_id, Decision.APPROVED, "fine", response, by="ada")
     assert result.approval.decided_by == "ada"
