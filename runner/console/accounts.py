@@ -237,6 +237,8 @@ def _read(path: Path) -> tuple[Accounts, _Stamp]:
             f"there is no console accounts file at {path}: add an account with "
             f"`runwright console add-user NAME --users {path}`"
         ) from None
+    except IsADirectoryError:
+        raise ConfigurationError(f"{where} is not a regular file") from None
     except OSError as exc:
         raise ConfigurationError(f"cannot read {where}: {exc.strerror}") from None
     if len(raw) > MAX_FILE_BYTES:

@@ -179,9 +179,9 @@ class Sessions:
 class LoginLimiter:
     """Failed sign-ins, counted in memory by account name and by address.
 
-    Past ``free`` failures within ``window`` seconds, each further failure
-    doubles the wait before the next attempt (2 s, 4 s, ... up to
-    ``max_wait``); an attempt during the wait is refused without checking
+    After ``free`` failures within ``window`` seconds, the next attempt
+    waits 2 s, and each further failure doubles the wait (4 s, 8 s, ... up
+    to ``max_wait``); an attempt during the wait is refused without checking
     the password, so guessing costs time however fast a client sends. A
     success clears its name's count; an address's count only ages out.
     """
@@ -229,8 +229,8 @@ class LoginLimiter:
                 entry[0] += 1
                 entry[1] = now
                 over = entry[0] - self.free[key[0]]
-                if over > 0:
-                    entry[2] = now + min(self.max_wait, 2.0**over)
+                if over >= 0:
+                    entry[2] = now + min(self.max_wait, 2.0 ** (over + 1))
             if len(self._seen) > self.max_keys:
                 self._prune(now)
 

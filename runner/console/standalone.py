@@ -214,7 +214,7 @@ class StandaloneConsole:
             if session is not None and accounts is not None and _current(accounts, session):
                 visit.holder = session
                 return visit
-        if sent:  # expired, tampered with, or of an old password: forget it
+        if sent and accounts is not None:  # expired, tampered with, of an old password
             visit.cookies.append(self._cookie(SESSION_COOKIE, "", 0))
         for value in cookie_values(header, PRESESSION_COOKIE):
             pre = self.sessions.read_pre(value)
