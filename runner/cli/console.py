@@ -75,6 +75,8 @@ def console(
     from runner.console.standalone import StandaloneConsole
     from runner.console.wsgi import check_prefix
 
+    if not host or not host.isascii() or not host.isprintable() or " " in host:
+        raise InvalidInput("--host is an IP address or a host name")
     prefix = check_prefix(prefix)
     path = _users_option(users)
     accounts = AccountsFile(path)
