@@ -126,6 +126,7 @@ class StandaloneConsole:
         self._cookie_path = self.prefix or "/"
         self._router = Router()
         self._hashing = threading.BoundedSemaphore(HASHING_AT_ONCE)
+        self._broken: str | None = None  # why the accounts file cannot be used
 
     # ------------------------------------------------------------- WSGI
 
@@ -196,34 +197,53 @@ class StandaloneConsole:
         """Who sends the request: a session whose account still has the
         password it was signed in with, else a pre-session (a new one if
         the request has none)."""
-        address = str(environ.get("REMOTE_ADDR", ""))
+        accounts = self._current_accounts()
         header = str(environ.get("HTTP_COOKIE", ""))
-        try:
-            accounts = (
-                self._accounts.current()
-                if isinstance(self._accounts, AccountsFile)
-                else self._accounts
-            )
-        except ConfigurationError as exc:
-            log.error("nobody can sign in to the console: %s", exc.message)
-            accounts = None
-        visit = _Visit(method, path, address, PreSession("", 0), accounts)
-        sent = cookie_values(header, SESSION_COOKIE)
-        for value in sent:
+        cookies: list[str] = []
+        holder: Session | PreSession | None = self._session(header, accounts)
+        if holder is None:
+            if accounts is not None and cookie_values(header, SESSION_COOKIE):
+                # Expired, tampered with, or of an old password: forget it.
+                cookies.append(self._cookie(SESSION_COOKIE, "", 0))
+            holder = self._pre_session(header)
+        if holder is None:
+            value, holder = self.sessions.issue_pre()
+            cookies.append(self._cookie(PRESESSION_COOKIE, value))
+        address = str(environ.get("REMOTE_ADDR", ""))
+        return _Visit(method, path, address, holder, accounts, cookies)
+
+    def _session(self, header: str, accounts: Accounts | None) -> Session | None:
+        if accounts is None:
+            return None  # fail closed: nobody is signed in
+        for value in cookie_values(header, SESSION_COOKIE):
             session = self.sessions.read(value)
-            if session is not None and accounts is not None and _current(accounts, session):
-                visit.holder = session
-                return visit
-        if sent and accounts is not None:  # expired, tampered with, of an old password
-            visit.cookies.append(self._cookie(SESSION_COOKIE, "", 0))
+            if session is not None and _current(accounts, session):
+                return session
+        return None
+
+    def _pre_session(self, header: str) -> PreSession | None:
         for value in cookie_values(header, PRESESSION_COOKIE):
             pre = self.sessions.read_pre(value)
             if pre is not None:
-                visit.holder = pre
-                return visit
-        value, visit.holder = self.sessions.issue_pre()
-        visit.cookies.append(self._cookie(PRESESSION_COOKIE, value))
-        return visit
+                return pre
+        return None
+
+    def _current_accounts(self) -> Accounts | None:
+        """The accounts now, or None while the file cannot be used (said
+        once in the log, not on every request)."""
+        if isinstance(self._accounts, Accounts):
+            return self._accounts
+        try:
+            accounts = self._accounts.current()
+        except ConfigurationError as exc:
+            if exc.message != self._broken:
+                log.error("nobody can sign in to the console: %s", exc.message)
+                self._broken = exc.message
+            return None
+        if self._broken is not None:
+            log.warning("the console's accounts file can be read again")
+            self._broken = None
+        return accounts
 
     def _cookie(self, name: str, value: str, max_age: int | None = None) -> str:
         if max_age is None:

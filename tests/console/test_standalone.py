@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import html
+import logging
 import re
 from pathlib import Path
 
@@ -174,6 +175,26 @@ def test_failed_sign_ins_are_slowed_down(
     assert sign_in(client, ALICE).status_code == 303
 
 
+def test_the_limiter_counts_by_name_and_by_address() -> None:
+    clock = Clock()
+    limiter = LoginLimiter(clock=clock, max_keys=100)
+    for number in range(20):  # one address tries many names
+        assert limiter.wait(f"user{number}", "10.0.0.1") == 0
+        limiter.failed(f"user{number}", "10.0.0.1")
+    assert limiter.wait("anyone", "10.0.0.1") == 2
+    assert limiter.wait("anyone", "10.0.0.2") == 0
+    limiter.failed("anyone", "10.0.0.1")
+    assert limiter.wait("anyone", "10.0.0.2") == 0  # one failure of that name
+    assert limiter.wait("nobody", "10.0.0.1") == 4  # the address's wait doubled
+    limiter.succeeded("anyone")  # clears the name, not the address
+    assert limiter.wait("anyone", "10.0.0.1") == 4
+    clock.now += 900  # the window passes: forgotten
+    assert limiter.wait("nobody", "10.0.0.1") == 0
+    for number in range(500):  # a flood of names stays bounded
+        limiter.failed(f"flood{number}", f"10.1.{number}.1")
+    assert len(limiter._seen) <= 100
+
+
 def test_a_sign_in_without_the_pre_session_token_is_refused(
     app: StandaloneConsole, client: Client
 ) -> None:
@@ -266,7 +287,9 @@ def test_a_tampered_forged_or_expired_session_is_anonymous(
     )  # and the stale cookie is cleared
 
 
-def test_a_new_password_ends_the_accounts_sessions(users: Path, app: StandaloneConsole) -> None:
+def test_a_new_password_ends_the_accounts_sessions(
+    users: Path, app: StandaloneConsole, caplog: pytest.LogCaptureFixture
+) -> None:
     alice, bob = signed_in(Client(app)), signed_in(Client(app), BOB)
     assert alice.get(f"{BASE}/").status_code == 200
     add_account(users, "alice", "alice's new password")
@@ -274,12 +297,16 @@ def test_a_new_password_ends_the_accounts_sessions(users: Path, app: StandaloneC
     assert bob.get(f"{BASE}/").status_code == 200  # bob's password did not change
     assert sign_in(alice).status_code == 403  # the old password no longer works
     assert sign_in(alice, ("alice", "alice's new password")).status_code == 303
-    # A broken accounts file: nobody is signed in, and nobody can sign in.
+    # A broken accounts file: nobody is signed in, and nobody can sign in;
+    # the log says why, once.
     users.chmod(0o644)
-    assert goes_to_login(bob.get(f"{BASE}/"))
-    assert bob.get(f"{BASE}/login").status_code == 503
+    with caplog.at_level(logging.ERROR, logger="runner.console.standalone"):
+        assert goes_to_login(bob.get(f"{BASE}/"))
+        assert bob.get(f"{BASE}/login").status_code == 503
+    [said] = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert "nobody can sign in" in said and "chmod 600" in said
     users.chmod(0o600)
-    assert bob.get(f"{BASE}/").status_code == 200
+    assert bob.get(f"{BASE}/").status_code == 200  # its session held meanwhile
 
 
 def test_a_post_without_the_sessions_csrf_token_changes_nothing(
