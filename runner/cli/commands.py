@@ -27,6 +27,7 @@ from runner.cli.args import (
     parse_payload,
     seconds,
 )
+from runner.cli.console import console as console_command
 from runner.cli.describe import describe, status_cell, when
 from runner.cli.render import clip as _clip
 from runner.cli.render import cost_text
@@ -412,3 +413,6 @@ def demo(keep: bool) -> None:
     from runner.cli.demo import run_demo
 
     run_demo(keep=keep)
+
+
+main.add_command(console_command)

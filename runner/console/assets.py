@@ -17,6 +17,8 @@ body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1d2125;background:#fafa
 header.top{display:flex;gap:1.2rem;align-items:center;padding:.6rem 1.2rem;background:#1d2a3a}
 header.top a,header.top span{color:#fff;text-decoration:none}
 header.top .user{margin-left:auto;opacity:.8}
+header.top form{margin:0}
+header.top button{background:none;color:#fff;border:1px solid #8a9bb0;padding:.1rem .6rem}
 main{max-width:72rem;margin:1rem auto;padding:0 1.2rem}
 h1{font-size:1.4rem;margin:.6rem 0}h2{font-size:1.1rem;margin:1.4rem 0 .5rem}
 h3{font-size:.95rem;margin:.8rem 0 .3rem}

@@ -131,15 +131,24 @@ def hidden(name: str, value: str) -> str:
     return f'<input type="hidden" name="{e(name)}" value="{e(value)}">'
 
 
-def page(title: str, body: str, *, base: str | None, user: str | None) -> str:
+def sign_out_form(action: str, field: str, token: str) -> str:
+    """The header's sign-out button, for a console that signs its users in itself."""
+    return (
+        f'<form class="signout" method="post" action="{e(action)}">{hidden(field, token)}'
+        '<button type="submit">Sign out</button></form>'
+    )
+
+
+def page(title: str, body: str, *, base: str | None, user: str | None, sign_out: str = "") -> str:
     """A whole page. ``base`` None: a page outside the console (an approval
-    link), which shows no navigation."""
+    link), which shows no navigation. ``sign_out``: :func:`sign_out_form`'s
+    HTML, shown after the user's name."""
     nav = ""
     if base is not None:
         who = f'<span class="user">{e(user)}</span>' if user else ""
         nav = (
             f'<header class="top"><a href="{e(base)}/">Runs</a>'
-            f'<a href="{e(base)}/approvals">Approvals</a>{who}</header>'
+            f'<a href="{e(base)}/approvals">Approvals</a>{who}{sign_out}</header>'
         )
     return (
         "<!doctype html>\n<html lang=en><head><meta charset=utf-8>"
@@ -149,5 +158,8 @@ def page(title: str, body: str, *, base: str | None, user: str | None) -> str:
     )
 
 
-def message_page(title: str, message: str, *, base: str | None, user: str | None) -> str:
-    return page(title, f"<h1>{e(title)}</h1><p>{e(message)}</p>", base=base, user=user)
+def message_page(
+    title: str, message: str, *, base: str | None, user: str | None, sign_out: str = ""
+) -> str:
+    body = f"<h1>{e(title)}</h1><p>{e(message)}</p>"
+    return page(title, body, base=base, user=user, sign_out=sign_out)

@@ -24,7 +24,7 @@ from runner.console import errors
 from runner.console.assets import PAGE_HEADERS
 from runner.console.inbox import decided_text, inbox_body, link_body
 from runner.console.listing import runs_body
-from runner.console.render import message_page, page, url
+from runner.console.render import message_page, page, sign_out_form, url
 from runner.console.timeline import RETRYABLE, run_body
 from runner.errors import (
     ApprovalAlreadyDecided,
@@ -117,7 +117,9 @@ _ROUTES = {route.name: route for route in ROUTES}
 class Console:
     """The console over ``engine`` (or a zero-argument factory of one, called
     on each request: ``runner.default_engine``), at ``base_url`` (the path the
-    host mounts it at, without a trailing slash: ``"/console"``)."""
+    host mounts it at, without a trailing slash: ``"/console"``). ``sign_out``:
+    where a signed-in user's pages post to sign out (a console that signs
+    its users in itself: ``runner.console.standalone``); None shows no button."""
 
     def __init__(
         self,
@@ -126,8 +128,10 @@ class Console:
         base_url: str,
         live_timeout: float = LIVE_TIMEOUT_SECONDS,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        sign_out: str | None = None,
     ) -> None:
         self._engine = engine
+        self.sign_out = sign_out
         self.base = base_url.rstrip("/")
         self.live_timeout = live_timeout
         self.now = now
@@ -160,13 +164,20 @@ class Console:
 
     def _html(self, title: str, body: str, request: Request, status: int = 200) -> Response:
         base = self.base if request.user is not None else None
-        return Response(status, page(title, body, base=base, user=request.user), dict(PAGE_HEADERS))
+        html = page(title, body, base=base, user=request.user, sign_out=self._sign_out(request))
+        return Response(status, html, dict(PAGE_HEADERS))
 
     def error(self, status: int, title: str, message: str, request: Request) -> Response:
         """A page that says why ``request`` was refused (or what became of it)."""
         base = self.base if request.user is not None else None
-        body = message_page(title, message, base=base, user=request.user)
+        sign_out = self._sign_out(request)
+        body = message_page(title, message, base=base, user=request.user, sign_out=sign_out)
         return Response(status, body, dict(PAGE_HEADERS))
+
+    def _sign_out(self, request: Request) -> str:
+        if self.sign_out is None or request.user is None:
+            return ""
+        return sign_out_form(self.sign_out, CSRF_FIELD, request.csrf_token)
 
     def _forbidden(self, request: Request) -> Response:
         return self.error(403, "Forbidden", errors.FORBIDDEN_MESSAGE, request)

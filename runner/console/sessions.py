@@ -1,0 +1,283 @@
+"""Sessions of the standalone console: signed cookies, CSRF tokens, and a
+limiter of failed sign-ins.
+
+A session is a cookie the server signed (HMAC-SHA256 with a key derived from
+``RUNWRIGHT_SECRET_KEY``) that names the account, a fingerprint of the
+account's stored hash (a new password ends the session), a random nonce and
+an expiry. Nothing is kept on the server but the nonces of sessions signed
+out before they expired. Before sign-in, a *pre-session* cookie of the same
+kind carries only a nonce: the sign-in form's CSRF token is derived from it,
+so a sign-in posted from another site (login CSRF) is refused, and an
+approval link's page has a token for its form too.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import math
+import re
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+SESSION_COOKIE = "runwright_session"
+PRESESSION_COOKIE = "runwright_presession"
+SESSION_SECONDS = 12 * 3600
+MAX_COOKIE_CHARS = 1024
+_VERSION = "1"
+_B64URL = re.compile(r"[A-Za-z0-9_-]{1,1024}")
+
+
+def derive_key(secret_key: str) -> bytes:
+    """The console's own key, derived from the approval-token setting: a
+    console cookie and an approval token are never signed with the same key."""
+    return hmac.new(secret_key.encode(), b"runwright console sessions v1", hashlib.sha256).digest()
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _unb64(text: str) -> bytes | None:
+    if _B64URL.fullmatch(text) is None:  # the decoder would skip other characters
+        return None
+    try:
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (binascii.Error, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class Session:
+    """A signed-in account's session, as its cookie says."""
+
+    user: str
+    fingerprint: str
+    nonce: str
+    expires: int
+
+
+@dataclass(frozen=True)
+class PreSession:
+    """A visitor who is not signed in: only a nonce for CSRF tokens."""
+
+    nonce: str
+    expires: int
+
+
+class Sessions:
+    """Issues and reads the console's cookies. ``clock``: seconds since the
+    epoch (the expiry is in the signed value, not only in the cookie's
+    ``Max-Age``, which the client could ignore)."""
+
+    def __init__(
+        self,
+        secret_key: str,
+        *,
+        lifetime: float = SESSION_SECONDS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not secret_key:
+            raise ValueError("the console's sessions need a secret key")
+        self._key = derive_key(secret_key)
+        self.lifetime = lifetime
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._ended: dict[str, int] = {}  # nonce -> expiry, signed out early
+
+    # ---------------------------------------------------------- signing
+
+    def _mac(self, payload: bytes) -> bytes:
+        return hmac.new(self._key, payload, hashlib.sha256).digest()
+
+    def _seal(self, fields: list[str]) -> str:
+        payload = ":".join(fields).encode()
+        return f"{_b64(payload)}.{_b64(self._mac(payload))}"
+
+    def _open(self, value: str, kind: str, count: int) -> list[str] | None:
+        """The fields of a cookie this server signed, of ``kind``, unexpired."""
+        if len(value) > MAX_COOKIE_CHARS or not value.isascii():
+            return None
+        body, dot, mac = value.partition(".")
+        payload, sent = _unb64(body), _unb64(mac)
+        if not dot or payload is None or sent is None:
+            return None
+        if not hmac.compare_digest(self._mac(payload), sent):
+            return None
+        try:
+            fields = payload.decode().split(":")
+        except UnicodeDecodeError:
+            return None
+        if len(fields) != count or fields[0] != kind + _VERSION:
+            return None
+        expires = fields[1]
+        if not expires.isdigit() or int(expires) <= self.clock():
+            return None
+        return fields
+
+    def _expiry(self) -> int:
+        return math.floor(self.clock() + self.lifetime)
+
+    # --------------------------------------------------------- sessions
+
+    def issue(self, user: str, fingerprint: str) -> tuple[str, Session]:
+        """A new session of ``user`` (a new nonce: nothing of a session
+        before sign-in carries over), and its cookie value."""
+        session = Session(user, fingerprint, secrets.token_urlsafe(18), self._expiry())
+        fields = ["s" + _VERSION, str(session.expires), session.nonce, fingerprint, user]
+        return self._seal(fields), session
+
+    def read(self, value: str) -> Session | None:
+        """The session of a cookie value, or None: not signed here, tampered
+        with, expired, or signed out."""
+        fields = self._open(value, "s", 5)
+        if fields is None:
+            return None
+        session = Session(fields[4], fields[3], fields[2], int(fields[1]))
+        with self._lock:
+            if session.nonce in self._ended:
+                return None
+        return session
+
+    def end(self, session: Session) -> None:
+        """Sign ``session`` out here and now, not only in the browser that
+        sends its cookie. Kept in memory until it would have expired anyway
+        (a restart forgets it: the expiry bounds what a copied cookie is worth)."""
+        now = self.clock()
+        with self._lock:
+            self._ended = {nonce: at for nonce, at in self._ended.items() if at > now}
+            self._ended[session.nonce] = session.expires
+
+    def issue_pre(self) -> tuple[str, PreSession]:
+        pre = PreSession(secrets.token_urlsafe(18), self._expiry())
+        return self._seal(["p" + _VERSION, str(pre.expires), pre.nonce]), pre
+
+    def read_pre(self, value: str) -> PreSession | None:
+        fields = self._open(value, "p", 3)
+        return None if fields is None else PreSession(fields[2], int(fields[1]))
+
+    # ------------------------------------------------------------- CSRF
+
+    def csrf_token(self, holder: Session | PreSession) -> str:
+        """The CSRF token of a session or pre-session: derived from its nonce,
+        so it is never sent in the cookie and lives exactly as long."""
+        kind = "csrf-s:" if isinstance(holder, Session) else "csrf-p:"
+        return _b64(self._mac((kind + holder.nonce).encode()))
+
+    def csrf_ok(self, holder: Session | PreSession | None, sent: str) -> bool:
+        if holder is None or not sent:
+            return False
+        expected = self.csrf_token(holder).encode()
+        return hmac.compare_digest(expected, sent.encode("utf-8", "surrogatepass"))
+
+
+class LoginLimiter:
+    """Failed sign-ins, counted in memory by account name and by address.
+
+    After ``free`` failures within ``window`` seconds, the next attempt
+    waits 2 s, and each further failure doubles the wait (4 s, 8 s, ... up
+    to ``max_wait``); an attempt during the wait is refused without checking
+    the password, so guessing costs time however fast a client sends. A
+    success clears its name's count; an address's count only ages out.
+    """
+
+    def __init__(
+        self,
+        *,
+        name_free: int = 5,
+        address_free: int = 20,
+        window: float = 900.0,
+        max_wait: float = 300.0,
+        max_keys: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.free = {"name": name_free, "address": address_free}
+        self.window = window
+        self.max_wait = max_wait
+        self.max_keys = max_keys
+        self.clock = clock
+        self._lock = threading.Lock()
+        # key -> [failures, time of the last one, no attempt before]
+        self._seen: dict[tuple[str, str], list[float]] = {}
+
+    def _keys(self, name: str, address: str) -> list[tuple[str, str]]:
+        return [("name", name[:200]), ("address", address[:100])]
+
+    def wait(self, name: str, address: str) -> float:
+        """Seconds before ``name`` may try again from ``address`` (0: now)."""
+        now = self.clock()
+        with self._lock:
+            waits = [
+                entry[2] - now
+                for key in self._keys(name, address)
+                if (entry := self._seen.get(key)) is not None and now - entry[1] < self.window
+            ]
+        return max([0.0, *waits])
+
+    def failed(self, name: str, address: str) -> None:
+        now = self.clock()
+        with self._lock:
+            for key in self._keys(name, address):
+                entry = self._seen.get(key)
+                if entry is None or now - entry[1] >= self.window:
+                    entry = self._seen[key] = [0, now, now]
+                entry[0] += 1
+                entry[1] = now
+                over = entry[0] - self.free[key[0]]
+                if over >= 0:
+                    entry[2] = now + min(self.max_wait, 2.0 ** (over + 1))
+            if len(self._seen) > self.max_keys:
+                self._prune(now)
+
+    def succeeded(self, name: str) -> None:
+        with self._lock:
+            self._seen.pop(("name", name[:200]), None)
+
+    def _prune(self, now: float) -> None:
+        self._seen = {k: v for k, v in self._seen.items() if now - v[1] < self.window}
+        if len(self._seen) > self.max_keys:  # a flood of names: forget the oldest
+            kept = sorted(self._seen.items(), key=lambda item: item[1][1])[-self.max_keys :]
+            self._seen = dict(kept)
+
+
+def cookie_values(header: str, name: str) -> list[str]:
+    """Every value of the cookie ``name`` in a ``Cookie`` header (a browser
+    may send two of one name, for different paths)."""
+    found = []
+    for part in header.split(";"):
+        key, sep, value = part.strip().partition("=")
+        if sep and key == name:
+            found.append(value.strip().strip('"'))
+    return found
+
+
+def set_cookie(
+    name: str, value: str, *, path: str, secure: bool, max_age: int | None = None
+) -> str:
+    """A ``Set-Cookie`` value: HttpOnly (no script reads it), SameSite=Strict
+    (no other site's page sends it: no CSRF, no login CSRF), scoped to the
+    console's path, and Secure when the console is served over TLS."""
+    parts = [f"{name}={value}", f"Path={path}", "HttpOnly", "SameSite=Strict"]
+    if max_age is not None:
+        parts.append(f"Max-Age={max_age}")
+    if secure:
+        parts.append("Secure")
+    return "; ".join(parts)
+
+
+__all__ = [
+    "PRESESSION_COOKIE",
+    "SESSION_COOKIE",
+    "LoginLimiter",
+    "PreSession",
+    "Session",
+    "Sessions",
+    "cookie_values",
+    "derive_key",
+    "set_cookie",
+]
