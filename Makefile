@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 # Importing litellm must never reach the network.
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: help install browser demo test lint fmt bench lock worker beat flower local-up local-down clean
+.PHONY: help install browser demo test screenshots lint fmt bench lock worker beat flower local-up local-down clean
 
 help: ## Show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -30,6 +30,9 @@ demo: install ## Run the demo end to end (local stack, worker, beat, approval, a
 
 test: install browser ## Run the tests (Postgres from RUNWRIGHT_DATABASE_URL, else the local stack; a Redis of their own: docs/testing.md)
 	$(BIN)/python -m pytest
+
+screenshots: install browser ## Retake the console's screenshots in docs/images/ (browser tests, real workers)
+	RUNWRIGHT_SCREENSHOTS=$(CURDIR)/docs/images $(BIN)/python -m pytest -q tests/e2e/test_console_browser.py
 
 lint: install ## Lint, format check and strict type check
 	$(BIN)/ruff check .

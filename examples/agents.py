@@ -1,7 +1,7 @@
 """The agent both example apps start: ``support_triage``.
 
 It looks an order up, then asks to refund it; the refund waits for a person, who
-gets a link to the web app's approval page. Workers find the agent through
+gets a link to that approval's page in the web app's console. Workers find the agent through
 ``RUNWRIGHT_AGENTS=examples.agents``.
 
 The link carries the approval's token: whoever has it can decide. So it goes to
@@ -32,7 +32,7 @@ AGENT = "support_triage"
 
 log = logging.getLogger(__name__)
 
-# Where the approval pages are served: the notifier builds links from it.
+# Where the web app serves the console (at /console): the notifier builds links from it.
 BASE_URL = os.environ.get("EXAMPLE_BASE_URL", "http://localhost:5000")
 
 ORDERS: dict[str, dict[str, Any]] = {
@@ -61,7 +61,7 @@ def refund(order_id: str, amount: int, idempotency_key: str) -> dict[str, Any]:
 
 
 def approval_link(approval_id: str, token: str) -> str:
-    return f"{BASE_URL}/approvals/{approval_id}?token={quote(token)}"
+    return f"{BASE_URL}/console/approvals/{approval_id}?token={quote(token)}"
 
 
 def inbox() -> Path:
@@ -102,7 +102,11 @@ def scripted_triage(request: Request) -> Reply:
         return tools(call("lookup_order", {"order_id": found[0] if found else "A-1001"}))
     last = json.loads(request.tool_results()[-1]["content"])
     if request.step == 2 and "total" in last:
-        return tools(call("refund", {"order_id": last["order_id"], "amount": last["total"]}))
+        status = last.get("status", "has a problem")
+        says = f"Order {last['order_id']} {status}: I will refund its total."
+        return Reply(
+            says, [call("refund", {"order_id": last["order_id"], "amount": last["total"]})]
+        )
     return text(f"Triage done: {json.dumps(last)}")
 
 

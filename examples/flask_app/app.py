@@ -1,18 +1,25 @@
-"""A Flask app that starts Runwright runs and lets a person decide approvals.
+"""A Flask app that starts Runwright runs and mounts the Runwright console.
 
 Run it (with a worker started with ``RUNWRIGHT_AGENTS=examples.agents``)::
 
-    flask --app examples.flask_app.app:create_app run
+    runwright console add-user alice --users .runwright/console-users
+    EXAMPLE_CONSOLE_USERS=.runwright/console-users FLASK_SECRET_KEY=... \\
+        flask --app examples.flask_app.app:create_app run
 
     curl -X POST localhost:5000/runs -H 'content-type: application/json' \\
          -d '{"agent": "support_triage", "payload": {"message": "A-1001 arrived broken"}}'
 
-The notifier puts the approval link in the example inbox (see
-``examples.agents``); open it to approve or deny the refund. ``GET /runs/<id>``
-shows what a waiting run asks for only with that link's ``?token=``.
-``GET /runs/<id>/live`` follows the run in a browser, fed by the Server-Sent
-Events of ``GET /runs/<id>/events`` (serve it with threads: each open stream
-holds one; ``flask run`` does).
+The console is at ``/console``: sign in at ``/login``, then the runs, a run's
+live timeline and the approvals inbox. The notifier also puts each approval's
+link in the example inbox (see ``examples.agents``): the link opens that one
+approval in the console, without signing in. ``GET /runs/<id>`` is the run as
+JSON, and ``GET /runs/<id>/events`` its Server-Sent Events for other clients,
+without tool input (serve the app with threads: each open stream holds one;
+``flask run`` does).
+
+How the console is mounted is the part to copy: ``console_blueprint`` with a
+``guard`` that names the signed-in user from your own sign-in (here a session
+field set by ``/login``; with Flask-Login, ``current_user.get_id()``).
 
 Bad input of any kind (not UTF-8, not JSON, too deep, too large, an unknown
 agent, a malformed id or token) is a 400 with one clear error, never a 500.
@@ -20,56 +27,33 @@ agent, a malformed id or token) is a 400 with one clear error, never a 500.
 
 from __future__ import annotations
 
-import json
+import os
+import secrets
 from typing import Any
+from urllib.parse import urlsplit
 
-from flask import Flask, jsonify, render_template_string, request
+from flask import Flask, jsonify, redirect, request, session
 from flask.typing import ResponseReturnValue
 
 import examples.agents  # noqa: F401  (registers support_triage)
 from examples.web import (
-    LIVE_HEADERS,
     LIVE_KEEPALIVE_SECONDS,
     LIVE_TIMEOUT_SECONDS,
-    check_form,
     json_body,
-    live_page,
     public_event,
     status_for,
 )
-from runner import Engine, InvalidInput, Run, RunwrightError, default_engine
+from runner import Engine, Run, RunwrightError, default_engine
+from runner.console.assets import PAGE_HEADERS
+from runner.console.flask import console_blueprint, csrf_token, csrf_valid
+from runner.console.render import e, hidden, page
 from runner.sse import flask_response
 
-# render_template_string autoescapes: tool input written by a model is untrusted.
-APPROVAL_PAGE = """<!doctype html>
-<title>Approve {{ approval.tool_name }}?</title>
-<h1>{{ approval.tool_name }}</h1>
-<p>Run {{ approval.run_id }} asks to call <b>{{ approval.tool_name }}</b> with:</p>
-<pre>{{ input_json }}</pre>
-{% if approval.decision %}
-<p>Already {{ approval.decision.value }}.</p>
-{% if approval.reason %}<p>Reason: {{ approval.reason }}</p>{% endif %}
-{% else %}
-<p>Expires at {{ approval.expires_at.isoformat() }}.</p>
-<form method="post" action="{{ request.path }}">
-  <input type="hidden" name="token" value="{{ token }}">
-  <label>Reason <textarea name="reason" maxlength="2000"></textarea></label>
-  <button name="decision" value="approve">Approve</button>
-  <button name="decision" value="deny">Deny</button>
-</form>
-{% endif %}
-"""
-
-RESULT_PAGE = """<!doctype html>
-<title>{{ title }}</title>
-<h1>{{ title }}</h1>
-<p>{{ message }}</p>
-"""
+CONSOLE = "/console"
 
 
-def run_json(run: Run, *, approver: bool = False) -> dict[str, Any]:
-    """The run as JSON. What a waiting run asks for (the tool input and the
-    approval id) is shown only to an ``approver``: the holder of its token."""
+def run_json(run: Run) -> dict[str, Any]:
+    """The run as JSON: what anyone may see (the console shows the rest)."""
     waiting = run.waiting
     return {
         "run_id": run.id,
@@ -81,28 +65,60 @@ def run_json(run: Run, *, approver: bool = False) -> dict[str, Any]:
         else {"code": run.error.code, "message": run.error.message},
         "waiting": None
         if waiting is None
-        else {
-            "tool_name": waiting.tool_name,
-            "expires_at": waiting.expires_at.isoformat(),
-            **({"approval_id": waiting.approval_id, "input": waiting.input} if approver else {}),
-        },
+        else {"tool_name": waiting.tool_name, "expires_at": waiting.expires_at.isoformat()},
     }
 
 
-def result(title: str, message: str, status: int) -> ResponseReturnValue:
-    return render_template_string(RESULT_PAGE, title=title, message=message), status
+def login_page(next_path: str, problem: str = "") -> str:
+    """The sign-in form, in the console's look (served with its headers)."""
+    body = (
+        "<h1>Sign in</h1>"
+        + (f'<p class="problem">{e(problem)}</p>' if problem else "")
+        + '<form method="post" action="/login">'
+        + hidden("csrf_token", csrf_token())
+        + hidden("next", next_path)
+        + '<p><label>Name<br><input name="name" autocomplete="username" required></label></p>'
+        + '<p><label>Password<br><input name="password" type="password" '
+        + 'autocomplete="current-password" required></label></p>'
+        + '<p><button type="submit">Sign in</button></p></form>'
+    )
+    return page("Sign in", body, base=None, user=None)
+
+
+def signed_in(flask_request: Any) -> str | None:
+    """The console's guard: who ``/login`` signed in, or None."""
+    user = session.get("user")
+    return user if isinstance(user, str) else None
+
+
+def _local(target: str | None) -> str:
+    """Where to go after signing in: a path of this app, never another site."""
+    if not target or not target.startswith("/") or target.startswith("//"):
+        return CONSOLE + "/"
+    parts = urlsplit(target)
+    return target if not parts.scheme and not parts.netloc and "\\" not in target else CONSOLE + "/"
 
 
 def create_app(engine: Engine | None = None) -> Flask:
     """The app; ``engine=None`` uses the process default (``Engine.from_env()``)
     when the first request needs it."""
     app = Flask(__name__)
+    # The console keeps its CSRF token in Flask's session: set FLASK_SECRET_KEY
+    # (one value for every process); without it each process makes its own.
+    app.secret_key = os.environ.get("FLASK_SECRET_KEY") or secrets.token_hex(32)
     app.config.update(
-        LIVE_KEEPALIVE_SECONDS=LIVE_KEEPALIVE_SECONDS, LIVE_TIMEOUT_SECONDS=LIVE_TIMEOUT_SECONDS
+        LIVE_KEEPALIVE_SECONDS=LIVE_KEEPALIVE_SECONDS,
+        LIVE_TIMEOUT_SECONDS=LIVE_TIMEOUT_SECONDS,
+        SESSION_COOKIE_SAMESITE="Lax",
+        SESSION_COOKIE_HTTPONLY=True,
     )
 
     def runwright() -> Engine:
         return engine if engine is not None else default_engine()
+
+    app.register_blueprint(
+        console_blueprint(runwright, guard=signed_in, login_url="/login"), url_prefix=CONSOLE
+    )
 
     @app.errorhandler(RunwrightError)
     def refuse(exc: RunwrightError) -> ResponseReturnValue:
@@ -127,16 +143,7 @@ def create_app(engine: Engine | None = None) -> Flask:
 
     @app.get("/runs/<run_id>")
     def show(run_id: str) -> ResponseReturnValue:
-        run = runwright().get_run(run_id)
-        token = request.args.get("token")
-        approver = False
-        if run.waiting is not None and token:
-            try:
-                runwright().check_token(run.waiting.approval_id, token)
-                approver = True
-            except RunwrightError:
-                pass  # a wrong token sees what anyone sees
-        return jsonify(run_json(run, approver=approver))
+        return jsonify(run_json(runwright().get_run(run_id)))
 
     @app.get("/runs/<run_id>/events")
     def events(run_id: str) -> ResponseReturnValue:
@@ -148,44 +155,35 @@ def create_app(engine: Engine | None = None) -> Flask:
             keepalive=app.config["LIVE_KEEPALIVE_SECONDS"],
         )
 
-    @app.get("/runs/<run_id>/live")
-    def live(run_id: str) -> ResponseReturnValue:
-        return live_page(runwright().get_run(run_id)), 200, LIVE_HEADERS
+    @app.get("/login")
+    def login_form() -> ResponseReturnValue:
+        return login_page(_local(request.args.get("next"))), 200, PAGE_HEADERS
 
-    @app.get("/approvals/<approval_id>")
-    def approval_page(approval_id: str) -> ResponseReturnValue:
-        token = request.args.get("token", "")
-        try:
-            # The page shows the tool input, so only the token's holder may see it.
-            approval = runwright().check_token(approval_id, token)
-        except RunwrightError as exc:
-            return result("Cannot show this approval", exc.message, status_for(exc, missing=400))
-        return render_template_string(
-            APPROVAL_PAGE,
-            approval=approval,
-            token=token,
-            input_json=json.dumps(approval.input, indent=2, ensure_ascii=False),
+    @app.post("/login")
+    def login() -> ResponseReturnValue:
+        target = _local(request.form.get("next"))
+        if not csrf_valid(request.form.get("csrf_token")):
+            stale = login_page(target, "The form was stale: try again.")
+            return stale, 403, PAGE_HEADERS
+        accounts_file = os.environ.get("EXAMPLE_CONSOLE_USERS")
+        if not accounts_file:
+            message = "No accounts: set EXAMPLE_CONSOLE_USERS (see this app's docstring)."
+            return login_page(target, message), 503, PAGE_HEADERS
+        from runner.console.accounts import Accounts
+
+        user = Accounts.load(accounts_file).check(
+            request.form.get("name", ""), request.form.get("password", "")
         )
+        if user is None:
+            return login_page(target, "Wrong name or password."), 401, PAGE_HEADERS
+        session.clear()  # a new session (and CSRF token) for the signed-in user
+        session["user"] = user
+        return redirect(target, 303)
 
-    @app.post("/approvals/<approval_id>")
-    def decide(approval_id: str) -> ResponseReturnValue:
-        try:
-            check_form(request.content_type, request.get_data())
-        except InvalidInput as exc:
-            return result("Not decided", exc.message, 400)
-        decision = request.form.get("decision")
-        if decision not in ("approve", "deny"):
-            return result("Not decided", "decision must be approve or deny", 400)
-        try:
-            run = runwright().respond(
-                approval_id,
-                decision == "approve",
-                request.form.get("reason") or None,
-                token=request.form.get("token", ""),
-            )
-        except RunwrightError as exc:
-            return result("Not decided", exc.message, status_for(exc, missing=400))
-        done = "Approved" if decision == "approve" else "Denied"
-        return result(done, f"Run {run.id} is now {run.status.value}.", 200)
+    @app.post("/logout")
+    def logout() -> ResponseReturnValue:
+        if csrf_valid(request.form.get("csrf_token")):
+            session.clear()
+        return redirect("/login", 303)
 
     return app

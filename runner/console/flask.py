@@ -97,7 +97,8 @@ def _view(
         console = console_here()
         user = guard(request)
         if user is None and login_url and not route.public and request.method == "GET":
-            target = f"{login_url}?{urlencode({'next': request.full_path})}"
+            wanted = request.full_path.rstrip("?")  # werkzeug ends a bare path with "?"
+            target = f"{login_url}?{urlencode({'next': wanted})}"
             return _to_flask(ConsoleResponse(303, "", {"Location": target}))
         token = _session_token()
         form: dict[str, str] = {}

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
@@ -141,14 +142,23 @@ def test_django_refuses_hostile_tickets(
     assert snapshot(pg_store) == before
 
 
-# ---------------------------------------------------- both approval pages
+# --------------------------------------------- both apps' approval links
+
+
+CSRF = re.compile(rb'name="csrf_token" value="([^"]+)"')
 
 
 class Page:
-    """One app's approval page, driven the same way for Flask and Django."""
+    """The console's page of one approval link, as either app mounts it,
+    driven the same way for Flask and Django."""
 
-    def __init__(self, client: Any, approval_id: str) -> None:
+    def __init__(self, client: Any, approval_id: str, token: str) -> None:
         self.client, self.approval_id = client, approval_id
+        # The session's CSRF token, from the link's real page (as a browser has it).
+        status, body = self.get(approval_id, token)
+        found = CSRF.search(body)
+        assert status == 200 and found is not None, (status, body[:300])
+        self.csrf = found.group(1).decode()
 
     def get(self, approval_id: str, token: str) -> tuple[int, bytes]:
         query = {"token": token}
@@ -162,14 +172,15 @@ class Page:
         path = self.path(approval_id)
         if isinstance(form, bytes):
             kind = "application/x-www-form-urlencoded"
+            form += b"&csrf_token=" + quote(self.csrf).encode()
             response = self.client.post(path, data=form, content_type=kind)
         else:
-            response = self.client.post(path, data=form)
+            response = self.client.post(path, data={**form, "csrf_token": self.csrf})
         return response.status_code, self.body(response)
 
     @staticmethod
     def path(approval_id: str) -> str:
-        return "/approvals/" + quote(approval_id, safe="")
+        return "/console/approvals/" + quote(approval_id, safe="")
 
     @staticmethod
     def body(response: Any) -> bytes:
@@ -179,18 +190,21 @@ class Page:
 
 @pytest.fixture(params=["flask", "django"])
 def waiting(request: pytest.FixtureRequest, engine: Engine) -> tuple[Page, str, str]:
-    """An approval page of either app, its run waiting; the page, run id, token."""
+    """An approval link of either app, its run waiting; the page, run id, token."""
     client = request.getfixturevalue(f"{request.param}_client")
     run = engine.start(agents.AGENT, {"message": "A-1002 never arrived"})
     engine.execute(run.id)
     url = urlsplit(agents.sent_links[-1])
     approval_id = url.path.rsplit("/", 1)[1]
-    return Page(client, approval_id), run.id, parse_qs(url.query)["token"][0]
+    token = parse_qs(url.query)["token"][0]
+    return Page(client, approval_id, token), run.id, token
 
 
-def refused(answer: tuple[int, bytes]) -> None:
+def refused(answer: tuple[int, bytes], *statuses: int) -> None:
+    """One clear refusal: a 400, or for a link that is not valid a 403 (an
+    unknown id and a wrong token get the same answer), never a 500."""
     status, body = answer
-    assert status == 400, (status, body[:500])
+    assert status in (statuses or (400,)), (status, body[:500])
     assert body.strip()
 
 
@@ -201,31 +215,31 @@ def still_decidable(page: Page, engine: Engine, run_id: str, token: str) -> None
     assert engine.get_run(run_id).status is RunStatus.QUEUED
 
 
-def test_approval_pages_refuse_bad_ids(
+def test_approval_links_refuse_bad_ids(
     waiting: tuple[Page, str, str], engine: Engine, pg_store: PostgresStore
 ) -> None:
     page, run_id, token = waiting
     before = snapshot(pg_store)
     for bad in bad_approval_ids(page.approval_id):
-        refused(page.get(bad, token))
-        refused(page.post(bad, {"token": token, "decision": "approve"}))
+        refused(page.get(bad, token), 403)
+        refused(page.post(bad, {"token": token, "decision": "approve"}), 403)
     assert snapshot(pg_store) == before
     still_decidable(page, engine, run_id, token)
 
 
-def test_approval_pages_refuse_bad_tokens(
+def test_approval_links_refuse_bad_tokens(
     waiting: tuple[Page, str, str], engine: Engine, pg_store: PostgresStore
 ) -> None:
     page, run_id, token = waiting
     before = snapshot(pg_store)
     for bad in ("tökén", "\u0000", "t" * 20_000, token + "é", token[:-1] + "\u00e9"):
-        refused(page.get(page.approval_id, bad))
-        refused(page.post(page.approval_id, {"token": bad, "decision": "approve"}))
+        refused(page.get(page.approval_id, bad), 403)
+        refused(page.post(page.approval_id, {"token": bad, "decision": "approve"}), 403)
     assert snapshot(pg_store) == before
     still_decidable(page, engine, run_id, token)
 
 
-def test_approval_pages_refuse_a_reason_with_nul(
+def test_approval_links_refuse_a_reason_with_nul(
     waiting: tuple[Page, str, str], engine: Engine, pg_store: PostgresStore
 ) -> None:
     page, run_id, token = waiting
@@ -235,7 +249,7 @@ def test_approval_pages_refuse_a_reason_with_nul(
     still_decidable(page, engine, run_id, token)
 
 
-def test_approval_pages_refuse_a_form_that_is_not_utf8(
+def test_approval_links_refuse_a_form_that_is_not_utf8(
     waiting: tuple[Page, str, str], engine: Engine, pg_store: PostgresStore
 ) -> None:
     page, run_id, token = waiting

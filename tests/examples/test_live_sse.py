@@ -1,6 +1,7 @@
 """The live run feed of both example apps (runner/sse.py), through Flask's and
 Django's test clients, on both stores: ``GET /runs/<id>/events`` (Server-Sent
-Events) and ``GET /runs/<id>/live`` (the page that follows it).
+Events, without tool input). The page that follows a run is the console's
+(tests/console).
 
 A real HTTP server, a client that disconnects mid-run and Redis wake-ups are
 in tests/e2e/test_sse_http.py.
@@ -8,10 +9,7 @@ in tests/e2e/test_sse_http.py.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -222,10 +220,9 @@ def test_a_hostile_last_event_id_is_one_clear_400(web: Web, engine: Engine) -> N
 
 def test_an_unknown_run_is_a_404(web: Web, engine: Engine) -> None:
     for run_id in (UNKNOWN_RUN, "not-a-run", "0190A8F2-0000-7000-8000-000000000000"):
-        for page in ("events", "live"):
-            answer = web.get(f"/runs/{run_id}/{page}")
-            assert answer.status == 404, (run_id, page, answer.body)
-            assert "no run with id" in json.loads(answer.body)["error"]
+        answer = web.get(f"/runs/{run_id}/events")
+        assert answer.status == 404, (run_id, answer.body)
+        assert "no run with id" in json.loads(answer.body)["error"]
     # A bad Last-Event-ID is refused before the run is looked up.
     assert web.get(f"/runs/{UNKNOWN_RUN}/events", last_event_id="x").status == 400
     assert_idle(engine)
@@ -265,35 +262,6 @@ def test_the_examples_never_stream_tool_input(web: Web, engine: Engine) -> None:
         ("decided", "refund_order", "approved"),
     ]
     assert all("owner" not in f.data["data"] for f in frames if f.event == "execution")
-
-
-def test_the_live_page_allows_only_its_own_script(web: Web, engine: Engine) -> None:
-    run_id = completed_run(engine, steps=1)
-    answer = web.get(f"/runs/{run_id}/live")
-    assert answer.status == 200 and answer.headers["content-type"].startswith("text/html")
-    html = answer.body.decode()
-    policy = {}
-    for directive in answer.headers["content-security-policy"].split("; "):
-        name, _, value = directive.partition(" ")
-        policy[name] = value
-    assert policy["default-src"] == "'none'" and policy["connect-src"] == "'self'"
-    assert "unsafe" not in answer.headers["content-security-policy"]
-    # The one inline script is the one the policy names by its hash, so a
-    # browser runs it and nothing else; the same for the style.
-    scripts = re.findall(r"<script>(.*?)</script>", html, re.S)
-    styles = re.findall(r"<style>(.*?)</style>", html, re.S)
-    assert len(scripts) == 1 and html.count("<script") == 1
-    assert policy["script-src"] == sha256(scripts[0])
-    assert len(styles) == 1 and policy["style-src"] == sha256(styles[0])
-    assert "innerHTML" not in html and "outerHTML" not in html
-    assert "insertAdjacentHTML" not in html and "document.write" not in html
-    assert re.search(r"\son\w+\s*=", html) is None  # no inline handlers
-    assert 'new EventSource("events")' in scripts[0] and "textContent" in scripts[0]
-    assert run_id in html
-
-
-def sha256(source: str) -> str:
-    return "'sha256-" + base64.b64encode(hashlib.sha256(source.encode()).digest()).decode() + "'"
 
 
 def test_token_deltas_stream_without_an_id(flask_client: FlaskClient, engine: Engine) -> None:

@@ -8,6 +8,7 @@ import base64
 import hashlib
 import hmac
 import os
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -201,47 +202,62 @@ def start_example_refund(client: FlaskClient, engine: Engine) -> tuple[str, str,
     return run_id, url.path, parse_qs(url.query)["token"][0]
 
 
+def _link_csrf(client: FlaskClient, path: str, token: str) -> str:
+    """The session's CSRF token, from the link's real page (as a browser has it)."""
+    page = client.get(path, query_string={"token": token}).get_data(as_text=True)
+    found = re.search(r'name="csrf_token" value="([^"]+)"', page)
+    assert found is not None
+    return found.group(1)
+
+
 def test_the_flask_example_refuses_a_forged_token(
     flask_client: FlaskClient, flask_engine: Engine, pg_store: PostgresStore
 ) -> None:
     run_id, path, token = start_example_refund(flask_client, flask_engine)
     approval_id = path.rsplit("/", 1)[1]
     forged = forged_token(approval_id)
+    csrf = _link_csrf(flask_client, path, token)
     before = snapshot(pg_store)
 
     page = flask_client.get(path, query_string={"token": forged})
-    assert page.status_code == 400 and "the token is not valid" in page.get_data(as_text=True)
+    assert page.status_code == 403 and "not valid" in page.get_data(as_text=True)
     assert "A-1002" not in page.get_data(as_text=True)
-    refused = flask_client.post(path, data={"token": forged, "decision": "approve"})
-    assert refused.status_code == 400
-    assert "the token is not valid" in refused.get_data(as_text=True)
+    form = {"token": forged, "decision": "approve", "csrf_token": csrf}
+    refused = flask_client.post(path, data=form)
+    assert refused.status_code == 403
+    assert "not valid" in refused.get_data(as_text=True)
 
     assert snapshot(pg_store) == before
     assert example_agents.refunds == []
     assert flask_engine.get_run(run_id).status is RunStatus.WAITING
     # The genuine link still works.
-    assert flask_client.post(path, data={"token": token, "decision": "deny"}).status_code == 200
+    form = {"token": token, "decision": "deny", "csrf_token": csrf}
+    assert flask_client.post(path, data=form).status_code == 200
 
 
-def test_the_flask_example_answers_malformed_tokens_and_ids_with_400_and_404(
+def test_the_flask_example_answers_malformed_tokens_and_ids_with_one_refusal(
     flask_client: FlaskClient, flask_engine: Engine, pg_store: PostgresStore
 ) -> None:
+    """A malformed token and an id that is only a spelling of the real one get
+    the answer a wrong token gets: the link is not valid (403), nothing more."""
     run_id, path, token = start_example_refund(flask_client, flask_engine)
     approval_id = path.rsplit("/", 1)[1]
+    csrf = _link_csrf(flask_client, path, token)
     before = snapshot(pg_store)
 
     for bad in ["é" * 43, "ü" + token[1:], "\u0663" * 43]:
         page = flask_client.get(path, query_string={"token": bad})
-        assert page.status_code == 400 and "not valid" in page.get_data(as_text=True)
-        posted = flask_client.post(path, data={"token": bad, "decision": "approve"})
-        assert posted.status_code == 400 and "not valid" in posted.get_data(as_text=True)
+        assert page.status_code == 403 and "not valid" in page.get_data(as_text=True)
+        form = {"token": bad, "decision": "approve", "csrf_token": csrf}
+        posted = flask_client.post(path, data=form)
+        assert posted.status_code == 403 and "not valid" in posted.get_data(as_text=True)
     for odd in (f"urn:uuid:{approval_id}", approval_id.upper(), approval_id.replace("-", "")):
-        page = flask_client.get(f"/approvals/{odd}", query_string={"token": token})
-        assert page.status_code == 400 and "no approval" in page.get_data(as_text=True)
-        posted = flask_client.post(
-            f"/approvals/{odd}", data={"token": token, "decision": "approve"}
-        )
-        assert posted.status_code == 400 and "no approval" in posted.get_data(as_text=True)
+        odd_path = f"/console/approvals/{odd}"
+        page = flask_client.get(odd_path, query_string={"token": token})
+        assert page.status_code == 403 and "not valid" in page.get_data(as_text=True)
+        form = {"token": token, "decision": "approve", "csrf_token": csrf}
+        posted = flask_client.post(odd_path, data=form)
+        assert posted.status_code == 403 and "not valid" in posted.get_data(as_text=True)
     assert flask_client.get(f"/runs/urn:uuid:{run_id}").status_code == 404
     assert flask_client.get(f"/runs/{run_id.upper()}").status_code == 404
 
