@@ -565,3 +565,18 @@ def test_the_app_checks_what_it_needs(django_db: None) -> None:
             "runwright_console.E002",
             "runwright_console.E003",
         }
+
+
+def test_without_runwright_s_postgres_the_admin_hides_the_lists(django_db: None) -> None:
+    """A project on the local stack has no URL to give: the models would read
+    Django's own SQLite, which holds no runs, so the admin offers no list."""
+    from django.test import override_settings
+
+    root = client_of(make_user(superuser=True, permissions=()))
+    try:
+        with override_settings(RUNWRIGHT_CONSOLE_DATABASE="default"):
+            assert root.get("/admin/runwright_console/run/").status_code == 403
+            assert root.get("/admin/runwright_console/approval/").status_code == 403
+            assert "runwright_console/run/" not in page(root, "/admin/")
+    finally:
+        delete_users()

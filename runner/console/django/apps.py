@@ -14,7 +14,6 @@ class ConsoleConfig(AppConfig):
     name = "runner.console.django"
     label = APP_LABEL
     verbose_name = "Runwright"
-    default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
         checks.register(check_settings)
