@@ -74,3 +74,5 @@ if _RUNWRIGHT_URL:
 DATABASE_ROUTERS = ["runner.console.django.db.RunwrightRouter"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 USE_TZ = True
+# Django sets the process's time zone (TZ) from this; its default is Chicago's.
+TIME_ZONE = "UTC"
