@@ -20,8 +20,11 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.middleware.csrf import CsrfViewMiddleware, get_token
 from django.urls import URLPattern, path, reverse
 from django.utils.module_loading import import_string
 from django.views.decorators.csrf import csrf_exempt
@@ -87,8 +90,6 @@ def urlpatterns() -> list[URLPattern]:
 
 def _view(routes: Mapping[str, Route]) -> Callable[..., Any]:
     def view(request: HttpRequest, **params: str) -> Any:
-        from django.middleware.csrf import CsrfViewMiddleware
-
         # Django's CSRF middleware, run by the view: its token (get_token), its
         # cookie or session, its CSRF_* settings and trusted origins.
         csrf = CsrfViewMiddleware(_no_response)
@@ -172,16 +173,12 @@ def _refusal(request: HttpRequest, route: Route, console: Console) -> Any:
     """The answer to a user who may not use ``route``, or None."""
     user = getattr(request, "user", None)
     if user is None:
-        from django.core.exceptions import ImproperlyConfigured
-
         raise ImproperlyConfigured(
             "the Runwright console needs django.contrib.auth's AuthenticationMiddleware"
         )
     method = request.method or "GET"
     if not user.is_authenticated:
         if method in ("GET", "HEAD"):
-            from django.contrib.auth.views import redirect_to_login
-
             return redirect_to_login(request.get_full_path())
         # A form sent after the session ended: nothing to come back to.
         return _to_django(
@@ -210,8 +207,8 @@ def _csrf_ok(request: HttpRequest, form: Mapping[str, str], csrf: Any) -> bool:
     Referer checks), the console's form carrying the token in its own field."""
     sent = form.get(CSRF_FIELD)
     if sent:
-        # Where Django looks for a token other than its own form field, which
-        # it would read from a second, lenient parse of the body.
+        # Django reads a token from its own field (csrfmiddlewaretoken), else
+        # from this header; the console's forms name theirs csrf_token.
         request.META[settings.CSRF_HEADER_NAME] = sent
     return csrf.process_view(request, _checked, (), {}) is None
 
@@ -225,8 +222,6 @@ def _no_response(request: HttpRequest) -> None:
 
 
 def _token(request: HttpRequest) -> str:
-    from django.middleware.csrf import get_token
-
     return str(get_token(request))
 
 
