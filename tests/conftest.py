@@ -181,6 +181,23 @@ def proc_env(database_url: str, redis_url: str, tmp_path: Path) -> dict[str, str
     }
 
 
+@pytest.fixture(scope="session")
+def django_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Configure Django once per process (the example project's settings,
+    which mount the console), with a throwaway SQLite file for Django's own
+    tables; Runwright's runs stay in the test's store."""
+    import django
+    from django.core.management import call_command
+    from django.db import connections
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "examples.django_app.settings")
+    os.environ["EXAMPLE_DJANGO_DB"] = str(tmp_path_factory.mktemp("django") / "db.sqlite3")
+    django.setup()
+    call_command("migrate", verbosity=0)
+    yield
+    connections.close_all()
+
+
 @pytest.fixture
 def browser() -> Iterator[Any]:
     """Headless Chromium for the page tests: Debian's ``chromium`` and

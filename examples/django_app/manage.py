@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""``python examples/django_app/manage.py migrate`` then ``... runserver 5000``."""
+"""``python examples/django_app/manage.py migrate``, ``... createsuperuser`` (to
+sign in to the console at /console/ through /admin/), then ``... runserver 5000``."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""Shared by the example apps' tests: the clients of both apps, Django's setup,
-and an approvers' inbox of each test's own."""
+"""Shared by the example apps' tests: the clients of both apps and an
+approvers' inbox of each test's own (Django's setup, ``django_db``, is in
+tests/conftest.py: the console's tests use it too)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,21 +31,6 @@ def flask_client(engine: Engine) -> Iterator[FlaskClient]:
 
     with create_app(engine).test_client() as made:
         yield made
-
-
-@pytest.fixture(scope="session")
-def django_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Configure Django once per process, with a throwaway SQLite file."""
-    import django
-    from django.core.management import call_command
-    from django.db import connections
-
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "examples.django_app.settings")
-    os.environ["EXAMPLE_DJANGO_DB"] = str(tmp_path_factory.mktemp("django") / "db.sqlite3")
-    django.setup()
-    call_command("migrate", verbosity=0)
-    yield
-    connections.close_all()
 
 
 @pytest.fixture

@@ -1,38 +1,35 @@
-"""Open a ticket and triage it with an agent; decide the agent's approvals.
+"""Open a ticket and triage it with an agent.
 
 Start a worker with ``RUNWRIGHT_AGENTS=examples.agents`` and
-``EXAMPLE_BASE_URL=http://localhost:8000`` so the notifier's links point here.
+``EXAMPLE_BASE_URL=http://localhost:8000`` so the notifier's links point at
+this project's console (``/console/approvals/<id>?token=...``), where the
+approver decides; staff sign in at ``/admin/`` and use the whole console.
 
-``/runs/<id>/live`` follows a run in a browser, fed by the Server-Sent Events
-of ``/runs/<id>/events`` (serve it from WSGI with threads: each open stream
+``/runs/<id>/events`` streams a run's events as Server-Sent Events, for a
+page of the app's own (serve it from WSGI with threads: each open stream
 holds one).
 
 Bad input of any kind (a form that is not UTF-8, a title with control
-characters, a malformed id or token, a reason the engine refuses) is a 400 with
-one clear error and writes nothing, never a 500.
+characters, a malformed id) is a 400 with one clear error and writes
+nothing, never a 500.
 """
 
 from __future__ import annotations
 
-import json
 import unicodedata
 
 from django.conf import settings
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.shortcuts import get_object_or_404
-from django.template import engines
-from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods, require_POST
 
 from examples.agents import AGENT
 from examples.django_app.tickets.models import Ticket
 from examples.web import (
-    LIVE_HEADERS,
     LIVE_KEEPALIVE_SECONDS,
     LIVE_TIMEOUT_SECONDS,
     check_form,
-    live_page,
     public_event,
     status_for,
 )
@@ -40,32 +37,6 @@ from runner import InvalidInput, RunwrightError, default_engine, start_run
 from runner.sse import django_response
 
 TITLE_CHARS = 200  # Ticket.title's max_length, which SQLite does not enforce
-
-# Django templates autoescape: the tool input was written by a model.
-APPROVAL_PAGE = engines["django"].from_string("""<!doctype html>
-<title>Approve {{ approval.tool_name }}?</title>
-<h1>{{ approval.tool_name }}</h1>
-<p>Run {{ approval.run_id }} asks to call <b>{{ approval.tool_name }}</b> with:</p>
-<pre>{{ input_json }}</pre>
-{% if approval.decision %}
-<p>Already {{ approval.decision.value }}.</p>
-{% if approval.reason %}<p>Reason: {{ approval.reason }}</p>{% endif %}
-{% else %}
-<p>Expires at {{ approval.expires_at|date:"c" }}.</p>
-<form method="post" action="{{ action }}">
-  <input type="hidden" name="token" value="{{ token }}">
-  <label>Reason <textarea name="reason" maxlength="2000"></textarea></label>
-  <button name="decision" value="approve">Approve</button>
-  <button name="decision" value="deny">Deny</button>
-</form>
-{% endif %}
-""")
-
-RESULT_PAGE = engines["django"].from_string("""<!doctype html>
-<title>{{ title }}</title>
-<h1>{{ title }}</h1>
-<p>{{ message }}</p>
-""")
 
 
 def start_triage(ticket_id: int, title: str) -> None:
@@ -132,53 +103,7 @@ def show_ticket(request: HttpRequest, ticket_id: int) -> HttpResponse:
     return JsonResponse(body)
 
 
-def page(title: str, message: str, status: int) -> HttpResponse:
-    return HttpResponse(RESULT_PAGE.render({"title": title, "message": message}), status=status)
-
-
-# No CSRF token: the form carries the approval's own token instead, a secret that
-# a forging site cannot know, and approvers often open the link from an email
-# without a session here. The token protects the POST the way CSRF would.
-@csrf_exempt
-@require_http_methods(["GET", "POST"])
-def approval(request: HttpRequest, approval_id: str) -> HttpResponse:
-    engine = default_engine()
-    if request.method == "POST":
-        try:
-            check_form(request.content_type, request.body)
-        except InvalidInput as exc:
-            return page("Not decided", exc.message, 400)
-        decision = request.POST.get("decision")
-        if decision not in ("approve", "deny"):
-            return page("Not decided", "decision must be approve or deny", 400)
-        try:
-            run = engine.respond(
-                approval_id,
-                decision == "approve",
-                request.POST.get("reason") or None,
-                token=request.POST.get("token", ""),
-            )
-        except RunwrightError as exc:
-            return page("Not decided", exc.message, status_for(exc, missing=400))
-        done = "Approved" if decision == "approve" else "Denied"
-        return page(done, f"Run {run.id} is now {run.status.value}.", 200)
-
-    token = request.GET.get("token", "")
-    try:
-        # The page shows the tool input, so only the token's holder may see it.
-        found = engine.check_token(approval_id, token)
-    except RunwrightError as exc:
-        return page("Cannot show this approval", exc.message, status_for(exc, missing=400))
-    context = {
-        "approval": found,
-        "token": token,
-        "action": request.path,
-        "input_json": json.dumps(found.input, indent=2, ensure_ascii=False),
-    }
-    return HttpResponse(APPROVAL_PAGE.render(context))
-
-
-# Neither view touches Django's database: no transaction around the stream.
+# The stream does not touch Django's database: no transaction around it.
 @transaction.non_atomic_requests
 @require_http_methods(["GET"])
 def run_events(request: HttpRequest, run_id: str) -> HttpResponseBase:
@@ -194,13 +119,3 @@ def run_events(request: HttpRequest, run_id: str) -> HttpResponseBase:
     except RunwrightError as exc:
         return JsonResponse({"error": exc.message}, status=status_for(exc))
     return response
-
-
-@transaction.non_atomic_requests
-@require_http_methods(["GET"])
-def live(request: HttpRequest, run_id: str) -> HttpResponse:
-    try:
-        run = default_engine().get_run(run_id)
-    except RunwrightError as exc:
-        return JsonResponse({"error": exc.message}, status=status_for(exc))
-    return HttpResponse(live_page(run), headers=LIVE_HEADERS)
