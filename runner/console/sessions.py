@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from runner.errors import ConfigurationError
+
 SESSION_COOKIE = "runwright_session"
 PRESESSION_COOKIE = "runwright_presession"
 SESSION_SECONDS = 12 * 3600
@@ -83,7 +85,7 @@ class Sessions:
         clock: Callable[[], float] = time.time,
     ) -> None:
         if not secret_key:
-            raise ValueError("the console's sessions need a secret key")
+            raise ConfigurationError("the console's sessions need a secret key")
         self._key = derive_key(secret_key)
         self.lifetime = lifetime
         self.clock = clock

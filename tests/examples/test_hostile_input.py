@@ -7,7 +7,7 @@ import json
 import re
 import uuid
 from typing import Any
-from urllib.parse import parse_qs, quote, urlsplit
+from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 import pytest
 from flask.testing import FlaskClient
@@ -169,13 +169,11 @@ class Page:
         return response.status_code, self.body(response)
 
     def post(self, approval_id: str, form: dict[str, str] | bytes) -> tuple[int, bytes]:
-        path = self.path(approval_id)
-        if isinstance(form, bytes):
-            kind = "application/x-www-form-urlencoded"
-            form += b"&csrf_token=" + quote(self.csrf).encode()
-            response = self.client.post(path, data=form, content_type=kind)
-        else:
-            response = self.client.post(path, data={**form, "csrf_token": self.csrf})
+        """Send ``form`` URL-encoded, as a browser sends the page's form."""
+        body = form if isinstance(form, bytes) else urlencode(form).encode()
+        body += b"&csrf_token=" + quote(self.csrf).encode()
+        kind = "application/x-www-form-urlencoded"
+        response = self.client.post(self.path(approval_id), data=body, content_type=kind)
         return response.status_code, self.body(response)
 
     @staticmethod

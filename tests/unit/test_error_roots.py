@@ -58,7 +58,8 @@ def _resolve(module: str, name: str) -> type[BaseException]:
     return cls
 
 
-def test_every_raise_in_runner_and_tasks_is_a_runwright_error() -> None:
+def test_every_raise_in_runner_and_tasks_is_a_runwright_error(django_db: None) -> None:
+    """(Django set up: the console's Django views import its models.)"""
     found = _raises()
     assert len(found) > 30  # the scan sees the code, the CLI package too
     assert ("runner.cli.demo", "DemoError") in {(module, name) for module, name, _ in found}

@@ -3,7 +3,7 @@
 Runwright's tables belong to its Alembic migrations. Django reads them
 (the admin, through the unmanaged models of this app) and never migrates
 them: :class:`RunwrightRouter` keeps every Django migration off that
-database. Importable from settings: nothing here needs Django set up.
+database. Importable from settings: nothing here needs Django set up (only imported).
 """
 
 from __future__ import annotations
@@ -11,11 +11,19 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from django.core.exceptions import ImproperlyConfigured
+
 from runner.errors import ConfigurationError
 
 APP_LABEL = "runwright_console"
 ALIAS_SETTING = "RUNWRIGHT_CONSOLE_DATABASE"
 DEFAULT_ALIAS = "runwright"
+
+
+class ConsoleNotConfigured(ConfigurationError, ImproperlyConfigured):
+    """The Runwright console's Django settings are not valid (Django reports
+    it as ImproperlyConfigured)."""
+
 
 _SCHEMES = {"postgres", "postgresql", "postgresql+psycopg2", "postgresql+psycopg"}
 
@@ -63,9 +71,7 @@ def database_alias() -> str:
     if alias is None:
         return DEFAULT_ALIAS if DEFAULT_ALIAS in settings.DATABASES else DEFAULT_DB_ALIAS
     if alias not in settings.DATABASES:
-        from django.core.exceptions import ImproperlyConfigured
-
-        raise ImproperlyConfigured(f"{ALIAS_SETTING} names {alias!r}, which is not in DATABASES")
+        raise ConsoleNotConfigured(f"{ALIAS_SETTING} names {alias!r}, which is not in DATABASES")
     return str(alias)
 
 

@@ -14,7 +14,6 @@ from typing import Any
 from django.db import models
 
 from runner.console.django.db import database_alias
-from store.models import Decision, RunStatus
 
 
 class JSONColumn(models.JSONField):
@@ -36,7 +35,7 @@ class RunwrightManager(models.Manager):
 class Run(models.Model):
     id = models.UUIDField(primary_key=True)
     agent = models.TextField()
-    status = models.TextField(choices=[(s.value, s.value) for s in RunStatus])
+    status = models.TextField()
     trigger = JSONColumn()
     trigger_id = models.TextField()
     thread = models.TextField(null=True)
@@ -86,7 +85,7 @@ class Approval(models.Model):
     input = models.JSONField(null=True)
     expires_at = models.DateTimeField()
     on_expire = models.TextField()
-    decision = models.TextField(null=True, choices=[(d.value, d.value) for d in Decision])
+    decision = models.TextField(null=True)
     reason = models.TextField(null=True)
     decided_by = models.TextField(null=True)
     decided_at = models.DateTimeField(null=True)

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
-from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.middleware.csrf import CsrfViewMiddleware, get_token
@@ -30,7 +29,7 @@ from django.utils.module_loading import import_string
 from django.views.decorators.csrf import csrf_exempt
 
 from runner.console import errors
-from runner.console.django.db import APP_LABEL
+from runner.console.django.db import APP_LABEL, ConsoleNotConfigured
 from runner.console.forms import FormRefused, check_length, parse_form
 from runner.console.views import CSRF_FIELD, LIVE_TIMEOUT_SECONDS, ROUTES, Console, Request, Route
 from runner.console.views import Response as ConsoleResponse
@@ -82,7 +81,7 @@ def urlpatterns() -> list[URLPattern]:
     by_rule: dict[str, dict[str, Route]] = {}
     for route in ROUTES:
         if route.name not in PERMISSIONS:
-            raise LookupError(f"the console route {route.name!r} has no permission")
+            raise ConsoleNotConfigured(f"the console route {route.name!r} has no permission")
         by_rule.setdefault(route.rule, {})[route.method] = route
     views = {rule: _view(routes) for rule, routes in by_rule.items()}
     return [path(r.rule.lstrip("/"), views[r.rule], name=r.name) for r in ROUTES]
@@ -173,7 +172,7 @@ def _refusal(request: HttpRequest, route: Route, console: Console) -> Any:
     """The answer to a user who may not use ``route``, or None."""
     user = getattr(request, "user", None)
     if user is None:
-        raise ImproperlyConfigured(
+        raise ConsoleNotConfigured(
             "the Runwright console needs django.contrib.auth's AuthenticationMiddleware"
         )
     method = request.method or "GET"

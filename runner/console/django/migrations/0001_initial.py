@@ -21,20 +21,7 @@ class Migration(migrations.Migration):
             fields=[
                 ("id", models.UUIDField(primary_key=True, serialize=False)),
                 ("agent", models.TextField()),
-                (
-                    "status",
-                    models.TextField(
-                        choices=[
-                            ("queued", "queued"),
-                            ("running", "running"),
-                            ("waiting", "waiting"),
-                            ("completed", "completed"),
-                            ("failed", "failed"),
-                            ("cancelled", "cancelled"),
-                            ("interrupted", "interrupted"),
-                        ]
-                    ),
-                ),
+                ("status", models.TextField()),
                 ("trigger", runner.console.django.models.JSONColumn()),
                 ("trigger_id", models.TextField()),
                 ("thread", models.TextField(null=True)),
@@ -83,17 +70,7 @@ class Migration(migrations.Migration):
                 ("input", models.JSONField(null=True)),
                 ("expires_at", models.DateTimeField()),
                 ("on_expire", models.TextField()),
-                (
-                    "decision",
-                    models.TextField(
-                        choices=[
-                            ("approved", "approved"),
-                            ("denied", "denied"),
-                            ("withdrawn", "withdrawn"),
-                        ],
-                        null=True,
-                    ),
-                ),
+                ("decision", models.TextField(null=True)),
                 ("reason", models.TextField(null=True)),
                 ("decided_by", models.TextField(null=True)),
                 ("decided_at", models.DateTimeField(null=True)),
