@@ -26,6 +26,7 @@ from tests.console.conftest import (
     HOSTILE_SCRIPT,
     approval_agent,
     execute_all,
+    waiting_run,
 )
 from tests.e2e.test_sse_http import serving
 from tests.helpers import run_in_thread, unique
@@ -202,3 +203,82 @@ def test_the_run_page_shows_steps_as_they_happen_and_the_text_as_it_streams(
             browser.get("about:blank")  # closes the page's EventSource
             if worker is not None:
                 worker.join(15)
+
+
+def test_cancel_and_retry_from_the_run_page(
+    engine: Engine, queued: list[str], browser: webdriver.Chrome
+) -> None:
+    _agent, run, _approval = waiting_run(engine, queued)
+    with serving(signed_in_app(engine)) as (port, _handlers):
+        root = f"http://127.0.0.1:{port}"
+        try:
+            browser.get(f"{root}/login?user=alice")
+            browser.get(f"{root}{BASE}/runs/{run.id}")
+            assert browser.find_element(By.ID, "retry").is_displayed() is False
+            browser.find_element(By.CSS_SELECTOR, "#cancel button").click()
+            _poll(lambda: "The run is cancelled." in browser.page_source, 10, "the cancel")
+            assert browser.find_element(By.ID, "status").text == "cancelled"
+            assert engine.get_run(run.id).status is RunStatus.CANCELLED
+            assert engine.approvals(run.id)[0].decision is Decision.WITHDRAWN
+
+            browser.find_element(By.CSS_SELECTOR, "#retry button").click()
+            _poll(lambda: "queued again" in browser.page_source, 10, "the retry")
+            assert browser.find_element(By.ID, "status").text == "queued"
+            assert engine.get_run(run.id).status is RunStatus.QUEUED and queued == [run.id]
+        finally:
+            browser.get("about:blank")
+
+
+def test_a_token_link_opens_its_approval_and_nothing_else_in_a_browser(
+    engine: Engine, queued: list[str], browser: webdriver.Chrome
+) -> None:
+    _agent, run, approval = waiting_run(engine, queued, {"customer": "c-one"}, note="mine")
+    _other_agent, other, _ = waiting_run(engine, queued, {"customer": "c-two"}, note="n-two")
+    token = engine.token(approval.approval_id)
+    with serving(signed_in_app(engine)) as (port, _handlers):
+        root = f"http://127.0.0.1:{port}"
+        browser.get(f"{root}{BASE}/approvals/{approval.approval_id}?token={token}")
+        shown = browser.find_element(By.TAG_NAME, "main").text
+        assert "Approve refund?" in shown and '"note": "mine"' in shown
+        assert not browser.find_elements(By.CSS_SELECTOR, "header.top")  # no console around it
+        for path in ("/approvals", f"/runs/{run.id}", f"/runs/{other.id}", "/"):
+            browser.get(f"{root}{BASE}{path}")
+            assert browser.title == "Forbidden", path
+            assert "n-two" not in browser.page_source and "c-two" not in browser.page_source
+        other_approval = engine.approvals(other.id)[0].approval_id
+        browser.get(f"{root}{BASE}/approvals/{other_approval}?token={token}")
+        assert browser.title == "Forbidden" and "n-two" not in browser.page_source
+
+
+def _other_site(target: str) -> Any:
+    """A page of another origin whose form posts a decision to ``target``,
+    as a cross-site request forgery would (it cannot know the CSRF token)."""
+    html = (
+        f'<!doctype html><form method="post" action="{target}">'
+        '<input type="hidden" name="decision" value="approve">'
+        '<input type="hidden" name="reason" value="forged">'
+        '<button id="go">go</button></form>'
+    ).encode()
+
+    def app(environ: Any, start_response: Any) -> list[bytes]:
+        start_response("200 OK", [("Content-Type", "text/html")])
+        return [html]
+
+    return app
+
+
+def test_a_forged_post_from_another_site_is_refused_and_changes_nothing(
+    engine: Engine, queued: list[str], browser: webdriver.Chrome
+) -> None:
+    _agent, run, approval = waiting_run(engine, queued)
+    with serving(signed_in_app(engine)) as (port, _handlers):
+        root = f"http://127.0.0.1:{port}"
+        target = f"{root}{BASE}/approvals/{approval.approval_id}"
+        with serving(_other_site(target)) as (evil_port, _evil_handlers):
+            browser.get(f"{root}/login?user=alice")  # the victim is signed in
+            browser.get(f"http://127.0.0.1:{evil_port}/")
+            browser.find_element(By.ID, "go").click()
+            _poll(lambda: browser.current_url == target, 10, "the forged post")
+            assert browser.title == "Not done" and "CSRF" in browser.page_source
+    assert engine.approvals(run.id)[0].pending
+    assert engine.get_run(run.id).status is RunStatus.WAITING and queued == []
