@@ -114,6 +114,11 @@ def runwright_database(url: str, alias: str = "runwright") -> Iterator[None]:
 
     databases = settings.DATABASES
     before = databases.get(alias)
+    if before is not None:
+        # A connection this thread opened to what the alias named before
+        # (RUNWRIGHT_DATABASE_URL's database) keeps its own settings: drop it.
+        connections[alias].close()
+        del connections[alias]
     databases[alias] = entry(url)
     connections.configure_settings(databases)
     try:
