@@ -219,3 +219,12 @@ def browser() -> Iterator[Any]:
         yield made
     finally:
         made.quit()
+
+
+def csp_refusals(browser: Any) -> list[str]:
+    """What the page's Content-Security-Policy refused, from the browser's log."""
+    return [
+        entry["message"]
+        for entry in browser.get_log("browser")
+        if "Content Security Policy" in entry.get("message", "")
+    ]

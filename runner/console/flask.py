@@ -112,10 +112,8 @@ def _view(
                     console.error(refused.status, "Bad request", str(refused), anonymous)
                 )
             csrf_ok = csrf_valid(form.get(CSRF_FIELD))
-        headers = {}
         last = request.headers.get("Last-Event-ID")
-        if last is not None:
-            headers["Last-Event-ID"] = last
+        headers = {} if last is None else {"Last-Event-ID": last}
         answer = console.handle(
             route.name,
             Request(

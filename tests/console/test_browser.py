@@ -20,6 +20,7 @@ from runner import Agent, Engine, RunStatus, tool
 from runner.console.flask import console_blueprint
 from runner.testing import Request, ScriptedModel, call, text, tools
 from store.models import Decision
+from tests.conftest import csp_refusals
 from tests.console.conftest import (
     BASE,
     HOSTILE_IMG,
@@ -105,12 +106,7 @@ def test_approve_in_the_inbox_and_watch_the_run_complete(
             assert browser.find_element(By.ID, "cancel").is_displayed() is False
             assert browser.execute_script("return window.pwned") is None
             assert not browser.find_elements(By.CSS_SELECTOR, "main img, main script")
-            refused = [
-                entry["message"]
-                for entry in browser.get_log("browser")
-                if "Content Security Policy" in entry.get("message", "")
-            ]
-            assert refused == []
+            assert csp_refusals(browser) == []
         finally:
             browser.get("about:blank")  # closes the page's EventSource
             if worker is not None:
@@ -192,12 +188,7 @@ def test_the_run_page_shows_steps_as_they_happen_and_the_text_as_it_streams(
             assert any("<b>arrived broken</b>" in t for t in final)  # tool output, as text
             assert browser.execute_script("return window.pwned") is None
             assert not browser.find_elements(By.CSS_SELECTOR, "main img, main script")
-            refused = [
-                entry["message"]
-                for entry in browser.get_log("browser")
-                if "Content Security Policy" in entry.get("message", "")
-            ]
-            assert refused == []
+            assert csp_refusals(browser) == []
         finally:
             gate.set()
             browser.get("about:blank")  # closes the page's EventSource

@@ -15,6 +15,7 @@ from selenium.webdriver.common.by import By
 
 from runner import Engine, RunStatus, set_default_engine
 from store.models import Decision
+from tests.conftest import csp_refusals
 from tests.console.conftest import HOSTILE_IMG, HOSTILE_SCRIPT, approval_agent, execute_all
 from tests.console.django_support import BASE, delete_users, make_user
 from tests.e2e.test_sse_http import serving
@@ -36,14 +37,6 @@ def sign_in(browser: webdriver.Chrome, username: str, password: str) -> None:
     browser.find_element(By.NAME, "username").send_keys(username)
     browser.find_element(By.NAME, "password").send_keys(password)
     browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
-
-
-def csp_refusals(browser: webdriver.Chrome) -> list[str]:
-    return [
-        entry["message"]
-        for entry in browser.get_log("browser")
-        if "Content Security Policy" in entry.get("message", "")
-    ]
 
 
 def test_staff_sign_in_and_approve_in_the_inbox(

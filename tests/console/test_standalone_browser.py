@@ -20,6 +20,7 @@ from runner.console.server import make_server
 from runner.console.standalone import StandaloneConsole
 from store.config import Settings
 from store.models import Decision
+from tests.conftest import csp_refusals
 from tests.console.conftest import approval_agent, execute_all
 
 PASSWORD = "alice's long password"
@@ -88,11 +89,6 @@ def test_sign_in_decide_and_sign_out_in_a_browser(
             assert browser.current_url.startswith(f"{root}/ops/login")
             # The cookies were the console's own, and scripts cannot read them.
             assert browser.execute_script("return document.cookie") == ""
-            refused = [
-                entry["message"]
-                for entry in browser.get_log("browser")
-                if "Content Security Policy" in entry.get("message", "")
-            ]
-            assert refused == []
+            assert csp_refusals(browser) == []
         finally:
             browser.get("about:blank")

@@ -132,10 +132,8 @@ def _answer(
         if refused_answer is not None:
             return refused_answer
         user = request.user.get_username()
-    headers = {}
     last = request.headers.get("Last-Event-ID")
-    if last is not None:
-        headers["Last-Event-ID"] = last
+    headers = {} if last is None else {"Last-Event-ID": last}
     answer = console.handle(
         route.name,
         Request(
