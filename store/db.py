@@ -142,12 +142,15 @@ Row = dict[str, Any]
 class Tx:
     """Statements inside one transaction of :meth:`Executor.tx`."""
 
+    statements = 0
+
     def __init__(self, cursor: Any, prepared: bool) -> None:
         self.cursor = cursor
         self.prepared = prepared
 
     def execute(self, statement: Statement, params: dict[str, Any] | None = None) -> int:
         """Run ``statement``; the number of rows it touched."""
+        self.statements += 1
         params = params or {}
         if self.prepared and statement.name in Statement.prepared:
             self.cursor.execute(statement.execute_sql, statement.args(params))
@@ -184,13 +187,22 @@ class Executor:
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
         self.prepared = prepares(engine)
+        # Transactions committed, and statements run: what a step costs in
+        # round trips (benchmarks and a test read them; a counter is cheap).
+        self.commits = 0
+        self.statements = 0
 
     @contextmanager
     def tx(self) -> Iterator[Tx]:
         """One transaction: committed when the block ends, rolled back if it raises."""
         with raw_cursor(self.engine) as cursor:
-            yield Tx(cursor, self.prepared)
-            cursor.connection.commit()
+            tx = Tx(cursor, self.prepared)
+            try:
+                yield tx
+                cursor.connection.commit()
+                self.commits += 1
+            finally:
+                self.statements += tx.statements
 
     def rows(self, statement: Statement, params: dict[str, Any] | None = None) -> list[Row]:
         with self.tx() as tx:
