@@ -13,6 +13,7 @@ from typing import Any
 
 from flask import Flask, redirect, request, session
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from werkzeug.wrappers import Response
 
@@ -155,8 +156,20 @@ def test_the_run_page_shows_steps_as_they_happen_and_the_text_as_it_streams(
             browser.get(f"{root}/login?user=alice")
             browser.get(f"{root}{BASE}/runs/{run.id}")
 
+            def texts(selector: str) -> list[str]:
+                # The streaming item goes when its step is journaled, maybe
+                # between finding it and reading it: then read again.
+                for _ in range(20):
+                    try:
+                        return [
+                            node.text for node in browser.find_elements(By.CSS_SELECTOR, selector)
+                        ]
+                    except StaleElementReferenceException:
+                        continue
+                raise AssertionError(f"{selector} kept changing under the reader")
+
             def items() -> list[str]:
-                return [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#timeline li")]
+                return texts("#timeline li")
 
             assert items() == ["status queued"]
             worker, box = run_in_thread(engine, queued.pop())
@@ -170,8 +183,7 @@ def test_the_run_page_shows_steps_as_they_happen_and_the_text_as_it_streams(
             deadline = time.monotonic() + 30
             while browser.find_element(By.ID, "status").text != "completed":
                 assert time.monotonic() < deadline, f"the run did not complete: {items()}"
-                streamed = browser.find_elements(By.CSS_SELECTOR, "li.kind-streaming pre")
-                seen.extend(pre.text for pre in streamed)
+                seen.extend(texts("li.kind-streaming pre"))
                 time.sleep(0.01)
             worker.join(15)
             assert box["run"].status is RunStatus.COMPLETED
