@@ -8,6 +8,7 @@ import sys
 BENCHMARKS = [
     "bench.checkpoint",
     "bench.step_overhead",
+    "bench.hot_path",
     "bench.cli_startup",
     "bench.workers",
     "bench.outage",

@@ -31,8 +31,24 @@ FIGURES = {
         ("overhead_ms", "50"),
         ("overhead_ms", "200"),
     ],
+    "hot_path": [
+        ("wall_ms_per_step",),
+        ("cpu_ms_per_step",),
+        ("floor_two_commits_ms",),
+        ("adapter_overhead_ms", "history_0_steps"),
+        ("adapter_overhead_ms", "history_100_steps"),
+        ("flatness_last10_vs_first10",),
+        ("commits_per_step",),
+        ("bytes_per_step",),
+        ("concurrent_200", "wall_seconds"),
+        ("concurrent_500", "wall_seconds"),
+    ],
 }
-QUICK = {"checkpoint": ["--rounds", "4"], "step_overhead": ["--repeats", "2"]}
+QUICK = {
+    "checkpoint": ["--rounds", "4"],
+    "step_overhead": ["--repeats", "2"],
+    "hot_path": ["--repeats", "2"],
+}
 
 
 def _run(checkout: Path, name: str) -> dict[str, Any]:

@@ -47,6 +47,9 @@ OnDelta = Callable[[str, int], None]
 
 _setup_lock = threading.Lock()
 _litellm: Any = None
+# litellm's setting (read when it is imported): how long a base64 data URI may
+# be in the messages litellm hands to logging callbacks before it is cut.
+BASE64_LOGGING_VARIABLE = "MAX_BASE64_LENGTH_FOR_LOGGING"
 
 
 def _load() -> Any:
@@ -56,6 +59,13 @@ def _load() -> Any:
         with _setup_lock:
             if _litellm is None:
                 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+                # litellm copies a call's whole message list for its logging
+                # payload, to cut base64 images short in it: on every call, so
+                # a step cost more the longer the run's history (issue 16: a
+                # sixth of a 200-step run's CPU, and most of why its last steps
+                # cost more than its first). 0 turns the copy off; a host that
+                # hands images to a logging callback sets a length of its own.
+                os.environ.setdefault(BASE64_LOGGING_VARIABLE, "0")
                 import litellm
 
                 litellm.suppress_debug_info = True
@@ -69,9 +79,39 @@ def _load() -> Any:
 
 
 def warm_up() -> None:
-    """Import litellm now, not during the first model call (it takes seconds).
-    A worker calls this before it takes tasks."""
-    _load()
+    """Import litellm now, not during the first model call (it takes seconds),
+    and take one mocked call through its call path: litellm imports more of
+    itself on its first call (a few hundred ms), and on a worker that first
+    call would hold the event loop of every run it executes. The mocked call
+    (litellm's ``mock_response``, on that same loop) reaches no provider and,
+    marked ``no-log``, no logging callback. A worker calls this before it
+    takes tasks."""
+    from runner.runtime import runtime  # the loop the worker's model calls run on
+
+    litellm = _load()
+    try:
+        runtime().run(_mocked_call(litellm), timeout=60)
+    except Exception:  # a warm-up only: the first real call imports what is missing
+        log.debug("litellm's warm-up call failed", exc_info=True)
+
+
+async def _mocked_call(litellm: Any) -> None:
+    await litellm.acompletion(
+        model="openai/runwright-warm-up",
+        messages=[{"role": "user", "content": "warm up"}],
+        tools=[_WARM_UP_TOOL],
+        mock_response="ready",
+        api_key="not-used",
+        **{"no-log": True},
+    )
+    # litellm finishes a call's success handling in a task of its own: let it run.
+    await asyncio.sleep(0.05)
+
+
+_WARM_UP_TOOL = {
+    "type": "function",
+    "function": {"name": "noop", "parameters": {"type": "object", "properties": {}}},
+}
 
 
 @dataclass(frozen=True)

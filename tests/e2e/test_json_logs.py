@@ -17,6 +17,14 @@ def _lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
 
 
+def _succeeded(window: list[str], run_id: str) -> bool:
+    for line in window:
+        entry = json.loads(line)
+        if entry.get("run_id") == run_id and "succeeded" in entry["message"]:
+            return True
+    return False
+
+
 def test_every_line_of_an_execution_is_json_and_names_its_run(cluster: Cluster) -> None:
     worker = cluster.worker("w1", RUNWRIGHT_AGENTS=AGENTS, RUNWRIGHT_LOG_FORMAT="json")
     engine = cluster.engine()
@@ -31,7 +39,13 @@ def test_every_line_of_an_execution_is_json_and_names_its_run(cluster: Cluster) 
             60,
             "the run to complete",
         )
-        wait_until(lambda: "succeeded" in worker.log()[-3000:], 10, "the task's last line")
+        # The run is completed before its task's last lines are written; wait for
+        # this task's own "succeeded", not the one an earlier attempt left.
+        wait_until(
+            lambda start=start, run=run: _succeeded(_lines(worker.log())[start:], run.id),
+            10,
+            "the task's last line",
+        )
         window = _lines(worker.log())[start:]
         entries = [json.loads(line) for line in window]  # every line parses
         ours = [e for e in entries if e.get("run_id") == run.id]

@@ -1,0 +1,282 @@
+"""The hot path of a durable step, against its targets (issue 16).
+
+    python -m bench.hot_path [--repeats N] [--skip-concurrency]   # or: make bench
+
+One process, Postgres and Redis; an instant scripted model served through
+litellm, one tool call per step and about 1 KB per tool result. Every figure
+is a median of the same run, so that the machine's drift hits them alike:
+
+- floor: two 1 KB INSERT + COMMITs (what a durable step cannot go below);
+- per-step wall time of a 200-step durable run, and its ratio to the floor;
+- CPU per step: the process's CPU time over the run's steps, the scripted
+  model's own work (choosing the reply, building the response) taken out;
+- the model adapter's overhead per call: ``runner.model.complete`` through
+  litellm, minus the provider's bare return, at an empty history and at the
+  history of a 200-step run's middle step;
+- flatness: the run's last 10 steps against its first 10;
+- commits, statements and bytes stored per step;
+- concurrency: 200 and 500 runs of 5 steps with 1 s of model latency on one
+  ``celery worker`` process (``bench.workers``).
+
+Each target is printed with its figure and met / not met.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import logging
+import os
+import statistics
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import sqlalchemy as sa
+
+from bench.common import bench_database, report, settings
+from runner import Agent, Budget, Engine, model, tool
+from runner.runtime import runtime
+from runner.testing import Reply, Request, ScriptedModel, call, text, tools
+from store.config import Settings
+from store.db import make_engine, raw_cursor
+from store.leases import Leases
+from store.models import Message
+from store.postgres import PostgresStore
+
+STEPS = 200
+KB = "x" * 1000
+SECRET = "bench:bench-secret-bench-secret-bench-secret"
+# A price like a small hosted model's: litellm prices every call, as in production.
+PRICE = (1.5e-7, 6e-7)
+# What each step of the run was stamped with by its tool (perf_counter).
+_stamps: list[float] = []
+
+
+@tool
+def fetch(n: int) -> str:
+    """Return about a kilobyte."""
+    _stamps.append(time.perf_counter())
+    return KB
+
+
+def _script(request: Request) -> Reply:
+    if request.step < int(request.payload["steps"]):
+        return tools(call("fetch", {"n": request.step}))
+    return text("done")
+
+
+class TimedModel(ScriptedModel):
+    """The scripted model, with the time it spends on its own work counted
+    (the benchmark takes it out of the engine's CPU figure)."""
+
+    spent = 0.0
+
+    async def respond(
+        self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]
+    ) -> tuple[Reply, int]:
+        started = time.thread_time()
+        try:
+            return await super().respond(messages, tools)
+        finally:
+            self.spent += time.thread_time() - started
+            self.calls.clear()  # the bench keeps no transcript of 200-step runs
+
+
+# ------------------------------------------------------------------ the floor
+
+
+def _floor(db: sa.Engine, samples: int) -> list[float]:
+    """Two 1 KB INSERT + COMMITs, in ms, on a pooled driver connection."""
+    with db.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE IF NOT EXISTS floor_probe (id bigserial, body jsonb)"))
+    body = f'{{"content": "{KB}"}}'
+    times = []
+    for _ in range(samples):
+        started = time.perf_counter()
+        for _ in range(2):
+            with raw_cursor(db) as cursor:
+                cursor.execute("INSERT INTO floor_probe (body) VALUES (%s)", (body,))
+                cursor.connection.commit()
+        times.append((time.perf_counter() - started) * 1000)
+    return times
+
+
+# ------------------------------------------------------------- a durable run
+
+
+def _durable_run(
+    engine: Engine, store: PostgresStore, agent: str, timed: TimedModel
+) -> dict[str, Any]:
+    run = engine.start(agent, {"steps": STEPS, "nonce": uuid.uuid4().hex})
+    _stamps.clear()
+    commits, statements = store.db.commits, store.db.statements
+    timed.spent = 0.0
+    cpu, wall = time.process_time(), time.perf_counter()
+    done = engine.execute(run.id)
+    wall = time.perf_counter() - wall
+    cpu = time.process_time() - cpu
+    assert done is not None and done.status.value == "completed", done
+    assert done.steps_used == STEPS and len(_stamps) == STEPS - 1
+    gaps = [b - a for a, b in itertools.pairwise(_stamps)]
+    with store.engine.connect() as conn:
+        stored = conn.execute(sa.text(_BYTES), {"run": run.id}).scalar_one()
+    return {
+        "wall_ms": wall * 1000 / STEPS,
+        "cpu_ms": (cpu - timed.spent) * 1000 / STEPS,
+        "model_ms": timed.spent * 1000 / STEPS,
+        "flatness": statistics.fmean(gaps[-10:]) / statistics.fmean(gaps[:10]),
+        "commits": (store.db.commits - commits) / STEPS,
+        "statements": (store.db.statements - statements) / STEPS,
+        "bytes": int(stored) / STEPS,
+    }
+
+
+# What one run stored, in bytes, over every table that holds its rows.
+_BYTES = """
+SELECT (SELECT coalesce(sum(pg_column_size(s.*)), 0) FROM steps s WHERE s.run_id = :run)
+     + (SELECT coalesce(sum(pg_column_size(m.*)), 0) FROM messages m WHERE m.run_id = :run)
+     + (SELECT coalesce(sum(pg_column_size(c.*)), 0) FROM checkpoints c WHERE c.run_id = :run)
+     + (SELECT coalesce(sum(pg_column_size(e.*)), 0) FROM run_events e WHERE e.run_id = :run)
+     + (SELECT coalesce(sum(pg_column_size(r.*)), 0) FROM runs r WHERE r.id = :run)
+"""
+
+
+# ------------------------------------------------------- the model adapter
+
+
+def _history(steps: int) -> list[Message]:
+    messages: list[Message] = [
+        {"role": "system", "content": "You fetch."},
+        {"role": "user", "content": '```json\n{"payload": {"steps": 1000000}}\n```'},
+    ]
+    for i in range(steps):
+        call_id = f"call_{i}"
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": "fetch", "arguments": f'{{"n": {i}}}'},
+                    }
+                ],
+            }
+        )
+        messages.append({"role": "tool", "tool_call_id": call_id, "content": KB})
+    return messages
+
+
+async def _adapter(timed: TimedModel, history: int, calls: int) -> dict[str, float]:
+    """Median ms per call: through the adapter and litellm, and the provider's
+    bare return (its reply built into litellm's response), on one loop."""
+    litellm = model._load()
+    messages = _history(history)
+    schemas = [fetch.schema()]
+    through, bare = [], []
+    for _ in range(calls):
+        started = time.perf_counter()
+        await model.complete(timed.model, messages, schemas, {})
+        await asyncio.sleep(0)  # litellm's success logging runs as a task: let it
+        through.append((time.perf_counter() - started) * 1000)
+        started = time.perf_counter()
+        reply, step = await timed.respond(messages, schemas)
+        litellm.ModelResponse(**reply.response(timed.model, step))
+        bare.append((time.perf_counter() - started) * 1000)
+    return {"through_ms": statistics.median(through), "bare_ms": statistics.median(bare)}
+
+
+# --------------------------------------------------------------------- run
+
+
+def run(repeats: int, concurrency: bool) -> dict[str, Any]:
+    logging.getLogger("runner").setLevel(logging.ERROR)
+    timed = TimedModel(f"hot-path-{uuid.uuid4().hex[:6]}", _script, price=PRICE)
+    agent = Agent(
+        name=timed.name, model=timed.model, tools=[fetch], budget=Budget(max_steps=STEPS + 10)
+    )
+    base = settings()
+    assert base.redis_url is not None
+    rounds: dict[str, list[float]] = {}
+    with bench_database() as url:
+        db = make_engine(url, pool_size=10)
+        store = PostgresStore(db)
+        engine = Engine(
+            store,
+            leases=Leases.from_url(base.redis_url),
+            settings=Settings(lease_ttl_seconds=30, secret_key=SECRET),
+        )
+        run_short = engine.start(agent.name, {"steps": 10, "nonce": uuid.uuid4().hex})
+        engine.execute(run_short.id)  # warm up: litellm's import, pools, prepared plans
+        for _ in range(repeats):
+            for key, value in _durable_run(engine, store, agent.name, timed).items():
+                rounds.setdefault(key, []).append(value)
+            rounds.setdefault("floor_ms", []).append(statistics.median(_floor(db, 50)))
+        for history in (0, STEPS // 2):
+            # On the runtime's loop, where the engine's model calls run.
+            measured = runtime().run(_adapter(timed, history, 40 * repeats))
+            for key, value in measured.items():
+                rounds.setdefault(f"{key}@{history}", []).append(value)
+        engine.close()
+        db.dispose()
+    median = {key: statistics.median(values) for key, values in rounds.items()}
+    floor = median["floor_ms"]
+    overhead = {h: median[f"through_ms@{h}"] - median[f"bare_ms@{h}"] for h in (0, STEPS // 2)}
+    figures: dict[str, Any] = {
+        "steps": STEPS,
+        "repeats": repeats,
+        "floor_two_commits_ms": round(floor, 3),
+        "wall_ms_per_step": round(median["wall_ms"], 3),
+        "wall_vs_floor": round(median["wall_ms"] / floor, 2),
+        "cpu_ms_per_step": round(median["cpu_ms"], 3),
+        "model_own_work_ms_per_step": round(median["model_ms"], 3),
+        "adapter_overhead_ms": {f"history_{h}_steps": round(v, 3) for h, v in overhead.items()},
+        "flatness_last10_vs_first10": round(median["flatness"], 3),
+        "commits_per_step": round(median["commits"], 3),
+        "statements_per_step": round(median["statements"], 3),
+        "bytes_per_step": round(median["bytes"]),
+    }
+    targets = [
+        ("wall time per step (ms)", figures["wall_ms_per_step"], 3.0),
+        ("wall time per step / floor", figures["wall_vs_floor"], 5.0),
+        ("CPU per step (ms)", figures["cpu_ms_per_step"], 2.0),
+        ("adapter overhead per call, mid-run history (ms)", overhead[STEPS // 2], 1.0),
+        ("last 10 steps / first 10", figures["flatness_last10_vs_first10"], 1.3),
+        ("commits per step", figures["commits_per_step"], 2.0),
+    ]
+    if concurrency:
+        from bench.workers import bench_concurrent
+
+        for runs, limit in ((200, 1.5), (500, 2.0)):
+            result = bench_concurrent(runs)
+            figures[f"concurrent_{runs}"] = result
+            ratio = result["ratio_to_ideal"] if result["all_completed"] else float("inf")
+            targets.append((f"{runs} concurrent runs / ideal", ratio, limit))
+    figures["targets"] = {
+        name: {"figure": round(value, 3), "target": f"<= {limit}", "met": value <= limit}
+        for name, value, limit in targets
+    }
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--skip-concurrency", action="store_true")
+    args = parser.parse_args()
+    result = run(args.repeats, not args.skip_concurrency)
+    report("hot_path", result, all(t["met"] for t in result["targets"].values()))
+    print("target".ljust(52), "figure".rjust(8), "  target   ")
+    for name, target in result["targets"].items():
+        verdict = "met" if target["met"] else "NOT MET"
+        print(f"{name:52s} {target['figure']:8.3f}  {target['target']:8s} {verdict}")
+
+
+if __name__ == "__main__":
+    main()

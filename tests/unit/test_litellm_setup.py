@@ -1,0 +1,92 @@
+"""How Runwright sets litellm up (issue 16).
+
+A worker's warm-up takes one mocked call through litellm's call path: litellm
+imports more of itself on its first call, which would hold the event loop of
+every run the worker executes. That call must reach no provider and no logging
+callback of the host's. And litellm's copy of every call's message list for
+its logging payload is off unless the host asked for it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from runner import model
+
+
+def test_warm_up_takes_a_mocked_call_that_reaches_no_provider_and_no_callback(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    litellm = model._load()
+    from litellm.integrations.custom_logger import CustomLogger
+
+    logged: list[str] = []
+
+    class HostLogger(CustomLogger):  # type: ignore[misc]
+        def log_success_event(self, *args: Any, **kwargs: Any) -> None:
+            logged.append("success")
+
+        async def async_log_success_event(self, *args: Any, **kwargs: Any) -> None:
+            logged.append("async success")
+
+        async def async_log_failure_event(self, *args: Any, **kwargs: Any) -> None:
+            logged.append("async failure")
+
+    replies: list[Any] = []
+    real_call = litellm.acompletion
+
+    async def spied(*args: Any, **kwargs: Any) -> Any:
+        reply = await real_call(*args, **kwargs)
+        replies.append(reply)
+        return reply
+
+    connects: list[Any] = []
+    real_connect = socket.socket.connect
+
+    def connect(self: socket.socket, address: Any) -> None:
+        connects.append(address)
+        real_connect(self, address)
+
+    monkeypatch.setattr(litellm, "acompletion", spied)
+    monkeypatch.setattr(litellm, "callbacks", [HostLogger()])
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    with caplog.at_level(logging.DEBUG, logger="runner.model"):
+        model.warm_up()
+    assert [r.choices[0].message.content for r in replies] == ["ready"]  # the call was taken
+    assert "warm-up call failed" not in caplog.text
+    assert connects == []  # no provider, no network
+    assert logged == []  # the host's callbacks saw nothing
+
+
+_PROBE = (
+    "from runner import model\n"
+    "model._load()\n"
+    "from litellm.litellm_core_utils import logging_utils\n"
+    "print(logging_utils.MAX_BASE64_LENGTH_FOR_LOGGING)\n"
+)
+
+
+def _base64_limit(**env: str) -> int:
+    clean = {k: v for k, v in os.environ.items() if k != model.BASE64_LOGGING_VARIABLE}
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return int(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def test_litellm_copies_no_message_list_for_its_log_unless_the_host_asks() -> None:
+    assert _base64_limit() == 0
+    assert _base64_limit(**{model.BASE64_LOGGING_VARIABLE: "64"}) == 64
