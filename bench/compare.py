@@ -38,6 +38,7 @@ FIGURES = {
         ("adapter_overhead_ms", "history_0_steps"),
         ("adapter_overhead_ms", "history_100_steps"),
         ("flatness_last10_vs_first10",),
+        ("flatness_fitted_last10_vs_first10",),
         ("commits_per_step",),
         ("bytes_per_step",),
         ("concurrent_200", "wall_seconds"),
