@@ -12,7 +12,9 @@ is a median of the same run, so that the machine's drift hits them alike:
   model's own work (choosing the reply, building the response) taken out;
 - the model adapter's overhead per call: ``runner.model.complete`` through
   litellm, minus the provider's bare return, at an empty history and at the
-  history of a 200-step run's middle step;
+  history of a 200-step run's middle step (and, as a figure without a
+  target, the same through litellm's OpenAI provider against a loopback
+  OpenAI-compatible server);
 - flatness: the run's last 10 steps against its first 10 (the medians of
   those steps' times, and on a line fitted to every step's time, which a noisy
   step does not move);
@@ -27,7 +29,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import http.client
 import itertools
+import json
 import logging
 import os
 import statistics
@@ -209,6 +213,41 @@ async def _adapter(timed: TimedModel, history: int, calls: int) -> dict[str, flo
     return {"through_ms": statistics.median(through), "bare_ms": statistics.median(bare)}
 
 
+async def _adapter_http(history: int, calls: int) -> dict[str, float]:
+    """The same through litellm's OpenAI provider, against an OpenAI-compatible
+    server on loopback: median ms per call through the adapter, and the bare
+    HTTP round trip of the same request body (the server's time is in both)."""
+    from tests.integration.test_http_model import FakeOpenAI
+
+    server = FakeOpenAI()
+    server.thread.start()
+    try:
+        messages = _history(history)
+        schemas = [fetch.schema()]
+        settings = {"api_base": server.base_url, "api_key": "loopback"}
+        body = json.dumps({"model": "gpt-4o-mini", "messages": messages, "tools": schemas})
+        host, port = server.server.server_address[:2]
+        through, bare = [], []
+        for _ in range(calls):
+            started = time.perf_counter()
+            await model.complete("openai/gpt-4o-mini", messages, schemas, settings)
+            await asyncio.sleep(0)
+            through.append((time.perf_counter() - started) * 1000)
+            started = time.perf_counter()
+            connection = http.client.HTTPConnection(str(host), int(port))
+            connection.request("POST", "/v1/chat/completions", body, _JSON)
+            json.loads(connection.getresponse().read())
+            connection.close()
+            bare.append((time.perf_counter() - started) * 1000)
+    finally:
+        server.server.shutdown()
+        server.server.server_close()
+    return {"http_through_ms": statistics.median(through), "http_bare_ms": statistics.median(bare)}
+
+
+_JSON = {"Content-Type": "application/json"}
+
+
 # --------------------------------------------------------------------- run
 
 
@@ -238,13 +277,18 @@ def run(repeats: int, concurrency: bool) -> dict[str, Any]:
         for history in (0, STEPS // 2):
             # On the runtime's loop, where the engine's model calls run.
             measured = runtime().run(_adapter(timed, history, 40 * repeats))
+            measured.update(runtime().run(_adapter_http(history, 20 * repeats)))
             for key, value in measured.items():
                 rounds.setdefault(f"{key}@{history}", []).append(value)
         engine.close()
         db.dispose()
     median = {key: statistics.median(values) for key, values in rounds.items()}
     floor = median["floor_ms"]
-    overhead = {h: median[f"through_ms@{h}"] - median[f"bare_ms@{h}"] for h in (0, STEPS // 2)}
+    histories = (0, STEPS // 2)
+    overhead = {h: median[f"through_ms@{h}"] - median[f"bare_ms@{h}"] for h in histories}
+    http_overhead = {
+        h: median[f"http_through_ms@{h}"] - median[f"http_bare_ms@{h}"] for h in histories
+    }
     figures: dict[str, Any] = {
         "steps": STEPS,
         "repeats": repeats,
@@ -254,6 +298,10 @@ def run(repeats: int, concurrency: bool) -> dict[str, Any]:
         "cpu_ms_per_step": round(median["cpu_ms"], 3),
         "model_own_work_ms_per_step": round(median["model_ms"], 3),
         "adapter_overhead_ms": {f"history_{h}_steps": round(v, 3) for h, v in overhead.items()},
+        # Not a target: the same overhead on litellm's OpenAI provider over HTTP.
+        "adapter_overhead_openai_http_ms": {
+            f"history_{h}_steps": round(v, 3) for h, v in http_overhead.items()
+        },
         "flatness_last10_vs_first10": round(median["flatness"], 3),
         "flatness_fitted_last10_vs_first10": round(median["flatness_fitted"], 3),
         "commits_per_step": round(median["commits"], 3),
