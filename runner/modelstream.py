@@ -28,7 +28,7 @@ def guarded(on_delta: OnDelta, model: str) -> OnDelta:
     """``on_delta`` unable to break the call: what it raises is logged once."""
     failed = False
 
-    def guarded(text: str, attempt: int) -> None:
+    def call(text: str, attempt: int) -> None:
         nonlocal failed
         try:
             on_delta(text, attempt)
@@ -37,7 +37,7 @@ def guarded(on_delta: OnDelta, model: str) -> OnDelta:
                 failed = True
                 log.warning("model %s: on_delta raised; the call goes on", model, exc_info=True)
 
-    return guarded
+    return call
 
 
 class _Assembly:
@@ -109,7 +109,7 @@ class _Assembly:
             )
 
     def response(self, litellm: Any, model: str) -> Any:
-        """The reply as litellm's unstreamed response, for :func:`_reply`."""
+        """The reply as litellm's unstreamed response, for ``runner.model._reply``."""
         calls = [
             {
                 "id": entry["id"],
@@ -130,7 +130,7 @@ class _Assembly:
         if self.usage is not None:
             fields["usage"] = self.usage
         response = litellm.ModelResponse(**fields)
-        # Without litellm's figure, _cost asks litellm's cost map.
+        # Without litellm's figure, runner.model._cost asks litellm's cost map.
         response._hidden_params = {} if self.cost is None else {"response_cost": self.cost}
         return response
 
