@@ -42,7 +42,9 @@ FIGURES = {
         ("commits_per_step",),
         ("bytes_per_step",),
         ("concurrent_200", "wall_seconds"),
+        ("concurrent_200", "worker_cpu_ms_per_step"),
         ("concurrent_500", "wall_seconds"),
+        ("concurrent_500", "worker_cpu_ms_per_step"),
     ],
 }
 QUICK = {

@@ -22,7 +22,10 @@ is a median of the same run, so that the machine's drift hits them alike:
 - concurrency: 200 and 500 runs of 5 steps with 1 s of model latency on one
   ``celery worker`` process (``bench.workers``).
 
-Each target is printed with its figure and met / not met.
+Each target is printed with its figure and met / not met; below them, what
+they are up against (``bench.floors``): the engine's own cost with litellm
+taken out, and litellm alone at 200 and 500 concurrent runs, in fresh
+processes.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import sqlalchemy as sa
 
 from bench.common import bench_database, report, settings
+from bench.floors import in_fresh_process
 from runner import Agent, Budget, Engine, model, tool
 from runner.runtime import runtime
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
@@ -329,7 +333,28 @@ def run(repeats: int, concurrency: bool) -> dict[str, Any]:
         name: {"figure": round(value, 3), "target": f"<= {limit}", "met": value <= limit}
         for name, value, limit in targets
     }
+    figures["floors"] = _floors(concurrency)
     return figures
+
+
+def _floors(concurrency: bool) -> dict[str, Any]:
+    """What the targets are up against (``bench.floors``; figures without targets)."""
+    engine = in_fresh_process("engine")
+    floors = {
+        "engine without litellm, wall ms per step": engine["wall_ms_per_step"],
+        "engine without litellm, CPU ms per step": engine["cpu_ms_per_step"],
+    }
+    paused = in_fresh_process("gc")
+    floors["a full GC pass in a warmed worker, ms"] = paused["full_collection_ms"]
+    floors["the same, its loaded heap frozen (workers do), ms"] = paused[
+        "full_collection_frozen_ms"
+    ]
+    runs = (200, 500) if concurrency else (200,)
+    for n in runs:
+        alone = in_fresh_process("litellm", "--runs", str(n))
+        floors[f"litellm alone, CPU ms per call ({n} concurrent)"] = alone["cpu_ms_per_call"]
+        floors[f"litellm alone, {n} concurrent runs / ideal"] = alone["ratio_to_ideal"]
+    return floors
 
 
 def main() -> None:
@@ -343,6 +368,9 @@ def main() -> None:
     for name, target in result["targets"].items():
         verdict = "met" if target["met"] else "NOT MET"
         print(f"{name:52s} {target['figure']:8.3f}  {target['target']:8s} {verdict}")
+    print("what the targets are up against (bench.floors; no target):")
+    for name, value in result["floors"].items():
+        print(f"{name:52s} {value:8.3f}")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@
 (b) cancel: cancel a running run from this process; time until it is settled
     ``cancelled``. Target: p95 <= 500 ms.
 (c) concurrent: 200 runs of 5 steps, 1 s of model latency per step, on ONE
-    worker process. Target: wall time <= 1.5x the ideal 5 s.
+    worker process (warmed by one run first; the model is priced, as
+    production models are). Target: wall time <= 1.5x the ideal 5 s. Also
+    the worker's CPU per step over the same span.
 (d) throughput: 5-step runs with a zero-latency model on two worker processes.
 (e) tick: tick() with 100,000 settled runs, 1,000 waiting and 100 due.
     Target: median <= 50 ms.
@@ -164,6 +166,13 @@ def _start_many(
     return [engine.start(agent, payload(i)).id for i in range(count)]
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def bench_concurrent(runs: int = 200) -> dict[str, Any]:
     from runner import Engine
 
@@ -172,29 +181,42 @@ def bench_concurrent(runs: int = 200) -> dict[str, Any]:
     # at 200 runs was a third of this benchmark's time (issue 16).
     default_ttl = str(Settings().lease_ttl_seconds)
     with cluster(RUNWRIGHT_DB_POOL_SIZE="20", RUNWRIGHT_LEASE_TTL_SECONDS=default_ttl) as c:
-        c.worker("big", concurrency=runs + 10)
+        worker = c.worker("big", concurrency=runs + 10)
         engine = c.engine()
-        # Create the runs first, then send all their tasks at once: the clock
-        # measures the worker, not this process creating 200 rows.
+        # A worker that has taken one run, as every worker in production has:
+        # litellm loads its scripted-provider path (a tokenizer) on the first call.
+        _wait_all(engine, [engine.start("paced", {"steps": 1, "latency": 0}).id], 60)
+        # Five model steps of 1 s each (request.step counts from 1: four tool
+        # steps, then the answer). Create the runs first, then send all their
+        # tasks at once: the clock measures the worker, not this process
+        # creating 200 rows.
         silent = Engine(engine.store, leases=engine.leases, settings=engine.settings)
         ids = [silent.start("paced", {"steps": 5, "latency": 1.0, "n": i}).id for i in range(runs)]
+        cpu = _cpu_seconds(worker.pid)
         started = time.monotonic()
         for run_id in ids:
             assert engine.enqueue is not None
             engine.enqueue(run_id)
         _wait_all(engine, ids, 300)
         wall = time.monotonic() - started
-        statuses = {engine.get_run(i).status for i in ids}
+        cpu = _cpu_seconds(worker.pid) - cpu
+        finished = [engine.get_run(i) for i in ids]
+    steps = sum(run.steps_used for run in finished)
+    ideal = 5.0
     return {
         "runs": runs,
-        "steps": 5,
+        "steps_per_run": 5,
         "model_latency_seconds": 1.0,
         "wall_seconds": round(wall, 2),
-        "ideal_seconds": 5.0,
-        "ratio_to_ideal": round(wall / 5.0, 3),
+        "ideal_seconds": ideal,
+        "ratio_to_ideal": round(wall / ideal, 3),
+        "worker_cpu_seconds": round(cpu, 2),
+        "worker_cpu_ms_per_step": round(cpu * 1000 / max(steps, 1), 2),
         "lease_ttl_seconds": float(default_ttl),
-        "all_completed": statuses == {RunStatus.COMPLETED},
-        "meets_target": wall <= 7.5 and statuses == {RunStatus.COMPLETED},
+        "all_completed": {run.status for run in finished} == {RunStatus.COMPLETED}
+        and steps == 5 * runs,
+        "meets_target": wall <= 1.5 * ideal
+        and {run.status for run in finished} == {RunStatus.COMPLETED},
     }
 
 

@@ -189,5 +189,7 @@ def paced(request: Request) -> Reply:
     return text("paced done", latency=latency)
 
 
-paced_model = ScriptedModel("paced", paced, journal=JOURNAL)
+# Priced like a small hosted model, as production models are: litellm prices
+# every call of it (an unpriced one also takes litellm's zero-cost checks).
+paced_model = ScriptedModel("paced", paced, journal=JOURNAL, price=(1.5e-7, 6e-7))
 Agent(name="paced", model=paced_model.model, tools=[lookup], budget=Budget(max_steps=200))

@@ -19,12 +19,13 @@ SECRET = "test:test-secret-for-runwright-tests-only"
 
 # Printed by each probe: the runner modules it holds and litellm's providers.
 REPORT = """
-import json, sys
+import gc, json, sys
 def report(label):
     litellm = sys.modules.get("litellm")
     providers = [p["provider"] for p in litellm.custom_provider_map] if litellm else None
     mods = sorted(m for m in sys.modules if m.startswith(("runner", "tasks")))
-    print(json.dumps({"label": label, "modules": mods, "providers": providers}))
+    frozen = gc.get_freeze_count()
+    print(json.dumps({"label": label, "modules": mods, "providers": providers, "frozen": frozen}))
 """
 
 TEST_ONLY = ("runner.testing", "runner.cli", "runner.demo", "runner.demo_agent")
@@ -84,13 +85,17 @@ def test_importing_tasks_and_warming_up_loads_no_test_or_cli_module(tmp_path: Pa
     assert "runner.model" in warm["modules"]
     assert _test_only(warm["modules"]) == []
     assert warm["providers"] == []  # litellm is loaded, with no scripted provider
+    # Only a worker takes its heap out of the collector's reach, not a web
+    # process that imports tasks to start runs.
+    assert imported["frozen"] == warm["frozen"] == 0
 
 
 def test_a_worker_warm_up_loads_no_test_or_cli_module(
     tmp_path: Path, database_url: str, redis_url: str
 ) -> None:
     """The worker's own warm-up (Celery's worker_init signal): litellm, the
-    engine on a real database and Redis, the agents; still no test module."""
+    engine on a real database and Redis, the agents; still no test module.
+    Then it freezes what it loaded (issue 16)."""
     env = _env(tmp_path, RUNWRIGHT_DATABASE_URL=database_url, RUNWRIGHT_REDIS_URL=redis_url)
     (warm,) = _probe(
         "import tasks\nfrom celery import signals\n"
@@ -104,6 +109,9 @@ def test_a_worker_warm_up_loads_no_test_or_cli_module(
     assert "runner.engine" in warm["modules"]
     assert _test_only(warm["modules"]) == []
     assert warm["providers"] == []
+    # The heap it loaded (litellm above all) is out of the collector's full
+    # passes: far more objects than the few thousand of the interpreter alone.
+    assert warm["frozen"] > 100_000, warm["frozen"]
 
 
 def test_the_scripted_provider_is_registered_on_first_use(tmp_path: Path) -> None:

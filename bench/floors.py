@@ -1,0 +1,234 @@
+"""What the hot path's targets are up against: litellm alone, and Runwright
+without litellm (issue 16).
+
+    python -m bench.floors litellm [--runs 200]   # litellm alone, concurrently
+    python -m bench.floors engine [--repeats 3]   # the engine, no litellm
+    python -m bench.floors gc                     # a full collection's pause
+
+- ``litellm``: ``runs`` coroutines on one process's runtime loop, each making
+  5 model calls through ``runner.model.complete`` (litellm, the scripted
+  provider, 1 s of model latency per call), with nothing else: no Postgres,
+  Redis, Celery or engine. Its wall time against the ideal 5 s is the floor of
+  ``bench.workers``' concurrency figure, and its CPU per call the floor of a
+  step's CPU, for as long as every model call goes through litellm.
+- ``engine``: a 200-step durable run (Postgres, Redis, one tool call and
+  about 1 KB per step) with the model adapter replaced by a stub that returns
+  its reply at once: Runwright's own wall and CPU per step, litellm taken out.
+- ``gc``: one full garbage collection in a process warmed as a worker, before
+  and after freezing what it loaded (a worker does, ``tasks.app``): for that
+  long every run of the worker stands still.
+
+Each runs in a fresh process, warmed as a worker is (``model.warm_up``).
+``bench.hot_path`` prints both beside its targets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+STEPS_PER_RUN = 5
+LATENCY = 1.0
+ENGINE_STEPS = 200
+PRICE = (1.5e-7, 6e-7)  # as bench.hot_path's model: litellm prices every call
+SECRET = "bench:bench-secret-bench-secret-bench-secret"
+
+
+def in_fresh_process(kind: str, *args: str) -> dict[str, Any]:
+    """Run one floor in a new interpreter; its figures."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.floors", kind, "--json", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    figures: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return figures
+
+
+# ----------------------------------------------------------- litellm alone
+
+
+def litellm_alone(runs: int) -> dict[str, Any]:
+    from runner import model
+    from runner.runtime import runtime
+    from runner.testing import Reply, Request, ScriptedModel, call, text, tools
+
+    def script(request: Request) -> Reply:
+        if request.step < STEPS_PER_RUN:
+            return tools(call("lookup", {"q": f"step {request.step}"}), latency=LATENCY)
+        return text("done", latency=LATENCY)
+
+    scripted = ScriptedModel(f"floor-{uuid.uuid4().hex[:6]}", script, price=PRICE)
+    schema = {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+        },
+    }
+
+    async def one(n: int) -> None:
+        messages: list[dict[str, Any]] = [{"role": "user", "content": f"run {n}"}]
+        for _ in range(STEPS_PER_RUN):
+            reply = await model.complete(scripted.model, messages, [schema], {})
+            messages.append(reply.message)
+            for tool_call in reply.message.get("tool_calls") or []:
+                messages.append({"role": "tool", "tool_call_id": tool_call["id"], "content": "ok"})
+        scripted.calls.clear()  # the transcript is the model's, not litellm's, work
+
+    async def all_runs() -> tuple[float, float]:
+        await one(-1)  # the scripted provider's first call loads a tokenizer
+        wall, cpu = time.perf_counter(), time.process_time()
+        await asyncio.gather(*(one(n) for n in range(runs)))
+        return time.perf_counter() - wall, time.process_time() - cpu
+
+    model.warm_up()
+    wall, cpu = runtime().run(all_runs(), timeout=600)
+    ideal = STEPS_PER_RUN * LATENCY
+    return {
+        "runs": runs,
+        "model_calls_per_run": STEPS_PER_RUN,
+        "wall_seconds": round(wall, 2),
+        "ratio_to_ideal": round(wall / ideal, 3),
+        "cpu_ms_per_call": round(cpu * 1000 / (runs * STEPS_PER_RUN), 3),
+    }
+
+
+# ------------------------------------------------------- engine, no litellm
+
+
+def engine_alone(repeats: int) -> dict[str, Any]:
+    from bench.common import bench_database, settings
+    from runner import Agent, Budget, Engine, model, tool
+    from runner.model import ModelReply
+    from store.config import Settings
+    from store.db import make_engine
+    from store.leases import Leases
+    from store.models import Message, Usage
+    from store.postgres import PostgresStore
+
+    logging.getLogger("runner").setLevel(logging.ERROR)
+    numbers = itertools.count()
+
+    @tool
+    def fetch(n: int) -> str:
+        """Return about a kilobyte."""
+        return "x" * 1000
+
+    async def stub(
+        name: str, messages: Sequence[Message], schemas: Sequence[Any], _: Any, **__: Any
+    ) -> ModelReply:
+        step = sum(1 for m in messages if m.get("role") == "assistant") + 1
+        usage = Usage(input_tokens=10, output_tokens=5)
+        if step < ENGINE_STEPS:
+            arguments = json.dumps({"n": step})
+            message: Message = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"call_{next(numbers)}",
+                        "type": "function",
+                        "function": {"name": "fetch", "arguments": arguments},
+                    }
+                ],
+            }
+            return ModelReply(message, usage, "tool_calls", 1e-6)
+        return ModelReply({"role": "assistant", "content": "done"}, usage, "stop", 1e-6)
+
+    model.warm_up()
+    model.complete = stub  # type: ignore[assignment]  (this process only)
+    name = f"floor-engine-{uuid.uuid4().hex[:6]}"
+    Agent(name=name, model="openai/stub", tools=[fetch], budget=Budget(max_steps=ENGINE_STEPS))
+    base = settings()
+    assert base.redis_url is not None
+    walls, cpus = [], []
+    with bench_database() as url:
+        db = make_engine(url, pool_size=10)
+        engine = Engine(
+            PostgresStore(db),
+            leases=Leases.from_url(base.redis_url),
+            settings=Settings(lease_ttl_seconds=30, secret_key=SECRET),
+        )
+        for n in range(repeats + 1):  # the first warms pools and prepared plans
+            run = engine.start(name, {"n": n})
+            wall, cpu = time.perf_counter(), time.process_time()
+            done = engine.execute(run.id)
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            assert done is not None and done.steps_used == ENGINE_STEPS, done
+            if n:
+                walls.append(wall * 1000 / ENGINE_STEPS)
+                cpus.append(cpu * 1000 / ENGINE_STEPS)
+        engine.close()
+        db.dispose()
+    return {
+        "steps": ENGINE_STEPS,
+        "repeats": repeats,
+        "wall_ms_per_step": round(statistics.median(walls), 3),
+        "cpu_ms_per_step": round(statistics.median(cpus), 3),
+    }
+
+
+# ------------------------------------------------- a full collection's pause
+
+
+def gc_pause(samples: int) -> dict[str, Any]:
+    """How long one full garbage collection stops a warmed worker, before and
+    after it freezes what it loaded (``tasks.app._freeze_heap``)."""
+    import gc
+
+    import tasks  # noqa: F401  (what a worker imports: Celery, the engine)
+    from runner import model
+
+    model.warm_up()
+
+    def pauses() -> float:
+        times = []
+        for _ in range(samples):
+            started = time.perf_counter()
+            gc.collect()
+            times.append((time.perf_counter() - started) * 1000)
+        return statistics.median(times)
+
+    before = pauses()
+    gc.freeze()
+    return {
+        "objects_frozen": gc.get_freeze_count(),
+        "full_collection_ms": round(before, 3),
+        "full_collection_frozen_ms": round(pauses(), 3),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("kind", choices=["litellm", "engine", "gc"])
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", action="store_true", help="print one line of JSON")
+    args = parser.parse_args()
+    if args.kind == "litellm":
+        result = litellm_alone(args.runs)
+    elif args.kind == "gc":
+        result = gc_pause(max(args.repeats, 5))
+    else:
+        result = engine_alone(args.repeats)
+    print(json.dumps(result) if args.json else json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
