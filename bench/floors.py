@@ -13,7 +13,8 @@ without litellm (issue 16).
   step's CPU, for as long as every model call goes through litellm.
 - ``engine``: a 200-step durable run (Postgres, Redis, one tool call and
   about 1 KB per step) with the model adapter replaced by a stub that returns
-  its reply at once: Runwright's own wall and CPU per step, litellm taken out.
+  its reply at once: Runwright's own wall and CPU per step, and its last 10
+  steps against its first 10, litellm taken out.
 - ``gc``: one full garbage collection in a process warmed as a worker, before
   and after freezing what it loaded (a worker does, ``tasks.app``): for that
   long every run of the worker stands still.
@@ -125,9 +126,12 @@ def engine_alone(repeats: int) -> dict[str, Any]:
     logging.getLogger("runner").setLevel(logging.ERROR)
     numbers = itertools.count()
 
+    stamps: list[float] = []
+
     @tool
     def fetch(n: int) -> str:
         """Return about a kilobyte."""
+        stamps.append(time.perf_counter())
         return "x" * 1000
 
     async def stub(
@@ -157,7 +161,7 @@ def engine_alone(repeats: int) -> dict[str, Any]:
     Agent(name=name, model="openai/stub", tools=[fetch], budget=Budget(max_steps=ENGINE_STEPS))
     base = settings()
     assert base.redis_url is not None
-    walls, cpus = [], []
+    walls, cpus, flatness = [], [], []
     with bench_database() as url:
         db = make_engine(url, pool_size=10)
         engine = Engine(
@@ -167,6 +171,7 @@ def engine_alone(repeats: int) -> dict[str, Any]:
         )
         for n in range(repeats + 1):  # the first warms pools and prepared plans
             run = engine.start(name, {"n": n})
+            stamps.clear()
             wall, cpu = time.perf_counter(), time.process_time()
             done = engine.execute(run.id)
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
@@ -174,6 +179,8 @@ def engine_alone(repeats: int) -> dict[str, Any]:
             if n:
                 walls.append(wall * 1000 / ENGINE_STEPS)
                 cpus.append(cpu * 1000 / ENGINE_STEPS)
+                gaps = [b - a for a, b in itertools.pairwise(stamps)]
+                flatness.append(statistics.median(gaps[-10:]) / statistics.median(gaps[:10]))
         engine.close()
         db.dispose()
     return {
@@ -181,6 +188,7 @@ def engine_alone(repeats: int) -> dict[str, Any]:
         "repeats": repeats,
         "wall_ms_per_step": round(statistics.median(walls), 3),
         "cpu_ms_per_step": round(statistics.median(cpus), 3),
+        "flatness_last10_vs_first10": round(statistics.median(flatness), 3),
     }
 
 

@@ -343,6 +343,7 @@ def _floors(concurrency: bool) -> dict[str, Any]:
     floors = {
         "engine without litellm, wall ms per step": engine["wall_ms_per_step"],
         "engine without litellm, CPU ms per step": engine["cpu_ms_per_step"],
+        "engine without litellm, last 10 steps / first 10": engine["flatness_last10_vs_first10"],
     }
     paused = in_fresh_process("gc")
     floors["a full GC pass in a warmed worker, ms"] = paused["full_collection_ms"]
