@@ -1,4 +1,5 @@
-"""What the benchmarks share: where the database is, and how results are reported."""
+"""What the benchmarks share: where the database is, the durable engine they
+measure, and how results are reported."""
 
 from __future__ import annotations
 
@@ -12,16 +13,33 @@ from typing import Any
 import psycopg2
 from sqlalchemy.engine import make_url
 
+from runner import Engine
+from store.base import Store
 from store.config import Settings
+from store.leases import Leases
 from store.local import resolve
 from store.migrate import upgrade
 
 RESULTS = Path(__file__).resolve().parent / "results"
+SECRET = "bench:bench-secret-bench-secret-bench-secret"
 
 
 def settings() -> Settings:
     """The environment's services, or the local stack when none are named."""
     return resolve(Settings.from_env())
+
+
+def durable_engine(store: Store, **options: Any) -> Engine:
+    """An engine on ``store`` with the configured Redis's leases (30 s TTL),
+    as the benchmarks of a durable run measure it."""
+    redis_url = settings().redis_url
+    assert redis_url is not None
+    return Engine(
+        store,
+        leases=Leases.from_url(redis_url),
+        settings=Settings(lease_ttl_seconds=30, secret_key=SECRET),
+        **options,
+    )
 
 
 @contextmanager

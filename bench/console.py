@@ -25,19 +25,16 @@ from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from bench.common import bench_database, report, settings
+from bench.common import bench_database, durable_engine, report
 from runner import Agent, ApprovalPolicy, Budget, Engine, effect, tool
 from runner.testing import Reply, Request, ScriptedModel, call, text
-from store.config import Settings
 from store.db import make_engine
-from store.leases import Leases
 from store.postgres import PostgresStore
 
 LIST_RUNS = 1000
 TIMELINE_STEPS = 500
 PENDING = 200
 TARGET_SECONDS = 1.0
-SECRET = "bench:bench-secret-bench-secret-bench-secret"
 
 
 @tool
@@ -117,16 +114,9 @@ def _timed(client: Any, path: str, repeats: int, expect: str) -> dict[str, Any]:
 def run(repeats: int) -> dict[str, Any]:
     logging.getLogger("runner").setLevel(logging.ERROR)
     long_agent, asking_agent, short_agent = _agents()
-    base = settings()
-    assert base.redis_url is not None
     with bench_database() as url:
         db = make_engine(url, pool_size=4)
-        engine = Engine(
-            PostgresStore(db),
-            leases=Leases.from_url(base.redis_url),
-            settings=Settings(lease_ttl_seconds=30, secret_key=SECRET),
-            enqueue=lambda run_id: None,
-        )
+        engine = durable_engine(PostgresStore(db), enqueue=lambda run_id: None)
         try:
             started = time.perf_counter()
             long_run = engine.start(long_agent, {"order": "A-1"})

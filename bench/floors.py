@@ -45,7 +45,6 @@ STEPS_PER_RUN = 5
 LATENCY = 1.0
 ENGINE_STEPS = 200
 PRICE = (1.5e-7, 6e-7)  # as bench.hot_path's model: litellm prices every call
-SECRET = "bench:bench-secret-bench-secret-bench-secret"
 
 
 def in_fresh_process(kind: str, *args: str) -> dict[str, Any]:
@@ -114,12 +113,10 @@ def litellm_alone(runs: int) -> dict[str, Any]:
 
 
 def engine_alone(repeats: int) -> dict[str, Any]:
-    from bench.common import bench_database, settings
-    from runner import Agent, Budget, Engine, model, tool
+    from bench.common import bench_database, durable_engine
+    from runner import Agent, Budget, model, tool
     from runner.model import ModelReply
-    from store.config import Settings
     from store.db import make_engine
-    from store.leases import Leases
     from store.models import Message, Usage
     from store.postgres import PostgresStore
 
@@ -159,16 +156,10 @@ def engine_alone(repeats: int) -> dict[str, Any]:
     model.complete = stub  # type: ignore[assignment]  (this process only)
     name = f"floor-engine-{uuid.uuid4().hex[:6]}"
     Agent(name=name, model="openai/stub", tools=[fetch], budget=Budget(max_steps=ENGINE_STEPS))
-    base = settings()
-    assert base.redis_url is not None
     walls, cpus, flatness = [], [], []
     with bench_database() as url:
         db = make_engine(url, pool_size=10)
-        engine = Engine(
-            PostgresStore(db),
-            leases=Leases.from_url(base.redis_url),
-            settings=Settings(lease_ttl_seconds=30, secret_key=SECRET),
-        )
+        engine = durable_engine(PostgresStore(db))
         for n in range(repeats + 1):  # the first warms pools and prepared plans
             run = engine.start(name, {"n": n})
             stamps.clear()

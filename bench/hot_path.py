@@ -47,20 +47,17 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import sqlalchemy as sa
 
-from bench.common import bench_database, report, settings
+from bench.common import bench_database, durable_engine, report
 from bench.floors import in_fresh_process
 from runner import Agent, Budget, Engine, model, tool
 from runner.runtime import runtime
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
-from store.config import Settings
 from store.db import make_engine, raw_cursor
-from store.leases import Leases
 from store.models import Message
 from store.postgres import PostgresStore
 
 STEPS = 200
 KB = "x" * 1000
-SECRET = "bench:bench-secret-bench-secret-bench-secret"
 # A price like a small hosted model's: litellm prices every call, as in production.
 PRICE = (1.5e-7, 6e-7)
 # Commits and bytes stored per step before issue 16's work (e5350ec, measured
@@ -261,17 +258,11 @@ def run(repeats: int, concurrency: bool) -> dict[str, Any]:
     agent = Agent(
         name=timed.name, model=timed.model, tools=[fetch], budget=Budget(max_steps=STEPS + 10)
     )
-    base = settings()
-    assert base.redis_url is not None
     rounds: dict[str, list[float]] = {}
     with bench_database() as url:
         db = make_engine(url, pool_size=10)
         store = PostgresStore(db)
-        engine = Engine(
-            store,
-            leases=Leases.from_url(base.redis_url),
-            settings=Settings(lease_ttl_seconds=30, secret_key=SECRET),
-        )
+        engine = durable_engine(store)
         run_short = engine.start(agent.name, {"steps": 10, "nonce": uuid.uuid4().hex})
         engine.execute(run_short.id)  # warm up: litellm's import, pools, prepared plans
         for _ in range(repeats):

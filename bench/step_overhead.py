@@ -23,12 +23,11 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import sqlalchemy as sa
 
-from bench.common import bench_database, report, settings
+from bench.common import SECRET, bench_database, durable_engine, report
 from runner import Agent, Budget, Engine, tool
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
 from store.config import Settings
 from store.db import make_engine, raw_cursor
-from store.leases import Leases
 from store.memory import MemoryStore
 from store.postgres import PostgresStore
 
@@ -68,21 +67,10 @@ def run(repeats: int) -> dict[str, Any]:
         tools=[fetch],
         budget=Budget(max_steps=500),
     )
-    base = settings()
     with bench_database() as url:
         db = make_engine(url, pool_size=10)
-        assert base.redis_url is not None
-        durable = Engine(
-            PostgresStore(db),
-            leases=Leases.from_url(base.redis_url),
-            settings=Settings(
-                lease_ttl_seconds=30, secret_key="bench:bench-secret-bench-secret-bench-secret"
-            ),
-        )
-        memory = Engine(
-            MemoryStore(),
-            settings=Settings(secret_key="bench:bench-secret-bench-secret-bench-secret"),
-        )
+        durable = durable_engine(PostgresStore(db))
+        memory = Engine(MemoryStore(), settings=Settings(secret_key=SECRET))
         for engine in (durable, memory):  # warm up: litellm import, pools, prepared plans
             _per_step(engine, agent.name, 10)
 
