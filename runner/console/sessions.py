@@ -216,13 +216,16 @@ class LoginLimiter:
     and forgiven if it was right, so a burst of concurrent attempts checks at
     most ``free`` passwords in a window, not one per request.
 
-    A name's wait holds back the addresses that have failed for it. An
-    address that has not may still try it once past the wait (one who knows
-    a name cannot lock its owner out from everywhere else), but only the
-    first ``name_free`` such addresses: a guesser with many addresses gets
-    that many guesses more, not that many an address. An address's own
-    count always applies. A success forgives its own address's failures for
-    the name, not the others'; an address's count only ages out.
+    A name's wait holds back the addresses that have failed for it, so one
+    who knows a name cannot lock its owner out from everywhere else: a name
+    keeps the first ``name_free`` addresses that failed for it, and while it
+    has fewer, an address outside them may check one password past the
+    wait (and is one of them if it fails). A guesser with many addresses
+    gets fewer than ``name_free`` checks more, not that many an address;
+    once the name has ``name_free`` failing addresses its wait binds all.
+    An address's own count always applies. A success forgives its own
+    address's failures for the name, not the others'; an address's count
+    only ages out. docs/console-standalone.md says what this promises.
     """
 
     def __init__(
