@@ -18,8 +18,17 @@ without tool input (serve the app with threads: each open stream holds one;
 ``flask run`` does).
 
 How the console is mounted is the part to copy: ``console_blueprint`` with a
-``guard`` that names the signed-in user from your own sign-in (here a session
-field set by ``/login``; with Flask-Login, ``current_user.get_id()``).
+``guard`` that names the signed-in user from your own sign-in (with
+Flask-Login, ``current_user.get_id()``). Here the sign-in is the console's own
+(``runner.console.signin``, as ``runwright console`` does it): guessing is
+slowed down per name and per address, at most two passwords are hashed at
+once, ``next=`` only leads into the console, and the session in Flask's cookie
+ends when its user signs out (a copy of the cookie too) or gets a new
+password. The limiter's counts and the signed-out sessions are in the
+process's memory: serve the app from one process (with threads), or keep
+them in a store your processes share. Behind a proxy, let Flask see the
+client's address (werkzeug's ``ProxyFix``): the limiter counts
+``request.remote_addr``.
 
 Bad input of any kind (not UTF-8, not JSON, too deep, too large, an unknown
 agent, a malformed id or token) is a 400 with one clear error, never a 500.
@@ -30,7 +39,6 @@ from __future__ import annotations
 import os
 import secrets
 from typing import Any
-from urllib.parse import urlsplit
 
 from flask import Flask, jsonify, redirect, request, session
 from flask.typing import ResponseReturnValue
@@ -47,9 +55,13 @@ from runner import Engine, Run, RunwrightError, default_engine
 from runner.console.assets import PAGE_HEADERS
 from runner.console.flask import console_blueprint, csrf_token, csrf_valid
 from runner.console.render import e, hidden, page
+from runner.console.sessions import Session
+from runner.console.signin import SignedIn, SignIn, local_next
 from runner.sse import flask_response
 
 CONSOLE = "/console"
+# The field of Flask's session that holds the console's signed session.
+SESSION_KEY = "console_session"
 
 
 def run_json(run: Run) -> dict[str, Any]:
@@ -85,27 +97,14 @@ def login_page(next_path: str, problem: str = "") -> str:
     return page("Sign in", body, base=None, user=None)
 
 
-def signed_in(flask_request: Any) -> str | None:
-    """The console's guard: who ``/login`` signed in, or None."""
-    user = session.get("user")
-    return user if isinstance(user, str) else None
-
-
-def _local(target: str | None) -> str:
-    """Where to go after signing in: a path of this app, never another site."""
-    if not target or not target.startswith("/") or target.startswith("//"):
-        return CONSOLE + "/"
-    parts = urlsplit(target)
-    return target if not parts.scheme and not parts.netloc and "\\" not in target else CONSOLE + "/"
-
-
 def create_app(engine: Engine | None = None) -> Flask:
     """The app; ``engine=None`` uses the process default (``Engine.from_env()``)
     when the first request needs it."""
     app = Flask(__name__)
     # The console keeps its CSRF token in Flask's session: set FLASK_SECRET_KEY
     # (one value for every process); without it each process makes its own.
-    app.secret_key = os.environ.get("FLASK_SECRET_KEY") or secrets.token_hex(32)
+    secret_key = os.environ.get("FLASK_SECRET_KEY") or secrets.token_hex(32)
+    app.secret_key = secret_key
     app.config.update(
         LIVE_KEEPALIVE_SECONDS=LIVE_KEEPALIVE_SECONDS,
         LIVE_TIMEOUT_SECONDS=LIVE_TIMEOUT_SECONDS,
@@ -113,8 +112,24 @@ def create_app(engine: Engine | None = None) -> Flask:
         SESSION_COOKIE_HTTPONLY=True,
     )
 
+    users = os.environ.get("EXAMPLE_CONSOLE_USERS")
+    # The console's own sign-in rules (runner.console.signin), and its sessions.
+    sign_in = SignIn(users, secret_key=secret_key) if users else None
+
     def runwright() -> Engine:
         return engine if engine is not None else default_engine()
+
+    def current() -> Session | None:
+        """The session ``/login`` made, while it lasts."""
+        value = session.get(SESSION_KEY)
+        if sign_in is None or not isinstance(value, str):
+            return None
+        return sign_in.session([value])
+
+    def signed_in(flask_request: Any) -> str | None:
+        """The console's guard: the signed-in user, or None."""
+        found = current()
+        return None if found is None else found.user
 
     app.register_blueprint(
         console_blueprint(runwright, guard=signed_in, login_url="/login"), url_prefix=CONSOLE
@@ -127,6 +142,10 @@ def create_app(engine: Engine | None = None) -> Flask:
 
     @app.post("/runs")
     def start() -> ResponseReturnValue:
+        # JSON only: another site's HTML form can post text/plain or a form
+        # without a preflight, but JSON only with this site's consent (CORS).
+        if request.mimetype != "application/json":
+            return jsonify(error="POST /runs takes application/json"), 415
         body = json_body(request.get_data())
         if not isinstance(body, dict):
             return jsonify(error="the body must be a JSON object"), 400
@@ -157,32 +176,34 @@ def create_app(engine: Engine | None = None) -> Flask:
 
     @app.get("/login")
     def login_form() -> ResponseReturnValue:
-        return login_page(_local(request.args.get("next"))), 200, PAGE_HEADERS
+        return login_page(local_next(request.args.get("next"), CONSOLE)), 200, PAGE_HEADERS
 
     @app.post("/login")
     def login() -> ResponseReturnValue:
-        target = _local(request.form.get("next"))
+        target = local_next(request.form.get("next"), CONSOLE)
         if not csrf_valid(request.form.get("csrf_token")):
             stale = login_page(target, "The form was stale: try again.")
             return stale, 403, PAGE_HEADERS
-        accounts_file = os.environ.get("EXAMPLE_CONSOLE_USERS")
-        if not accounts_file:
+        if sign_in is None:
             message = "No accounts: set EXAMPLE_CONSOLE_USERS (see this app's docstring)."
             return login_page(target, message), 503, PAGE_HEADERS
-        from runner.console.accounts import Accounts
-
-        user = Accounts.load(accounts_file).check(
-            request.form.get("name", ""), request.form.get("password", "")
-        )
-        if user is None:
-            return login_page(target, "Wrong name or password."), 401, PAGE_HEADERS
+        name, password = request.form.get("name", ""), request.form.get("password", "")
+        outcome = sign_in.attempt(name, password, request.remote_addr or "")
+        if not isinstance(outcome, SignedIn):
+            headers = dict(PAGE_HEADERS)
+            if outcome.retry_after is not None:
+                headers["Retry-After"] = str(outcome.retry_after)
+            return login_page(target, outcome.message), outcome.status, headers
         session.clear()  # a new session (and CSRF token) for the signed-in user
-        session["user"] = user
+        session[SESSION_KEY] = outcome.value
         return redirect(target, 303)
 
     @app.post("/logout")
     def logout() -> ResponseReturnValue:
         if csrf_valid(request.form.get("csrf_token")):
+            found = current()
+            if sign_in is not None and found is not None:
+                sign_in.end(found)  # a copy of the cookie is signed out too
             session.clear()
         return redirect("/login", 303)
 

@@ -29,7 +29,11 @@ WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Any]
 
 
 class _Handler(WSGIRequestHandler):
-    timeout = SOCKET_TIMEOUT
+    server: ConsoleServer
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.settimeout(self.server.socket_timeout)
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         # Never the query: an approval link's token is in it.
@@ -44,6 +48,11 @@ class ConsoleServer(socketserver.ThreadingMixIn, WSGIServer):
     """``wsgiref``'s server with a thread for each connection."""
 
     daemon_threads = True
+    socket_timeout = SOCKET_TIMEOUT
+    # socketserver's default backlog is 5: a burst of a few more connections
+    # than the accept loop takes at once had the rest wait 1 s or more for
+    # the kernel to retry their SYN.
+    request_queue_size = 128
     # Do not wait for open streams on close: they end with the process.
     block_on_close = False
 
@@ -61,11 +70,16 @@ class _ConsoleServer6(ConsoleServer):
     address_family = socket.AF_INET6
 
 
-def make_server(app: WSGIApp, host: str, port: int) -> ConsoleServer:
+def make_server(
+    app: WSGIApp, host: str, port: int, *, timeout: float = SOCKET_TIMEOUT
+) -> ConsoleServer:
     """A server for ``app`` bound to ``host``:``port`` (0: a free port; the
-    bound one is ``server.server_port``). Raises OSError if it cannot bind."""
+    bound one is ``server.server_port``). ``timeout``: seconds a client may
+    take to send its request, and to take each write. Raises OSError if it
+    cannot bind."""
     kind = _ConsoleServer6 if ":" in host else ConsoleServer
     server = kind((host, port), _Handler)
+    server.socket_timeout = timeout
     server.set_app(app)
     return server
 

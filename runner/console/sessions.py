@@ -17,13 +17,14 @@ import base64
 import binascii
 import hashlib
 import hmac
+import ipaddress
 import math
 import re
 import secrets
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from runner.errors import ConfigurationError
 
@@ -178,14 +179,53 @@ class Sessions:
         return hmac.compare_digest(expected, sent.encode("utf-8", "surrogatepass"))
 
 
+@dataclass(frozen=True)
+class Attempt:
+    """A check of a password that :meth:`LoginLimiter.reserve` let through,
+    already counted as a failure; tell the limiter how it went."""
+
+    name: str
+    address: str
+    # The address was counted among the name's failing addresses.
+    listed: bool
+    # Of the name and of the address: the wait before the attempt and the
+    # one it set, to be undone if it was right and nothing else moved it.
+    waits: tuple[tuple[float, float], tuple[float, float]]
+
+
+@dataclass
+class _Count:
+    failures: int
+    last: float  # time of the last one
+    until: float  # no attempt before
+    # Of a name: the failures of each address that failed for it, for at
+    # most ``free`` addresses (the rest are counted in ``failures`` only).
+    by: dict[str, int] = field(default_factory=dict)
+
+
 class LoginLimiter:
-    """Failed sign-ins, counted in memory by account name and by address.
+    """Failed sign-ins, counted in memory by account name and by address
+    (an IPv6 address by its /64 network, which one host may hold whole).
 
     After ``free`` failures within ``window`` seconds, the next attempt
     waits 2 s, and each further failure doubles the wait (4 s, 8 s, ... up
     to ``max_wait``); an attempt during the wait is refused without checking
-    the password, so guessing costs time however fast a client sends. A
-    success clears its name's count; an address's count only ages out.
+    the password, so guessing costs time however fast a client sends.
+
+    An attempt is counted before its password is checked (:meth:`reserve`)
+    and forgiven if it was right, so a burst of concurrent attempts checks at
+    most ``free`` passwords in a window, not one per request.
+
+    A name's wait holds back the addresses that have failed for it, so one
+    who knows a name cannot lock its owner out from everywhere else: a name
+    keeps the first ``name_free`` addresses that failed for it, and while it
+    has fewer, an address outside them may check one password past the
+    wait (and is one of them if it fails). A guesser with many addresses
+    gets fewer than ``name_free`` checks more, not that many an address;
+    once the name has ``name_free`` failing addresses its wait binds all.
+    An address's own count always applies. A success forgives its own
+    address's failures for the name, not the others'; an address's count
+    only ages out. docs/console-standalone.md says what this promises.
     """
 
     def __init__(
@@ -204,47 +244,116 @@ class LoginLimiter:
         self.max_keys = max_keys
         self.clock = clock
         self._lock = threading.Lock()
-        # key -> [failures, time of the last one, no attempt before]
-        self._seen: dict[tuple[str, str], list[float]] = {}
+        self._seen: dict[tuple[str, str], _Count] = {}
 
-    def _keys(self, name: str, address: str) -> list[tuple[str, str]]:
-        return [("name", name[:200]), ("address", address[:100])]
-
-    def wait(self, name: str, address: str) -> float:
-        """Seconds before ``name`` may try again from ``address`` (0: now)."""
+    def reserve(self, name: str, address: str) -> Attempt | float:
+        """Count an attempt at ``name``'s password from ``address`` as a
+        failure, and return it to be checked; or the seconds to wait (> 0),
+        counting nothing."""
+        name, address = name[:200], _address_key(address)
         now = self.clock()
         with self._lock:
+            by_name = self._alive(("name", name), now)
+            by_address = self._alive(("address", address), now)
+            exempt = (
+                bool(address)
+                and by_name is not None
+                and address not in by_name.by
+                and len(by_name.by) < self.free["name"]
+            )
             waits = [
-                entry[2] - now
-                for key in self._keys(name, address)
-                if (entry := self._seen.get(key)) is not None and now - entry[1] < self.window
+                count.until - now
+                for count in (by_address, None if exempt else by_name)
+                if count is not None
             ]
-        return max([0.0, *waits])
-
-    def failed(self, name: str, address: str) -> None:
-        now = self.clock()
-        with self._lock:
-            for key in self._keys(name, address):
-                entry = self._seen.get(key)
-                if entry is None or now - entry[1] >= self.window:
-                    entry = self._seen[key] = [0, now, now]
-                entry[0] += 1
-                entry[1] = now
-                over = entry[0] - self.free[key[0]]
-                if over >= 0:
-                    entry[2] = now + min(self.max_wait, 2.0 ** (over + 1))
+            wait = max([0.0, *waits])
+            if wait > 0:
+                return wait
+            name_waits = self._count("name", name, now)
+            address_waits = self._count("address", address, now)
+            listed = self._list(name, address)
             if len(self._seen) > self.max_keys:
                 self._prune(now)
+        return Attempt(name, address, listed, (name_waits, address_waits))
 
-    def succeeded(self, name: str) -> None:
+    def failed(self, attempt: Attempt) -> None:
+        """The password was wrong: the attempt stays counted, from now."""
+        now = self.clock()
         with self._lock:
-            self._seen.pop(("name", name[:200]), None)
+            for key in (("name", attempt.name), ("address", attempt.address)):
+                count = self._seen.get(key)
+                if count is not None:
+                    count.last = max(count.last, now)
+
+    def succeeded(self, attempt: Attempt) -> None:
+        """The password was right: forgive the attempt, and the address's
+        earlier failures for the name."""
+        with self._lock:
+            (name_before, name_set), (address_before, address_set) = attempt.waits
+            count = self._seen.get(("name", attempt.name))
+            if count is not None:
+                forgiven = count.by.pop(attempt.address, 0) if attempt.listed else 1
+                self._forgive(count, "name", forgiven, name_before, name_set)
+                if count.failures == 0:
+                    del self._seen[("name", attempt.name)]
+            count = self._seen.get(("address", attempt.address))
+            if count is not None:
+                self._forgive(count, "address", 1, address_before, address_set)
+
+    def _alive(self, key: tuple[str, str], now: float) -> _Count | None:
+        count = self._seen.get(key)
+        return count if count is not None and now - count.last < self.window else None
+
+    def _count(self, kind: str, key: str, now: float) -> tuple[float, float]:
+        """Count a failure of ``key``; its wait before, and after."""
+        count = self._seen.get((kind, key))
+        if count is None or now - count.last >= self.window:
+            count = self._seen[(kind, key)] = _Count(0, now, 0.0)
+        before = count.until
+        count.failures += 1
+        count.last = now
+        over = count.failures - self.free[kind]
+        if over >= 0:
+            count.until = now + min(self.max_wait, 2.0 ** (over + 1))
+        return before, count.until
+
+    def _list(self, name: str, address: str) -> bool:
+        """Count the failure among the name's failing addresses, if the
+        address is one of them or there is room."""
+        count = self._seen[("name", name)]
+        if address and (address in count.by or len(count.by) < self.free["name"]):
+            count.by[address] = count.by.get(address, 0) + 1
+            return True
+        return False
+
+    def _forgive(
+        self, count: _Count, kind: str, failures: int, before: float, set_to: float
+    ) -> None:
+        count.failures = max(0, count.failures - failures)
+        if count.failures < self.free[kind]:
+            count.until = 0.0
+        elif count.until == set_to:  # no failure since: the wait it had
+            count.until = before
 
     def _prune(self, now: float) -> None:
-        self._seen = {k: v for k, v in self._seen.items() if now - v[1] < self.window}
+        self._seen = {k: v for k, v in self._seen.items() if now - v.last < self.window}
         if len(self._seen) > self.max_keys:  # a flood of names: forget the oldest
-            kept = sorted(self._seen.items(), key=lambda item: item[1][1])[-self.max_keys :]
+            kept = sorted(self._seen.items(), key=lambda item: item[1].last)[-self.max_keys :]
             self._seen = dict(kept)
+
+
+def _address_key(address: str) -> str:
+    """What an address is counted as: an IPv4 address (an IPv4-mapped IPv6
+    one too), an IPv6 address's /64 network, or anything else as it is."""
+    try:
+        parsed = ipaddress.ip_address(address)
+    except ValueError:
+        return address[:100]
+    if isinstance(parsed, ipaddress.IPv6Address):
+        if parsed.ipv4_mapped is not None:
+            return str(parsed.ipv4_mapped)
+        return str(ipaddress.IPv6Network((parsed, 64), strict=False))
+    return str(parsed)
 
 
 def cookie_values(header: str, name: str) -> list[str]:
@@ -275,6 +384,7 @@ def set_cookie(
 __all__ = [
     "PRESESSION_COOKIE",
     "SESSION_COOKIE",
+    "Attempt",
     "LoginLimiter",
     "PreSession",
     "Session",

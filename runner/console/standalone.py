@@ -12,19 +12,19 @@ for teams without a Python web app to mount it in (``runwright console``).
     serve(app, "127.0.0.1", 8765)
 
 Accounts live in a file (``runner.console.accounts``); a session is a signed
-cookie (``runner.console.sessions``). The pages and their rules are
-:class:`~runner.console.views.Console`'s: this module routes, signs in and
-out, checks CSRF tokens and decodes forms strictly (``runner.console.forms``),
-and nothing else. No framework is imported.
+cookie (``runner.console.sessions``); the rules of signing in and of a
+session's end are ``runner.console.signin``'s, which the Flask example shares.
+The pages and their rules are :class:`~runner.console.views.Console`'s: this
+module routes, carries sessions in cookies, checks CSRF tokens and decodes
+forms strictly (``runner.console.forms``), and nothing else. No framework is
+imported.
 """
 
 from __future__ import annotations
 
-import hmac
 import logging
 import math
 import os
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -43,18 +43,16 @@ from runner.console.sessions import (
     LoginLimiter,
     PreSession,
     Session,
-    Sessions,
     cookie_values,
     set_cookie,
 )
+from runner.console.signin import MAX_NEXT_CHARS, UNAVAILABLE, Refused, SignIn, local_next
 from runner.console.views import CSRF_FIELD, LIVE_TIMEOUT_SECONDS, Console, Request, Route
 from runner.console.views import Response as ConsoleResponse
 from runner.console.wsgi import (
-    MAX_NEXT_CHARS,
     Router,
     StartResponse,
     check_prefix,
-    local_next,
     request_form,
     request_path,
     request_query,
@@ -70,9 +68,6 @@ log = logging.getLogger(__name__)
 
 LOGIN = "/login"
 LOGOUT = "/logout"
-# Sign-ins that hash at once: each takes 32 MiB for a tenth of a second, and
-# a burst of them must not take the server's memory or every core.
-HASHING_AT_ONCE = 2
 
 
 @dataclass
@@ -117,16 +112,18 @@ class StandaloneConsole:
         self.console = Console(
             engine, base_url=self.prefix, live_timeout=live_timeout, sign_out=self.prefix + LOGOUT
         )
-        if not isinstance(accounts, Accounts | AccountsFile):
-            accounts = AccountsFile(accounts)
-        self._accounts = accounts
-        self.sessions = Sessions(secret_key, lifetime=session_seconds, clock=clock)
-        self.limiter = limiter or LoginLimiter()
+        self.signin = SignIn(
+            accounts,
+            secret_key=secret_key,
+            session_seconds=session_seconds,
+            limiter=limiter,
+            clock=clock,
+        )
+        self.sessions = self.signin.sessions
+        self.limiter = self.signin.limiter
         self.secure = secure_cookies
         self._cookie_path = self.prefix or "/"
         self._router = Router()
-        self._hashing = threading.BoundedSemaphore(HASHING_AT_ONCE)
-        self._broken: str | None = None  # why the accounts file cannot be used
 
     # ------------------------------------------------------------- WSGI
 
@@ -197,10 +194,12 @@ class StandaloneConsole:
         """Who sends the request: a session whose account still has the
         password it was signed in with, else a pre-session (a new one if
         the request has none)."""
-        accounts = self._current_accounts()
+        accounts = self.signin.accounts()
         header = str(environ.get("HTTP_COOKIE", ""))
         cookies: list[str] = []
-        holder: Session | PreSession | None = self._session(header, accounts)
+        holder: Session | PreSession | None = self.signin.session(
+            cookie_values(header, SESSION_COOKIE)
+        )
         if holder is None:
             if accounts is not None and cookie_values(header, SESSION_COOKIE):
                 # Expired, tampered with, or of an old password: forget it.
@@ -212,38 +211,12 @@ class StandaloneConsole:
         address = str(environ.get("REMOTE_ADDR", ""))
         return _Visit(method, path, address, holder, accounts, cookies)
 
-    def _session(self, header: str, accounts: Accounts | None) -> Session | None:
-        if accounts is None:
-            return None  # fail closed: nobody is signed in
-        for value in cookie_values(header, SESSION_COOKIE):
-            session = self.sessions.read(value)
-            if session is not None and _current(accounts, session):
-                return session
-        return None
-
     def _pre_session(self, header: str) -> PreSession | None:
         for value in cookie_values(header, PRESESSION_COOKIE):
             pre = self.sessions.read_pre(value)
             if pre is not None:
                 return pre
         return None
-
-    def _current_accounts(self) -> Accounts | None:
-        """The accounts now, or None while the file cannot be used (said
-        once in the log, not on every request)."""
-        if isinstance(self._accounts, Accounts):
-            return self._accounts
-        try:
-            accounts = self._accounts.current()
-        except ConfigurationError as exc:
-            if exc.message != self._broken:
-                log.error("nobody can sign in to the console: %s", exc.message)
-                self._broken = exc.message
-            return None
-        if self._broken is not None:
-            log.warning("the console's accounts file can be read again")
-            self._broken = None
-        return accounts
 
     def _cookie(self, name: str, value: str, max_age: int | None = None) -> str:
         if max_age is None:
@@ -263,7 +236,7 @@ class StandaloneConsole:
             if visit.user is not None:
                 return ConsoleResponse(303, "", {"Location": target})
             if visit.accounts is None:
-                return self._login_page(visit, target, 503, _UNAVAILABLE)
+                return self._login_page(visit, target, 503, UNAVAILABLE)
             return self._login_page(visit, target)
         if visit.method != "POST":
             answer = self._error(visit, 405, "Method not allowed", "Use GET or POST.")
@@ -273,27 +246,14 @@ class StandaloneConsole:
         name, password = form.get("name", ""), form.get("password", "")
         if not self._csrf_ok(visit, form):
             return self._login_page(visit, target, 403, _STALE, name=name)
-        if visit.accounts is None:
-            return self._login_page(visit, target, 503, _UNAVAILABLE, name=name)
-        wait = self.limiter.wait(name, visit.address)
-        if wait > 0:
-            seconds = math.ceil(wait)
-            message = f"Too many failed sign-ins: try again in {seconds} s."
-            answer = self._login_page(visit, target, 429, message, name=name)
-            answer.headers["Retry-After"] = str(seconds)
+        outcome = self.signin.attempt(name, password, visit.address)
+        if isinstance(outcome, Refused):
+            answer = self._login_page(visit, target, outcome.status, outcome.message, name=name)
+            if outcome.retry_after is not None:
+                answer.headers["Retry-After"] = str(outcome.retry_after)
             return answer
-        with self._hashing:
-            user = visit.accounts.check(name, password)
-        fingerprint = None if user is None else visit.accounts.fingerprint(user)
-        if user is None or fingerprint is None:
-            self.limiter.failed(name, visit.address)
-            log.warning("a failed sign-in to the console from %s", visit.address)
-            return self._login_page(visit, target, 403, _WRONG, name=name)
-        self.limiter.succeeded(name)
-        value, _ = self.sessions.issue(user, fingerprint)
-        visit.cookies.append(self._cookie(SESSION_COOKIE, value))
+        visit.cookies.append(self._cookie(SESSION_COOKIE, outcome.value))
         visit.cookies.append(self._cookie(PRESESSION_COOKIE, "", 0))
-        log.info("%s signed in to the console from %s", user, visit.address)
         return ConsoleResponse(303, "", {"Location": target})
 
     def _logout(self, visit: _Visit, form: Mapping[str, str]) -> ConsoleResponse:
@@ -305,9 +265,8 @@ class StandaloneConsole:
         if isinstance(session, Session):
             if not self._csrf_ok(visit, form):
                 return self._error(visit, 403, "Not done", _STALE_SIGN_OUT)
-            self.sessions.end(session)
+            self.signin.end(session)
             visit.cookies.append(self._cookie(SESSION_COOKIE, "", 0))
-            log.info("%s signed out of the console", session.user)
         return ConsoleResponse(303, "", {"Location": self.prefix + LOGIN})
 
     def _to_login(self, environ: Mapping[str, Any], path: str) -> ConsoleResponse:
@@ -359,7 +318,6 @@ class StandaloneConsole:
         return self.console.error(status, title, message, Request("GET"))
 
 
-_WRONG = "The name or the password is wrong."
 _STALE = (
     "The sign-in form was stale or was not sent from this console. Nothing was checked: "
     "sign in again."
@@ -368,15 +326,6 @@ _STALE_SIGN_OUT = (
     "The form did not carry this session's CSRF token; you are still signed in. "
     "Reload the page and try again."
 )
-_UNAVAILABLE = "Nobody can sign in now: the console's accounts file cannot be read (see its log)."
-
-
-def _current(accounts: Accounts, session: Session) -> bool:
-    """The session's account exists and has the password it signed in with."""
-    fingerprint = accounts.fingerprint(session.user)
-    return fingerprint is not None and hmac.compare_digest(
-        fingerprint.encode(), session.fingerprint.encode()
-    )
 
 
 def _wants_sign_in(route: Route, query: Mapping[str, str]) -> bool:

@@ -16,7 +16,13 @@ from werkzeug.test import Client, TestResponse
 from runner import Engine, RunStatus
 from runner.console.accounts import add_account
 from runner.console.assets import CSP
-from runner.console.sessions import PRESESSION_COOKIE, SESSION_COOKIE, LoginLimiter, Sessions
+from runner.console.sessions import (
+    PRESESSION_COOKIE,
+    SESSION_COOKIE,
+    Attempt,
+    LoginLimiter,
+    Sessions,
+)
 from runner.console.standalone import StandaloneConsole
 from store.config import Settings
 from store.models import Decision
@@ -175,23 +181,31 @@ def test_failed_sign_ins_are_slowed_down(
     assert sign_in(client, ALICE).status_code == 303
 
 
+def fail(limiter: LoginLimiter, name: str, address: str) -> None:
+    attempt = limiter.reserve(name, address)
+    assert isinstance(attempt, Attempt), f"{name} from {address} must wait {attempt} s"
+    limiter.failed(attempt)
+
+
 def test_the_limiter_counts_by_name_and_by_address() -> None:
     clock = Clock()
     limiter = LoginLimiter(clock=clock, max_keys=100)
     for number in range(20):  # one address tries many names
-        assert limiter.wait(f"user{number}", "10.0.0.1") == 0
-        limiter.failed(f"user{number}", "10.0.0.1")
-    assert limiter.wait("anyone", "10.0.0.1") == 2
-    assert limiter.wait("anyone", "10.0.0.2") == 0
-    limiter.failed("anyone", "10.0.0.1")
-    assert limiter.wait("anyone", "10.0.0.2") == 0  # one failure of that name
-    assert limiter.wait("nobody", "10.0.0.1") == 4  # the address's wait doubled
-    limiter.succeeded("anyone")  # clears the name, not the address
-    assert limiter.wait("anyone", "10.0.0.1") == 4
+        fail(limiter, f"user{number}", "10.0.0.1")
+    assert limiter.reserve("anyone", "10.0.0.1") == 2
+    fail(limiter, "anyone", "10.0.0.2")  # the address's count is its own
+    fail(limiter, "anyone", "10.0.0.2")
+    clock.now += 2
+    fail(limiter, "anyone", "10.0.0.1")
+    assert limiter.reserve("nobody", "10.0.0.1") == 4  # the address's wait doubled
+    right = limiter.reserve("anyone", "10.0.0.2")
+    assert isinstance(right, Attempt)
+    limiter.succeeded(right)  # forgives 10.0.0.2's failures for the name, not the address
+    assert limiter.reserve("anyone", "10.0.0.1") == 4
     clock.now += 900  # the window passes: forgotten
-    assert limiter.wait("nobody", "10.0.0.1") == 0
+    assert isinstance(limiter.reserve("nobody", "10.0.0.1"), Attempt)
     for number in range(500):  # a flood of names stays bounded
-        limiter.failed(f"flood{number}", f"10.1.{number}.1")
+        fail(limiter, f"flood{number}", f"10.1.{number // 256}.{number % 256}")
     assert len(limiter._seen) <= 100
 
 

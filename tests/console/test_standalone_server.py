@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -232,6 +233,35 @@ def test_sign_in_follow_a_run_and_decide_over_http(
         "over real HTTP",
     )
     assert engine.get_run(run.id).status is RunStatus.QUEUED
+
+
+def test_a_body_that_ends_before_its_length_is_a_400_at_once(
+    env: dict[str, str], tmp_path: Path, users: Path
+) -> None:
+    with console(env, tmp_path, "--users", str(users)) as server:
+        with socket.create_connection((server.host, server.port), timeout=30) as raw:
+            raw.sendall(
+                b"POST /login HTTP/1.0\r\nHost: x\r\n"
+                b"Content-Type: application/x-www-form-urlencoded\r\n"
+                b"Content-Length: 500\r\n\r\nname=alice&password=alice"
+            )
+            began = time.monotonic()
+            raw.shutdown(socket.SHUT_WR)  # the client is done sending
+            answer = b""
+            while chunk := raw.recv(65536):
+                answer += chunk
+            took = time.monotonic() - began
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(timeout=10) == 0
+        _, stderr = server.output()
+    assert answer.startswith(b"HTTP/1.0 400 "), answer[:300]
+    assert took < 2, took  # not the 60 s socket timeout
+    assert "Traceback" not in stderr and "ERROR" not in stderr
+    lines = [line for line in stderr.splitlines() if "stopping the console" not in line]
+    # One line says what happened, and the access log has the request.
+    assert len(lines) == 2, lines
+    assert "ended before its Content-Length (25 of 500 bytes)" in lines[0]
+    assert "127.0.0.1" in lines[0] and "POST /login 400" in lines[1]
 
 
 def test_a_console_on_another_address_warns_it_is_plain_http(

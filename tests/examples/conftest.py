@@ -13,6 +13,7 @@ from flask.testing import FlaskClient
 
 from examples import agents
 from runner import Engine, set_default_engine
+from runner.console.accounts import add_account
 
 
 @pytest.fixture(autouse=True)
@@ -25,8 +26,20 @@ def inbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
+CONSOLE_PASSWORD = "correct horse battery"
+
+
 @pytest.fixture
-def flask_client(engine: Engine) -> Iterator[FlaskClient]:
+def console_users(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The Flask example's console accounts file (alice), named before the app is made."""
+    path = tmp_path / "console-users"
+    add_account(path, "alice", CONSOLE_PASSWORD)
+    monkeypatch.setenv("EXAMPLE_CONSOLE_USERS", str(path))
+    return path
+
+
+@pytest.fixture
+def flask_client(engine: Engine, console_users: Path) -> Iterator[FlaskClient]:
     from examples.flask_app.app import create_app
 
     with create_app(engine).test_client() as made:

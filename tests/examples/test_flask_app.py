@@ -17,7 +17,6 @@ from werkzeug.test import TestResponse
 
 from examples import agents
 from runner import Engine, RunStatus
-from runner.console.accounts import add_account
 from store.models import Decision
 from store.postgres import PostgresStore
 from tests.helpers import snapshot
@@ -167,7 +166,7 @@ def test_bad_start_requests_are_400(client: FlaskClient) -> None:
     assert "JSON object" in error({"agent": "support_triage", "payload": [1, 2]})
     assert "JSON object" in error(["support_triage"])
     assert "limit" in error({"agent": "support_triage", "payload": {"text": "x" * 300_000}})
-    not_json = client.post("/runs", data="agent=support_triage")
+    not_json = client.post("/runs", data="agent=support_triage", content_type="application/json")
     assert not_json.status_code == 400
 
 
@@ -237,11 +236,8 @@ def test_the_notifier_logs_no_token(
 
 
 @pytest.fixture
-def accounts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "console-users"
-    add_account(path, "alice", "correct horse battery")
-    monkeypatch.setenv("EXAMPLE_CONSOLE_USERS", str(path))
-    return path
+def accounts(console_users: Path) -> Path:
+    return console_users
 
 
 def sign_in(
@@ -281,7 +277,7 @@ def test_an_approver_signs_in_and_decides_in_the_console(
 def test_sign_in_refuses_wrong_passwords_stale_forms_and_other_sites(
     client: FlaskClient, accounts: Path
 ) -> None:
-    assert sign_in(client, password="wrong password").status_code == 401
+    assert sign_in(client, password="wrong password").status_code == 403
     assert client.get("/console/").status_code == 303
     stale = client.post("/login", data={"name": "alice", "password": "correct horse battery"})
     assert stale.status_code == 403

@@ -104,6 +104,38 @@ def test_flask_run_ids_are_not_found(flask_client: FlaskClient) -> None:
         assert response.json is not None and "no run" in response.json["error"]
 
 
+START = json.dumps({"agent": "support_triage", "payload": {"message": "A-1001"}})
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body"),
+    [
+        # What an HTML form on another site can send without a preflight.
+        pytest.param("text/plain", START, id="text-plain"),
+        pytest.param("text/plain; charset=utf-8", START, id="text-plain-charset"),
+        pytest.param("application/x-www-form-urlencoded", START, id="urlencoded"),
+        pytest.param("multipart/form-data; boundary=x", START, id="multipart"),
+        pytest.param(None, START, id="no-type"),
+        pytest.param("application/jsonp", START, id="not-quite-json"),
+    ],
+)
+def test_flask_start_takes_json_only(
+    flask_client: FlaskClient, engine: Engine, content_type: str | None, body: str
+) -> None:
+    headers = {} if content_type is None else {"Content-Type": content_type}
+    response = flask_client.post("/runs", data=body, headers=headers)
+    assert response.status_code == 415, response.get_data(as_text=True)
+    assert response.json is not None and "application/json" in response.json["error"]
+    assert engine.list_runs() == []
+
+
+def test_flask_start_takes_json_with_a_charset(flask_client: FlaskClient, engine: Engine) -> None:
+    headers = {"Content-Type": "Application/JSON; charset=utf-8"}
+    response = flask_client.post("/runs", data=START, headers=headers)
+    assert response.status_code == 201, response.get_data(as_text=True)
+    assert [run.id for run in engine.list_runs()] == [response.json and response.json["run_id"]]
+
+
 # ----------------------------------------------------------------- Django
 
 
