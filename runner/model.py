@@ -19,6 +19,7 @@ import logging
 import math
 import os
 import random
+import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -122,8 +123,12 @@ class ModelReply:
 
 
 def retry_after(exc: BaseException) -> float | None:
-    """The pause a provider asked for with its answer (``retry-after-ms`` or
-    ``retry-after``, in seconds or as an HTTP date), if any."""
+    """The pause in seconds a provider asked for with its answer, if it asked
+    for one in a form HTTP allows: ``retry-after-ms`` (not a standard; some
+    providers send it) when it is a finite number of milliseconds, 0 or more;
+    else ``Retry-After`` (:func:`parse_retry_after`). A header that says
+    anything else is no ask at all. The figure may be huge (``inf`` for more
+    seconds than a float holds): the retry policy caps it (runner/retry.py)."""
     headers = getattr(exc, "litellm_response_headers", None)
     if headers is None:
         response = getattr(exc, "response", None)
@@ -132,18 +137,45 @@ def retry_after(exc: BaseException) -> float | None:
         return None
     try:
         millis = headers.get("retry-after-ms")
-        if millis is not None:
-            return max(0.0, float(millis) / 1000)
         value = headers.get("retry-after")
-        if value is None:
-            return None
+    except Exception:  # a headers object of some other shape says nothing usable
+        return None
+    if isinstance(millis, str):
         try:
-            return max(0.0, float(value))
+            number = float(millis.strip())
         except ValueError:
-            when = email.utils.parsedate_to_datetime(str(value))
-            return max(0.0, (when - datetime.now(UTC)).total_seconds())
-    except (TypeError, ValueError, OverflowError):
-        return None  # a header that says nothing usable
+            number = math.nan
+        if math.isfinite(number) and number >= 0:
+            return number / 1000
+    return parse_retry_after(value)
+
+
+# RFC 9110 §10.2.3: delay-seconds = 1*DIGIT, ASCII digits (str.isdigit and
+# int() take other scripts' digits too).
+_DELAY_SECONDS = re.compile(r"[0-9]+")
+# An HTTP-date is 29 characters; anything much longer is not one.
+_MAX_DATE_CHARS = 64
+
+
+def parse_retry_after(value: object) -> float | None:
+    """A ``Retry-After`` value in seconds from now, as RFC 9110 §10.2.3 has
+    it: ``delay-seconds`` (digits only), or an HTTP-date in any of its three
+    forms (a date past is 0). None for anything else: a sign, a fraction, an
+    exponent, ``inf``, ``nan``, words."""
+    if not isinstance(value, str):
+        return None
+    text = value.strip(" \t")  # the field's optional whitespace
+    if _DELAY_SECONDS.fullmatch(text):
+        return float(text)  # past 309 digits, inf: more than any cap
+    if len(text) > _MAX_DATE_CHARS:
+        return None
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:  # asctime dates carry no zone; HTTP dates are GMT
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 def _transient(litellm: Any, exc: BaseException) -> bool:

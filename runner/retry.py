@@ -4,7 +4,10 @@ A :class:`RetryPolicy` says how often and how patiently a failing call is tried
 again: an exponential backoff from ``initial_backoff`` by ``multiplier`` up to
 ``max_backoff``, for at most ``max_attempts`` attempts and ``max_elapsed``
 seconds since the first failure. A provider's ``Retry-After`` is a floor on
-the next delay, never shortened.
+the next delay, never shortened, up to a cap
+(``RUNWRIGHT_MAX_RETRY_AFTER_SECONDS``, default a day): a provider asking for
+more waits the cap, if the policy allows waiting that long. A wait that would
+end past ``max_elapsed`` fails the run ``model_error`` instead, saying so.
 
 Model calls use it twice. Within one execution, the short in-call retries
 (``model_retries``) ride out blips. When those are spent, the run does not fail
@@ -15,6 +18,7 @@ again. Tools use it in-process (``@tool(retries=...)``).
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +31,10 @@ from store.models import RetryWait
 # Whether an error is worth another attempt; None means the caller's default
 # (for model calls: 429, 5xx, connection errors and timeouts).
 Transient = Callable[[BaseException], bool]
+# The longest backoff a policy may name: a retry time stays a date Postgres
+# and Python can hold (and a person can wait for).
+MAX_BACKOFF_SECONDS = 366 * 86400.0
+CAP_SETTING = "RUNWRIGHT_MAX_RETRY_AFTER_SECONDS"
 
 
 @dataclass(frozen=True)
@@ -43,6 +51,18 @@ class RetryPolicy:
     transient: Transient | None = None
 
     def __post_init__(self) -> None:
+        for name in ("initial_backoff", "multiplier", "max_backoff", "max_elapsed"):
+            value = getattr(self, name)
+            if value is not None and not (
+                isinstance(value, int | float)
+                and not isinstance(value, bool)
+                and math.isfinite(value)
+            ):
+                raise InvalidInput(f"RetryPolicy.{name} must be a finite number, not {value!r}")
+        if self.max_backoff > MAX_BACKOFF_SECONDS:
+            raise InvalidInput(
+                f"RetryPolicy.max_backoff must be at most {MAX_BACKOFF_SECONDS:.0f} s (366 days)"
+            )
         if self.initial_backoff < 0:
             raise InvalidInput("RetryPolicy.initial_backoff must be 0 or more")
         if self.multiplier < 1:
@@ -84,7 +104,11 @@ class RetryPolicy:
         """Seconds to wait after failed attempt number ``attempt`` (1 for the
         first): the backoff with jitter in its upper half, and never less than
         the provider's ``retry_after``."""
-        base = min(self.max_backoff, self.initial_backoff * self.multiplier ** (attempt - 1))
+        try:
+            grown = self.initial_backoff * self.multiplier ** (attempt - 1)
+        except OverflowError:  # a thousand attempts in: long past max_backoff
+            grown = self.max_backoff
+        base = min(self.max_backoff, grown)
         wait = base * (0.5 + random.random() / 2)
         if retry_after is not None and retry_after > wait:
             wait = retry_after
@@ -112,30 +136,59 @@ class RetryPolicy:
         return " or ".join(limits)
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """What a failed model step leads to: the run's retry state (``wait.at``
+    is when the next attempt may start, None if there is none) and, when
+    there is none, the message the run fails ``model_error`` with."""
+
+    wait: RetryWait
+    gave_up: str | None = None
+
+
 def next_wait(
     policy: RetryPolicy,
     previous: RetryWait | None,
     error: ModelError,
     now: datetime,
-) -> RetryWait:
-    """The run's retry state after a model step failed with ``error``:
-    ``at`` is when the next attempt may start, or None if there is none (the
-    error is not transient, or the policy is exhausted)."""
+    *,
+    max_retry_after: float,
+) -> Verdict:
+    """The run's retry state after a model step failed with ``error``. A
+    provider's pause above ``max_retry_after`` seconds counts as that many."""
     attempts = (previous.attempts if previous is not None else 0) + 1
     since = previous.since if previous is not None else now
-    delay = None
-    if error.transient:
-        elapsed = max(0.0, (now - since).total_seconds())
-        delay = policy.next_delay(attempts, elapsed, error.retry_after)
-    at = None if delay is None else now + timedelta(seconds=delay)
-    return RetryWait(attempts=attempts, since=since, error=error.message, at=at)
-
-
-def gave_up(policy: RetryPolicy, wait: RetryWait, error: ModelError) -> str:
-    """Why a run failed ``model_error``: the error, and the attempts if it was transient."""
     if not error.transient:
-        return error.message
-    return (
-        f"{error.message}; gave up after {wait.attempts} attempt(s) of the step "
-        f"(the retry policy allows {policy.describe()})"
-    )
+        wait = RetryWait(attempts=attempts, since=since, error=error.message, at=None)
+        return Verdict(wait, error.message)
+    elapsed = max(0.0, (now - since).total_seconds())
+    asked = error.retry_after
+    floor = None if asked is None else min(asked, max_retry_after)
+    delay = policy.next_delay(attempts, elapsed, floor)
+    at = None if delay is None else now + timedelta(seconds=delay)
+    wait = RetryWait(attempts=attempts, since=since, error=error.message, at=at)
+    if at is not None:
+        return Verdict(wait)
+    why = f"the retry policy allows {policy.describe()}"
+    out_of_attempts = policy.max_attempts is not None and attempts >= policy.max_attempts
+    if floor is not None and not out_of_attempts and policy.max_elapsed is not None:
+        # max_elapsed ended it: say so when the provider's pause is why.
+        limit = f"past the retry policy's max_elapsed of {policy.max_elapsed:g} s"
+        if elapsed >= 1:
+            limit += f" ({elapsed:.0f} s since the step first failed)"
+        if elapsed + floor > policy.max_elapsed:
+            why = f"the provider asked to wait {_seconds(floor)} s, {limit}"
+            if asked is not None and asked > floor:
+                why = (
+                    f"the provider asked to wait {_seconds(asked)} s, more than "
+                    f"{CAP_SETTING}={_seconds(floor)}; {_seconds(floor)} s is {limit}"
+                )
+    message = f"{error.message}; gave up after {attempts} attempt(s) of the step ({why})"
+    return Verdict(wait, message)
+
+
+def _seconds(value: float) -> str:
+    """A provider's pause for a message: its seconds, or its order when huge."""
+    if value >= 1e15:  # 30 million years; inf for more digits than a float holds
+        return "more than 10^15"
+    return f"{value:.0f}" if value == int(value) else f"{value:g}"
