@@ -13,23 +13,21 @@ model, never before: production processes do not load it.
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import json
 import logging
 import math
 import os
 import random
-import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from runner.errors import ModelError
 from runner.modelstream import MAX_MESSAGE_CHARS as MAX_MESSAGE_CHARS
 from runner.modelstream import OnDelta as OnDelta
 from runner.modelstream import guarded, read_stream
+from runner.retry import retry_after
 from store.jsonsafe import clean_message, clean_text
 from store.models import Message, Usage
 
@@ -120,62 +118,6 @@ class ModelReply:
     finish_reason: str | None
     # From litellm's cost map; None when the model has no price there.
     cost_usd: float | None = None
-
-
-def retry_after(exc: BaseException) -> float | None:
-    """The pause in seconds a provider asked for with its answer, if it asked
-    for one in a form HTTP allows: ``retry-after-ms`` (not a standard; some
-    providers send it) when it is a finite number of milliseconds, 0 or more;
-    else ``Retry-After`` (:func:`parse_retry_after`). A header that says
-    anything else is no ask at all. The figure may be huge (``inf`` for more
-    seconds than a float holds): the retry policy caps it (runner/retry.py)."""
-    headers = getattr(exc, "litellm_response_headers", None)
-    if headers is None:
-        response = getattr(exc, "response", None)
-        headers = getattr(response, "headers", None)
-    if headers is None or not hasattr(headers, "get"):
-        return None
-    try:
-        millis = headers.get("retry-after-ms")
-        value = headers.get("retry-after")
-    except Exception:  # a headers object of some other shape says nothing usable
-        return None
-    if isinstance(millis, str):
-        try:
-            number = float(millis.strip())
-        except ValueError:
-            number = math.nan
-        if math.isfinite(number) and number >= 0:
-            return number / 1000
-    return parse_retry_after(value)
-
-
-# RFC 9110 §10.2.3: delay-seconds = 1*DIGIT, ASCII digits (str.isdigit and
-# int() take other scripts' digits too).
-_DELAY_SECONDS = re.compile(r"[0-9]+")
-# An HTTP-date is 29 characters; anything much longer is not one.
-_MAX_DATE_CHARS = 64
-
-
-def parse_retry_after(value: object) -> float | None:
-    """A ``Retry-After`` value in seconds from now, as RFC 9110 §10.2.3 has
-    it: ``delay-seconds`` (digits only), or an HTTP-date in any of its three
-    forms (a date past is 0). None for anything else: a sign, a fraction, an
-    exponent, ``inf``, ``nan``, words."""
-    if not isinstance(value, str):
-        return None
-    text = value.strip(" \t")  # the field's optional whitespace
-    if _DELAY_SECONDS.fullmatch(text):
-        return float(text)  # past 309 digits, inf: more than any cap
-    if len(text) > _MAX_DATE_CHARS:
-        return None
-    try:
-        when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-    if when.tzinfo is None:  # asctime dates carry no zone; HTTP dates are GMT
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 def _transient(litellm: Any, exc: BaseException) -> bool:

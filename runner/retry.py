@@ -14,15 +14,21 @@ Model calls use it twice. Within one execution, the short in-call retries
 and does not hold a worker thread: it goes back to ``queued`` with a not-before
 time, and the policy decides when (and whether) the next execution tries
 again. Tools use it in-process (``@tool(retries=...)``).
+
+What pause a provider asked for is read here too (:func:`retry_after`), from
+the headers of the error litellm raised, so that the rules of waiting live in
+one module; ``runner.model`` calls it.
 """
 
 from __future__ import annotations
 
+import email.utils
 import math
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from runner.errors import InvalidInput, ModelError
 from store.config import Settings
@@ -134,6 +140,65 @@ class RetryPolicy:
         if self.max_elapsed is not None:
             limits.append(f"{self.max_elapsed:g} s")
         return " or ".join(limits)
+
+
+# ------------------------------------------------------- the provider's ask
+
+
+def retry_after(exc: BaseException) -> float | None:
+    """The pause in seconds a provider asked for with its answer, if it asked
+    for one in a form HTTP allows: ``retry-after-ms`` (not a standard; some
+    providers send it) when it is a finite number of milliseconds, 0 or more;
+    else ``Retry-After`` (:func:`parse_retry_after`). A header that says
+    anything else is no ask at all. The figure may be huge (``inf`` for more
+    seconds than a float holds): the retry policy caps it (runner/retry.py)."""
+    headers = getattr(exc, "litellm_response_headers", None)
+    if headers is None:
+        response = getattr(exc, "response", None)
+        headers = getattr(response, "headers", None)
+    if headers is None or not hasattr(headers, "get"):
+        return None
+    try:
+        millis = headers.get("retry-after-ms")
+        value = headers.get("retry-after")
+    except Exception:  # a headers object of some other shape says nothing usable
+        return None
+    if isinstance(millis, str):
+        try:
+            number = float(millis.strip())
+        except ValueError:
+            number = math.nan
+        if math.isfinite(number) and number >= 0:
+            return number / 1000
+    return parse_retry_after(value)
+
+
+# RFC 9110 §10.2.3: delay-seconds = 1*DIGIT, ASCII digits (str.isdigit and
+# int() take other scripts' digits too).
+_DELAY_SECONDS = re.compile(r"[0-9]+")
+# An HTTP-date is 29 characters; anything much longer is not one.
+_MAX_DATE_CHARS = 64
+
+
+def parse_retry_after(value: object) -> float | None:
+    """A ``Retry-After`` value in seconds from now, as RFC 9110 §10.2.3 has
+    it: ``delay-seconds`` (digits only), or an HTTP-date in any of its three
+    forms (a date past is 0). None for anything else: a sign, a fraction, an
+    exponent, ``inf``, ``nan``, words."""
+    if not isinstance(value, str):
+        return None
+    text = value.strip(" \t")  # the field's optional whitespace
+    if _DELAY_SECONDS.fullmatch(text):
+        return float(text)  # past 309 digits, inf: more than any cap
+    if len(text) > _MAX_DATE_CHARS:
+        return None
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:  # asctime dates carry no zone; HTTP dates are GMT
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 @dataclass(frozen=True)

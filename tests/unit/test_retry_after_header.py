@@ -1,5 +1,5 @@
-"""``Retry-After`` values as RFC 9110 §10.2.3 reads them (runner.model), and
-the retry policy's arithmetic on what they ask (runner.retry): the values an
+"""``Retry-After`` values as RFC 9110 §10.2.3 reads them, and the retry
+policy's arithmetic on what they ask (runner/retry.py): the values an
 HTTP server cannot even send (digits of other scripts), and policies whose
 numbers would overflow a date. The engine-level cases are
 tests/integration/test_retry_after.py."""
@@ -12,8 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from runner.errors import ConfigurationError, InvalidInput, ModelError
-from runner.model import parse_retry_after
-from runner.retry import RetryPolicy, next_wait
+from runner.retry import RetryPolicy, next_wait, parse_retry_after
 from store.config import Settings
 
 
