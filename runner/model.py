@@ -167,6 +167,10 @@ async def complete(
     ``on_delta`` runs on the event loop, so it must be quick; an exception it
     raises is logged once and otherwise ignored.
 
+    A reply whose provider reported no usage (or only zeros) has its tokens
+    counted by litellm's tokenizer instead, ``usage.estimated`` set, and is
+    priced from that count: a budget never stops counting.
+
     Cancelling the awaiting task cancels the call (and any backoff sleep), and
     closes the stream's connection.
     """
