@@ -222,9 +222,11 @@ class Execution:
         no worker thread meanwhile; otherwise the run fails ``model_error``,
         with its attempts recorded."""
         policy = agent.retry or self.deps.retry_policy
-        wait = retry.next_wait(policy, previous, exc, utcnow())
+        cap = self.deps.settings.max_retry_after_seconds
+        verdict = retry.next_wait(policy, previous, exc, utcnow(), max_retry_after=cap)
+        wait = verdict.wait
         if wait.at is None:
-            error = RunError("model_error", retry.gave_up(policy, wait, exc))
+            error = RunError("model_error", verdict.gave_up or exc.message)
             settled: Settled = await self.write(self.deps.store.defer_retry, wait, error)
             return settled
         log.warning(

@@ -30,6 +30,7 @@ from runner.tools import Tool
 from runner.trigger import trigger_message
 from store.base import StartPoint
 from store.models import (
+    USAGE_ESTIMATED,
     Fence,
     Message,
     Outcome,
@@ -206,7 +207,11 @@ class StepLoop:
             observed.cost_usd = reply.cost_usd
             observed.output = reply.message
         message = assign_call_ids(reply.message, self.call_ids, k)
-        output = {"message": message, "finish_reason": reply.finish_reason}
+        output: dict[str, Any] = {"message": message, "finish_reason": reply.finish_reason}
+        if reply.usage.estimated:
+            # In the step's journal, where `runwright show`, the event feed
+            # and the console read it (store/rows.py reads it back).
+            output[USAGE_ESTIMATED] = True
         record = StepRecord(
             index=k,
             kind=StepKind.LLM,

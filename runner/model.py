@@ -13,7 +13,6 @@ model, never before: production processes do not load it.
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import json
 import logging
 import math
@@ -22,13 +21,13 @@ import random
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from runner.errors import ModelError
 from runner.modelstream import MAX_MESSAGE_CHARS as MAX_MESSAGE_CHARS
 from runner.modelstream import OnDelta as OnDelta
 from runner.modelstream import guarded, read_stream
+from runner.retry import retry_after
 from store.jsonsafe import clean_message, clean_text
 from store.models import Message, Usage
 
@@ -121,31 +120,6 @@ class ModelReply:
     cost_usd: float | None = None
 
 
-def retry_after(exc: BaseException) -> float | None:
-    """The pause a provider asked for with its answer (``retry-after-ms`` or
-    ``retry-after``, in seconds or as an HTTP date), if any."""
-    headers = getattr(exc, "litellm_response_headers", None)
-    if headers is None:
-        response = getattr(exc, "response", None)
-        headers = getattr(response, "headers", None)
-    if headers is None or not hasattr(headers, "get"):
-        return None
-    try:
-        millis = headers.get("retry-after-ms")
-        if millis is not None:
-            return max(0.0, float(millis) / 1000)
-        value = headers.get("retry-after")
-        if value is None:
-            return None
-        try:
-            return max(0.0, float(value))
-        except ValueError:
-            when = email.utils.parsedate_to_datetime(str(value))
-            return max(0.0, (when - datetime.now(UTC)).total_seconds())
-    except (TypeError, ValueError, OverflowError):
-        return None  # a header that says nothing usable
-
-
 def _transient(litellm: Any, exc: BaseException) -> bool:
     ex = litellm.exceptions
     transient = (
@@ -193,6 +167,10 @@ async def complete(
     ``on_delta`` runs on the event loop, so it must be quick; an exception it
     raises is logged once and otherwise ignored.
 
+    A reply whose provider reported no usage (or only zeros) has its tokens
+    counted by litellm's tokenizer instead, ``usage.estimated`` set, and is
+    priced from that count: a budget never stops counting.
+
     Cancelling the awaiting task cancels the call (and any backoff sleep), and
     closes the stream's connection.
     """
@@ -239,7 +217,94 @@ async def complete(
                 transient=passing,
                 retry_after=pause,
             ) from exc
-        return _reply(response, _cost(litellm, response))
+        reply = _reply(response, _cost(litellm, response))
+        if reply.usage.total == 0:
+            # No usage (or a block of zeros, a placeholder: no prompt is 0
+            # tokens). A budget must not be silently off: count it ourselves.
+            reply = await _estimated(litellm, model, messages, tools, reply)
+        return reply
+
+
+# ------------------------------------------------------ usage the provider omits
+
+# Models whose missing usage was logged in this process: once per model.
+_unreported: set[str] = set()
+_unreported_lock = threading.Lock()
+_UNREPORTED_LIMIT = 1024  # model names are few; a flood of them starts the set again
+
+
+def _note_unreported(model: str) -> None:
+    with _unreported_lock:
+        if model in _unreported:
+            return
+        if len(_unreported) >= _UNREPORTED_LIMIT:
+            _unreported.clear()
+        _unreported.add(model)
+    log.warning(
+        "model %s reported no token usage; its tokens are an estimate by litellm's counter "
+        "from now on (steps and runs record them as estimated; budgets hold on the estimate)",
+        model,
+    )
+
+
+async def _estimated(
+    litellm: Any,
+    model: str,
+    messages: Sequence[Message],
+    tools: Sequence[dict[str, Any]],
+    reply: ModelReply,
+) -> ModelReply:
+    """``reply`` with its usage counted by litellm's tokenizer for ``model``
+    (the request as sent, tools included, and the reply), marked estimated,
+    and its cost priced from that count when litellm knows the model's price.
+    The count reads the whole history, so it runs off the event loop."""
+    _note_unreported(model)
+    usage = await asyncio.to_thread(_count, litellm, model, list(messages), list(tools), reply)
+    cost = reply.cost_usd
+    if not cost:  # priced from zero tokens, or unpriced
+        cost = _priced(litellm, model, usage) or cost
+    return ModelReply(reply.message, usage, reply.finish_reason, cost)
+
+
+def _count(
+    litellm: Any,
+    model: str,
+    messages: list[Message],
+    tools: list[dict[str, Any]],
+    reply: ModelReply,
+) -> Usage:
+    # An image given by URL counts as litellm's default size: the counter must
+    # never fetch what the history names.
+    options = {"use_default_image_token_count": True, "default_token_count": 0}
+    try:
+        prompt = litellm.token_counter(
+            model=model, messages=messages, tools=tools or None, **options
+        )
+        completion = litellm.token_counter(
+            model=model, messages=[reply.message], count_response_tokens=True, **options
+        )
+    except Exception:
+        # A history litellm cannot count: about four characters a token, so
+        # that the budget still moves.
+        log.debug("model %s: litellm could not count the tokens", model, exc_info=True)
+        prompt = len(json.dumps([messages, tools], default=str)) // 4
+        completion = len(json.dumps(reply.message, default=str)) // 4
+    return Usage(max(1, int(prompt)), max(1, int(completion)), estimated=True)
+
+
+def _priced(litellm: Any, model: str, usage: Usage) -> float | None:
+    """What ``usage`` costs at ``model``'s price in litellm's cost map; None
+    for a model without one."""
+    try:
+        prompt, completion = litellm.cost_per_token(
+            model=model,
+            prompt_tokens=usage.input_tokens,
+            completion_tokens=usage.output_tokens,
+        )
+        value = float(prompt) + float(completion)
+    except Exception:
+        return None  # an unpriced model: litellm raises rather than guess
+    return value if math.isfinite(value) and value > 0 else None
 
 
 def _short(exc: BaseException, limit: int = 500) -> str:

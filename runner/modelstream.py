@@ -108,8 +108,11 @@ class _Assembly:
                 "its stream was closed there"
             )
 
-    def response(self, litellm: Any, model: str) -> Any:
-        """The reply as litellm's unstreamed response, for ``runner.model._reply``."""
+    def response(self, litellm: Any, model: str, *, reported: bool = True) -> Any:
+        """The reply as litellm's unstreamed response, for ``runner.model._reply``;
+        without its usage unless the provider ``reported`` it (see
+        :func:`provider_counted`), so that ``runner.model`` counts it as it
+        counts an unstreamed reply without usage."""
         calls = [
             {
                 "id": entry["id"],
@@ -127,7 +130,7 @@ class _Assembly:
             "model": model,
             "choices": [{"index": 0, "message": message, "finish_reason": self.finish_reason}],
         }
-        if self.usage is not None:
+        if self.usage is not None and reported:
             fields["usage"] = self.usage
         response = litellm.ModelResponse(**fields)
         # Without litellm's figure, runner.model._cost asks litellm's cost map.
@@ -149,4 +152,21 @@ async def read_stream(litellm: Any, model: str, stream: Any, deltas: OnDelta, at
     finally:
         with contextlib.suppress(Exception):  # best effort: the outcome stands
             await stream.aclose()
-    return assembly.response(litellm, model)
+    return assembly.response(litellm, model, reported=provider_counted(stream))
+
+
+def provider_counted(stream: Any) -> bool:
+    """Whether the provider's own chunks carried usage. Asked for usage
+    (``include_usage``), litellm ends every stream with a usage chunk of its
+    own: the provider's figures when a chunk of the provider carried them,
+    else its own tokenizer's guess, which must not pass for reported usage.
+    litellm keeps the chunks it received in ``chunks``; a stream without that
+    list cannot say, and its usage is taken as reported."""
+    chunks = getattr(stream, "chunks", None)
+    if not isinstance(chunks, list):
+        return True
+    for chunk in chunks:
+        usage = chunk.get("usage") if isinstance(chunk, dict) else getattr(chunk, "usage", None)
+        if usage is not None:
+            return True
+    return False

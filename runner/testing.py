@@ -83,7 +83,9 @@ class Reply:
     content: str | None = None
     tool_calls: Sequence[ToolCall] = ()
     latency: float = 0.0
-    usage: tuple[int, int] = (10, 5)
+    # (input, output) tokens the reply reports; None: it reports no usage, as
+    # many self-hosted servers answer (the engine then counts it itself).
+    usage: tuple[int, int] | None = (10, 5)
     error: str | None = None  # one of ERROR_KINDS
 
     def __post_init__(self) -> None:
@@ -104,7 +106,9 @@ class Reply:
             ]
         return message
 
-    def usage_block(self) -> dict[str, int]:
+    def usage_block(self) -> dict[str, int] | None:
+        if self.usage is None:
+            return None
         return {
             "prompt_tokens": self.usage[0],
             "completion_tokens": self.usage[1],
@@ -113,21 +117,24 @@ class Reply:
 
     def response(self, model: str, step: int = 0) -> dict[str, Any]:
         """The reply in OpenAI's chat-completion shape."""
-        return {
+        response: dict[str, Any] = {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "model": model,
             "object": "chat.completion",
             "choices": [
                 {"index": 0, "message": self.message(step), "finish_reason": self.finish_reason}
             ],
-            "usage": self.usage_block(),
         }
+        usage = self.usage_block()
+        if usage is not None:
+            response["usage"] = usage
+        return response
 
     def chunks(self, step: int = 0) -> list[dict[str, Any]]:
         """The reply as litellm's streaming chunks of a custom provider
         (``GenericStreamingChunk``): the text a few characters at a time (two
         pieces at least once it has two characters), each tool call whole, and
-        last the finish reason with the usage."""
+        last the finish reason with the usage (if it reports any)."""
         message = self.message(step)
         content = message["content"] or ""
         # A few characters a piece, but no more than about 256 pieces, so a

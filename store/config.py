@@ -17,6 +17,9 @@ from typing import Any
 from store.errors import ConfigurationError
 
 DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
+# RUNWRIGHT_MAX_RETRY_AFTER_SECONDS at most: a retry time must stay a date
+# Python and Postgres hold, and a year is already past any provider's reason.
+MAX_RETRY_AFTER_LIMIT = 366 * 86400
 LOG_FORMATS = ("text", "json")
 
 
@@ -45,12 +48,17 @@ def _parse(item: Field[Any], kind: Any, raw: str) -> Any:
     minimum = item.metadata["minimum"]
     if minimum is not None and value < minimum:
         raise ConfigurationError(f"{name} must be at least {minimum}, not {raw[:40]!r}")
+    maximum = item.metadata.get("maximum")
+    if maximum is not None and value > maximum:
+        raise ConfigurationError(f"{name} must be at most {maximum}, not {raw[:40]!r}")
     return value
 
 
-def _setting(env: str, default: Any, *, minimum: float | None = None) -> Any:
+def _setting(
+    env: str, default: Any, *, minimum: float | None = None, maximum: float | None = None
+) -> Any:
     """A field read from the environment variable ``env``."""
-    meta = {"env": env, "minimum": minimum}
+    meta = {"env": env, "minimum": minimum, "maximum": maximum}
     if isinstance(default, Path):
         return field(default_factory=lambda: default, metadata=meta)
     return field(default=default, metadata=meta)
@@ -97,6 +105,11 @@ class Settings:
     retry_max_elapsed_seconds: float = _setting(
         "RUNWRIGHT_RETRY_MAX_ELAPSED_SECONDS", 1800.0, minimum=1
     )
+    # The longest pause a provider's Retry-After may ask for; a longer ask
+    # waits this long (if the retry policy allows): runner/retry.py.
+    max_retry_after_seconds: float = _setting(
+        "RUNWRIGHT_MAX_RETRY_AFTER_SECONDS", 86400.0, minimum=1, maximum=MAX_RETRY_AFTER_LIMIT
+    )
     home: Path = _setting("RUNWRIGHT_HOME", Path(".runwright"))  # noqa: RUF009 (a field)
     enqueue: str = _setting("RUNWRIGHT_ENQUEUE", "tasks:enqueue")
     queue: str = _setting("RUNWRIGHT_QUEUE", "runwright")
@@ -121,6 +134,11 @@ class Settings:
             raise ConfigurationError(
                 f"RUNWRIGHT_LOG_FORMAT must be one of {', '.join(LOG_FORMATS)}, "
                 f"not {self.log_format[:40]!r}"
+            )
+        if not 1 <= self.max_retry_after_seconds <= MAX_RETRY_AFTER_LIMIT:
+            raise ConfigurationError(
+                "RUNWRIGHT_MAX_RETRY_AFTER_SECONDS must be from 1 to "
+                f"{MAX_RETRY_AFTER_LIMIT}, not {self.max_retry_after_seconds}"
             )
         if self.metrics_port is not None and self.metrics_port > 65535:
             raise ConfigurationError(

@@ -95,6 +95,7 @@ def step_data(step: Step) -> dict[str, Any]:
         "error": step.error,
         "input_tokens": None if step.usage is None else step.usage.input_tokens,
         "output_tokens": None if step.usage is None else step.usage.output_tokens,
+        "usage_estimated": None if step.usage is None else step.usage.estimated,
         "cost_usd": step.cost_usd,
         "started_at": _when(step.started_at),
         "finished_at": _when(step.finished_at),
@@ -106,7 +107,11 @@ def step_of(event: RunEvent) -> Step:
     d = event.data
     usage = None
     if d.get("input_tokens") is not None:
-        usage = Usage(int(d["input_tokens"]), int(d.get("output_tokens") or 0))
+        usage = Usage(
+            int(d["input_tokens"]),
+            int(d.get("output_tokens") or 0),
+            d.get("usage_estimated") is True,
+        )
     return Step(
         run_id=event.run_id,
         id=event.id or 0,

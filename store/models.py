@@ -69,10 +69,24 @@ class TriggerEnvelope(BaseModel):
     received_at: datetime = Field(default_factory=utcnow)
 
 
+# The key of an llm step's output that says its usage is estimated (persisted).
+USAGE_ESTIMATED = "usage_estimated"
+
+
+def usage_estimated(output: object) -> bool:
+    """Whether a step's stored output says its usage is an estimate."""
+    return isinstance(output, dict) and output.get(USAGE_ESTIMATED) is True
+
+
 @dataclass(frozen=True)
 class Usage:
+    """Tokens a model call used. ``estimated``: the provider reported none, so
+    the figures are litellm's count of the request and the reply
+    (``runner/model.py``); a sum is estimated if any of its parts is."""
+
     input_tokens: int = 0
     output_tokens: int = 0
+    estimated: bool = False
 
     @property
     def total(self) -> int:
@@ -80,7 +94,9 @@ class Usage:
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
-            self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.estimated or other.estimated,
         )
 
 

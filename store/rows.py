@@ -22,6 +22,7 @@ from store.models import (
     TriggerEnvelope,
     Usage,
     WaitPoint,
+    usage_estimated,
 )
 
 
@@ -49,7 +50,7 @@ def run_from_row(row: Mapping[str, Any], waiting: WaitPoint | None = None) -> Ru
         agent=m["agent"],
         status=RunStatus(m["status"]),
         trigger=TriggerEnvelope.model_validate(m["trigger"]),
-        usage=Usage(int(m["input_tokens"]), int(m["output_tokens"])),
+        usage=Usage(int(m["input_tokens"]), int(m["output_tokens"]), bool(m["usage_estimated"])),
         created_at=m["created_at"],
         updated_at=m["updated_at"],
         concurrency_key=m["concurrency_key"],
@@ -107,7 +108,9 @@ def step_from_row(row: Mapping[str, Any]) -> Step:
     m = row
     usage = None
     if m["input_tokens"] is not None:
-        usage = Usage(int(m["input_tokens"]), int(m["output_tokens"] or 0))
+        usage = Usage(
+            int(m["input_tokens"]), int(m["output_tokens"] or 0), usage_estimated(m["output"])
+        )
     return Step(
         run_id=str(m["run_id"]),
         id=int(m["id"]),

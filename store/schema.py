@@ -76,6 +76,9 @@ runs = sa.Table(
     # join that trace), and what its model calls cost in USD.
     sa.Column("trace_context", sa.JSON),
     sa.Column("cost_usd", sa.Float, nullable=False, server_default="0"),
+    # The provider reported no usage for one of its model calls or more: the
+    # token figures (and a cost priced from them) are litellm's estimate.
+    sa.Column("usage_estimated", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("enqueued_at", _TS),
     sa.Column("created_at", _TS, nullable=False, server_default=_NOW),
     sa.Column("updated_at", _TS, nullable=False, server_default=_NOW),

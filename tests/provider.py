@@ -25,8 +25,10 @@ from typing import Any
 Message = dict[str, Any]
 # (step, request body) -> the assistant message to answer with
 Script = Callable[[int, dict[str, Any]], Message]
-# What every answer reports it used.
+# What every answer reports it used (unless ``Provider.usage`` says otherwise).
 USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+# A Retry-After as a number of seconds, or a header value sent as it is.
+RetryAfter = float | str | None
 
 
 @dataclass
@@ -67,7 +69,10 @@ class Provider:
     def __init__(self, script: Script, *, port: int = 0) -> None:
         self.script = script
         self.requests: list[Served] = []
-        self.failure: tuple[int, float | None] | None = None  # (status, retry-after)
+        self.failure: tuple[int, dict[str, str]] | None = None  # (status, its headers)
+        # What every answer reports it used; None: no usage at all, as many
+        # self-hosted servers answer (streams then end with no usage event).
+        self.usage: dict[str, int] | None = dict(USAGE)
         self.latency = 0.0
         self.stream_delay = 0.0  # seconds after each streamed event
         self.chunk_chars = 4  # characters of text per streamed event
@@ -120,12 +125,24 @@ class Provider:
             self._thread = None
 
     def fail(
-        self, status: int = 503, *, retry_after: float | None = None, times: int | None = None
+        self,
+        status: int = 503,
+        *,
+        retry_after: RetryAfter = None,
+        times: int | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         """Answer every request with ``status`` until :meth:`recover`, or only
-        the next ``times`` requests."""
+        the next ``times`` requests. ``retry_after``: seconds for a Retry-After
+        header, or a string sent as the header's value exactly; ``headers``:
+        more headers to answer with (``retry-after-ms``, ...)."""
+        sent = dict(headers or {})
+        if retry_after is not None:
+            sent["Retry-After"] = (
+                retry_after if isinstance(retry_after, str) else f"{retry_after:g}"
+            )
         with self._lock:
-            self.failure = (status, retry_after)
+            self.failure = (status, sent)
             self._failures_left = times
 
     def recover(self) -> None:
@@ -170,7 +187,7 @@ class Provider:
             self.requests.append(served)
         return served
 
-    def _take_failure(self) -> tuple[int, float | None] | None:
+    def _take_failure(self) -> tuple[int, dict[str, str]] | None:
         with self._lock:
             failure = self.failure
             if failure is not None and self._failures_left is not None:
@@ -186,9 +203,8 @@ class Provider:
             time.sleep(self.latency)
         failure = self._take_failure()
         if failure is not None:
-            status, retry_after = failure
+            status, headers = failure
             self._record(step, status, body)
-            headers = {} if retry_after is None else {"Retry-After": f"{retry_after:g}"}
             _send_json(handler, status, {"error": {"message": f"scripted {status}"}}, headers)
             return
         message = self.script(step, body)
@@ -213,7 +229,7 @@ class Provider:
                 "created": int(time.time()),
                 "model": body.get("model", "loopback"),
                 "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                "usage": USAGE,
+                **({} if self.usage is None else {"usage": self.usage}),
             },
         )
 
@@ -272,8 +288,8 @@ class Provider:
             return
         finish = "tool_calls" if message.get("tool_calls") else "stop"
         send({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
-        if (body.get("stream_options") or {}).get("include_usage"):
-            send({"choices": [], "usage": USAGE})
+        if self.usage is not None and (body.get("stream_options") or {}).get("include_usage"):
+            send({"choices": [], "usage": self.usage})
         handler.wfile.write(b"data: [DONE]\n\n")
         handler.wfile.flush()
 

@@ -8,7 +8,7 @@ import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from runner.cli.render import clip, cost_text
+from runner.cli.render import ESTIMATED, clip, cost_text
 from store.status import RunStatus
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ def describe(run: Run, attempts: list[RunAttempt]) -> list[str]:
         f"agent    {run.agent}",
         f"status   {run.status.value}",
         f"usage    {run.usage.input_tokens} in, {run.usage.output_tokens} out, "
-        f"{run.steps_used} steps",
+        f"{run.steps_used} steps{ESTIMATED if run.usage.estimated else ''}",
         f"cost     {cost_text(run.cost_usd)}",
         f"created  {when(run.created_at)}   finished {when(run.finished_at)}",
     ]

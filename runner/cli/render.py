@@ -8,19 +8,25 @@ import json
 
 from store.models import Step
 
+# After token figures the provider did not report (litellm counted them).
+ESTIMATED = " (estimated: the provider reported no usage)"
+
 
 def step_line(step: Step) -> str:
     if step.kind.value == "llm":
         message = (step.output or {}).get("message", {})
         calls = [c["function"]["name"] for c in message.get("tool_calls") or []]
         what = f"calls {', '.join(calls)}" if calls else repr(clip(message.get("content") or ""))
-        spent = (
-            [f"{step.usage.input_tokens}+{step.usage.output_tokens} tokens"] if step.usage else []
-        )
+        usage = step.usage
+        spent = []
+        if usage is not None:
+            spent.append(f"{usage.input_tokens}+{usage.output_tokens} tokens")
+            if usage.estimated:
+                spent.append("estimated")
         if step.cost_usd:
             spent.append(cost_text(step.cost_usd))
-        usage = f" [{', '.join(spent)}]" if spent else ""
-        return f"step {step.index:>3}  llm   {what}{usage}"
+        shown = f" [{', '.join(spent)}]" if spent else ""
+        return f"step {step.index:>3}  llm   {what}{shown}"
     if step.kind.value == "tool":
         outcome = f"error: {clip(str(step.error))}" if step.error else clip(json.dumps(step.output))
         return (

@@ -125,7 +125,10 @@ function stepItem(li, d) {
   if (d.kind === "llm") {
     const message = (d.output && d.output.message) || {};
     const usage =
-      d.input_tokens === null ? "" : d.input_tokens + " in, " + d.output_tokens + " out, ";
+      d.input_tokens === null
+        ? ""
+        : d.input_tokens + " in, " + d.output_tokens + " out" +
+          (d.usage_estimated ? " (estimated)" : "") + ", ";
     head(li, d.index, "model", d.name, usage + took);
     if (typeof message.content === "string" && message.content) {
       li.append(el("pre", "text", message.content));

@@ -25,7 +25,7 @@ from runner.console.render import (
     when,
 )
 from store.events import EventType, RunEvent, step_of
-from store.models import Approval, Run, RunAttempt, RunStatus, Step, StepKind
+from store.models import Approval, Run, RunAttempt, RunStatus, Step, StepKind, Usage
 
 RETRYABLE = frozenset({RunStatus.FAILED, RunStatus.CANCELLED})
 
@@ -105,7 +105,10 @@ def _facts(run: Run, base: str) -> str:
         rows.append(("took", e(took(run.started_at, run.finished_at))))
     rows += [
         ("steps", e(run.steps_used)),
-        ("tokens", e(f"{run.usage.input_tokens} in, {run.usage.output_tokens} out")),
+        (
+            "tokens",
+            e(f"{run.usage.input_tokens} in, {run.usage.output_tokens} out{_estimated(run.usage)}"),
+        ),
         ("cost", e(money(run.cost_usd))),
     ]
     if run.thread:
@@ -196,7 +199,9 @@ def _step(step: Step, approvals: Mapping[str, Approval]) -> str:
         meta = ", ".join(
             part
             for part in (
-                "" if usage is None else f"{usage.input_tokens} in, {usage.output_tokens} out",
+                ""
+                if usage is None
+                else f"{usage.input_tokens} in, {usage.output_tokens} out{_estimated(usage)}",
                 "" if step.cost_usd is None else money(step.cost_usd),
                 timing,
             )
@@ -225,6 +230,10 @@ def _step(step: Step, approvals: Mapping[str, Approval]) -> str:
     return _head(step.index, step.kind.value, step.name, timing) + json_block(
         step.output, step.kind.value
     )
+
+
+def _estimated(usage: Usage) -> str:
+    return " (estimated)" if usage.estimated else ""
 
 
 def _message(output: Any) -> dict[str, Any]:

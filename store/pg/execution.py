@@ -126,6 +126,7 @@ class PgExecution(PgBase):
             "error": dumps(step.error),
             "input_tokens": usage.input_tokens if usage else 0,
             "output_tokens": usage.output_tokens if usage else 0,
+            "usage_estimated": bool(usage and usage.estimated),
             "cost_usd": step.cost_usd,
             "started_at": step.started_at,
             "finished_at": step.finished_at,

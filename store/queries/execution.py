@@ -90,6 +90,8 @@ W1 = Statement(
         UPDATE runs SET input_tokens = runs.input_tokens + CAST(:input_tokens AS bigint),
                         output_tokens = runs.output_tokens + CAST(:output_tokens AS bigint),
                         cost_usd = runs.cost_usd + COALESCE(CAST(:cost_usd AS float8), 0),
+                        usage_estimated = runs.usage_estimated
+                                          OR CAST(:usage_estimated AS bool),
                         steps_used = GREATEST(runs.steps_used, CAST(:index AS int)),
                         takeovers = 0,
                         retry_attempts = 0, retry_at = NULL, retry_since = NULL,

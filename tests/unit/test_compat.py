@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from store import schema
 from store.leases import CANCEL_CHANNEL, LEASE_PREFIX, Holder
-from store.models import Decision, EffectStatus, RunStatus, StepKind
+from store.models import USAGE_ESTIMATED, Decision, EffectStatus, RunStatus, StepKind
 
 
 def test_status_values() -> None:
@@ -68,6 +68,8 @@ def test_table_and_column_names() -> None:
                 # 0005
                 "trace_context",
                 "cost_usd",
+                # 0008
+                "usage_estimated",
             ]
         ),
         "steps": sorted(
@@ -148,6 +150,11 @@ def test_table_and_column_names() -> None:
             ]
         ),
     }
+
+
+def test_step_output_keys() -> None:
+    # An llm step's output says its usage is an estimate under this key (0008's note).
+    assert USAGE_ESTIMATED == "usage_estimated"
 
 
 def test_redis_names_and_lease_format() -> None:
