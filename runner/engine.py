@@ -366,12 +366,28 @@ class Engine:
         agent: str | None = None,
         model: str | None = None,
         id: str | None = None,
+        rerun_effects: bool = False,
     ) -> Run:
         """Start a new run from ``run_id``'s history as it stood after step
         ``at_step``, of ``agent`` (default: the original's) on ``model``
         (default: the agent's), and enqueue it; its step budget starts afresh.
-        The original is not written. Idempotent on ``id``, the fork's trigger id."""
-        return recovery.fork(self.deps, run_id, at_step, agent=agent, model=model, id=id)
+        The original is not written. Idempotent on ``id``, the fork's trigger id.
+
+        The fork runs again whatever its model asks for after that step,
+        effects included, under the fork's own idempotency keys, which
+        downstream deduplication does not recognise. So if an effect ran after
+        ``at_step`` (completed, or with an unknown outcome) the fork is refused
+        with :class:`ForkRepeatsEffects`, which names them, and nothing is
+        written, unless ``rerun_effects=True``."""
+        return recovery.fork(
+            self.deps,
+            run_id,
+            at_step,
+            agent=agent,
+            model=model,
+            id=id,
+            rerun_effects=rerun_effects,
+        )
 
     def attempts(self, run_id: str) -> list[RunAttempt]:
         """A retried run's earlier attempts, oldest first."""

@@ -290,9 +290,19 @@ class Store(Protocol):
         """The run's earlier attempts, oldest first (empty if never retried)."""
         ...
 
-    def fork_run(self, run_id: str, at_step: int, new: NewRun, *, model: str | None) -> Run:
+    def fork_run(
+        self,
+        run_id: str,
+        at_step: int,
+        new: NewRun,
+        *,
+        model: str | None,
+        rerun_effects: bool = False,
+    ) -> Run:
         """A new ``queued`` run ``new`` whose history is the one of ``run_id``
-        as it stood after step ``at_step``; the original is not written."""
+        as it stood after step ``at_step``; the original is not written.
+        Effects that ran after that step refuse it (:class:`ForkRepeatsEffects`)
+        unless ``rerun_effects``."""
         ...
 
     def approvals(self, run_id: str) -> list[Approval]: ...
