@@ -346,7 +346,7 @@ def test_a_host_that_is_not_ours_stops_the_worker_with_one_line() -> None:
     port = free_port()
     # 203.0.113.0/24 is for documentation: no interface of this machine has it.
     settings = Settings(metrics_port=port, metrics_host="203.0.113.7")
-    with pytest.raises(ConfigurationError, match="RUNWRIGHT_METRICS_HOST='203.0.113.7'"):
+    with pytest.raises(ConfigurationError, match=r"RUNWRIGHT_METRICS_HOST='203\.0\.113\.7'"):
         m.start_worker(settings)
 
 
