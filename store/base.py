@@ -375,6 +375,15 @@ class Store(Protocol):
 
     def prune(self, older_than: datetime, batch: int = 500) -> int: ...
 
+    def mark_tick(self, at: datetime) -> None:
+        """Record that tick() finished at ``at``: the store's copy of the mark
+        that Redis keeps too (``Leases.mark_tick``), which outlives a Redis restart."""
+        ...
+
+    def last_tick(self) -> datetime | None:
+        """When tick() last finished, as :meth:`mark_tick` recorded it (None: never)."""
+        ...
+
     # --------------------------------------------------------------- metrics
     def approval_backlog(self) -> tuple[int, datetime | None]:
         """How many approvals are pending (undecided), and when the oldest of

@@ -26,6 +26,7 @@ of those labels keeps at most :data:`MAX_AGENTS`, :data:`MAX_MODELS` and
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -280,7 +281,8 @@ class ScrapeTimeCollector:
         up = GaugeMetricFamily(
             "runwright_metrics_source_up",
             "1 if the last read of the source behind the scrape-time gauges "
-            "(store: the approval backlog; leases: the last tick) succeeded.",
+            "(store: the approval backlog; leases: the last tick, from Redis or, "
+            "when Redis has no mark, from the store) succeeded.",
             labels=["source"],
         )
         backlog = self._cached_backlog()
@@ -383,9 +385,12 @@ def start_worker(settings: Settings) -> None:
 def _scrape_time_collector(database_url: str, redis_url: str) -> ScrapeTimeCollector:
     # The engine's own pool (shared_engine is per URL and process) and a small
     # Redis client of our own; neither connects before the first scrape.
+    from runner.tick import last_tick
     from store.leases import Leases
     from store.postgres import PostgresStore
 
     store = PostgresStore.from_url(database_url)
     leases = Leases.from_url(redis_url)
-    return ScrapeTimeCollector(store.approval_backlog, leases.last_tick)
+    # Redis's mark of the last tick, else (after a Redis restart) the store's.
+    last = functools.partial(last_tick, leases, store)
+    return ScrapeTimeCollector(store.approval_backlog, last)

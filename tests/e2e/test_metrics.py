@@ -22,6 +22,7 @@ from celery import Celery
 from prometheus_client.parser import text_string_to_metric_families
 
 import tests.agents_metrics  # noqa: F401  (the agents the worker runs, known here too)
+from store.leases import LAST_TICK_KEY
 from store.local import free_port
 from store.models import RunStatus, StepKind, utcnow
 from tests.e2e.cluster import Cluster, wait_until
@@ -200,6 +201,11 @@ def test_a_workers_metrics_match_its_runs(cluster: Cluster) -> None:
     assert 0 <= tick_age < 30
     assert engine.leases is not None and (last := engine.leases.last_tick()) is not None
     assert abs(tick_age - (time.time() - last)) < 5
+    # A Redis restart loses Redis's mark (here deleted from the cluster's own
+    # Redis): the age is then read from the mark tick() keeps in Postgres.
+    engine.leases.redis.delete(LAST_TICK_KEY)
+    lost = scrape(port)
+    assert abs(get(lost, "runwright_last_tick_age_seconds") - (time.time() - last)) < 5
 
     # No label anywhere holds a run id or a tool call id.
     everything = scrape(port)
