@@ -372,21 +372,13 @@ class Engine:
         ``at_step``, of ``agent`` (default: the original's) on ``model``
         (default: the agent's), and enqueue it; its step budget starts afresh.
         The original is not written. Idempotent on ``id``, the fork's trigger id.
-
-        The fork runs again whatever its model asks for after that step,
-        effects included, under the fork's own idempotency keys, which
-        downstream deduplication does not recognise. So if an effect ran after
-        ``at_step`` (completed, or with an unknown outcome) the fork is refused
-        with :class:`ForkRepeatsEffects`, which names them, and nothing is
-        written, unless ``rerun_effects=True``."""
+        The fork runs again what its model asks for after the step, effects
+        included, under new idempotency keys that downstream deduplication does
+        not know: if an effect ran after ``at_step``, it is refused
+        (:class:`ForkRepeatsEffects` names them; nothing is written) unless
+        ``rerun_effects=True``."""
         return recovery.fork(
-            self.deps,
-            run_id,
-            at_step,
-            agent=agent,
-            model=model,
-            id=id,
-            rerun_effects=rerun_effects,
+            self.deps, run_id, at_step, agent=agent, model=model, id=id, rerun_effects=rerun_effects
         )
 
     def attempts(self, run_id: str) -> list[RunAttempt]:

@@ -106,7 +106,10 @@ class PgRecovery(PgBase):
             messages = fork_messages(
                 run_id, at_step, cp_step, [(r["step_index"], r["body"]) for r in history]
             )
-            ran = tx.rows(q.FORK_EFFECTS, {"run_id": run_id, "at": at_step})
+            ran = tx.rows(
+                q.FORK_EFFECTS,
+                {"run_id": run_id, "at": at_step, "failed_effect": EffectStatus.FAILED.value},
+            )
             check_fork_effects(
                 run_id,
                 at_step,

@@ -143,7 +143,7 @@ FORK_EFFECTS = Statement(
       JOIN effects AS e
         ON e.run_id = s.run_id AND e.key = s.run_id::text || ':' || (c.call ->> 'id')
      WHERE s.run_id = CAST(:run_id AS uuid) AND s.kind = {_LLM} AND s.index > CAST(:at AS int)
-       AND e.status IN ('completed', 'started')
+       AND e.status <> CAST(:failed_effect AS text)
      ORDER BY s.index, e.started_at, e.key
     """,
 )

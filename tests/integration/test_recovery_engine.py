@@ -353,6 +353,27 @@ def test_a_fork_past_an_effect_of_unknown_outcome_is_refused(engine: Engine) -> 
     assert engine.fork(run.id, 1, rerun_effects=True).forked_from == run.id
 
 
+def test_an_effect_that_failed_does_not_refuse_a_fork(engine: Engine) -> None:
+    """An effect whose call raised did not take place (the journal keeps its
+    error): only completed effects, and those whose outcome is unknown, count."""
+    name = unique("declined")
+
+    @effect
+    def charge(amount: int) -> str:
+        """Charge (the card is declined)."""
+        raise RuntimeError("card declined")
+
+    script = [tools(call("lookup", {"q": "card"})), tools(call("charge", {"amount": 5}))]
+    model = ScriptedModel(name, [*script, text("declined")])
+    Agent(name=name, model=model.model, tools=[lookup, charge])
+    run = engine.start(name)
+    done = engine.execute(run.id)
+    assert done is not None and done.status is RunStatus.COMPLETED
+    [step] = [s for s in engine.steps(run.id) if s.name == "charge"]
+    assert step.index == 2 and step.error is not None
+    assert engine.fork(run.id, 1).forked_from == run.id
+
+
 def test_a_fork_on_another_model_calls_that_model(
     engine: Engine, five_steps: tuple[str, ScriptedModel]
 ) -> None:
