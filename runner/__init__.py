@@ -54,6 +54,7 @@ _LAZY = {
     "Budget": "runner.agent",
     "ConfigurationError": "runner.errors",
     "Engine": "runner.engine",
+    "ForkRepeatsEffects": "runner.errors",
     "InvalidApprovalInput": "runner.errors",
     "InvalidInput": "runner.errors",
     "LeaseLostError": "runner.errors",

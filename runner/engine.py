@@ -366,12 +366,20 @@ class Engine:
         agent: str | None = None,
         model: str | None = None,
         id: str | None = None,
+        rerun_effects: bool = False,
     ) -> Run:
         """Start a new run from ``run_id``'s history as it stood after step
         ``at_step``, of ``agent`` (default: the original's) on ``model``
         (default: the agent's), and enqueue it; its step budget starts afresh.
-        The original is not written. Idempotent on ``id``, the fork's trigger id."""
-        return recovery.fork(self.deps, run_id, at_step, agent=agent, model=model, id=id)
+        The original is not written. Idempotent on ``id``, the fork's trigger id.
+        The fork runs again what its model asks for after the step, effects
+        included, under new idempotency keys that downstream deduplication does
+        not know: if an effect ran after ``at_step``, it is refused
+        (:class:`ForkRepeatsEffects` names them; nothing is written) unless
+        ``rerun_effects=True``."""
+        return recovery.fork(
+            self.deps, run_id, at_step, agent=agent, model=model, id=id, rerun_effects=rerun_effects
+        )
 
     def attempts(self, run_id: str) -> list[RunAttempt]:
         """A retried run's earlier attempts, oldest first."""

@@ -108,8 +108,16 @@ class LiveStore:
             self._feed.wake(result.run.id)
         return result
 
-    def fork_run(self, run_id: str, at_step: int, new: NewRun, *, model: str | None) -> Run:
-        run = self._store.fork_run(run_id, at_step, new, model=model)
+    def fork_run(
+        self,
+        run_id: str,
+        at_step: int,
+        new: NewRun,
+        *,
+        model: str | None,
+        rerun_effects: bool = False,
+    ) -> Run:
+        run = self._store.fork_run(run_id, at_step, new, model=model, rerun_effects=rerun_effects)
         self._feed.wake(run.id)
         return run
 

@@ -5,8 +5,10 @@ steps it recorded are not repeated (no model call is paid twice, no completed
 effect runs again), and the outcome it replaces is kept as an attempt. ``fork``
 starts a new run whose history is another run's as it stood after a step, on
 the same agent or another one, optionally on another model; the original is not
-written. The rules are the store's (``store/recovery.py``); this module hands
-the runs to workers.
+written. The fork runs again what its model asks for after that step, effects
+included, under its own idempotency keys, so a fork past an effect that ran is
+refused unless the caller says ``rerun_effects=True``. The rules are the
+store's (``store/recovery.py``); this module hands the runs to workers.
 """
 
 from __future__ import annotations
@@ -40,9 +42,13 @@ def fork(
     agent: str | None = None,
     model: str | None = None,
     id: str | None = None,
+    rerun_effects: bool = False,
 ) -> Run:
     """A new run that starts from ``run_id``'s history after step ``at_step``,
-    sent to a worker. Idempotent on ``id`` (the fork's trigger id)."""
+    sent to a worker. Idempotent on ``id`` (the fork's trigger id). Refused
+    (:class:`ForkRepeatsEffects`, nothing written) if effects ran after that
+    step, unless ``rerun_effects``: the fork would run them again under its
+    own idempotency keys."""
     original = deps.store.get_run(run_id)
     spec = deps.registry.get(original.agent if agent is None else agent)
     fields: dict[str, Any] = {
@@ -64,6 +70,8 @@ def fork(
             concurrency_key=spec.key_for(envelope),
             trace_context=carrier or None,
         )
-        run = deps.store.fork_run(original.id, at_step, new, model=model)
+        run = deps.store.fork_run(
+            original.id, at_step, new, model=model, rerun_effects=rerun_effects
+        )
     deps.send([run.id])
     return run

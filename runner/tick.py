@@ -15,7 +15,8 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from runner import approvals
 from runner.deps import Deps
@@ -25,6 +26,10 @@ from runner.reports import TickReport
 from runner.runtime import runtime
 from store.leases import TICK_LOCK_KEY
 from store.models import Decision, RunError
+
+if TYPE_CHECKING:
+    from store.base import Store
+    from store.leases import Leases
 
 log = logging.getLogger(__name__)
 
@@ -52,15 +57,37 @@ def tick(deps: Deps, now: datetime | None = None) -> TickReport:
             except Exception:
                 log.exception("tick job %s failed; the other jobs ran", job.__name__)
                 report.failed_jobs.append(job.__name__.lstrip("_"))
+        # What `runwright doctor`, the workers' beat watchdog and the metrics
+        # read: Redis's mark first, and the store's once a Redis restart lost it.
+        finished = time.time()
+        with contextlib.suppress(StoreUnavailable):
+            deps.store.mark_tick(datetime.fromtimestamp(finished, UTC))
         if deps.leases is not None:
-            # What `runwright doctor` and the workers' beat watchdog read.
             with contextlib.suppress(StoreUnavailable):
-                deps.leases.mark_tick(time.time())
+                deps.leases.mark_tick(finished)
         return report
     finally:
         if leases is not None:
             with contextlib.suppress(StoreUnavailable):
                 leases.unlock(TICK_LOCK_KEY, token)
+
+
+def stored_last_tick(store: Store) -> float | None:
+    """When tick() last finished (epoch seconds) by the store's mark; None if
+    it never has since the store had one (revision 0009)."""
+    at = store.last_tick()
+    return None if at is None else at.timestamp()
+
+
+def last_tick(leases: Leases | None, store: Store) -> float | None:
+    """When tick() last finished (epoch seconds), None if it never has. Redis's
+    mark, a cheap read, is the newest; when it has none (a Redis restart, which
+    loses it, or no tick ever) the store's answers."""
+    if leases is not None:
+        at = leases.last_tick()
+        if at is not None:
+            return at
+    return stored_last_tick(store)
 
 
 def _resend_notifications(deps: Deps, report: TickReport, now: datetime | None) -> None:

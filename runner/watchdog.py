@@ -2,7 +2,9 @@
 
 ``start`` begins one daemon thread per worker process. Every few seconds it
 marks the worker alive in Redis (what ``runwright doctor`` lists) and reads when
-``tick()`` last ran. Celery beat sends the ticks; when it is missing nothing
+``tick()`` last ran: Redis's mark, and, when Redis has none (a Redis restart
+loses it), the one tick() keeps in Postgres too, so that a worker never says
+tick() has never run when it has. Celery beat sends the ticks; when it is missing nothing
 fails, things just stop happening: runs whose worker died are not recovered,
 notifications are not sent again and approvals never expire. So a worker logs
 one WARNING when ``tick()`` has not run for :data:`STALE_INTERVALS` intervals,
@@ -11,6 +13,7 @@ and one INFO when ticks come back. ``stop`` ends the thread.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -72,9 +75,13 @@ class Watchdog:
         worker: str,
         tick_seconds: float,
         *,
+        stored_last_tick: Callable[[], float | None] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """``stored_last_tick``: when tick() last finished by the store's mark
+        (epoch seconds), asked only when Redis has no mark."""
         self.beacons = beacons
+        self.stored_last_tick = stored_last_tick
         self.worker = worker
         self.tick_seconds = tick_seconds
         self.period = period(tick_seconds)
@@ -106,16 +113,29 @@ class Watchdog:
         if self.unreachable:
             log.info("watchdog: Redis is reachable again")
             self.unreachable = False
+        unknown = None  # why the store could not say, when Redis had no mark
+        if last is None and not self.overdue and now - self.started > self.limit:
+            # Only now can the answer matter: earlier the worker's own start
+            # bounds the wait, and once warned, a new tick marks Redis again.
+            last, unknown = self._stored()
         # A worker that just started gives beat its full allowance, whatever the
         # last tick was: beat may be starting at the same moment.
         waited = now - max(last if last is not None else self.started, self.started)
         if waited > self.limit and not self.overdue:
             self.overdue = True
-            if last is None:
-                up = age_text(now - self.started)
-                what = f"tick() has never run (this worker has been up {up})"
-            else:
+            up = age_text(now - self.started)
+            if last is not None:
                 what = f"tick() last ran {age_text(now - last)} ago"
+            elif unknown is None:
+                what = (
+                    "tick() has never run (neither Redis nor Postgres has a mark of a tick; "
+                    f"this worker has been up {up})"
+                )
+            else:
+                what = (
+                    "when tick() last ran is unknown: Redis has no mark of it (a restart "
+                    f"loses it) and {unknown} (this worker has been up {up})"
+                )
             log.warning(
                 "%s, more than %d intervals of %g s: %s. Is celery beat running? "
                 "(celery -A tasks beat)",
@@ -127,6 +147,15 @@ class Watchdog:
         elif waited <= self.limit and self.overdue:
             self.overdue = False  # only a new tick shortens the wait
             log.info("tick() runs again (last %s ago)", age_text(now - (last or now)))
+
+    def _stored(self) -> tuple[float | None, str | None]:
+        """The store's mark of the last tick, or None and why it is unknown."""
+        if self.stored_last_tick is None:
+            return None, "this worker has no database to read the mark Postgres keeps"
+        try:
+            return self.stored_last_tick(), None
+        except Exception as exc:  # the look goes on: this is only its wording
+            return None, f"the mark Postgres keeps could not be read ({exc})"
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="runwright-watchdog", daemon=True)
@@ -158,7 +187,16 @@ def start(settings: Settings, worker: str) -> None:
             log.warning("watchdog: no Redis URL in the settings; the beat check is off")
             return
         leases = Leases.from_url(settings.redis_url)
-        dog = Watchdog(leases, worker, settings.tick_seconds)
+        stored = None
+        if settings.database_url is not None:
+            from runner.tick import stored_last_tick
+            from store.postgres import PostgresStore
+
+            # The worker's own pool (one engine per URL and process); connects
+            # only when Redis has no mark to read.
+            store = PostgresStore.from_url(settings.database_url)
+            stored = functools.partial(stored_last_tick, store)
+        dog = Watchdog(leases, worker, settings.tick_seconds, stored_last_tick=stored)
         dog.start()
         _current = (os.getpid(), dog, leases)
 

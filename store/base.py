@@ -290,9 +290,19 @@ class Store(Protocol):
         """The run's earlier attempts, oldest first (empty if never retried)."""
         ...
 
-    def fork_run(self, run_id: str, at_step: int, new: NewRun, *, model: str | None) -> Run:
+    def fork_run(
+        self,
+        run_id: str,
+        at_step: int,
+        new: NewRun,
+        *,
+        model: str | None,
+        rerun_effects: bool = False,
+    ) -> Run:
         """A new ``queued`` run ``new`` whose history is the one of ``run_id``
-        as it stood after step ``at_step``; the original is not written."""
+        as it stood after step ``at_step``; the original is not written.
+        Effects that ran after that step refuse it (:class:`ForkRepeatsEffects`)
+        unless ``rerun_effects``."""
         ...
 
     def approvals(self, run_id: str) -> list[Approval]: ...
@@ -364,6 +374,15 @@ class Store(Protocol):
     def mark_enqueued(self, run_ids: list[str]) -> None: ...
 
     def prune(self, older_than: datetime, batch: int = 500) -> int: ...
+
+    def mark_tick(self, at: datetime) -> None:
+        """Record that tick() finished at ``at``: the store's copy of the mark
+        that Redis keeps too (``Leases.mark_tick``), which outlives a Redis restart."""
+        ...
+
+    def last_tick(self) -> datetime | None:
+        """When tick() last finished, as :meth:`mark_tick` recorded it (None: never)."""
+        ...
 
     # --------------------------------------------------------------- metrics
     def approval_backlog(self) -> tuple[int, datetime | None]:

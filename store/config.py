@@ -128,6 +128,8 @@ class Settings:
     otel: bool = _setting("RUNWRIGHT_OTEL", False)
     otel_capture_content: bool = _setting("RUNWRIGHT_OTEL_CAPTURE_CONTENT", False)
     metrics_port: int | None = _setting("RUNWRIGHT_METRICS_PORT", None, minimum=1)
+    # Loopback unless told otherwise: the endpoint has no authentication.
+    metrics_host: str = _setting("RUNWRIGHT_METRICS_HOST", "127.0.0.1")
 
     def __post_init__(self) -> None:
         if self.log_format not in LOG_FORMATS:

@@ -8,6 +8,8 @@ Driver errors (psycopg2, redis) are translated at the store boundary into
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 
 class RunwrightError(Exception):
     """Runwright failed."""
@@ -46,6 +48,52 @@ class PayloadTooLarge(InvalidInput):
 
 class InvalidTransition(RunwrightError):
     """The run is not in a status that allows this change."""
+
+
+class RanEffect(NamedTuple):
+    """An effect a run journaled: its tool, the step that called it, and
+    whether it completed (False: it started and its outcome is unknown)."""
+
+    tool: str
+    step_index: int
+    completed: bool = True
+
+
+class ForkRepeatsEffects(InvalidTransition):
+    """A fork at that step would run again effects that already ran after it.
+
+    The fork's model takes the run up again from that step, so it is likely
+    to ask for the same effects again; they would run under the fork's own
+    idempotency keys, which downstream deduplication does not recognise.
+    ``effects`` names them in step order; ``rerun_effects=True`` (the CLI's
+    ``--rerun-effects``) forks anyway."""
+
+    # At most this many are named in the message; ``effects`` holds them all.
+    SHOWN = 10
+
+    def __init__(
+        self,
+        run_id: str,
+        at_step: int,
+        effects: list[RanEffect],
+        *,
+        how: str = "pass rerun_effects=True",
+    ) -> None:
+        self.run_id = run_id
+        self.at_step = at_step
+        self.effects = effects
+        named = ", ".join(
+            f"{e.tool} (step {e.step_index}{'' if e.completed else ', outcome unknown'})"
+            for e in effects[: self.SHOWN]
+        )
+        if len(effects) > self.SHOWN:
+            named += f" and {len(effects) - self.SHOWN} more"
+        # The list last: a caller that clips long messages keeps what to do.
+        super().__init__(
+            f"run {run_id} ran effects after step {at_step}; a fork there would run them"
+            " again under new idempotency keys, which downstream deduplication does not"
+            f" catch (fork at a later step, or {how} to fork anyway): {named}"
+        )
 
 
 class CheckpointConflict(RunwrightError):

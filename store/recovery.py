@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from store.base import is_canonical_id, shown_id
-from store.errors import InvalidInput, InvalidTransition
+from store.errors import ForkRepeatsEffects, InvalidInput, InvalidTransition, RanEffect
 from store.models import JSON, Decision, Message, Run, RunAttempt, RunError
 from store.status import RunStatus
 from store.validate import check_text
@@ -122,6 +122,20 @@ def check_fork_step(run_id: str, at_step: object, checkpoint_step: int | None) -
             f"run {run_id} can be forked at steps 1 to {checkpoint_step}, not at step {at_step}"
         )
     return at_step
+
+
+def check_fork_effects(
+    run_id: str, at_step: int, ran: Sequence[RanEffect], *, rerun_effects: bool
+) -> None:
+    """Refuse a fork at ``at_step`` that would repeat effects: ``ran`` are the
+    effects the run journaled after that step, completed or with an unknown
+    outcome, in step order. The fork's model takes the run up again from the
+    step, so it is likely to call them again, and then they run under the
+    fork's own keys (``f"{fork_id}:{call_id}"``), where no journal and no
+    downstream deduplication recognises them; a failed effect had no effect to
+    repeat. ``rerun_effects`` is the caller's word that this is intended."""
+    if ran and not rerun_effects:
+        raise ForkRepeatsEffects(run_id, at_step, list(ran))
 
 
 def fork_messages(

@@ -329,5 +329,16 @@ run_events = sa.Table(
     sa.CheckConstraint("type IN ('status', 'execution', 'approval')", name="run_events_type_valid"),
 )
 
+# When tick() last finished: one row, written at the end of every tick
+# (runner/tick.py). Redis holds the same mark, which the workers' watchdog and
+# `runwright doctor` read first; a Redis restart loses it, this one stays.
+tick_mark = sa.Table(
+    "tick_mark",
+    metadata,
+    sa.Column("id", sa.SmallInteger, primary_key=True, autoincrement=False),
+    sa.Column("finished_at", _TS, nullable=False),
+    sa.CheckConstraint("id = 1", name="tick_mark_one_row"),
+)
+
 for _name, _create, _drop in TRIGGERS:
     sa.event.listen(metadata, "after_create", sa.DDL(_create.replace("%", "%%")))  # type: ignore[no-untyped-call]

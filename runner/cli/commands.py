@@ -34,7 +34,7 @@ from runner.cli.render import cost_text
 from runner.cli.render import step_line as _step_line
 from runner.cli.terminal import inert
 from store.config import Settings
-from store.errors import InvalidInput, RunwrightError
+from store.errors import ForkRepeatsEffects, InvalidInput, RunwrightError
 from store.rules import CancelAction
 from store.status import RunStatus
 
@@ -310,12 +310,36 @@ def retry(run_id: str, extra_steps: str) -> None:
 @click.option("--agent", default=None, help="The new run's agent (default: the run's).")
 @click.option("--model", default=None, help="A litellm model string instead of the agent's.")
 @click.option("--id", "trigger_id", default=None, help="Trigger id; forking again is a no-op.")
+@click.option(
+    "--rerun-effects",
+    is_flag=True,
+    help="Fork even though effects ran after the step: the fork may run them again.",
+)
 def fork(
-    run_id: str, at_step: str, agent: str | None, model: str | None, trigger_id: str | None
+    run_id: str,
+    at_step: str,
+    agent: str | None,
+    model: str | None,
+    trigger_id: str | None,
+    rerun_effects: bool,
 ) -> None:
-    """Start a new run from RUN_ID's history after a step."""
+    """Start a new run from RUN_ID's history after a step.
+
+    The fork repeats what its model asks for after that step, effects included,
+    and runs them under new idempotency keys (the fork's run id), so downstream
+    deduplication will not catch them: a charge made after the step may be made
+    again. If an effect ran after the step (completed, or with an unknown
+    outcome), fork refuses and names those effects, unless --rerun-effects.
+    """
     step = parse_count(at_step, "--at-step", 1, MAX_STEP)
-    run = _engine().fork(run_id, step, agent=agent, model=model, id=trigger_id)
+    try:
+        run = _engine().fork(
+            run_id, step, agent=agent, model=model, id=trigger_id, rerun_effects=rerun_effects
+        )
+    except ForkRepeatsEffects as exc:
+        raise ForkRepeatsEffects(
+            exc.run_id, exc.at_step, exc.effects, how="add --rerun-effects"
+        ) from None
     say(f"run {run.id} ({run.agent}) is {run.status.value}; forked from {run_id} at step {step}")
 
 

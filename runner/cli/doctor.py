@@ -319,7 +319,13 @@ def _beat(found: Found, services: Settings) -> str:
     last = Leases(found.redis).last_tick()
     every = f"{services.tick_seconds:g} s"
     if last is None:
-        raise Problem(f"tick() has never run: is celery beat running? Without it, {WITHOUT_BEAT}")
+        # A Redis restart loses its mark; tick() keeps one in Postgres too.
+        last = _stored_last_tick(found)
+    if last is None:
+        raise Problem(
+            "tick() has never run (neither Redis nor Postgres has a mark of a tick): is "
+            f"celery beat running? Without it, {WITHOUT_BEAT}"
+        )
     age = time.time() - last
     if age > STALE_INTERVALS * services.tick_seconds:
         raise Problem(
@@ -327,6 +333,24 @@ def _beat(found: Found, services: Settings) -> str:
             f"{every}: is celery beat running? Without it, {WITHOUT_BEAT}"
         )
     return f"tick() last ran {age_text(age)} ago (every {every})"
+
+
+def _stored_last_tick(found: Found) -> float | None:
+    """When tick() last finished by the mark Postgres keeps (epoch seconds);
+    None if it has none. :class:`Problem` if it cannot be read: then whether
+    tick() ever ran is unknown, and doctor says so rather than "never"."""
+    from store.queries.maintenance import LAST_TICK
+
+    unknown = "when tick() last ran is unknown: Redis has no mark of it (a restart loses it) and "
+    if found.postgres is None:
+        raise Problem(unknown + "Postgres, which keeps one too, is unreachable")
+    try:
+        with found.postgres.cursor() as cursor:
+            cursor.execute(LAST_TICK.pyformat, {})
+            row = cursor.fetchone()
+    except Exception as exc:  # a driver error, e.g. a schema from before the mark
+        raise Problem(unknown + f"Postgres's could not be read ({_reason(exc)})") from exc
+    return None if row is None else float(row[0].timestamp())
 
 
 def _workers(found: Found) -> str:

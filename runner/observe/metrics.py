@@ -2,7 +2,8 @@
 
 ``RUNWRIGHT_METRICS_PORT`` turns them on: every engine built from the
 environment gets :func:`observer`, and a worker serves ``/metrics`` on that port
-(:func:`start_worker`, from Celery's ``worker_init``). The counters and
+of ``RUNWRIGHT_METRICS_HOST`` (default ``127.0.0.1``; :func:`start_worker`,
+from Celery's ``worker_init``). The counters and
 histograms count what this process saw; the backlog gauges (pending approvals,
 the last tick's age) are read from Postgres and Redis at scrape time, so every
 worker reports the same values for them.
@@ -25,6 +26,7 @@ of those labels keeps at most :data:`MAX_AGENTS`, :data:`MAX_MODELS` and
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -56,9 +58,6 @@ MAX_LABEL_CHARS = 100
 # Scrapes come every few seconds from each Prometheus; the backlog query is
 # asked at most this often per worker.
 BACKLOG_CACHE_SECONDS = 5.0
-# The worker's endpoint listens on every interface: Prometheus scrapes it from
-# another host or container. Keep the port off the public network.
-LISTEN_ADDRESS = "0.0.0.0"
 
 MODEL_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 TOOL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -282,7 +281,8 @@ class ScrapeTimeCollector:
         up = GaugeMetricFamily(
             "runwright_metrics_source_up",
             "1 if the last read of the source behind the scrape-time gauges "
-            "(store: the approval backlog; leases: the last tick) succeeded.",
+            "(store: the approval backlog; leases: the last tick, from Redis or, "
+            "when Redis has no mark, from the store) succeeded.",
             labels=["source"],
         )
         backlog = self._cached_backlog()
@@ -348,10 +348,12 @@ def observer(settings: Settings) -> MetricsObserver:
 
 
 def start_worker(settings: Settings) -> None:
-    """Serve ``/metrics`` on ``RUNWRIGHT_METRICS_PORT`` (once per process), with
-    the scrape-time gauges read from the settings' database and Redis."""
+    """Serve ``/metrics`` on ``RUNWRIGHT_METRICS_HOST``:``RUNWRIGHT_METRICS_PORT``
+    (once per process), with the scrape-time gauges read from the settings'
+    database and Redis. The host is loopback unless set: the endpoint has no
+    authentication, so listening beyond this machine is the operator's choice."""
     global _served
-    port = settings.metrics_port
+    port, host = settings.metrics_port, settings.metrics_host
     if port is None:
         return
     with _lock:
@@ -365,10 +367,11 @@ def start_worker(settings: Settings) -> None:
         )
 
         try:
-            start_http_server(port, addr=LISTEN_ADDRESS, registry=REGISTRY)
-        except OSError as exc:
+            start_http_server(port, addr=host, registry=REGISTRY)
+        except OSError as exc:  # the port is taken, or the host is no address of ours
             raise ConfigurationError(
-                f"cannot serve metrics on RUNWRIGHT_METRICS_PORT={port}: {exc.strerror or exc}"
+                f"cannot serve metrics on RUNWRIGHT_METRICS_HOST={host!r}, "
+                f"RUNWRIGHT_METRICS_PORT={port}: {exc.strerror or exc}"
             ) from exc
         # The usual process, platform and GC collectors, as on the global registry.
         for standard in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
@@ -376,15 +379,18 @@ def start_worker(settings: Settings) -> None:
         if settings.database_url and settings.redis_url:
             REGISTRY.register(_scrape_time_collector(settings.database_url, settings.redis_url))
         _served = port
-        log.info("metrics: serving /metrics on %s:%d", LISTEN_ADDRESS, port)
+        log.info("metrics: serving /metrics on %s:%d", host, port)
 
 
 def _scrape_time_collector(database_url: str, redis_url: str) -> ScrapeTimeCollector:
     # The engine's own pool (shared_engine is per URL and process) and a small
     # Redis client of our own; neither connects before the first scrape.
+    from runner.tick import last_tick
     from store.leases import Leases
     from store.postgres import PostgresStore
 
     store = PostgresStore.from_url(database_url)
     leases = Leases.from_url(redis_url)
-    return ScrapeTimeCollector(store.approval_backlog, leases.last_tick)
+    # Redis's mark of the last tick, else (after a Redis restart) the store's.
+    last = functools.partial(last_tick, leases, store)
+    return ScrapeTimeCollector(store.approval_backlog, last)

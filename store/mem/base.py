@@ -96,6 +96,7 @@ class MemBase:
         # The epoch survives settling (which clears the claim): it only ever rises.
         self._epochs: dict[str, int] = {}
         self._agent_missing_since: dict[str, datetime] = {}
+        self._last_tick: datetime | None = None  # tick_mark (store/schema.py)
 
     def _record_events(self, run_id: str, changes: Changes) -> None:
         now = self._now()

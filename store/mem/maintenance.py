@@ -10,6 +10,14 @@ from store.models import CLAIMABLE, Approval, DueNotification, RunStatus
 
 
 class MemMaintenance(MemBase):
+    def mark_tick(self, at: datetime) -> None:
+        with self._lock:
+            self._last_tick = at
+
+    def last_tick(self) -> datetime | None:
+        with self._lock:
+            return self._last_tick
+
     def claim_due_notifications(
         self, limit: int, backoff_base: float, backoff_cap: float, now: datetime | None = None
     ) -> list[DueNotification]:

@@ -7,8 +7,10 @@ from dataclasses import replace
 from datetime import datetime
 
 from store.base import RetryResult, check_payload, check_run_id
+from store.errors import RanEffect
 from store.mem.base import MemBase
 from store.models import (
+    EffectStatus,
     NewRun,
     Run,
     RunAttempt,
@@ -21,6 +23,7 @@ from store.recovery import (
     attempt_of,
     check_existing_fork,
     check_extra_steps,
+    check_fork_effects,
     check_fork_step,
     check_model,
     check_new_id,
@@ -86,7 +89,15 @@ class MemRecovery(MemBase):
             run = self._run(run_id)
             return list(self._attempts.get(run.id, []))
 
-    def fork_run(self, run_id: str, at_step: int, new: NewRun, *, model: str | None) -> Run:
+    def fork_run(
+        self,
+        run_id: str,
+        at_step: int,
+        new: NewRun,
+        *,
+        model: str | None,
+        rerun_effects: bool = False,
+    ) -> Run:
         run_id = check_run_id(run_id)
         check_payload(new, self.max_payload_bytes)
         model = check_model(model)
@@ -110,6 +121,12 @@ class MemRecovery(MemBase):
             ]
             history = list(zip(steps, bodies, strict=True))
             messages = fork_messages(original.id, at_step, cp_step, history)
+            check_fork_effects(
+                original.id,
+                at_step,
+                self._effects_after(original.id, at_step),
+                rerun_effects=rerun_effects,
+            )
             states = [
                 s
                 for s in self._steps[original.id]
@@ -150,6 +167,24 @@ class MemRecovery(MemBase):
             finish = fork_finish_reason(at_step, cp_step, stored[2], llm.output if llm else None)
             self._checkpoints[run.id] = (at_step, len(messages), finish, run.created_at)
             return run
+
+    def _effects_after(self, run_id: str, at_step: int) -> list[RanEffect]:
+        """As ``FORK_EFFECTS`` (store/queries/recovery.py) reads them."""
+        ran = []
+        for step in sorted(self._steps[run_id], key=lambda s: s.index):
+            if step.kind is not StepKind.LLM or step.index <= at_step:
+                continue
+            message = step.output.get("message") if isinstance(step.output, dict) else None
+            calls = message.get("tool_calls") if isinstance(message, dict) else None
+            found = []
+            for call in calls if isinstance(calls, list) else []:
+                effect = self._effects.get((run_id, f"{run_id}:{call.get('id')}"))
+                if effect is not None and effect.status is not EffectStatus.FAILED:
+                    found.append(effect)
+            for effect in sorted(found, key=lambda e: (e.started_at, e.key)):
+                completed = effect.status is EffectStatus.COMPLETED
+                ran.append(RanEffect(effect.tool, step.index, completed))
+        return ran
 
     def _copy_step(self, step: Step, run_id: str) -> Step:
         return replace(

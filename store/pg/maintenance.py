@@ -11,6 +11,13 @@ from store.rows import approval_from_row
 
 
 class PgMaintenance(PgBase):
+    def mark_tick(self, at: datetime) -> None:
+        self.db.execute(q.MARK_TICK, {"at": at})
+
+    def last_tick(self) -> datetime | None:
+        row = self.db.first(q.LAST_TICK)
+        return None if row is None else row["finished_at"]
+
     def claim_due_notifications(
         self, limit: int, backoff_base: float, backoff_cap: float, now: datetime | None = None
     ) -> list[DueNotification]:

@@ -6,8 +6,8 @@ from typing import Any
 
 from store.base import RetryResult, check_payload, check_run_id
 from store.db import Row, Tx, dumps
-from store.errors import RunNotFound
-from store.models import Decision, NewRun, Run, RunAttempt
+from store.errors import RanEffect, RunNotFound
+from store.models import Decision, EffectStatus, NewRun, Run, RunAttempt
 from store.pg.base import PgBase
 from store.queries import recovery as q
 from store.queries import runs as qr
@@ -16,6 +16,7 @@ from store.recovery import (
     attempt_of,
     check_existing_fork,
     check_extra_steps,
+    check_fork_effects,
     check_fork_step,
     check_model,
     check_new_id,
@@ -68,7 +69,15 @@ class PgRecovery(PgBase):
             self._require_run(tx, run_id)
             return [attempt_from_row(row) for row in tx.rows(q.ATTEMPTS, {"run_id": run_id})]
 
-    def fork_run(self, run_id: str, at_step: int, new: NewRun, *, model: str | None) -> Run:
+    def fork_run(
+        self,
+        run_id: str,
+        at_step: int,
+        new: NewRun,
+        *,
+        model: str | None,
+        rerun_effects: bool = False,
+    ) -> Run:
         run_id = check_run_id(run_id)
         check_payload(new, self.max_payload_bytes)
         model = check_model(model)
@@ -96,6 +105,19 @@ class PgRecovery(PgBase):
             history = tx.rows(q.FORK_HISTORY, {"run_id": run_id, "count": source["cp_count"]})
             messages = fork_messages(
                 run_id, at_step, cp_step, [(r["step_index"], r["body"]) for r in history]
+            )
+            ran = tx.rows(
+                q.FORK_EFFECTS,
+                {"run_id": run_id, "at": at_step, "failed_effect": EffectStatus.FAILED.value},
+            )
+            check_fork_effects(
+                run_id,
+                at_step,
+                [
+                    RanEffect(r["tool"], r["step_index"], r["status"] == EffectStatus.COMPLETED)
+                    for r in ran
+                ],
+                rerun_effects=rerun_effects,
             )
             journaled = tx.first(q.FORK_STATE, {"run_id": run_id, "at": at_step})
             state = fork_state(

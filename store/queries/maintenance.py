@@ -116,3 +116,14 @@ PRUNE = Statement(
          LIMIT CAST(:batch AS int))
     """,
 )
+
+# When tick() last finished: the one row of tick_mark (store/schema.py).
+MARK_TICK = Statement(
+    "mark_tick",
+    """
+    INSERT INTO tick_mark (id, finished_at) VALUES (1, CAST(:at AS timestamptz))
+    ON CONFLICT (id) DO UPDATE SET finished_at = EXCLUDED.finished_at
+    """,
+)
+
+LAST_TICK = Statement("last_tick", "SELECT finished_at FROM tick_mark WHERE id = 1")

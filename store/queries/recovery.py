@@ -8,6 +8,7 @@ from store.queries import Statement
 from store.status import RunStatus, lit
 
 _STATE = "'state'"
+_LLM = "'llm'"
 
 # ------------------------------------------------------------------- retry
 
@@ -122,6 +123,28 @@ FORK_STATE = Statement(
     SELECT output FROM steps
      WHERE run_id = CAST(:run_id AS uuid) AND kind = {_STATE} AND index <= CAST(:at AS int)
      ORDER BY id DESC LIMIT 1
+    """,
+)
+
+# The effects the run journaled after step :at that may have taken place
+# (completed, or started with an unknown outcome; a failed one did nothing to
+# repeat), with the step whose model call asked for them: the llm step whose
+# message holds the call id of the effect's key (``{run_id}:{call_id}``, unique
+# within the run). W1 journals that step before any of its effects starts,
+# so this finds an effect whose step's W2 never committed, too.
+FORK_EFFECTS = Statement(
+    "fork_effects",
+    f"""
+    SELECT e.tool, s.index AS step_index, e.status
+      FROM steps AS s
+     CROSS JOIN LATERAL jsonb_array_elements(
+           CASE WHEN jsonb_typeof(s.output -> 'message' -> 'tool_calls') = 'array'
+                THEN s.output -> 'message' -> 'tool_calls' ELSE '[]'::jsonb END) AS c(call)
+      JOIN effects AS e
+        ON e.run_id = s.run_id AND e.key = s.run_id::text || ':' || (c.call ->> 'id')
+     WHERE s.run_id = CAST(:run_id AS uuid) AND s.kind = {_LLM} AND s.index > CAST(:at AS int)
+       AND e.status <> CAST(:failed_effect AS text)
+     ORDER BY s.index, e.started_at, e.key
     """,
 )
 

@@ -150,3 +150,41 @@ def test_fork_refusals_are_one_line_and_write_nothing(
     assert "no run with id" in refused(cli_env, "retry", unknown)
     assert "Missing option '--at-step'" in rw(cli_env, "fork", run.id, ok=False).stderr
     assert snapshot(pg_store) == before
+
+
+def test_fork_refuses_to_repeat_effects_unless_rerun_effects(
+    cli_env: dict[str, str], engine: Engine, pg_store: PostgresStore
+) -> None:
+    """Issue 23: ``runwright fork`` before effects that ran (the fleet agent's
+    charge at step 2 and refund at step 3) exits 1 naming them and creates no
+    run; with ``--rerun-effects`` it forks, and the fork charges again under
+    its own key."""
+    run = engine.start("fleet", {"amount": 10})
+    done = engine.execute(run.id)
+    assert done is not None and done.status is RunStatus.COMPLETED
+    before = snapshot(pg_store)
+    for step in ("1", "2"):
+        line = refused(cli_env, "fork", run.id, "--at-step", step)
+        assert line.startswith(f"error: run {run.id} ran effects after step {step}; a fork")
+        assert "new idempotency keys" in line and "add --rerun-effects to fork anyway" in line
+        named = "charge (step 2), refund (step 3)" if step == "1" else "refund (step 3)"
+        assert line.endswith(f": {named}")
+    assert snapshot(pg_store) == before  # no run created, nothing written
+
+    out = rw(cli_env, "fork", run.id, "--at-step", "3").stdout  # no effect after step 3
+    assert out.endswith(f"is queued; forked from {run.id} at step 3\n")
+    out = rw(cli_env, "fork", run.id, "--at-step", "1", "--rerun-effects").stdout
+    assert out.endswith(f"is queued; forked from {run.id} at step 1\n")
+    fork_id = started_id(out)
+    forked = engine.execute(fork_id)
+    assert forked is not None and forked.status is RunStatus.COMPLETED
+    [charge] = [s for s in engine.steps(fork_id) if s.name == "charge"]
+    assert isinstance(charge.output, dict) and charge.output["key"].startswith(f"{fork_id}:")
+
+
+def test_fork_help_says_what_a_fork_repeats(cli_env: dict[str, str]) -> None:
+    shown = " ".join(rw(cli_env, "fork", "--help").stdout.split())
+    assert "--rerun-effects" in shown
+    assert "effects included, and runs them under new idempotency keys" in shown
+    assert "downstream deduplication will not catch them" in shown
+    assert "fork refuses and names those effects, unless --rerun-effects" in shown

@@ -15,7 +15,7 @@ from store.leases import Leases
 from store.local import LocalRedis, free_port
 from store.revision import HEAD
 from tests.e2e.clirun import rw
-from tests.e2e.cluster import Cluster
+from tests.e2e.cluster import Cluster, wait_until
 from tests.services import Services
 
 CHECKS = [
@@ -231,3 +231,43 @@ def test_an_agent_module_that_exits_on_import_fails_the_agents_line(
         "agents": "FAIL  agent module 'exiting_agents' fails on import: "
         "SystemExit: not in this process"
     }
+
+
+def restart_redis(setup: Setup) -> None:
+    """Kill the set-up's Redis and start it again: it keeps nothing on disk, so
+    its mark of the last tick is gone; wait until the worker is seen again."""
+    setup.redis.kill()
+    setup.redis.start()
+    assert setup.leases.last_tick() is None
+    wait_until(setup.leases.workers, 30, "the worker's beacon after the restart")
+
+
+def test_after_a_redis_restart_beat_is_judged_by_the_mark_postgres_keeps(
+    setup: Setup, services: Services
+) -> None:
+    """Issue 32: Redis loses its mark of the last tick when it restarts; doctor
+    then reads the one Postgres keeps, and says "never" only when neither has
+    one (a fresh database), "unknown" when Postgres cannot be read."""
+    fresh = services.new_database()
+    env = setup.env(RUNWRIGHT_DATABASE_URL=services.database_url(fresh))
+    try:
+        restart_redis(setup)
+        code, lines = doctor(env)  # tick() truly never ran on this database
+        assert code == 1 and list(not_ok(lines)) == ["beat"], lines
+        assert lines["beat"].startswith("FAIL  tick() has never run")
+        assert "is celery beat running?" in lines["beat"]
+
+        rw(env, "tick")
+        restart_redis(setup)
+        code, lines = doctor(env)
+        assert code == 0 and not_ok(lines) == {}, lines
+        assert lines["beat"].startswith("ok    tick() last ran ")
+
+        nothing = f"postgresql://postgres@127.0.0.1:{free_port()}/runwright"
+        code, lines = doctor(setup.env(RUNWRIGHT_DATABASE_URL=nothing))
+        assert lines["beat"] == (
+            "FAIL  when tick() last ran is unknown: Redis has no mark of it (a restart loses "
+            "it) and Postgres, which keeps one too, is unreachable"
+        )
+    finally:
+        services.drop_database(fresh)

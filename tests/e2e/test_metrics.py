@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import math
+import socket
+import struct
 import time
 import urllib.request
 from collections import Counter
@@ -15,10 +17,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from celery import Celery
 from prometheus_client.parser import text_string_to_metric_families
 
 import tests.agents_metrics  # noqa: F401  (the agents the worker runs, known here too)
+from store.leases import LAST_TICK_KEY
 from store.local import free_port
 from store.models import RunStatus, StepKind, utcnow
 from tests.e2e.cluster import Cluster, wait_until
@@ -36,8 +40,8 @@ MODELS = {agent: f"scripted/{agent}" for agent in PLAN}
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
-def scrape(port: int) -> Samples:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+def scrape(port: int, host: str = "127.0.0.1") -> Samples:
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as response:
         assert response.status == 200
         body = response.read().decode()
     return {
@@ -197,6 +201,11 @@ def test_a_workers_metrics_match_its_runs(cluster: Cluster) -> None:
     assert 0 <= tick_age < 30
     assert engine.leases is not None and (last := engine.leases.last_tick()) is not None
     assert abs(tick_age - (time.time() - last)) < 5
+    # A Redis restart loses Redis's mark (here deleted from the cluster's own
+    # Redis): the age is then read from the mark tick() keeps in Postgres.
+    engine.leases.redis.delete(LAST_TICK_KEY)
+    lost = scrape(port)
+    assert abs(get(lost, "runwright_last_tick_age_seconds") - (time.time() - last)) < 5
 
     # No label anywhere holds a run id or a tool call id.
     everything = scrape(port)
@@ -206,3 +215,48 @@ def test_a_workers_metrics_match_its_runs(cluster: Cluster) -> None:
     assert len(ids) > 20 and {"five", "approve", "lookup"} <= values
     assert [v for v in values if any(i in v for i in ids)] == []
     engine.close()
+
+
+def listening(port: int) -> set[str]:
+    """The IPv4 addresses a socket of this machine listens on at ``port``, read
+    from the kernel's table (/proc/net/tcp: address and port in hex, the address
+    a 32-bit number in host order; state 0A is LISTEN)."""
+    found = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        address, _, hex_port = fields[1].partition(":")
+        if fields[3] == "0A" and int(hex_port, 16) == port:
+            found.add(socket.inet_ntoa(struct.pack("=I", int(address, 16))))
+    return found
+
+
+def outward_address() -> str | None:
+    """This machine's address on its default route, if it has one that is not
+    loopback (connecting a UDP socket sends nothing)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))
+        except OSError:
+            return None
+        address = str(probe.getsockname()[0])
+    return None if address.startswith("127.") else address
+
+
+def test_the_endpoint_listens_on_loopback_unless_told_otherwise(cluster: Cluster) -> None:
+    """Issue 23: by default a worker's /metrics listens on 127.0.0.1 only;
+    ``RUNWRIGHT_METRICS_HOST=0.0.0.0`` opens it to a scrape from another host."""
+    local, everywhere = free_port(), free_port()
+    cluster.worker("loopback", RUNWRIGHT_METRICS_PORT=str(local))
+    cluster.worker(
+        "everywhere", RUNWRIGHT_METRICS_PORT=str(everywhere), RUNWRIGHT_METRICS_HOST="0.0.0.0"
+    )
+    assert listening(local) == {"127.0.0.1"}
+    assert listening(everywhere) == {"0.0.0.0"}
+    assert get(scrape(local), "runwright_metrics_source_up", source="store") == 1
+    assert get(scrape(everywhere), "runwright_metrics_source_up", source="store") == 1
+
+    outward = outward_address()
+    if outward is not None:  # a scrape from another host arrives on this address
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection((outward, local), timeout=5).close()
+        assert get(scrape(everywhere, outward), "runwright_metrics_source_up", source="store") == 1

@@ -102,6 +102,7 @@ def test_downgrade_to_base_and_up_again(empty_databases: tuple[str, str]) -> Non
         "approvals",
         "run_attempts",
         "run_events",
+        "tick_mark",
     }
 
 

@@ -9,12 +9,18 @@ from typing import Any
 
 import pytest
 
-from runner import Agent, ApprovalPolicy, Budget, Engine, RunContext, effect, tool
-from runner.errors import AgentNotFound, InvalidInput, InvalidTransition
+from runner import Agent, ApprovalPolicy, Budget, Engine, RunContext, effect, faults, tool
+from runner.errors import (
+    AgentNotFound,
+    ForkRepeatsEffects,
+    InvalidInput,
+    InvalidTransition,
+    RanEffect,
+)
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
 from store.models import RunStatus, StepKind
 from tests.agents import lookup
-from tests.helpers import unique
+from tests.helpers import snapshot, unique
 from tests.integration.test_store_recovery import rows_of
 
 
@@ -281,6 +287,91 @@ def test_a_fork_of_a_waiting_run_asks_for_its_own_approval(engine: Engine) -> No
     assert paused.waiting.tool_name == "pay" and flaky.paid == []
     assert rows_of(engine.store, run.id) == rows  # type: ignore[arg-type]
     assert engine.get_run(run.id).waiting == waiting.waiting
+
+
+def test_a_fork_past_an_effect_that_ran_is_refused_unless_rerun_effects(engine: Engine) -> None:
+    """Issue 23: a fork runs the effects after its step again, under its own
+    idempotency keys. So a fork before a payment that was made is refused,
+    naming it, and writes nothing; ``rerun_effects=True`` forks, and the
+    payment is made again under a key downstream has never seen."""
+    flaky = Flaky()
+    flaky.failing = False
+    run = engine.start(flaky.name)
+    done = engine.execute(run.id)
+    assert done is not None and done.status is RunStatus.COMPLETED
+    assert len(flaky.paid) == 1  # step 2's payment
+    before = snapshot(engine.store)  # type: ignore[arg-type]
+
+    with pytest.raises(ForkRepeatsEffects) as refused:
+        engine.fork(run.id, 1)
+    assert refused.value.effects == [RanEffect("pay", 2, completed=True)]
+    assert (refused.value.run_id, refused.value.at_step) == (run.id, 1)
+    assert str(refused.value) == (
+        f"run {run.id} ran effects after step 1; a fork there would run them again under"
+        " new idempotency keys, which downstream deduplication does not catch (fork at a"
+        " later step, or pass rerun_effects=True to fork anyway): pay (step 2)"
+    )
+    assert isinstance(refused.value, InvalidTransition)
+    with pytest.raises(ForkRepeatsEffects):
+        engine.fork(run.id, 1, id="fork-before-pay")  # with an id of its own, too
+    assert snapshot(engine.store) == before  # type: ignore[arg-type]  # no run, no row
+    assert [r.id for r in engine.list_runs()] == [run.id]
+
+    after = engine.fork(run.id, 2)  # the payment is in the fork's history: nothing repeats
+    assert after.forked_at_step == 2
+
+    fork = engine.fork(run.id, 1, rerun_effects=True)
+    assert (fork.forked_from, fork.forked_at_step) == (run.id, 1)
+    forked = engine.execute(fork.id)
+    assert forked is not None and forked.status is RunStatus.COMPLETED
+    # What the refusal warned of: paid again, under a key of the fork's.
+    assert len(flaky.paid) == 2 and flaky.paid[1].startswith(f"{fork.id}:")
+    assert flaky.paid[0].startswith(f"{run.id}:")
+
+
+def test_a_fork_past_an_effect_of_unknown_outcome_is_refused(engine: Engine) -> None:
+    """An effect that started in a step whose W2 never committed (the process
+    died mid-call) may have taken place: a fork at the checkpoint before it
+    is refused, and the effect named with its outcome unknown."""
+    flaky = Flaky()
+    run = engine.start(flaky.name)
+    faults.arm(faults.AFTER_EFFECT_START, "raise")
+    try:
+        with pytest.raises(faults.FaultInjected):
+            engine.execute(run.id)
+    finally:
+        faults.disarm()
+    checkpoint = engine.checkpoint(run.id)
+    assert checkpoint is not None and checkpoint.step_index == 1  # step 2 has only its W1
+    assert flaky.paid == []  # the process "died" before the call returned
+
+    with pytest.raises(ForkRepeatsEffects) as refused:
+        engine.fork(run.id, 1)
+    assert refused.value.effects == [RanEffect("pay", 2, completed=False)]
+    assert str(refused.value).endswith(": pay (step 2, outcome unknown)")
+    assert [r.id for r in engine.list_runs()] == [run.id]
+    assert engine.fork(run.id, 1, rerun_effects=True).forked_from == run.id
+
+
+def test_an_effect_that_failed_does_not_refuse_a_fork(engine: Engine) -> None:
+    """An effect whose call raised did not take place (the journal keeps its
+    error): only completed effects, and those whose outcome is unknown, count."""
+    name = unique("declined")
+
+    @effect
+    def charge(amount: int) -> str:
+        """Charge (the card is declined)."""
+        raise RuntimeError("card declined")
+
+    script = [tools(call("lookup", {"q": "card"})), tools(call("charge", {"amount": 5}))]
+    model = ScriptedModel(name, [*script, text("declined")])
+    Agent(name=name, model=model.model, tools=[lookup, charge])
+    run = engine.start(name)
+    done = engine.execute(run.id)
+    assert done is not None and done.status is RunStatus.COMPLETED
+    [step] = [s for s in engine.steps(run.id) if s.name == "charge"]
+    assert step.index == 2 and step.error is not None
+    assert engine.fork(run.id, 1).forked_from == run.id
 
 
 def test_a_fork_on_another_model_calls_that_model(

@@ -757,6 +757,18 @@ def test_approval_backlog_counts_the_pending_and_finds_the_oldest(any_store: Any
     assert any_store.approval_backlog() == (1, left.created_at)
 
 
+def test_the_tick_mark_keeps_the_last_tick(any_store: AnyStore) -> None:
+    """tick()'s own mark (the copy of Redis's that a Redis restart cannot
+    lose): none before a tick, then the time the latest one recorded."""
+    assert any_store.last_tick() is None
+    first = utcnow() - timedelta(seconds=30)
+    any_store.mark_tick(first)
+    assert any_store.last_tick() == first
+    later = first + timedelta(seconds=5, microseconds=250)
+    any_store.mark_tick(later)
+    assert any_store.last_tick() == later
+
+
 def _feed(store: AnyStore, run_id: str, after: int | None = None) -> list[tuple[str, Any]]:
     """The run's events as (type, what matters of the body)."""
     shown: list[tuple[str, Any]] = []

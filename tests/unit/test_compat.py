@@ -93,6 +93,8 @@ def test_table_and_column_names() -> None:
         "messages": ["body", "run_id", "seq", "step_index"],
         # 0006: the run-event feed (store/events.py); its type values are data too.
         "run_events": ["at", "data", "id", "run_id", "type"],
+        # 0009
+        "tick_mark": ["finished_at", "id"],
         "run_attempts": sorted(
             [
                 "run_id",

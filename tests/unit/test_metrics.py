@@ -22,6 +22,7 @@ from runner.reports import TickReport
 from runner.retry import RetryPolicy
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
 from store.config import Settings
+from store.local import free_port
 from store.memory import MemoryStore
 from store.models import Fence, RunStatus, StepKind, Usage, utcnow
 from tests.agents import lookup
@@ -339,6 +340,14 @@ def test_the_module_registry_is_its_own(settings: Settings) -> None:
     assert one.metrics.runs_settled in m.REGISTRY._collector_to_names
     names = {family.name for family in prometheus_client.REGISTRY.collect()}
     assert not any(n.startswith("runwright_") for n in names)
+
+
+def test_a_host_that_is_not_ours_stops_the_worker_with_one_line() -> None:
+    port = free_port()
+    # 203.0.113.0/24 is for documentation: no interface of this machine has it.
+    settings = Settings(metrics_port=port, metrics_host="203.0.113.7")
+    with pytest.raises(ConfigurationError, match=r"RUNWRIGHT_METRICS_HOST='203\.0\.113\.7'"):
+        m.start_worker(settings)
 
 
 def test_a_port_in_use_stops_the_worker_with_one_line() -> None:

@@ -80,18 +80,27 @@ def test_no_tick_ever_warns_once_after_three_intervals(
     clock: Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, "runner.watchdog")
-    dog = Watchdog(Beacons(), "w1@host", TICK, clock=clock)
+    asked: list[float] = []
+
+    def stored() -> float | None:
+        asked.append(clock.now)
+        return None  # the store has no mark either
+
+    dog = Watchdog(Beacons(), "w1@host", TICK, stored_last_tick=stored, clock=clock)
     dog.check()
     looks(dog, clock, 3 * TICK)  # exactly three intervals: not yet overdue
-    assert warnings(caplog) == []
+    assert warnings(caplog) == [] and asked == []
     looks(dog, clock, dog.period)
     [line] = warnings(caplog)
-    assert "tick() has never run (this worker has been up 18 s)" in line
+    assert (
+        "tick() has never run (neither Redis nor Postgres has a mark of a tick; this worker "
+        "has been up 18 s), more than 3 intervals of 5 s" in line
+    )
     assert "Is celery beat running?" in line
     assert "runs whose worker died are not recovered" in line
     assert "notifications are not sent again" in line and "approvals do not expire" in line
-    looks(dog, clock, 600)  # still no tick: no second warning
-    assert len(warnings(caplog)) == 1
+    looks(dog, clock, 600)  # still no tick: no second warning, and the store asked once
+    assert len(warnings(caplog)) == 1 and len(asked) == 1
 
 
 def test_one_warning_per_stretch_and_an_info_when_ticks_resume(
@@ -152,6 +161,55 @@ def test_a_redis_outage_is_logged_once_and_the_watchdog_carries_on(
     # Back with Redis, the check works again: the last tick is a minute old.
     assert len(warnings(caplog)) == 2
     assert "tick() last ran 62 s ago" in warnings(caplog)[1]
+
+
+def test_without_a_mark_in_redis_the_stores_mark_says_when_tick_last_ran(
+    clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 32: a Redis restart loses Redis's mark. The store's mark answers,
+    asked only once the worker has waited its allowance, and only until it warns."""
+    caplog.set_level(logging.INFO, "runner.watchdog")
+    asked: list[float] = []
+    ticked = clock.now - 40
+
+    def stored() -> float | None:
+        asked.append(clock.now)
+        return ticked
+
+    dog = Watchdog(Beacons(), "w1@host", TICK, stored_last_tick=stored, clock=clock)
+    looks(dog, clock, 3 * TICK)
+    assert asked == []  # the worker's own start bounds the wait until now
+    looks(dog, clock, dog.period)
+    [line] = warnings(caplog)
+    assert "tick() last ran 58 s ago, more than 3 intervals of 5 s" in line
+    assert "never" not in line
+    looks(dog, clock, 600)
+    assert len(asked) == 1 and len(warnings(caplog)) == 1
+
+
+def test_when_neither_redis_nor_the_store_can_say_the_warning_says_unknown(
+    clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "runner.watchdog")
+
+    def stored() -> float | None:
+        raise StoreUnavailable("the database is unavailable: connection refused")
+
+    dog = Watchdog(Beacons(), "w1@host", TICK, stored_last_tick=stored, clock=clock)
+    looks(dog, clock, 3 * TICK + dog.period)
+    [line] = warnings(caplog)
+    assert line.startswith(
+        "when tick() last ran is unknown: Redis has no mark of it (a restart loses it) and "
+        "the mark Postgres keeps could not be read (the database is unavailable: connection "
+        "refused) (this worker has been up 18 s)"
+    )
+    assert "never" not in line
+
+    caplog.clear()
+    alone = Watchdog(Beacons(), "w2@host", TICK, clock=clock)  # no store to ask
+    looks(alone, clock, 3 * TICK + alone.period)
+    [line] = warnings(caplog)
+    assert "when tick() last ran is unknown" in line and "never" not in line
 
 
 def test_every_look_marks_the_worker_alive_for_a_few_periods(clock: Clock) -> None:
