@@ -70,7 +70,9 @@ def public_event(event: RunEvent) -> dict[str, Any]:
     to the holder of the approval's link).
     So no tool input leaves: not the tool steps' inputs, not the arguments of
     the model's tool calls, not error messages (they may quote the arguments),
-    and neither the approval ids. Outputs and the model's text stay.
+    and neither the approval ids. Nor who decided an approval (a console
+    user's sign-in name) or the reason they gave: the console shows both to
+    those signed in. Outputs and the model's text stay.
     """
     data = event.data
     if event.type is EventType.STEP:
@@ -81,13 +83,16 @@ def public_event(event: RunEvent) -> dict[str, Any]:
         elif data["kind"] == "wait":
             data["output"] = None  # the wait's own record names the approvals
     elif event.type is EventType.APPROVAL:
-        data = {key: value for key, value in data.items() if key != "approval_id"}
+        # Named fields, not a field left out: what an approval event gains
+        # later stays private until it is added here.
+        data = {key: data.get(key) for key in _APPROVAL_FIELDS}
     elif event.type is EventType.EXECUTION:
         data = {key: value for key, value in data.items() if key != "owner"}  # a host name
     return {**event.to_dict(), "data": data}
 
 
 _STEP_FIELDS = ("kind", "index", "name", "tool_call_id", "output", "started_at", "finished_at")
+_APPROVAL_FIELDS = ("action", "step_index", "tool_call_id", "tool_name", "decision", "expires_at")
 
 
 def _public_reply(output: Any) -> dict[str, Any]:

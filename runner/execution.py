@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from runner.errors import AgentNotFound, LeaseLostError, ModelError, StoreUnavai
 from runner.loop import StepLoop
 from runner.runtime import in_io, runtime
 from store.base import StartPoint
+from store.claims import Heartbeat
 from store.models import Fence, Outcome, RetryWait, Run, RunError, RunStatus, Settled, utcnow
 from store.rules import cancel_outcome
 
@@ -63,6 +65,10 @@ class Execution:
         # Set once a write moved the run out of `running`: a heartbeat racing
         # with that write then finds the claim gone, and that is no loss.
         self.left_running = False
+        # The lease is given up once, as soon as the run leaves `running`. The
+        # lock keeps a heartbeat already in flight from renewing it after that.
+        self._lease_lock = threading.Lock()
+        self._lease_released = False
 
     def abort(self, reason: AbortReason) -> None:
         self.signal.abort(reason)
@@ -85,8 +91,6 @@ class Execution:
                 raise LeaseLostError(f"run {self.run_id} was taken over")
             try:
                 result: T = await self.io(self._checked, fn, fence, *args, **kwargs)
-                if isinstance(result, Settled):
-                    self.left_running = True
                 return result
             except StoreUnavailable as exc:
                 if time.monotonic() > deadline:
@@ -114,23 +118,49 @@ class Execution:
             raise
 
     def _finish(self, fence: Fence) -> None:
-        self.deps.claims.release(fence)
-        if self.settled is None:
-            return
-        self.deps.after_settle(self.settled)
-        if self.settled.run.status is RunStatus.WAITING:
-            # An approval decided while this execution still held the lease
-            # (during the notifier, say) queued the run, and its message found
-            # the lease taken and was dropped. Now that the lease is free, look
-            # once more, so that a fast decision never waits for tick().
-            with contextlib.suppress(StoreUnavailable):
+        self._release(fence)  # unless a write let the run go already
+        if self.settled is not None:
+            self.deps.after_settle(self.settled)
+
+    def _checked(self, fn: Callable[..., T], fence: Fence, *args: Any, **kwargs: Any) -> T:
+        # One hop to the I/O pool: the lease check, the write, and letting
+        # the run go if the write moved it out of `running`.
+        self.deps.claims.check(fence)
+        result = fn(fence, *args, **kwargs)
+        if isinstance(result, Settled):
+            self._let_go(fence, result)
+        return result
+
+    def _let_go(self, fence: Fence, settled: Settled) -> None:
+        """The run has left `running`: give up its lease now, not when this
+        execution ends. After a pause that can be much later: the notifier
+        runs after W2 and may take seconds (a webhook), and a decision's
+        resume must not wait for it.
+
+        A decision can still land between the write's commit and the release:
+        its resume then found the lease taken and was dropped. So after a
+        pause, look once more and send the run again if it is queued; a
+        decision after this look finds the lease free."""
+        self.left_running = True
+        self._release(fence)
+        if settled.run.status is RunStatus.WAITING:
+            with contextlib.suppress(StoreUnavailable):  # then tick() re-enqueues it
                 if self.deps.store.get_run(self.run_id).status is RunStatus.QUEUED:
                     self.deps.send([self.run_id])
 
-    def _checked(self, fn: Callable[..., T], fence: Fence, *args: Any, **kwargs: Any) -> T:
-        # One hop to the I/O pool for both: the lease check, then the write.
-        self.deps.claims.check(fence)
-        return fn(fence, *args, **kwargs)
+    def _release(self, fence: Fence) -> None:
+        with self._lease_lock:
+            if not self._lease_released:
+                self._lease_released = True
+                self.deps.claims.release(fence)
+
+    def _renew(self, fence: Fence) -> Heartbeat | None:
+        """A heartbeat, unless the run was let go (None): a renewal must never
+        re-create a lease that was given up, or the next claim is refused."""
+        with self._lease_lock:
+            if self._lease_released:
+                return None
+            return self.deps.claims.heartbeat(fence)
 
     async def run(self) -> Settled | None:
         rt = runtime()
@@ -298,7 +328,7 @@ class Execution:
         while True:
             await asyncio.sleep(interval)
             try:
-                beat = await self.io(self.deps.claims.heartbeat, self.fence)
+                beat = await self.io(self._renew, self.fence)
             except LeaseLostError:
                 if not self.left_running:
                     if await self._taken_over():
@@ -308,6 +338,8 @@ class Execution:
             except StoreUnavailable as exc:
                 log.warning("heartbeat of run %s failed: %s", self.run_id, exc)
                 continue
+            if beat is None:
+                return
             if beat.cancel_requested:
                 self.abort(AbortReason.CANCEL)
 

@@ -264,6 +264,33 @@ def test_the_examples_never_stream_tool_input(web: Web, engine: Engine) -> None:
     assert all("owner" not in f.data["data"] for f in frames if f.event == "execution")
 
 
+def test_the_examples_never_stream_who_decided_or_why(web: Web, engine: Engine) -> None:
+    approver = "approver-known-to-the-console-only"
+    reason = "a deny reason known to the console only"
+    run = engine.start(make_agent(1, refund=True))
+    waiting = engine.execute(run.id)
+    assert waiting is not None and waiting.waiting is not None
+    engine.respond(waiting.waiting.approval_id, False, reason, trusted=True, by=approver)
+    done = engine.execute(run.id)
+    assert done is not None and done.status is RunStatus.COMPLETED
+
+    # The console's stream (unshaped) shows both to those signed in.
+    raw = b"".join(sse_stream(engine, run.id, None))
+    assert approver.encode() in raw and reason.encode() in raw
+
+    answer = web.get(f"/runs/{run.id}/events")
+    frames = answer.frames()
+    assert durable(frames) == stored(engine, run.id)
+    assert approver.encode() not in answer.body
+    assert reason.encode() not in answer.body
+    approvals = [f.data["data"] for f in frames if f.event == "approval"]
+    assert [(a["action"], a["tool_name"], a["decision"]) for a in approvals] == [
+        ("requested", "refund_order", None),
+        ("decided", "refund_order", "denied"),
+    ]
+    assert all("decided_by" not in a and "reason" not in a for a in approvals)
+
+
 def test_token_deltas_stream_without_an_id(flask_client: FlaskClient, engine: Engine) -> None:
     run = engine.start(make_agent(1, refund=True))
     waiting = engine.execute(run.id)  # epoch 1, now waiting

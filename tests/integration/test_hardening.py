@@ -25,6 +25,8 @@ from store.models import (
     Outcome,
     RunError,
     RunStatus,
+    Settled,
+    StepCommit,
     StepKind,
     StepRecord,
     TriggerEnvelope,
@@ -364,44 +366,90 @@ def _llm_record_with(value: Any) -> StepRecord:
 # ------------------------------------------------- 13: a decision made at once
 
 
-def test_a_decision_made_while_the_lease_is_held_resumes_without_tick(
-    pg_store: PostgresStore, leases: Leases, settings: Settings
-) -> None:
-    # Postgres and Redis only: the dropped resume is a claim refused because the
-    # Redis lease is still held, which the in-memory store has no notion of.
-    executed: list[threading.Thread] = []
-    engine_box: dict[str, Engine] = {}
+class ThreadedEngine:
+    """An engine whose enqueue executes the run on a thread of its own, as a
+    worker would take the message; the threads are joined on exit."""
 
-    def enqueue(run_id: str) -> None:
-        thread = threading.Thread(target=engine_box["engine"].execute, args=(run_id,))
-        executed.append(thread)
+    def __init__(self, store: PostgresStore, leases: Leases, settings: Settings) -> None:
+        self.threads: list[threading.Thread] = []
+        self.engine = Engine(store, leases=leases, settings=settings, enqueue=self.enqueue)
+
+    def enqueue(self, run_id: str) -> None:
+        thread = threading.Thread(target=self.engine.execute, args=(run_id,))
+        self.threads.append(thread)
         thread.start()
 
-    made = Engine(pg_store, leases=leases, settings=settings, enqueue=enqueue)
-    engine_box["engine"] = made
-    decided = threading.Event()
+    def join(self) -> None:
+        for thread in list(self.threads):
+            thread.join(10)
+        self.engine.close()
 
-    def decide_at_once(request: ApprovalRequest) -> None:
-        # The approver answers while the execution that asked still holds
-        # the lease: the resume message finds the run claimed.
-        made.respond(request.approval_id, True, trusted=True)
-        time.sleep(0.5)
-        decided.set()
 
-    name = unique("fast-approval")
+def approval_agent(prefix: str, notifier: Callable[[ApprovalRequest], Any] | None) -> str:
+    name = unique(prefix)
     model = ScriptedModel(name, [tools(call("charge", {"amount": 1})), text("approved and done")])
     Agent(
-        name=name,
-        model=model.model,
-        tools=[charge],
-        approvals={"charge": True},
-        notifier=decide_at_once,
+        name=name, model=model.model, tools=[charge], approvals={"charge": True}, notifier=notifier
     )
-    run = made.start(name)
+    return name
+
+
+# Postgres and Redis only: a dropped resume is a claim refused because the
+# Redis lease is still held, which the in-memory store has no notion of.
+
+
+def test_a_decision_during_the_notifier_resumes_the_run_before_the_notifier_returns(
+    pg_store: PostgresStore, leases: Leases, settings: Settings
+) -> None:
+    threaded = ThreadedEngine(pg_store, leases, settings)
+    made = threaded.engine
+    seen: dict[str, Any] = {}
+
+    def decide_then_wait(request: ApprovalRequest) -> None:
+        # A webhook whose receiver decides, then takes its time to answer:
+        # the run must go on meanwhile, not once the notifier returns.
+        seen["lease held"] = leases.holder(request.run_id) is not None
+        made.respond(request.approval_id, True, trusted=True)
+        deadline = time.monotonic() + 5
+        status = made.get_run(request.run_id).status
+        while status is not RunStatus.COMPLETED and time.monotonic() < deadline:
+            time.sleep(0.01)
+            status = made.get_run(request.run_id).status
+        seen["while notifying"] = status
+
+    run = made.start(approval_agent("slow-notifier", decide_then_wait))
+    try:
+        wait_for(lambda: "while notifying" in seen, timeout=10)
+    finally:
+        threaded.join()
+    assert seen["lease held"] is False  # given up at W2, before the notifier was called
+    assert seen["while notifying"] is RunStatus.COMPLETED
+    assert made.get_run(run.id).status is RunStatus.COMPLETED
+
+
+def test_a_decision_before_the_lease_is_given_up_resumes_without_tick(
+    pg_store: PostgresStore, leases: Leases, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threaded = ThreadedEngine(pg_store, leases, settings)
+    made = threaded.engine
+    commit_step = pg_store.commit_step
+
+    def decide_right_after_the_commit(fence: Fence, commit: StepCommit) -> Settled | None:
+        # The narrowest window: W2 has paused the run and the execution has
+        # not yet given up its lease. The decision's resume is refused there;
+        # the execution must look again once the lease is free.
+        settled = commit_step(fence, commit)
+        if settled is not None and settled.run.waiting is not None:
+            sent = len(threaded.threads)
+            made.respond(settled.run.waiting.approval_id, True, trusted=True)
+            for thread in threaded.threads[sent:]:
+                thread.join(10)  # the resume has been tried, and refused
+            assert made.get_run(fence.run_id).status is RunStatus.QUEUED
+        return settled
+
+    monkeypatch.setattr(pg_store, "commit_step", decide_right_after_the_commit)
+    run = made.start(approval_agent("window-approval", None))
     try:
         wait_for(lambda: made.get_run(run.id).status is RunStatus.COMPLETED, timeout=5)
     finally:
-        for thread in list(executed):
-            thread.join(10)
-        made.close()
-    assert decided.is_set()
+        threaded.join()
