@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -194,6 +195,16 @@ class Cluster:
             enqueue=enqueue,
             settings=Settings.from_env(self.env()),
         )
+
+
+_COMPLETED = re.compile(
+    r"runwright\.execute\[[^\]]*\] succeeded in [^:]*: 'completed' \[run=([^\]\s]+)\]"
+)
+
+
+def completed_by(worker: Proc) -> set[str]:
+    """The runs that an execution on ``worker`` completed, from its log."""
+    return set(_COMPLETED.findall(worker.log()))
 
 
 def wait_until(
