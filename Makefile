@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 # Importing litellm must never reach the network.
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: help install browser demo test screenshots lint fmt bench lock worker beat flower local-up local-down clean
+.PHONY: help install browser demo test screenshots lint fmt bench soak lock worker beat flower local-up local-down clean
 
 help: ## Show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -45,6 +45,9 @@ fmt: install ## Format the code
 
 bench: install ## Run the benchmarks; results land in bench/results/
 	$(BIN)/python -m bench
+
+soak: install ## Chaos soak, 10 min: workers killed and stopped, Redis, the broker and Postgres cut while runs start (MINUTES=3 for less)
+	$(BIN)/python -m bench.soak --minutes $${MINUTES:-10}
 
 lock: ## Re-resolve requirements.lock from pyproject.toml (needs uv; dev includes the otel and metrics extras)
 	uv pip compile pyproject.toml --extra dev --generate-hashes --python-version 3.11 -o requirements.lock

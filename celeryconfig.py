@@ -54,6 +54,18 @@ worker_concurrency = _settings.worker_concurrency
 worker_soft_shutdown_timeout = _settings.drain_seconds + 2
 worker_enable_soft_shutdown_on_idle = False
 worker_cancel_long_running_tasks_on_connection_loss = False
+# After a lost broker connection Celery lowers the prefetch count by the tasks
+# still running, then raises it by one with the ack of each task received
+# since. That raise (a basic.qos round trip on the consumer's channel) runs on
+# the thread that acked: with the threads pool, a task's thread, which then
+# reads the AMQP socket while the consumer's thread reads it too. Frames go to
+# the wrong reader (UnexpectedFrame, deliveries nobody dispatches) and the
+# worker sits on its prefetched messages without executing them. Off, the new
+# channel starts at the full prefetch count and nothing but the consumer's
+# thread touches it; a worker may then hold a few more messages than it has
+# free threads until the executions that outlived the connection end.
+# See docs/rabbitmq-broker.md (tests/e2e/test_rabbitmq_restart.py).
+worker_enable_prefetch_count_reduction = False
 
 # Flower: task events and readable task names.
 worker_send_task_events = True

@@ -43,9 +43,10 @@ def durable_engine(store: Store, **options: Any) -> Engine:
 
 
 @contextmanager
-def bench_database() -> Iterator[str]:
-    """A fresh, migrated database on the configured server, dropped afterwards."""
-    url = settings().database_url
+def bench_database(server_url: str | None = None) -> Iterator[str]:
+    """A fresh, migrated database on ``server_url`` (default: the configured
+    server), dropped afterwards."""
+    url = server_url or settings().database_url
     assert url is not None
     admin_url = make_url(url).set(database="postgres")
     name = f"rw_bench_{os.getpid()}"

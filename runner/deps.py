@@ -60,8 +60,8 @@ class Deps:
     model_backoff_seconds: float
     # Durable retries of a failing model step; an agent's own policy wins.
     retry_policy: RetryPolicy
-    # How long a fenced write retries through a store outage.
-    write_retry_seconds: float
+    # How long an execution waits out a store outage (its claim, a fenced write).
+    store_wait_seconds: float
     # When a new approval's notification is first retried, if its notifier fails.
     notify_delay: timedelta
     # Who hears what the executions do (logs, traces, metrics: runner/observe).
@@ -81,7 +81,7 @@ class Deps:
         model_retries: int | None,
         model_backoff_seconds: float | None,
         retry_policy: RetryPolicy | None,
-        write_retry_seconds: float,
+        store_wait_seconds: float | None,
         observers: Sequence[Observer],
     ) -> Deps:
         """What an engine is built with (see :class:`~runner.engine.Engine`)."""
@@ -106,7 +106,10 @@ class Deps:
                 else model_backoff_seconds
             ),
             retry_policy=retry_policy or RetryPolicy.from_settings(settings),
-            write_retry_seconds=write_retry_seconds,
+            # None: the settings' (RUNWRIGHT_STORE_WAIT_SECONDS).
+            store_wait_seconds=(
+                settings.store_wait_seconds if store_wait_seconds is None else store_wait_seconds
+            ),
             notify_delay=timedelta(seconds=settings.notify_backoff_seconds),
             observer=Observers([LogObserver(), *observers]),
             feed=feed,

@@ -82,7 +82,7 @@ class Engine:
         model_retries: int | None = None,
         model_backoff_seconds: float | None = None,
         retry_policy: RetryPolicy | None = None,
-        write_retry_seconds: float = 60.0,
+        store_wait_seconds: float | None = None,
         observers: Sequence[Observer] = (),
     ) -> None:
         self._store = store
@@ -95,7 +95,7 @@ class Engine:
             model_retries=model_retries,
             model_backoff_seconds=model_backoff_seconds,
             retry_policy=retry_policy,
-            write_retry_seconds=write_retry_seconds,
+            store_wait_seconds=store_wait_seconds,
             observers=observers,
         )
         self._listener: CancelListener | None = None

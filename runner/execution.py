@@ -62,6 +62,7 @@ class Execution:
         self.fence: Fence | None = None
         self.signal = AbortSignal(asyncio.get_running_loop())
         self.settled: Settled | None = None
+        self._claimed: tuple[Fence, Run] | None = None
         # Set once a write moved the run out of `running`: a heartbeat racing
         # with that write then finds the claim gone, and that is no loss.
         self.left_running = False
@@ -79,43 +80,76 @@ class Execution:
     async def write(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """A fenced write: lease check, then the store call with the fence.
 
-        Postgres outages are retried for ``write_retry_seconds``; a write whose
-        commit was ambiguous is idempotent on retry.
+        An outage is waited out (:meth:`through_outage`); a write whose commit
+        was ambiguous is idempotent on retry.
         """
         assert self.fence is not None
-        fence = self.fence
-        deadline = time.monotonic() + self.deps.write_retry_seconds
+        result: T = await self.through_outage(
+            "commit a write", self._checked, fn, self.fence, *args, **kwargs
+        )
+        return result
+
+    async def through_outage(
+        self,
+        doing: str,
+        fn: Callable[..., T],
+        *args: Any,
+        give_up: Callable[[], bool] = lambda: False,
+        **kwargs: Any,
+    ) -> T:
+        """``fn`` on the I/O pool, with an outage of Redis or Postgres waited
+        out: tried again with backoff for ``RUNWRIGHT_STORE_WAIT_SECONDS``
+        (or until ``give_up()``), then its :class:`StoreUnavailable` is raised.
+        One WARNING line per outage. The one rule for every store call of an
+        execution: its claim and its fenced writes."""
+        deadline = time.monotonic() + self.deps.store_wait_seconds
         delay = 0.1
+        warned = False
         while True:
-            if self.signal.reason is AbortReason.LEASE_LOST:
-                raise LeaseLostError(f"run {self.run_id} was taken over")
             try:
-                result: T = await self.io(self._checked, fn, fence, *args, **kwargs)
-                return result
+                return await self.io(fn, *args, **kwargs)
             except StoreUnavailable as exc:
-                if time.monotonic() > deadline:
+                if time.monotonic() + delay > deadline or give_up():
                     raise
-                log.warning("write for run %s failed (%s); retrying", self.run_id, exc)
+                if not warned:
+                    log.warning(
+                        "run %s: %s; the execution waits for it to %s (up to %.0f s)",
+                        self.run_id,
+                        exc.message,
+                        doing,
+                        self.deps.store_wait_seconds,
+                    )
+                    warned = True
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
     def _claim(self) -> tuple[Fence, Run, StartPoint] | None:
-        # Step 0 and step 1 in one hop to the I/O pool: claim, then the start point.
-        claimed = self.deps.claims.acquire_run(self.run_id, self.owner)
-        if isinstance(claimed, Settled):
-            # A takeover of a run that keeps killing its executions: the store
-            # settled it failed/crashed instead; hand its key to the next run.
-            self.deps.after_settle(claimed)
-            self.deps.observer.settled(claimed.run, 0.0)
-            return None
-        if claimed is None:
-            return None
-        fence, run = claimed
+        # Step 0 and step 1 in one hop to the I/O pool: claim, then the start
+        # point. Tried again through an outage, keeping a claim it has made.
+        if self._claimed is None:
+            claimed = self.deps.claims.acquire_run(self.run_id, self.owner)
+            if isinstance(claimed, Settled):
+                # A takeover of a run that keeps killing its executions: the store
+                # settled it failed/crashed instead; hand its key to the next run.
+                self.deps.after_settle(claimed)
+                self.deps.observer.settled(claimed.run, 0.0)
+                return None
+            if claimed is None:
+                return None
+            self._claimed = claimed
+        fence, run = self._claimed
         try:
             return fence, run, self.deps.store.start_point(self.run_id)
+        except StoreUnavailable:
+            raise  # waited out, still claimed
         except BaseException:
             self.deps.claims.release(fence)
             raise
+
+    def _release_unstarted(self) -> None:
+        """Let go of a claim whose start point never loaded (the store stayed away)."""
+        if self._claimed is not None:
+            self.deps.claims.release(self._claimed[0])
 
     def _finish(self, fence: Fence) -> None:
         self._release(fence)  # unless a write let the run go already
@@ -125,6 +159,8 @@ class Execution:
     def _checked(self, fn: Callable[..., T], fence: Fence, *args: Any, **kwargs: Any) -> T:
         # One hop to the I/O pool: the lease check, the write, and letting
         # the run go if the write moved it out of `running`.
+        if self.signal.reason is AbortReason.LEASE_LOST:
+            raise LeaseLostError(f"run {self.run_id} was taken over")
         self.deps.claims.check(fence)
         result = fn(fence, *args, **kwargs)
         if isinstance(result, Settled):
@@ -168,7 +204,15 @@ class Execution:
             # This worker is shutting down: hand the run to another one.
             await self.io(self.deps.enqueue_ids, [self.run_id])
             return None
-        claimed = await self.io(self._claim)
+        try:
+            # A worker that is shutting down stops waiting: the message goes
+            # back to the broker, for another worker.
+            claimed = await self.through_outage(
+                "claim the run", self._claim, give_up=lambda: rt.draining
+            )
+        except StoreUnavailable:
+            await self.io(self._release_unstarted)
+            raise
         if claimed is None:
             log.debug("run %s is not claimable here; nothing to do", self.run_id)
             return None

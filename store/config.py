@@ -80,6 +80,9 @@ class Settings:
     tick_seconds: float = _setting("RUNWRIGHT_TICK_SECONDS", 5.0, minimum=0.1)
     drain_seconds: float = _setting("RUNWRIGHT_DRAIN_SECONDS", 10.0, minimum=0)
     reenqueue_seconds: float = _setting("RUNWRIGHT_REENQUEUE_SECONDS", 30.0, minimum=0)
+    # How long an execution waits out a Redis or Postgres outage (its claim, a
+    # fenced write) before it gives up; a claim then hands its message back.
+    store_wait_seconds: float = _setting("RUNWRIGHT_STORE_WAIT_SECONDS", 60.0, minimum=0)
     max_payload_bytes: int = _setting(
         "RUNWRIGHT_MAX_PAYLOAD_BYTES", DEFAULT_MAX_PAYLOAD_BYTES, minimum=1
     )

@@ -22,7 +22,10 @@ REFUSED = (psycopg2.DataError, psycopg2.ProgrammingError, psycopg2.IntegrityErro
 
 
 def unavailable(exc: BaseException | None) -> StoreUnavailable:
-    return StoreUnavailable(f"Postgres is unavailable: {exc}".strip())
+    # The driver's first line says what happened; the rest is advice ("Is the
+    # server running on that host...") that would split one log line in two.
+    lines = str(exc or "").strip().splitlines()
+    return StoreUnavailable(f"Postgres is unavailable: {lines[0] if lines else ''}".strip())
 
 
 def refused(exc: BaseException) -> StoreRefused:

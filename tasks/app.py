@@ -11,13 +11,22 @@ from datetime import datetime
 from typing import Any
 
 from celery import Celery, signals
+from celery.exceptions import Reject
 
 from runner.engine import Engine
-from runner.errors import RunwrightError
+from runner.errors import RunwrightError, StoreUnavailable
 from runner.model import warm_up
 from runner.observe import setup as observe
 from runner.runtime import runtime
-from tasks.outcomes import TICK, QuietTicks, RunFailed, execute_result, tick_result
+from tasks.outcomes import (
+    EXECUTE,
+    TICK,
+    QuietHandBacks,
+    QuietTicks,
+    RunFailed,
+    execute_result,
+    tick_result,
+)
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +55,21 @@ def engine() -> Engine:
 # the worker log it at INFO without a traceback. The message is still acked
 # (Celery's default for a failed task with acks_late): a failed run is settled,
 # and delivering its message again could only be refused by the claim.
-@app.task(name="runwright.execute", ignore_result=True, acks_late=True, throws=(RunFailed,))
+@app.task(name=EXECUTE, ignore_result=True, acks_late=True, throws=(RunFailed,))
 def execute(run_id: str) -> str | None:
     """Execute one run. A duplicate or stale message exits quietly; a run that
-    fails raises :class:`~tasks.outcomes.RunFailed`."""
-    return execute_result(engine().execute(run_id))
+    fails raises :class:`~tasks.outcomes.RunFailed`; an execution that could
+    not reach Redis or Postgres hands its message back to the broker."""
+    try:
+        run = engine().execute(run_id)
+    except StoreUnavailable as exc:
+        # The execution waited RUNWRIGHT_STORE_WAIT_SECONDS for the store
+        # without claiming the run (or its worker is shutting down). The
+        # message goes back to the queue, unacked until now, for this or
+        # another worker: the run is not failed, and it does not wait for
+        # tick(). Flower shows the task REJECTED, then its next delivery.
+        raise Reject(exc.message, requeue=True) from None
+    return execute_result(run)
 
 
 # Ticks come every few seconds and mostly find nothing to do: they send no task
@@ -141,6 +160,7 @@ def _quiet_tick_logs(**_: Any) -> None:
     quiet = QuietTicks()
     for name in ("celery.worker.strategy", "celery.app.trace"):
         logging.getLogger(name).addFilter(quiet)
+    logging.getLogger("celery.app.trace").addFilter(QuietHandBacks())
 
 
 @signals.beat_init.connect

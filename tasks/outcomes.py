@@ -14,6 +14,7 @@ from runner.errors import RunwrightError
 log = logging.getLogger(__name__)
 
 TICK = "runwright.tick"
+EXECUTE = "runwright.execute"
 
 
 class RunFailed(RunwrightError):
@@ -81,3 +82,20 @@ class QuietTicks(logging.Filter):
         return not (
             record.levelno <= logging.INFO and isinstance(data, dict) and data.get("name") == TICK
         )
+
+
+class QuietHandBacks(logging.Filter):
+    """Celery logs a rejected task at WARNING with the traceback of the
+    ``Reject``. An execution that hands its message back during an outage
+    (``tasks/app.py``) is expected: its line stays, without the traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        data = getattr(record, "data", None)
+        if (
+            isinstance(data, dict)
+            and data.get("name") == EXECUTE
+            and data.get("description") == "rejected"
+        ):
+            record.exc_info = None
+            record.exc_text = None
+        return True

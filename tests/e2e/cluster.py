@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -100,6 +101,9 @@ class Cluster:
     overrides: dict[str, str] = field(default_factory=dict)
     procs: list[Proc] = field(default_factory=list)
     queue: str = "runwright"
+    # Where this process's engine reaches the database, when not where the
+    # workers do (behind a proxy that a test cuts, say).
+    engine_database_url: str | None = None
 
     def env(self, **extra: str) -> dict[str, str]:
         env = {
@@ -189,11 +193,21 @@ class Cluster:
             client.send_task("runwright.execute", args=[run_id])
 
         return Engine(
-            PostgresStore.from_url(self.database_url),
+            PostgresStore.from_url(self.engine_database_url or self.database_url),
             leases=Leases.from_url(self.redis_url),
             enqueue=enqueue,
             settings=Settings.from_env(self.env()),
         )
+
+
+_COMPLETED = re.compile(
+    r"runwright\.execute\[[^\]]*\] succeeded in [^:]*: 'completed' \[run=([^\]\s]+)\]"
+)
+
+
+def completed_by(worker: Proc) -> set[str]:
+    """The runs that an execution on ``worker`` completed, from its log."""
+    return set(_COMPLETED.findall(worker.log()))
 
 
 def wait_until(

@@ -10,19 +10,23 @@ from store.config import Settings
 from store.local import LocalRedis, free_port
 from tests.e2e.clirun import make_cli_env
 from tests.e2e.cluster import Cluster
+from tests.rabbitmq import RabbitNode, rabbitmq_missing
 from tests.services import Services
 
 
-def _make_cluster(services: Services, workdir: Path) -> tuple[Cluster, LocalRedis, str]:
+def _make_cluster(
+    services: Services, workdir: Path, broker_url: str | None = None
+) -> tuple[Cluster, LocalRedis, str]:
     # Each cluster gets a Redis server of its own (leases in db 0, the broker in
-    # db 1), so tests may restart it and never touch the machine's shared one.
+    # db 1 unless another broker is given), so tests may restart it and never
+    # touch the machine's shared one.
     redis_server = LocalRedis(workdir / "redis", free_port())
     redis_server.start()
     name = services.new_database()
     cluster = Cluster(
         database_url=services.database_url(name),
         redis_url=redis_server.url(0),
-        broker_url=redis_server.url(1),
+        broker_url=broker_url or redis_server.url(1),
         workdir=workdir,
     )
     return cluster, redis_server, name
@@ -31,6 +35,32 @@ def _make_cluster(services: Services, workdir: Path) -> tuple[Cluster, LocalRedi
 @pytest.fixture
 def cluster(services: Services, tmp_path: Path) -> Iterator[Cluster]:
     made, redis_server, name = _make_cluster(services, tmp_path)
+    yield made
+    made.stop()
+    redis_server.kill()
+    services.drop_database(name)
+
+
+@pytest.fixture
+def rabbitmq_node(tmp_path: Path) -> Iterator[RabbitNode]:
+    """A RabbitMQ node of the test's own, which it may stop and start again."""
+    missing = rabbitmq_missing()
+    if missing is not None:
+        pytest.skip(missing)
+    node = RabbitNode(tmp_path / "rabbitmq")
+    try:
+        node.start()
+        yield node
+    finally:
+        node.close()
+
+
+@pytest.fixture
+def own_rabbitmq_cluster(
+    services: Services, tmp_path: Path, rabbitmq_node: RabbitNode
+) -> Iterator[Cluster]:
+    """A cluster whose broker is the test's own RabbitMQ node (leases on its own Redis)."""
+    made, redis_server, name = _make_cluster(services, tmp_path, rabbitmq_node.url)
     yield made
     made.stop()
     redis_server.kill()

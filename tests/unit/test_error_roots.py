@@ -29,6 +29,8 @@ NOT_RUNWRIGHT = {
     ("runner.testing", "NotImplementedError"): "litellm contract",
     # kombu and Celery treat only the driver's connection error as a lost broker.
     ("tasks.broker", "RedisConnectionError"): "kombu contract",
+    # Celery's signal to hand a message back to the broker (an outage of the store).
+    ("tasks.app", "Reject"): "Celery contract",
 }
 
 
