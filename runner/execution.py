@@ -80,16 +80,16 @@ class Execution:
     async def write(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """A fenced write: lease check, then the store call with the fence.
 
-        An outage is waited out (:meth:`through_outage`); a write whose commit
+        An outage is waited out (:meth:`_through_outage`); a write whose commit
         was ambiguous is idempotent on retry.
         """
         assert self.fence is not None
-        result: T = await self.through_outage(
+        result: T = await self._through_outage(
             "commit a write", self._checked, fn, self.fence, *args, **kwargs
         )
         return result
 
-    async def through_outage(
+    async def _through_outage(
         self,
         doing: str,
         fn: Callable[..., T],
@@ -207,7 +207,7 @@ class Execution:
         try:
             # A worker that is shutting down stops waiting: the message goes
             # back to the broker, for another worker.
-            claimed = await self.through_outage(
+            claimed = await self._through_outage(
                 "claim the run", self._claim, give_up=lambda: rt.draining
             )
         except StoreUnavailable:

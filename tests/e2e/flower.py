@@ -7,11 +7,13 @@ import base64
 import contextlib
 import json
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
+from runner import Engine
 from store.local import free_port
 from tests.e2e.cluster import Cluster, Proc, wait_until
 
@@ -57,6 +59,20 @@ class Flower:
             for task in self.tasks("?taskname=runwright.execute").values()
             if task.get("args") == repr([run_id])
         ]
+
+    def follow(self, engine: Engine) -> None:
+        """Wait until Flower records the workers' task events. Those sent before
+        it has bound its queue are lost to it, so probe with runs until one shows
+        (an agent of ``tests.agents``)."""
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            probe = engine.start("steady", {"steps": 1, "latency": 0.0, "probe": time.time()})
+            try:
+                wait_until(lambda p=probe.id: self.finished_execution(p), 5, "Flower", 0.5)
+                return
+            except AssertionError:
+                continue
+        raise AssertionError("Flower did not follow the workers' task events within 60 s")
 
     def finished_execution(self, run_id: str) -> dict[str, Any] | None:
         done = [t for t in self.executions(run_id) if t.get("state") in ("SUCCESS", "FAILURE")]

@@ -139,6 +139,7 @@ def test_executions_delivered_while_postgres_is_unreachable_wait_for_it(
     workers = [cluster.worker("w1", concurrency=8), cluster.worker("w2", concurrency=8)]
     engine = cluster.engine()
     with running_flower(cluster) as flower:
+        flower.follow(engine)
         outages.postgres.cut()
         ids = start_runs_during_the_outage(engine, workers, "postgres", 3.0)
         outages.postgres.restore()
@@ -157,6 +158,7 @@ def test_an_outage_longer_than_the_wait_hands_the_messages_back(outages: Outages
     workers = [cluster.worker("w1", concurrency=8), cluster.worker("w2", concurrency=8)]
     engine = cluster.engine()
     with running_flower(cluster) as flower:
+        flower.follow(engine)
         outages.postgres.cut()
         # Several waits of 1 s each hand their message back.
         ids = start_runs_during_the_outage(engine, workers, "long", 4.0)
