@@ -66,6 +66,17 @@ worker_cancel_long_running_tasks_on_connection_loss = False
 # free threads until the executions that outlived the connection end.
 # See docs/rabbitmq-broker.md (tests/e2e/test_rabbitmq_restart.py).
 worker_enable_prefetch_count_reduction = False
+# RabbitMQ pushes messages to a worker until its prefetch is full, frozen or
+# not; it takes them back when it closes that worker's connection, which the
+# AMQP heartbeat decides (Celery's default, 120 s, left them there for
+# minutes). Only AMQP brokers use it.
+broker_heartbeat = _settings.broker_heartbeat_seconds
+# A worker that lost its broker tries again every second or so (Celery's own
+# back-off grows to 30 s between tries): tasks/consumer.py.
+worker_consumer = "tasks.consumer:Consumer"
+# And keeps trying for as long as the broker is away (Celery's 100 tries would
+# be five minutes at that pace; a worker that gave up would stop for good).
+broker_connection_max_retries = None
 
 # Flower: task events and readable task names.
 worker_send_task_events = True

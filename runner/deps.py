@@ -26,6 +26,7 @@ from runner.runtime import in_io, runtime
 from store.base import Store
 from store.claims import Claims
 from store.config import Settings
+from store.errors import StoreUnavailable
 from store.leases import Leases
 from store.models import NewApproval, Run, RunStatus, Settled, utcnow
 
@@ -122,14 +123,22 @@ class Deps:
 
     def send(self, run_ids: Iterable[str]) -> None:
         """Hand runs to workers. A failed send is logged, not raised: the run is
-        stored, and tick() re-enqueues it."""
+        stored, marked unsent, and the next tick() sends it (once the broker is
+        back, not RUNWRIGHT_REENQUEUE_SECONDS later)."""
         if self.enqueue is None:
             return
+        unsent = []
         for run_id in run_ids:
             try:
                 self.enqueue(run_id)
             except Exception as exc:
                 log.warning("could not enqueue run %s (%s); tick() will retry", run_id, exc)
+                unsent.append(run_id)
+        if unsent:
+            try:
+                self.store.mark_unsent(unsent)
+            except StoreUnavailable as exc:  # then tick() re-enqueues it later
+                log.warning("could not mark runs %s unsent (%s)", unsent, exc)
 
     def send_at(self, run_id: str, at: datetime) -> None:
         """Hand a run to a worker at ``at`` (a run waiting to retry). If the

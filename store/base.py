@@ -373,6 +373,12 @@ class Store(Protocol):
 
     def mark_enqueued(self, run_ids: list[str]) -> None: ...
 
+    def mark_unsent(self, run_ids: list[str]) -> None:
+        """Record that these runs' messages could not be sent (the broker was
+        unreachable): tick() sends them at its next pass instead of
+        RUNWRIGHT_REENQUEUE_SECONDS later."""
+        ...
+
     def prune(self, older_than: datetime, batch: int = 500) -> int: ...
 
     def mark_tick(self, at: datetime) -> None:

@@ -118,6 +118,12 @@ class Settings:
     queue: str = _setting("RUNWRIGHT_QUEUE", "runwright")
     worker_pool: str = _setting("RUNWRIGHT_WORKER_POOL", "threads")
     worker_concurrency: int = _setting("RUNWRIGHT_WORKER_CONCURRENCY", 64, minimum=1)
+    # AMQP heartbeats: RabbitMQ closes the connection of a worker it has not
+    # heard from in about this long (a frozen process, a dead network path),
+    # and hands its unacknowledged messages to another worker. 0 turns them off.
+    broker_heartbeat_seconds: float = _setting(
+        "RUNWRIGHT_BROKER_HEARTBEAT_SECONDS", 10.0, minimum=0
+    )
     visibility_timeout_seconds: int = _setting("RUNWRIGHT_VISIBILITY_TIMEOUT", 12 * 3600, minimum=1)
     beat_schedule: Path | None = _setting("RUNWRIGHT_BEAT_SCHEDULE", None)  # noqa: RUF009
     db_pool_size: int = _setting("RUNWRIGHT_DB_POOL_SIZE", 10, minimum=1)

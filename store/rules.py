@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from store.errors import CheckpointConflict, InvalidTransition
 from store.models import (
@@ -52,6 +52,10 @@ def cancel_action(status: RunStatus) -> CancelAction:
 
 
 # ------------------------------------------------------------------- claims
+
+# The ``enqueued_at`` of a claimable run whose message could not be sent:
+# older than any re-enqueue window, so the next tick() sends it.
+UNSENT = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def is_takeover(status: RunStatus, claim_expires_at: datetime | None, now: datetime) -> bool:

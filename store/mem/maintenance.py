@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 
 from store.mem.base import MemBase
 from store.models import CLAIMABLE, Approval, DueNotification, RunStatus
+from store.rules import UNSENT
 
 
 class MemMaintenance(MemBase):
@@ -127,6 +128,11 @@ class MemMaintenance(MemBase):
     def mark_enqueued(self, run_ids: list[str]) -> None:
         with self._lock:
             self._mark_enqueued(run_ids, self._now())
+
+    def mark_unsent(self, run_ids: list[str]) -> None:
+        with self._lock:
+            unsent = [r for r in run_ids if r in self._runs and self._runs[r].status in CLAIMABLE]
+            self._mark_enqueued(unsent, UNSENT)
 
     def prune(self, older_than: datetime, batch: int = 500) -> int:
         with self._lock:

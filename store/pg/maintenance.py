@@ -8,6 +8,7 @@ from store.models import Approval, DueNotification
 from store.pg.base import PgBase
 from store.queries import maintenance as q
 from store.rows import approval_from_row
+from store.rules import UNSENT
 
 
 class PgMaintenance(PgBase):
@@ -50,6 +51,10 @@ class PgMaintenance(PgBase):
     def mark_enqueued(self, run_ids: list[str]) -> None:
         if run_ids:
             self.db.execute(q.MARK_ENQUEUED, {"run_ids": run_ids})
+
+    def mark_unsent(self, run_ids: list[str]) -> None:
+        if run_ids:
+            self.db.execute(q.MARK_UNSENT, {"run_ids": run_ids, "unsent": UNSENT})
 
     def prune(self, older_than: datetime, batch: int = 500) -> int:
         total = 0

@@ -107,6 +107,17 @@ MARK_ENQUEUED = Statement(
     "UPDATE runs SET enqueued_at = now() WHERE id = ANY(CAST(:run_ids AS uuid[]))",
 )
 
+# A run whose message was never sent is "enqueued" at UNSENT, older than any
+# re-enqueue window: the next tick() sends it (STALE_CLAIMABLE, FREE_KEY_HEADS).
+# Only a queued or interrupted run: one a worker has claimed since is sent.
+MARK_UNSENT = Statement(
+    "mark_unsent",
+    f"""
+    UPDATE runs SET enqueued_at = CAST(:unsent AS timestamptz)
+     WHERE id = ANY(CAST(:run_ids AS uuid[])) AND {status_in(CLAIMABLE)}
+    """,
+)
+
 PRUNE = Statement(
     "prune",
     f"""

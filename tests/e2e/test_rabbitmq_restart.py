@@ -16,6 +16,7 @@ import pytest
 
 from runner import Engine
 from store.models import RunStatus
+from tasks.consumer import RECONNECT_MAX_SECONDS
 from tests.e2e.cluster import Cluster, Proc, completed_by, wait_until
 from tests.rabbitmq import RabbitNode
 
@@ -94,3 +95,32 @@ def test_busy_workers_keep_consuming_after_rabbitmq_restarts(
     # The premise held: each worker lost its connection at every restart.
     for worker in workers:
         assert worker.log().count("Connection to broker lost") >= RESTARTS, worker.name
+
+
+@pytest.mark.timeout(180)
+def test_a_worker_reconnects_within_seconds_of_its_broker_coming_back(
+    own_rabbitmq_cluster: Cluster, rabbitmq_node: RabbitNode
+) -> None:
+    """Celery's back-off between tries grows by 2 s up to 30 s: after a 15 s
+    outage a worker could idle 5 s more, after a minute's 30 s. Runwright's
+    consumer tries every RECONNECT_MAX_SECONDS at most."""
+    cluster = own_rabbitmq_cluster
+    worker = cluster.worker("w1", concurrency=4)
+    engine = cluster.engine()
+    rabbitmq_node.stop()
+    time.sleep(15)
+    rabbitmq_node.start()
+    back = time.monotonic()
+    worker.wait_for("Connected to", 30)  # the first connect was at startup
+    wait_until(lambda: worker.log().count("Connected to ") >= 2, 30, "the worker to reconnect", 0.1)
+    lag = time.monotonic() - back
+    tries = [
+        float(line.split("Trying again in ")[1].split()[0])
+        for line in worker.log().splitlines()
+        if "Trying again in " in line
+    ]
+    assert len(tries) >= 5, tries
+    assert max(tries) <= RECONNECT_MAX_SECONDS, tries
+    assert lag <= RECONNECT_MAX_SECONDS + 2, lag
+    run = engine.start("paced", {"steps": 2, "latency": 0.1})
+    wait_until(lambda: engine.get_run(run.id).status is RunStatus.COMPLETED, 30, "a run after")

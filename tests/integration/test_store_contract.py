@@ -902,3 +902,21 @@ def test_every_protocol_method_succeeded_on_every_store() -> None:
         "run this whole module: these methods never returned normally",
         missing,
     )
+
+
+def test_a_run_marked_unsent_is_sent_by_the_next_tick(any_store: AnyStore) -> None:
+    """A run whose message the broker refused is stale at once, not
+    RUNWRIGHT_REENQUEUE_SECONDS later; a run a worker has claimed since keeps
+    its claim's enqueue time."""
+    plain, _ = any_store.create_run(new_run())
+    keyed, _ = any_store.create_run(new_run(key="unsent-k"))
+    running = claimed(any_store)
+    assert any_store.stale_claimable(10, 30) == []
+    any_store.mark_unsent([plain.id, keyed.id, running.run_id])
+    assert any_store.stale_claimable(10, 30) == [plain.id]
+    assert any_store.free_key_heads(10, 30) == [keyed.id]
+    # Sent by that tick: not stale again until the re-enqueue window passes.
+    assert any_store.stale_claimable(10, 30) == []
+    assert any_store.free_key_heads(10, 30) == []
+    assert any_store.get_run(running.run_id).status is RunStatus.RUNNING
+    assert running.run_id not in any_store.lapsed_claims(10, 30)
