@@ -8,7 +8,7 @@ from functools import partial
 
 from store.models import Claim, Fence, Outcome, RunStatus
 from store.postgres import PostgresStore
-from tests.helpers import new_run
+from tests.helpers import new_run, try_claim
 
 ROUNDS = 200
 
@@ -55,4 +55,4 @@ def test_two_runs_sharing_a_key_one_runs_the_other_waits_fifo(pg_store: Postgres
             Fence(older.id, "a", results[1].epoch), Outcome(RunStatus.COMPLETED)
         )
         assert settled.next_in_key == newer.id
-        assert pg_store.claim(newer.id, "b", 30) is not None
+        assert try_claim(pg_store, newer.id, "b", 30) is not None
