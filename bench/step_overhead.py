@@ -35,7 +35,6 @@ the engine's bookkeeping out: figures from before that change compare only by
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import os
@@ -51,6 +50,7 @@ import sqlalchemy as sa
 from bench.common import bench_database, durable_engine, report
 from runner import Agent, Budget, Engine, tool
 from runner.model import warm_up
+from runner.runtime import runtime
 from runner.testing import (
     Reply,
     Request,
@@ -112,9 +112,12 @@ async def _plain_run(litellm: Any, model: str, steps: int) -> int:
             messages.append({"role": "tool", "tool_call_id": tool_call.id, "content": output})
 
 
-def _plain_per_step(loop: asyncio.Runner, litellm: Any, model: str, steps: int) -> float:
+def _plain_per_step(litellm: Any, model: str, steps: int) -> float:
+    # On the event loop the engine's model calls run on (runner/runtime.py):
+    # litellm keeps per-loop state, and two loops taking turns would make
+    # both paths pay for the switches.
     started = time.perf_counter()
-    calls = loop.run(_plain_run(litellm, model, steps))
+    calls = runtime().run(_plain_run(litellm, model, steps))
     elapsed = time.perf_counter() - started
     assert calls == steps, calls
     return elapsed * 1000 / steps
@@ -137,12 +140,12 @@ def run(repeats: int) -> dict[str, Any]:
 
     install_provider(litellm)
     price_scripted(litellm, MODEL)
-    with bench_database() as url, asyncio.Runner() as loop:
+    with bench_database() as url:
         db = make_engine(url, pool_size=10)
         durable = durable_engine(PostgresStore(db))
         # Warm up: pools, prepared plans, litellm's first calls on each path.
         _per_step(durable, agent.name, 10)
-        _plain_per_step(loop, litellm, MODEL, 10)
+        _plain_per_step(litellm, MODEL, 10)
 
         with db.begin() as conn:
             conn.execute(sa.text("CREATE TABLE floor_probe (id bigserial PRIMARY KEY, body jsonb)"))
@@ -176,7 +179,7 @@ def run(repeats: int) -> dict[str, Any]:
                         _per_step(durable, agent.name, steps)
                     )
                     samples.setdefault(f"plain_{steps}", []).append(
-                        _plain_per_step(loop, litellm, MODEL, steps)
+                        _plain_per_step(litellm, MODEL, steps)
                     )
             samples.setdefault("floor", []).extend(floor_once() for _ in range(100))
             samples.setdefault("floor_driver", []).extend(floor_driver_once() for _ in range(100))

@@ -880,17 +880,6 @@ def test_listing_pages_counts_and_the_inbox(store: PostgresStore) -> None:
     assert store.get_approval(second.approval_id).decided_by is None
 
 
-def test_every_protocol_method_succeeded_in_each_mode() -> None:
-    """Runs last in this module: every method of the ``Store`` protocol was
-    called by the tests above, and returned normally, in each mode."""
-    assert len(PROTOCOL_METHODS) >= 30, PROTOCOL_METHODS
-    missing = {kind: sorted(set(PROTOCOL_METHODS) - SUCCEEDED[kind]) for kind in KINDS}
-    assert missing == {kind: [] for kind in KINDS}, (
-        "run this whole module: these methods never returned normally",
-        missing,
-    )
-
-
 def test_a_run_marked_unsent_is_sent_by_the_next_tick(store: PostgresStore) -> None:
     """A run whose message the broker refused is stale at once, not
     RUNWRIGHT_REENQUEUE_SECONDS later; a run a worker has claimed since keeps
@@ -907,3 +896,14 @@ def test_a_run_marked_unsent_is_sent_by_the_next_tick(store: PostgresStore) -> N
     assert store.free_key_heads(10, 30) == []
     assert store.get_run(running.run_id).status is RunStatus.RUNNING
     assert running.run_id not in store.lapsed_claims(10, 30)
+
+
+def test_every_protocol_method_succeeded_in_each_mode() -> None:
+    """Runs last in this module: every method of the ``Store`` protocol was
+    called by the tests above, and returned normally, in each mode."""
+    assert len(PROTOCOL_METHODS) >= 30, PROTOCOL_METHODS
+    missing = {kind: sorted(set(PROTOCOL_METHODS) - SUCCEEDED[kind]) for kind in KINDS}
+    assert missing == {kind: [] for kind in KINDS}, (
+        "run this whole module: these methods never returned normally",
+        missing,
+    )
