@@ -21,7 +21,7 @@ import sqlalchemy as sa
 
 from bench.common import bench_database, report
 from store.db import make_engine, raw_cursor
-from store.models import Fence, StepCommit, StepKind, StepRecord, Usage, utcnow
+from store.models import Fence, Run, StepCommit, StepKind, StepRecord, Usage, utcnow
 from store.postgres import PostgresStore
 from tests.helpers import new_run
 
@@ -52,9 +52,9 @@ class Stepper:
     def __init__(self, store: PostgresStore, history: int) -> None:
         self.store = store
         run, _ = store.create_run(new_run("bench"))
-        claim = store.claim(run.id, "bench", 3600)
-        assert claim is not None
-        self.fence = Fence(run.id, "bench", claim.epoch)
+        claimed = store.claim_run(run.id, "bench", 3600)
+        assert isinstance(claimed, Run) and claimed.claim is not None
+        self.fence = Fence(run.id, "bench", claimed.claim.epoch)
         prefill = [_tool(i) for i in range(history)]
         store.commit_step(self.fence, StepCommit(step_index=1, base_count=0, new_messages=prefill))
         self.index = 1

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 from store.base import CancelResult, DecisionResult, RetryResult, Store
 from store.models import (
-    Claim,
     Decision,
     Fence,
     Message,
@@ -52,14 +51,6 @@ class LiveStore:
         if created:
             self._feed.wake(run.id)
         return run, created
-
-    def claim(
-        self, run_id: str, owner: str, ttl_seconds: float, *, max_takeovers: int | None = None
-    ) -> Claim | None:
-        claim = self._store.claim(run_id, owner, ttl_seconds, max_takeovers=max_takeovers)
-        if claim is not None:
-            self._feed.wake(run_id)
-        return claim
 
     def claim_run(
         self, run_id: str, owner: str, ttl_seconds: float, *, max_takeovers: int | None = None

@@ -1,4 +1,4 @@
-"""Persistence: the schema, the Postgres and in-memory stores, Redis leases, the local stack.
+"""Persistence: the schema, the Postgres store, Redis leases, the local stack.
 
 ``store`` knows nothing of Celery or litellm. Names are imported on first use, so
 that a command touching one module does not pay for all of them.
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
         StoreUnavailable,
     )
     from store.leases import Leases
-    from store.memory import MemoryStore
     from store.models import (
         Approval,
         Checkpoint,
@@ -71,7 +70,6 @@ _LAZY = {
     "LeaseLostError": "store.errors",
     "Leases": "store.leases",
     "LocalStackError": "store.errors",
-    "MemoryStore": "store.memory",
     "NewRun": "store.models",
     "Outcome": "store.models",
     "PayloadTooLarge": "store.errors",
@@ -117,7 +115,6 @@ __all__ = [
     "LeaseLostError",
     "Leases",
     "LocalStackError",
-    "MemoryStore",
     "NewRun",
     "Outcome",
     "PayloadTooLarge",

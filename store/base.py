@@ -1,4 +1,4 @@
-"""The narrow store interface, implemented by ``PostgresStore`` and ``MemoryStore``.
+"""The narrow store interface, implemented by ``PostgresStore``.
 
 Methods taking a :class:`Fence` are the writes of a running run: each is
 conditional on ``claim_owner``, ``claim_epoch`` and ``status = 'running'`` and
@@ -29,7 +29,6 @@ from store.events import RunEvent
 from store.models import (
     Approval,
     Checkpoint,
-    Claim,
     Decision,
     DueNotification,
     Effect,
@@ -48,8 +47,6 @@ from store.models import (
     StepRecord,
 )
 from store.rules import CancelAction
-from store.rules import crashed_error as crashed_error
-from store.rules import takeover_crashes as takeover_crashes
 from store.validate import check_new_run
 
 
@@ -109,7 +106,7 @@ class ThreadStart:
 
 def check_payload(new: NewRun, limit: int) -> None:
     """Refuse a trigger that is not storable JSON text or exceeds ``limit``
-    bytes (``store/validate.py``). Both stores call this before writing."""
+    bytes (``store/validate.py``). Every write of a new run calls this first."""
     check_new_run(new, limit)
 
 
@@ -222,18 +219,14 @@ class Store(Protocol):
         ...
 
     # ---------------------------------------------------------------- claims
-    def claim(
-        self, run_id: str, owner: str, ttl_seconds: float, *, max_takeovers: int | None = None
-    ) -> Claim | None:
-        """Move the run to ``running`` with ``claim_epoch + 1``; None if not claimable."""
-        ...
-
     def claim_run(
         self, run_id: str, owner: str, ttl_seconds: float, *, max_takeovers: int | None = None
     ) -> Run | Settled | None:
-        """``claim``, returning the claimed run; or, when the claim is a takeover
-        that :func:`takeover_crashes` refuses, the run settled ``failed/crashed``
-        (the caller enqueues ``next_in_key``)."""
+        """Move the run to ``running`` with ``claim_epoch + 1`` and return it;
+        None if it is not claimable. When the claim is a takeover that the
+        takeover limit (``max_takeovers``, ``store/queries/execution.py``)
+        refuses, the run settled ``failed/crashed`` instead (the caller
+        enqueues ``next_in_key``)."""
         ...
 
     def renew(self, fence: Fence, ttl_seconds: float) -> bool:

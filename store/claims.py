@@ -1,6 +1,6 @@
 """Claiming a run: a Redis lease in front, the Postgres fencing epoch behind.
 
-``acquire`` is step 0 of an execution. ``heartbeat`` renews both every
+``acquire_run`` is step 0 of an execution. ``heartbeat`` renews both every
 ``ttl / 3``. ``check`` runs before every fenced write: a lease held by a newer
 epoch fails fast; anything unclear (a missing key after a Redis restart, a
 claimer that has not reached Postgres yet, Redis down) defers to the Postgres
@@ -46,16 +46,13 @@ class Claims:
     def ttl_ms(self) -> int:
         return int(self.ttl_seconds * 1000)
 
-    def acquire(self, run_id: str, owner: str) -> Fence | None:
-        """Claim the run for ``owner``; None (quietly) if someone else has it."""
-        claimed = self.acquire_run(run_id, owner)
-        return claimed[0] if isinstance(claimed, tuple) else None
-
     def acquire_run(self, run_id: str, owner: str) -> tuple[Fence, Run] | Settled | None:
-        """``acquire``, also returning the claimed run. A :class:`Settled` means
-        the claim was a takeover of a run that kept crashing its executions: the
-        store settled it ``failed/crashed`` instead, and the caller hands on its
-        concurrency key (``Engine.after_settle``)."""
+        """Claim the run for ``owner``: its fence and the claimed run; None
+        (quietly) if someone else has it or it is not claimable. A
+        :class:`Settled` means the claim was a takeover of a run that kept
+        crashing its executions: the store settled it ``failed/crashed``
+        instead, and the caller hands on its concurrency key
+        (``Engine.after_settle``)."""
         if self.leases is not None and not self.leases.acquire(run_id, owner, self.ttl_ms):
             return None
         try:

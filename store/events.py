@@ -9,9 +9,8 @@ Events are derived from the rows the store commits, never written beside them:
 - an ``approval`` event is an approval row created (``requested``) or decided.
 
 Postgres derives the last three with triggers (:data:`TRIGGERS`), into
-``run_events``, so that no statement that changes a run can forget one; the
-memory store applies :func:`run_changes` and :func:`approval_changes` where it
-writes. ``steps.id`` and ``run_events.id`` come from one sequence, and every
+``run_events``, so that no statement that changes a run can forget one.
+``steps.id`` and ``run_events.id`` come from one sequence, and every
 write of a run holds its row lock when it takes ids, so a run's events in id
 order are its events in commit order: a reader that remembers the last id it
 saw misses nothing and sees nothing twice (the ids are not contiguous).
@@ -26,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from store.models import Approval, Run, Step, StepKind, Usage
+from store.models import Step, StepKind, Usage
 from store.status import SETTLED, RunStatus, lit
 
 # The one sequence of event ids (steps.id and run_events.id).
@@ -135,65 +134,14 @@ def step_event(step: Step) -> RunEvent:
     return RunEvent(step.run_id, EventType.STEP, step_data(step), step.id, step.started_at)
 
 
-# ------------------------------------------------------------- the rule
-
-
-def status_data(run: Run) -> dict[str, Any]:
-    """What a status event says: the status, and why when there is a why."""
-    data: dict[str, Any] = {"status": run.status.value}
-    if run.error is not None:
-        data["error_code"] = run.error.code
-    if run.retry_at is not None:
-        data["retry_at"] = _when(run.retry_at)
-    return data
-
-
-def execution_data(epoch: int, owner: str | None, takeover: bool) -> dict[str, Any]:
-    return {"epoch": epoch, "owner": owner, "takeover": takeover}
-
-
-def approval_data(approval: Approval) -> dict[str, Any]:
-    decision = approval.decision
-    return {
-        "action": "requested" if decision is None else "decided",
-        "approval_id": approval.approval_id,
-        "step_index": approval.step_index,
-        "tool_call_id": approval.tool_call_id,
-        "tool_name": approval.tool_name,
-        "decision": None if decision is None else decision.value,
-        "reason": approval.reason,
-        "decided_by": approval.decided_by,
-        "expires_at": _when(approval.expires_at),
-    }
-
-
-def run_changes(old: Run | None, new: Run) -> list[tuple[EventType, dict[str, Any]]]:
-    """The events a write of ``new`` over ``old`` (None: created) makes."""
-    changes: list[tuple[EventType, dict[str, Any]]] = []
-    old_epoch = 0 if old is None or old.claim is None else old.claim.epoch
-    if new.claim is not None and new.claim.epoch > old_epoch:
-        takeover = old is not None and old.status is RunStatus.RUNNING
-        changes.append(
-            (EventType.EXECUTION, execution_data(new.claim.epoch, new.claim.owner, takeover))
-        )
-    if old is None or old.status is not new.status:
-        changes.append((EventType.STATUS, status_data(new)))
-    return changes
-
-
-def approval_changes(old: Approval | None, new: Approval) -> list[tuple[EventType, dict[str, Any]]]:
-    if old is not None and old.decision is new.decision:
-        return []
-    return [(EventType.APPROVAL, approval_data(new))]
-
-
 # ---------------------------------------------------------------- Postgres
 
 _RUNNING = lit(RunStatus.RUNNING)
 
-# The same rule in SQL. Ids are taken when the trigger fires, at the end of
-# the statement, which holds the run's row lock (the runs update, or for
-# approvals the lock every approval write takes on its run first).
+# The rule of this module's docstring, written in SQL only. Ids are taken when
+# the trigger fires, at the end of the statement, which holds the run's row lock
+# (the runs update, or for approvals the lock every approval write takes on its
+# run first).
 _RUN_FUNCTION = f"""
 CREATE FUNCTION runwright_run_events() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN

@@ -286,16 +286,6 @@ class Approval:
     def pending(self) -> bool:
         return self.decision is None
 
-    def wait_point(self) -> WaitPoint:
-        return WaitPoint(
-            approval_id=self.approval_id,
-            tool_name=self.tool_name,
-            input=self.input,
-            expires_at=self.expires_at,
-            token_id=self.token_id,
-            notified_at=self.notified_at,
-        )
-
 
 @dataclass(frozen=True)
 class Effect:

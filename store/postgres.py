@@ -1,4 +1,5 @@
-"""The production store: run semantics (``store/rules.py``) on Postgres.
+"""The store: the rules of a run (``store/rules.py`` and the statements that
+decide them, ``store/queries``) on Postgres.
 
 The class is assembled from one part per aggregate (``store/pg/``): runs,
 claims and fenced execution writes, approvals, tick maintenance, retry and
@@ -23,7 +24,7 @@ from store.pg.runs import PgRuns
 
 
 class PostgresStore(PgRuns, PgExecution, PgApprovals, PgMaintenance, PgRecovery, PgObserve):
-    """The production store."""
+    """The store (``store/base.Store``)."""
 
     def __init__(
         self, engine: sa.Engine, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES

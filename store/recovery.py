@@ -1,20 +1,21 @@
-"""The rules of retrying and forking a run, written once; both stores call them.
+"""The rules of retrying and forking a run that are decided in Python.
 
 A retry puts a ``failed`` or ``cancelled`` run back in the queue from its
 checkpoint and keeps what it replaced as an attempt. A fork starts a new run
-from another run's history as it stood after one of its steps. The stores only
-read and write rows; what is allowed, and what is written, is decided here.
+from another run's history as it stood after one of its steps. What is
+allowed, the attempt kept and what a fork copies are decided here; what a
+retry resets on the run and which approvals it opens again are decided by the
+statements of ``store/queries/recovery.py`` (``REQUEUE``, ``REOPEN_APPROVALS``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 
 from store.base import is_canonical_id, shown_id
 from store.errors import ForkRepeatsEffects, InvalidInput, InvalidTransition, RanEffect
-from store.models import JSON, Decision, Message, Run, RunAttempt, RunError
+from store.models import JSON, Message, Run, RunAttempt
 from store.status import RunStatus
 from store.validate import check_text
 
@@ -67,30 +68,6 @@ def attempt_of(run: Run, attempt: int, extra_steps: int, retried_at: datetime) -
         retried_at=retried_at,
         extra_steps=extra_steps,
     )
-
-
-@dataclass(frozen=True)
-class Requeue:
-    """What a retry writes to the run besides ``queued`` and ``enqueued_at``:
-    the last outcome cleared (the attempt keeps it), the cancel request, the
-    takeover count, the agent-missing grace and any retry wait reset, and the
-    start time cleared so that the next claim stamps this attempt's start."""
-
-    output: JSON = None
-    error: RunError | None = None
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    cancel_requested: bool = False
-    takeovers: int = 0
-
-
-def reopens(decision: Decision | None) -> bool:
-    """Whether a retry opens an approval of the checkpoint's step again: one a
-    settle withdrew (or left undecided), so that the run, which re-pauses on
-    the history's unanswered request, waits for it again. It keeps its id, so
-    the history's request and any link still name it; its lifetime starts
-    afresh from the retry, and it is notified again."""
-    return decision is None or decision is Decision.WITHDRAWN
 
 
 # -------------------------------------------------------------------- fork

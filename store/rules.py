@@ -1,17 +1,18 @@
-"""The rules of a run, written once, as plain functions both stores call.
+"""The rules of a run that ``PostgresStore`` decides in Python, beside the SQL.
 
-``MemoryStore`` and ``PostgresStore`` differ only in where rows live: what is
-claimable, who holds a concurrency key, what an outcome writes, the checkpoint
-rule, cancel and settle are decided here. The single-statement writes of
-Postgres (the claim, W2) restate a rule in SQL where a round trip would
-otherwise be needed; each says which rule it restates, and the contract suite
-runs both stores through the same cases.
+What a cancel does, what an outcome writes, the checkpoint rule, what W2 moves
+a run to and which steps it journals are decided here; the statements of
+``store/queries`` apply them. The rules that SQL decides are written there
+only: what is claimable and when a takeover crashes a run
+(``queries/execution.py``, ``CLAIM``), what progress resets (``W1``, ``W2``),
+which run of a concurrency key goes next (``CLAIM``, and
+``queries/maintenance.py``), what a retry resets and reopens
+(``queries/recovery.py``), and which events a write makes (``store/events.py``).
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -26,7 +27,7 @@ from store.models import (
     StepRecord,
     utcnow,
 )
-from store.status import CANCELLABLE, CLAIMABLE, KEY_HOLDING, RunStatus
+from store.status import CANCELLABLE, KEY_HOLDING, RunStatus
 
 # The error of a run cancelled on request (settled at once, or by its owner).
 CANCELLED_ON_REQUEST = RunError(RunStatus.CANCELLED.value, "cancelled on request")
@@ -58,52 +59,9 @@ def cancel_action(status: RunStatus) -> CancelAction:
 UNSENT = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def is_takeover(status: RunStatus, claim_expires_at: datetime | None, now: datetime) -> bool:
-    """A running run whose claim lapsed: its execution died without settling."""
-    return status is RunStatus.RUNNING and claim_expires_at is not None and claim_expires_at < now
-
-
-def claimable(
-    status: RunStatus,
-    claim_expires_at: datetime | None,
-    now: datetime,
-    retry_at: datetime | None = None,
-) -> bool:
-    """A claimable status, or a takeover (the claim SQL restates this); a
-    queued run waiting to retry a model step only from its ``retry_at`` on."""
-    if status is RunStatus.QUEUED and retry_at is not None and retry_at > now:
-        return False
-    return status in CLAIMABLE or is_takeover(status, claim_expires_at, now)
-
-
 def holds_key(status: RunStatus) -> bool:
     """A run holds its concurrency key from its first claim until it settles."""
     return status in KEY_HOLDING
-
-
-def key_head(runs: Iterable[tuple[str, RunStatus]]) -> str | None:
-    """The run that may take a key next, from ``(id, status)`` of the key's
-    runs: the oldest queued one, unless a run holds the key."""
-    queued = []
-    for run_id, status in runs:
-        if holds_key(status):
-            return None
-        if status is RunStatus.QUEUED:
-            queued.append(run_id)
-    return min(queued) if queued else None
-
-
-def takeover_crashes(takeovers: int, max_takeovers: int | None) -> bool:
-    """Whether a takeover of a run with ``takeovers`` takeovers since its last
-    progress settles it ``failed/crashed`` instead of executing it.
-
-    Only a takeover counts (a claim from ``running`` whose claim expired): its
-    previous execution died without settling. A claim from ``interrupted`` does
-    not, since that execution drained cleanly; nor does one from ``queued``.
-    Progress (a W1 or W2) resets the count, so a long run that is taken over
-    now and then but moves on each time is never stopped.
-    """
-    return max_takeovers is not None and takeovers + 1 >= max_takeovers
 
 
 def crashed_error(epoch: int, max_takeovers: int) -> RunError:
@@ -125,8 +83,6 @@ class OutcomeColumns:
     settled: bool = False
     output: JSON = None
     error: RunError | None = None
-    # The claim is released (any outcome: the run leaves ``running``).
-    releases_claim: bool = False
     # ``enqueued_at`` is set (to ``requeue_at``, else now), so tick()
     # re-enqueues the run in its time.
     requeue: bool = False
@@ -134,7 +90,8 @@ class OutcomeColumns:
 
 
 def outcome_columns(outcome: Outcome | None) -> OutcomeColumns:
-    """The one place that decides what an outcome writes."""
+    """The one place that decides what an outcome writes (and any outcome
+    releases the claim: ``store/queries/fragments.OUTCOME_SET``)."""
     if outcome is None:
         return OutcomeColumns(None)
     settled = outcome.status.settled
@@ -143,7 +100,6 @@ def outcome_columns(outcome: Outcome | None) -> OutcomeColumns:
         settled=settled,
         output=outcome.output if settled else None,
         error=outcome.error if settled else None,
-        releases_claim=True,
         requeue=outcome.status in (RunStatus.INTERRUPTED, RunStatus.QUEUED),
         requeue_at=outcome.not_before,
     )

@@ -15,7 +15,6 @@ from runner.engine import Engine
 from store.config import Settings
 from store.db import make_engine
 from store.leases import Leases, connect
-from store.memory import MemoryStore
 from store.postgres import PostgresStore
 from tests.leaks import Watch, describe, stop
 from tests.services import ROOT, Services, discover
@@ -86,20 +85,6 @@ def leases(redis_url: str) -> Iterator[Leases]:
     client.close()
 
 
-@pytest.fixture
-def memory_store() -> MemoryStore:
-    return MemoryStore()
-
-
-@pytest.fixture(params=["memory", "postgres"])
-def any_store(request: pytest.FixtureRequest) -> PostgresStore | MemoryStore:
-    """Contract tests run on both stores: the in-memory one must not drift."""
-    if request.param == "memory":
-        return MemoryStore()
-    store: PostgresStore = request.getfixturevalue("pg_store")
-    return store
-
-
 @pytest.fixture(autouse=True)
 def _clean_process_state() -> Iterator[None]:
     """Fault points and the drain flag are per process: reset them after each test."""
@@ -120,42 +105,9 @@ def settings() -> Settings:
     )
 
 
-@pytest.fixture(params=["postgres", "memory"])
-def store_kind(request: pytest.FixtureRequest) -> str:
-    """The engine, approvals and tick suites run on both stores: Postgres with
-    Redis leases, and the in-memory store without leases."""
-    return str(request.param)
-
-
 @pytest.fixture
-def engine_store(
-    store_kind: str, request: pytest.FixtureRequest
-) -> tuple[PostgresStore | MemoryStore, Leases | None]:
-    if store_kind == "memory":
-        return MemoryStore(), None
-    store: PostgresStore = request.getfixturevalue("pg_store")
-    leases: Leases = request.getfixturevalue("leases")
-    return store, leases
-
-
-@pytest.fixture
-def engine(
-    engine_store: tuple[PostgresStore | MemoryStore, Leases | None], settings: Settings
-) -> Iterator[Engine]:
-    import tests.agents  # noqa: F401  (registers the shared agents)
-
-    store, leases = engine_store
-    made = Engine(
-        store, leases=leases, settings=settings, model_retries=2, model_backoff_seconds=0.01
-    )
-    yield made
-    made.close()
-
-
-@pytest.fixture
-def pg_engine(pg_store: PostgresStore, leases: Leases, settings: Settings) -> Iterator[Engine]:
-    """An engine on Postgres with Redis leases, for the few tests that stage a
-    fault in SQL or Redis; each says why."""
+def engine(pg_store: PostgresStore, leases: Leases, settings: Settings) -> Iterator[Engine]:
+    """An engine on this test's database, with Redis leases, as workers run it."""
     import tests.agents  # noqa: F401  (registers the shared agents)
 
     made = Engine(

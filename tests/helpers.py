@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
-import copy
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 import sqlalchemy as sa
 
-from store.memory import MemoryStore
+from store.base import Store
 from store.models import (
+    Claim,
     Fence,
     NewApproval,
     NewRun,
     Outcome,
+    Run,
     RunStatus,
     StepCommit,
     StepKind,
@@ -28,8 +28,6 @@ from store.models import (
     utcnow,
 )
 from store.postgres import PostgresStore
-
-AnyStore = PostgresStore | MemoryStore
 
 
 def new_run(
@@ -48,9 +46,25 @@ def new_run(
     return NewRun(agent=agent, trigger=envelope, concurrency_key=key)
 
 
-def claimed(store: AnyStore, *, owner: str = "worker-a", ttl: float = 30, **kwargs: Any) -> Fence:
+def try_claim(
+    store: Store,
+    run_id: str,
+    owner: str,
+    ttl: float,
+    *,
+    max_takeovers: int | None = None,
+) -> Claim | None:
+    """The claim ``claim_run`` took; None if it took none (the run was not
+    claimable, or a takeover past the limit settled it)."""
+    run = store.claim_run(run_id, owner, ttl, max_takeovers=max_takeovers)
+    return run.claim if isinstance(run, Run) else None
+
+
+def claimed(
+    store: PostgresStore, *, owner: str = "worker-a", ttl: float = 30, **kwargs: Any
+) -> Fence:
     run, _ = store.create_run(new_run(**kwargs))
-    claim = store.claim(run.id, owner, ttl)
+    claim = try_claim(store, run.id, owner, ttl)
     assert claim is not None
     return Fence(run.id, owner, claim.epoch)
 
@@ -122,19 +136,8 @@ def msg(i: int, size: int = 0) -> dict[str, Any]:
     return {"role": "user", "content": f"message {i}" + "x" * size}
 
 
-def snapshot(store: AnyStore) -> Any:
+def snapshot(store: PostgresStore) -> Any:
     """Everything the store holds, to compare before and after a refused write."""
-    if isinstance(store, MemoryStore):
-        return copy.deepcopy(
-            (
-                store._runs,
-                store._steps,
-                store._messages,
-                store._checkpoints,
-                store._effects,
-                store._approvals,
-            )
-        )
     tables = {
         "runs": "id",
         "steps": "run_id, id",
@@ -153,18 +156,11 @@ def snapshot(store: AnyStore) -> Any:
         }
 
 
-# Moving a row past a point in time or into a status that no public call
-# reaches, for tests that run on both stores.
+# Moving a row past a point in time or into a status that no public call reaches.
 
 
-def expire_approval(store: AnyStore, approval_id: str) -> None:
+def expire_approval(store: PostgresStore, approval_id: str) -> None:
     """Put the approval's expiry a minute in the past."""
-    if isinstance(store, MemoryStore):
-        approval = store._approvals[approval_id]
-        store._approvals[approval_id] = replace(
-            approval, expires_at=utcnow() - timedelta(minutes=1)
-        )
-        return
     with store.engine.begin() as conn:
         conn.execute(
             sa.text(
@@ -175,11 +171,8 @@ def expire_approval(store: AnyStore, approval_id: str) -> None:
         )
 
 
-def force_status(store: AnyStore, run_id: str, status: RunStatus) -> None:
+def force_status(store: PostgresStore, run_id: str, status: RunStatus) -> None:
     """Set the run's status directly, as a bug or an operator might."""
-    if isinstance(store, MemoryStore):
-        store._runs[run_id] = replace(store._runs[run_id], status=status)
-        return
     with store.engine.begin() as conn:
         conn.execute(
             sa.text("UPDATE runs SET status = :s WHERE id = :id"),
@@ -187,14 +180,8 @@ def force_status(store: AnyStore, run_id: str, status: RunStatus) -> None:
         )
 
 
-def force_retry_due(store: AnyStore, run_id: str) -> None:
+def force_retry_due(store: PostgresStore, run_id: str) -> None:
     """Move a run's retry_at into the past, as time passing would."""
-    if isinstance(store, MemoryStore):
-        run = store._runs[run_id]
-        assert run.retry is not None
-        past = utcnow() - timedelta(seconds=1)
-        store._runs[run_id] = replace(run, retry=replace(run.retry, at=past))
-        return
     with store.engine.begin() as conn:
         conn.execute(
             sa.text("UPDATE runs SET retry_at = now() - interval '1 second' WHERE id = :id"),

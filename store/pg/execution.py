@@ -12,7 +12,6 @@ from store.base import EffectBegin, check_run_id
 from store.db import Tx, dumps
 from store.errors import ConstraintViolation, InvalidTransition, LeaseLostError
 from store.models import (
-    Claim,
     Effect,
     EffectStatus,
     Fence,
@@ -35,7 +34,6 @@ from store.rules import (
     commit_outcome,
     crashed_error,
     retry_outcome,
-    takeover_crashes,
     with_state_step,
 )
 
@@ -61,12 +59,6 @@ def _step_json(step: StepRecord) -> dict[str, Any]:
 class PgExecution(PgBase):
     # ---------------------------------------------------------------- claims
 
-    def claim(
-        self, run_id: str, owner: str, ttl_seconds: float, *, max_takeovers: int | None = None
-    ) -> Claim | None:
-        run = self.claim_run(run_id, owner, ttl_seconds, max_takeovers=max_takeovers)
-        return run.claim if isinstance(run, Run) else None
-
     def claim_run(
         self, run_id: str, owner: str, ttl_seconds: float, *, max_takeovers: int | None = None
     ) -> Run | Settled | None:
@@ -87,10 +79,11 @@ class PgExecution(PgBase):
         return None
 
     def _settle_crashed(self, run_id: str, max_takeovers: int) -> bool:
-        """The takeover the claim refused: settle the run failed/crashed, once."""
+        """The takeover the claim refused for the takeover limit (``q.CLAIM``):
+        settle the run failed/crashed, once."""
         with self.db.tx() as tx:
-            row = tx.first(q.LAPSED_RUN, {"run_id": run_id})
-            if row is None or not takeover_crashes(row["takeovers"], max_takeovers):
+            row = tx.first(q.LAPSED_RUN, {"run_id": run_id, "max": max_takeovers})
+            if row is None:
                 return False
             error = crashed_error(row["claim_epoch"], max_takeovers)
             tx.execute(

@@ -1,4 +1,5 @@
-"""Retry and fork on Postgres; the rules are ``store/recovery.py``'s."""
+"""Retry and fork on Postgres: the checks and what a fork copies are
+``store/recovery.py``'s; what a retry resets is ``store/queries/recovery.py``'s."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from store.pg.base import PgBase
 from store.queries import recovery as q
 from store.queries import runs as qr
 from store.recovery import (
-    Requeue,
     attempt_of,
     check_existing_fork,
     check_extra_steps,
@@ -46,21 +46,7 @@ class PgRecovery(PgBase):
             tx.execute(
                 q.REOPEN_APPROVALS, {"run_id": run_id, "withdrawn": Decision.WITHDRAWN.value}
             )
-            reset = Requeue()
-            tx.execute(
-                q.REQUEUE,
-                {
-                    "run_id": run_id,
-                    "output": _json_or_null(reset.output),
-                    "error_code": reset.error.code if reset.error else None,
-                    "error_message": reset.error.message if reset.error else None,
-                    "started_at": reset.started_at,
-                    "finished_at": reset.finished_at,
-                    "cancel_requested": reset.cancel_requested,
-                    "takeovers": reset.takeovers,
-                    "extra_steps": extra_steps,
-                },
-            )
+            tx.execute(q.REQUEUE, {"run_id": run_id, "extra_steps": extra_steps})
             return RetryResult(self._get_run(tx, run_id), retried=True)
 
     def attempts(self, run_id: str) -> list[RunAttempt]:

@@ -14,9 +14,20 @@ from store.status import CLAIMABLE, RunStatus, lit, status_in
 _RUNNING = lit(RunStatus.RUNNING)
 _QUEUED = lit(RunStatus.QUEUED)
 
+# The takeover limit (``:max``, RUNWRIGHT_MAX_TAKEOVERS; NULL: none): a takeover
+# of a run with ``takeovers`` takeovers since its last progress is refused once
+# it would be the ``max``-th, and the run settles ``failed/crashed`` instead
+# (LAPSED_RUN, SETTLE_CRASHED). Only a takeover counts (a claim from ``running``
+# whose claim expired): its previous execution died without settling. A claim
+# from ``interrupted`` does not, since that execution drained cleanly; nor does
+# one from ``queued``. Progress (W1, W2) resets the count, so a long run that is
+# taken over now and then but moves on each time is never stopped.
+_WITHIN_TAKEOVERS = "(CAST(:max AS int) IS NULL OR r.takeovers + 1 < CAST(:max AS int))"
+
 # Claimable: a claimable status, or running with an expired claim (a takeover)
-# that the takeover limit does not refuse; a queued run of a key only as the
-# key's oldest queued run (the key's one holder is enforced by runs_key_holder_idx).
+# within the takeover limit; a queued run waiting to retry a model step only
+# from its retry_at on; a queued run of a key only as the key's oldest queued
+# run (the key's one holder is enforced by runs_key_holder_idx).
 CLAIM = Statement(
     "claim",
     f"""
@@ -32,7 +43,7 @@ CLAIM = Statement(
        AND (r.retry_at IS NULL OR r.retry_at <= now() OR r.status <> {_QUEUED})
        AND ({status_in(CLAIMABLE, "r.status")}
             OR (r.status = {_RUNNING} AND r.claim_expires_at < now()
-                AND (CAST(:max AS int) IS NULL OR r.takeovers + 1 < CAST(:max AS int))))
+                AND {_WITHIN_TAKEOVERS}))
        AND (r.concurrency_key IS NULL OR r.status <> {_QUEUED} OR NOT EXISTS (
               SELECT 1 FROM runs AS o
                WHERE o.concurrency_key = r.concurrency_key
@@ -41,12 +52,14 @@ CLAIM = Statement(
     """,
 )
 
-# The takeover the claim refused, locked so that it settles once.
+# The takeover the claim refused for the takeover limit, locked so that it
+# settles once.
 LAPSED_RUN = Statement(
     "lapsed_run",
     f"""
-    SELECT claim_epoch, takeovers FROM runs
-     WHERE id = CAST(:run_id AS uuid) AND status = {_RUNNING} AND claim_expires_at < now()
+    SELECT r.claim_epoch, r.takeovers FROM runs AS r
+     WHERE r.id = CAST(:run_id AS uuid) AND r.status = {_RUNNING} AND r.claim_expires_at < now()
+       AND NOT {_WITHIN_TAKEOVERS}
        FOR UPDATE
     """,
 )

@@ -14,8 +14,9 @@ FENCE = (
 )
 
 # The columns an outcome writes, from the parameters ``store.rules.outcome_columns``
-# gives (``o_status`` NULL: no outcome, the run stays as it is). The only SQL
-# that settles a run: every settling statement includes this.
+# gives (``o_status`` NULL: no outcome, the run stays as it is). Any outcome
+# releases the claim: the run leaves ``running``. The only SQL that settles a
+# run: every settling statement includes this.
 OUTCOME_SET = """
     status = COALESCE(CAST(:o_status AS text), status),
     claim_owner = CASE WHEN CAST(:o_status AS text) IS NULL THEN claim_owner END,

@@ -38,9 +38,11 @@ ADD_ATTEMPT = Statement(
     """,
 )
 
-# The approvals of the checkpoint's step that are open again
-# (``store.recovery.reopens``: undecided or withdrawn): the same lifetime
-# again from now, and notified again (if the agent has a notifier, which
+# The approvals of the checkpoint's step that a retry opens again: those a
+# settle withdrew (or left undecided), so that the run, which re-pauses on the
+# history's unanswered request, waits for them again. Each keeps its id, so the
+# history's request and any link still name it; its lifetime starts afresh
+# from now, and it is notified again (if the agent has a notifier, which
 # next_notify_at says).
 REOPEN_APPROVALS = Statement(
     "reopen_approvals",
@@ -57,21 +59,20 @@ REOPEN_APPROVALS = Statement(
     """,
 )
 
-# Back to the queue from the checkpoint: the columns ``store.recovery.Requeue``
-# gives, the retry wait and the agent-missing grace reset, the budget widened.
-# The claim was released when the run settled.
+# Back to the queue from the checkpoint: the last outcome cleared (the attempt
+# keeps it), the cancel request, the takeover count, the agent-missing grace and
+# any retry wait reset, the start time cleared so that the next claim stamps
+# this attempt's start, and the budget widened. The claim was released when
+# the run settled.
 REQUEUE = Statement(
     "requeue",
     f"""
     UPDATE runs
        SET status = {lit(RunStatus.QUEUED)},
-           output = CAST(:output AS jsonb),
-           error_code = CAST(:error_code AS text),
-           error_message = CAST(:error_message AS text),
-           started_at = CAST(:started_at AS timestamptz),
-           finished_at = CAST(:finished_at AS timestamptz),
-           cancel_requested = CAST(:cancel_requested AS bool),
-           takeovers = CAST(:takeovers AS int),
+           output = NULL, error_code = NULL, error_message = NULL,
+           started_at = NULL, finished_at = NULL,
+           cancel_requested = false,
+           takeovers = 0,
            agent_missing_since = NULL,
            retry_attempts = 0, retry_at = NULL, retry_since = NULL, retry_error = NULL,
            extra_steps = extra_steps + CAST(:extra_steps AS int),

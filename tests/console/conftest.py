@@ -1,5 +1,5 @@
-"""The console mounted in a Flask app, on an engine of each store, with agents
-that ask for approvals and agents whose model and tools write hostile text."""
+"""The console mounted in a Flask app, on an engine of the test's own, with
+agents that ask for approvals and agents whose model and tools write hostile text."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from runner.testing import Reply, Request, ScriptedModel, call, text, tools
 from store.config import Settings
 from store.leases import Leases
 from store.models import Approval
-from tests.helpers import AnyStore
+from store.postgres import PostgresStore
 
 USER_HEADER = "X-Test-User"
 BASE = "/console"
@@ -39,12 +39,10 @@ def queued() -> list[str]:
 
 @pytest.fixture
 def engine(
-    engine_store: tuple[AnyStore, Leases | None], settings: Settings, queued: list[str]
+    pg_store: PostgresStore, leases: Leases, settings: Settings, queued: list[str]
 ) -> Iterator[Engine]:
-    """On both stores (``engine_store`` in tests/conftest.py): Postgres with
-    Redis, and the in-memory store."""
-    store, leases = engine_store
-    made = Engine(store, leases=leases, settings=settings, enqueue=queued.append)
+    """On this test's database, with Redis leases; the tests play the workers."""
+    made = Engine(pg_store, leases=leases, settings=settings, enqueue=queued.append)
     yield made
     made.close()
 

@@ -1,7 +1,7 @@
 """The console mounted in a Django project (the example's, with the admin):
 Django's sign-in, staff and permissions decide who sees and does what,
 Django's CSRF token guards every form, and approval links stay open to
-their token. On both stores, except where the Django admin reads Postgres."""
+their token; the Django admin reads Runwright's tables in Postgres."""
 
 from __future__ import annotations
 
@@ -419,13 +419,13 @@ def test_mounted_under_another_prefix_and_namespace(
 
 
 @pytest.fixture
-def admin_db(django_db: None, pg_engine: Engine, database_url: str) -> Iterator[Engine]:
+def admin_db(django_db: None, engine: Engine, database_url: str) -> Iterator[Engine]:
     """Runwright's Postgres as the project's ``runwright`` database, and an
     engine on it (the admin reads the tables themselves)."""
-    set_default_engine(pg_engine)
+    set_default_engine(engine)
     try:
         with runwright_database(database_url):
-            yield pg_engine
+            yield engine
     finally:
         set_default_engine(None)
         delete_users()

@@ -23,7 +23,7 @@ from runner.console.server import make_server
 from runner.console.sessions import SESSION_COOKIE, LoginLimiter
 from runner.console.standalone import StandaloneConsole
 from store.config import Settings
-from store.memory import MemoryStore
+from store.postgres import PostgresStore
 from tests.console.conftest import csrf_of
 
 PASSWORD = "alice's long password"
@@ -45,9 +45,9 @@ class CountingAccounts(Accounts):
 
 
 @pytest.fixture
-def engine(settings: Settings) -> Iterator[Engine]:
+def engine(pg_store: PostgresStore, settings: Settings) -> Iterator[Engine]:
     # Signing in never reaches the engine.
-    made = Engine(MemoryStore(), settings=settings, enqueue=None)
+    made = Engine(pg_store, settings=settings, enqueue=None)
     yield made
     made.close()
 

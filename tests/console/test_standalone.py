@@ -1,5 +1,5 @@
 """The standalone console (runner/console/standalone.py) in process, through
-werkzeug's test client, on both stores: its own sign-in, sessions, CSRF, and
+werkzeug's test client: its own sign-in, sessions, CSRF, and
 the console's pages behind them."""
 
 from __future__ import annotations

@@ -5,7 +5,6 @@ from pathlib import Path
 
 import pytest
 
-from runner import Engine
 from store.config import Settings
 from store.local import LocalRedis, free_port
 from tests.e2e.clirun import make_cli_env
@@ -80,13 +79,6 @@ def shared_cluster(
     made.stop()
     redis_server.kill()
     services.drop_database(name)
-
-
-@pytest.fixture
-def engine(pg_engine: Engine) -> Engine:
-    """End-to-end tests share their runs with other processes (the CLI,
-    workers) through Postgres and Redis: their engine runs on those only."""
-    return pg_engine
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from store.models import Fence, Outcome, RetryWait, RunError, RunStatus, utcnow
 from store.postgres import PostgresStore
 from tests.e2e.clirun import refused, rw, started_id
 from tests.e2e.test_cli_terminal import assert_inert
-from tests.helpers import snapshot
+from tests.helpers import snapshot, try_claim
 
 HOSTILE_ERROR = "provider said \x1b]0;pwned\x07 no"
 
@@ -22,7 +22,7 @@ HOSTILE_ERROR = "provider said \x1b]0;pwned\x07 no"
 def failed_run(engine: Engine, store: PostgresStore) -> str:
     """A run of the ``five`` agent (tests/agents.py) that failed before its first step."""
     run = engine.start("five")
-    claim = store.claim(run.id, "worker-x", 30)
+    claim = try_claim(store, run.id, "worker-x", 30)
     assert claim is not None
     store.settle(
         Fence(run.id, "worker-x", claim.epoch),
@@ -79,7 +79,7 @@ def test_show_and_runs_show_a_retry_wait(
     cli_env: dict[str, str], engine: Engine, pg_store: PostgresStore
 ) -> None:
     run = engine.start("five")
-    claim = pg_store.claim(run.id, "worker-x", 30)
+    claim = try_claim(pg_store, run.id, "worker-x", 30)
     assert claim is not None
     now = utcnow()
     wait = RetryWait(attempts=3, since=now, error=HOSTILE_ERROR, at=now + timedelta(minutes=2))

@@ -19,16 +19,16 @@ from werkzeug.test import TestResponse
 from runner import Engine
 from runner.console.accounts import Accounts, add_account
 from store.config import Settings
-from store.memory import MemoryStore
+from store.postgres import PostgresStore
 from tests.examples.conftest import CONSOLE_PASSWORD as PASSWORD
 
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 
 
 @pytest.fixture
-def engine(settings: Settings) -> Iterator[Engine]:
+def engine(pg_store: PostgresStore, settings: Settings) -> Iterator[Engine]:
     # Signing in never reaches the engine.
-    made = Engine(MemoryStore(), settings=settings, enqueue=None)
+    made = Engine(pg_store, settings=settings, enqueue=None)
     yield made
     made.close()
 

@@ -1,5 +1,5 @@
 """The live run feed of both example apps (runner/sse.py), through Flask's and
-Django's test clients, on both stores: ``GET /runs/<id>/events`` (Server-Sent
+Django's test clients: ``GET /runs/<id>/events`` (Server-Sent
 Events, without tool input). The page that follows a run is the console's
 (tests/console).
 

@@ -26,7 +26,7 @@ from store.leases import Leases
 from store.models import Decision, RunStatus, StepKind, utcnow
 from store.postgres import PostgresStore
 from tests.agents import lookup
-from tests.helpers import AnyStore, expire_approval, force_status, snapshot
+from tests.helpers import expire_approval, force_status, snapshot
 
 
 def unique(prefix: str) -> str:
@@ -71,11 +71,9 @@ def queued() -> list[str]:
 
 @pytest.fixture
 def approvals_engine(
-    engine_store: tuple[AnyStore, Leases | None], settings: Settings, queued: list[str]
+    pg_store: PostgresStore, leases: Leases, settings: Settings, queued: list[str]
 ) -> Iterator[Engine]:
-    """On both stores (see ``engine_store`` in tests/conftest.py)."""
-    store, leases = engine_store
-    made = Engine(store, leases=leases, settings=settings, enqueue=queued.append)
+    made = Engine(pg_store, leases=leases, settings=settings, enqueue=queued.append)
     yield made
     made.close()
 
@@ -319,8 +317,8 @@ def test_executing_a_waiting_run_makes_no_model_call(approvals_engine: Engine) -
     assert model.call_count == 1
 
 
-# Postgres only: the property under test is FOR UPDATE SKIP LOCKED between two
-# processes' ticks, and the Redis tick lock; the in-memory store has neither.
+# The property under test is FOR UPDATE SKIP LOCKED between two processes'
+# ticks, and the Redis tick lock.
 @pytest.mark.parametrize("with_lock", [True, False])
 def test_concurrent_ticks_send_each_notification_once(
     pg_store: PostgresStore, leases: Leases, settings: Settings, with_lock: bool

@@ -8,7 +8,7 @@ from functools import partial
 
 from store.models import Claim, Fence, Outcome, RunStatus
 from store.postgres import PostgresStore
-from tests.helpers import new_run
+from tests.helpers import new_run, try_claim
 
 ROUNDS = 200
 
@@ -33,7 +33,7 @@ def test_two_threads_claiming_one_run(pg_store: PostgresStore) -> None:
     for _ in range(ROUNDS):
         run, _ = pg_store.create_run(new_run())
         run_id = run.id
-        results = _race([partial(pg_store.claim, run_id, owner, 30) for owner in ("a", "b")])
+        results = _race([partial(try_claim, pg_store, run_id, owner, 30) for owner in ("a", "b")])
         winners = [r for r in results if r is not None]
         assert len(winners) == 1, results
         assert winners[0].epoch == 1
@@ -46,7 +46,10 @@ def test_two_runs_sharing_a_key_one_runs_the_other_waits_fifo(pg_store: Postgres
         older, _ = pg_store.create_run(new_run(key=key))
         newer, _ = pg_store.create_run(new_run(key=key))
         results = _race(
-            [partial(pg_store.claim, newer.id, "b", 30), partial(pg_store.claim, older.id, "a", 30)]
+            [
+                partial(try_claim, pg_store, newer.id, "b", 30),
+                partial(try_claim, pg_store, older.id, "a", 30),
+            ]
         )
         # Only the older run may hold the key; the newer one waits its turn.
         assert results[0] is None and results[1] is not None, results
@@ -55,4 +58,4 @@ def test_two_runs_sharing_a_key_one_runs_the_other_waits_fifo(pg_store: Postgres
             Fence(older.id, "a", results[1].epoch), Outcome(RunStatus.COMPLETED)
         )
         assert settled.next_in_key == newer.id
-        assert pg_store.claim(newer.id, "b", 30) is not None
+        assert try_claim(pg_store, newer.id, "b", 30) is not None

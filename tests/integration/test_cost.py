@@ -1,5 +1,5 @@
 """Cost from litellm's cost map, and ``Budget(max_cost_usd=...)`` (issue 13,
-acceptance 5), on both stores. A scripted model priced at 1e-5 USD per input
+acceptance 5). A scripted model priced at 1e-5 USD per input
 token and 2e-5 per output token, answering with 1000 + 500 tokens, costs
 exactly 0.02 USD a step."""
 

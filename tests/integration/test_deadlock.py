@@ -16,7 +16,7 @@ from store.config import Settings
 from store.db import make_engine
 from store.models import Decision, Fence, RunStatus
 from store.postgres import PostgresStore
-from tests.helpers import approval, commit, msg, new_run
+from tests.helpers import approval, commit, msg, new_run, try_claim
 
 RUNS = 60
 APPROVALS = 3  # per run: three responders and one canceller race on each run
@@ -31,7 +31,7 @@ def wide_store(database_url: str) -> Iterator[PostgresStore]:
 
 def _waiting_run(store: PostgresStore) -> tuple[str, list[str]]:
     run, _ = store.create_run(new_run())
-    claim = store.claim(run.id, "w", 30)
+    claim = try_claim(store, run.id, "w", 30)
     assert claim is not None
     approvals = [approval(f"c{i}") for i in range(APPROVALS)]
     store.commit_step(

@@ -1,4 +1,4 @@
-"""Durable retries of a failing model step (runner/retry.py), on both stores.
+"""Durable retries of a failing model step (runner/retry.py).
 
 A transient provider failure that outlasts the in-call retries does not fail
 the run and does not keep the execution: the run goes back to ``queued`` with

@@ -312,10 +312,9 @@ def test_cancel_while_tools_run_records_them_first(engine: Engine) -> None:
     assert model.call_count == 1
 
 
-def test_takeover_fences_out_the_old_execution(pg_engine: Engine, pg_store: Any) -> None:
-    # Postgres and Redis only: the takeover is staged by expiring the claim with
-    # SQL and deleting the Redis lease, as a dead owner would leave them.
-    engine = pg_engine
+def test_takeover_fences_out_the_old_execution(engine: Engine, pg_store: Any) -> None:
+    # The takeover is staged by expiring the claim with SQL and deleting the
+    # Redis lease, as a dead owner would leave them.
     name = unique("takeover")
     errors: list[BaseException] = []
 

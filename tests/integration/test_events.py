@@ -1,6 +1,5 @@
-"""The run-event feed in one process, on both stores: Postgres with Redis
-(wake-ups through pub/sub) and the memory store (wake-ups in process).
-Real workers, takeovers and SSE are in tests/e2e/test_live.py."""
+"""The run-event feed in one process: Postgres, with wake-ups through Redis
+pub/sub. Real workers, takeovers and SSE are in tests/e2e/test_live.py."""
 
 from __future__ import annotations
 
@@ -232,16 +231,16 @@ def test_a_missed_wake_up_is_caught_by_the_resync(
     assert durable(got) == durable(engine.store.events(run_id))
 
 
-def test_a_reader_catches_up_after_redis_drops_its_subscription(pg_engine: Engine) -> None:
-    run_id, reader, got = _follow_waiting(pg_engine)
-    _decide_quietly(pg_engine, run_id)  # committed while nobody would hear it
-    assert pg_engine.leases is not None
-    killed = pg_engine.leases.redis.client_kill_filter(_type="pubsub")
+def test_a_reader_catches_up_after_redis_drops_its_subscription(engine: Engine) -> None:
+    run_id, reader, got = _follow_waiting(engine)
+    _decide_quietly(engine, run_id)  # committed while nobody would hear it
+    assert engine.leases is not None
+    killed = engine.leases.redis.client_kill_filter(_type="pubsub")
     assert killed >= 1
     reader.join(10)  # long before the 15 s resync: the reconnect made it read
     assert not reader.is_alive()
     assert got[-1].status is RunStatus.QUEUED
-    assert durable(got) == durable(pg_engine.store.events(run_id))
+    assert durable(got) == durable(engine.store.events(run_id))
 
 
 def test_wait_for_uses_the_default_engine(engine: Engine) -> None:

@@ -1,5 +1,5 @@
 """Hostile triggers at the front door: ``Engine.start`` and ``create_run``
-answer each with one clear InvalidInput and write nothing, on both stores."""
+answer each with one clear InvalidInput and write nothing."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from runner import Engine
 from store.config import Settings
 from store.errors import InvalidInput, PayloadTooLarge
 from store.models import NewRun, RunStatus, TriggerEnvelope
+from store.postgres import PostgresStore
 from store.validate import MAX_AGENT_CHARS, MAX_DEPTH, MAX_ID_CHARS
-from tests.helpers import AnyStore, snapshot
+from tests.helpers import snapshot
 
 LIMIT = 4096
 
@@ -81,10 +82,10 @@ def envelope(**fields: Any) -> TriggerEnvelope:
 
 
 @pytest.fixture
-def engine(any_store: AnyStore) -> Engine:
-    any_store.max_payload_bytes = LIMIT
+def engine(pg_store: PostgresStore) -> Engine:
+    pg_store.max_payload_bytes = LIMIT
     return Engine(
-        any_store, settings=Settings(secret_key="test:test-secret-for-runwright-tests-only")
+        pg_store, settings=Settings(secret_key="test:test-secret-for-runwright-tests-only")
     )
 
 
@@ -101,13 +102,13 @@ def test_start_refuses_hostile_triggers_and_writes_nothing(
 
 @pytest.mark.parametrize(("label", "fields", "message"), HOSTILE, ids=[h[0] for h in HOSTILE])
 def test_create_run_refuses_hostile_triggers_and_writes_nothing(
-    any_store: AnyStore, label: str, fields: dict[str, Any], message: str
+    pg_store: PostgresStore, label: str, fields: dict[str, Any], message: str
 ) -> None:
-    any_store.max_payload_bytes = LIMIT
-    before = snapshot(any_store)
+    pg_store.max_payload_bytes = LIMIT
+    before = snapshot(pg_store)
     with pytest.raises(InvalidInput, match=message):
-        any_store.create_run(NewRun(agent="five", trigger=envelope(**fields)))
-    assert snapshot(any_store) == before
+        pg_store.create_run(NewRun(agent="five", trigger=envelope(**fields)))
+    assert snapshot(pg_store) == before
 
 
 @pytest.mark.parametrize(
@@ -123,12 +124,12 @@ def test_create_run_refuses_hostile_triggers_and_writes_nothing(
     ids=["source", "trigger", "id", "thread", "key value", "key name"],
 )
 def test_create_run_refuses_bytes_in_text_fields(
-    any_store: AnyStore, fields: dict[str, Any]
+    pg_store: PostgresStore, fields: dict[str, Any]
 ) -> None:
-    before = snapshot(any_store)
+    before = snapshot(pg_store)
     with pytest.raises(InvalidInput, match="bytes"):
-        any_store.create_run(NewRun(agent="five", trigger=envelope(**fields)))
-    assert snapshot(any_store) == before
+        pg_store.create_run(NewRun(agent="five", trigger=envelope(**fields)))
+    assert snapshot(pg_store) == before
 
 
 def test_start_refuses_non_utf8_bytes_in_text_fields(engine: Engine) -> None:
@@ -139,21 +140,21 @@ def test_start_refuses_non_utf8_bytes_in_text_fields(engine: Engine) -> None:
     assert snapshot(engine.store) == before  # type: ignore[arg-type]
 
 
-def test_refusals_name_no_driver_and_concurrency_keys_are_bounded(any_store: AnyStore) -> None:
+def test_refusals_name_no_driver_and_concurrency_keys_are_bounded(pg_store: PostgresStore) -> None:
     long_key = "k" * 20_000
     with pytest.raises(InvalidInput, match="concurrency key is 20000 characters"):
-        any_store.create_run(NewRun(agent="five", trigger=envelope(), concurrency_key=long_key))
+        pg_store.create_run(NewRun(agent="five", trigger=envelope(), concurrency_key=long_key))
     with pytest.raises(InvalidInput, match="agent name"):
-        any_store.create_run(NewRun(agent="a" * (MAX_AGENT_CHARS + 1), trigger=envelope()))
+        pg_store.create_run(NewRun(agent="a" * (MAX_AGENT_CHARS + 1), trigger=envelope()))
     with pytest.raises(InvalidInput, match="agent name contains a NUL"):
-        any_store.create_run(NewRun(agent="fi\x00ve", trigger=envelope()))
+        pg_store.create_run(NewRun(agent="fi\x00ve", trigger=envelope()))
 
 
-def test_the_largest_accepted_values_are_stored(any_store: AnyStore) -> None:
+def test_the_largest_accepted_values_are_stored(pg_store: PostgresStore) -> None:
     """At every limit, with four-byte characters, Postgres stores and indexes the run."""
     wide = "\U0001f600"
     thread = wide * MAX_ID_CHARS
-    run, created = any_store.create_run(
+    run, created = pg_store.create_run(
         NewRun(
             agent=wide * MAX_AGENT_CHARS,
             trigger=TriggerEnvelope(
@@ -163,7 +164,7 @@ def test_the_largest_accepted_values_are_stored(any_store: AnyStore) -> None:
         )
     )
     assert created and run.status is RunStatus.QUEUED
-    stored = any_store.get_run(run.id)
+    stored = pg_store.get_run(run.id)
     assert stored.trigger.payload == nested(MAX_DEPTH) and stored.thread == thread
 
 
@@ -177,9 +178,11 @@ def test_the_largest_accepted_values_are_stored(any_store: AnyStore) -> None:
     ],
     ids=["source", "keys", "together", "shared payload"],
 )
-def test_oversized_parts_are_payload_too_large(any_store: AnyStore, fields: dict[str, Any]) -> None:
-    any_store.max_payload_bytes = LIMIT
-    before = snapshot(any_store)
+def test_oversized_parts_are_payload_too_large(
+    pg_store: PostgresStore, fields: dict[str, Any]
+) -> None:
+    pg_store.max_payload_bytes = LIMIT
+    before = snapshot(pg_store)
     with pytest.raises(PayloadTooLarge):
-        any_store.create_run(NewRun(agent="five", trigger=envelope(**fields)))
-    assert snapshot(any_store) == before
+        pg_store.create_run(NewRun(agent="five", trigger=envelope(**fields)))
+    assert snapshot(pg_store) == before

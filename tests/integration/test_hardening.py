@@ -34,7 +34,7 @@ from store.models import (
 )
 from store.postgres import PostgresStore
 from tests.agents import charge, lookup, read_effect_log
-from tests.helpers import run_in_thread, unique, wait_for
+from tests.helpers import run_in_thread, try_claim, unique, wait_for
 from tests.provider import Provider, answer
 from tests.provider import tool_calls as calls
 
@@ -332,9 +332,9 @@ def test_a_failure_whose_message_cannot_be_stored_still_settles(engine: Engine) 
 def test_driver_statements_never_land_in_the_error(pg_store: PostgresStore, value: Any) -> None:
     # A value no sanitizer saw reaches the caller as one clear error, without
     # the SQL text or its parameters; a failure's own text is always storable.
-    # Postgres only: the refusal under test is the driver's.
+    # The refusal under test is the driver's.
     run, _ = pg_store.create_run(NewRun(agent=_agent_for_refusal(), trigger=TriggerEnvelope()))
-    claim = pg_store.claim(run.id, "me", 30)
+    claim = try_claim(pg_store, run.id, "me", 30)
     assert claim is not None
     fence = Fence(run.id, "me", claim.epoch)
     with pytest.raises(StoreRefused) as raised:
@@ -394,8 +394,7 @@ def approval_agent(prefix: str, notifier: Callable[[ApprovalRequest], Any] | Non
     return name
 
 
-# Postgres and Redis only: a dropped resume is a claim refused because the
-# Redis lease is still held, which the in-memory store has no notion of.
+# A dropped resume is a claim refused because the Redis lease is still held.
 
 
 def test_a_decision_during_the_notifier_resumes_the_run_before_the_notifier_returns(

@@ -1,6 +1,6 @@
 """What the console is built on (issue 15): the approvals inbox with what an
 approver needs to judge, decisions that record who made them, and run
-listings that page and count. On both stores."""
+listings that page and count."""
 
 from __future__ import annotations
 

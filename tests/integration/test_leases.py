@@ -52,8 +52,10 @@ def test_heartbeat_recreates_a_lost_lease_only_for_the_postgres_owner(
 ) -> None:
     claims = Claims(pg_store, leases, ttl_seconds=30)
     run, _ = pg_store.create_run(new_run())
-    fence = claims.acquire(run.id, "worker-a")
-    assert fence is not None and fence.epoch == 1
+    claimed = claims.acquire_run(run.id, "worker-a")
+    assert isinstance(claimed, tuple)
+    fence, _ = claimed
+    assert fence.epoch == 1
     assert leases.holder(run.id) == Holder("worker-a", 1)
 
     leases.redis.flushdb()  # this test's own database: the lease key is gone
@@ -74,8 +76,9 @@ def test_check_fails_fast_on_a_newer_epoch_and_defers_otherwise(
 ) -> None:
     claims = Claims(pg_store, leases, ttl_seconds=30)
     run, _ = pg_store.create_run(new_run())
-    fence = claims.acquire(run.id, "worker-a")
-    assert fence is not None
+    claimed = claims.acquire_run(run.id, "worker-a")
+    assert isinstance(claimed, tuple)
+    fence, _ = claimed
     claims.check(fence)
     leases.redis.delete(lease_key(run.id))
     claims.check(fence)  # missing key: Postgres decides
@@ -91,10 +94,11 @@ def test_failed_postgres_claim_releases_the_pending_lease(
 ) -> None:
     claims = Claims(pg_store, leases, ttl_seconds=30)
     run, _ = pg_store.create_run(new_run())
-    owner = claims.acquire(run.id, "worker-a")
-    assert owner is not None
+    claimed = claims.acquire_run(run.id, "worker-a")
+    assert isinstance(claimed, tuple)
+    owner, _ = claimed
     leases.redis.flushdb()  # e.g. a Redis restart: a duplicate can SET NX again
-    assert claims.acquire(run.id, "worker-b") is None  # Postgres refuses
+    assert claims.acquire_run(run.id, "worker-b") is None  # Postgres refuses
     assert leases.holder(run.id) is None  # and the duplicate cleaned up after itself
     assert pg_store.get_run(run.id).status is RunStatus.RUNNING
     claims.release(owner)

@@ -29,8 +29,9 @@ def test_local_stack_round_trip(tmp_path: Path) -> None:
         client = redis.Redis.from_url(urls.redis_url)
         claims = Claims(store, Leases(client), ttl_seconds=15)
         run, _ = store.create_run(new_run())
-        fence = claims.acquire(run.id, "local-worker")
-        assert fence is not None
+        claimed = claims.acquire_run(run.id, "local-worker")
+        assert isinstance(claimed, tuple)
+        fence, _ = claimed
         store.commit_step(
             fence, commit(1, 0, [msg(0), msg(1)], outcome=Outcome(RunStatus.COMPLETED, "ok"))
         )

@@ -13,6 +13,7 @@ from alembic.migration import MigrationContext
 from store.migrate import downgrade, upgrade
 from store.postgres import PostgresStore
 from store.schema import metadata
+from tests.helpers import try_claim
 from tests.services import Services
 
 CATALOG = {
@@ -128,7 +129,7 @@ def test_upgrade_from_0001_keeps_runs_in_flight_claimable(empty_databases: tuple
         engine.dispose()
     store = PostgresStore.from_url(url)
     try:
-        claim = store.claim(str(row.id), "new-worker", 30, max_takeovers=5)
+        claim = try_claim(store, str(row.id), "new-worker", 30, max_takeovers=5)
         assert claim is not None and claim.epoch == 5
     finally:
         store.close()

@@ -1,4 +1,4 @@
-"""OpenTelemetry spans of runs, in process, on both stores: the tree from the
+"""OpenTelemetry spans of runs, in process: the tree from the
 caller's request span through the executions, steps, model and tool calls;
 the GenAI attributes; approval, retry and failure on the spans; no content
 unless asked. Spans go to an in-memory exporter of a provider of the test's
@@ -30,7 +30,7 @@ from store.config import Settings
 from store.leases import Leases, lease_key
 from store.models import Fence, Run, RunStatus, StepKind, TriggerEnvelope, Usage, utcnow
 from store.postgres import PostgresStore
-from tests.helpers import AnyStore, run_in_thread, wait_for
+from tests.helpers import run_in_thread, wait_for
 
 
 @dataclasses.dataclass
@@ -50,7 +50,7 @@ class Traced:
 
 
 def make_traced(
-    store: AnyStore, leases: Leases | None, settings: Settings, **engine_args: Any
+    store: PostgresStore, leases: Leases, settings: Settings, **engine_args: Any
 ) -> Traced:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
@@ -68,21 +68,17 @@ def make_traced(
 
 
 @pytest.fixture
-def traced(engine_store: tuple[AnyStore, Leases | None], settings: Settings) -> Iterator[Traced]:
-    store, leases = engine_store
-    made = make_traced(store, leases, dataclasses.replace(settings, otel=True), model_retries=0)
+def traced(pg_store: PostgresStore, leases: Leases, settings: Settings) -> Iterator[Traced]:
+    made = make_traced(pg_store, leases, dataclasses.replace(settings, otel=True), model_retries=0)
     yield made
     made.engine.close()
     made.provider.shutdown()
 
 
 @pytest.fixture
-def traced_content(
-    engine_store: tuple[AnyStore, Leases | None], settings: Settings
-) -> Iterator[Traced]:
-    store, leases = engine_store
+def traced_content(pg_store: PostgresStore, leases: Leases, settings: Settings) -> Iterator[Traced]:
     made = make_traced(
-        store, leases, dataclasses.replace(settings, otel=True, otel_capture_content=True)
+        pg_store, leases, dataclasses.replace(settings, otel=True, otel_capture_content=True)
     )
     yield made
     made.engine.close()
@@ -389,9 +385,9 @@ def test_a_run_started_outside_any_trace_roots_its_own(traced: Traced) -> None:
 def test_a_takeover_in_one_process_keeps_each_executions_spans_apart(
     pg_traced: Traced, pg_store: PostgresStore, leases: Leases
 ) -> None:
-    # Postgres and Redis only: the takeover is staged by expiring the claim
-    # with SQL and deleting the lease, as a dead owner would leave them. Both
-    # executions are tasks on this process's loop, at the same time.
+    # The takeover is staged by expiring the claim with SQL and deleting the
+    # lease, as a dead owner would leave them. Both executions are tasks on
+    # this process's loop, at the same time.
     traced = pg_traced
     engine = traced.engine
     name = f"otel-takeover-{uuid.uuid4().hex[:8]}"

@@ -17,13 +17,6 @@ from store.models import EffectStatus, RunStatus, StepKind, Usage, utcnow
 from tests.agents import read_effect_log
 
 
-@pytest.fixture
-def engine(pg_engine: Engine) -> Engine:
-    """Other processes (the CLI, executors that get killed) share these runs
-    through Postgres and Redis, so this module runs on them only."""
-    return pg_engine
-
-
 def execute_in_process(
     run_id: str, env: dict[str, str], faults: str = ""
 ) -> subprocess.CompletedProcess[str]:

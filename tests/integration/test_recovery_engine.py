@@ -1,5 +1,5 @@
-"""``Engine.retry``, ``Engine.fork`` and ``Engine.attempts`` on both stores:
-what a retried or forked run sends to its model and runs of its tools."""
+"""``Engine.retry``, ``Engine.fork`` and ``Engine.attempts``: what a retried
+or forked run sends to its model and runs of its tools."""
 
 from __future__ import annotations
 

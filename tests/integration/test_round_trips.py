@@ -43,12 +43,12 @@ def _cost(engine: Engine, store: PostgresStore, agent: str, steps: int) -> tuple
 
 
 def test_a_plain_tool_step_is_two_commits_of_one_statement_each(
-    pg_engine: Engine, pg_store: PostgresStore
+    engine: Engine, pg_store: PostgresStore
 ) -> None:
     agent = _agent()
-    _cost(pg_engine, pg_store, agent, 2)  # warm: the first execution prepares and imports
-    short_commits, short_statements = _cost(pg_engine, pg_store, agent, 5)
-    long_commits, long_statements = _cost(pg_engine, pg_store, agent, 30)
+    _cost(engine, pg_store, agent, 2)  # warm: the first execution prepares and imports
+    short_commits, short_statements = _cost(engine, pg_store, agent, 5)
+    long_commits, long_statements = _cost(engine, pg_store, agent, 30)
     # The difference is 25 steps of the hot path alone (claim, start and
     # settle are the same in both runs).
     assert (long_commits - short_commits) / 25 == 2

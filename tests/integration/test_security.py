@@ -1,6 +1,5 @@
 """Issue 9, security items: forged tokens from a base64 key, a removed signing
-key stopping tick(), malformed tokens, ids and reasons (on Postgres and, where
-the rule is the store's, on the in-memory store too)."""
+key stopping tick(), malformed tokens, ids and reasons."""
 
 from __future__ import annotations
 
@@ -37,10 +36,9 @@ from runner.notifiers import sign, verify_signature
 from runner.testing import Request, ScriptedModel, call, text, tools
 from store.config import Settings
 from store.leases import Leases
-from store.memory import MemoryStore
 from store.models import Decision, utcnow
 from store.postgres import PostgresStore
-from tests.helpers import AnyStore, new_run, snapshot
+from tests.helpers import new_run, snapshot, try_claim
 
 OLD_KEY = "old:" + "o" * 40
 NEW_KEY = "new:" + "n" * 40
@@ -105,21 +103,7 @@ def queued() -> list[str]:
     return []
 
 
-@pytest.fixture(params=["postgres", "memory"])
-def store(request: pytest.FixtureRequest) -> AnyStore:
-    if request.param == "memory":
-        return MemoryStore()
-    pg: PostgresStore = request.getfixturevalue("pg_store")
-    return pg
-
-
-def make_engine(
-    store: AnyStore, request: pytest.FixtureRequest, secret_key: str, queued: list[str]
-) -> Engine:
-    # Leases only with Postgres: the in-memory store runs without Redis.
-    leases: Leases | None = (
-        request.getfixturevalue("leases") if isinstance(store, PostgresStore) else None
-    )
+def make_engine(store: PostgresStore, leases: Leases, secret_key: str, queued: list[str]) -> Engine:
     return Engine(
         store,
         leases=leases,
@@ -129,11 +113,11 @@ def make_engine(
 
 
 @pytest.fixture
-def engine_for(store: AnyStore, request: pytest.FixtureRequest, queued: list[str]) -> Iterator[Any]:
+def engine_for(pg_store: PostgresStore, leases: Leases, queued: list[str]) -> Iterator[Any]:
     made: list[Engine] = []
 
     def build(secret_key: str) -> Engine:
-        made.append(make_engine(store, request, secret_key, queued))
+        made.append(make_engine(pg_store, leases, secret_key, queued))
         return made[-1]
 
     yield build
@@ -154,19 +138,19 @@ def waiting_approval(engine: Engine, name: str) -> tuple[str, str]:
 
 
 def test_a_token_forged_from_base64_padding_no_longer_verifies(
-    engine_for: Any, store: AnyStore
+    engine_for: Any, pg_store: PostgresStore
 ) -> None:
     engine = engine_for(padded_base64_key())
     refunds: list[int] = []
     run_id, approval_id = waiting_approval(engine, refund_agent(refunds=refunds))
-    before = snapshot(store)
+    before = snapshot(pg_store)
 
     with pytest.raises(ApprovalError, match="not valid"):
         engine.check_token(approval_id, forged_token(approval_id))
     with pytest.raises(ApprovalError, match="not valid"):
         engine.respond(approval_id, True, token=forged_token(approval_id))
 
-    assert snapshot(store) == before
+    assert snapshot(pg_store) == before
     engine.respond(approval_id, False, "no", token=engine.token(approval_id))
     done = engine.execute(run_id)
     assert done is not None and done.status is RunStatus.COMPLETED and refunds == []
@@ -269,7 +253,7 @@ def test_the_flask_example_answers_malformed_tokens_and_ids_with_one_refusal(
 
 
 def test_a_removed_signing_key_does_not_stop_tick(
-    engine_for: Any, store: AnyStore, queued: list[str]
+    engine_for: Any, pg_store: PostgresStore, queued: list[str]
 ) -> None:
     # An approval signed with "old", whose first notification failed.
     signed_old = engine_for(OLD_KEY)
@@ -281,9 +265,9 @@ def test_a_removed_signing_key_does_not_stop_tick(
     # approval that expires, a run whose worker died, a run whose message was lost.
     engine = engine_for(NEW_KEY)
     expiring_run, _ = waiting_approval(engine, refund_agent(policy=ApprovalPolicy(expires_in=60)))
-    lapsed, _ = store.create_run(new_run(agent="security-lapsed"))
-    assert store.claim(lapsed.id, "dead-worker", 1) is not None
-    lost, _ = store.create_run(new_run(agent="security-lost"))
+    lapsed, _ = pg_store.create_run(new_run(agent="security-lapsed"))
+    assert try_claim(pg_store, lapsed.id, "dead-worker", 1) is not None
+    lost, _ = pg_store.create_run(new_run(agent="security-lost"))
     queued.clear()
 
     report = engine.tick(now=utcnow() + timedelta(seconds=120))
@@ -308,18 +292,18 @@ def test_a_removed_signing_key_does_not_stop_tick(
 
 
 def test_a_failing_tick_job_does_not_stop_the_others(
-    engine_for: Any, store: AnyStore, queued: list[str], monkeypatch: pytest.MonkeyPatch
+    engine_for: Any, pg_store: PostgresStore, queued: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     engine = engine_for(NEW_KEY)
-    lapsed, _ = store.create_run(new_run(agent="security-lapsed"))
-    assert store.claim(lapsed.id, "dead-worker", 1) is not None
-    lost, _ = store.create_run(new_run(agent="security-lost"))
+    lapsed, _ = pg_store.create_run(new_run(agent="security-lapsed"))
+    assert try_claim(pg_store, lapsed.id, "dead-worker", 1) is not None
+    lost, _ = pg_store.create_run(new_run(agent="security-lost"))
 
     def outage(*args: Any, **kwargs: Any) -> Any:
         raise StoreUnavailable("the database went away during this query")
 
     # One job's query fails; a store outage is the realistic cause.
-    monkeypatch.setattr(store, "expired_approvals", outage)
+    monkeypatch.setattr(pg_store, "expired_approvals", outage)
     report = engine.tick(now=utcnow() + timedelta(seconds=120))
 
     assert report.failed_jobs == ["expire_waits"]
@@ -330,17 +314,19 @@ def test_a_failing_tick_job_does_not_stop_the_others(
 # ------------------------------------------- 3 and 15. malformed input
 
 
-def test_malformed_tokens_are_refused_not_type_errors(engine_for: Any, store: AnyStore) -> None:
+def test_malformed_tokens_are_refused_not_type_errors(
+    engine_for: Any, pg_store: PostgresStore
+) -> None:
     engine = engine_for(NEW_KEY)
     _, approval_id = waiting_approval(engine, refund_agent())
     genuine = engine.token(approval_id)
-    before = snapshot(store)
+    before = snapshot(pg_store)
     for bad in ["é" * 43, "ü" + genuine[1:], "\ud800" * 43, "\x00" * 43, "x" * 100_000]:
         with pytest.raises(ApprovalError, match="not valid"):
             engine.check_token(approval_id, bad)
         with pytest.raises(ApprovalError, match="not valid"):
             engine.respond(approval_id, True, token=bad)
-    assert snapshot(store) == before
+    assert snapshot(pg_store) == before
 
 
 def odd_spellings(approval_id: str) -> list[str]:
@@ -361,12 +347,12 @@ def odd_spellings(approval_id: str) -> list[str]:
 
 
 def test_an_odd_approval_id_is_an_approval_error_that_changes_nothing(
-    engine_for: Any, store: AnyStore
+    engine_for: Any, pg_store: PostgresStore
 ) -> None:
     engine = engine_for(NEW_KEY)
     run_id, approval_id = waiting_approval(engine, refund_agent())
     token = engine.token(approval_id)
-    before = snapshot(store)
+    before = snapshot(pg_store)
 
     for odd in odd_spellings(approval_id):
         for attempt in (
@@ -379,14 +365,14 @@ def test_an_odd_approval_id_is_an_approval_error_that_changes_nothing(
                 attempt()
             assert len(raised.value.message) < 150  # a 20 KB id is not echoed back
 
-    assert snapshot(store) == before
+    assert snapshot(pg_store) == before
     assert engine.get_run(run_id).status is RunStatus.WAITING
 
 
-def test_an_odd_run_id_is_run_not_found(engine_for: Any, store: AnyStore) -> None:
+def test_an_odd_run_id_is_run_not_found(engine_for: Any, pg_store: PostgresStore) -> None:
     engine = engine_for(NEW_KEY)
-    run, _ = store.create_run(new_run(agent="security-odd-id"))
-    before = snapshot(store)
+    run, _ = pg_store.create_run(new_run(agent="security-odd-id"))
+    before = snapshot(pg_store)
     for odd in odd_spellings(run.id):
         for read in (
             engine.get_run,
@@ -398,7 +384,7 @@ def test_an_odd_run_id_is_run_not_found(engine_for: Any, store: AnyStore) -> Non
             with pytest.raises(RunNotFound, match="no run with id") as raised:
                 read(odd)
             assert len(raised.value.message) < 150
-    assert snapshot(store) == before
+    assert snapshot(pg_store) == before
     assert engine.get_run(run.id).status is RunStatus.QUEUED
 
 
@@ -413,19 +399,19 @@ def test_an_odd_run_id_is_run_not_found(engine_for: Any, store: AnyStore) -> Non
     ],
 )
 def test_a_reason_postgres_cannot_store_is_one_clear_error_that_writes_nothing(
-    engine_for: Any, store: AnyStore, reason: str, message: str
+    engine_for: Any, pg_store: PostgresStore, reason: str, message: str
 ) -> None:
     engine = engine_for(NEW_KEY)
     refunds: list[int] = []
     run_id, approval_id = waiting_approval(engine, refund_agent(refunds=refunds))
-    before = snapshot(store)
+    before = snapshot(pg_store)
 
     with pytest.raises(ApprovalError, match=message):
         engine.respond(approval_id, False, reason, token=engine.token(approval_id))
     with pytest.raises(ApprovalError, match=message):
         engine.respond(approval_id, True, reason, trusted=True)
 
-    assert snapshot(store) == before
+    assert snapshot(pg_store) == before
     # A reason with other Unicode is fine, and the decision goes through.
     engine.respond(approval_id, True, "ok ✓ 😀", token=engine.token(approval_id))
     done = engine.execute(run_id)

@@ -1,9 +1,7 @@
-"""The store's contract, run on Postgres and on the in-memory store alike.
-
-Postgres runs it twice: with prepared statements (the default) and without
-(``RUNWRIGHT_DB_PREPARED=false``, for PgBouncer in transaction mode). Every
-call goes through a recorder, and the last test checks that each method of the
-``Store`` protocol returned normally at least once on every store.
+"""The store's contract, run twice: with prepared statements (the default)
+and without (``RUNWRIGHT_DB_PREPARED=false``, for PgBouncer in transaction
+mode). Every call goes through a recorder, and the last test checks that each
+method of the ``Store`` protocol returned normally at least once in each mode.
 """
 
 from __future__ import annotations
@@ -27,7 +25,6 @@ from store.errors import (
     PayloadTooLarge,
     RunNotFound,
 )
-from store.memory import MemoryStore
 from store.models import (
     Decision,
     EffectStatus,
@@ -43,7 +40,6 @@ from store.models import (
 )
 from store.postgres import PostgresStore
 from tests.helpers import (
-    AnyStore,
     approval,
     claimed,
     commit,
@@ -53,26 +49,23 @@ from tests.helpers import (
     new_run,
     snapshot,
     tool_record,
+    try_claim,
 )
 
-KINDS = ("memory", "postgres", "postgres-unprepared")
+KINDS = ("postgres", "postgres-unprepared")
 PROTOCOL_METHODS = sorted(
     name for name, value in vars(Store).items() if callable(value) and not name.startswith("_")
 )
-# Store kind -> the protocol methods that returned normally on it.
+# Mode -> the protocol methods that returned normally in it.
 SUCCEEDED: dict[str, set[str]] = {kind: set() for kind in KINDS}
 
 
 class Recording:
     """A store that records which protocol methods returned normally."""
 
-    def __init__(self, store: AnyStore, kind: str) -> None:
+    def __init__(self, store: PostgresStore, kind: str) -> None:
         object.__setattr__(self, "_store", store)
         object.__setattr__(self, "_kind", kind)
-
-    @property  # type: ignore[misc]
-    def __class__(self) -> type:  # isinstance() sees the store (tests.helpers.snapshot)
-        return type(self._store)
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._store, name)
@@ -91,13 +84,11 @@ class Recording:
 
 
 @pytest.fixture(params=KINDS)
-def any_store(request: pytest.FixtureRequest) -> Any:
-    """This module's own ``any_store``: the conftest's two stores, plus
-    Postgres without prepared statements, each behind a recorder."""
-    store: AnyStore
-    if request.param == "memory":
-        store = MemoryStore()
-    elif request.param == "postgres":
+def store(request: pytest.FixtureRequest) -> Any:
+    """This module's own store: the conftest's ``pg_store``, and one without
+    prepared statements, each behind a recorder."""
+    store: PostgresStore
+    if request.param == "postgres":
         store = request.getfixturevalue("pg_store")
     else:
         url = request.getfixturevalue("database_url")
@@ -106,142 +97,142 @@ def any_store(request: pytest.FixtureRequest) -> Any:
     return Recording(store, request.param)
 
 
-def test_create_is_idempotent_on_trigger_id_per_agent(any_store: AnyStore) -> None:
-    first, created = any_store.create_run(new_run(trigger_id="evt-1"))
-    again, created_again = any_store.create_run(new_run(trigger_id="evt-1"))
-    other_agent, created_other = any_store.create_run(new_run("other", trigger_id="evt-1"))
+def test_create_is_idempotent_on_trigger_id_per_agent(store: PostgresStore) -> None:
+    first, created = store.create_run(new_run(trigger_id="evt-1"))
+    again, created_again = store.create_run(new_run(trigger_id="evt-1"))
+    other_agent, created_other = store.create_run(new_run("other", trigger_id="evt-1"))
     assert created and not created_again and created_other
     assert again.id == first.id
     assert other_agent.id != first.id
     assert first.status is RunStatus.QUEUED
     assert first.trigger.payload == {"title": "App crashes on start"}
-    assert any_store.get_run(first.id).trigger == first.trigger
+    assert store.get_run(first.id).trigger == first.trigger
 
 
-def test_unknown_run_ids_raise_run_not_found(any_store: AnyStore) -> None:
+def test_unknown_run_ids_raise_run_not_found(store: PostgresStore) -> None:
     for bad in (str(uuid.uuid4()), "not-a-uuid", ""):
         with pytest.raises(RunNotFound, match="no run with id"):
-            any_store.get_run(bad)
+            store.get_run(bad)
         with pytest.raises(RunNotFound):
-            any_store.steps(bad)
+            store.steps(bad)
         with pytest.raises(RunNotFound):
-            any_store.request_cancel(bad)
+            store.request_cancel(bad)
         with pytest.raises(RunNotFound):
-            any_store.claim(bad, "w", 10)
+            try_claim(store, bad, "w", 10)
 
 
-def test_bad_input_changes_nothing(any_store: AnyStore) -> None:
-    any_store.max_payload_bytes = 1000
-    fence = claimed(any_store)
-    before = snapshot(any_store)
+def test_bad_input_changes_nothing(store: PostgresStore) -> None:
+    store.max_payload_bytes = 1000
+    fence = claimed(store)
+    before = snapshot(store)
     with pytest.raises(PayloadTooLarge, match="limit is 1000"):
-        any_store.create_run(new_run(payload={"blob": "x" * 2000}))
+        store.create_run(new_run(payload={"blob": "x" * 2000}))
     with pytest.raises(InvalidInput, match="not JSON"):
-        any_store.create_run(new_run(payload={"when": object()}))
+        store.create_run(new_run(payload={"when": object()}))
     with pytest.raises(InvalidTransition):
-        any_store.settle(fence, Outcome(RunStatus.QUEUED))
+        store.settle(fence, Outcome(RunStatus.QUEUED))
     with pytest.raises(InvalidTransition, match="not waiting"):
-        any_store.fail_waiting(fence.run_id, RunError("x", "y"))
+        store.fail_waiting(fence.run_id, RunError("x", "y"))
     with pytest.raises(RunNotFound):
-        any_store.get_run(str(uuid.uuid4()))
-    assert snapshot(any_store) == before
+        store.get_run(str(uuid.uuid4()))
+    assert snapshot(store) == before
 
 
-def test_claim_moves_to_running_and_raises_the_epoch(any_store: AnyStore) -> None:
-    run, _ = any_store.create_run(new_run())
-    claim = any_store.claim(run.id, "a", 30)
+def test_claim_moves_to_running_and_raises_the_epoch(store: PostgresStore) -> None:
+    run, _ = store.create_run(new_run())
+    claim = try_claim(store, run.id, "a", 30)
     assert claim is not None and claim.epoch == 1 and claim.owner == "a"
-    assert any_store.claim(run.id, "b", 30) is None  # claim still valid
-    running = any_store.get_run(run.id)
+    assert try_claim(store, run.id, "b", 30) is None  # claim still valid
+    running = store.get_run(run.id)
     assert running.status is RunStatus.RUNNING and running.claim == claim
     assert running.started_at is not None
-    any_store.settle(Fence(run.id, "a", 1), Outcome(RunStatus.INTERRUPTED))
-    interrupted = any_store.get_run(run.id)
+    store.settle(Fence(run.id, "a", 1), Outcome(RunStatus.INTERRUPTED))
+    interrupted = store.get_run(run.id)
     assert interrupted.status is RunStatus.INTERRUPTED and interrupted.claim is None
-    again = any_store.claim(run.id, "b", 30)
+    again = try_claim(store, run.id, "b", 30)
     assert again is not None and again.epoch == 2
 
 
-def test_expired_claim_is_taken_over_with_epoch_plus_one(any_store: AnyStore) -> None:
-    fence = claimed(any_store, ttl=0.05)
+def test_expired_claim_is_taken_over_with_epoch_plus_one(store: PostgresStore) -> None:
+    fence = claimed(store, ttl=0.05)
     time.sleep(0.15)
-    takeover = any_store.claim(fence.run_id, "worker-b", 30)
+    takeover = try_claim(store, fence.run_id, "worker-b", 30)
     assert takeover is not None and takeover.epoch == fence.epoch + 1
 
 
-def test_stale_owner_is_fenced_out_and_writes_nothing(any_store: AnyStore) -> None:
-    old = claimed(any_store, ttl=0.05)
-    any_store.record_llm_step(old, llm_record(1))
-    any_store.commit_step(old, commit(1, 0, [msg(0), msg(1)], tools=[tool_record(1, "c1")]))
-    any_store.begin_effect(old, "k1", "refund", {}, rerun_started=False)
+def test_stale_owner_is_fenced_out_and_writes_nothing(store: PostgresStore) -> None:
+    old = claimed(store, ttl=0.05)
+    store.record_llm_step(old, llm_record(1))
+    store.commit_step(old, commit(1, 0, [msg(0), msg(1)], tools=[tool_record(1, "c1")]))
+    store.begin_effect(old, "k1", "refund", {}, rerun_started=False)
     time.sleep(0.15)
-    new = any_store.claim(old.run_id, "worker-b", 30)
+    new = try_claim(store, old.run_id, "worker-b", 30)
     assert new is not None
-    before = snapshot(any_store)
+    before = snapshot(store)
     attempts = [
-        lambda: any_store.renew(old, 30),
-        lambda: any_store.record_llm_step(old, llm_record(2)),
-        lambda: any_store.commit_step(old, commit(2, 2, [msg(2)])),
-        lambda: any_store.commit_step(old, commit(2, 2, [msg(2)], approvals=[approval("c9")])),
-        lambda: any_store.settle(old, Outcome(RunStatus.COMPLETED, output="x")),
-        lambda: any_store.begin_effect(old, "k2", "refund", {}, rerun_started=False),
-        lambda: any_store.finish_effect(old, "k1", output="late"),
-        lambda: any_store.defer_missing_agent(old, 600),
+        lambda: store.renew(old, 30),
+        lambda: store.record_llm_step(old, llm_record(2)),
+        lambda: store.commit_step(old, commit(2, 2, [msg(2)])),
+        lambda: store.commit_step(old, commit(2, 2, [msg(2)], approvals=[approval("c9")])),
+        lambda: store.settle(old, Outcome(RunStatus.COMPLETED, output="x")),
+        lambda: store.begin_effect(old, "k2", "refund", {}, rerun_started=False),
+        lambda: store.finish_effect(old, "k1", output="late"),
+        lambda: store.defer_missing_agent(old, 600),
     ]
     for attempt in attempts:
         with pytest.raises(LeaseLostError, match="no longer claimed"):
             attempt()
-    assert snapshot(any_store) == before
+    assert snapshot(store) == before
     # The new owner's writes go through.
-    any_store.record_llm_step(Fence(old.run_id, "worker-b", new.epoch), llm_record(2))
+    store.record_llm_step(Fence(old.run_id, "worker-b", new.epoch), llm_record(2))
 
 
-def test_settled_run_refuses_writes(any_store: AnyStore) -> None:
-    fence = claimed(any_store)
-    settled = any_store.settle(fence, Outcome(RunStatus.COMPLETED, output={"answer": 42}))
+def test_settled_run_refuses_writes(store: PostgresStore) -> None:
+    fence = claimed(store)
+    settled = store.settle(fence, Outcome(RunStatus.COMPLETED, output={"answer": 42}))
     assert settled.run.status is RunStatus.COMPLETED
     assert settled.run.output == {"answer": 42}
     assert settled.run.finished_at is not None and settled.run.claim is None
-    before = snapshot(any_store)
+    before = snapshot(store)
     with pytest.raises(LeaseLostError):
-        any_store.record_llm_step(fence, llm_record(1))
+        store.record_llm_step(fence, llm_record(1))
     with pytest.raises(LeaseLostError):
-        any_store.commit_step(fence, commit(1, 0, [msg(0)]))
+        store.commit_step(fence, commit(1, 0, [msg(0)]))
     with pytest.raises(LeaseLostError):
-        any_store.settle(fence, Outcome(RunStatus.FAILED, error=RunError("x", "y")))
-    assert any_store.claim(fence.run_id, "other", 30) is None
-    assert snapshot(any_store) == before
+        store.settle(fence, Outcome(RunStatus.FAILED, error=RunError("x", "y")))
+    assert try_claim(store, fence.run_id, "other", 30) is None
+    assert snapshot(store) == before
 
 
-def test_llm_step_is_recorded_once_and_usage_counted_once(any_store: AnyStore) -> None:
-    fence = claimed(any_store)
-    assert any_store.record_llm_step(fence, llm_record(1, tokens=(100, 20)))
-    assert not any_store.record_llm_step(fence, llm_record(1, tokens=(100, 20)))
-    run = any_store.get_run(fence.run_id)
+def test_llm_step_is_recorded_once_and_usage_counted_once(store: PostgresStore) -> None:
+    fence = claimed(store)
+    assert store.record_llm_step(fence, llm_record(1, tokens=(100, 20)))
+    assert not store.record_llm_step(fence, llm_record(1, tokens=(100, 20)))
+    run = store.get_run(fence.run_id)
     assert run.usage == Usage(100, 20)
     assert run.steps_used == 1
-    step = any_store.llm_step(fence.run_id, 1)
+    step = store.llm_step(fence.run_id, 1)
     assert step is not None and step.kind is StepKind.LLM and step.usage == Usage(100, 20)
     assert step.output == {"role": "assistant", "content": "ok"}
-    assert any_store.llm_step(fence.run_id, 2) is None
+    assert store.llm_step(fence.run_id, 2) is None
 
 
-def test_checkpoint_append_replace_and_refuse(any_store: AnyStore) -> None:
-    fence = claimed(any_store)
+def test_checkpoint_append_replace_and_refuse(store: PostgresStore) -> None:
+    fence = claimed(store)
     history = [msg(i) for i in range(3)]
-    any_store.commit_step(fence, commit(1, 0, history, tools=[tool_record(1, "c1")]))
-    any_store.commit_step(fence, commit(2, 3, [msg(3), msg(4)]))
-    cp = any_store.checkpoint(fence.run_id)
+    store.commit_step(fence, commit(1, 0, history, tools=[tool_record(1, "c1")]))
+    store.commit_step(fence, commit(2, 3, [msg(3), msg(4)]))
+    cp = store.checkpoint(fence.run_id)
     assert cp is not None and cp.step_index == 2
     assert cp.messages == [msg(i) for i in range(5)]
 
     # Equal index replaces: truncate to the old count (3), then append.
-    any_store.commit_step(fence, commit(2, 3, [msg(30), msg(40), msg(50)]))
-    cp = any_store.checkpoint(fence.run_id)
+    store.commit_step(fence, commit(2, 3, [msg(30), msg(40), msg(50)]))
+    cp = store.checkpoint(fence.run_id)
     assert cp is not None and cp.step_index == 2
     assert cp.messages == [msg(0), msg(1), msg(2), msg(30), msg(40), msg(50)]
-    if not hasattr(any_store, "_messages"):
-        with any_store.engine.connect() as conn:
+    if not hasattr(store, "_messages"):
+        with store.engine.connect() as conn:
             import sqlalchemy as sa
 
             stored = conn.execute(
@@ -251,26 +242,26 @@ def test_checkpoint_append_replace_and_refuse(any_store: AnyStore) -> None:
 
     # A replace that shortens drops what lies past the new count; the next
     # step appends after it as usual.
-    any_store.commit_step(fence, commit(2, 1, [msg(10)]))
-    any_store.commit_step(fence, commit(3, 2, [msg(20)]))
-    cp = any_store.checkpoint(fence.run_id)
+    store.commit_step(fence, commit(2, 1, [msg(10)]))
+    store.commit_step(fence, commit(3, 2, [msg(20)]))
+    cp = store.checkpoint(fence.run_id)
     assert cp is not None and cp.step_index == 3
     assert cp.messages == [msg(0), msg(10), msg(20)]
 
-    before = snapshot(any_store)
+    before = snapshot(store)
     with pytest.raises(CheckpointConflict, match="refusing step 2"):
-        any_store.commit_step(fence, commit(2, 0, [msg(99)]))
+        store.commit_step(fence, commit(2, 0, [msg(99)]))
     with pytest.raises(CheckpointConflict, match="cannot extend"):
-        any_store.commit_step(fence, commit(3, 10, [msg(99)]))
-    assert snapshot(any_store) == before
+        store.commit_step(fence, commit(3, 10, [msg(99)]))
+    assert snapshot(store) == before
 
-    steps = any_store.steps(fence.run_id)
+    steps = store.steps(fence.run_id)
     assert [(s.kind, s.index, s.tool_call_id) for s in steps] == [(StepKind.TOOL, 1, "c1")]
 
 
-def test_commit_with_outcome_settles_and_records_state(any_store: AnyStore) -> None:
-    fence = claimed(any_store)
-    settled = any_store.commit_step(
+def test_commit_with_outcome_settles_and_records_state(store: PostgresStore) -> None:
+    fence = claimed(store)
+    settled = store.commit_step(
         fence,
         commit(
             1,
@@ -286,438 +277,436 @@ def test_commit_with_outcome_settles_and_records_state(any_store: AnyStore) -> N
     assert settled.run.state == {"count": 1}
 
 
-def test_concurrency_key_one_holder_oldest_first(any_store: AnyStore) -> None:
-    older, _ = any_store.create_run(new_run(key="customer:7"))
-    newer, _ = any_store.create_run(new_run(key="customer:7"))
-    assert any_store.claim(newer.id, "w", 30) is None  # older is ahead of it
-    claim = any_store.claim(older.id, "w", 30)
+def test_concurrency_key_one_holder_oldest_first(store: PostgresStore) -> None:
+    older, _ = store.create_run(new_run(key="customer:7"))
+    newer, _ = store.create_run(new_run(key="customer:7"))
+    assert try_claim(store, newer.id, "w", 30) is None  # older is ahead of it
+    claim = try_claim(store, older.id, "w", 30)
     assert claim is not None
-    assert any_store.claim(newer.id, "w", 30) is None  # key held
+    assert try_claim(store, newer.id, "w", 30) is None  # key held
     fence = Fence(older.id, "w", claim.epoch)
-    any_store.commit_step(fence, commit(1, 0, [msg(0)], approvals=[approval("c1")]))
-    assert any_store.get_run(older.id).status is RunStatus.WAITING
-    assert any_store.claim(newer.id, "w", 30) is None  # waiting keeps the key
-    assert any_store.next_in_key("customer:7") is None
-    result = any_store.request_cancel(older.id)
+    store.commit_step(fence, commit(1, 0, [msg(0)], approvals=[approval("c1")]))
+    assert store.get_run(older.id).status is RunStatus.WAITING
+    assert try_claim(store, newer.id, "w", 30) is None  # waiting keeps the key
+    assert store.next_in_key("customer:7") is None
+    result = store.request_cancel(older.id)
     assert result.action == "cancelled" and result.next_in_key == newer.id
-    assert any_store.claim(newer.id, "w", 30) is not None
+    assert try_claim(store, newer.id, "w", 30) is not None
 
 
-def test_effect_journal(any_store: AnyStore) -> None:
-    fence = claimed(any_store)
+def test_effect_journal(store: PostgresStore) -> None:
+    fence = claimed(store)
     key = f"{fence.run_id}:call_1"
-    first = any_store.begin_effect(fence, key, "refund", {"amount": 5}, rerun_started=False)
+    first = store.begin_effect(fence, key, "refund", {"amount": 5}, rerun_started=False)
     assert first.execute and first.effect.status is EffectStatus.STARTED
     # The same execution retrying its write (e.g. an ambiguous commit) may go on.
-    retried = any_store.begin_effect(fence, key, "refund", {"amount": 5}, rerun_started=False)
+    retried = store.begin_effect(fence, key, "refund", {"amount": 5}, rerun_started=False)
     assert retried.execute and retried.effect.attempts == 1
 
     # A later execution finds it started by one that died: at-most-once by default.
-    any_store.settle(fence, Outcome(RunStatus.INTERRUPTED))
-    claim = any_store.claim(fence.run_id, "worker-b", 30)
+    store.settle(fence, Outcome(RunStatus.INTERRUPTED))
+    claim = try_claim(store, fence.run_id, "worker-b", 30)
     assert claim is not None
     later = Fence(fence.run_id, "worker-b", claim.epoch)
-    again = any_store.begin_effect(later, key, "refund", {"amount": 5}, rerun_started=False)
+    again = store.begin_effect(later, key, "refund", {"amount": 5}, rerun_started=False)
     assert not again.execute and again.effect.status is EffectStatus.STARTED
-    rerun = any_store.begin_effect(later, key, "refund", {"amount": 5}, rerun_started=True)
+    rerun = store.begin_effect(later, key, "refund", {"amount": 5}, rerun_started=True)
     assert rerun.execute and rerun.effect.attempts == 2 and rerun.effect.epoch == later.epoch
-    done = any_store.finish_effect(later, key, output={"refund_id": "r1"})
+    done = store.finish_effect(later, key, output={"refund_id": "r1"})
     assert done.status is EffectStatus.COMPLETED and done.output == {"refund_id": "r1"}
-    after = any_store.begin_effect(later, key, "refund", {"amount": 5}, rerun_started=True)
+    after = store.begin_effect(later, key, "refund", {"amount": 5}, rerun_started=True)
     assert not after.execute and after.effect.output == {"refund_id": "r1"}
     failed_key = f"{fence.run_id}:call_2"
-    any_store.begin_effect(later, failed_key, "refund", {}, rerun_started=False)
-    failed = any_store.finish_effect(later, failed_key, error="card declined")
+    store.begin_effect(later, failed_key, "refund", {}, rerun_started=False)
+    failed = store.finish_effect(later, failed_key, error="card declined")
     assert failed.status is EffectStatus.FAILED and failed.error == "card declined"
     with pytest.raises(InvalidTransition):
-        any_store.finish_effect(later, f"{fence.run_id}:never", output=1)
+        store.finish_effect(later, f"{fence.run_id}:never", output=1)
 
 
-def test_cancel_by_status(any_store: AnyStore) -> None:
-    queued, _ = any_store.create_run(new_run())
-    result = any_store.request_cancel(queued.id)
+def test_cancel_by_status(store: PostgresStore) -> None:
+    queued, _ = store.create_run(new_run())
+    result = store.request_cancel(queued.id)
     assert result.action == "cancelled" and result.run.status is RunStatus.CANCELLED
-    assert any_store.request_cancel(queued.id).action == "settled"
+    assert store.request_cancel(queued.id).action == "settled"
 
-    fence = claimed(any_store)
-    result = any_store.request_cancel(fence.run_id)
+    fence = claimed(store)
+    result = store.request_cancel(fence.run_id)
     assert result.action == "requested" and result.run.status is RunStatus.RUNNING
-    assert any_store.renew(fence, 30) is True
+    assert store.renew(fence, 30) is True
 
 
-def test_waiting_run_and_decisions(any_store: AnyStore) -> None:
-    fence = claimed(any_store)
-    any_store.commit_step(fence, commit(1, 0, [msg(0), msg(1)]))
-    assert any_store.record_llm_step(fence, llm_record(2))
+def test_waiting_run_and_decisions(store: PostgresStore) -> None:
+    fence = claimed(store)
+    store.commit_step(fence, commit(1, 0, [msg(0), msg(1)]))
+    assert store.record_llm_step(fence, llm_record(2))
     first, second = approval("c1"), approval("c2")
-    settled = any_store.commit_step(fence, commit(2, 2, [msg(2)], approvals=[first, second]))
+    settled = store.commit_step(fence, commit(2, 2, [msg(2)], approvals=[first, second]))
     assert settled is not None and settled.run.status is RunStatus.WAITING
-    run = any_store.get_run(fence.run_id)
+    run = store.get_run(fence.run_id)
     assert run.waiting is not None and run.waiting.approval_id == first.approval_id
     assert run.waiting.tool_name == "refund" and run.claim is None
-    assert [s.kind for s in any_store.steps(fence.run_id)][-1] is StepKind.WAIT
+    assert [s.kind for s in store.steps(fence.run_id)][-1] is StepKind.WAIT
 
     response = {"role": "approval_response", "approval_id": first.approval_id, "approved": True}
-    result = any_store.decide(first.approval_id, Decision.APPROVED, "ok", response)
+    result = store.decide(first.approval_id, Decision.APPROVED, "ok", response)
     assert not result.resumed and result.run.status is RunStatus.WAITING
     assert result.run.waiting is not None
     assert result.run.waiting.approval_id == second.approval_id
     with pytest.raises(ApprovalError, match="already approved"):
-        any_store.decide(first.approval_id, Decision.DENIED, None, response)
+        store.decide(first.approval_id, Decision.DENIED, None, response)
 
     response2 = {"role": "approval_response", "approval_id": second.approval_id}
-    result = any_store.decide(second.approval_id, Decision.DENIED, "too much", response2)
+    result = store.decide(second.approval_id, Decision.DENIED, "too much", response2)
     assert result.resumed and result.run.status is RunStatus.QUEUED
-    cp = any_store.checkpoint(fence.run_id)
+    cp = store.checkpoint(fence.run_id)
     assert cp is not None and cp.step_index == 2  # same index: the seed's replace rule
     assert cp.messages[-2:] == [response, response2]
     with pytest.raises(ApprovalError, match="no approval"):
-        any_store.get_approval(str(uuid.uuid4()))
+        store.get_approval(str(uuid.uuid4()))
 
 
-def test_expired_approval_cannot_be_decided_but_expiry_can(any_store: AnyStore) -> None:
-    fence = claimed(any_store)
+def test_expired_approval_cannot_be_decided_but_expiry_can(store: PostgresStore) -> None:
+    fence = claimed(store)
     expiring = approval("c1", expires_in=-1)
-    any_store.commit_step(fence, commit(1, 0, [msg(0)], approvals=[expiring]))
-    before = snapshot(any_store)
+    store.commit_step(fence, commit(1, 0, [msg(0)], approvals=[expiring]))
+    before = snapshot(store)
     with pytest.raises(ApprovalError, match="expired"):
-        any_store.decide(expiring.approval_id, Decision.APPROVED, None, {"role": "x"})
-    assert snapshot(any_store) == before
-    assert [a.approval_id for a in any_store.expired_approvals(10)] == [expiring.approval_id]
-    result = any_store.decide(
+        store.decide(expiring.approval_id, Decision.APPROVED, None, {"role": "x"})
+    assert snapshot(store) == before
+    assert [a.approval_id for a in store.expired_approvals(10)] == [expiring.approval_id]
+    result = store.decide(
         expiring.approval_id, Decision.DENIED, "expired", {"role": "x"}, allow_expired=True
     )
     assert result.resumed
-    assert any_store.expired_approvals(10) == []
+    assert store.expired_approvals(10) == []
 
 
-def test_due_notifications_claimed_once_with_backoff(any_store: AnyStore) -> None:
-    fence = claimed(any_store)
+def test_due_notifications_claimed_once_with_backoff(store: PostgresStore) -> None:
+    fence = claimed(store)
     due = approval("c1", notify_in=-1)
-    any_store.commit_step(fence, commit(1, 0, [msg(0)], approvals=[due]))
+    store.commit_step(fence, commit(1, 0, [msg(0)], approvals=[due]))
     now = utcnow()
-    claimed_now = any_store.claim_due_notifications(10, 5, 60, now=now)
+    claimed_now = store.claim_due_notifications(10, 5, 60, now=now)
     assert [n.approval.approval_id for n in claimed_now] == [due.approval_id]
     assert claimed_now[0].agent == "triage"
     assert claimed_now[0].approval.attempts == 1
-    assert any_store.claim_due_notifications(10, 5, 60, now=now) == []
-    later = any_store.claim_due_notifications(10, 5, 60, now=now + timedelta(seconds=6))
+    assert store.claim_due_notifications(10, 5, 60, now=now) == []
+    later = store.claim_due_notifications(10, 5, 60, now=now + timedelta(seconds=6))
     assert later and later[0].approval.attempts == 2
-    any_store.mark_notified([due.approval_id])
-    assert any_store.claim_due_notifications(10, 5, 60, now=now + timedelta(days=1)) == []
+    store.mark_notified([due.approval_id])
+    assert store.claim_due_notifications(10, 5, 60, now=now + timedelta(days=1)) == []
 
 
-def test_tick_queries(any_store: AnyStore) -> None:
+def test_tick_queries(store: PostgresStore) -> None:
     now = utcnow()
-    plain, _ = any_store.create_run(new_run())
-    assert any_store.stale_claimable(10, 30, now=now) == []
-    assert any_store.stale_claimable(10, 30, now=now + timedelta(seconds=60)) == [plain.id]
+    plain, _ = store.create_run(new_run())
+    assert store.stale_claimable(10, 30, now=now) == []
+    assert store.stale_claimable(10, 30, now=now + timedelta(seconds=60)) == [plain.id]
     # Marked enqueued: not stale again right away.
-    assert any_store.stale_claimable(10, 30, now=now + timedelta(seconds=60)) == []
+    assert store.stale_claimable(10, 30, now=now + timedelta(seconds=60)) == []
 
-    lapsed = claimed(any_store, ttl=0.05)
+    lapsed = claimed(store, ttl=0.05)
     time.sleep(0.1)
-    assert lapsed.run_id in any_store.lapsed_claims(10, 30)
-    any_store.mark_enqueued([lapsed.run_id])
-    assert lapsed.run_id not in any_store.lapsed_claims(10, 30)
+    assert lapsed.run_id in store.lapsed_claims(10, 30)
+    store.mark_enqueued([lapsed.run_id])
+    assert lapsed.run_id not in store.lapsed_claims(10, 30)
 
-    keyed, _ = any_store.create_run(new_run(key="k"))
-    heads = any_store.free_key_heads(10, 30, now=utcnow() + timedelta(seconds=60))
+    keyed, _ = store.create_run(new_run(key="k"))
+    heads = store.free_key_heads(10, 30, now=utcnow() + timedelta(seconds=60))
     assert heads == [keyed.id]
 
 
-def test_thread_start_returns_previous_settled_run(any_store: AnyStore) -> None:
-    first = claimed(any_store, thread="t-1", key="thread:t-1")
-    any_store.commit_step(
+def test_thread_start_returns_previous_settled_run(store: PostgresStore) -> None:
+    first = claimed(store, thread="t-1", key="thread:t-1")
+    store.commit_step(
         first,
         commit(1, 0, [msg(0), msg(1)], state={"n": 1}, outcome=Outcome(RunStatus.COMPLETED)),
     )
-    second, _ = any_store.create_run(new_run(thread="t-1", key="thread:t-1"))
-    start = any_store.thread_start("t-1", second.id)
+    second, _ = store.create_run(new_run(thread="t-1", key="thread:t-1"))
+    start = store.thread_start("t-1", second.id)
     assert start is not None and start.run_id == first.run_id
     assert start.messages == [msg(0), msg(1)] and start.state == {"n": 1}
-    assert any_store.thread_start("t-1", first.run_id) is None
+    assert store.thread_start("t-1", first.run_id) is None
 
 
-def test_prune_deletes_settled_runs_and_their_rows(any_store: AnyStore) -> None:
-    old = claimed(any_store)
-    any_store.record_llm_step(old, llm_record(1))
-    any_store.commit_step(old, commit(1, 0, [msg(0)], outcome=Outcome(RunStatus.COMPLETED)))
-    live, _ = any_store.create_run(new_run())
-    assert any_store.prune(utcnow() + timedelta(seconds=1)) == 1
+def test_prune_deletes_settled_runs_and_their_rows(store: PostgresStore) -> None:
+    old = claimed(store)
+    store.record_llm_step(old, llm_record(1))
+    store.commit_step(old, commit(1, 0, [msg(0)], outcome=Outcome(RunStatus.COMPLETED)))
+    live, _ = store.create_run(new_run())
+    assert store.prune(utcnow() + timedelta(seconds=1)) == 1
     with pytest.raises(RunNotFound):
-        any_store.get_run(old.run_id)
-    assert any_store.get_run(live.id).status is RunStatus.QUEUED
+        store.get_run(old.run_id)
+    assert store.get_run(live.id).status is RunStatus.QUEUED
 
 
 def _lapse() -> None:
     time.sleep(0.12)  # past the 0.05 s claims below
 
 
-def _take_over(store: AnyStore, run_id: str, limit: int) -> Fence:
+def _take_over(store: PostgresStore, run_id: str, limit: int) -> Fence:
     _lapse()
-    claim = store.claim(run_id, "taker", 0.05, max_takeovers=limit)
+    claim = try_claim(store, run_id, "taker", 0.05, max_takeovers=limit)
     assert claim is not None
     return Fence(run_id, "taker", claim.epoch)
 
 
-def test_takeovers_without_progress_settle_the_run_crashed(any_store: AnyStore) -> None:
-    fence = claimed(any_store, ttl=0.05, key="customer:9")
-    waiting_for_key, _ = any_store.create_run(new_run(key="customer:9"))
-    any_store.record_llm_step(fence, llm_record(1))  # progress, then the worker dies
+def test_takeovers_without_progress_settle_the_run_crashed(store: PostgresStore) -> None:
+    fence = claimed(store, ttl=0.05, key="customer:9")
+    waiting_for_key, _ = store.create_run(new_run(key="customer:9"))
+    store.record_llm_step(fence, llm_record(1))  # progress, then the worker dies
     for _ in range(2):
-        fence = _take_over(any_store, fence.run_id, 3)
+        fence = _take_over(store, fence.run_id, 3)
         # A journaled step reused by the new execution is not progress.
-        assert any_store.record_llm_step(fence, llm_record(1)) is False
+        assert store.record_llm_step(fence, llm_record(1)) is False
     _lapse()
     assert fence.epoch == 3
-    settled = any_store.claim_run(fence.run_id, "taker", 0.05, max_takeovers=3)
+    settled = store.claim_run(fence.run_id, "taker", 0.05, max_takeovers=3)
     assert isinstance(settled, Settled)
     assert settled.run.status is RunStatus.FAILED and settled.run.claim is None
     assert settled.run.error is not None and settled.run.error.code == "crashed"
     assert "last epoch 3" in settled.run.error.message
     assert settled.next_in_key == waiting_for_key.id  # the key is free
-    assert any_store.get_run(fence.run_id) == settled.run
+    assert store.get_run(fence.run_id) == settled.run
     # Settled once: no later claim, no recovery by tick(), and the old fence is out.
-    assert any_store.claim_run(fence.run_id, "again", 30, max_takeovers=3) is None
-    assert fence.run_id not in any_store.lapsed_claims(100, 0)
+    assert store.claim_run(fence.run_id, "again", 30, max_takeovers=3) is None
+    assert fence.run_id not in store.lapsed_claims(100, 0)
     with pytest.raises(LeaseLostError):
-        any_store.record_llm_step(fence, llm_record(2))
-    assert any_store.claim(waiting_for_key.id, "w", 30) is not None
+        store.record_llm_step(fence, llm_record(2))
+    assert try_claim(store, waiting_for_key.id, "w", 30) is not None
 
 
 @pytest.mark.parametrize("progress", ["w1", "w2"])
-def test_progress_resets_the_takeover_count(any_store: AnyStore, progress: str) -> None:
-    fence = claimed(any_store, ttl=0.05)
+def test_progress_resets_the_takeover_count(store: PostgresStore, progress: str) -> None:
+    fence = claimed(store, ttl=0.05)
     base = 0
     # Far more takeovers than the limit, each followed by progress: never crashed.
     for index in range(1, 6):
-        fence = _take_over(any_store, fence.run_id, 2)
+        fence = _take_over(store, fence.run_id, 2)
         if progress == "w1":
-            assert any_store.record_llm_step(fence, llm_record(index)) is True
+            assert store.record_llm_step(fence, llm_record(index)) is True
         else:
-            any_store.commit_step(fence, commit(index, base, [msg(index)]))
+            store.commit_step(fence, commit(index, base, [msg(index)]))
             base += 1
-    assert any_store.get_run(fence.run_id).status is RunStatus.RUNNING
+    assert store.get_run(fence.run_id).status is RunStatus.RUNNING
     # Without progress the second takeover in a row settles it.
-    fence = _take_over(any_store, fence.run_id, 2)
+    fence = _take_over(store, fence.run_id, 2)
     _lapse()
-    settled = any_store.claim_run(fence.run_id, "taker", 0.05, max_takeovers=2)
+    settled = store.claim_run(fence.run_id, "taker", 0.05, max_takeovers=2)
     assert isinstance(settled, Settled) and settled.run.status is RunStatus.FAILED
 
 
-def test_interrupted_and_queued_claims_are_not_takeovers(any_store: AnyStore) -> None:
-    run, _ = any_store.create_run(new_run())
+def test_interrupted_and_queued_claims_are_not_takeovers(store: PostgresStore) -> None:
+    run, _ = store.create_run(new_run())
     for _ in range(5):  # drained cleanly again and again, e.g. across deploys
-        claim = any_store.claim(run.id, "w", 30, max_takeovers=1)
+        claim = try_claim(store, run.id, "w", 30, max_takeovers=1)
         assert claim is not None
-        any_store.settle(Fence(run.id, "w", claim.epoch), Outcome(RunStatus.INTERRUPTED))
-    claim = any_store.claim(run.id, "w", 0.05, max_takeovers=1)
+        store.settle(Fence(run.id, "w", claim.epoch), Outcome(RunStatus.INTERRUPTED))
+    claim = try_claim(store, run.id, "w", 0.05, max_takeovers=1)
     assert claim is not None
     _lapse()
     # The first takeover reaches a limit of 1 at once.
-    settled = any_store.claim_run(run.id, "taker", 30, max_takeovers=1)
+    settled = store.claim_run(run.id, "taker", 30, max_takeovers=1)
     assert isinstance(settled, Settled)
     assert settled.run.error is not None and settled.run.error.code == "crashed"
     assert f"last epoch {claim.epoch}" in settled.run.error.message
 
 
-def test_without_a_limit_takeovers_go_on(any_store: AnyStore) -> None:
-    fence = claimed(any_store, ttl=0.05)
+def test_without_a_limit_takeovers_go_on(store: PostgresStore) -> None:
+    fence = claimed(store, ttl=0.05)
     for _ in range(4):
         _lapse()
-        claim = any_store.claim(fence.run_id, "taker", 0.05)
+        claim = try_claim(store, fence.run_id, "taker", 0.05)
         assert claim is not None
 
 
-def test_a_missing_agent_defers_the_run_until_the_grace_ends(any_store: AnyStore) -> None:
-    fence = claimed(any_store)
-    deferred = any_store.defer_missing_agent(fence, 600)
+def test_a_missing_agent_defers_the_run_until_the_grace_ends(store: PostgresStore) -> None:
+    fence = claimed(store)
+    deferred = store.defer_missing_agent(fence, 600)
     assert deferred is not None
     assert deferred.status is RunStatus.INTERRUPTED and deferred.claim is None
     assert deferred.enqueued_at is not None  # tick() enqueues it again later
-    again = any_store.claim(fence.run_id, "worker-b", 30)
+    again = try_claim(store, fence.run_id, "worker-b", 30)
     assert again is not None  # an interrupted claim: claimable, not a takeover
     second = Fence(fence.run_id, "worker-b", again.epoch)
-    assert any_store.defer_missing_agent(second, 600) is not None
-    third = any_store.claim(fence.run_id, "worker-c", 30)
+    assert store.defer_missing_agent(second, 600) is not None
+    third = try_claim(store, fence.run_id, "worker-c", 30)
     assert third is not None
     late = Fence(fence.run_id, "worker-c", third.epoch)
     time.sleep(0.2)
-    before = snapshot(any_store)
+    before = snapshot(store)
     # Past the grace (counted from the first miss): nothing written; the caller fails it.
-    assert any_store.defer_missing_agent(late, 0.1) is None
-    assert snapshot(any_store) == before
-    settled = any_store.settle(late, Outcome(RunStatus.FAILED))
+    assert store.defer_missing_agent(late, 0.1) is None
+    assert snapshot(store) == before
+    settled = store.settle(late, Outcome(RunStatus.FAILED))
     assert settled.run.status is RunStatus.FAILED
 
 
-def test_list_runs_filters_newest_first(any_store: AnyStore) -> None:
-    first, _ = any_store.create_run(new_run("triage", thread="t-1"))
-    second, _ = any_store.create_run(new_run("billing"))
-    third, _ = any_store.create_run(new_run("triage"))
-    assert any_store.claim(third.id, "w", 30) is not None
-    assert [r.id for r in any_store.list_runs()] == [third.id, second.id, first.id]
-    assert [r.id for r in any_store.list_runs(agent="triage")] == [third.id, first.id]
-    assert [r.id for r in any_store.list_runs(status=RunStatus.QUEUED)] == [second.id, first.id]
-    assert [r.id for r in any_store.list_runs(thread="t-1")] == [first.id]
-    assert [r.id for r in any_store.list_runs(limit=1)] == [third.id]
-    assert any_store.list_runs(agent="triage", status=RunStatus.WAITING) == []
-    listed = any_store.list_runs(status=RunStatus.RUNNING)
-    assert listed == [any_store.get_run(third.id)]
+def test_list_runs_filters_newest_first(store: PostgresStore) -> None:
+    first, _ = store.create_run(new_run("triage", thread="t-1"))
+    second, _ = store.create_run(new_run("billing"))
+    third, _ = store.create_run(new_run("triage"))
+    assert try_claim(store, third.id, "w", 30) is not None
+    assert [r.id for r in store.list_runs()] == [third.id, second.id, first.id]
+    assert [r.id for r in store.list_runs(agent="triage")] == [third.id, first.id]
+    assert [r.id for r in store.list_runs(status=RunStatus.QUEUED)] == [second.id, first.id]
+    assert [r.id for r in store.list_runs(thread="t-1")] == [first.id]
+    assert [r.id for r in store.list_runs(limit=1)] == [third.id]
+    assert store.list_runs(agent="triage", status=RunStatus.WAITING) == []
+    listed = store.list_runs(status=RunStatus.RUNNING)
+    assert listed == [store.get_run(third.id)]
 
 
-def test_start_point_finds_the_checkpoint_and_a_journaled_step(any_store: AnyStore) -> None:
-    fence = claimed(any_store)
-    start = any_store.start_point(fence.run_id)
+def test_start_point_finds_the_checkpoint_and_a_journaled_step(store: PostgresStore) -> None:
+    fence = claimed(store)
+    start = store.start_point(fence.run_id)
     assert start.checkpoint is None and start.journaled is None
-    any_store.record_llm_step(fence, llm_record(1, text="first"))
-    start = any_store.start_point(fence.run_id)
+    store.record_llm_step(fence, llm_record(1, text="first"))
+    start = store.start_point(fence.run_id)
     assert start.checkpoint is None
     assert start.journaled is not None and start.journaled.index == 1
     assert start.journaled.output == {"role": "assistant", "content": "first"}
     assert start.journaled.usage == Usage(10, 5)
-    any_store.commit_step(fence, commit(1, 0, [msg(0), msg(1)]))
-    start = any_store.start_point(fence.run_id)
+    store.commit_step(fence, commit(1, 0, [msg(0), msg(1)]))
+    start = store.start_point(fence.run_id)
     assert start.journaled is None
     assert start.checkpoint is not None and start.checkpoint.step_index == 1
     assert start.checkpoint.messages == [msg(0), msg(1)]
-    assert start.checkpoint == any_store.checkpoint(fence.run_id)
-    any_store.record_llm_step(fence, llm_record(2))
-    journaled = any_store.start_point(fence.run_id).journaled
-    assert journaled is not None and journaled == any_store.llm_step(fence.run_id, 2)
+    assert start.checkpoint == store.checkpoint(fence.run_id)
+    store.record_llm_step(fence, llm_record(2))
+    journaled = store.start_point(fence.run_id).journaled
+    assert journaled is not None and journaled == store.llm_step(fence.run_id, 2)
 
 
-def test_approvals_and_their_notifications(any_store: AnyStore) -> None:
-    fence = claimed(any_store)
+def test_approvals_and_their_notifications(store: PostgresStore) -> None:
+    fence = claimed(store)
     first, second = approval("c1"), approval("c2")
-    any_store.commit_step(fence, commit(1, 0, [msg(0)], approvals=[first, second]))
-    listed = any_store.approvals(fence.run_id)
+    store.commit_step(fence, commit(1, 0, [msg(0)], approvals=[first, second]))
+    listed = store.approvals(fence.run_id)
     assert [a.approval_id for a in listed] == [first.approval_id, second.approval_id]
     assert all(a.pending and a.attempts == 0 and a.notified_at is None for a in listed)
-    assert listed[0] == any_store.get_approval(first.approval_id)
+    assert listed[0] == store.get_approval(first.approval_id)
 
     retry_at = utcnow() + timedelta(minutes=5)
-    any_store.record_notification(first.approval_id, accepted=False, retry_at=retry_at)
-    refused = any_store.get_approval(first.approval_id)
+    store.record_notification(first.approval_id, accepted=False, retry_at=retry_at)
+    refused = store.get_approval(first.approval_id)
     assert refused.attempts == 1 and refused.notified_at is None
     assert refused.next_notify_at == retry_at
-    any_store.record_notification(second.approval_id, accepted=True, retry_at=None)
-    accepted = any_store.get_approval(second.approval_id)
+    store.record_notification(second.approval_id, accepted=True, retry_at=None)
+    accepted = store.get_approval(second.approval_id)
     assert accepted.attempts == 1 and accepted.notified_at is not None
     with pytest.raises(ApprovalError, match="no approval"):
-        any_store.record_notification(str(uuid.uuid4()), accepted=True, retry_at=None)
-    any_store.mark_notified([str(uuid.uuid4())])  # pruned meanwhile: nothing to mark
-    assert any_store.approvals(str(uuid.uuid4())) == []
+        store.record_notification(str(uuid.uuid4()), accepted=True, retry_at=None)
+    store.mark_notified([str(uuid.uuid4())])  # pruned meanwhile: nothing to mark
+    assert store.approvals(str(uuid.uuid4())) == []
 
 
-def test_fail_waiting_settles_and_withdraws_the_approvals(any_store: AnyStore) -> None:
-    fence = claimed(any_store, key="customer:3")
-    queued, _ = any_store.create_run(new_run(key="customer:3"))
+def test_fail_waiting_settles_and_withdraws_the_approvals(store: PostgresStore) -> None:
+    fence = claimed(store, key="customer:3")
+    queued, _ = store.create_run(new_run(key="customer:3"))
     pending = approval("c1")
-    any_store.commit_step(fence, commit(1, 0, [msg(0)], approvals=[pending]))
-    settled = any_store.fail_waiting(fence.run_id, RunError("approval_expired", "too late"))
+    store.commit_step(fence, commit(1, 0, [msg(0)], approvals=[pending]))
+    settled = store.fail_waiting(fence.run_id, RunError("approval_expired", "too late"))
     assert settled.run.status is RunStatus.FAILED and settled.run.finished_at is not None
     assert settled.run.error == RunError("approval_expired", "too late")
     assert settled.run.waiting is None and settled.next_in_key == queued.id
-    assert any_store.get_approval(pending.approval_id).decision is Decision.WITHDRAWN
-    assert any_store.get_run(fence.run_id) == settled.run
+    assert store.get_approval(pending.approval_id).decision is Decision.WITHDRAWN
+    assert store.get_run(fence.run_id) == settled.run
     with pytest.raises(InvalidTransition, match="not waiting"):
-        any_store.fail_waiting(fence.run_id, RunError("approval_expired", "again"))
+        store.fail_waiting(fence.run_id, RunError("approval_expired", "again"))
 
 
-def test_a_second_wait_at_the_same_step_is_recorded_once(any_store: AnyStore) -> None:
-    """Both stores keep one wait step per step index (the Postgres unique index)."""
-    fence = claimed(any_store)
+def test_a_second_wait_at_the_same_step_is_recorded_once(store: PostgresStore) -> None:
+    """One wait step per step index (the unique index of steps)."""
+    fence = claimed(store)
     first = approval("c1")
-    any_store.commit_step(fence, commit(1, 0, [msg(0)], approvals=[first]))
+    store.commit_step(fence, commit(1, 0, [msg(0)], approvals=[first]))
     response = {"role": "approval_response", "approval_id": first.approval_id}
-    assert any_store.decide(first.approval_id, Decision.APPROVED, None, response).resumed
-    claim = any_store.claim(fence.run_id, "worker-b", 30)
+    assert store.decide(first.approval_id, Decision.APPROVED, None, response).resumed
+    claim = try_claim(store, fence.run_id, "worker-b", 30)
     assert claim is not None
     again = Fence(fence.run_id, "worker-b", claim.epoch)
     # The resumed step asks again at the same index (the seed's replace rule).
-    any_store.commit_step(again, commit(1, 2, [msg(2)], approvals=[approval("c2")]))
-    waits = [s for s in any_store.steps(fence.run_id) if s.kind is StepKind.WAIT]
+    store.commit_step(again, commit(1, 2, [msg(2)], approvals=[approval("c2")]))
+    waits = [s for s in store.steps(fence.run_id) if s.kind is StepKind.WAIT]
     assert len(waits) == 1 and waits[0].index == 1
 
 
-def test_a_replace_that_asks_for_approval_writes_over_and_waits(any_store: AnyStore) -> None:
+def test_a_replace_that_asks_for_approval_writes_over_and_waits(store: PostgresStore) -> None:
     """A replace at an equal index may pause the run, like an append."""
-    fence = claimed(any_store)
-    any_store.commit_step(fence, commit(1, 0, [msg(0), msg(1), msg(2)]))
+    fence = claimed(store)
+    store.commit_step(fence, commit(1, 0, [msg(0), msg(1), msg(2)]))
     asked = approval("c9")
-    settled = any_store.commit_step(fence, commit(1, 1, [msg(11)], approvals=[asked]))
+    settled = store.commit_step(fence, commit(1, 1, [msg(11)], approvals=[asked]))
     assert settled is not None and settled.run.status is RunStatus.WAITING
-    cp = any_store.checkpoint(fence.run_id)
+    cp = store.checkpoint(fence.run_id)
     assert cp is not None and cp.messages == [msg(0), msg(11)]
-    assert any_store.get_approval(asked.approval_id).tool_call_id == "c9"
-    waits = [s for s in any_store.steps(fence.run_id) if s.kind is StepKind.WAIT]
+    assert store.get_approval(asked.approval_id).tool_call_id == "c9"
+    waits = [s for s in store.steps(fence.run_id) if s.kind is StepKind.WAIT]
     assert [w.index for w in waits] == [1]
 
 
-def test_defer_retry_queues_the_run_not_before_its_time(any_store: AnyStore) -> None:
+def test_defer_retry_queues_the_run_not_before_its_time(store: PostgresStore) -> None:
     """A transient model failure gives the run back: queued, claim released,
     not claimable before retry_at, attempts and error on the run; a W1 that
     records a step clears them."""
-    fence = claimed(any_store)
-    any_store.commit_step(fence, commit(1, 0, [msg(0)]))
+    fence = claimed(store)
+    store.commit_step(fence, commit(1, 0, [msg(0)]))
     since = utcnow()
     at = since + timedelta(seconds=30)
-    settled = any_store.defer_retry(fence, RetryWait(attempts=2, since=since, error="503", at=at))
+    settled = store.defer_retry(fence, RetryWait(attempts=2, since=since, error="503", at=at))
     run = settled.run
     assert run.status is RunStatus.QUEUED and run.claim is None
     assert run.retry == RetryWait(attempts=2, since=since, error="503", at=at)
     assert run.retry_at == at and run.enqueued_at == at
-    assert any_store.get_run(fence.run_id).retry == run.retry
-    assert any_store.claim(fence.run_id, "worker-b", 30) is None  # not before retry_at
+    assert store.get_run(fence.run_id).retry == run.retry
+    assert try_claim(store, fence.run_id, "worker-b", 30) is None  # not before retry_at
     with pytest.raises(LeaseLostError):  # the old fence is gone
-        any_store.defer_retry(fence, RetryWait(attempts=3, since=since, error="x", at=at))
+        store.defer_retry(fence, RetryWait(attempts=3, since=since, error="x", at=at))
     # Nothing is due before retry_at + the re-enqueue delay, then tick() finds it.
-    assert fence.run_id not in any_store.stale_claimable(100, 10)
-    assert fence.run_id in any_store.stale_claimable(100, 10, now=at + timedelta(seconds=11))
-    assert any_store.get_run(fence.run_id).retry_at == at  # still not claimable early
+    assert fence.run_id not in store.stale_claimable(100, 10)
+    assert fence.run_id in store.stale_claimable(100, 10, now=at + timedelta(seconds=11))
+    assert store.get_run(fence.run_id).retry_at == at  # still not claimable early
 
     # Due: a claim from now on works; the next recorded step clears the wait.
     due = fence.run_id
-    force_retry_due(any_store, due)
-    claim = any_store.claim(due, "worker-b", 30)
+    force_retry_due(store, due)
+    claim = try_claim(store, due, "worker-b", 30)
     assert claim is not None
     again = Fence(due, "worker-b", claim.epoch)
-    assert any_store.get_run(due).retry is not None  # kept until progress
-    assert any_store.record_llm_step(again, llm_record(2))
-    assert any_store.get_run(due).retry is None
+    assert store.get_run(due).retry is not None  # kept until progress
+    assert store.record_llm_step(again, llm_record(2))
+    assert store.get_run(due).retry is None
 
 
-def test_effect_reads_back_as_journaled(any_store: AnyStore) -> None:
-    fence = claimed(any_store)
-    assert any_store.effect(fence.run_id, "refund:1") is None
-    begun = any_store.begin_effect(fence, "refund:1", "refund", {"amount": 3}, rerun_started=False)
-    assert any_store.effect(fence.run_id, "refund:1") == begun.effect
-    done = any_store.finish_effect(fence, "refund:1", output={"ok": True})
-    found = any_store.effect(fence.run_id, "refund:1")
+def test_effect_reads_back_as_journaled(store: PostgresStore) -> None:
+    fence = claimed(store)
+    assert store.effect(fence.run_id, "refund:1") is None
+    begun = store.begin_effect(fence, "refund:1", "refund", {"amount": 3}, rerun_started=False)
+    assert store.effect(fence.run_id, "refund:1") == begun.effect
+    done = store.finish_effect(fence, "refund:1", output={"ok": True})
+    found = store.effect(fence.run_id, "refund:1")
     assert found == done and found.status is EffectStatus.COMPLETED
     assert found.output == {"ok": True} and found.input == {"amount": 3}
 
 
-def test_close(any_store: AnyStore) -> None:
-    run, _ = any_store.create_run(new_run())
-    any_store.close()
-    if isinstance(any_store, MemoryStore):
-        assert any_store.get_run(run.id).id == run.id  # nothing to close
+def test_close(store: PostgresStore) -> None:
+    store.create_run(new_run())
+    store.close()
 
 
-def test_retry_and_fork(any_store: AnyStore) -> None:
+def test_retry_and_fork(store: PostgresStore) -> None:
     """A failed run retried (its outcome kept as an attempt) and forked after
     its first step (tests/integration/test_store_recovery.py has the rest)."""
-    fence = claimed(any_store)
-    any_store.commit_step(fence, commit(1, 0, [msg(0), msg(1)], state={"n": 1}))
-    any_store.commit_step(fence, commit(2, 2, [msg(2)]))
-    any_store.settle(fence, Outcome(RunStatus.FAILED, error=RunError("model_error", "no")))
-    result = any_store.retry_run(fence.run_id, extra_steps=2)
+    fence = claimed(store)
+    store.commit_step(fence, commit(1, 0, [msg(0), msg(1)], state={"n": 1}))
+    store.commit_step(fence, commit(2, 2, [msg(2)]))
+    store.settle(fence, Outcome(RunStatus.FAILED, error=RunError("model_error", "no")))
+    result = store.retry_run(fence.run_id, extra_steps=2)
     assert result.retried and result.run.status is RunStatus.QUEUED
     assert result.run.error is None and result.run.extra_steps == 2
-    [attempt] = any_store.attempts(fence.run_id)
+    [attempt] = store.attempts(fence.run_id)
     assert attempt.attempt == 1 and attempt.status is RunStatus.FAILED
     assert attempt.error == RunError("model_error", "no") and attempt.extra_steps == 2
 
@@ -726,50 +715,50 @@ def test_retry_and_fork(any_store: AnyStore) -> None:
     new = dataclasses.replace(
         new_run(trigger_id="fork-of-" + fence.run_id), trace_context=traceparent
     )
-    fork = any_store.fork_run(fence.run_id, 1, new, model="scripted/m")
+    fork = store.fork_run(fence.run_id, 1, new, model="scripted/m")
     assert fork.id == new.id and fork.status is RunStatus.QUEUED
     assert fork.trace_context == traceparent
-    assert any_store.get_run(fork.id).trace_context == traceparent
+    assert store.get_run(fork.id).trace_context == traceparent
     assert (fork.forked_from, fork.forked_at_step, fork.model) == (fence.run_id, 1, "scripted/m")
     assert fork.state == {"n": 1} and fork.extra_steps == 1
-    checkpoint = any_store.checkpoint(fork.id)
+    checkpoint = store.checkpoint(fork.id)
     assert checkpoint is not None and checkpoint.step_index == 1
     assert checkpoint.messages == [msg(0), msg(1)]
-    assert any_store.attempts(fork.id) == []
+    assert store.attempts(fork.id) == []
 
 
-def test_approval_backlog_counts_the_pending_and_finds_the_oldest(any_store: AnyStore) -> None:
+def test_approval_backlog_counts_the_pending_and_finds_the_oldest(store: PostgresStore) -> None:
     """What the metrics endpoint reads: approvals not yet decided, over all
     runs; a decided or withdrawn one leaves the backlog."""
-    assert any_store.approval_backlog() == (0, None)
-    fence = claimed(any_store)
+    assert store.approval_backlog() == (0, None)
+    fence = claimed(store)
     first, second = approval("c1"), approval("c2")
-    any_store.commit_step(fence, commit(1, 0, [msg(0)], approvals=[first, second]))
-    other = claimed(any_store)
-    any_store.commit_step(other, commit(1, 0, [msg(0)], approvals=[approval("c3")]))
-    created = [a.created_at for r in (fence, other) for a in any_store.approvals(r.run_id)]
-    assert any_store.approval_backlog() == (3, min(created))
+    store.commit_step(fence, commit(1, 0, [msg(0)], approvals=[first, second]))
+    other = claimed(store)
+    store.commit_step(other, commit(1, 0, [msg(0)], approvals=[approval("c3")]))
+    created = [a.created_at for r in (fence, other) for a in store.approvals(r.run_id)]
+    assert store.approval_backlog() == (3, min(created))
 
     response = {"role": "approval_response", "approval_id": first.approval_id, "approved": True}
-    any_store.decide(first.approval_id, Decision.APPROVED, None, response)
-    any_store.fail_waiting(other.run_id, RunError("approval_expired", "too late"))
-    left = any_store.get_approval(second.approval_id)
-    assert any_store.approval_backlog() == (1, left.created_at)
+    store.decide(first.approval_id, Decision.APPROVED, None, response)
+    store.fail_waiting(other.run_id, RunError("approval_expired", "too late"))
+    left = store.get_approval(second.approval_id)
+    assert store.approval_backlog() == (1, left.created_at)
 
 
-def test_the_tick_mark_keeps_the_last_tick(any_store: AnyStore) -> None:
+def test_the_tick_mark_keeps_the_last_tick(store: PostgresStore) -> None:
     """tick()'s own mark (the copy of Redis's that a Redis restart cannot
     lose): none before a tick, then the time the latest one recorded."""
-    assert any_store.last_tick() is None
+    assert store.last_tick() is None
     first = utcnow() - timedelta(seconds=30)
-    any_store.mark_tick(first)
-    assert any_store.last_tick() == first
+    store.mark_tick(first)
+    assert store.last_tick() == first
     later = first + timedelta(seconds=5, microseconds=250)
-    any_store.mark_tick(later)
-    assert any_store.last_tick() == later
+    store.mark_tick(later)
+    assert store.last_tick() == later
 
 
-def _feed(store: AnyStore, run_id: str, after: int | None = None) -> list[tuple[str, Any]]:
+def _feed(store: PostgresStore, run_id: str, after: int | None = None) -> list[tuple[str, Any]]:
     """The run's events as (type, what matters of the body)."""
     shown: list[tuple[str, Any]] = []
     for event in store.events(run_id, after):
@@ -786,30 +775,30 @@ def _feed(store: AnyStore, run_id: str, after: int | None = None) -> list[tuple[
     return shown
 
 
-def test_events_are_derived_from_every_write_in_commit_order(any_store: AnyStore) -> None:
-    fence = claimed(any_store, ttl=0.05)
+def test_events_are_derived_from_every_write_in_commit_order(store: PostgresStore) -> None:
+    fence = claimed(store, ttl=0.05)
     run_id = fence.run_id
-    assert any_store.record_llm_step(fence, llm_record(1))
-    any_store.commit_step(fence, commit(1, 0, [msg(0), msg(1)], tools=[tool_record(1, "c1")]))
+    assert store.record_llm_step(fence, llm_record(1))
+    store.commit_step(fence, commit(1, 0, [msg(0), msg(1)], tools=[tool_record(1, "c1")]))
     _lapse()
-    taker = _take_over(any_store, run_id, 10)
-    assert any_store.record_llm_step(taker, llm_record(2))
-    any_store.commit_step(taker, commit(2, 2, [msg(2)], approvals=[approval("c2")]))
-    waiting = any_store.get_run(run_id)
+    taker = _take_over(store, run_id, 10)
+    assert store.record_llm_step(taker, llm_record(2))
+    store.commit_step(taker, commit(2, 2, [msg(2)], approvals=[approval("c2")]))
+    waiting = store.get_run(run_id)
     assert waiting.waiting is not None
     response = {"role": "approval_response", "approval_id": waiting.waiting.approval_id}
-    any_store.decide(waiting.waiting.approval_id, Decision.APPROVED, "ok", response)
-    again = any_store.claim(run_id, "worker-c", 30)
+    store.decide(waiting.waiting.approval_id, Decision.APPROVED, "ok", response)
+    again = try_claim(store, run_id, "worker-c", 30)
     assert again is not None
     final = Fence(run_id, "worker-c", again.epoch)
-    any_store.commit_step(
+    store.commit_step(
         final, commit(3, 3, [msg(3)], outcome=Outcome(RunStatus.COMPLETED, output="done"))
     )
-    events = any_store.events(run_id)
+    events = store.events(run_id)
     ids = [e.id for e in events]
     assert all(i is not None for i in ids) and ids == sorted(set(ids))  # type: ignore[type-var]
-    feed = _feed(any_store, run_id)
-    # Within one commit the order may differ between the stores; across commits it may not.
+    feed = _feed(store, run_id)
+    # Within one commit the order is not promised; across commits it is.
     commits = [
         [("status", "queued")],
         [("execution", (1, False)), ("status", "running")],
@@ -834,89 +823,87 @@ def test_events_are_derived_from_every_write_in_commit_order(any_store: AnyStore
     assert events[-1].settles and events[-1].status is RunStatus.COMPLETED
     # A reader that resumes after an id gets exactly the rest.
     middle = ids[5]
-    assert [e.id for e in any_store.events(run_id, middle)] == ids[6:]
-    assert [e.id for e in any_store.events(run_id, None, limit=3)] == ids[:3]
-    assert any_store.events(run_id, ids[-1]) == []
+    assert [e.id for e in store.events(run_id, middle)] == ids[6:]
+    assert [e.id for e in store.events(run_id, None, limit=3)] == ids[:3]
+    assert store.events(run_id, ids[-1]) == []
     with pytest.raises(RunNotFound):
-        any_store.events(str(uuid.uuid4()))
+        store.events(str(uuid.uuid4()))
     with pytest.raises(RunNotFound):
-        any_store.events("../../etc/passwd")
+        store.events("../../etc/passwd")
 
 
-def test_listing_pages_counts_and_the_inbox(any_store: AnyStore) -> None:
-    runs = [any_store.create_run(new_run(f"lister-{i % 2}"))[0] for i in range(5)]
+def test_listing_pages_counts_and_the_inbox(store: PostgresStore) -> None:
+    runs = [store.create_run(new_run(f"lister-{i % 2}"))[0] for i in range(5)]
     newest_first = [r.id for r in reversed(runs)]
-    assert [r.id for r in any_store.list_runs(limit=10)][:5] == newest_first
-    page = any_store.list_runs(limit=2, before=newest_first[1])
+    assert [r.id for r in store.list_runs(limit=10)][:5] == newest_first
+    page = store.list_runs(limit=2, before=newest_first[1])
     assert [r.id for r in page] == newest_first[2:4]
     since = runs[2].created_at
-    assert {r.id for r in any_store.list_runs(since=since)} >= {r.id for r in runs[2:]}
-    assert not {r.id for r in any_store.list_runs(until=since)} & {r.id for r in runs[2:]}
+    assert {r.id for r in store.list_runs(since=since)} >= {r.id for r in runs[2:]}
+    assert not {r.id for r in store.list_runs(until=since)} & {r.id for r in runs[2:]}
     with pytest.raises(InvalidInput, match="before must be a run id"):
-        any_store.list_runs(before="'; DROP TABLE runs; --")
-    counts = any_store.run_counts()
+        store.list_runs(before="'; DROP TABLE runs; --")
+    counts = store.run_counts()
     assert counts[RunStatus.QUEUED] >= 5
-    assert any_store.run_counts("lister-1") == {RunStatus.QUEUED: 2}
-    assert any_store.run_counts("nobody") == {}
+    assert store.run_counts("lister-1") == {RunStatus.QUEUED: 2}
+    assert store.run_counts("nobody") == {}
 
-    fence = claimed(any_store, agent="asker")
-    assert any_store.record_llm_step(fence, llm_record(1))
+    fence = claimed(store, agent="asker")
+    assert store.record_llm_step(fence, llm_record(1))
     first, second = approval("c1"), approval("c2")
-    any_store.commit_step(fence, commit(1, 0, [msg(0), msg(1)], approvals=[first, second]))
-    pending = any_store.pending_approvals(agent="asker")
+    store.commit_step(fence, commit(1, 0, [msg(0), msg(1)], approvals=[first, second]))
+    pending = store.pending_approvals(agent="asker")
     assert [a.approval_id for a in pending] == [first.approval_id, second.approval_id]
-    assert any_store.pending_approvals(limit=1, agent="asker") == pending[:1]
+    assert store.pending_approvals(limit=1, agent="asker") == pending[:1]
     # What the inbox reads of their run, for every run at once.
-    other = any_store.create_run(new_run("lister-0"))[0]
-    contexts = any_store.run_contexts(
+    other = store.create_run(new_run("lister-0"))[0]
+    contexts = store.run_contexts(
         [fence.run_id, other.id, fence.run_id, str(uuid.uuid4()), "not-a-run"]
     )
     assert set(contexts) == {fence.run_id, other.id}
     waiting = contexts[fence.run_id]
-    assert waiting.run == any_store.get_run(fence.run_id)
+    assert waiting.run == store.get_run(fence.run_id)
     assert waiting.run.waiting is not None and waiting.run.waiting.approval_id == first.approval_id
     assert waiting.messages == [msg(0), msg(1)]
-    assert waiting.approvals == any_store.approvals(fence.run_id)
+    assert waiting.approvals == store.approvals(fence.run_id)
     assert (contexts[other.id].messages, contexts[other.id].approvals) == ([], [])
-    assert any_store.run_contexts([]) == {}
+    assert store.run_contexts([]) == {}
     response = {"role": "approval_response", "approval_id": first.approval_id}
-    result = any_store.decide(first.approval_id, Decision.APPROVED, "fine", response, by="ada")
+    result = store.decide(first.approval_id, Decision.APPROVED, "fine", response, by="ada")
     assert result.approval.decided_by == "ada"
-    assert any_store.get_approval(first.approval_id).decided_by == "ada"
-    assert [a.approval_id for a in any_store.pending_approvals(agent="asker")] == [
-        second.approval_id
-    ]
-    decided = [e for e in any_store.events(fence.run_id) if e.type.value == "approval"]
+    assert store.get_approval(first.approval_id).decided_by == "ada"
+    assert [a.approval_id for a in store.pending_approvals(agent="asker")] == [second.approval_id]
+    decided = [e for e in store.events(fence.run_id) if e.type.value == "approval"]
     assert decided[-1].data["decided_by"] == "ada"
-    any_store.request_cancel(fence.run_id)  # withdraws the other: nobody is asked any more
-    assert any_store.pending_approvals(agent="asker") == []
-    assert any_store.get_approval(second.approval_id).decided_by is None
+    store.request_cancel(fence.run_id)  # withdraws the other: nobody is asked any more
+    assert store.pending_approvals(agent="asker") == []
+    assert store.get_approval(second.approval_id).decided_by is None
 
 
-def test_every_protocol_method_succeeded_on_every_store() -> None:
+def test_a_run_marked_unsent_is_sent_by_the_next_tick(store: PostgresStore) -> None:
+    """A run whose message the broker refused is stale at once, not
+    RUNWRIGHT_REENQUEUE_SECONDS later; a run a worker has claimed since keeps
+    its claim's enqueue time."""
+    plain, _ = store.create_run(new_run())
+    keyed, _ = store.create_run(new_run(key="unsent-k"))
+    running = claimed(store)
+    assert store.stale_claimable(10, 30) == []
+    store.mark_unsent([plain.id, keyed.id, running.run_id])
+    assert store.stale_claimable(10, 30) == [plain.id]
+    assert store.free_key_heads(10, 30) == [keyed.id]
+    # Sent by that tick: not stale again until the re-enqueue window passes.
+    assert store.stale_claimable(10, 30) == []
+    assert store.free_key_heads(10, 30) == []
+    assert store.get_run(running.run_id).status is RunStatus.RUNNING
+    assert running.run_id not in store.lapsed_claims(10, 30)
+
+
+def test_every_protocol_method_succeeded_in_each_mode() -> None:
     """Runs last in this module: every method of the ``Store`` protocol was
-    called by the tests above, and returned normally, on each store."""
+    called by the tests above, and returned normally, in each mode."""
     assert len(PROTOCOL_METHODS) >= 30, PROTOCOL_METHODS
     missing = {kind: sorted(set(PROTOCOL_METHODS) - SUCCEEDED[kind]) for kind in KINDS}
     assert missing == {kind: [] for kind in KINDS}, (
         "run this whole module: these methods never returned normally",
         missing,
     )
-
-
-def test_a_run_marked_unsent_is_sent_by_the_next_tick(any_store: AnyStore) -> None:
-    """A run whose message the broker refused is stale at once, not
-    RUNWRIGHT_REENQUEUE_SECONDS later; a run a worker has claimed since keeps
-    its claim's enqueue time."""
-    plain, _ = any_store.create_run(new_run())
-    keyed, _ = any_store.create_run(new_run(key="unsent-k"))
-    running = claimed(any_store)
-    assert any_store.stale_claimable(10, 30) == []
-    any_store.mark_unsent([plain.id, keyed.id, running.run_id])
-    assert any_store.stale_claimable(10, 30) == [plain.id]
-    assert any_store.free_key_heads(10, 30) == [keyed.id]
-    # Sent by that tick: not stale again until the re-enqueue window passes.
-    assert any_store.stale_claimable(10, 30) == []
-    assert any_store.free_key_heads(10, 30) == []
-    assert any_store.get_run(running.run_id).status is RunStatus.RUNNING
-    assert running.run_id not in any_store.lapsed_claims(10, 30)

@@ -1,5 +1,6 @@
-"""Retry and fork in the store, on Postgres (prepared and not) and in memory:
-``retry_run``, ``attempts`` and ``fork_run`` (rules: ``store/recovery.py``)."""
+"""Retry and fork in the store, with prepared statements and without:
+``retry_run``, ``attempts`` and ``fork_run`` (rules: ``store/recovery.py`` and
+``store/queries/recovery.py``)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import sqlalchemy as sa
 
 from store.db import make_engine
 from store.errors import InvalidInput, InvalidTransition, RunNotFound
-from store.memory import MemoryStore
 from store.models import (
     Decision,
     Fence,
@@ -31,7 +31,6 @@ from store.models import (
 )
 from store.postgres import PostgresStore
 from tests.helpers import (
-    AnyStore,
     approval,
     claimed,
     commit,
@@ -39,15 +38,14 @@ from tests.helpers import (
     new_run,
     snapshot,
     tool_record,
+    try_claim,
 )
 
 
-@pytest.fixture(params=("memory", "postgres", "postgres-unprepared"))
-def any_store(request: pytest.FixtureRequest) -> Any:
-    """The two stores, and Postgres without prepared statements (as
-    tests/integration/test_store_contract.py runs them)."""
-    if request.param == "memory":
-        return MemoryStore()
+@pytest.fixture(params=("postgres", "postgres-unprepared"))
+def store(request: pytest.FixtureRequest) -> Any:
+    """The store with prepared statements and without (as
+    tests/integration/test_store_contract.py runs it)."""
     if request.param == "postgres":
         return request.getfixturevalue("pg_store")
     store = PostgresStore(make_engine(request.getfixturevalue("database_url"), prepared=False))
@@ -89,7 +87,7 @@ def llm(index: int, message: Message, reason: str) -> StepRecord:
     )
 
 
-def three_steps(store: AnyStore, *, thread: str | None = None) -> Fence:
+def three_steps(store: PostgresStore, *, thread: str | None = None) -> Fence:
     """A run of three steps (each its model call, a lookup, the state it left),
     still running: step 1 answers its call, so does step 2, step 3 says done."""
     fence = claimed(store, thread=thread, key=f"thread:{thread}" if thread else None)
@@ -113,13 +111,15 @@ def three_steps(store: AnyStore, *, thread: str | None = None) -> Fence:
     return fence
 
 
-def failed_run(store: AnyStore) -> Fence:
+def failed_run(store: PostgresStore) -> Fence:
     fence = three_steps(store)
     store.settle(fence, Outcome(RunStatus.FAILED, error=FAILED))
     return fence
 
 
-def fork_of(store: AnyStore, run_id: str, *, agent: str = "triage", trigger_id: str = "") -> NewRun:
+def fork_of(
+    store: PostgresStore, run_id: str, *, agent: str = "triage", trigger_id: str = ""
+) -> NewRun:
     original = store.get_run(run_id)
     envelope = TriggerEnvelope(
         **{
@@ -131,19 +131,8 @@ def fork_of(store: AnyStore, run_id: str, *, agent: str = "triage", trigger_id: 
     return NewRun(agent=agent, trigger=envelope)
 
 
-def rows_of(store: AnyStore, run_id: str) -> Any:
-    """Every row of the run, in every table (Postgres), or its records (memory)."""
-    if isinstance(store, MemoryStore):
-        return (
-            store._runs[run_id],
-            list(store._steps[run_id]),
-            list(store._messages[run_id]),
-            list(store._message_steps.get(run_id, [])),
-            store._checkpoints.get(run_id),
-            {k: v for k, v in store._effects.items() if k[0] == run_id},
-            [a for a in store._approvals.values() if a.run_id == run_id],
-            list(store._attempts.get(run_id, [])),
-        )
+def rows_of(store: PostgresStore, run_id: str) -> Any:
+    """Every row of the run, in every table."""
     tables = {
         "runs": ("id", "id"),
         "steps": ("run_id", "id"),
@@ -170,17 +159,17 @@ def rows_of(store: AnyStore, run_id: str) -> Any:
 
 
 def test_retry_queues_a_failed_run_from_its_checkpoint_and_keeps_the_attempt(
-    any_store: AnyStore,
+    store: PostgresStore,
 ) -> None:
-    fence = failed_run(any_store)
-    failed = any_store.get_run(fence.run_id)
-    checkpoint = any_store.checkpoint(fence.run_id)
-    assert any_store.attempts(fence.run_id) == []
+    fence = failed_run(store)
+    failed = store.get_run(fence.run_id)
+    checkpoint = store.checkpoint(fence.run_id)
+    assert store.attempts(fence.run_id) == []
 
-    result_ = any_store.retry_run(fence.run_id, extra_steps=5)
+    result_ = store.retry_run(fence.run_id, extra_steps=5)
     assert result_.retried
     run = result_.run
-    assert run == any_store.get_run(fence.run_id)
+    assert run == store.get_run(fence.run_id)
     assert run.status is RunStatus.QUEUED and run.claim is None
     assert run.error is None and run.output is None and run.finished_at is None
     assert run.started_at is None and not run.cancel_requested and run.retry is None
@@ -189,37 +178,37 @@ def test_retry_queues_a_failed_run_from_its_checkpoint_and_keeps_the_attempt(
     assert run.enqueued_at >= failed.finished_at
     # The history is untouched: the next execution starts from the checkpoint.
     assert run.usage == failed.usage and run.steps_used == 3 and run.state == {"n": 2}
-    assert any_store.checkpoint(fence.run_id) == checkpoint
+    assert store.checkpoint(fence.run_id) == checkpoint
 
-    [attempt] = any_store.attempts(fence.run_id)
+    [attempt] = store.attempts(fence.run_id)
     assert attempt.attempt == 1 and attempt.status is RunStatus.FAILED
     assert attempt.error == FAILED and attempt.steps_used == 3 and attempt.extra_steps == 5
     assert attempt.usage == Usage(30, 15)
     assert attempt.started_at == failed.started_at and attempt.finished_at == failed.finished_at
     assert attempt.retried_at >= failed.finished_at
 
-    claim = any_store.claim(fence.run_id, "worker-b", 30)
+    claim = try_claim(store, fence.run_id, "worker-b", 30)
     assert claim is not None and claim.epoch == fence.epoch + 1
-    assert any_store.get_run(fence.run_id).started_at is not None  # this attempt's start
+    assert store.get_run(fence.run_id).started_at is not None  # this attempt's start
 
 
 def test_retry_of_a_cancelled_run_clears_the_request_and_the_retry_wait(
-    any_store: AnyStore,
+    store: PostgresStore,
 ) -> None:
-    fence = claimed(any_store)
-    any_store.commit_step(fence, commit(1, 0, [{"role": "user", "content": "go"}]))
+    fence = claimed(store)
+    store.commit_step(fence, commit(1, 0, [{"role": "user", "content": "go"}]))
     now = utcnow()
     wait = RetryWait(attempts=3, since=now, error="503", at=now + timedelta(minutes=1))
-    any_store.defer_retry(fence, wait)
-    cancelled = any_store.request_cancel(fence.run_id).run
+    store.defer_retry(fence, wait)
+    cancelled = store.request_cancel(fence.run_id).run
     assert cancelled.status is RunStatus.CANCELLED and cancelled.cancel_requested
     assert cancelled.retry == wait  # kept by the settle; the retry clears it
 
-    run = any_store.retry_run(fence.run_id).run
+    run = store.retry_run(fence.run_id).run
     assert run.status is RunStatus.QUEUED and run.retry is None and run.retry_at is None
     assert not run.cancel_requested and run.error is None and run.extra_steps == 0
-    assert any_store.claim(fence.run_id, "w", 30) is not None  # claimable now, no wait
-    [attempt] = any_store.attempts(fence.run_id)
+    assert try_claim(store, fence.run_id, "w", 30) is not None  # claimable now, no wait
+    [attempt] = store.attempts(fence.run_id)
     assert attempt.status is RunStatus.CANCELLED
     assert attempt.error is not None and attempt.error.code == "cancelled"
 
@@ -228,64 +217,64 @@ def test_retry_of_a_cancelled_run_clears_the_request_and_the_retry_wait(
     "status",
     [RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.WAITING, RunStatus.INTERRUPTED],
 )
-def test_retry_of_a_live_run_changes_nothing(any_store: AnyStore, status: RunStatus) -> None:
-    fence = claimed(any_store)
+def test_retry_of_a_live_run_changes_nothing(store: PostgresStore, status: RunStatus) -> None:
+    fence = claimed(store)
     if status is RunStatus.WAITING:
-        any_store.commit_step(fence, commit(1, 0, [{"role": "user"}], approvals=[approval("c")]))
+        store.commit_step(fence, commit(1, 0, [{"role": "user"}], approvals=[approval("c")]))
     elif status is not RunStatus.RUNNING:
-        force_status(any_store, fence.run_id, status)
-    before = snapshot(any_store)
-    live = any_store.get_run(fence.run_id)
-    result_ = any_store.retry_run(fence.run_id, extra_steps=3)
+        force_status(store, fence.run_id, status)
+    before = snapshot(store)
+    live = store.get_run(fence.run_id)
+    result_ = store.retry_run(fence.run_id, extra_steps=3)
     assert not result_.retried and result_.run == live and live.status is status
-    assert snapshot(any_store) == before
-    assert any_store.attempts(fence.run_id) == []
+    assert snapshot(store) == before
+    assert store.attempts(fence.run_id) == []
 
 
-def test_retry_of_a_completed_run_is_refused_in_one_line(any_store: AnyStore) -> None:
-    fence = three_steps(any_store)
-    any_store.settle(fence, Outcome(RunStatus.COMPLETED, output="done"))
-    before = snapshot(any_store)
+def test_retry_of_a_completed_run_is_refused_in_one_line(store: PostgresStore) -> None:
+    fence = three_steps(store)
+    store.settle(fence, Outcome(RunStatus.COMPLETED, output="done"))
+    before = snapshot(store)
     with pytest.raises(InvalidTransition) as refused:
-        any_store.retry_run(fence.run_id)
+        store.retry_run(fence.run_id)
     assert str(refused.value) == (
         f"run {fence.run_id} completed; a completed run cannot be retried"
     )
-    assert snapshot(any_store) == before
+    assert snapshot(store) == before
 
 
 @pytest.mark.parametrize("extra", [-1, 1_000_001, True, "3", 2.0, None])
-def test_retry_refuses_bad_extra_steps(any_store: AnyStore, extra: Any) -> None:
-    fence = failed_run(any_store)
-    before = snapshot(any_store)
+def test_retry_refuses_bad_extra_steps(store: PostgresStore, extra: Any) -> None:
+    fence = failed_run(store)
+    before = snapshot(store)
     with pytest.raises(InvalidInput, match="extra steps must be"):
-        any_store.retry_run(fence.run_id, extra_steps=extra)
-    assert snapshot(any_store) == before
-    assert any_store.get_run(fence.run_id).status is RunStatus.FAILED
+        store.retry_run(fence.run_id, extra_steps=extra)
+    assert snapshot(store) == before
+    assert store.get_run(fence.run_id).status is RunStatus.FAILED
 
 
-def test_retry_and_attempts_of_unknown_runs(any_store: AnyStore) -> None:
+def test_retry_and_attempts_of_unknown_runs(store: PostgresStore) -> None:
     for bad in (str(uuid.uuid4()), "not-a-uuid", ""):
         with pytest.raises(RunNotFound, match="no run with id"):
-            any_store.retry_run(bad)
+            store.retry_run(bad)
         with pytest.raises(RunNotFound, match="no run with id"):
-            any_store.attempts(bad)
+            store.attempts(bad)
 
 
-def test_attempts_are_kept_oldest_first(any_store: AnyStore) -> None:
-    fence = failed_run(any_store)
-    any_store.retry_run(fence.run_id, extra_steps=2)
-    claim = any_store.claim(fence.run_id, "worker-b", 30)
+def test_attempts_are_kept_oldest_first(store: PostgresStore) -> None:
+    fence = failed_run(store)
+    store.retry_run(fence.run_id, extra_steps=2)
+    claim = try_claim(store, fence.run_id, "worker-b", 30)
     assert claim is not None
     again = Fence(fence.run_id, "worker-b", claim.epoch)
-    any_store.record_llm_step(again, llm(4, assistant(4, text="x"), "stop"))
+    store.record_llm_step(again, llm(4, assistant(4, text="x"), "stop"))
     second_error = RunError("timeout", "the execution ran past its timeout of 10 ms")
-    any_store.settle(again, Outcome(RunStatus.FAILED, error=second_error))
-    second_start = any_store.get_run(fence.run_id).started_at
-    run = any_store.retry_run(fence.run_id, extra_steps=1).run
+    store.settle(again, Outcome(RunStatus.FAILED, error=second_error))
+    second_start = store.get_run(fence.run_id).started_at
+    run = store.retry_run(fence.run_id, extra_steps=1).run
     assert run.extra_steps == 3
 
-    first, second = any_store.attempts(fence.run_id)
+    first, second = store.attempts(fence.run_id)
     assert (first.attempt, first.error, first.extra_steps) == (1, FAILED, 2)
     assert (second.attempt, second.error, second.extra_steps) == (2, second_error, 1)
     assert second.steps_used == 4 and second.usage == Usage(40, 20)
@@ -295,95 +284,91 @@ def test_attempts_are_kept_oldest_first(any_store: AnyStore) -> None:
 
 
 def test_a_run_cancelled_while_waiting_waits_again_for_the_same_approvals(
-    any_store: AnyStore,
+    store: PostgresStore,
 ) -> None:
     """Cancelling a waiting run withdrew its approvals; retried, the run would
     re-pause on requests nobody can answer. The retry opens them again: same
     ids (the history's requests and any link still name them), a fresh
     lifetime, notified again; one decided before the cancel stays decided."""
-    fence = claimed(any_store)
+    fence = claimed(store)
     decided, open_ = approval("c1", notify_in=60), approval("c2", notify_in=60)
-    any_store.commit_step(fence, commit(1, 0, [{"role": "user"}], approvals=[decided, open_]))
+    store.commit_step(fence, commit(1, 0, [{"role": "user"}], approvals=[decided, open_]))
     response = {"role": "approval_response", "approval_id": decided.approval_id}
-    any_store.decide(decided.approval_id, Decision.APPROVED, "ok", response)
-    any_store.record_notification(open_.approval_id, accepted=True, retry_at=None)
-    any_store.request_cancel(fence.run_id)
-    assert any_store.get_approval(open_.approval_id).decision is Decision.WITHDRAWN
-    lifetime = open_.expires_at - any_store.get_approval(open_.approval_id).created_at
+    store.decide(decided.approval_id, Decision.APPROVED, "ok", response)
+    store.record_notification(open_.approval_id, accepted=True, retry_at=None)
+    store.request_cancel(fence.run_id)
+    assert store.get_approval(open_.approval_id).decision is Decision.WITHDRAWN
+    lifetime = open_.expires_at - store.get_approval(open_.approval_id).created_at
 
     before_retry = utcnow()
-    assert any_store.retry_run(fence.run_id).retried
-    reopened = any_store.get_approval(open_.approval_id)
+    assert store.retry_run(fence.run_id).retried
+    reopened = store.get_approval(open_.approval_id)
     assert reopened.pending and reopened.reason is None and reopened.decided_at is None
     assert reopened.notified_at is None and reopened.attempts == 0
     assert reopened.next_notify_at is not None and reopened.next_notify_at <= utcnow()
     assert reopened.expires_at - reopened.created_at == lifetime
     assert reopened.created_at >= before_retry - timedelta(seconds=1)
-    assert any_store.get_approval(decided.approval_id).decision is Decision.APPROVED
+    assert store.get_approval(decided.approval_id).decision is Decision.APPROVED
 
     # The execution re-pauses (the loop sees the unanswered request), the
     # approval is the run's wait again, tick() re-sends it, a decision resumes.
-    claim = any_store.claim(fence.run_id, "worker-b", 30)
+    claim = try_claim(store, fence.run_id, "worker-b", 30)
     assert claim is not None
-    settled = any_store.settle(
-        Fence(fence.run_id, "worker-b", claim.epoch), Outcome(RunStatus.WAITING)
-    )
+    settled = store.settle(Fence(fence.run_id, "worker-b", claim.epoch), Outcome(RunStatus.WAITING))
     assert settled.run.waiting is not None
     assert settled.run.waiting.approval_id == open_.approval_id
-    due = any_store.claim_due_notifications(10, 5, 60)
+    due = store.claim_due_notifications(10, 5, 60)
     assert [n.approval.approval_id for n in due] == [open_.approval_id]
     answer = {"role": "approval_response", "approval_id": open_.approval_id}
-    assert any_store.decide(open_.approval_id, Decision.DENIED, "no", answer).resumed
-    [attempt] = any_store.attempts(fence.run_id)
+    assert store.decide(open_.approval_id, Decision.DENIED, "no", answer).resumed
+    [attempt] = store.attempts(fence.run_id)
     assert attempt.status is RunStatus.CANCELLED
 
 
-def test_a_run_failed_on_an_expired_approval_gets_a_fresh_expiry(any_store: AnyStore) -> None:
-    fence = claimed(any_store)
+def test_a_run_failed_on_an_expired_approval_gets_a_fresh_expiry(store: PostgresStore) -> None:
+    fence = claimed(store)
     asked = approval("c1", expires_in=600)
-    any_store.commit_step(fence, commit(1, 0, [{"role": "user"}], approvals=[asked]))
+    store.commit_step(fence, commit(1, 0, [{"role": "user"}], approvals=[asked]))
     later = utcnow() + timedelta(minutes=11)
-    assert [a.approval_id for a in any_store.expired_approvals(10, now=later)] == [
-        asked.approval_id
-    ]
-    any_store.fail_waiting(fence.run_id, RunError("approval_expired", "too late"))
+    assert [a.approval_id for a in store.expired_approvals(10, now=later)] == [asked.approval_id]
+    store.fail_waiting(fence.run_id, RunError("approval_expired", "too late"))
 
     retried_at = utcnow()
-    any_store.retry_run(fence.run_id)
-    reopened = any_store.get_approval(asked.approval_id)
+    store.retry_run(fence.run_id)
+    reopened = store.get_approval(asked.approval_id)
     assert reopened.pending and reopened.expires_at >= retried_at + timedelta(seconds=599)
     assert reopened.next_notify_at is not None  # the agent has a notifier
-    claim = any_store.claim(fence.run_id, "w", 30)
+    claim = try_claim(store, fence.run_id, "w", 30)
     assert claim is not None
-    any_store.settle(Fence(fence.run_id, "w", claim.epoch), Outcome(RunStatus.WAITING))
-    assert any_store.expired_approvals(10, now=utcnow() + timedelta(minutes=9)) == []
-    assert any_store.expired_approvals(10, now=utcnow() + timedelta(minutes=11))
+    store.settle(Fence(fence.run_id, "w", claim.epoch), Outcome(RunStatus.WAITING))
+    assert store.expired_approvals(10, now=utcnow() + timedelta(minutes=9)) == []
+    assert store.expired_approvals(10, now=utcnow() + timedelta(minutes=11))
 
 
-def test_only_the_last_steps_approvals_open_again(any_store: AnyStore) -> None:
-    fence = claimed(any_store)
+def test_only_the_last_steps_approvals_open_again(store: PostgresStore) -> None:
+    fence = claimed(store)
     first = approval("c1")
-    any_store.commit_step(fence, commit(1, 0, [{"role": "user"}], approvals=[first]))
+    store.commit_step(fence, commit(1, 0, [{"role": "user"}], approvals=[first]))
     response = {"role": "approval_response", "approval_id": first.approval_id}
-    any_store.decide(first.approval_id, Decision.DENIED, "no", response)
-    claim = any_store.claim(fence.run_id, "w", 30)
+    store.decide(first.approval_id, Decision.DENIED, "no", response)
+    claim = try_claim(store, fence.run_id, "w", 30)
     assert claim is not None
     again = Fence(fence.run_id, "w", claim.epoch)
-    any_store.commit_step(again, commit(2, 2, [{"role": "assistant", "content": "ok"}]))
-    any_store.settle(again, Outcome(RunStatus.FAILED, error=FAILED))
-    any_store.retry_run(fence.run_id)
-    assert any_store.get_approval(first.approval_id).decision is Decision.DENIED
+    store.commit_step(again, commit(2, 2, [{"role": "assistant", "content": "ok"}]))
+    store.settle(again, Outcome(RunStatus.FAILED, error=FAILED))
+    store.retry_run(fence.run_id)
+    assert store.get_approval(first.approval_id).decision is Decision.DENIED
 
 
-def test_two_retries_at_once_retry_once(any_store: AnyStore) -> None:
+def test_two_retries_at_once_retry_once(store: PostgresStore) -> None:
     """The run row is locked: of two concurrent retries one queues the run, the
     other finds it live."""
     for _ in range(5):
-        fence = failed_run(any_store)
+        fence = failed_run(store)
         barrier = threading.Barrier(2)
         results: list[bool] = []
         threads = [
-            threading.Thread(target=_retry_after, args=(any_store, fence.run_id, barrier, results))
+            threading.Thread(target=_retry_after, args=(store, fence.run_id, barrier, results))
             for _ in range(2)
         ]
         for thread in threads:
@@ -391,12 +376,12 @@ def test_two_retries_at_once_retry_once(any_store: AnyStore) -> None:
         for thread in threads:
             thread.join()
         assert sorted(results) == [False, True]
-        assert len(any_store.attempts(fence.run_id)) == 1
-        assert any_store.get_run(fence.run_id).extra_steps == 1
+        assert len(store.attempts(fence.run_id)) == 1
+        assert store.get_run(fence.run_id).extra_steps == 1
 
 
 def _retry_after(
-    store: AnyStore, run_id: str, barrier: threading.Barrier, results: list[bool]
+    store: PostgresStore, run_id: str, barrier: threading.Barrier, results: list[bool]
 ) -> None:
     barrier.wait()
     results.append(store.retry_run(run_id, extra_steps=1).retried)
@@ -405,17 +390,17 @@ def _retry_after(
 # -------------------------------------------------------------------- fork
 
 
-def test_fork_starts_from_the_history_after_a_step(any_store: AnyStore) -> None:
-    fence = three_steps(any_store, thread="t-9")
-    any_store.settle(fence, Outcome(RunStatus.COMPLETED, output="done"))
-    original = any_store.get_run(fence.run_id)
-    kept = rows_of(any_store, fence.run_id)
-    full = any_store.checkpoint(fence.run_id)
+def test_fork_starts_from_the_history_after_a_step(store: PostgresStore) -> None:
+    fence = three_steps(store, thread="t-9")
+    store.settle(fence, Outcome(RunStatus.COMPLETED, output="done"))
+    original = store.get_run(fence.run_id)
+    kept = rows_of(store, fence.run_id)
+    full = store.checkpoint(fence.run_id)
     assert full is not None
 
-    new = fork_of(any_store, fence.run_id, agent="other")
-    fork = any_store.fork_run(fence.run_id, 2, new, model="scripted/other")
-    assert fork == any_store.get_run(new.id)
+    new = fork_of(store, fence.run_id, agent="other")
+    fork = store.fork_run(fence.run_id, 2, new, model="scripted/other")
+    assert fork == store.get_run(new.id)
     assert fork.id == new.id and fork.agent == "other" and fork.status is RunStatus.QUEUED
     assert fork.forked_from == fence.run_id and fork.forked_at_step == 2
     assert fork.model == "scripted/other"
@@ -425,48 +410,48 @@ def test_fork_starts_from_the_history_after_a_step(any_store: AnyStore) -> None:
     assert fork.trigger.payload == original.trigger.payload
     assert fork.enqueued_at is not None and fork.started_at is None and fork.error is None
 
-    checkpoint = any_store.checkpoint(fork.id)
+    checkpoint = store.checkpoint(fork.id)
     assert checkpoint is not None and checkpoint.step_index == 2
     assert checkpoint.messages == full.messages[:5]
     assert checkpoint.finish_reason == "tool_calls"
     # Its own history through step 2: the state steps; no model call, no tool.
-    steps = any_store.steps(fork.id)
+    steps = store.steps(fork.id)
     assert [(s.kind, s.index, s.output) for s in steps] == [
         (StepKind.STATE, 1, {"n": 1}),
         (StepKind.STATE, 2, {"n": 2}),
     ]
-    assert rows_of(any_store, fence.run_id) == kept  # the original is not written
-    assert any_store.claim(fork.id, "w", 30) is not None
+    assert rows_of(store, fence.run_id) == kept  # the original is not written
+    assert try_claim(store, fork.id, "w", 30) is not None
 
     # A fork of the fork at step 1 finds that step's state and messages.
-    second = any_store.fork_run(fork.id, 1, fork_of(any_store, fork.id), model=None)
+    second = store.fork_run(fork.id, 1, fork_of(store, fork.id), model=None)
     assert second.state == {"n": 1} and second.model is None
-    cp = any_store.checkpoint(second.id)
+    cp = store.checkpoint(second.id)
     assert cp is not None and cp.messages == full.messages[:3]
 
 
-def test_fork_at_the_last_step_takes_the_whole_checkpoint(any_store: AnyStore) -> None:
-    fence = three_steps(any_store)
-    any_store.settle(fence, Outcome(RunStatus.FAILED, error=FAILED))
-    fork = any_store.fork_run(fence.run_id, 3, fork_of(any_store, fence.run_id), model=None)
-    checkpoint = any_store.checkpoint(fork.id)
-    original = any_store.checkpoint(fence.run_id)
+def test_fork_at_the_last_step_takes_the_whole_checkpoint(store: PostgresStore) -> None:
+    fence = three_steps(store)
+    store.settle(fence, Outcome(RunStatus.FAILED, error=FAILED))
+    fork = store.fork_run(fence.run_id, 3, fork_of(store, fence.run_id), model=None)
+    checkpoint = store.checkpoint(fork.id)
+    original = store.checkpoint(fence.run_id)
     assert checkpoint is not None and original is not None
     assert checkpoint.messages == original.messages and checkpoint.step_index == 3
     assert checkpoint.finish_reason == original.finish_reason
     assert fork.state == {"n": 2} and fork.extra_steps == 3
 
 
-def test_fork_refuses_steps_it_cannot_start_from(any_store: AnyStore) -> None:
-    fence = three_steps(any_store)
-    fresh, _ = any_store.create_run(new_run())
-    waiting = claimed(any_store)
+def test_fork_refuses_steps_it_cannot_start_from(store: PostgresStore) -> None:
+    fence = three_steps(store)
+    fresh, _ = store.create_run(new_run())
+    waiting = claimed(store)
     call = assistant(1, "refund", "lookup")
-    any_store.commit_step(
+    store.commit_step(
         waiting,
         commit(1, 0, [{"role": "user"}, call, result(1, "lookup")], approvals=[approval("c")]),
     )
-    before = snapshot(any_store)
+    before = snapshot(store)
     cases: list[tuple[str, int, Any, str]] = [
         (fence.run_id, 0, None, "steps 1 to 3, not at step 0"),
         (fence.run_id, 4, None, "steps 1 to 3, not at step 4"),
@@ -481,32 +466,26 @@ def test_fork_refuses_steps_it_cannot_start_from(any_store: AnyStore) -> None:
     ]
     for run_id, at, model, says in cases:
         with pytest.raises(InvalidInput, match=says.replace("(", r"\(").replace(")", r"\)")):
-            any_store.fork_run(run_id, at, fork_of(any_store, run_id), model=model)
+            store.fork_run(run_id, at, fork_of(store, run_id), model=model)
     for bad in (str(uuid.uuid4()), "nope"):
         with pytest.raises(RunNotFound, match="no run with id"):
-            any_store.fork_run(bad, 1, fork_of(any_store, fence.run_id), model=None)
+            store.fork_run(bad, 1, fork_of(store, fence.run_id), model=None)
     not_an_id = NewRun(agent="triage", trigger=TriggerEnvelope(), id="NOT-A-UUID")
     with pytest.raises(InvalidInput, match="lowercase UUID"):
-        any_store.fork_run(fence.run_id, 1, not_an_id, model=None)
-    assert snapshot(any_store) == before
+        store.fork_run(fence.run_id, 1, not_an_id, model=None)
+    assert snapshot(store) == before
 
 
-def _forget_step_numbers(store: AnyStore, run_id: str) -> None:
+def _forget_step_numbers(store: PostgresStore, run_id: str) -> None:
     """As if the run's messages were written before revision 0004."""
-    if isinstance(store, MemoryStore):
-        store._message_steps[run_id] = []
-        return
     with store.engine.begin() as conn:
         conn.execute(
             sa.text("UPDATE messages SET step_index = NULL WHERE run_id = :id"), {"id": run_id}
         )
 
 
-def _shuffle_step_numbers(store: AnyStore, run_id: str) -> None:
+def _shuffle_step_numbers(store: PostgresStore, run_id: str) -> None:
     """Step numbers that are not in message order (no public call writes them)."""
-    if isinstance(store, MemoryStore):
-        store._message_steps[run_id][0] = 3
-        return
     with store.engine.begin() as conn:
         conn.execute(
             sa.text("UPDATE messages SET step_index = 3 WHERE run_id = :id AND seq = 0"),
@@ -515,54 +494,54 @@ def _shuffle_step_numbers(store: AnyStore, run_id: str) -> None:
 
 
 def test_a_history_without_step_numbers_forks_only_at_its_last_step(
-    any_store: AnyStore,
+    store: PostgresStore,
 ) -> None:
-    fence = three_steps(any_store)
-    _forget_step_numbers(any_store, fence.run_id)
+    fence = three_steps(store)
+    _forget_step_numbers(store, fence.run_id)
     with pytest.raises(InvalidInput, match=r"revision 0004.*only at its last step, 3"):
-        any_store.fork_run(fence.run_id, 2, fork_of(any_store, fence.run_id), model=None)
-    fork = any_store.fork_run(fence.run_id, 3, fork_of(any_store, fence.run_id), model=None)
-    checkpoint = any_store.checkpoint(fork.id)
+        store.fork_run(fence.run_id, 2, fork_of(store, fence.run_id), model=None)
+    fork = store.fork_run(fence.run_id, 3, fork_of(store, fence.run_id), model=None)
+    checkpoint = store.checkpoint(fork.id)
     assert checkpoint is not None and len(checkpoint.messages) == 6
     # The fork's messages carry no step numbers either.
     with pytest.raises(InvalidInput, match="revision 0004"):
-        any_store.fork_run(fork.id, 1, fork_of(any_store, fork.id), model=None)
+        store.fork_run(fork.id, 1, fork_of(store, fork.id), model=None)
 
 
-def test_step_numbers_out_of_order_refuse_the_fork(any_store: AnyStore) -> None:
-    fence = three_steps(any_store)
-    _shuffle_step_numbers(any_store, fence.run_id)
+def test_step_numbers_out_of_order_refuse_the_fork(store: PostgresStore) -> None:
+    fence = three_steps(store)
+    _shuffle_step_numbers(store, fence.run_id)
     with pytest.raises(InvalidInput, match="not the start of its history"):
-        any_store.fork_run(fence.run_id, 2, fork_of(any_store, fence.run_id), model=None)
+        store.fork_run(fence.run_id, 2, fork_of(store, fence.run_id), model=None)
 
 
-def test_fork_is_idempotent_on_its_id_and_trigger_id(any_store: AnyStore) -> None:
-    fence = three_steps(any_store)
-    new = fork_of(any_store, fence.run_id, trigger_id="fork-1")
-    fork = any_store.fork_run(fence.run_id, 2, new, model=None)
-    before = snapshot(any_store)
-    assert any_store.fork_run(fence.run_id, 2, new, model=None) == fork
-    same_trigger = fork_of(any_store, fence.run_id, trigger_id="fork-1")
+def test_fork_is_idempotent_on_its_id_and_trigger_id(store: PostgresStore) -> None:
+    fence = three_steps(store)
+    new = fork_of(store, fence.run_id, trigger_id="fork-1")
+    fork = store.fork_run(fence.run_id, 2, new, model=None)
+    before = snapshot(store)
+    assert store.fork_run(fence.run_id, 2, new, model=None) == fork
+    same_trigger = fork_of(store, fence.run_id, trigger_id="fork-1")
     assert same_trigger.id != new.id
-    assert any_store.fork_run(fence.run_id, 2, same_trigger, model=None) == fork
-    assert snapshot(any_store) == before
+    assert store.fork_run(fence.run_id, 2, same_trigger, model=None) == fork
+    assert snapshot(store) == before
     # The id of a run that is not this fork is refused, not returned.
     with pytest.raises(InvalidInput, match=r"not a fork of run .* at step 1"):
-        any_store.fork_run(fence.run_id, 1, same_trigger, model=None)
-    original = any_store.get_run(fence.run_id)
-    taken = fork_of(any_store, fence.run_id, trigger_id=original.trigger.id)
+        store.fork_run(fence.run_id, 1, same_trigger, model=None)
+    original = store.get_run(fence.run_id)
+    taken = fork_of(store, fence.run_id, trigger_id=original.trigger.id)
     with pytest.raises(InvalidInput, match=f"run {fence.run_id} already has this id"):
-        any_store.fork_run(fence.run_id, 2, taken, model=None)
-    assert snapshot(any_store) == before
+        store.fork_run(fence.run_id, 2, taken, model=None)
+    assert snapshot(store) == before
 
     # Asked again once it waits, the fork comes back with its wait point.
-    claim = any_store.claim(fork.id, "w", 30)
+    claim = try_claim(store, fork.id, "w", 30)
     assert claim is not None
-    any_store.commit_step(
+    store.commit_step(
         Fence(fork.id, "w", claim.epoch), commit(3, 5, [assistant(3)], approvals=[approval("c")])
     )
-    waiting = any_store.fork_run(fence.run_id, 2, new, model=None)
-    assert waiting.waiting is not None and waiting == any_store.get_run(fork.id)
+    waiting = store.fork_run(fence.run_id, 2, new, model=None)
+    assert waiting.waiting is not None and waiting == store.get_run(fork.id)
 
 
 def test_a_fork_leaves_every_row_of_the_original_as_it_was(pg_store: PostgresStore) -> None:

@@ -1,4 +1,4 @@
-"""Tool retries in the engine, on both stores: a raising tool is tried again
+"""Tool retries in the engine: a raising tool is tried again
 with backoff before its error reaches the model, effects only if they are
 at-least-once, and an abort during a backoff stops the retrying at once."""
 

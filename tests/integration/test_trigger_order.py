@@ -1,5 +1,5 @@
 """The trigger round-trips exactly: the first message and ``ctx.trigger`` show
-the payload's keys in the caller's order (issue 10, item 11), on both stores."""
+the payload's keys in the caller's order (issue 10, item 11)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,6 @@ ORDERED_FIRST_MESSAGE = """```json
 
 
 def test_the_payload_keeps_the_callers_key_order(engine: Engine) -> None:
-    any_engine = engine  # both stores (tests/conftest.py)
     seen: list[list[str]] = []
 
     @tool
@@ -38,9 +37,9 @@ def test_the_payload_keeps_the_callers_key_order(engine: Engine) -> None:
     model = ScriptedModel(name, [tools(call("look")), text("done")])
     Agent(name=name, model=model.model, tools=[look])
     payload = {"title": "App crashes on start", "id": 7, "nested": {"zeta": 1, "alpha": 2}}
-    run = any_engine.start(name, payload)
-    assert list(any_engine.get_run(run.id).trigger.payload) == ["title", "id", "nested"]
-    done = any_engine.execute(run.id)
+    run = engine.start(name, payload)
+    assert list(engine.get_run(run.id).trigger.payload) == ["title", "id", "nested"]
+    done = engine.execute(run.id)
     assert done is not None and done.output == "done"
     assert model.calls[0].messages[-1]["content"] == ORDERED_FIRST_MESSAGE
     assert seen == [["title", "id", "nested"]]

@@ -1,5 +1,5 @@
 """``Run.output_as`` and ``Engine.result``: a completed run's structured output,
-validated; one clear error otherwise. Both stores."""
+validated; one clear error otherwise."""
 
 from __future__ import annotations
 

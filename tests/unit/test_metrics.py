@@ -1,4 +1,4 @@
-"""Prometheus metrics in-process: the engine on the in-memory store, its hooks
+"""Prometheus metrics in-process: the engine on the test's database, its hooks
 counted into a registry of the test's own, read without HTTP."""
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from runner.retry import RetryPolicy
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
 from store.config import Settings
 from store.local import free_port
-from store.memory import MemoryStore
 from store.models import Fence, RunStatus, StepKind, Usage, utcnow
+from store.postgres import PostgresStore
 from tests.agents import lookup
 from tests.helpers import unique
 
@@ -40,8 +40,10 @@ def observer(registry: CollectorRegistry) -> m.MetricsObserver:
 
 
 @pytest.fixture
-def engine(observer: m.MetricsObserver, settings: Settings) -> Iterator[Engine]:
-    made = Engine(MemoryStore(), settings=settings, model_retries=0, observers=[observer])
+def engine(
+    pg_store: PostgresStore, observer: m.MetricsObserver, settings: Settings
+) -> Iterator[Engine]:
+    made = Engine(pg_store, settings=settings, model_retries=0, observers=[observer])
     yield made
     made.close()
 
@@ -282,8 +284,8 @@ def scrape(registry: CollectorRegistry) -> dict[str, float]:
     }
 
 
-def test_backlog_and_last_tick_are_read_at_scrape_time() -> None:
-    store = MemoryStore()
+def test_backlog_and_last_tick_are_read_at_scrape_time(pg_store: PostgresStore) -> None:
+    store = pg_store
     reads: list[int] = []
     last: list[float | None] = [None]
 

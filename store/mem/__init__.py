@@ -1,1 +1,0 @@
-"""``MemoryStore`` by aggregate; the class itself is in ``store/memory.py``."""
