@@ -20,7 +20,7 @@ from store.lazy import lazy_attributes  # noqa: E402
 if TYPE_CHECKING:
     from runner.agent import Agent, ApprovalPolicy, ApprovalRequest, Budget, registry
     from runner.context import RunContext
-    from runner.engine import Engine
+    from runner.engine.engine import Engine
     from runner.errors import (
         AgentNotFound,
         ApprovalError,
@@ -53,7 +53,7 @@ _LAZY = {
     "ApprovalRequest": "runner.agent",
     "Budget": "runner.agent",
     "ConfigurationError": "runner.errors",
-    "Engine": "runner.engine",
+    "Engine": "runner.engine.engine",
     "ForkRepeatsEffects": "runner.errors",
     "InvalidApprovalInput": "runner.errors",
     "InvalidInput": "runner.errors",
@@ -84,7 +84,7 @@ def default_engine() -> Engine:
     """The process-wide engine configured from the environment."""
     global _default_engine
     if _default_engine is None:
-        from runner.engine import Engine
+        from runner.engine.engine import Engine
 
         _default_engine = Engine.from_env()
     return _default_engine

@@ -13,7 +13,7 @@ from typing import Any, Protocol, TypeVar
 from runner import faults, model
 from runner.agent import Agent
 from runner.context import AbortSignal, RunContext
-from runner.deps import Deps
+from runner.engine.deps import Deps
 from runner.errors import InvalidInput
 from runner.generated import StateHolder, initial_state, output_tool, state_tools
 from runner.history import (
@@ -50,7 +50,7 @@ T = TypeVar("T")
 
 class Host(Protocol):
     """What the step loop uses of the execution that runs it (an
-    :class:`~runner.execution.Execution`): its fenced writes, its abort signal
+    :class:`~runner.engine.execution.Execution`): its fenced writes, its abort signal
     and its settle. A protocol, so that the loop does not import the execution."""
 
     deps: Deps

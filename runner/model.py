@@ -86,7 +86,7 @@ def warm_up() -> None:
     (litellm's ``mock_response``, on that same loop) reaches no provider and,
     marked ``no-log``, no logging callback. A worker calls this before it
     takes tasks."""
-    from runner.runtime import runtime  # the loop the worker's model calls run on
+    from runner.engine.runtime import runtime  # the loop the worker's model calls run on
 
     litellm = _load()
     try:

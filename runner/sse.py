@@ -28,7 +28,7 @@ from store.events import RunEvent
 if TYPE_CHECKING:
     from flask import Response
 
-    from runner.engine import Engine
+    from runner.engine.engine import Engine
     from runner.eventstream import EventStream
 
 log = logging.getLogger(__name__)

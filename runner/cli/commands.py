@@ -39,7 +39,7 @@ from store.rules import CancelAction
 from store.status import RunStatus
 
 if TYPE_CHECKING:
-    from runner.engine import Engine
+    from runner.engine.engine import Engine
 
 
 ERROR_CHARS = 300  # an error quoting a 20 KB argument still fits a few lines
@@ -91,7 +91,7 @@ def _settings() -> Settings:
 
 
 def _engine() -> Engine:
-    from runner.engine import Engine
+    from runner.engine.engine import Engine
 
     return Engine.from_env()
 
@@ -289,7 +289,7 @@ def cancel(run_id: str) -> None:
 @click.option("--extra-steps", default="0", help="Steps to add to the run's budget.")
 def retry(run_id: str, extra_steps: str) -> None:
     """Queue a failed or cancelled run again, from its last checkpoint."""
-    from runner.recovery import retry as retry_run
+    from runner.engine.rerun import retry as retry_run
     from store.recovery import MAX_EXTRA_STEPS
 
     extra = parse_count(extra_steps, "--extra-steps", 0, MAX_EXTRA_STEPS)

@@ -210,7 +210,7 @@ def run_demo(*, keep: bool = False) -> None:
         (home / stale).unlink(missing_ok=True)
 
     from runner.cli import demo_agent
-    from runner.engine import Engine
+    from runner.engine.engine import Engine
 
     model = settings.model
     say(f"Model: {model or 'scripted (set RUNWRIGHT_MODEL and its API key for a real one)'}")

@@ -313,7 +313,7 @@ def _broker(services: Settings) -> str:
 
 
 def _beat(found: Found, services: Settings) -> str:
-    from runner.watchdog import STALE_INTERVALS, WITHOUT_BEAT, age_text
+    from runner.engine.watchdog import STALE_INTERVALS, WITHOUT_BEAT, age_text
     from store.leases import Leases
 
     last = Leases(found.redis).last_tick()

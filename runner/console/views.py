@@ -39,7 +39,7 @@ from store.models import Approval
 from store.rules import CancelAction
 
 if TYPE_CHECKING:
-    from runner.engine import Engine
+    from runner.engine.engine import Engine
 
 CSRF_FIELD = "csrf_token"
 # A live stream ends after this long and the page's EventSource reconnects

@@ -10,8 +10,8 @@ import pydantic
 import sqlalchemy as sa
 
 from runner import Agent, Budget, Engine, RunContext, faults, tool
+from runner.engine.runtime import runtime
 from runner.retry import RetryPolicy
-from runner.runtime import runtime
 from runner.testing import Request, ScriptedModel, call, text, tools
 from store.errors import LeaseLostError
 from store.leases import lease_key

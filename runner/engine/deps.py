@@ -1,7 +1,7 @@
 """What an execution and ``tick()`` need of the engine, handed to them explicitly.
 
 :class:`Execution`, :class:`StepLoop` and ``tick()`` take a :class:`Deps`, never
-the :class:`~runner.engine.Engine`: the engine is the public façade built on one,
+the :class:`~runner.engine.engine.Engine`: the engine is the public façade built on one,
 and the imports run one way (engine -> execution -> loop, engine -> tick, each
 of them -> deps), so no module of the core needs the engine to work.
 """
@@ -17,12 +17,12 @@ from datetime import datetime, timedelta
 
 from runner import approvals
 from runner.agent import Agent, Registry
+from runner.engine.runtime import in_io, runtime
 from runner.events import Feed
 from runner.live import LiveStore
 from runner.observe import Observer, Observers
 from runner.observe.logs import LogObserver
 from runner.retry import RetryPolicy
-from runner.runtime import in_io, runtime
 from store.base import Store
 from store.claims import Claims
 from store.config import Settings
@@ -30,7 +30,7 @@ from store.errors import StoreUnavailable
 from store.leases import Leases
 from store.models import NewApproval, Run, RunStatus, Settled, utcnow
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("runner.deps")  # the name log lines carry: kept stable for filters
 
 # Hands a run to a worker (Celery's ``apply_async``, a test's list.append, ...);
 # what it returns is ignored. One that takes an ``eta`` keyword (a datetime)
@@ -85,7 +85,7 @@ class Deps:
         store_wait_seconds: float | None,
         observers: Sequence[Observer],
     ) -> Deps:
-        """What an engine is built with (see :class:`~runner.engine.Engine`)."""
+        """What an engine is built with (see :class:`~runner.engine.engine.Engine`)."""
         feed = Feed(store, None if leases is None else leases.redis)
         # Writes through the engine wake the readers of the runs they touch.
         store = LiveStore.wrap(store, feed)

@@ -1,4 +1,4 @@
-"""``tick()``: the periodic housekeeping that Celery beat runs (DESIGN §5).
+"""``tick()``: the periodic housekeeping that Celery beat runs (docs/operations.md).
 
 It is idempotent and safe to run twice at once: a Redis lock keeps two ticks
 apart, and each job claims its rows with ``FOR UPDATE SKIP LOCKED`` or a
@@ -19,11 +19,11 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from runner import approvals
-from runner.deps import Deps
+from runner.engine.deps import Deps
+from runner.engine.runtime import runtime
 from runner.errors import AgentNotFound, ApprovalError, InvalidTransition, StoreUnavailable
 from runner.history import approval_response
-from runner.reports import TickReport
-from runner.runtime import runtime
+from runner.observe import TickReport
 from store.leases import TICK_LOCK_KEY
 from store.models import Decision, RunError
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from store.base import Store
     from store.leases import Leases
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("runner.tick")  # the name log lines carry: kept stable for filters
 
 
 Job = Callable[[Deps, TickReport, "datetime | None"], None]

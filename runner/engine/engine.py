@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import threading
 import time
@@ -12,11 +13,14 @@ from typing import Any, TypeVar
 import pydantic
 
 from runner import approvals as approvals_
-from runner import recovery
 from runner.agent import Agent, Registry
 from runner.agent import registry as default_registry
 from runner.context import AbortReason
-from runner.deps import Deps, Enqueue
+from runner.engine import rerun
+from runner.engine.deps import Deps, Enqueue
+from runner.engine.execution import Execution
+from runner.engine.runtime import runtime
+from runner.engine.tick import tick
 from runner.errors import (
     ConfigurationError,
     InvalidApprovalToken,
@@ -25,15 +29,10 @@ from runner.errors import (
 )
 from runner.events import Until, statuses
 from runner.eventstream import EventStream
-from runner.execution import Execution
-from runner.imports import import_string
 from runner.inbox import InboxItem, inbox
 from runner.layout import require_own_modules
-from runner.observe import Observer
-from runner.reports import TickReport
+from runner.observe import Observer, TickReport
 from runner.retry import RetryPolicy
-from runner.runtime import runtime
-from runner.tick import tick
 from store.base import CancelResult, Store, check_run_id
 from store.claims import Claims
 from store.config import Settings
@@ -52,12 +51,24 @@ from store.models import (
 )
 from store.rules import CancelAction
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("runner.engine")  # the name log lines carry: kept stable for filters
 M = TypeVar("M", bound=pydantic.BaseModel)
 
 _FROM_SETTINGS: Any = object()
 
 __all__ = ["Engine", "Enqueue", "TickReport", "import_string"]
+
+
+def import_string(path: str) -> Any:
+    """An object named in settings (``RUNWRIGHT_ENQUEUE``, ...):
+    ``"package.module:attribute"`` (or dotted) to the object it names."""
+    module, sep, attribute = path.partition(":")
+    if not sep:
+        module, _, attribute = path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise InvalidInput(f"cannot import {path!r}: {exc}") from exc
 
 
 class Engine:
@@ -67,7 +78,7 @@ class Engine:
     Celery's. With ``enqueue=None`` the engine only creates runs, and the caller
     runs them with :meth:`execute`.
 
-    A façade: what it is built with is one :class:`~runner.deps.Deps`, which the
+    A façade: what it is built with is one :class:`~runner.engine.deps.Deps`, which the
     executions and ``tick()`` receive in its place (they never see the engine).
     """
 
@@ -356,7 +367,7 @@ class Engine:
         ``extra_steps`` more in its step budget, and enqueue it; its outcome is
         kept as an attempt (:meth:`attempts`). A live run is returned as it is;
         a completed run raises :class:`InvalidTransition`."""
-        return recovery.retry(self.deps, run_id, extra_steps=extra_steps).run
+        return rerun.retry(self.deps, run_id, extra_steps=extra_steps).run
 
     def fork(
         self,
@@ -377,7 +388,7 @@ class Engine:
         not know: if an effect ran after ``at_step``, it is refused
         (:class:`ForkRepeatsEffects` names them; nothing is written) unless
         ``rerun_effects=True``."""
-        return recovery.fork(
+        return rerun.fork(
             self.deps, run_id, at_step, agent=agent, model=model, id=id, rerun_effects=rerun_effects
         )
 

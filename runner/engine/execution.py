@@ -21,16 +21,16 @@ from typing import Any, TypeVar
 from runner import retry
 from runner.agent import Agent
 from runner.context import AbortReason, AbortSignal, RunContext
-from runner.deps import Deps
+from runner.engine.deps import Deps
+from runner.engine.runtime import in_io, runtime
 from runner.errors import AgentNotFound, LeaseLostError, ModelError, StoreUnavailable
 from runner.loop import StepLoop
-from runner.runtime import in_io, runtime
 from store.base import StartPoint
 from store.claims import Heartbeat
 from store.models import Fence, Outcome, RetryWait, Run, RunError, RunStatus, Settled, utcnow
 from store.rules import cancel_outcome
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("runner.execution")  # the name log lines carry: kept stable for filters
 T = TypeVar("T")
 
 _HOST = socket.gethostname()
