@@ -19,7 +19,6 @@ from store.lazy import lazy_attributes  # noqa: E402
 
 if TYPE_CHECKING:
     from runner.agent import Agent, ApprovalPolicy, ApprovalRequest, Budget, registry
-    from runner.context import RunContext
     from runner.engine.engine import Engine
     from runner.errors import (
         AgentNotFound,
@@ -34,7 +33,8 @@ if TYPE_CHECKING:
         RunwrightError,
     )
     from runner.model import warm_up
-    from runner.tools import Tool, effect, tool
+    from runner.steps.run_context import RunContext
+    from runner.steps.tools import Tool, effect, tool
     from store.models import Run, RunStatus, TriggerEnvelope
 
 _LAZY = {
@@ -61,15 +61,15 @@ _LAZY = {
     "ModelError": "runner.errors",
     "PayloadTooLarge": "runner.errors",
     "Run": "store.models",
-    "RunContext": "runner.context",
+    "RunContext": "runner.steps.run_context",
     "RunNotFound": "runner.errors",
     "RunStatus": "store.models",
     "RunwrightError": "runner.errors",
-    "Tool": "runner.tools",
+    "Tool": "runner.steps.tools",
     "TriggerEnvelope": "store.models",
-    "effect": "runner.tools",
+    "effect": "runner.steps.tools",
     "registry": "runner.agent",
-    "tool": "runner.tools",
+    "tool": "runner.steps.tools",
     "warm_up": "runner.model",
 }
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from runner.agent import Agent, ApprovalRequest
 from runner.errors import ConfigurationError, InvalidApprovalInput, InvalidApprovalToken
-from runner.history import approval_response
+from runner.steps.history import approval_response
 from store.base import DecisionResult, Store
 from store.models import Approval, Decision
 

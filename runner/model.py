@@ -343,7 +343,7 @@ def _reply(response: Any, cost_usd: float | None = None) -> ModelReply:
         raise ModelError(f"the model returned no choices: {exc}") from exc
     # Model output is untrusted: text that Postgres cannot store (NUL, lone
     # surrogates) is replaced here, and tool call ids are only kept as given;
-    # the step loop makes them unique within the run before W1 journals them.
+    # the step loop makes them unique within the run before it journals them.
     content = raw.content
     message: Message = {
         "role": "assistant",

@@ -235,7 +235,7 @@ def run_demo(*, keep: bool = False) -> None:
 
 
 def _first_run(engine: Any, home: Path, demo_agent: Any) -> None:
-    from runner.trigger import render_trigger
+    from runner.steps.history import render_trigger
 
     say()
     say("1. A trigger starts a run of the 'triage' agent")

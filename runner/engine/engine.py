@@ -15,7 +15,6 @@ import pydantic
 from runner import approvals as approvals_
 from runner.agent import Agent, Registry
 from runner.agent import registry as default_registry
-from runner.context import AbortReason
 from runner.engine import rerun
 from runner.engine.deps import Deps, Enqueue
 from runner.engine.execution import Execution
@@ -33,6 +32,7 @@ from runner.inbox import InboxItem, inbox
 from runner.layout import require_own_modules
 from runner.observe import Observer, TickReport
 from runner.retry import RetryPolicy
+from runner.steps.run_context import AbortReason
 from store.base import CancelResult, Store, check_run_id
 from store.claims import Claims
 from store.config import Settings

@@ -19,8 +19,8 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
-from runner.context import AbortReason
 from runner.errors import LoopMisuse
+from runner.steps.run_context import AbortReason
 from store.config import Settings
 
 T = TypeVar("T")

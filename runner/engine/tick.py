@@ -22,8 +22,8 @@ from runner import approvals
 from runner.engine.deps import Deps
 from runner.engine.runtime import runtime
 from runner.errors import AgentNotFound, ApprovalError, InvalidTransition, StoreUnavailable
-from runner.history import approval_response
 from runner.observe import TickReport
+from runner.steps.history import approval_response
 from store.leases import TICK_LOCK_KEY
 from store.models import Decision, RunError
 

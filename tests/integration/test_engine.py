@@ -219,7 +219,7 @@ def test_max_steps_counts_across_executions(engine: Engine) -> None:
 
 
 def _drain() -> Any:
-    from runner.context import AbortReason
+    from runner.steps.run_context import AbortReason
 
     return AbortReason.DRAIN
 

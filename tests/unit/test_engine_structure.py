@@ -216,7 +216,7 @@ def test_execution_loop_and_tick_do_not_take_the_engine() -> None:
     graph = import_graph(PACKAGES)
     for module in (
         "runner.engine.execution",
-        "runner.loop",
+        "runner.steps.step_loop",
         "runner.engine.tick",
         "runner.engine.deps",
     ):

@@ -83,7 +83,7 @@ def test_fault_injected_is_on_purpose_not_an_exception() -> None:
 
 
 def test_tool_input_errors_are_invalid_input() -> None:
-    from runner.tools import ToolInputError, tool
+    from runner.steps.tools import ToolInputError, tool
 
     @tool
     def add(a: int, b: int) -> int:
