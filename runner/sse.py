@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from flask import Response
 
     from runner.engine.engine import Engine
-    from runner.eventstream import EventStream
+    from runner.events.eventstream import EventStream
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from datetime import datetime, timedelta
 from runner import approvals
 from runner.agent import Agent, Registry
 from runner.engine.runtime import in_io, runtime
-from runner.events import Feed
-from runner.live import LiveStore
+from runner.events.feed import Feed
+from runner.events.live_store import LiveStore
 from runner.observe import Observer, Observers
 from runner.observe.logs import LogObserver
 from runner.retry import RetryPolicy
@@ -67,7 +67,7 @@ class Deps:
     notify_delay: timedelta
     # Who hears what the executions do (logs, traces, metrics: runner/observe).
     observer: Observer
-    # The run-event feed: live wake-ups and token deltas (runner/events.py).
+    # The run-event feed: live wake-ups and token deltas (runner/events/feed.py).
     feed: Feed
 
     @classmethod

@@ -26,8 +26,8 @@ from runner.errors import (
     InvalidInput,
     StoreUnavailable,
 )
-from runner.events import Until, statuses
-from runner.eventstream import EventStream
+from runner.events.eventstream import EventStream
+from runner.events.feed import Until, statuses
 from runner.inbox import InboxItem, inbox
 from runner.layout import require_own_modules
 from runner.observe import Observer, TickReport
@@ -288,7 +288,7 @@ class Engine:
     ) -> EventStream:
         """The run's events after the id ``after`` (all, if None), then live
         ones until the run settles (or reaches ``until``) or ``timeout``
-        seconds pass; iterate with ``for`` or ``async for`` (runner/events.py)."""
+        seconds pass; iterate with ``for`` or ``async for`` (runner/events/feed.py)."""
         return self.deps.feed.events(
             run_id, after, timeout=timeout, until=statuses(until), tokens=tokens
         )
