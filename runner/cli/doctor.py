@@ -234,7 +234,7 @@ def _resolve(found: Found, settings: Settings) -> None:
 
 
 def _signing_key(found: Found, settings: Settings) -> str:
-    from runner.approvals import Tokens
+    from runner.approvals.approval_tokens import Tokens
 
     key = (found.services or settings).secret_key
     if not (key or "").strip():

@@ -15,8 +15,9 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from runner import approvals
 from runner.agent import Agent, Registry
+from runner.approvals import decisions
+from runner.approvals.approval_tokens import Tokens
 from runner.engine.runtime import in_io, runtime
 from runner.events.feed import Feed
 from runner.events.live_store import LiveStore
@@ -51,7 +52,7 @@ def takes_eta(enqueue: Callable[..., object]) -> bool:
 class Deps:
     store: Store
     claims: Claims
-    tokens: approvals.Tokens
+    tokens: Tokens
     leases: Leases | None
     registry: Registry
     settings: Settings
@@ -94,7 +95,7 @@ class Deps:
             claims=Claims(
                 store, leases, settings.lease_ttl_seconds, max_takeovers=settings.max_takeovers
             ),
-            tokens=approvals.Tokens.parse(settings.secret_key),
+            tokens=Tokens.parse(settings.secret_key),
             leases=leases,
             registry=registry,
             settings=settings,
@@ -175,15 +176,15 @@ class Deps:
             return
         for item in new:
             approval = await in_io(self.store.get_approval, item.approval_id)
-            request = approvals.request_for(agent, run.id, approval, self.tokens)
+            request = decisions.request_for(agent, run.id, approval, self.tokens)
             try:
-                await approvals.deliver(agent.notifier, request, self.tool_executor)
+                await decisions.deliver(agent.notifier, request, self.tool_executor)
             except Exception as exc:
                 log.warning(
                     "notifier of %s failed for %s: %s", agent.name, approval.approval_id, exc
                 )
                 self.observer.notification_failed(agent.name)
-                retry_at = utcnow() + approvals.backoff(
+                retry_at = utcnow() + decisions.backoff(
                     1,
                     self.settings.notify_backoff_seconds,
                     self.settings.notify_backoff_cap_seconds,

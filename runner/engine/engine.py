@@ -12,9 +12,11 @@ from typing import Any, TypeVar
 
 import pydantic
 
-from runner import approvals as approvals_
 from runner.agent import Agent, Registry
 from runner.agent import registry as default_registry
+from runner.approvals import decisions
+from runner.approvals.approval_tokens import Tokens
+from runner.approvals.inbox import InboxItem, inbox
 from runner.engine import rerun
 from runner.engine.deps import Deps, Enqueue
 from runner.engine.execution import Execution
@@ -28,7 +30,6 @@ from runner.errors import (
 )
 from runner.events.eventstream import EventStream
 from runner.events.feed import Until, statuses
-from runner.inbox import InboxItem, inbox
 from runner.layout import require_own_modules
 from runner.observe import Observer, TickReport
 from runner.retry import RetryPolicy
@@ -171,7 +172,7 @@ class Engine:
         return self.deps.claims
 
     @property
-    def tokens(self) -> approvals_.Tokens:
+    def tokens(self) -> Tokens:
         return self.deps.tokens
 
     def close(self) -> None:
@@ -270,7 +271,7 @@ class Engine:
 
     def inbox(self, limit: int = 50, agent: str | None = None) -> list[InboxItem]:
         """Approvals waiting for a person, oldest first, each with what an
-        approver needs to judge it (runner/inbox.py)."""
+        approver needs to judge it (runner/approvals/inbox.py)."""
         return inbox(self.deps.store, limit, agent)
 
     def result(self, run_id: str, model: type[M]) -> M:
@@ -347,7 +348,7 @@ class Engine:
     ) -> Run:
         """Decide an approval, recording ``by`` whom (the app's user, "link").
         With the last decision the run is queued again."""
-        result = approvals_.decide(
+        result = decisions.decide(
             self.deps.store,
             self.tokens,
             approval_id,

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from runner import approvals
+from runner.approvals import decisions
 from runner.engine.deps import Deps
 from runner.engine.runtime import runtime
 from runner.errors import AgentNotFound, ApprovalError, InvalidTransition, StoreUnavailable
@@ -110,7 +110,7 @@ def _resend_notifications(deps: Deps, report: TickReport, now: datetime | None) 
         if agent.notifier is None:
             continue
         try:
-            request = approvals.request_for(agent, item.approval.run_id, item.approval, deps.tokens)
+            request = decisions.request_for(agent, item.approval.run_id, item.approval, deps.tokens)
         except Exception as exc:
             # Typically signed with a key that has since been removed: no valid
             # link can be made for it. The claim moved next_notify_at out by
@@ -124,7 +124,7 @@ def _resend_notifications(deps: Deps, report: TickReport, now: datetime | None) 
 
     async def send_all() -> list[BaseException | None]:
         return await asyncio.gather(
-            *(approvals.deliver(n, r, deps.tool_executor) for _, n, r, _ in sends),
+            *(decisions.deliver(n, r, deps.tool_executor) for _, n, r, _ in sends),
             return_exceptions=True,
         )
 
