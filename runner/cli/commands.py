@@ -29,9 +29,9 @@ from runner.cli.args import (
 )
 from runner.cli.console import console as console_command
 from runner.cli.describe import describe, status_cell, when
-from runner.cli.render import clip as _clip
-from runner.cli.render import cost_text
-from runner.cli.render import step_line as _step_line
+from runner.cli.step_lines import clip as _clip
+from runner.cli.step_lines import cost_text
+from runner.cli.step_lines import step_line as _step_line
 from runner.cli.terminal import inert
 from store.config import Settings
 from store.errors import ForkRepeatsEffects, InvalidInput, RunwrightError

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runner.cli.render import step_line
+from runner.cli.step_lines import step_line
 from runner.cli.terminal import inert
 from runner.errors import RunwrightError
 from store.config import Settings

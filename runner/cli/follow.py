@@ -7,7 +7,7 @@ import json
 
 import click
 
-from runner.cli.render import clip, step_line
+from runner.cli.step_lines import clip, step_line
 from runner.cli.terminal import inert
 from runner.events.feed import Feed
 from store.events import EventType, RunEvent, step_of
