@@ -5,6 +5,17 @@
 provider it registers on the first call of a ``scripted/`` model). Names load on
 first use, so the command line starts fast. The command line and the demo live
 in ``runner/cli/``, which imports the engine; the engine never imports it.
+
+The public names are these (``__all__``). Where the rest lives:
+
+- ``engine/``: the :class:`Engine` and its executions, ``tick()``, the runtime.
+- ``steps/``: the step loop and its tool calls, tools, the message history.
+- ``events/``: a run's events and their live delivery.
+- ``approvals/``: approval decisions, link tokens, the inbox.
+- ``agent.py``, ``errors.py``, ``retry.py`` (:class:`RetryPolicy` and the
+  durable backoff), ``model.py`` (the model adapter), ``notifiers.py``,
+  ``sse.py``, ``testing.py`` and ``faults.py`` (for tests).
+- ``observe/``, ``console/``, ``cli/``: the integrations.
 """
 
 from __future__ import annotations
@@ -33,6 +44,7 @@ if TYPE_CHECKING:
         RunwrightError,
     )
     from runner.model import warm_up
+    from runner.retry import RetryPolicy
     from runner.steps.run_context import RunContext
     from runner.steps.tools import Tool, effect, tool
     from store.models import Run, RunStatus, TriggerEnvelope
@@ -60,6 +72,7 @@ _LAZY = {
     "LeaseLostError": "runner.errors",
     "ModelError": "runner.errors",
     "PayloadTooLarge": "runner.errors",
+    "RetryPolicy": "runner.retry",
     "Run": "store.models",
     "RunContext": "runner.steps.run_context",
     "RunNotFound": "runner.errors",
@@ -126,6 +139,7 @@ __all__ = [
     "LeaseLostError",
     "ModelError",
     "PayloadTooLarge",
+    "RetryPolicy",
     "Run",
     "RunContext",
     "RunNotFound",
