@@ -102,13 +102,14 @@ def any_store(request: pytest.FixtureRequest) -> PostgresStore | MemoryStore:
 
 @pytest.fixture(autouse=True)
 def _clean_process_state() -> Iterator[None]:
-    """Fault points and the drain flag are per process: reset them after each test."""
+    """Fault points and the drain flag are per process: reset them after each test
+    (a drain is final for a worker, which exits; a test's process goes on)."""
     yield
     from runner import faults
     from runner.engine.runtime import runtime
 
     faults.disarm()
-    runtime().undrain()
+    runtime()._draining = False
 
 
 @pytest.fixture

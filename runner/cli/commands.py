@@ -216,13 +216,6 @@ def show(run_id: str, messages: bool) -> None:
 @main.command()
 @click.argument("run_id")
 @click.option(
-    "--interval",
-    default=0.5,
-    callback=seconds(0.01, 3600),
-    hidden=True,
-    help="Ignored: watch follows the event feed (kept for old scripts).",
-)
-@click.option(
     "--timeout",
     default=None,
     type=float,
@@ -230,7 +223,7 @@ def show(run_id: str, messages: bool) -> None:
     help="Give up after this many seconds.",
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON event per line.")
-def watch(run_id: str, interval: float, timeout: float | None, as_json: bool) -> None:
+def watch(run_id: str, timeout: float | None, as_json: bool) -> None:
     """Follow a run live until it settles: its steps, status changes and
     approvals as they are committed, and a streaming model's text as it is
     generated (from the run-event feed, without polling)."""

@@ -6,16 +6,15 @@ import importlib
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
 import pydantic
 
-from runner.agent import Agent, Registry
+from runner.agent import Registry
 from runner.agent import registry as default_registry
 from runner.approvals import decisions
-from runner.approvals.approval_tokens import Tokens
 from runner.approvals.inbox import InboxItem, inbox
 from runner.engine import rerun
 from runner.engine.deps import Deps, Enqueue
@@ -35,18 +34,15 @@ from runner.observe import Observer, TickReport
 from runner.retry import RetryPolicy
 from runner.steps.run_context import AbortReason
 from store.base import CancelResult, Store, check_run_id
-from store.claims import Claims
 from store.config import Settings
 from store.leases import CancelListener, Leases
 from store.models import (
     Approval,
     Checkpoint,
-    NewApproval,
     NewRun,
     Run,
     RunAttempt,
     RunStatus,
-    Settled,
     Step,
     TriggerEnvelope,
 )
@@ -163,18 +159,6 @@ class Engine:
     def settings(self) -> Settings:
         return self.deps.settings
 
-    @property
-    def registry(self) -> Registry:
-        return self.deps.registry
-
-    @property
-    def claims(self) -> Claims:
-        return self.deps.claims
-
-    @property
-    def tokens(self) -> Tokens:
-        return self.deps.tokens
-
     def close(self) -> None:
         self.deps.feed.close()
         if self._listener is not None:
@@ -195,7 +179,7 @@ class Engine:
         id: str | None = None,
     ) -> Run:
         """Create a run of ``agent`` and enqueue it. Idempotent on ``id``."""
-        spec = self.registry.get(agent)
+        spec = self.deps.registry.get(agent)
         fields: dict[str, Any] = {
             "source": source,
             "trigger": trigger,
@@ -220,7 +204,7 @@ class Engine:
                 )
             )
         if created:
-            self.send([run.id])
+            self.deps.send([run.id])
         return run
 
     def execute(self, run_id: str) -> Run | None:
@@ -333,7 +317,7 @@ class Engine:
                         "cancel of %s not published (%s); heartbeat will see it", run_id, exc
                     )
         elif result.action is CancelAction.CANCELLED and result.next_in_key:
-            self.send([result.next_in_key])
+            self.deps.send([result.next_in_key])
         return result
 
     def respond(
@@ -350,7 +334,7 @@ class Engine:
         With the last decision the run is queued again."""
         result = decisions.decide(
             self.deps.store,
-            self.tokens,
+            self.deps.tokens,
             approval_id,
             approve,
             reason,
@@ -360,7 +344,7 @@ class Engine:
         )
         self.deps.observer.approval_decided(result.run, result.approval)
         if result.resumed:
-            self.send([result.run.id])
+            self.deps.send([result.run.id])
         return result.run
 
     def retry(self, run_id: str, *, extra_steps: int = 0) -> Run:
@@ -400,13 +384,13 @@ class Engine:
     def token(self, approval_id: str) -> str:
         """The token for an approval (what a notifier would put in a link)."""
         approval = self.deps.store.get_approval(approval_id)
-        return self.tokens.sign(approval.approval_id, approval.token_id)
+        return self.deps.tokens.sign(approval.approval_id, approval.token_id)
 
     def check_token(self, approval_id: str, token: str) -> Approval:
         """The approval, if ``token`` is its token; else ApprovalError. For pages
         that show an approval's input only to the holder of its link."""
         approval = self.deps.store.get_approval(approval_id)
-        if not self.tokens.verify(approval.approval_id, approval.token_id, token):
+        if not self.deps.tokens.verify(approval.approval_id, approval.token_id, token):
             raise InvalidApprovalToken(f"the token is not valid for approval {approval_id}")
         return approval
 
@@ -438,19 +422,3 @@ class Engine:
                 self._listener = CancelListener(
                     self.leases.redis, lambda run_id: runtime().abort(run_id, AbortReason.CANCEL)
                 ).start()
-
-    def send(self, run_ids: Iterable[str]) -> None:
-        """Hand runs to workers. A failed send is logged, not raised: the run is
-        stored, and tick() re-enqueues it."""
-        self.deps.send(run_ids)
-
-    def enqueue_ids(self, run_ids: list[str]) -> None:
-        """Mark runs enqueued now and send them."""
-        self.deps.enqueue_ids(run_ids)
-
-    def after_settle(self, settled: Settled) -> None:
-        self.deps.after_settle(settled)
-
-    async def notify_approvals(self, agent: Agent, run: Run, new: Sequence[NewApproval]) -> None:
-        """First notification of the approvals a step just created."""
-        await self.deps.notify_approvals(agent, run, new)

@@ -151,10 +151,6 @@ class Runtime:
             execution.abort(AbortReason.DRAIN)
         return len(targets)
 
-    def undrain(self) -> None:
-        with self._lock:
-            self._draining = False
-
     @property
     def draining(self) -> bool:
         return self._draining

@@ -100,7 +100,7 @@ def test_a_worker_warm_up_loads_no_test_or_cli_module(
     (warm,) = _probe(
         "import tasks\nfrom celery import signals\n"
         "signals.worker_init.send(sender=None)\n"
-        "assert tasks.engine().registry is not None\n"
+        "assert tasks.engine().deps.registry is not None\n"
         "tasks.engine().close()\n"
         "report('worker')\n",
         env,
