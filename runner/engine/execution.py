@@ -1,8 +1,9 @@
 """One execution of a run: claim, heartbeat, the step loop, settle.
 
-The steps follow DESIGN §3. Every write goes through :meth:`Execution.write`,
-which checks the Redis lease first and lets the Postgres fence decide; a
-refused write raises :class:`LeaseLostError` and the execution stops writing.
+The steps are docs/concepts.md's ("Execution", "Step"). Every write goes
+through :meth:`Execution.write`, which checks the Redis lease first and lets
+the Postgres fence decide; a refused write raises :class:`LeaseLostError` and
+the execution stops writing.
 """
 
 from __future__ import annotations
