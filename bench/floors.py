@@ -65,7 +65,7 @@ def in_fresh_process(kind: str, *args: str) -> dict[str, Any]:
 
 def litellm_alone(runs: int) -> dict[str, Any]:
     from runner import model
-    from runner.runtime import runtime
+    from runner.engine.runtime import runtime
     from runner.testing import Reply, Request, ScriptedModel, call, text, tools
 
     def script(request: Request) -> Reply:

@@ -50,7 +50,7 @@ import sqlalchemy as sa
 from bench.common import bench_database, durable_engine, report
 from bench.floors import in_fresh_process
 from runner import Agent, Budget, Engine, model, tool
-from runner.runtime import runtime
+from runner.engine.runtime import runtime
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
 from store.db import make_engine, raw_cursor
 from store.models import Message

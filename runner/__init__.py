@@ -5,6 +5,17 @@
 provider it registers on the first call of a ``scripted/`` model). Names load on
 first use, so the command line starts fast. The command line and the demo live
 in ``runner/cli/``, which imports the engine; the engine never imports it.
+
+The public names are these (``__all__``). Where the rest lives:
+
+- ``engine/``: the :class:`Engine` and its executions, ``tick()``, the runtime.
+- ``steps/``: the step loop and its tool calls, tools, the message history.
+- ``events/``: a run's events and their live delivery.
+- ``approvals/``: approval decisions, link tokens, the inbox.
+- ``agent.py``, ``errors.py``, ``retry.py`` (:class:`RetryPolicy` and the
+  durable backoff), ``model.py`` (the model adapter), ``notifiers.py``,
+  ``sse.py``, ``testing.py`` and ``faults.py`` (for tests).
+- ``observe/``, ``console/``, ``cli/``: the integrations.
 """
 
 from __future__ import annotations
@@ -19,8 +30,7 @@ from store.lazy import lazy_attributes  # noqa: E402
 
 if TYPE_CHECKING:
     from runner.agent import Agent, ApprovalPolicy, ApprovalRequest, Budget, registry
-    from runner.context import RunContext
-    from runner.engine import Engine
+    from runner.engine.engine import Engine
     from runner.errors import (
         AgentNotFound,
         ApprovalError,
@@ -34,7 +44,9 @@ if TYPE_CHECKING:
         RunwrightError,
     )
     from runner.model import warm_up
-    from runner.tools import Tool, effect, tool
+    from runner.retry import RetryPolicy
+    from runner.steps.run_context import RunContext
+    from runner.steps.tools import Tool, effect, tool
     from store.models import Run, RunStatus, TriggerEnvelope
 
 _LAZY = {
@@ -53,23 +65,24 @@ _LAZY = {
     "ApprovalRequest": "runner.agent",
     "Budget": "runner.agent",
     "ConfigurationError": "runner.errors",
-    "Engine": "runner.engine",
+    "Engine": "runner.engine.engine",
     "ForkRepeatsEffects": "runner.errors",
     "InvalidApprovalInput": "runner.errors",
     "InvalidInput": "runner.errors",
     "LeaseLostError": "runner.errors",
     "ModelError": "runner.errors",
     "PayloadTooLarge": "runner.errors",
+    "RetryPolicy": "runner.retry",
     "Run": "store.models",
-    "RunContext": "runner.context",
+    "RunContext": "runner.steps.run_context",
     "RunNotFound": "runner.errors",
     "RunStatus": "store.models",
     "RunwrightError": "runner.errors",
-    "Tool": "runner.tools",
+    "Tool": "runner.steps.tools",
     "TriggerEnvelope": "store.models",
-    "effect": "runner.tools",
+    "effect": "runner.steps.tools",
     "registry": "runner.agent",
-    "tool": "runner.tools",
+    "tool": "runner.steps.tools",
     "warm_up": "runner.model",
 }
 
@@ -84,7 +97,7 @@ def default_engine() -> Engine:
     """The process-wide engine configured from the environment."""
     global _default_engine
     if _default_engine is None:
-        from runner.engine import Engine
+        from runner.engine.engine import Engine
 
         _default_engine = Engine.from_env()
     return _default_engine
@@ -126,6 +139,7 @@ __all__ = [
     "LeaseLostError",
     "ModelError",
     "PayloadTooLarge",
+    "RetryPolicy",
     "Run",
     "RunContext",
     "RunNotFound",

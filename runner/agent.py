@@ -13,10 +13,10 @@ from typing import Any, Literal
 
 import pydantic
 
-from runner.context import RunContext
 from runner.errors import AgentNotFound, ConfigurationError, InvalidInput
 from runner.retry import RetryPolicy
-from runner.tools import Tool
+from runner.steps.run_context import RunContext
+from runner.steps.tools import Tool
 from store.models import TriggerEnvelope
 
 OnExpire = Literal["deny", "fail"]

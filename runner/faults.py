@@ -1,4 +1,9 @@
-"""Named fault points, placed right after each commit of an execution.
+"""Named fault points, placed right after each commit of an execution:
+``after_w1`` after a step's journal write (the model's reply, before any tool
+runs), ``after_effect_start`` once an effect's journal says it started,
+``after_effect_complete`` once it holds its outcome, and ``after_w2`` after
+the step's commit (its tool results and checkpoint); docs/concepts.md, "Step"
+and "Effects".
 
 Tests arm them to crash or stall the process exactly there, which is the
 cheapest way to prove a recovery claim. Only code arms them: :func:`arm`, or

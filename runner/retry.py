@@ -1,4 +1,4 @@
-"""Retry policies and durable backoff (DESIGN §10).
+"""Retry policies and durable backoff (docs/concepts.md, "Model failures").
 
 A :class:`RetryPolicy` says how often and how patiently a failing call is tried
 again: an exponential backoff from ``initial_backoff`` by ``multiplier`` up to

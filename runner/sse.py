@@ -28,8 +28,8 @@ from store.events import RunEvent
 if TYPE_CHECKING:
     from flask import Response
 
-    from runner.engine import Engine
-    from runner.eventstream import EventStream
+    from runner.engine.engine import Engine
+    from runner.events.eventstream import EventStream
 
 log = logging.getLogger(__name__)
 

@@ -194,7 +194,7 @@ class Request:
     @property
     def payload(self) -> Any:
         """The trigger payload, read back from the run's first message (the
-        fenced JSON block of ``runner.trigger.render_trigger``)."""
+        fenced JSON block of ``runner.steps.history.render_trigger``)."""
         first = next(m["content"] for m in self.messages if m.get("role") == "user")
         return json.loads(first.removeprefix("```json\n").removesuffix("\n```"))["payload"]
 

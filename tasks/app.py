@@ -13,11 +13,11 @@ from typing import Any
 from celery import Celery, signals
 from celery.exceptions import Reject
 
-from runner.engine import Engine
+from runner.engine.engine import Engine
+from runner.engine.runtime import runtime
 from runner.errors import RunwrightError, StoreUnavailable
 from runner.model import warm_up
 from runner.observe import setup as observe
-from runner.runtime import runtime
 from tasks.outcomes import (
     EXECUTE,
     TICK,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 
 from runner import Run, RunStatus
-from runner.engine import TickReport
+from runner.engine.engine import TickReport
 from runner.errors import RunwrightError
 
 log = logging.getLogger(__name__)

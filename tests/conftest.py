@@ -11,7 +11,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from pathlib import Path
 
-from runner.engine import Engine
+from runner.engine.engine import Engine
 from store.config import Settings
 from store.db import make_engine
 from store.leases import Leases, connect
@@ -87,13 +87,14 @@ def leases(redis_url: str) -> Iterator[Leases]:
 
 @pytest.fixture(autouse=True)
 def _clean_process_state() -> Iterator[None]:
-    """Fault points and the drain flag are per process: reset them after each test."""
+    """Fault points and the drain flag are per process: reset them after each test
+    (a drain is final for a worker, which exits; a test's process goes on)."""
     yield
     from runner import faults
-    from runner.runtime import runtime
+    from runner.engine.runtime import runtime
 
     faults.disarm()
-    runtime().undrain()
+    runtime()._draining = False
 
 
 @pytest.fixture

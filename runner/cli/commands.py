@@ -29,9 +29,9 @@ from runner.cli.args import (
 )
 from runner.cli.console import console as console_command
 from runner.cli.describe import describe, status_cell, when
-from runner.cli.render import clip as _clip
-from runner.cli.render import cost_text
-from runner.cli.render import step_line as _step_line
+from runner.cli.step_lines import clip as _clip
+from runner.cli.step_lines import cost_text
+from runner.cli.step_lines import step_line as _step_line
 from runner.cli.terminal import inert
 from store.config import Settings
 from store.errors import ForkRepeatsEffects, InvalidInput, RunwrightError
@@ -39,7 +39,7 @@ from store.rules import CancelAction
 from store.status import RunStatus
 
 if TYPE_CHECKING:
-    from runner.engine import Engine
+    from runner.engine.engine import Engine
 
 
 ERROR_CHARS = 300  # an error quoting a 20 KB argument still fits a few lines
@@ -91,7 +91,7 @@ def _settings() -> Settings:
 
 
 def _engine() -> Engine:
-    from runner.engine import Engine
+    from runner.engine.engine import Engine
 
     return Engine.from_env()
 
@@ -216,13 +216,6 @@ def show(run_id: str, messages: bool) -> None:
 @main.command()
 @click.argument("run_id")
 @click.option(
-    "--interval",
-    default=0.5,
-    callback=seconds(0.01, 3600),
-    hidden=True,
-    help="Ignored: watch follows the event feed (kept for old scripts).",
-)
-@click.option(
     "--timeout",
     default=None,
     type=float,
@@ -230,7 +223,7 @@ def show(run_id: str, messages: bool) -> None:
     help="Give up after this many seconds.",
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON event per line.")
-def watch(run_id: str, interval: float, timeout: float | None, as_json: bool) -> None:
+def watch(run_id: str, timeout: float | None, as_json: bool) -> None:
     """Follow a run live until it settles: its steps, status changes and
     approvals as they are committed, and a streaming model's text as it is
     generated (from the run-event feed, without polling)."""
@@ -289,7 +282,7 @@ def cancel(run_id: str) -> None:
 @click.option("--extra-steps", default="0", help="Steps to add to the run's budget.")
 def retry(run_id: str, extra_steps: str) -> None:
     """Queue a failed or cancelled run again, from its last checkpoint."""
-    from runner.recovery import retry as retry_run
+    from runner.engine.rerun import retry as retry_run
     from store.recovery import MAX_EXTRA_STEPS
 
     extra = parse_count(extra_steps, "--extra-steps", 0, MAX_EXTRA_STEPS)

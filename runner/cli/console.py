@@ -86,7 +86,7 @@ def console(
             f"`runwright console add-user NAME --users {path}`"
         )
     from runner.console.server import make_server, serve_on
-    from runner.engine import Engine
+    from runner.engine.engine import Engine
 
     engine = Engine.from_env()
     try:

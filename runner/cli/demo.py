@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runner.cli.render import step_line
+from runner.cli.step_lines import step_line
 from runner.cli.terminal import inert
 from runner.errors import RunwrightError
 from store.config import Settings
@@ -210,7 +210,7 @@ def run_demo(*, keep: bool = False) -> None:
         (home / stale).unlink(missing_ok=True)
 
     from runner.cli import demo_agent
-    from runner.engine import Engine
+    from runner.engine.engine import Engine
 
     model = settings.model
     say(f"Model: {model or 'scripted (set RUNWRIGHT_MODEL and its API key for a real one)'}")
@@ -235,7 +235,7 @@ def run_demo(*, keep: bool = False) -> None:
 
 
 def _first_run(engine: Any, home: Path, demo_agent: Any) -> None:
-    from runner.trigger import render_trigger
+    from runner.steps.history import render_trigger
 
     say()
     say("1. A trigger starts a run of the 'triage' agent")

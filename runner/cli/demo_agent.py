@@ -11,8 +11,8 @@ import hashlib
 import json
 
 from runner.agent import Agent, ApprovalPolicy, ApprovalRequest, Budget
+from runner.steps.tools import effect, tool
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
-from runner.tools import effect, tool
 from store.config import Settings
 
 SETTINGS = Settings.from_env()

@@ -8,7 +8,7 @@ import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from runner.cli.render import ESTIMATED, clip, cost_text
+from runner.cli.step_lines import ESTIMATED, clip, cost_text
 from store.status import RunStatus
 
 if TYPE_CHECKING:

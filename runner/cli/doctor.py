@@ -234,7 +234,7 @@ def _resolve(found: Found, settings: Settings) -> None:
 
 
 def _signing_key(found: Found, settings: Settings) -> str:
-    from runner.approvals import Tokens
+    from runner.approvals.approval_tokens import Tokens
 
     key = (found.services or settings).secret_key
     if not (key or "").strip():
@@ -313,7 +313,7 @@ def _broker(services: Settings) -> str:
 
 
 def _beat(found: Found, services: Settings) -> str:
-    from runner.watchdog import STALE_INTERVALS, WITHOUT_BEAT, age_text
+    from runner.engine.watchdog import STALE_INTERVALS, WITHOUT_BEAT, age_text
     from store.leases import Leases
 
     last = Leases(found.redis).last_tick()

@@ -1,5 +1,5 @@
 """``runwright watch``: a run's events as they are committed, from the feed
-(runner/events.py), and a streaming model's text as it is generated."""
+(runner/events/feed.py), and a streaming model's text as it is generated."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 
 import click
 
-from runner.cli.render import clip, step_line
+from runner.cli.step_lines import clip, step_line
 from runner.cli.terminal import inert
-from runner.events import Feed
+from runner.events.feed import Feed
 from store.events import EventType, RunEvent, step_of
 from store.leases import connect
 from store.models import Run, RunStatus

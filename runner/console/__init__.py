@@ -1,4 +1,4 @@
-"""The web console: runs, a run's timeline, and the approvals inbox (DESIGN §10).
+"""The web console: runs, a run's timeline, and the approvals inbox (docs/console.md).
 
 Server-rendered HTML with one small inlined script; no template engine and no
 build step. :class:`~runner.console.views.Console` holds every rule and is

@@ -36,7 +36,7 @@ from runner.errors import ConfigurationError
 if TYPE_CHECKING:
     import flask
 
-    from runner.engine import Engine
+    from runner.engine.engine import Engine
 
 SESSION_KEY = "runwright_console_csrf"
 

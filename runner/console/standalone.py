@@ -62,7 +62,7 @@ from runner.console.wsgi import (
 from runner.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from runner.engine import Engine
+    from runner.engine.engine import Engine
 
 log = logging.getLogger(__name__)
 

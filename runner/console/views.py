@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from runner.console import errors
+from runner.console import http_errors
+from runner.console.approval_pages import decided_text, inbox_body, link_body
 from runner.console.assets import PAGE_HEADERS
-from runner.console.inbox import decided_text, inbox_body, link_body
 from runner.console.listing import runs_body
 from runner.console.render import message_page, page, sign_out_form, url
 from runner.console.timeline import RETRYABLE, run_body
@@ -39,7 +39,7 @@ from store.models import Approval
 from store.rules import CancelAction
 
 if TYPE_CHECKING:
-    from runner.engine import Engine
+    from runner.engine.engine import Engine
 
 CSRF_FIELD = "csrf_token"
 # A live stream ends after this long and the page's EventSource reconnects
@@ -152,12 +152,12 @@ class Console:
         if not route.public and request.user is None:
             return self._forbidden(request)
         if method == "POST" and not request.csrf_ok:
-            return self.error(403, "Not done", errors.CSRF_MESSAGE, request)
+            return self.error(403, "Not done", http_errors.CSRF_MESSAGE, request)
         handler: Callable[[Request], Response] = getattr(self, "_" + name)
         try:
             return handler(request)
         except RunwrightError as exc:
-            status, title = errors.status_for(exc)
+            status, title = http_errors.status_for(exc)
             return self.error(status, title, exc.message, request)
 
     # ----------------------------------------------------------- answers
@@ -180,7 +180,7 @@ class Console:
         return sign_out_form(self.sign_out, CSRF_FIELD, request.csrf_token)
 
     def _forbidden(self, request: Request) -> Response:
-        return self.error(403, "Forbidden", errors.FORBIDDEN_MESSAGE, request)
+        return self.error(403, "Forbidden", http_errors.FORBIDDEN_MESSAGE, request)
 
     def _redirect(self, path: str, note: str) -> Response:
         return Response(303, "", {"Location": url(self.base, path, {"note": note})})
@@ -318,7 +318,7 @@ class Console:
         except RunwrightError:
             # The same answer whether the id names nothing or the token is
             # wrong: a link tells its holder nothing about other approvals.
-            raise errors.BadLink() from None
+            raise http_errors.BadLink() from None
 
     def _decide(self, request: Request) -> Response:
         approval_id = request.params["approval_id"]
@@ -353,7 +353,7 @@ class Console:
         engine = self.engine
         of_step = [a for a in engine.approvals(run_id) if a.step_index == step]
         if not of_step:
-            raise errors.NoSuchStep(f"run {run_id} asked for no approval at step {step}")
+            raise http_errors.NoSuchStep(f"run {run_id} asked for no approval at step {step}")
         decided = 0
         for approval in of_step:
             if not approval.pending:

@@ -1,10 +1,12 @@
-"""Observing runs: what the engine reports, and who listens (DESIGN §10).
+"""Observing runs: what the engine reports, and who listens (docs/operations.md).
 
 The engine core calls one :class:`Observer` (a fan-out of several) at the
 points worth seeing: a run started, an execution, its steps, model and tool
 calls, approvals, retries, settling, takeovers and ticks. The methods that
 wrap work are context managers, so a listener sees the duration and any
-exception. Listeners: the log context and its lines (``runner/observe/logs.py``,
+exception. What the engine hands them is defined here too (:class:`ModelCall`,
+:class:`ToolCall`, :class:`TickReport`), so that a listener reads it without
+importing the engine. Listeners: the log context and its lines (``runner/observe/logs.py``,
 always on), OpenTelemetry traces (``otel.py``, extra ``runwright[otel]``) and
 Prometheus metrics (``metrics.py``, extra ``runwright[metrics]``); the optional
 ones are imported only when configured.
@@ -15,10 +17,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from runner.reports import TickReport
 from store.models import Approval, Fence, NewApproval, RetryWait, Run, Usage
 
 
@@ -49,6 +50,25 @@ class ToolCall:
     # what the model was told.
     arguments: Any = None
     result: str | None = None
+
+
+@dataclass
+class TickReport:
+    """What one ``tick()`` did (``runner/engine/tick.py``): returned by
+    ``Engine.tick`` and handed to the listeners. ``recovered`` lists the runs
+    whose claims had lapsed and were queued again."""
+
+    skipped: bool = False
+    notified: int = 0
+    notify_failed: int = 0
+    expired: int = 0
+    recovered: list[str] = field(default_factory=list)
+    reenqueued: list[str] = field(default_factory=list)
+    key_heads: list[str] = field(default_factory=list)
+    # Approvals a job could not handle (logged, left for a later tick), and the
+    # jobs that failed as a whole; the other jobs ran regardless.
+    item_errors: int = 0
+    failed_jobs: list[str] = field(default_factory=list)
 
 
 _NULL: AbstractContextManager[None] = nullcontext()

@@ -38,8 +38,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from runner.errors import ConfigurationError
-from runner.observe import ModelCall, Observer, ToolCall
-from runner.reports import TickReport
+from runner.observe import ModelCall, Observer, TickReport, ToolCall
 from store.models import Fence, RetryWait, Run, utcnow
 
 if TYPE_CHECKING:
@@ -385,7 +384,7 @@ def start_worker(settings: Settings) -> None:
 def _scrape_time_collector(database_url: str, redis_url: str) -> ScrapeTimeCollector:
     # The engine's own pool (shared_engine is per URL and process) and a small
     # Redis client of our own; neither connects before the first scrape.
-    from runner.tick import last_tick
+    from runner.engine.tick import last_tick
     from store.leases import Leases
     from store.postgres import PostgresStore
 

@@ -51,7 +51,7 @@ def start_worker(settings: Settings, handlers: list[logging.Handler], worker: st
         _extra("otel", "runner.observe.otel").start_worker(settings)
     if settings.metrics_port is not None:
         _extra("metrics", "runner.observe.metrics").start_worker(settings)
-    from runner import watchdog
+    from runner.engine import watchdog
 
     watchdog.start(settings, worker)
 
@@ -60,6 +60,6 @@ def stop_worker(settings: Settings) -> None:
     """On shutdown: flush what the exporters still hold."""
     if settings.otel:
         _extra("otel", "runner.observe.otel").stop_worker()
-    from runner import watchdog
+    from runner.engine import watchdog
 
     watchdog.stop()

@@ -1,4 +1,4 @@
-"""The console's place in the layering (DESIGN §10): a client of the public
+"""The console's place in the layering: a client of the public
 engine API, never of the store; Flask only where it is mounted."""
 
 from __future__ import annotations

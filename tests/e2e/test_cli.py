@@ -42,7 +42,7 @@ def test_start_runs_show_watch_approve(cli_env: dict[str, str], engine: Engine) 
         cli_env, "approve", approval_id, "--token", engine.token(approval_id)
     )
     engine.execute(run_id)
-    watched = rw(cli_env, "watch", run_id, "--interval", "0.1").stdout
+    watched = rw(cli_env, "watch", run_id).stdout
     assert "-- completed" in watched and "output:" in watched
     assert watched.count("llm") == 5
 

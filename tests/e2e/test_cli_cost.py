@@ -9,7 +9,7 @@ import re
 import pytest
 
 from runner import Agent, Engine, tool
-from runner.cli.render import cost_text
+from runner.cli.step_lines import cost_text
 from runner.testing import ScriptedModel, call, text, tools
 from store.models import RunStatus
 from tests.e2e.clirun import rw

@@ -171,18 +171,10 @@ def test_run_commands_refuse_bad_ids(cli_env: dict[str, str], pg_store: Postgres
     assert snapshot(pg_store) == before
 
 
-def test_watch_refuses_absurd_intervals(cli_env: dict[str, str], engine: Engine) -> None:
-    run = engine.start("fleet", {"amount": 1})  # queued: watch would poll it forever
-    for option, value in [
-        ("--interval", "-1"),
-        ("--interval", "nan"),
-        ("--interval", "1e400"),
-        ("--timeout", "nan"),
-        ("--timeout", "-5"),
-        ("--timeout", "inf"),
-        ("--interval", "0"),  # last: the old code spun on it until killed
-    ]:
-        line = refused(cli_env, "watch", run.id, option, value)
-        assert f"{option} must be a number of seconds" in line, line
-    line = refused(cli_env, "watch", run.id, "--interval", "0.1", "--timeout", "0.3")
+def test_watch_refuses_absurd_timeouts(cli_env: dict[str, str], engine: Engine) -> None:
+    run = engine.start("fleet", {"amount": 1})  # queued: watch would follow it forever
+    for value in ("nan", "-5", "inf", "1e400"):
+        line = refused(cli_env, "watch", run.id, "--timeout", value)
+        assert "--timeout must be a number of seconds" in line, line
+    line = refused(cli_env, "watch", run.id, "--timeout", "0.3")
     assert "is still queued after 0.3 s" in line

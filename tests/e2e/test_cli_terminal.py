@@ -53,7 +53,7 @@ def test_show_and_watch_print_hostile_text_inert(cli_env: dict[str, str], engine
 
     shown = cli(cli_env, "show", run.id)
     assert "status   completed" in shown and "[red]alarm[/red]" in shown
-    watched = cli(cli_env, "watch", run.id, "--interval", "0.1")
+    watched = cli(cli_env, "watch", run.id)
     assert "-- completed" in watched and SHOWN in watched
     # One line per event (hostile newlines stay escaped), and the output.
     assert watched.count("\n") == len(engine.store.events(run.id)) + 1

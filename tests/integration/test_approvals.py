@@ -1,4 +1,4 @@
-"""Approvals: wait points, tokens, notifications, respond, expiry (DESIGN §4)."""
+"""Approvals: wait points, tokens, notifications, respond, expiry (docs/approvals.md)."""
 
 from __future__ import annotations
 

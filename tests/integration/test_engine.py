@@ -10,8 +10,8 @@ import pydantic
 import sqlalchemy as sa
 
 from runner import Agent, Budget, Engine, RunContext, faults, tool
+from runner.engine.runtime import runtime
 from runner.retry import RetryPolicy
-from runner.runtime import runtime
 from runner.testing import Request, ScriptedModel, call, text, tools
 from store.errors import LeaseLostError
 from store.leases import lease_key
@@ -209,7 +209,6 @@ def test_max_steps_counts_across_executions(engine: Engine) -> None:
     first = engine.execute(run.id)
     assert first is not None and first.status is RunStatus.INTERRUPTED
     assert first.steps_used == 2
-    runtime().undrain()
 
     second = engine.execute(run.id)
     assert second is not None and second.status is RunStatus.FAILED
@@ -219,7 +218,7 @@ def test_max_steps_counts_across_executions(engine: Engine) -> None:
 
 
 def _drain() -> Any:
-    from runner.context import AbortReason
+    from runner.steps.run_context import AbortReason
 
     return AbortReason.DRAIN
 
@@ -272,7 +271,6 @@ def test_timeout_applies_afresh_to_each_execution(engine: Engine) -> None:
     faults.arm(faults.AFTER_W2, lambda p: runtime().abort(run.id, _drain()), at_hit=2)
     first = engine.execute(run.id)  # about 0.6 s, then drained
     assert first is not None and first.status is RunStatus.INTERRUPTED
-    runtime().undrain()
     # 0.6 s more: over one second in total, but within each execution's budget.
     second = engine.execute(run.id)
     assert second is not None and second.status is RunStatus.COMPLETED

@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 import runner
-from runner import Agent, Engine, eventstream, tool
+from runner import Agent, Engine, tool
 from runner.errors import InvalidInput, RunNotFound
-from runner.events import EventStream
+from runner.events import eventstream
+from runner.events.eventstream import EventStream
 from runner.testing import Request, ScriptedModel, call, text, tools
 from store.events import EventType, RunEvent
 from store.models import Decision, RunStatus

@@ -83,7 +83,7 @@ def test_fault_injected_is_on_purpose_not_an_exception() -> None:
 
 
 def test_tool_input_errors_are_invalid_input() -> None:
-    from runner.tools import ToolInputError, tool
+    from runner.steps.tools import ToolInputError, tool
 
     @tool
     def add(a: int, b: int) -> int:
@@ -120,7 +120,7 @@ def test_notifier_configuration_errors_are_configuration_errors() -> None:
 
 
 def test_blocking_on_the_runtime_from_its_own_loop_is_a_runwright_error() -> None:
-    from runner.runtime import runtime
+    from runner.engine.runtime import runtime
 
     async def nested() -> None:
         async def nothing() -> None:

@@ -16,9 +16,8 @@ from prometheus_client import CollectorRegistry
 
 from runner import Agent, Budget, Engine, RunContext, tool
 from runner.errors import ConfigurationError
-from runner.observe import ModelCall, ToolCall
+from runner.observe import ModelCall, TickReport, ToolCall
 from runner.observe import metrics as m
-from runner.reports import TickReport
 from runner.retry import RetryPolicy
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
 from store.config import Settings

@@ -80,7 +80,7 @@ def test_importing_tasks_and_warming_up_loads_no_test_or_cli_module(tmp_path: Pa
         env,
         tmp_path,
     )
-    assert {"tasks.app", "runner.engine"} <= set(imported["modules"])
+    assert {"tasks.app", "runner.engine.engine"} <= set(imported["modules"])
     assert _test_only(imported["modules"]) == []
     assert "runner.model" in warm["modules"]
     assert _test_only(warm["modules"]) == []
@@ -100,13 +100,13 @@ def test_a_worker_warm_up_loads_no_test_or_cli_module(
     (warm,) = _probe(
         "import tasks\nfrom celery import signals\n"
         "signals.worker_init.send(sender=None)\n"
-        "assert tasks.engine().registry is not None\n"
+        "assert tasks.engine().deps.registry is not None\n"
         "tasks.engine().close()\n"
         "report('worker')\n",
         env,
         tmp_path,
     )
-    assert "runner.engine" in warm["modules"]
+    assert "runner.engine.engine" in warm["modules"]
     assert _test_only(warm["modules"]) == []
     assert warm["providers"] == []
     # The heap it loaded (litellm above all) is out of the collector's full

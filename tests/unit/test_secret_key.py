@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from runner import ConfigurationError, InvalidInput, RunwrightError
-from runner.approvals import Tokens
+from runner.approvals.approval_tokens import Tokens
 from store.local import LocalStack
 
 APPROVAL_ID = "0190a5f2-0000-7000-8000-000000000001"

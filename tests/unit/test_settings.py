@@ -81,7 +81,7 @@ def test_a_bad_value_is_a_configuration_error_naming_the_variable(name: str, raw
 def test_the_checks_hold_under_python_dash_o(tmp_path: Path) -> None:
     # `assert` disappears under -O; the configuration checks must not.
     code = (
-        "from runner.engine import Engine\n"
+        "from runner.engine.engine import Engine\n"
         "from store.errors import ConfigurationError\n"
         "try:\n"
         "    Engine.from_env(enqueue=None)\n"

@@ -14,7 +14,7 @@ import pytest
 from celery import Celery
 from celery.backends.base import BaseBackend
 
-from runner.engine import TickReport
+from runner.engine.engine import TickReport
 from store.models import Run, RunError, RunStatus, TriggerEnvelope, Usage
 from tasks.outcomes import QuietTicks, RunFailed, execute_result, tick_result
 

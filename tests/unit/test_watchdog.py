@@ -1,4 +1,4 @@
-"""The beat watchdog (runner/watchdog.py): one WARNING per stretch without
+"""The beat watchdog (runner/engine/watchdog.py): one WARNING per stretch without
 tick(), an INFO when ticks come back, Redis outages ridden out; and the worker
 beacon it writes. A fake clock and fake beacons, except where it runs for real."""
 
@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from runner import watchdog
-from runner.watchdog import BEACON_PERIODS, Watchdog, age_text, period
+from runner.engine import watchdog
+from runner.engine.watchdog import BEACON_PERIODS, Watchdog, age_text, period
 from store.config import Settings
 from store.errors import StoreUnavailable
 from store.leases import Leases

@@ -28,14 +28,14 @@ from django.urls import URLPattern, path, reverse
 from django.utils.module_loading import import_string
 from django.views.decorators.csrf import csrf_exempt
 
-from runner.console import errors
+from runner.console import http_errors
 from runner.console.django.db import APP_LABEL, ConsoleNotConfigured
 from runner.console.forms import FormRefused, check_length, parse_form
 from runner.console.views import CSRF_FIELD, LIVE_TIMEOUT_SECONDS, ROUTES, Console, Request, Route
 from runner.console.views import Response as ConsoleResponse
 
 if TYPE_CHECKING:
-    from runner.engine import Engine
+    from runner.engine.engine import Engine
 
 ENGINE_SETTING = "RUNWRIGHT_CONSOLE_ENGINE"
 DEFAULT_ENGINE = "runner.default_engine"
@@ -179,7 +179,7 @@ def _refusal(request: HttpRequest, route: Route, console: Console) -> Any:
             return redirect_to_login(request.get_full_path())
         # A form sent after the session ended: nothing to come back to.
         return _to_django(
-            console.error(403, "Forbidden", errors.FORBIDDEN_MESSAGE, Request(method))
+            console.error(403, "Forbidden", http_errors.FORBIDDEN_MESSAGE, Request(method))
         )
     if not (user.is_active and user.is_staff):
         return _to_django(console.error(403, "Forbidden", STAFF_ONLY, Request(method)))

@@ -19,8 +19,8 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
-from runner.context import AbortReason
 from runner.errors import LoopMisuse
+from runner.steps.run_context import AbortReason
 from store.config import Settings
 
 T = TypeVar("T")
@@ -150,10 +150,6 @@ class Runtime:
         for execution in targets:
             execution.abort(AbortReason.DRAIN)
         return len(targets)
-
-    def undrain(self) -> None:
-        with self._lock:
-            self._draining = False
 
     @property
     def draining(self) -> bool:

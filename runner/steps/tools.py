@@ -26,14 +26,14 @@ from typing import Any, Literal, overload
 
 import pydantic
 
-from runner.context import RunContext
 from runner.errors import InvalidInput, ToolDefinitionError, ToolInputError
 from runner.retry import RetryPolicy
+from runner.steps.run_context import RunContext
 
 Retry = Literal["at_most_once", "at_least_once"]
 Retries = int | RetryPolicy | None
 IDEMPOTENCY_KEY = "idempotency_key"
-log = logging.getLogger(__name__)
+log = logging.getLogger("runner.tools")  # the name log lines carry: kept stable for filters
 
 
 def _retry_policy(name: str, retries: Retries, *, effect: bool, retry: Retry) -> RetryPolicy | None:

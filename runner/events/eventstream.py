@@ -1,5 +1,5 @@
 """Reading a run's events: replay from the store, then follow the wake-ups
-that a :class:`~runner.events.Feed` hands to its readers (runner/events.py)."""
+that a :class:`~runner.events.feed.Feed` hands to its readers (runner/events/feed.py)."""
 
 from __future__ import annotations
 

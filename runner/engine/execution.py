@@ -1,8 +1,9 @@
 """One execution of a run: claim, heartbeat, the step loop, settle.
 
-The steps follow DESIGN §3. Every write goes through :meth:`Execution.write`,
-which checks the Redis lease first and lets the Postgres fence decide; a
-refused write raises :class:`LeaseLostError` and the execution stops writing.
+The steps are docs/concepts.md's ("Execution", "Step"). Every write goes
+through :meth:`Execution.write`, which checks the Redis lease first and lets
+the Postgres fence decide; a refused write raises :class:`LeaseLostError` and
+the execution stops writing.
 """
 
 from __future__ import annotations
@@ -20,17 +21,17 @@ from typing import Any, TypeVar
 
 from runner import retry
 from runner.agent import Agent
-from runner.context import AbortReason, AbortSignal, RunContext
-from runner.deps import Deps
+from runner.engine.deps import Deps
+from runner.engine.runtime import in_io, runtime
 from runner.errors import AgentNotFound, LeaseLostError, ModelError, StoreUnavailable
-from runner.loop import StepLoop
-from runner.runtime import in_io, runtime
+from runner.steps.run_context import AbortReason, AbortSignal, RunContext
+from runner.steps.step_loop import StepLoop
 from store.base import StartPoint
 from store.claims import Heartbeat
 from store.models import Fence, Outcome, RetryWait, Run, RunError, RunStatus, Settled, utcnow
 from store.rules import cancel_outcome
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("runner.execution")  # the name log lines carry: kept stable for filters
 T = TypeVar("T")
 
 _HOST = socket.gethostname()
@@ -170,7 +171,7 @@ class Execution:
     def _let_go(self, fence: Fence, settled: Settled) -> None:
         """The run has left `running`: give up its lease now, not when this
         execution ends. After a pause that can be much later: the notifier
-        runs after W2 and may take seconds (a webhook), and a decision's
+        runs after the step's commit and may take seconds (a webhook), and a decision's
         resume must not wait for it.
 
         A decision can still land between the write's commit and the release:

@@ -37,11 +37,11 @@ import pydantic
 
 from runner import faults
 from runner.agent import Agent
-from runner.context import AbortReason, AbortSignal, RunContext
 from runner.errors import RunwrightError, ToolInputError
-from runner.history import OpenStep, approval_request, error_content, tool_message
 from runner.observe import ToolCall
-from runner.tools import Tool
+from runner.steps.history import OpenStep, approval_request, error_content, tool_message
+from runner.steps.run_context import AbortReason, AbortSignal, RunContext
+from runner.steps.tools import Tool
 from store.base import EffectBegin
 from store.jsonsafe import NotStorable, clean_json, clean_message, clip
 from store.models import (
@@ -55,7 +55,7 @@ from store.models import (
     utcnow,
 )
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("runner.toolcalls")  # the name log lines carry: kept stable for filters
 T = TypeVar("T")
 
 MAX_RESULT_CHARS = 100_000

@@ -1,4 +1,4 @@
-"""The run-event feed: replay from the store, then follow live (DESIGN §10).
+"""The run-event feed: replay from the store, then follow live (docs/events.md).
 
 Durable events come from the rows the store commits (store/events.py). After
 a commit the writer publishes a wake-up on the run's Redis channel
@@ -28,14 +28,14 @@ from typing import Any
 import redis
 
 from runner.errors import InvalidInput
-from runner.eventstream import WAKE, EventStream, Sink, Tail
+from runner.events.eventstream import WAKE, EventStream, Sink, Tail
 from store.base import Store, check_run_id
 from store.live import WAKE as WAKE_MESSAGE
 from store.live import EventListener, Publisher, decode, events_channel, token_payload
 from store.models import Run, RunStatus
 from store.status import SETTLED
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("runner.events")  # the name log lines carry: kept stable for filters
 
 # Where a wait or a stream ends: always when the run settles, and also when
 # it reaches the statuses given (``"waiting"``: when it waits for an approval).

@@ -18,7 +18,7 @@ from typing import Any
 
 import pydantic
 
-from runner.deps import Deps
+from runner.engine.deps import Deps
 from runner.errors import InvalidInput
 from store.base import RetryResult
 from store.models import NewRun, Run, TriggerEnvelope

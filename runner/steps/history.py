@@ -1,5 +1,6 @@
 """The run's message history: what is stored, and what the model is sent.
 
+It starts with the trigger, as the model first sees it (:func:`render_trigger`).
 The history holds the engine's own records beside the conversation:
 ``approval_request`` and ``approval_response`` entries. They are the journal of
 a wait and never go to the model.
@@ -13,11 +14,23 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from store.models import Message
+from store.models import Message, TriggerEnvelope
 
 APPROVAL_REQUEST = "approval_request"
 APPROVAL_RESPONSE = "approval_response"
 ENGINE_ROLES = frozenset({APPROVAL_REQUEST, APPROVAL_RESPONSE})
+
+
+def render_trigger(envelope: TriggerEnvelope) -> str:
+    """The first user message: ``source``, ``trigger`` and ``payload`` only, as a
+    fenced JSON block with two-space indentation. ``id``, ``keys``, ``thread`` and
+    ``received_at`` stay out of it; tools read them from ``ctx.trigger``."""
+    body = {"source": envelope.source, "trigger": envelope.trigger, "payload": envelope.payload}
+    return "```json\n" + json.dumps(body, indent=2, ensure_ascii=False) + "\n```"
+
+
+def trigger_message(envelope: TriggerEnvelope) -> Message:
+    return {"role": "user", "content": render_trigger(envelope)}
 
 
 def for_model(instructions: str, history: list[Message]) -> list[Message]:

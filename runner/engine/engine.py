@@ -2,62 +2,70 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
 import pydantic
 
-from runner import approvals as approvals_
-from runner import recovery
-from runner.agent import Agent, Registry
+from runner.agent import Registry
 from runner.agent import registry as default_registry
-from runner.context import AbortReason
-from runner.deps import Deps, Enqueue
+from runner.approvals import decisions
+from runner.approvals.inbox import InboxItem, inbox
+from runner.engine import rerun
+from runner.engine.deps import Deps, Enqueue
+from runner.engine.execution import Execution
+from runner.engine.runtime import runtime
+from runner.engine.tick import tick
 from runner.errors import (
     ConfigurationError,
     InvalidApprovalToken,
     InvalidInput,
     StoreUnavailable,
 )
-from runner.events import Until, statuses
-from runner.eventstream import EventStream
-from runner.execution import Execution
-from runner.imports import import_string
-from runner.inbox import InboxItem, inbox
+from runner.events.eventstream import EventStream
+from runner.events.feed import Until, statuses
 from runner.layout import require_own_modules
-from runner.observe import Observer
-from runner.reports import TickReport
+from runner.observe import Observer, TickReport
 from runner.retry import RetryPolicy
-from runner.runtime import runtime
-from runner.tick import tick
+from runner.steps.run_context import AbortReason
 from store.base import CancelResult, Store, check_run_id
-from store.claims import Claims
 from store.config import Settings
 from store.leases import CancelListener, Leases
 from store.models import (
     Approval,
     Checkpoint,
-    NewApproval,
     NewRun,
     Run,
     RunAttempt,
     RunStatus,
-    Settled,
     Step,
     TriggerEnvelope,
 )
 from store.rules import CancelAction
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("runner.engine")  # the name log lines carry: kept stable for filters
 M = TypeVar("M", bound=pydantic.BaseModel)
 
 _FROM_SETTINGS: Any = object()
 
 __all__ = ["Engine", "Enqueue", "TickReport", "import_string"]
+
+
+def import_string(path: str) -> Any:
+    """An object named in settings (``RUNWRIGHT_ENQUEUE``, ...):
+    ``"package.module:attribute"`` (or dotted) to the object it names."""
+    module, sep, attribute = path.partition(":")
+    if not sep:
+        module, _, attribute = path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise InvalidInput(f"cannot import {path!r}: {exc}") from exc
 
 
 class Engine:
@@ -67,7 +75,7 @@ class Engine:
     Celery's. With ``enqueue=None`` the engine only creates runs, and the caller
     runs them with :meth:`execute`.
 
-    A façade: what it is built with is one :class:`~runner.deps.Deps`, which the
+    A façade: what it is built with is one :class:`~runner.engine.deps.Deps`, which the
     executions and ``tick()`` receive in its place (they never see the engine).
     """
 
@@ -151,18 +159,6 @@ class Engine:
     def settings(self) -> Settings:
         return self.deps.settings
 
-    @property
-    def registry(self) -> Registry:
-        return self.deps.registry
-
-    @property
-    def claims(self) -> Claims:
-        return self.deps.claims
-
-    @property
-    def tokens(self) -> approvals_.Tokens:
-        return self.deps.tokens
-
     def close(self) -> None:
         self.deps.feed.close()
         if self._listener is not None:
@@ -183,7 +179,7 @@ class Engine:
         id: str | None = None,
     ) -> Run:
         """Create a run of ``agent`` and enqueue it. Idempotent on ``id``."""
-        spec = self.registry.get(agent)
+        spec = self.deps.registry.get(agent)
         fields: dict[str, Any] = {
             "source": source,
             "trigger": trigger,
@@ -208,7 +204,7 @@ class Engine:
                 )
             )
         if created:
-            self.send([run.id])
+            self.deps.send([run.id])
         return run
 
     def execute(self, run_id: str) -> Run | None:
@@ -259,7 +255,7 @@ class Engine:
 
     def inbox(self, limit: int = 50, agent: str | None = None) -> list[InboxItem]:
         """Approvals waiting for a person, oldest first, each with what an
-        approver needs to judge it (runner/inbox.py)."""
+        approver needs to judge it (runner/approvals/inbox.py)."""
         return inbox(self.deps.store, limit, agent)
 
     def result(self, run_id: str, model: type[M]) -> M:
@@ -277,7 +273,7 @@ class Engine:
     ) -> EventStream:
         """The run's events after the id ``after`` (all, if None), then live
         ones until the run settles (or reaches ``until``) or ``timeout``
-        seconds pass; iterate with ``for`` or ``async for`` (runner/events.py)."""
+        seconds pass; iterate with ``for`` or ``async for`` (runner/events/feed.py)."""
         return self.deps.feed.events(
             run_id, after, timeout=timeout, until=statuses(until), tokens=tokens
         )
@@ -321,7 +317,7 @@ class Engine:
                         "cancel of %s not published (%s); heartbeat will see it", run_id, exc
                     )
         elif result.action is CancelAction.CANCELLED and result.next_in_key:
-            self.send([result.next_in_key])
+            self.deps.send([result.next_in_key])
         return result
 
     def respond(
@@ -336,9 +332,9 @@ class Engine:
     ) -> Run:
         """Decide an approval, recording ``by`` whom (the app's user, "link").
         With the last decision the run is queued again."""
-        result = approvals_.decide(
+        result = decisions.decide(
             self.deps.store,
-            self.tokens,
+            self.deps.tokens,
             approval_id,
             approve,
             reason,
@@ -348,7 +344,7 @@ class Engine:
         )
         self.deps.observer.approval_decided(result.run, result.approval)
         if result.resumed:
-            self.send([result.run.id])
+            self.deps.send([result.run.id])
         return result.run
 
     def retry(self, run_id: str, *, extra_steps: int = 0) -> Run:
@@ -356,7 +352,7 @@ class Engine:
         ``extra_steps`` more in its step budget, and enqueue it; its outcome is
         kept as an attempt (:meth:`attempts`). A live run is returned as it is;
         a completed run raises :class:`InvalidTransition`."""
-        return recovery.retry(self.deps, run_id, extra_steps=extra_steps).run
+        return rerun.retry(self.deps, run_id, extra_steps=extra_steps).run
 
     def fork(
         self,
@@ -377,7 +373,7 @@ class Engine:
         not know: if an effect ran after ``at_step``, it is refused
         (:class:`ForkRepeatsEffects` names them; nothing is written) unless
         ``rerun_effects=True``."""
-        return recovery.fork(
+        return rerun.fork(
             self.deps, run_id, at_step, agent=agent, model=model, id=id, rerun_effects=rerun_effects
         )
 
@@ -388,13 +384,13 @@ class Engine:
     def token(self, approval_id: str) -> str:
         """The token for an approval (what a notifier would put in a link)."""
         approval = self.deps.store.get_approval(approval_id)
-        return self.tokens.sign(approval.approval_id, approval.token_id)
+        return self.deps.tokens.sign(approval.approval_id, approval.token_id)
 
     def check_token(self, approval_id: str, token: str) -> Approval:
         """The approval, if ``token`` is its token; else ApprovalError. For pages
         that show an approval's input only to the holder of its link."""
         approval = self.deps.store.get_approval(approval_id)
-        if not self.tokens.verify(approval.approval_id, approval.token_id, token):
+        if not self.deps.tokens.verify(approval.approval_id, approval.token_id, token):
             raise InvalidApprovalToken(f"the token is not valid for approval {approval_id}")
         return approval
 
@@ -426,19 +422,3 @@ class Engine:
                 self._listener = CancelListener(
                     self.leases.redis, lambda run_id: runtime().abort(run_id, AbortReason.CANCEL)
                 ).start()
-
-    def send(self, run_ids: Iterable[str]) -> None:
-        """Hand runs to workers. A failed send is logged, not raised: the run is
-        stored, and tick() re-enqueues it."""
-        self.deps.send(run_ids)
-
-    def enqueue_ids(self, run_ids: list[str]) -> None:
-        """Mark runs enqueued now and send them."""
-        self.deps.enqueue_ids(run_ids)
-
-    def after_settle(self, settled: Settled) -> None:
-        self.deps.after_settle(settled)
-
-    async def notify_approvals(self, agent: Agent, run: Run, new: Sequence[NewApproval]) -> None:
-        """First notification of the approvals a step just created."""
-        await self.deps.notify_approvals(agent, run, new)

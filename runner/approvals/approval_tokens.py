@@ -1,4 +1,4 @@
-"""Approval tokens, notifications and decisions (DESIGN §4).
+"""Approval tokens: what makes an approval link a key to one approval.
 
 A token is ``HMAC-SHA256(secret[token_id], approval_id)``, URL-safe base64
 without padding. Nothing about it is stored: ``tick()`` can re-send a
@@ -8,28 +8,18 @@ rotate (sign with the first, accept all listed).
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hashlib
 import hmac
-import inspect
 import logging
 import re
 import secrets
-from collections.abc import Callable, Mapping
-from concurrent.futures import Executor
-from datetime import timedelta
-from typing import Any
+from collections.abc import Mapping
 
-from runner.agent import Agent, ApprovalRequest
-from runner.errors import ConfigurationError, InvalidApprovalInput, InvalidApprovalToken
-from runner.history import approval_response
-from store.base import DecisionResult, Store
-from store.models import Approval, Decision
+from runner.errors import ConfigurationError, InvalidApprovalToken
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("runner.approvals")  # the name log lines carry: kept stable for filters
 
-MAX_REASON_CHARS = 2000
 MIN_SECRET_BYTES = 32
 DEFAULT_KEY_ID = "default"
 # ":" and "," appear in no base64, URL-safe base64 or hex alphabet, so a secret
@@ -122,92 +112,3 @@ def _parse_entry(number: int, entry: str) -> tuple[str, bytes]:
             f"least {MIN_SECRET_BYTES} are required (e.g. openssl rand -base64 32)"
         )
     return key_id, encoded
-
-
-def backoff(attempts: int, base: float, cap: float) -> timedelta:
-    """Delay before the next notification after ``attempts`` tries."""
-    return timedelta(seconds=min(cap, base * 2 ** max(0, attempts - 1)))
-
-
-def request_for(agent: Agent, run_id: str, approval: Approval, tokens: Tokens) -> ApprovalRequest:
-    return ApprovalRequest(
-        run_id=run_id,
-        agent=agent.name,
-        approval_id=approval.approval_id,
-        tool_name=approval.tool_name,
-        input=approval.input,
-        expires_at=approval.expires_at,
-        token=tokens.sign(approval.approval_id, approval.token_id),
-        token_id=approval.token_id,
-    )
-
-
-async def deliver(
-    notifier: Callable[[ApprovalRequest], Any], request: ApprovalRequest, executor: Executor
-) -> None:
-    """Call a notifier, sync (in a thread) or async. Raising means "not accepted"."""
-    result = await asyncio.get_running_loop().run_in_executor(executor, notifier, request)
-    if inspect.isawaitable(result):
-        await result
-
-
-def check_reason(reason: object) -> None:
-    """A reason is stored as text and inside the checkpoint's JSON, where Postgres
-    refuses NUL and the driver refuses lone surrogates: refuse them here, before
-    anything is written, with the same error on both stores."""
-    if reason is None:
-        return
-    if not isinstance(reason, str):
-        raise InvalidApprovalInput(f"the reason must be text, not {type(reason).__name__}")
-    if len(reason) > MAX_REASON_CHARS:
-        raise InvalidApprovalInput(f"the reason is longer than {MAX_REASON_CHARS} characters")
-    if "\x00" in reason:
-        raise InvalidApprovalInput("the reason contains a NUL character")
-    try:
-        reason.encode()
-    except UnicodeEncodeError:
-        raise InvalidApprovalInput(
-            "the reason is not valid Unicode (it has a lone surrogate)"
-        ) from None
-
-
-MAX_DECIDER_CHARS = 200
-
-
-def check_decider(by: object) -> None:
-    """Who decided: text a person could read (a user name, an email), stored as is."""
-    if by is None:
-        return
-    if not isinstance(by, str) or not by.strip():
-        raise InvalidApprovalInput("who decided must be given as a non-empty name")
-    if len(by) > MAX_DECIDER_CHARS or not by.isprintable():
-        raise InvalidApprovalInput(
-            f"who decided must be printable text of at most {MAX_DECIDER_CHARS} characters"
-        )
-
-
-def decide(
-    store: Store,
-    tokens: Tokens,
-    approval_id: str,
-    approve: bool,
-    reason: str | None,
-    *,
-    token: str | None,
-    trusted: bool,
-    by: str | None = None,
-) -> DecisionResult:
-    """Check the token and record the decision, and ``by`` whom; the store
-    checks the rest (decided once, not expired, run still waiting) in one
-    transaction."""
-    check_reason(reason)
-    check_decider(by)
-    approval = store.get_approval(approval_id)
-    if not trusted:
-        if not token:
-            raise InvalidApprovalToken("a token is required to decide an approval")
-        if not tokens.verify(approval.approval_id, approval.token_id, token):
-            raise InvalidApprovalToken(f"the token is not valid for approval {approval_id}")
-    response = approval_response(approval.approval_id, approval.tool_call_id, approve, reason)
-    decision = Decision.APPROVED if approve else Decision.DENIED
-    return store.decide(approval.approval_id, decision, reason, response, by=by)

@@ -24,7 +24,7 @@ from typing import Protocol
 from store.config import Settings
 from store.leases import Leases
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("runner.watchdog")  # the name log lines carry: kept stable for filters
 
 # tick() is overdue after this many intervals (RUNWRIGHT_TICK_SECONDS).
 STALE_INTERVALS = 3
@@ -189,7 +189,7 @@ def start(settings: Settings, worker: str) -> None:
         leases = Leases.from_url(settings.redis_url)
         stored = None
         if settings.database_url is not None:
-            from runner.tick import stored_last_tick
+            from runner.engine.tick import stored_last_tick
             from store.postgres import PostgresStore
 
             # The worker's own pool (one engine per URL and process); connects

@@ -1,5 +1,5 @@
 """The engine's store, waking the readers of a run after each write that
-committed events of it (runner/events.py).
+committed events of it (runner/events/feed.py).
 
 A wrapper rather than calls sprinkled over the engine: every process that
 writes (workers, ``tick()``, the web process that starts runs and decides
@@ -28,7 +28,7 @@ from store.models import (
 from store.rules import CancelAction
 
 if TYPE_CHECKING:
-    from runner.events import Feed
+    from runner.events.feed import Feed
 
 
 class LiveStore:

@@ -1,4 +1,4 @@
-"""``tick()``: the periodic housekeeping that Celery beat runs (DESIGN §5).
+"""``tick()``: the periodic housekeeping that Celery beat runs (docs/operations.md).
 
 It is idempotent and safe to run twice at once: a Redis lock keeps two ticks
 apart, and each job claims its rows with ``FOR UPDATE SKIP LOCKED`` or a
@@ -18,12 +18,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from runner import approvals
-from runner.deps import Deps
+from runner.approvals import decisions
+from runner.engine.deps import Deps
+from runner.engine.runtime import runtime
 from runner.errors import AgentNotFound, ApprovalError, InvalidTransition, StoreUnavailable
-from runner.history import approval_response
-from runner.reports import TickReport
-from runner.runtime import runtime
+from runner.observe import TickReport
+from runner.steps.history import approval_response
 from store.leases import TICK_LOCK_KEY
 from store.models import Decision, RunError
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from store.base import Store
     from store.leases import Leases
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("runner.tick")  # the name log lines carry: kept stable for filters
 
 
 Job = Callable[[Deps, TickReport, "datetime | None"], None]
@@ -110,7 +110,7 @@ def _resend_notifications(deps: Deps, report: TickReport, now: datetime | None) 
         if agent.notifier is None:
             continue
         try:
-            request = approvals.request_for(agent, item.approval.run_id, item.approval, deps.tokens)
+            request = decisions.request_for(agent, item.approval.run_id, item.approval, deps.tokens)
         except Exception as exc:
             # Typically signed with a key that has since been removed: no valid
             # link can be made for it. The claim moved next_notify_at out by
@@ -124,7 +124,7 @@ def _resend_notifications(deps: Deps, report: TickReport, now: datetime | None) 
 
     async def send_all() -> list[BaseException | None]:
         return await asyncio.gather(
-            *(approvals.deliver(n, r, deps.tool_executor) for _, n, r, _ in sends),
+            *(decisions.deliver(n, r, deps.tool_executor) for _, n, r, _ in sends),
             return_exceptions=True,
         )
 

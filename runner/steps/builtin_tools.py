@@ -9,13 +9,13 @@ from typing import Any
 
 import pydantic
 
-from runner.toolcalls import FINAL_RESULT
-from runner.tools import Tool
+from runner.steps.toolcalls import FINAL_RESULT
+from runner.steps.tools import Tool
 
 
 @dataclass
 class StateHolder:
-    """The run's working state during one execution; committed with W2."""
+    """The run's working state during one execution; committed with the step."""
 
     value: Any
     changed: bool = False

@@ -1,7 +1,7 @@
 """What an execution and ``tick()`` need of the engine, handed to them explicitly.
 
 :class:`Execution`, :class:`StepLoop` and ``tick()`` take a :class:`Deps`, never
-the :class:`~runner.engine.Engine`: the engine is the public façade built on one,
+the :class:`~runner.engine.engine.Engine`: the engine is the public façade built on one,
 and the imports run one way (engine -> execution -> loop, engine -> tick, each
 of them -> deps), so no module of the core needs the engine to work.
 """
@@ -15,14 +15,15 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from runner import approvals
 from runner.agent import Agent, Registry
-from runner.events import Feed
-from runner.live import LiveStore
+from runner.approvals import decisions
+from runner.approvals.approval_tokens import Tokens
+from runner.engine.runtime import in_io, runtime
+from runner.events.feed import Feed
+from runner.events.live_store import LiveStore
 from runner.observe import Observer, Observers
 from runner.observe.logs import LogObserver
 from runner.retry import RetryPolicy
-from runner.runtime import in_io, runtime
 from store.base import Store
 from store.claims import Claims
 from store.config import Settings
@@ -30,7 +31,7 @@ from store.errors import StoreUnavailable
 from store.leases import Leases
 from store.models import NewApproval, Run, RunStatus, Settled, utcnow
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("runner.deps")  # the name log lines carry: kept stable for filters
 
 # Hands a run to a worker (Celery's ``apply_async``, a test's list.append, ...);
 # what it returns is ignored. One that takes an ``eta`` keyword (a datetime)
@@ -51,7 +52,7 @@ def takes_eta(enqueue: Callable[..., object]) -> bool:
 class Deps:
     store: Store
     claims: Claims
-    tokens: approvals.Tokens
+    tokens: Tokens
     leases: Leases | None
     registry: Registry
     settings: Settings
@@ -67,7 +68,7 @@ class Deps:
     notify_delay: timedelta
     # Who hears what the executions do (logs, traces, metrics: runner/observe).
     observer: Observer
-    # The run-event feed: live wake-ups and token deltas (runner/events.py).
+    # The run-event feed: live wake-ups and token deltas (runner/events/feed.py).
     feed: Feed
 
     @classmethod
@@ -85,7 +86,7 @@ class Deps:
         store_wait_seconds: float | None,
         observers: Sequence[Observer],
     ) -> Deps:
-        """What an engine is built with (see :class:`~runner.engine.Engine`)."""
+        """What an engine is built with (see :class:`~runner.engine.engine.Engine`)."""
         feed = Feed(store, None if leases is None else leases.redis)
         # Writes through the engine wake the readers of the runs they touch.
         store = LiveStore.wrap(store, feed)
@@ -94,7 +95,7 @@ class Deps:
             claims=Claims(
                 store, leases, settings.lease_ttl_seconds, max_takeovers=settings.max_takeovers
             ),
-            tokens=approvals.Tokens.parse(settings.secret_key),
+            tokens=Tokens.parse(settings.secret_key),
             leases=leases,
             registry=registry,
             settings=settings,
@@ -175,15 +176,15 @@ class Deps:
             return
         for item in new:
             approval = await in_io(self.store.get_approval, item.approval_id)
-            request = approvals.request_for(agent, run.id, approval, self.tokens)
+            request = decisions.request_for(agent, run.id, approval, self.tokens)
             try:
-                await approvals.deliver(agent.notifier, request, self.tool_executor)
+                await decisions.deliver(agent.notifier, request, self.tool_executor)
             except Exception as exc:
                 log.warning(
                     "notifier of %s failed for %s: %s", agent.name, approval.approval_id, exc
                 )
                 self.observer.notification_failed(agent.name)
-                retry_at = utcnow() + approvals.backoff(
+                retry_at = utcnow() + decisions.backoff(
                     1,
                     self.settings.notify_backoff_seconds,
                     self.settings.notify_backoff_cap_seconds,

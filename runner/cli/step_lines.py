@@ -1,6 +1,6 @@
 """How a stored step reads on one line, for ``runwright show``, ``watch`` and the
-demo. The lines hold stored (possibly hostile) text: print them through
-:func:`runner.cli.terminal.inert`."""
+demo, with the cost and the clipping those lines use. The lines hold stored
+(possibly hostile) text: print them through :func:`runner.cli.terminal.inert`."""
 
 from __future__ import annotations
 

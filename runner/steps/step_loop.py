@@ -1,5 +1,11 @@
-"""The step loop of one execution: start point, model call and W1, tool calls
-and W2, until the run settles or pauses (DESIGN §3, steps 1-5)."""
+"""The step loop of one execution: from the start point, step after step, until
+the run settles or pauses (docs/concepts.md, "Step" and "Checkpoint").
+
+A step is two writes. The journal write (``record_llm_step``) records the
+model's reply before any tool runs, so that a recovered run never pays for the
+call twice and keeps its tool call ids; the step's commit (``commit_step``)
+records the tool results with the checkpoint, the state and any approvals.
+Fault points sit right after each (``after_w1``, ``after_w2``: runner/faults.py)."""
 
 from __future__ import annotations
 
@@ -12,22 +18,22 @@ from typing import Any, Protocol, TypeVar
 
 from runner import faults, model
 from runner.agent import Agent
-from runner.context import AbortSignal, RunContext
-from runner.deps import Deps
+from runner.engine.deps import Deps
 from runner.errors import InvalidInput
-from runner.generated import StateHolder, initial_state, output_tool, state_tools
-from runner.history import (
+from runner.observe import ModelCall
+from runner.steps.builtin_tools import StateHolder, initial_state, output_tool, state_tools
+from runner.steps.history import (
     OpenStep,
     assign_call_ids,
     call_ids,
     continue_thread,
     for_model,
     open_step,
+    trigger_message,
 )
-from runner.observe import ModelCall
-from runner.toolcalls import CallRunner, StepCalls
-from runner.tools import Tool
-from runner.trigger import trigger_message
+from runner.steps.run_context import AbortSignal, RunContext
+from runner.steps.toolcalls import CallRunner, StepCalls
+from runner.steps.tools import Tool
 from store.base import StartPoint
 from store.models import (
     USAGE_ESTIMATED,
@@ -50,7 +56,7 @@ T = TypeVar("T")
 
 class Host(Protocol):
     """What the step loop uses of the execution that runs it (an
-    :class:`~runner.execution.Execution`): its fenced writes, its abort signal
+    :class:`~runner.engine.execution.Execution`): its fenced writes, its abort signal
     and its settle. A protocol, so that the loop does not import the execution."""
 
     deps: Deps
@@ -104,7 +110,7 @@ class StepLoop:
             step = open_step(self.messages)
             if step is not None:
                 # A step whose tool calls were not all answered: after an
-                # approval pause, or a crash between W1 and W2.
+                # approval pause, or a crash between its journal write and its commit.
                 k = self.index if step.index < self.saved else self.index + 1
                 if step.unanswered:
                     return await self.x.settle(Outcome(RunStatus.WAITING))  # re-pause
@@ -125,7 +131,7 @@ class StepLoop:
                 return await self.x.settle_aborted(self.agent)
 
     async def _step(self, k: int, step: OpenStep | None) -> Settled | None:
-        """Step k: its model call (unless it is open already), its tool calls, W2."""
+        """Step k: its model call (unless it is open already), its tool calls, its commit."""
         if step is None:
             assistant = await self._assistant(k)
             if assistant is None:
@@ -184,17 +190,19 @@ class StepLoop:
             return f"the run cost ${self.cost_usd:.6f}; its budget is ${budget.max_cost_usd:.6f}"
         return None
 
-    # ----------------------------------------------------- model call and W1
+    # ------------------------------------------- model call and the journal write
 
     async def _assistant(self, k: int) -> Message | None:
-        """Step k's assistant message: the journaled one if W1 already ran,
-        else a model call journaled by W1. None if an abort won the race."""
+        """Step k's assistant message: the journaled one if the step's journal
+        write already ran, else a model call, journaled now. None if an abort
+        won the race."""
         if self._journaled is not None:
-            # Only the first new step of an execution can find its W1 already
-            # journaled (by a process that died before W2); later ones cannot.
+            # Only the first new step of an execution can find its reply already
+            # journaled (by a process that died before the step's commit);
+            # later ones cannot.
             recorded, self._journaled = self._journaled, None
             assert recorded.index == k
-            return self._from_w1(recorded.output)
+            return self._from_journal(recorded.output)
         started = utcnow()
         model_name = self.run_.model or self.agent.model
         observed = ModelCall(model_name, k, messages=self.messages)
@@ -222,7 +230,7 @@ class StepLoop:
             usage=reply.usage,
             cost_usd=reply.cost_usd,
         )
-        self.retry = None  # W1 clears the run's failed attempts
+        self.retry = None  # the journal write clears the run's failed attempts
         if await self.x.write(self.store.record_llm_step, record):
             self.usage = self.usage + reply.usage
             self.cost_usd += reply.cost_usd or 0.0
@@ -231,11 +239,11 @@ class StepLoop:
             assert existing is not None
             output = existing.output
         faults.hit(faults.AFTER_W1)
-        return self._from_w1(output)
+        return self._from_journal(output)
 
     def _deltas(self, k: int) -> model.OnDelta:
         """Publishes step k's text as the model streams it: live only, never
-        stored (W1 journals the whole message). Keyed by this execution's
+        stored (the journal write records the whole message). Keyed by this execution's
         epoch, so that readers drop what an execution that was taken over
         still sends; after a failed publish the rest of the call sends none."""
         assert self.x.fence is not None
@@ -284,13 +292,13 @@ class StepLoop:
         aborted.cancel()
         return call.result()
 
-    def _from_w1(self, output: Any) -> Message:
+    def _from_journal(self, output: Any) -> Message:
         self.finish_reason = output.get("finish_reason")
         message: Message = output["message"]
         self.call_ids.update(call["id"] for call in message.get("tool_calls") or ())
         return message
 
-    # -------------------------------------------------------- tools and W2
+    # ---------------------------------------------------- tools and the commit
 
     def _runner(self, k: int) -> CallRunner:
         assert self.x.fence is not None

@@ -17,7 +17,7 @@ from runner.console.timeline import assistant_message, decision_line
 from store.models import Approval
 
 if TYPE_CHECKING:
-    from runner.inbox import InboxItem, SeenResult
+    from runner.approvals.inbox import InboxItem, SeenResult
 
 MAX_REASON = 2000
 
