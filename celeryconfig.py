@@ -1,4 +1,4 @@
-"""Runwright's Celery preset. Its values come from ``store.config.Settings``, so
+"""Runwright's Celery preset. Its values come from ``runner.settings.Settings``, so
 every one can be set from the environment.
 
 Executions mostly wait on the model, so a worker process runs many of them on
@@ -7,9 +7,8 @@ threads (``worker_pool = "threads"``) rather than one per core.
 
 from __future__ import annotations
 
-from store.config import Settings
+from runner.settings import Settings, resolve
 from store.errors import ConfigurationError
-from store.local import resolve
 
 # Checked, and never starting servers: with no URLs the local stack must
 # already be up (`runwright local up`). A `celery` command with a bad

@@ -14,10 +14,9 @@ import psycopg2
 from sqlalchemy.engine import make_url
 
 from runner import Engine
+from runner.settings import Settings, resolve
 from store.base import Store
-from store.config import Settings
 from store.leases import Leases
-from store.local import resolve
 from store.migrate import upgrade
 
 RESULTS = Path(__file__).resolve().parent / "results"

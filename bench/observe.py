@@ -32,8 +32,8 @@ from bench.common import bench_database, report, settings
 from bench.step_overhead import _per_step, _script, fetch
 from runner import Agent, Budget, Engine
 from runner.observe.logs import install
+from runner.settings import Settings
 from runner.testing import ScriptedModel
-from store.config import Settings
 from store.db import make_engine
 from store.leases import Leases
 from store.postgres import PostgresStore

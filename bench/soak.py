@@ -56,8 +56,8 @@ from bench.common import bench_database, report
 from bench.workers import percentile
 from runner import Engine
 from runner.errors import RunwrightError
+from runner.settings import Settings
 from runner.steps.history import ENGINE_ROLES
-from store.config import Settings
 from store.local import LocalRedis, free_port
 from store.models import Message, RunStatus
 from tests.agents import read_effect_log

@@ -49,8 +49,8 @@ import sqlalchemy as sa
 
 from bench.common import bench_database, durable_engine, report
 from runner import Agent, Budget, Engine, tool
+from runner.engine.runtime import runtime
 from runner.model import warm_up
-from runner.runtime import runtime
 from runner.testing import (
     Reply,
     Request,

@@ -34,7 +34,7 @@ import sqlalchemy as sa
 
 import tests.agents  # noqa: F401  (the agents the workers run)
 from bench.common import bench_database, report
-from store.config import Settings
+from runner.settings import Settings
 from store.local import LocalRedis, free_port
 from store.models import RunStatus
 from tests.e2e.cluster import Cluster, wait_until

@@ -25,8 +25,8 @@ from typing import Any
 from urllib.parse import quote
 
 from runner import Agent, ApprovalRequest, effect, tool
+from runner.settings import Settings
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
-from store.config import Settings
 
 AGENT = "support_triage"
 

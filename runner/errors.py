@@ -10,7 +10,6 @@ the test and demo helpers are defined beside them (``runner.testing``,
 from __future__ import annotations
 
 from store.errors import (
-    AgentNotFound,
     ApprovalAlreadyDecided,
     ApprovalError,
     ApprovalExpired,
@@ -20,7 +19,6 @@ from store.errors import (
     ForkRepeatsEffects,
     InvalidApprovalId,
     InvalidApprovalInput,
-    InvalidApprovalToken,
     InvalidInput,
     InvalidTransition,
     LeaseLostError,
@@ -33,6 +31,14 @@ from store.errors import (
     StoreRefused,
     StoreUnavailable,
 )
+
+
+class AgentNotFound(RunwrightError):
+    """No agent is registered under that name."""
+
+
+class InvalidApprovalToken(ApprovalError):
+    """The token is missing or not valid for this approval."""
 
 
 class ModelError(RunwrightError):

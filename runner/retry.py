@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from runner.errors import InvalidInput, ModelError
-from store.config import Settings
+from runner.settings import Settings
 from store.models import RetryWait
 
 # Whether an error is worth another attempt; None means the caller's default

@@ -13,9 +13,7 @@ from store.lazy import lazy_attributes
 if TYPE_CHECKING:
     from store.base import CancelResult, DecisionResult, EffectBegin, Store, ThreadStart
     from store.claims import Claims
-    from store.config import Settings
     from store.errors import (
-        AgentNotFound,
         ApprovalError,
         CheckpointConflict,
         InvalidInput,
@@ -51,7 +49,6 @@ if TYPE_CHECKING:
     )
 
 _LAZY = {
-    "AgentNotFound": "store.errors",
     "Approval": "store.models",
     "ApprovalError": "store.errors",
     "CancelResult": "store.base",
@@ -78,7 +75,6 @@ _LAZY = {
     "RunNotFound": "store.errors",
     "RunStatus": "store.models",
     "RunwrightError": "store.errors",
-    "Settings": "store.config",
     "Step": "store.models",
     "StepCommit": "store.models",
     "StepKind": "store.models",
@@ -96,7 +92,6 @@ __getattr__ = lazy_attributes(__name__, _LAZY)
 
 
 __all__ = [
-    "AgentNotFound",
     "Approval",
     "ApprovalError",
     "CancelResult",
@@ -123,7 +118,6 @@ __all__ = [
     "RunNotFound",
     "RunStatus",
     "RunwrightError",
-    "Settings",
     "Step",
     "StepCommit",
     "StepKind",

@@ -20,7 +20,6 @@ import sqlalchemy as sa
 import sqlalchemy.event
 import sqlalchemy.exc
 
-from store.config import Settings
 from store.dberrors import LOST, REFUSED, refused, unavailable
 from store.errors import StoreRefused
 from store.queries import Statement
@@ -50,7 +49,7 @@ def normalize_url(url: str) -> str:
     return url
 
 
-_engines: dict[tuple[int, str], sa.Engine] = {}
+_engines: dict[tuple[int, str, int, bool], sa.Engine] = {}
 _engines_lock = threading.Lock()
 
 
@@ -63,6 +62,8 @@ def _prepare_all(dbapi_connection: Any, _record: Any) -> None:
     dbapi_connection.commit()
 
 
+DEFAULT_POOL_SIZE = 10  # RUNWRIGHT_DB_POOL_SIZE
+
 # Engines whose connections prepare the hot statements (see make_engine).
 _preparing: weakref.WeakKeyDictionary[sa.Engine, bool] = weakref.WeakKeyDictionary()
 
@@ -73,18 +74,16 @@ def prepares(engine: sa.Engine) -> bool:
 
 
 def make_engine(
-    url: str, *, pool_size: int | None = None, prepared: bool | None = None
+    url: str, *, pool_size: int = DEFAULT_POOL_SIZE, prepared: bool = True
 ) -> sa.Engine:
     """A new engine. Pools are per process: after a fork, call again.
 
-    ``prepared`` (default ``RUNWRIGHT_DB_PREPARED``): each connection prepares
-    the hot statements when it connects. Off behind PgBouncer in transaction
-    mode, where a session's prepared statements and settings do not follow it
-    from one transaction to the next; the same statements then run unprepared.
+    ``prepared`` (``RUNWRIGHT_DB_PREPARED``): each connection prepares the hot
+    statements when it connects. Off behind PgBouncer in transaction mode,
+    where a session's prepared statements and settings do not follow it from
+    one transaction to the next; the same statements then run unprepared.
     """
-    settings = Settings.from_env()
-    size = pool_size or settings.db_pool_size
-    prepared = settings.db_prepared if prepared is None else prepared
+    size = pool_size
     engine = sa.create_engine(
         normalize_url(url),
         pool_size=size,
@@ -126,13 +125,15 @@ def _ping_if_idle(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
         raise sqlalchemy.exc.DisconnectionError(str(exc)) from exc
 
 
-def shared_engine(url: str) -> sa.Engine:
-    """One engine per URL per process (fork-safe: keyed by pid)."""
-    key = (os.getpid(), url)
+def shared_engine(
+    url: str, *, pool_size: int = DEFAULT_POOL_SIZE, prepared: bool = True
+) -> sa.Engine:
+    """One engine per URL and pool shape per process (fork-safe: keyed by pid)."""
+    key = (os.getpid(), url, pool_size, prepared)
     with _engines_lock:
         engine = _engines.get(key)
         if engine is None:
-            engine = _engines[key] = make_engine(url)
+            engine = _engines[key] = make_engine(url, pool_size=pool_size, prepared=prepared)
         return engine
 
 

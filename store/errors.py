@@ -26,10 +26,6 @@ class RunNotFound(RunwrightError):
     """No run has that id."""
 
 
-class AgentNotFound(RunwrightError):
-    """No agent is registered under that name."""
-
-
 class InvalidInput(RunwrightError):
     """The input is not valid."""
 
@@ -110,10 +106,6 @@ class ApprovalError(RunwrightError):
 
 class ApprovalNotFound(ApprovalError):
     """No approval has that id."""
-
-
-class InvalidApprovalToken(ApprovalError):
-    """The token is missing or not valid for this approval."""
 
 
 class ApprovalAlreadyDecided(ApprovalError):

@@ -23,12 +23,11 @@ import socket
 import subprocess
 import time
 from collections.abc import Collection, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from store.config import Settings
-from store.errors import ConfigurationError, LocalStackError
+from store.errors import LocalStackError
 from store.localuser import PG_USER_NAME as PG_USER_NAME
 from store.localuser import make_traversable, unprivileged_user
 
@@ -418,25 +417,3 @@ class LocalStack:
     def destroy(self) -> None:
         self.down()
         shutil.rmtree(self.home, ignore_errors=True)
-
-
-def resolve(settings: Settings, *, start: bool = True) -> Settings:
-    """``settings``, checked, with the local stack's URLs filled in when no URLs
-    are set. ``start=False`` never starts servers: the stack must be up."""
-    settings.check()
-    if not settings.uses_local_stack:
-        return settings
-    stack = LocalStack(settings.home)
-    urls = stack.up() if start else stack.running_urls()
-    if urls is None:
-        raise ConfigurationError(
-            "RUNWRIGHT_DATABASE_URL and RUNWRIGHT_REDIS_URL are not set and the local "
-            f"stack under {stack.home} is not running: run `runwright local up`, or set "
-            "both URLs"
-        )
-    return replace(
-        settings,
-        database_url=urls.database_url,
-        redis_url=urls.redis_url,
-        secret_key=settings.secret_key or stack.secret_key(),
-    )

@@ -9,18 +9,16 @@ fork, and what the metrics endpoint reads. Every statement is named in
 
 from __future__ import annotations
 
-from typing import Any
-
 import sqlalchemy as sa
 
-from store.config import DEFAULT_MAX_PAYLOAD_BYTES
-from store.db import Executor, shared_engine
+from store.db import DEFAULT_POOL_SIZE, Executor, shared_engine
 from store.pg.approvals import PgApprovals
 from store.pg.execution import PgExecution
 from store.pg.maintenance import PgMaintenance
 from store.pg.observe import PgObserve
 from store.pg.recovery import PgRecovery
 from store.pg.runs import PgRuns
+from store.validate import DEFAULT_MAX_PAYLOAD_BYTES
 
 
 class PostgresStore(PgRuns, PgExecution, PgApprovals, PgMaintenance, PgRecovery, PgObserve):
@@ -33,8 +31,17 @@ class PostgresStore(PgRuns, PgExecution, PgApprovals, PgMaintenance, PgRecovery,
         self.max_payload_bytes = max_payload_bytes
 
     @classmethod
-    def from_url(cls, url: str, **kwargs: Any) -> PostgresStore:
-        return cls(shared_engine(url), **kwargs)
+    def from_url(
+        cls,
+        url: str,
+        *,
+        pool_size: int = DEFAULT_POOL_SIZE,
+        prepared: bool = True,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    ) -> PostgresStore:
+        """The store on this process's pool for ``url`` (see ``make_engine``)."""
+        engine = shared_engine(url, pool_size=pool_size, prepared=prepared)
+        return cls(engine, max_payload_bytes=max_payload_bytes)
 
     def close(self) -> None:
         self.engine.dispose()

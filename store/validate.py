@@ -18,6 +18,7 @@ from store.errors import InvalidInput, PayloadTooLarge
 from store.models import NewRun
 
 # Documented in docs/operations.md ("Input limits").
+DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024  # RUNWRIGHT_MAX_PAYLOAD_BYTES
 MAX_DEPTH = 64  # nesting levels of the payload and of nothing else
 MAX_ID_CHARS = 512  # trigger id, thread
 MAX_KEY_CHARS = 576  # concurrency key: "thread:" plus a thread fits

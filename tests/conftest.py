@@ -12,7 +12,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from pathlib import Path
 
 from runner.engine.engine import Engine
-from store.config import Settings
+from runner.settings import Settings
 from store.db import make_engine
 from store.leases import Leases, connect
 from store.postgres import PostgresStore

@@ -17,7 +17,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import tests.agents  # noqa: F401  (registers the agents)
 from runner import Engine, faults
-from store.config import Settings
+from runner.settings import Settings
 from store.leases import Leases
 from store.postgres import PostgresStore
 

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from runner.console.django.db import runwright_database
-from store.config import Settings
+from runner.settings import Settings
 
 BASE_DIR = Path(__file__).resolve().parent
 

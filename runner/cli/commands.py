@@ -33,7 +33,7 @@ from runner.cli.step_lines import clip as _clip
 from runner.cli.step_lines import cost_text
 from runner.cli.step_lines import step_line as _step_line
 from runner.cli.terminal import inert
-from store.config import Settings
+from runner.settings import Settings
 from store.errors import ForkRepeatsEffects, InvalidInput, RunwrightError
 from store.rules import CancelAction
 from store.status import RunStatus
@@ -85,7 +85,7 @@ class Group(click.Group):
 
 
 def _settings() -> Settings:
-    from store.local import resolve
+    from runner.settings import resolve
 
     return resolve(Settings.from_env())
 
@@ -189,11 +189,9 @@ def runs(status: str | None, agent: str | None, limit: int) -> None:
 @click.option("--messages/--no-messages", default=True, help="Print the checkpoint's messages.")
 def show(run_id: str, messages: bool) -> None:
     """Show a run: its status, steps, usage and checkpoint messages."""
-    from store.postgres import PostgresStore
+    from runner.settings import open_store
 
-    url = _settings().database_url
-    assert url is not None
-    store = PostgresStore.from_url(url)
+    store = open_store(_settings())
     run = store.get_run(run_id)
     for line in describe(run, store.attempts(run_id)):
         say(line)
@@ -231,7 +229,7 @@ def watch(run_id: str, timeout: float | None, as_json: bool) -> None:
 
     settings = _settings()
     assert settings.database_url is not None and settings.redis_url is not None
-    status = follow(settings.database_url, settings.redis_url, run_id, timeout, as_json)
+    status = follow(settings, run_id, timeout, as_json)
     if status is not None:
         fail(f"run {run_id} is still {status.value} after {timeout:g} s")
 
@@ -356,15 +354,13 @@ def tick() -> None:
 )
 def prune(older_than: str) -> None:
     """Delete settled runs older than the given age, with all their rows."""
+    from runner.settings import open_store
     from store.models import utcnow
-    from store.postgres import PostgresStore
 
     age = parse_duration(older_than)
     if not PRUNE_MIN <= age <= PRUNE_MAX:
         raise InvalidInput(f"--older-than {older_than.strip()} is outside 1m to 36500d")
-    url = _settings().database_url
-    assert url is not None
-    deleted = PostgresStore.from_url(url).prune(utcnow() - age)
+    deleted = open_store(_settings()).prune(utcnow() - age)
     say(f"deleted {deleted} settled run(s) older than {older_than}")
 
 

@@ -25,7 +25,7 @@ from typing import Any
 from runner.cli.step_lines import step_line
 from runner.cli.terminal import inert
 from runner.errors import RunwrightError
-from store.config import Settings
+from runner.settings import Settings
 from store.status import RunStatus
 
 LEASE_TTL = "3"
@@ -195,7 +195,7 @@ def run_demo(*, keep: bool = False) -> None:
     stack_was_running = base.uses_local_stack and _stack_running(base)
     if base.uses_local_stack:
         say(f"Starting the local stack (embedded Postgres and Redis) under {base.home}/ ...")
-    from store.local import resolve
+    from runner.settings import resolve
 
     settings = resolve(base)
     from store.migrate import upgrade

@@ -11,9 +11,9 @@ import hashlib
 import json
 
 from runner.agent import Agent, ApprovalPolicy, ApprovalRequest, Budget
+from runner.settings import Settings
 from runner.steps.tools import effect, tool
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
-from store.config import Settings
 
 SETTINGS = Settings.from_env()
 HOME = SETTINGS.home

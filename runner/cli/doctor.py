@@ -21,7 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 import click
 
 from runner.cli.terminal import inert
-from store.config import Settings
+from runner.settings import Settings
 from store.errors import ConfigurationError, RunwrightError
 
 # What a driver may wait for a connection or an answer.
@@ -223,7 +223,7 @@ def _configuration(found: Found) -> str:
 def _resolve(found: Found, settings: Settings) -> None:
     """The services' URLs: the local stack's if none are set (never starting it)."""
     if settings.uses_local_stack:
-        from store.local import resolve
+        from runner.settings import resolve
 
         try:
             found.services = resolve(settings, start=False)

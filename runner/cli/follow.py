@@ -10,6 +10,7 @@ import click
 from runner.cli.step_lines import clip, step_line
 from runner.cli.terminal import inert
 from runner.events.feed import Feed
+from runner.settings import Settings, open_store
 from store.events import EventType, RunEvent, step_of
 from store.leases import connect
 from store.models import Run, RunStatus
@@ -67,12 +68,13 @@ class _Text:
 
 
 def follow(
-    database_url: str, redis_url: str, run_id: str, timeout: float | None, as_json: bool
+    settings: Settings, run_id: str, timeout: float | None, as_json: bool
 ) -> RunStatus | None:
     """Print the run's events until it settles (None) or ``timeout`` passes
     (the status it has then)."""
-    store = PostgresStore.from_url(database_url)
-    feed = Feed(store, connect(redis_url))
+    assert settings.redis_url is not None
+    store = open_store(settings)
+    feed = Feed(store, connect(settings.redis_url))
     text = _Text()
     settled = False
     try:

@@ -24,9 +24,9 @@ from runner.events.live_store import LiveStore
 from runner.observe import Observer, Observers
 from runner.observe.logs import LogObserver
 from runner.retry import RetryPolicy
+from runner.settings import Settings
 from store.base import Store
 from store.claims import Claims
-from store.config import Settings
 from store.errors import StoreUnavailable
 from store.leases import Leases
 from store.models import NewApproval, Run, RunStatus, Settled, utcnow

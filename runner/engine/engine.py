@@ -32,9 +32,9 @@ from runner.events.feed import Until, statuses
 from runner.layout import require_own_modules
 from runner.observe import Observer, TickReport
 from runner.retry import RetryPolicy
+from runner.settings import Settings
 from runner.steps.run_context import AbortReason
 from store.base import CancelResult, Store, check_run_id
-from store.config import Settings
 from store.leases import CancelListener, Leases
 from store.models import (
     Approval,
@@ -112,8 +112,7 @@ class Engine:
     @classmethod
     def from_env(cls, *, enqueue: Enqueue | None = _FROM_SETTINGS) -> Engine:
         """An engine configured from the environment (the local stack if no URLs)."""
-        from store.local import resolve
-        from store.postgres import PostgresStore
+        from runner.settings import open_store, resolve
         from store.summary import require_schema
 
         settings = resolve(Settings.from_env())
@@ -124,9 +123,7 @@ class Engine:
             )
         require_schema(settings.database_url)
         default_registry.load(settings.agents)
-        store = PostgresStore.from_url(
-            settings.database_url, max_payload_bytes=settings.max_payload_bytes
-        )
+        store = open_store(settings)
         if enqueue is _FROM_SETTINGS:
             if settings.enqueue.startswith("tasks:"):
                 require_own_modules("tasks")

@@ -20,8 +20,8 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
 from runner.errors import LoopMisuse
+from runner.settings import Settings
 from runner.steps.run_context import AbortReason
-from store.config import Settings
 
 T = TypeVar("T")
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from store.config import Settings
+from runner.settings import Settings
 from store.leases import Leases
 
 log = logging.getLogger("runner.watchdog")  # the name log lines carry: kept stable for filters
@@ -190,11 +190,11 @@ def start(settings: Settings, worker: str) -> None:
         stored = None
         if settings.database_url is not None:
             from runner.engine.tick import stored_last_tick
-            from store.postgres import PostgresStore
+            from runner.settings import open_store
 
             # The worker's own pool (one engine per URL and process); connects
             # only when Redis has no mark to read.
-            store = PostgresStore.from_url(settings.database_url)
+            store = open_store(settings)
             stored = functools.partial(stored_last_tick, store)
         dog = Watchdog(leases, worker, settings.tick_seconds, stored_last_tick=stored)
         dog.start()

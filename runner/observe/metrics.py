@@ -42,7 +42,7 @@ from runner.observe import ModelCall, Observer, TickReport, ToolCall
 from store.models import Fence, RetryWait, Run, utcnow
 
 if TYPE_CHECKING:
-    from store.config import Settings
+    from runner.settings import Settings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -376,20 +376,21 @@ def start_worker(settings: Settings) -> None:
         for standard in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
             REGISTRY.register(standard)
         if settings.database_url and settings.redis_url:
-            REGISTRY.register(_scrape_time_collector(settings.database_url, settings.redis_url))
+            REGISTRY.register(_scrape_time_collector(settings))
         _served = port
         log.info("metrics: serving /metrics on %s:%d", host, port)
 
 
-def _scrape_time_collector(database_url: str, redis_url: str) -> ScrapeTimeCollector:
+def _scrape_time_collector(settings: Settings) -> ScrapeTimeCollector:
     # The engine's own pool (shared_engine is per URL and process) and a small
     # Redis client of our own; neither connects before the first scrape.
     from runner.engine.tick import last_tick
+    from runner.settings import open_store
     from store.leases import Leases
-    from store.postgres import PostgresStore
 
-    store = PostgresStore.from_url(database_url)
-    leases = Leases.from_url(redis_url)
+    assert settings.redis_url is not None
+    store = open_store(settings)
+    leases = Leases.from_url(settings.redis_url)
     # Redis's mark of the last tick, else (after a Redis restart) the store's.
     last = functools.partial(last_tick, leases, store)
     return ScrapeTimeCollector(store.approval_backlog, last)

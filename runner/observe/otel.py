@@ -40,7 +40,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from runner.observe import ModelCall, Observer, ToolCall
 from runner.observe.genai import provider_of, system_of
-from store.config import Settings
+from runner.settings import Settings
 from store.models import Approval, Fence, NewApproval, RetryWait, Run, RunStatus
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ from typing import Any
 
 from runner.errors import ConfigurationError
 from runner.observe import Observer
-from store.config import Settings
+from runner.settings import Settings
 
 log = logging.getLogger(__name__)
 

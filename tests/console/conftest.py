@@ -15,8 +15,8 @@ from flask.testing import FlaskClient
 
 from runner import Agent, Engine, Run, effect, tool
 from runner.console.flask import console_blueprint
+from runner.settings import Settings
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
-from store.config import Settings
 from store.leases import Leases
 from store.models import Approval
 from store.postgres import PostgresStore

@@ -24,7 +24,7 @@ from runner.console.sessions import (
     Sessions,
 )
 from runner.console.standalone import StandaloneConsole
-from store.config import Settings
+from runner.settings import Settings
 from store.models import Decision
 from tests.console.conftest import approval_agent, csrf_of, execute_all
 

@@ -24,7 +24,7 @@ import pytest
 
 from runner import Engine, RunStatus
 from runner.console.accounts import Accounts, add_account
-from store.config import Settings
+from runner.settings import Settings
 from store.leases import Leases
 from store.models import Decision
 from store.postgres import PostgresStore

@@ -20,8 +20,8 @@ from runner.notifiers import (
     WebhookNotifier,
     verify_signature,
 )
+from runner.settings import Settings
 from runner.testing import Request, ScriptedModel, call, text, tools
-from store.config import Settings
 from store.leases import Leases
 from store.models import Decision, RunStatus, StepKind, utcnow
 from store.postgres import PostgresStore

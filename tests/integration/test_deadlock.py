@@ -12,7 +12,7 @@ import pytest
 
 from runner import Engine
 from runner.errors import ApprovalError
-from store.config import Settings
+from runner.settings import Settings
 from store.db import make_engine
 from store.models import Decision, Fence, RunStatus
 from store.postgres import PostgresStore

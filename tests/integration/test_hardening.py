@@ -14,8 +14,8 @@ import pytest
 
 from runner import Agent, Budget, Engine, effect, tool
 from runner.agent import ApprovalRequest
+from runner.settings import Settings
 from runner.testing import ScriptedModel, call, text, tools
-from store.config import Settings
 from store.errors import StoreRefused
 from store.leases import Leases, lease_key
 from store.models import (

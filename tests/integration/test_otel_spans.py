@@ -25,8 +25,8 @@ import tests.agents_otel as agents_otel
 from runner import Agent, Engine
 from runner.observe import ModelCall, ToolCall
 from runner.observe.otel import OtelObserver
+from runner.settings import Settings
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
-from store.config import Settings
 from store.leases import Leases, lease_key
 from store.models import Fence, Run, RunStatus, StepKind, TriggerEnvelope, Usage, utcnow
 from store.postgres import PostgresStore

@@ -33,8 +33,8 @@ from runner import (
 )
 from runner.errors import StoreUnavailable
 from runner.notifiers import sign, verify_signature
+from runner.settings import Settings
 from runner.testing import Request, ScriptedModel, call, text, tools
-from store.config import Settings
 from store.leases import Leases
 from store.models import Decision, utcnow
 from store.postgres import PostgresStore

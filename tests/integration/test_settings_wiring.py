@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 
 from runner import Agent, ApprovalPolicy, Engine
+from runner.settings import Settings
 from runner.testing import Reply, ScriptedModel, call, text, tools
-from store.config import Settings
 from store.leases import Leases
 from store.models import RunStatus
 from store.postgres import PostgresStore

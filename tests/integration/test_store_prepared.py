@@ -8,10 +8,11 @@ suite also runs unprepared (tests/integration/test_store_contract.py).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 
-from store.config import Settings
+from runner.settings import Settings, open_store
 from store.db import make_engine, prepares, raw_cursor
 from store.errors import ConfigurationError, StoreUnavailable
 from store.models import Fence
@@ -86,18 +87,21 @@ def test_unprepared_mode_runs_the_same_statements_on_any_session(
 
 
 def test_the_setting_chooses_the_mode(database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("RUNWRIGHT_DB_PREPARED", "false")
-    assert Settings.from_env().db_prepared is False
-    engine = make_engine(database_url, pool_size=1)
-    try:
-        assert not prepares(engine)
-        store = PostgresStore(engine)
-        _step(store, claimed(store), 1, 0)
-        assert _prepared_names(store) == set()
-    finally:
-        engine.dispose()
-    monkeypatch.setenv("RUNWRIGHT_DB_PREPARED", "true")
-    assert Settings.from_env().db_prepared is True
+    """The store takes the mode as an argument; the engine's store (open_store)
+    passes RUNWRIGHT_DB_PREPARED and RUNWRIGHT_DB_POOL_SIZE."""
+    for raw, prepared in (("false", False), ("true", True)):
+        monkeypatch.setenv("RUNWRIGHT_DB_PREPARED", raw)
+        monkeypatch.setenv("RUNWRIGHT_DB_POOL_SIZE", "2")
+        settings = replace(Settings.from_env(), database_url=database_url)
+        assert settings.db_prepared is prepared
+        store = open_store(settings)
+        try:
+            assert prepares(store.engine) is prepared
+            assert store.engine.pool.size() == 2  # type: ignore[attr-defined]
+            _step(store, claimed(store), 1, 0)
+            assert (_prepared_names(store) != set()) is prepared
+        finally:
+            store.close()
     monkeypatch.setenv("RUNWRIGHT_DB_PREPARED", "maybe")
     with pytest.raises(ConfigurationError, match="RUNWRIGHT_DB_PREPARED must be true or false"):
         Settings.from_env()

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from runner import Engine
-from store.config import Settings
+from runner.settings import Settings
 from store.leases import Leases
 from store.models import RunStatus
 from store.postgres import PostgresStore

@@ -19,8 +19,8 @@ from runner.errors import ConfigurationError
 from runner.observe import ModelCall, TickReport, ToolCall
 from runner.observe import metrics as m
 from runner.retry import RetryPolicy
+from runner.settings import Settings
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
-from store.config import Settings
 from store.local import free_port
 from store.models import Fence, RunStatus, StepKind, Usage, utcnow
 from store.postgres import PostgresStore

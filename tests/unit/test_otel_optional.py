@@ -35,7 +35,7 @@ import json, sys
 import tasks
 from runner import Engine
 from runner.observe import setup
-from store.config import Settings
+from runner.settings import Settings
 engine = Engine.from_env(enqueue=None)
 settings = Settings.from_env()
 setup.start_worker(settings, [], "probe")
@@ -149,7 +149,7 @@ PROVIDER = """
 import json, os
 from opentelemetry import trace
 from runner.observe import otel
-from store.config import Settings
+from runner.settings import Settings
 {setup}
 provider = trace.get_tracer_provider()
 processors = getattr(getattr(provider, "_active_span_processor", None), "_span_processors", ())

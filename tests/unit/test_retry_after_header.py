@@ -13,7 +13,7 @@ import pytest
 
 from runner.errors import ConfigurationError, InvalidInput, ModelError
 from runner.retry import RetryPolicy, next_wait, parse_retry_after
-from store.config import Settings
+from runner.settings import Settings
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from store.config import Settings
+from runner.settings import Settings
 from store.errors import ConfigurationError
 from tests.services import ROOT
 

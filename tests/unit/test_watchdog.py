@@ -12,7 +12,7 @@ import pytest
 
 from runner.engine import watchdog
 from runner.engine.watchdog import BEACON_PERIODS, Watchdog, age_text, period
-from store.config import Settings
+from runner.settings import Settings
 from store.errors import StoreUnavailable
 from store.leases import Leases
 from tests.e2e.cluster import wait_until

@@ -10,13 +10,15 @@ import math
 import os
 import typing
 from collections.abc import Mapping
-from dataclasses import Field, dataclass, field, fields
+from dataclasses import Field, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from store.errors import ConfigurationError
+from store.validate import DEFAULT_MAX_PAYLOAD_BYTES
 
-DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
+if TYPE_CHECKING:
+    from store.postgres import PostgresStore
 # RUNWRIGHT_MAX_RETRY_AFTER_SECONDS at most: a retry time must stay a date
 # Python and Postgres hold, and a year is already past any provider's reason.
 MAX_RETRY_AFTER_LIMIT = 366 * 86400
@@ -204,3 +206,42 @@ class Settings:
         if url is None:
             raise ConfigurationError("no broker URL: resolve the settings first")
         return url
+
+
+def resolve(settings: Settings, *, start: bool = True) -> Settings:
+    """``settings``, checked, with the local stack's URLs filled in when no URLs
+    are set. ``start=False`` never starts servers: the stack must be up."""
+    settings.check()
+    if not settings.uses_local_stack:
+        return settings
+    from store.local import LocalStack
+
+    stack = LocalStack(settings.home)
+    urls = stack.up() if start else stack.running_urls()
+    if urls is None:
+        raise ConfigurationError(
+            "RUNWRIGHT_DATABASE_URL and RUNWRIGHT_REDIS_URL are not set and the local "
+            f"stack under {stack.home} is not running: run `runwright local up`, or set "
+            "both URLs"
+        )
+    return replace(
+        settings,
+        database_url=urls.database_url,
+        redis_url=urls.redis_url,
+        secret_key=settings.secret_key or stack.secret_key(),
+    )
+
+
+def open_store(settings: Settings) -> PostgresStore:
+    """The Postgres store ``settings`` name, on this process's pool for its URL
+    (``RUNWRIGHT_DB_POOL_SIZE``, ``RUNWRIGHT_DB_PREPARED``, ``RUNWRIGHT_MAX_PAYLOAD_BYTES``)."""
+    from store.postgres import PostgresStore
+
+    if not settings.database_url:
+        raise ConfigurationError("RUNWRIGHT_DATABASE_URL is not set")
+    return PostgresStore.from_url(
+        settings.database_url,
+        pool_size=settings.db_pool_size,
+        prepared=settings.db_prepared,
+        max_payload_bytes=settings.max_payload_bytes,
+    )
