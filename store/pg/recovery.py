@@ -258,6 +258,13 @@ class PgRecovery(PgBase):
             self._require_run(tx, run_id)
             return [attempt_from_row(row) for row in tx.rows(ATTEMPTS, {"run_id": run_id})]
 
+    def attempt_count(self, run_id: str) -> int:
+        """How many earlier attempts the run has (0 for a run never retried,
+        or none): :meth:`attempts` counted, without reading them."""
+        row = self.db.first(ATTEMPT_COUNT, {"run_id": check_run_id(run_id)})
+        assert row is not None  # an aggregate always returns one row
+        return int(row["n"])
+
     def fork_run(
         self,
         run_id: str,

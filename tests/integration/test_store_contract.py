@@ -712,6 +712,7 @@ def test_retry_and_fork(store: PostgresStore) -> None:
     assert result.retried and result.run.status is RunStatus.QUEUED
     assert result.run.error is None and result.run.extra_steps == 2
     [attempt] = store.attempts(fence.run_id)
+    assert store.attempt_count(fence.run_id) == 1
     assert attempt.attempt == 1 and attempt.status is RunStatus.FAILED
     assert attempt.error == RunError("model_error", "no") and attempt.extra_steps == 2
 
@@ -729,7 +730,7 @@ def test_retry_and_fork(store: PostgresStore) -> None:
     checkpoint = store.checkpoint(fork.id)
     assert checkpoint is not None and checkpoint.step_index == 1
     assert checkpoint.messages == [msg(0), msg(1)]
-    assert store.attempts(fork.id) == []
+    assert store.attempts(fork.id) == [] and store.attempt_count(fork.id) == 0
 
 
 def test_approval_backlog_counts_the_pending_and_finds_the_oldest(store: PostgresStore) -> None:
