@@ -15,9 +15,9 @@ from sqlalchemy.engine import make_url
 
 from runner import Engine
 from runner.settings import Settings, resolve
-from store.base import Store
 from store.leases import Leases
 from store.migrate import upgrade
+from store.postgres import PostgresStore
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SECRET = "bench:bench-secret-bench-secret-bench-secret"
@@ -28,7 +28,7 @@ def settings() -> Settings:
     return resolve(Settings.from_env())
 
 
-def durable_engine(store: Store, **options: Any) -> Engine:
+def durable_engine(store: PostgresStore, **options: Any) -> Engine:
     """An engine on ``store`` with the configured Redis's leases (30 s TTL),
     as the benchmarks of a durable run measure it."""
     redis_url = settings().redis_url

@@ -113,7 +113,7 @@ async def _plain_run(litellm: Any, model: str, steps: int) -> int:
 
 
 def _plain_per_step(litellm: Any, model: str, steps: int) -> float:
-    # On the event loop the engine's model calls run on (runner/runtime.py):
+    # On the event loop the engine's model calls run on (runner/engine/runtime.py):
     # litellm keeps per-loop state, and two loops taking turns would make
     # both paths pay for the switches.
     started = time.perf_counter()

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 from store.lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from store.base import CancelResult, DecisionResult, EffectBegin, Store, ThreadStart
     from store.claims import Claims
     from store.errors import (
         ApprovalError,
@@ -47,19 +46,23 @@ if TYPE_CHECKING:
         Usage,
         WaitPoint,
     )
+    from store.pg.approvals import CancelResult, DecisionResult
+    from store.pg.execution import EffectBegin
+    from store.pg.runs import ThreadStart
+    from store.postgres import PostgresStore
 
 _LAZY = {
     "Approval": "store.models",
     "ApprovalError": "store.errors",
-    "CancelResult": "store.base",
+    "CancelResult": "store.pg.approvals",
     "Checkpoint": "store.models",
     "CheckpointConflict": "store.errors",
     "Claim": "store.models",
     "Claims": "store.claims",
     "Decision": "store.models",
-    "DecisionResult": "store.base",
+    "DecisionResult": "store.pg.approvals",
     "Effect": "store.models",
-    "EffectBegin": "store.base",
+    "EffectBegin": "store.pg.execution",
     "EffectStatus": "store.models",
     "Fence": "store.models",
     "InvalidInput": "store.errors",
@@ -70,6 +73,7 @@ _LAZY = {
     "NewRun": "store.models",
     "Outcome": "store.models",
     "PayloadTooLarge": "store.errors",
+    "PostgresStore": "store.postgres",
     "Run": "store.models",
     "RunError": "store.models",
     "RunNotFound": "store.errors",
@@ -79,9 +83,8 @@ _LAZY = {
     "StepCommit": "store.models",
     "StepKind": "store.models",
     "StepRecord": "store.models",
-    "Store": "store.base",
     "StoreUnavailable": "store.errors",
-    "ThreadStart": "store.base",
+    "ThreadStart": "store.pg.runs",
     "TriggerEnvelope": "store.models",
     "Usage": "store.models",
     "WaitPoint": "store.models",
@@ -113,6 +116,7 @@ __all__ = [
     "NewRun",
     "Outcome",
     "PayloadTooLarge",
+    "PostgresStore",
     "Run",
     "RunError",
     "RunNotFound",
@@ -122,7 +126,6 @@ __all__ = [
     "StepCommit",
     "StepKind",
     "StepRecord",
-    "Store",
     "StoreUnavailable",
     "ThreadStart",
     "TriggerEnvelope",

@@ -12,11 +12,14 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from store.base import Store
 from store.errors import LeaseLostError, StoreUnavailable
 from store.leases import Leases, Renewal
 from store.models import Fence, Run, Settled
+
+if TYPE_CHECKING:
+    from store.postgres import PostgresStore
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +33,7 @@ class Heartbeat:
 class Claims:
     def __init__(
         self,
-        store: Store,
+        store: PostgresStore,
         leases: Leases | None,
         ttl_seconds: float,
         *,

@@ -15,7 +15,7 @@ write of a run holds its row lock when it takes ids, so a run's events in id
 order are its events in commit order: a reader that remembers the last id it
 saw misses nothing and sees nothing twice (the ids are not contiguous).
 
-Token deltas are not here: they are live only (``runner/events.py``).
+Token deltas are not here: they are live only (``runner/events/feed.py``).
 """
 
 from __future__ import annotations
@@ -192,7 +192,8 @@ TRIGGERS: tuple[tuple[str, str, str], ...] = (
     ),
     (
         "runs_events_update",
-        # The WHEN keeps the per-step writes (W1, W2 mid-run) out of the function.
+        # The WHEN keeps the per-step writes (the journal write, the commit
+        # mid-run) out of the function.
         "CREATE TRIGGER runs_events_update AFTER UPDATE OF status, claim_epoch ON runs"
         " FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status"
         " OR OLD.claim_epoch IS DISTINCT FROM NEW.claim_epoch)"

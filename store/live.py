@@ -1,4 +1,4 @@
-"""Live delivery of run events through Redis pub/sub (runner/events.py).
+"""Live delivery of run events through Redis pub/sub (runner/events/feed.py).
 
 Redis carries no event a reader could not rebuild: a writer publishes a bare
 wake-up on the run's channel after each commit, and readers read what is new

@@ -189,8 +189,9 @@ class Run:
     enqueued_at: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
-    # Takeovers since the run last made progress (a W1 or W2); after a claim,
-    # more than 0 means that claim took the run over from a stopped execution.
+    # Takeovers since the run last made progress (the step's journal write or
+    # its commit); after a claim, more than 0 means that claim took the run
+    # over from a stopped execution.
     takeovers: int = 0
     # Transient model failures of the current step (None: none since the last progress).
     retry: RetryWait | None = None
@@ -321,7 +322,8 @@ class NewRun:
 
 @dataclass(frozen=True)
 class StepRecord:
-    """A step row to write: the llm step in W1, tool steps in W2."""
+    """A step row to write: the llm step in the step's journal write, tool steps
+    in its commit."""
 
     index: int
     kind: StepKind
@@ -361,7 +363,8 @@ class Outcome:
 
 @dataclass(frozen=True)
 class StepCommit:
-    """W2: everything one step leaves behind, written in one fenced transaction.
+    """The step's commit: everything one step leaves behind, written in one
+    fenced transaction.
 
     The checkpoint's messages are the first ``base_count`` messages already in
     the log followed by ``new_messages``. ``base_count`` equal to the stored

@@ -1,10 +1,19 @@
-"""The store: the rules of a run (``store/rules.py`` and the statements that
-decide them, ``store/queries``) on Postgres.
+"""The store: Postgres, and the rules of a run (``store/rules.py``, and the
+statements that decide them, beside the code that runs them in ``store/pg/``).
 
-The class is assembled from one part per aggregate (``store/pg/``): runs,
-claims and fenced execution writes, approvals, tick maintenance, retry and
-fork, and what the metrics endpoint reads. Every statement is named in
-``store/queries``; :class:`store.db.Executor` runs them.
+The class is assembled from one part per concern (``store/pg/``): runs, claims
+and fenced execution writes, approvals, tick maintenance, retry and fork, and
+what the metrics endpoint reads. Each part holds its statements;
+:class:`store.db.Executor` runs them.
+
+Methods taking a :class:`~store.models.Fence` are the writes of a running run:
+each is conditional on ``claim_owner``, ``claim_epoch`` and ``status =
+'running'`` and raises :class:`~store.errors.LeaseLostError` (writing nothing)
+when the condition fails. Methods taking ``now`` use it as the current time
+when given (tests move time that way); otherwise the database clock, so that
+workers with skewed clocks agree on claim expiry. After each committed write
+that made events of a run, the store calls what :meth:`on_commit` registered
+(the run-event feed's wake-up).
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ from store.validate import DEFAULT_MAX_PAYLOAD_BYTES
 
 
 class PostgresStore(PgRuns, PgExecution, PgApprovals, PgMaintenance, PgRecovery, PgObserve):
-    """The store (``store/base.Store``)."""
+    """The store: what the engine, the console and the command line call."""
 
     def __init__(
         self, engine: sa.Engine, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES

@@ -5,7 +5,7 @@ checkpoint and keeps what it replaced as an attempt. A fork starts a new run
 from another run's history as it stood after one of its steps. What is
 allowed, the attempt kept and what a fork copies are decided here; what a
 retry resets on the run and which approvals it opens again are decided by the
-statements of ``store/queries/recovery.py`` (``REQUEUE``, ``REOPEN_APPROVALS``).
+statements of ``store/pg/recovery.py`` (``REQUEUE``, ``REOPEN_APPROVALS``).
 """
 
 from __future__ import annotations
@@ -13,11 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from store.base import is_canonical_id, shown_id
 from store.errors import ForkRepeatsEffects, InvalidInput, InvalidTransition, RanEffect
 from store.models import JSON, Message, Run, RunAttempt
 from store.status import RunStatus
-from store.validate import check_text
+from store.validate import check_text, is_canonical_id, shown_id
 
 # Statuses a retry starts again; a completed run is refused, the others are live.
 RETRYABLE = frozenset({RunStatus.FAILED, RunStatus.CANCELLED})

@@ -1,13 +1,14 @@
 """The rules of a run that ``PostgresStore`` decides in Python, beside the SQL.
 
-What a cancel does, what an outcome writes, the checkpoint rule, what W2 moves
-a run to and which steps it journals are decided here; the statements of
-``store/queries`` apply them. The rules that SQL decides are written there
-only: what is claimable and when a takeover crashes a run
-(``queries/execution.py``, ``CLAIM``), what progress resets (``W1``, ``W2``),
-which run of a concurrency key goes next (``CLAIM``, and
-``queries/maintenance.py``), what a retry resets and reopens
-(``queries/recovery.py``), and which events a write makes (``store/events.py``).
+What a cancel does, what an outcome writes, the checkpoint rule, what the
+step's commit moves a run to and which steps it journals, and whether an
+approval can take a decision are decided here; the statements of
+``store/pg/`` apply them. The rules that SQL decides are written there only:
+what is claimable and when a takeover crashes a run (``pg/execution.py``,
+``CLAIM``), what progress resets (``RECORD_LLM_STEP``, ``COMMIT_STEP``), which
+run of a concurrency key goes next (``CLAIM``, and ``pg/base.py``'s
+``NEXT_IN_KEY``), what a retry resets and reopens (``pg/recovery.py``), and
+which events a write makes (``store/events.py``).
 """
 
 from __future__ import annotations
@@ -16,9 +17,17 @@ import enum
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from store.errors import CheckpointConflict, InvalidTransition
+from store.errors import (
+    ApprovalAlreadyDecided,
+    ApprovalExpired,
+    CheckpointConflict,
+    InvalidTransition,
+    RunNotWaiting,
+)
 from store.models import (
     JSON,
+    Approval,
+    Decision,
     Outcome,
     RetryWait,
     RunError,
@@ -91,7 +100,7 @@ class OutcomeColumns:
 
 def outcome_columns(outcome: Outcome | None) -> OutcomeColumns:
     """The one place that decides what an outcome writes (and any outcome
-    releases the claim: ``store/queries/fragments.OUTCOME_SET``)."""
+    releases the claim: ``store/pg/base.OUTCOME_SET``)."""
     if outcome is None:
         return OutcomeColumns(None)
     settled = outcome.status.settled
@@ -127,7 +136,7 @@ def check_fail_waiting(run_id: str, status: RunStatus) -> None:
 
 
 def commit_outcome(commit: StepCommit) -> Outcome | None:
-    """What W2 moves the run to: waiting when it asks for approvals."""
+    """What the step's commit moves the run to: waiting when it asks for approvals."""
     return Outcome(RunStatus.WAITING) if commit.approvals else commit.outcome
 
 
@@ -157,7 +166,7 @@ def check_checkpoint(run_id: str, stored: tuple[int, int] | None, commit: StepCo
 
 
 def with_state_step(commit: StepCommit) -> list[StepRecord]:
-    """The step rows W2 writes: the tool steps, and a ``state`` step with the
+    """The step rows the step's commit writes: the tool steps, and a ``state`` step with the
     run's state when the step changed it (so that a fork at that step starts
     from the state as it was then)."""
     if not commit.state_changed:
@@ -171,3 +180,23 @@ def with_state_step(commit: StepCommit) -> list[StepRecord]:
         output=commit.state,
     )
     return [*commit.tool_steps, state]
+
+
+def check_decidable(
+    approval: Approval, run_status: RunStatus, now: datetime, allow_expired: bool
+) -> None:
+    """Raise an ApprovalError subclass unless ``approval`` can take a decision now."""
+    if approval.decision is not None and approval.decision is not Decision.WITHDRAWN:
+        raise ApprovalAlreadyDecided(
+            f"approval {approval.approval_id} was already {approval.decision.value}"
+            f" at {approval.decided_at:%Y-%m-%d %H:%M:%S %Z}"
+        )
+    if approval.decision is Decision.WITHDRAWN or run_status is not RunStatus.WAITING:
+        raise RunNotWaiting(
+            f"run {approval.run_id} is {run_status.value}; approval {approval.approval_id} "
+            "can no longer be decided"
+        )
+    if not allow_expired and approval.expires_at <= now:
+        raise ApprovalExpired(
+            f"approval {approval.approval_id} expired at {approval.expires_at:%Y-%m-%d %H:%M:%S %Z}"
+        )

@@ -49,7 +49,8 @@ runs = sa.Table(
     sa.Column("claim_owner", sa.Text),
     sa.Column("claim_expires_at", _TS),
     sa.Column("claim_epoch", sa.Integer, nullable=False, server_default="0"),
-    # Takeovers since the run last made progress (a W1 or W2): a run whose
+    # Takeovers since the run last made progress (the step's journal write or
+    # its commit): a run whose
     # executions keep dying settles failed/crashed instead of retrying forever.
     sa.Column("takeovers", sa.Integer, nullable=False, server_default="0"),
     # First time a worker claimed the run without knowing its agent (see
@@ -330,7 +331,7 @@ run_events = sa.Table(
 )
 
 # When tick() last finished: one row, written at the end of every tick
-# (runner/tick.py). Redis holds the same mark, which the workers' watchdog and
+# (runner/engine/tick.py). Redis holds the same mark, which the workers' watchdog and
 # `runwright doctor` read first; a Redis restart loses it, this one stays.
 tick_mark = sa.Table(
     "tick_mark",

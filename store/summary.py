@@ -13,9 +13,22 @@ import psycopg2.extras
 
 from store.dberrors import translated
 from store.errors import InvalidInput
-from store.queries.cli import RUN_SUMMARIES
+from store.queries import Statement
 from store.revision import current_revision, require_revision
 from store.status import RunStatus
+
+RUN_SUMMARIES = Statement(
+    "run_summaries",
+    """
+    SELECT id, agent, status, steps_used, input_tokens, output_tokens, cost_usd, error_code,
+           concurrency_key, created_at, updated_at, finished_at, retry_at, retry_attempts
+      FROM runs
+     WHERE (CAST(:status AS text) IS NULL OR status = CAST(:status AS text))
+       AND (CAST(:agent AS text) IS NULL OR agent = CAST(:agent AS text))
+     ORDER BY id DESC LIMIT CAST(:limit AS int)
+    """,
+)
+
 
 STATUSES = tuple(status.value for status in RunStatus)
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
-from store.errors import InvalidInput, PayloadTooLarge
+from store.errors import InvalidApprovalId, InvalidInput, PayloadTooLarge, RunNotFound
 from store.models import NewRun
 
 # Documented in docs/operations.md ("Input limits").
@@ -122,3 +123,42 @@ def check_new_run(new: NewRun, limit: int) -> None:
             f"trigger payload is {payload_size} bytes; the limit is {limit} "
             "(RUNWRIGHT_MAX_PAYLOAD_BYTES)"
         )
+
+
+# Runwright writes every id as a lowercase, hyphenated UUID, and only that
+# spelling is accepted. uuid.UUID() would also take "urn:uuid:...", braces,
+# uppercase, no hyphens, "_" and non-ASCII digits; one spelling per id keeps
+# lookups, logs and links in agreement and keeps odd text away from the driver.
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def is_canonical_id(value: object) -> bool:
+    """True if ``value`` is an id as Runwright writes it (a lowercase UUID)."""
+    return isinstance(value, str) and _CANONICAL_UUID.fullmatch(value) is not None
+
+
+def shown_id(value: object) -> str:
+    """``value`` for an error message: quoted, escaped, and cut short."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def check_run_id(run_id: str) -> str:
+    """Run ids are UUIDs; anything else cannot name a run."""
+    if not is_canonical_id(run_id):
+        raise RunNotFound(f"no run with id {shown_id(run_id)}")
+    return run_id
+
+
+def check_page_from(run_id: str | None) -> str | None:
+    """A page's starting point (``before``): a run id, as Runwright writes them."""
+    if run_id is not None and not is_canonical_id(run_id):
+        raise InvalidInput(f"before must be a run id, not {shown_id(run_id)}")
+    return run_id
+
+
+def check_approval_id(approval_id: str) -> str:
+    """Approval ids are UUIDs; anything else cannot name an approval."""
+    if not is_canonical_id(approval_id):
+        raise InvalidApprovalId(f"no approval with id {shown_id(approval_id)}")
+    return approval_id

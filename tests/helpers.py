@@ -11,9 +11,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from store.base import Store
 from store.models import (
     Claim,
+    Effect,
     Fence,
     NewApproval,
     NewRun,
@@ -28,6 +28,7 @@ from store.models import (
     utcnow,
 )
 from store.postgres import PostgresStore
+from store.rows import effect_from_row
 
 
 def new_run(
@@ -47,7 +48,7 @@ def new_run(
 
 
 def try_claim(
-    store: Store,
+    store: PostgresStore,
     run_id: str,
     owner: str,
     ttl: float,
@@ -154,6 +155,22 @@ def snapshot(store: PostgresStore) -> Any:
             ]
             for name, order in tables.items()
         }
+
+
+def journaled_effect(store: PostgresStore, run_id: str, key: str) -> Effect | None:
+    """The effect journal's row for ``key``, as the run's next execution finds it
+    (through ``begin_effect``); the store has no read of one effect, as no
+    caller needs one."""
+    with store.engine.connect() as conn:
+        row = (
+            conn.execute(
+                sa.text("SELECT * FROM effects WHERE run_id = :run_id AND key = :key"),
+                {"run_id": run_id, "key": key},
+            )
+            .mappings()
+            .first()
+        )
+    return None if row is None else effect_from_row(row)
 
 
 # Moving a row past a point in time or into a status that no public call reaches.

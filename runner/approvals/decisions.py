@@ -16,8 +16,9 @@ from runner.agent import Agent, ApprovalRequest
 from runner.approvals.approval_tokens import Tokens
 from runner.errors import InvalidApprovalInput, InvalidApprovalToken
 from runner.steps.history import approval_response
-from store.base import DecisionResult, Store
 from store.models import Approval, Decision
+from store.pg.approvals import DecisionResult
+from store.postgres import PostgresStore
 
 MAX_REASON_CHARS = 2000
 
@@ -85,7 +86,7 @@ def check_decider(by: object) -> None:
 
 
 def decide(
-    store: Store,
+    store: PostgresStore,
     tokens: Tokens,
     approval_id: str,
     approve: bool,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from store.base import Store
 from store.models import Approval, Message, Run
+from store.postgres import PostgresStore
 
 
 @dataclass(frozen=True)
@@ -56,10 +56,10 @@ def _called(call: dict[str, object]) -> str:
     return name if isinstance(name, str) and name else "tool"
 
 
-def inbox(store: Store, limit: int, agent: str | None) -> list[InboxItem]:
+def inbox(store: PostgresStore, limit: int, agent: str | None) -> list[InboxItem]:
     pending = store.pending_approvals(limit, agent)
     # One read for the runs of every item, however many there are.
-    contexts = store.run_contexts([a.run_id for a in pending])
+    contexts = store.runs_for_review([a.run_id for a in pending])
     items: list[InboxItem] = []
     for approval in pending:
         context = contexts.get(approval.run_id)

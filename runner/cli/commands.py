@@ -290,7 +290,7 @@ def retry(run_id: str, extra_steps: str) -> None:
     if not result.retried:
         say(f"run {run.id} is already {run.status.value}; nothing to retry")
         return
-    number = len(engine.attempts(run.id)) + 1
+    number = engine.store.attempt_count(run.id) + 1
     more = f", {extra} more steps" if extra else ""
     say(f"run {run.id} retried and queued (attempt {number}{more})")
 

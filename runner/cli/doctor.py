@@ -339,7 +339,7 @@ def _stored_last_tick(found: Found) -> float | None:
     """When tick() last finished by the mark Postgres keeps (epoch seconds);
     None if it has none. :class:`Problem` if it cannot be read: then whether
     tick() ever ran is unknown, and doctor says so rather than "never"."""
-    from store.queries.maintenance import LAST_TICK
+    from store.pg.maintenance import LAST_TICK
 
     unknown = "when tick() last ran is unknown: Redis has no mark of it (a restart loses it) and "
     if found.postgres is None:

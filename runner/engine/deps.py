@@ -20,16 +20,15 @@ from runner.approvals import decisions
 from runner.approvals.approval_tokens import Tokens
 from runner.engine.runtime import in_io, runtime
 from runner.events.feed import Feed
-from runner.events.live_store import LiveStore
 from runner.observe import Observer, Observers
 from runner.observe.logs import LogObserver
 from runner.retry import RetryPolicy
 from runner.settings import Settings
-from store.base import Store
 from store.claims import Claims
 from store.errors import StoreUnavailable
 from store.leases import Leases
 from store.models import NewApproval, Run, RunStatus, Settled, utcnow
+from store.postgres import PostgresStore
 
 log = logging.getLogger("runner.deps")  # the name log lines carry: kept stable for filters
 
@@ -50,7 +49,7 @@ def takes_eta(enqueue: Callable[..., object]) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Deps:
-    store: Store
+    store: PostgresStore
     claims: Claims
     tokens: Tokens
     leases: Leases | None
@@ -74,7 +73,7 @@ class Deps:
     @classmethod
     def build(
         cls,
-        store: Store,
+        store: PostgresStore,
         *,
         leases: Leases | None,
         enqueue: Enqueue | None,
@@ -88,8 +87,6 @@ class Deps:
     ) -> Deps:
         """What an engine is built with (see :class:`~runner.engine.engine.Engine`)."""
         feed = Feed(store, None if leases is None else leases.redis)
-        # Writes through the engine wake the readers of the runs they touch.
-        store = LiveStore.wrap(store, feed)
         return cls(
             store=store,
             claims=Claims(

@@ -34,7 +34,6 @@ from runner.observe import Observer, TickReport
 from runner.retry import RetryPolicy
 from runner.settings import Settings
 from runner.steps.run_context import AbortReason
-from store.base import CancelResult, Store, check_run_id
 from store.leases import CancelListener, Leases
 from store.models import (
     Approval,
@@ -46,7 +45,10 @@ from store.models import (
     Step,
     TriggerEnvelope,
 )
+from store.pg.approvals import CancelResult
+from store.postgres import PostgresStore
 from store.rules import CancelAction
+from store.validate import check_run_id
 
 log = logging.getLogger("runner.engine")  # the name log lines carry: kept stable for filters
 M = TypeVar("M", bound=pydantic.BaseModel)
@@ -81,7 +83,7 @@ class Engine:
 
     def __init__(
         self,
-        store: Store,
+        store: PostgresStore,
         *,
         leases: Leases | None = None,
         enqueue: Enqueue | None = None,
@@ -93,7 +95,6 @@ class Engine:
         store_wait_seconds: float | None = None,
         observers: Sequence[Observer] = (),
     ) -> None:
-        self._store = store
         self.deps = Deps.build(
             store,
             leases=leases,
@@ -106,6 +107,9 @@ class Engine:
             store_wait_seconds=store_wait_seconds,
             observers=observers,
         )
+        # Every write through the store, the engine's or a caller's, wakes the
+        # readers of the runs it touched (runner/events/feed.py).
+        self._stop_waking = store.on_commit(self.deps.feed.wake)
         self._listener: CancelListener | None = None
         self._listener_lock = threading.Lock()
 
@@ -141,8 +145,8 @@ class Engine:
     # What the engine was built with, read-only: the executions share them.
 
     @property
-    def store(self) -> Store:
-        return self._store
+    def store(self) -> PostgresStore:
+        return self.deps.store
 
     @property
     def leases(self) -> Leases | None:
@@ -157,6 +161,7 @@ class Engine:
         return self.deps.settings
 
     def close(self) -> None:
+        self._stop_waking()
         self.deps.feed.close()
         if self._listener is not None:
             self._listener.stop()

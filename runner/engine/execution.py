@@ -26,9 +26,9 @@ from runner.engine.runtime import in_io, runtime
 from runner.errors import AgentNotFound, LeaseLostError, ModelError, StoreUnavailable
 from runner.steps.run_context import AbortReason, AbortSignal, RunContext
 from runner.steps.step_loop import StepLoop
-from store.base import StartPoint
 from store.claims import Heartbeat
 from store.models import Fence, Outcome, RetryWait, Run, RunError, RunStatus, Settled, utcnow
+from store.pg.runs import StartPoint
 from store.rules import cancel_outcome
 
 log = logging.getLogger("runner.execution")  # the name log lines carry: kept stable for filters

@@ -20,8 +20,8 @@ import pydantic
 
 from runner.engine.deps import Deps
 from runner.errors import InvalidInput
-from store.base import RetryResult
 from store.models import NewRun, Run, TriggerEnvelope
+from store.pg.recovery import RetryResult
 
 
 def retry(deps: Deps, run_id: str, *, extra_steps: int = 0) -> RetryResult:

@@ -28,8 +28,8 @@ from store.leases import TICK_LOCK_KEY
 from store.models import Decision, RunError
 
 if TYPE_CHECKING:
-    from store.base import Store
     from store.leases import Leases
+    from store.postgres import PostgresStore
 
 log = logging.getLogger("runner.tick")  # the name log lines carry: kept stable for filters
 
@@ -72,14 +72,14 @@ def tick(deps: Deps, now: datetime | None = None) -> TickReport:
                 leases.unlock(TICK_LOCK_KEY, token)
 
 
-def stored_last_tick(store: Store) -> float | None:
+def stored_last_tick(store: PostgresStore) -> float | None:
     """When tick() last finished (epoch seconds) by the store's mark; None if
     it never has since the store had one (revision 0009)."""
     at = store.last_tick()
     return None if at is None else at.timestamp()
 
 
-def last_tick(leases: Leases | None, store: Store) -> float | None:
+def last_tick(leases: Leases | None, store: PostgresStore) -> float | None:
     """When tick() last finished (epoch seconds), None if it never has. Redis's
     mark, a cheap read, is the newest; when it has none (a Redis restart, which
     loses it, or no tick ever) the store's answers."""

@@ -4,6 +4,7 @@
   deltas, and follows them for this process's readers.
 - ``eventstream.py``: :class:`EventStream`, one reader's replay from the
   store, then the events as they are committed.
-- ``live_store.py``: :class:`LiveStore`, the engine's store, waking a run's
-  readers after each write that committed events of it.
+
+The engine registers :meth:`Feed.wake` with its store (``PostgresStore.on_commit``),
+so every write that commits events of a run wakes the run's readers.
 """

@@ -12,9 +12,9 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any, Protocol
 
-from store.base import Store
 from store.events import EventType, RunEvent
 from store.models import RunStatus
+from store.postgres import PostgresStore
 
 # A reader that heard nothing for this long reads the store once anyway: the
 # safety net for a writer that died between its commit and its publish.
@@ -28,7 +28,7 @@ WAKE: Any = object()  # an item of a reader's queue: read the store
 class Hub(Protocol):
     """What a reader needs of its feed."""
 
-    store: Store
+    store: PostgresStore
 
     def attach(self, run_id: str, sink: Sink) -> Tail: ...
 

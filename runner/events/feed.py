@@ -1,12 +1,13 @@
 """The run-event feed: replay from the store, then follow live (docs/events.md).
 
 Durable events come from the rows the store commits (store/events.py). After
-a commit the writer publishes a wake-up on the run's Redis channel
-(:class:`LiveStore`, which wraps the engine's store); a reader that hears it
-reads what is new from the store. A reader therefore never depends on Redis
-for what it gets, only for when: it subscribes before it replays, resumes
-after the last id it saw, and re-reads after a Redis reconnect, so it gets
-every event once, in id order, whatever dies on the way.
+a commit the writer publishes a wake-up on the run's Redis channel (the
+store calls :meth:`Feed.wake`, which the engine registers with
+``PostgresStore.on_commit``); a reader that hears it reads what is new from
+the store. A reader therefore never depends on Redis for what it gets, only
+for when: it subscribes before it replays, resumes after the last id it saw,
+and re-reads after a Redis reconnect, so it gets every event once, in id
+order, whatever dies on the way.
 
 Token deltas are the one live-only event: published as they arrive, never
 stored, keyed by the epoch of the execution that streamed them.
@@ -29,11 +30,12 @@ import redis
 
 from runner.errors import InvalidInput
 from runner.events.eventstream import WAKE, EventStream, Sink, Tail
-from store.base import Store, check_run_id
 from store.live import WAKE as WAKE_MESSAGE
 from store.live import EventListener, Publisher, decode, events_channel, token_payload
 from store.models import Run, RunStatus
+from store.postgres import PostgresStore
 from store.status import SETTLED
+from store.validate import check_run_id
 
 log = logging.getLogger("runner.events")  # the name log lines carry: kept stable for filters
 
@@ -82,7 +84,7 @@ class Feed:
     """Publishes and follows run events, through Redis when ``client`` is
     given, else within this process only (an engine without Redis)."""
 
-    def __init__(self, store: Store, client: redis.Redis | None) -> None:
+    def __init__(self, store: PostgresStore, client: redis.Redis | None) -> None:
         self.store = store
         self.client = client
         self._lock = threading.Lock()

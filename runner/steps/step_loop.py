@@ -34,7 +34,6 @@ from runner.steps.history import (
 from runner.steps.run_context import AbortSignal, RunContext
 from runner.steps.toolcalls import CallRunner, StepCalls
 from runner.steps.tools import Tool
-from store.base import StartPoint
 from store.models import (
     USAGE_ESTIMATED,
     Fence,
@@ -50,6 +49,7 @@ from store.models import (
     StepRecord,
     utcnow,
 )
+from store.pg.runs import StartPoint
 
 T = TypeVar("T")
 

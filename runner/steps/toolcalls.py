@@ -42,7 +42,6 @@ from runner.observe import ToolCall
 from runner.steps.history import OpenStep, approval_request, error_content, tool_message
 from runner.steps.run_context import AbortReason, AbortSignal, RunContext
 from runner.steps.tools import Tool
-from store.base import EffectBegin
 from store.jsonsafe import NotStorable, clean_json, clean_message, clip
 from store.models import (
     Effect,
@@ -54,6 +53,7 @@ from store.models import (
     StepRecord,
     utcnow,
 )
+from store.pg.execution import EffectBegin
 
 log = logging.getLogger("runner.toolcalls")  # the name log lines carry: kept stable for filters
 T = TypeVar("T")

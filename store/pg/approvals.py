@@ -1,43 +1,217 @@
-"""Cancel, approvals and decisions on Postgres: writes of processes other than
-the run's owner. Each locks the run row first, then decides by ``store.rules``."""
+"""Cancel, approvals and decisions: the writes of processes other than the
+run's owner, and the reads of approvals. Each write locks the run row first,
+then its approvals (the step's commit takes them in the same order), and
+decides by ``store.rules``."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
-from store.base import (
-    CancelResult,
-    DecisionResult,
-    RunContext,
-    check_approval_id,
-    check_decidable,
-    check_run_id,
-    is_canonical_id,
-)
 from store.db import Tx, dumps
 from store.errors import ApprovalNotFound
-from store.models import Approval, Decision, Message, Outcome, RunError, RunStatus, Settled
-from store.pg.base import PgBase, outcome_params
-from store.queries import approvals as q
-from store.queries import runs as qr
+from store.models import Approval, Decision, Message, Outcome, Run, RunError, RunStatus, Settled
+from store.pg.base import NOW, OUTCOME_SET, RUN_WITH_WAIT, PgBase, outcome_params
+from store.queries import Statement
 from store.rows import approval_from_row, run_from_row
-from store.rules import CancelAction, cancel_action, cancel_outcome, check_fail_waiting
+from store.rules import (
+    CancelAction,
+    cancel_action,
+    cancel_outcome,
+    check_decidable,
+    check_fail_waiting,
+)
+from store.status import lit
+from store.validate import check_approval_id, check_run_id, is_canonical_id
+
+LOCK_RUN = Statement(
+    "lock_run",
+    f"SELECT status, concurrency_key, {NOW} AS now FROM runs"
+    " WHERE id = CAST(:run_id AS uuid) FOR UPDATE",
+)
+
+SETTLE_BY_ID = Statement(
+    "settle_by_id",
+    f"UPDATE runs SET {OUTCOME_SET}, cancel_requested = cancel_requested"
+    " OR CAST(:cancel AS bool) WHERE id = CAST(:run_id AS uuid)",
+)
+
+REQUEST_CANCEL = Statement(
+    "request_cancel",
+    "UPDATE runs SET cancel_requested = true, updated_at = now() WHERE id = CAST(:run_id AS uuid)",
+)
+
+WITHDRAW = Statement(
+    "withdraw",
+    """
+    UPDATE approvals SET decision = CAST(:withdrawn AS text), decided_at = now()
+     WHERE run_id = CAST(:run_id AS uuid) AND decision IS NULL
+    """,
+)
+
+RUN_APPROVALS = Statement(
+    "run_approvals",
+    "SELECT * FROM approvals WHERE run_id = CAST(:run_id AS uuid) ORDER BY created_at, approval_id",
+)
+
+APPROVALS_BY_RUN_IDS = Statement(
+    "approvals_by_run_ids",
+    "SELECT * FROM approvals WHERE run_id = ANY(CAST(:ids AS uuid[]))"
+    " ORDER BY created_at, approval_id",
+)
+
+APPROVAL = Statement(
+    "approval", "SELECT * FROM approvals WHERE approval_id = CAST(:approval_id AS uuid)"
+)
+
+LOCK_APPROVAL = Statement(
+    "lock_approval",
+    "SELECT * FROM approvals WHERE approval_id = CAST(:approval_id AS uuid) FOR UPDATE",
+)
+
+DECIDE = Statement(
+    "decide",
+    """
+    UPDATE approvals SET decision = CAST(:decision AS text), reason = CAST(:reason AS text),
+                         decided_at = CAST(:at AS timestamptz), decided_by = CAST(:by AS text)
+     WHERE approval_id = CAST(:approval_id AS uuid)
+    RETURNING *
+    """,
+)
+
+LOCK_CHECKPOINT = Statement(
+    "lock_checkpoint",
+    "SELECT step_index, message_count, finish_reason FROM checkpoints"
+    " WHERE run_id = CAST(:run_id AS uuid) FOR UPDATE",
+)
+
+# A decision's response appended to the checkpoint at the same step index.
+APPEND_MESSAGE = Statement(
+    "append_message",
+    """
+    WITH m AS (
+        INSERT INTO messages (run_id, seq, body, step_index)
+        VALUES (CAST(:run_id AS uuid), CAST(:seq AS int), CAST(:body AS jsonb),
+                CAST(:step_index AS int))
+        ON CONFLICT (run_id, seq) DO UPDATE
+           SET body = EXCLUDED.body, step_index = EXCLUDED.step_index
+    ), gone AS (
+        DELETE FROM messages
+         WHERE run_id = CAST(:run_id AS uuid) AND seq > CAST(:seq AS int)
+    )
+    UPDATE checkpoints SET message_count = CAST(:seq AS int) + 1, created_at = now()
+     WHERE run_id = CAST(:run_id AS uuid)
+    """,
+)
+
+PENDING = Statement(
+    "pending",
+    "SELECT count(*) AS pending FROM approvals"
+    " WHERE run_id = CAST(:run_id AS uuid) AND decision IS NULL",
+)
+
+FINISH_WAIT = Statement(
+    "finish_wait",
+    """
+    UPDATE steps SET finished_at = CAST(:at AS timestamptz), output = CAST(:output AS jsonb)
+     WHERE run_id = CAST(:run_id AS uuid) AND kind = 'wait' AND index = CAST(:index AS int)
+    """,
+)
+
+# The last decision queues the run again (not an outcome: the run was not running).
+RESUME = Statement(
+    "resume",
+    """
+    UPDATE runs SET status = CAST(:status AS text), enqueued_at = CAST(:at AS timestamptz),
+                    updated_at = now()
+     WHERE id = CAST(:run_id AS uuid)
+    """,
+)
+
+RECORD_NOTIFICATION = Statement(
+    "record_notification",
+    """
+    UPDATE approvals
+       SET attempts = attempts + 1,
+           notified_at = CASE WHEN CAST(:accepted AS bool) THEN now() ELSE notified_at END,
+           next_notify_at = CASE WHEN CAST(:accepted AS bool) THEN next_notify_at
+                                 ELSE CAST(:retry_at AS timestamptz) END
+     WHERE approval_id = CAST(:approval_id AS uuid)
+    RETURNING approval_id
+    """,
+)
+
+MARK_NOTIFIED = Statement(
+    "mark_notified",
+    "UPDATE approvals SET notified_at = now()"
+    " WHERE approval_id = ANY(CAST(:approval_ids AS uuid[]))",
+)
+
+# The approvals inbox: what waits for a person, oldest first (a run that is
+# not waiting any more has nobody to ask).
+PENDING_APPROVALS = Statement(
+    "pending_approvals",
+    f"""
+    SELECT a.* FROM approvals AS a JOIN runs AS r ON r.id = a.run_id
+     WHERE a.decision IS NULL AND r.status = {lit(RunStatus.WAITING)}
+       AND (CAST(:agent AS text) IS NULL OR r.agent = CAST(:agent AS text))
+     ORDER BY a.created_at, a.approval_id LIMIT CAST(:limit AS int)
+    """,
+)
+
+
+RUNS_BY_IDS = Statement("runs_by_ids", RUN_WITH_WAIT + " WHERE r.id = ANY(CAST(:ids AS uuid[]))")
+
+CHECKPOINT_MESSAGES_BY_RUN_IDS = Statement(
+    "checkpoint_messages_by_run_ids",
+    """
+    SELECT c.run_id,
+           COALESCE((SELECT jsonb_agg(m.body ORDER BY m.seq) FROM messages AS m
+                      WHERE m.run_id = c.run_id AND m.seq < c.message_count), '[]') AS messages
+      FROM checkpoints AS c WHERE c.run_id = ANY(CAST(:ids AS uuid[]))
+    """,
+)
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    run: Run
+    action: CancelAction
+    next_in_key: str | None = None
+
+
+@dataclass(frozen=True)
+class DecisionResult:
+    approval: Approval
+    run: Run
+    resumed: bool
+
+
+@dataclass(frozen=True)
+class RunForReview:
+    """A run as a person judges what it asks (the approvals inbox): the run,
+    the messages of its checkpoint (none before its first step) and its
+    approvals."""
+
+    run: Run
+    messages: list[Message]
+    approvals: list[Approval]
 
 
 class PgApprovals(PgBase):
     def _lock_run(
         self, tx: Tx, run_id: str, now: datetime | None = None
     ) -> tuple[RunStatus, datetime]:
-        row = tx.first(q.LOCK_RUN, {"run_id": run_id, "now": now})
+        row = tx.first(LOCK_RUN, {"run_id": run_id, "now": now})
         if row is None:
             self._require_run(tx, run_id)  # raises RunNotFound
         assert row is not None
         return RunStatus(row["status"]), row["now"]
 
     def _settle_by_id(self, tx: Tx, run_id: str, outcome: Outcome, *, cancel: bool) -> None:
-        tx.execute(q.SETTLE_BY_ID, {"run_id": run_id, "cancel": cancel, **outcome_params(outcome)})
-        tx.execute(q.WITHDRAW, {"run_id": run_id, "withdrawn": Decision.WITHDRAWN.value})
+        tx.execute(SETTLE_BY_ID, {"run_id": run_id, "cancel": cancel, **outcome_params(outcome)})
+        tx.execute(WITHDRAW, {"run_id": run_id, "withdrawn": Decision.WITHDRAWN.value})
 
     def request_cancel(self, run_id: str) -> CancelResult:
         run_id = check_run_id(run_id)
@@ -47,8 +221,9 @@ class PgApprovals(PgBase):
             if action is CancelAction.CANCELLED:
                 self._settle_by_id(tx, run_id, cancel_outcome(), cancel=True)
             elif action is CancelAction.REQUESTED:
-                tx.execute(q.REQUEST_CANCEL, {"run_id": run_id})
+                tx.execute(REQUEST_CANCEL, {"run_id": run_id})
         if action is CancelAction.CANCELLED:
+            self._committed(run_id)
             settled = self._after_settle(run_id, cancel_outcome())
             assert settled is not None
             return CancelResult(settled.run, action, settled.next_in_key)
@@ -60,34 +235,35 @@ class PgApprovals(PgBase):
             status, _ = self._lock_run(tx, run_id)
             check_fail_waiting(run_id, status)
             self._settle_by_id(tx, run_id, outcome, cancel=False)
+        self._committed(run_id)
         settled = self._after_settle(run_id, outcome)
         assert settled is not None
         return settled
 
     def approvals(self, run_id: str) -> list[Approval]:
         run_id = check_run_id(run_id)
-        return [approval_from_row(r) for r in self.db.rows(q.RUN_APPROVALS, {"run_id": run_id})]
+        return [approval_from_row(r) for r in self.db.rows(RUN_APPROVALS, {"run_id": run_id})]
 
     def pending_approvals(self, limit: int = 50, agent: str | None = None) -> list[Approval]:
-        rows = self.db.rows(q.PENDING_APPROVALS, {"limit": limit, "agent": agent})
+        rows = self.db.rows(PENDING_APPROVALS, {"limit": limit, "agent": agent})
         return [approval_from_row(r) for r in rows]
 
-    def run_contexts(self, run_ids: Sequence[str]) -> dict[str, RunContext]:
+    def runs_for_review(self, run_ids: Sequence[str]) -> dict[str, RunForReview]:
         ids = list(dict.fromkeys(i for i in run_ids if is_canonical_id(i)))
         if not ids:
             return {}
         with self.db.tx() as tx:
-            runs = [run_from_row(r) for r in tx.rows(qr.RUNS_BY_IDS, {"ids": ids})]
+            runs = [run_from_row(r) for r in tx.rows(RUNS_BY_IDS, {"ids": ids})]
             messages = {
                 str(r["run_id"]): r["messages"]
-                for r in tx.rows(qr.CHECKPOINT_MESSAGES_BY_RUN_IDS, {"ids": ids})
+                for r in tx.rows(CHECKPOINT_MESSAGES_BY_RUN_IDS, {"ids": ids})
             }
             approvals: dict[str, list[Approval]] = {}
-            for row in tx.rows(q.APPROVALS_BY_RUN_IDS, {"ids": ids}):
+            for row in tx.rows(APPROVALS_BY_RUN_IDS, {"ids": ids}):
                 approval = approval_from_row(row)
                 approvals.setdefault(approval.run_id, []).append(approval)
         return {
-            run.id: RunContext(run, messages.get(run.id, []), approvals.get(run.id, []))
+            run.id: RunForReview(run, messages.get(run.id, []), approvals.get(run.id, []))
             for run in runs
         }
 
@@ -97,7 +273,7 @@ class PgApprovals(PgBase):
 
     def _approval(self, tx: Tx, approval_id: str, *, lock: bool) -> Approval:
         approval_id = check_approval_id(approval_id)
-        row = tx.first(q.LOCK_APPROVAL if lock else q.APPROVAL, {"approval_id": approval_id})
+        row = tx.first(LOCK_APPROVAL if lock else APPROVAL, {"approval_id": approval_id})
         if row is None:
             raise ApprovalNotFound(f"no approval with id {approval_id!r}")
         return approval_from_row(row)
@@ -123,7 +299,7 @@ class PgApprovals(PgBase):
             decided = approval_from_row(
                 _one(
                     tx.first(
-                        q.DECIDE,
+                        DECIDE,
                         {
                             "approval_id": approval_id,
                             "decision": decision.value,
@@ -134,9 +310,9 @@ class PgApprovals(PgBase):
                     )
                 )
             )
-            cp = _one(tx.first(q.LOCK_CHECKPOINT, {"run_id": run_id}))
+            cp = _one(tx.first(LOCK_CHECKPOINT, {"run_id": run_id}))
             tx.execute(
-                q.APPEND_MESSAGE,
+                APPEND_MESSAGE,
                 {
                     "run_id": run_id,
                     "seq": cp["message_count"],
@@ -144,10 +320,10 @@ class PgApprovals(PgBase):
                     "step_index": cp["step_index"],
                 },
             )
-            pending = _one(tx.first(q.PENDING, {"run_id": run_id}))["pending"]
+            pending = _one(tx.first(PENDING, {"run_id": run_id}))["pending"]
             if pending == 0:
                 tx.execute(
-                    q.FINISH_WAIT,
+                    FINISH_WAIT,
                     {
                         "run_id": run_id,
                         "index": approval.step_index,
@@ -155,8 +331,9 @@ class PgApprovals(PgBase):
                         "output": dumps({"resumed": True}),
                     },
                 )
-                tx.execute(q.RESUME, {"run_id": run_id, "status": RunStatus.QUEUED.value, "at": at})
+                tx.execute(RESUME, {"run_id": run_id, "status": RunStatus.QUEUED.value, "at": at})
             run = self._get_run(tx, run_id)
+        self._committed(run_id)
         return DecisionResult(approval=decided, run=run, resumed=pending == 0)
 
     def record_notification(
@@ -164,12 +341,12 @@ class PgApprovals(PgBase):
     ) -> None:
         approval_id = check_approval_id(approval_id)
         params = {"approval_id": approval_id, "accepted": accepted, "retry_at": retry_at}
-        if self.db.first(q.RECORD_NOTIFICATION, params) is None:
+        if self.db.first(RECORD_NOTIFICATION, params) is None:
             raise ApprovalNotFound(f"no approval with id {approval_id!r}")
 
     def mark_notified(self, approval_ids: list[str]) -> None:
         if approval_ids:
-            self.db.execute(q.MARK_NOTIFIED, {"approval_ids": approval_ids})
+            self.db.execute(MARK_NOTIFIED, {"approval_ids": approval_ids})
 
 
 def _one(row: dict[str, object] | None) -> dict[str, object]:

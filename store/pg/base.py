@@ -1,19 +1,102 @@
-"""What every part of ``PostgresStore`` shares: the executor and a few reads."""
+"""What every part of ``PostgresStore`` shares: the executor, the SQL several
+statements are built from (the clock, the fence, what an outcome writes), and
+the reads every part makes.
+
+Statements are written with ``:name`` parameters (:class:`store.queries.Statement`).
+A statement that may be prepared gives every parameter an explicit ``CAST`` so
+that Postgres can type it at ``PREPARE``. Status literals are rendered from
+:mod:`store.status`, never spelled in SQL.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
 
-from store.base import check_run_id
 from store.db import Executor, Tx, dumps
 from store.errors import RunNotFound
 from store.models import Checkpoint, Fence, Outcome, Run, Settled
-from store.queries import maintenance as qm
-from store.queries import runs as qr
+from store.queries import Statement
 from store.rows import run_from_row
 from store.rules import outcome_columns, wakes_key
+from store.status import KEY_HOLDING, RunStatus, lit, status_in
+from store.validate import check_run_id
+
+# ``now`` when a caller moves time (tests), otherwise the database clock.
+NOW = "COALESCE(CAST(:now AS timestamptz), now())"
+
+# What every write of a running run is conditional on (store/postgres.py).
+FENCE = (
+    "id = CAST(:run_id AS uuid) AND claim_owner = CAST(:owner AS text)"
+    f" AND claim_epoch = CAST(:epoch AS int) AND status = {lit(RunStatus.RUNNING)}"
+)
+
+# The columns an outcome writes, from the parameters ``store.rules.outcome_columns``
+# gives (``o_status`` NULL: no outcome, the run stays as it is). Any outcome
+# releases the claim: the run leaves ``running``. The only SQL that settles a
+# run: every settling statement includes this.
+OUTCOME_SET = """
+    status = COALESCE(CAST(:o_status AS text), status),
+    claim_owner = CASE WHEN CAST(:o_status AS text) IS NULL THEN claim_owner END,
+    claim_expires_at = CASE WHEN CAST(:o_status AS text) IS NULL THEN claim_expires_at END,
+    finished_at = CASE WHEN CAST(:o_settled AS bool) THEN now() ELSE finished_at END,
+    output = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_output AS jsonb) ELSE output END,
+    error_code = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_code AS text)
+                      ELSE error_code END,
+    error_message = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_message AS text)
+                         ELSE error_message END,
+    enqueued_at = CASE WHEN CAST(:o_requeue AS bool)
+                       THEN COALESCE(CAST(:o_requeue_at AS timestamptz), now())
+                       ELSE enqueued_at END,
+    updated_at = now()
+"""
+
+# A run with its first pending wait, if it is waiting.
+RUN_WITH_WAIT = f"""
+    SELECT r.*, w.approval_id AS w_approval_id, w.tool_name AS w_tool_name,
+           w.input AS w_input, w.expires_at AS w_expires_at, w.token_id AS w_token_id,
+           w.notified_at AS w_notified_at
+      FROM runs AS r
+      LEFT JOIN LATERAL (
+           SELECT a.approval_id, a.tool_name, a.input, a.expires_at, a.token_id, a.notified_at
+             FROM approvals AS a
+            WHERE a.run_id = r.id AND a.decision IS NULL
+              AND r.status = {lit(RunStatus.WAITING)}
+            ORDER BY a.created_at, a.approval_id
+            LIMIT 1) AS w ON true
+"""
+
+GET_RUN = Statement("get_run", RUN_WITH_WAIT + " WHERE r.id = CAST(:id AS uuid)")
+
+RUN_EXISTS = Statement("run_exists", "SELECT 1 AS found FROM runs WHERE id = CAST(:id AS uuid)")
+
+CHECKPOINT = Statement(
+    "checkpoint",
+    """
+    SELECT c.step_index, c.message_count, c.finish_reason, c.created_at,
+           COALESCE((SELECT jsonb_agg(m.body ORDER BY m.seq) FROM messages AS m
+                      WHERE m.run_id = c.run_id AND m.seq < c.message_count), '[]') AS messages
+      FROM checkpoints AS c WHERE c.run_id = CAST(:run_id AS uuid)
+    """,
+)
+
+
+_QUEUED = lit(RunStatus.QUEUED)
+
+# The key's oldest queued run, unless a run holds the key.
+NEXT_IN_KEY = Statement(
+    "next_in_key",
+    f"""
+    SELECT id FROM runs
+     WHERE concurrency_key = CAST(:key AS text) AND status = {_QUEUED}
+       AND NOT EXISTS (SELECT 1 FROM runs AS x
+                        WHERE x.concurrency_key = CAST(:key AS text)
+                          AND {status_in(KEY_HOLDING, "x.status")})
+     ORDER BY id LIMIT 1
+    """,
+)
 
 
 def fence_params(fence: Fence) -> dict[str, Any]:
@@ -21,7 +104,7 @@ def fence_params(fence: Fence) -> dict[str, Any]:
 
 
 def outcome_params(outcome: Outcome | None) -> dict[str, Any]:
-    """The parameters of ``store.queries.fragments.OUTCOME_SET``."""
+    """The parameters of :data:`OUTCOME_SET`."""
     columns = outcome_columns(outcome)
     error = columns.error
     return {
@@ -35,9 +118,30 @@ def outcome_params(outcome: Outcome | None) -> dict[str, Any]:
     }
 
 
+# Called with a run's id after a write that made events of the run committed.
+Wake = Callable[[str], None]
+
+
 class PgBase:
     db: Executor
     max_payload_bytes: int
+    _wakes: tuple[Wake, ...] = ()
+
+    def on_commit(self, wake: Wake) -> Callable[[], None]:
+        """Call ``wake(run_id)`` after each committed write that made events of
+        a run (store/events.py), from now on; returns what stops it. The
+        run-event feed's wake-up (runner/events/feed.py): because the store
+        calls it, no writer can skip it."""
+        self._wakes = (*self._wakes, wake)
+
+        def stop() -> None:
+            self._wakes = tuple(w for w in self._wakes if w is not wake)
+
+        return stop
+
+    def _committed(self, run_id: str) -> None:
+        for wake in self._wakes:
+            wake(run_id)
 
     @property
     def engine(self) -> sa.Engine:
@@ -49,21 +153,21 @@ class PgBase:
             return self._get_run(tx, run_id)
 
     def _get_run(self, tx: Tx, run_id: str) -> Run:
-        row = tx.first(qr.GET_RUN, {"id": run_id})
+        row = tx.first(GET_RUN, {"id": run_id})
         if row is None:
             raise RunNotFound(f"no run with id {run_id!r}")
         return run_from_row(row)
 
     def _require_run(self, tx: Tx, run_id: str) -> None:
-        if tx.first(qr.RUN_EXISTS, {"id": run_id}) is None:
+        if tx.first(RUN_EXISTS, {"id": run_id}) is None:
             raise RunNotFound(f"no run with id {run_id!r}")
 
     def _checkpoint(self, tx: Tx, run_id: str) -> Checkpoint | None:
-        row = tx.first(qr.CHECKPOINT, {"run_id": run_id})
+        row = tx.first(CHECKPOINT, {"run_id": run_id})
         return None if row is None else checkpoint_from_row(run_id, row)
 
-    def next_in_key(self, key: str) -> str | None:
-        row = self.db.first(qm.NEXT_IN_KEY, {"key": key})
+    def _next_in_key(self, key: str) -> str | None:
+        row = self.db.first(NEXT_IN_KEY, {"key": key})
         return None if row is None else str(row["id"])
 
     def _after_settle(self, run_id: str, outcome: Outcome | None) -> Settled | None:
@@ -73,7 +177,7 @@ class PgBase:
             run = self._get_run(tx, run_id)
         next_id = None
         if run.concurrency_key and wakes_key(run.concurrency_key, run.status):
-            next_id = self.next_in_key(run.concurrency_key)
+            next_id = self._next_in_key(run.concurrency_key)
         return Settled(run=run, next_in_key=next_id)
 
 

@@ -1,14 +1,19 @@
-"""Claims and the fenced writes of a running run, on Postgres.
+"""Claims and the fenced writes of a running run: the claim, the step's journal
+write (``record_llm_step``), the step's commit (``commit_step``), settle,
+deferrals and the effect journal.
 
-W1 and W2 are one statement each (``store/queries/execution.py``); every other
-fenced write locks the run row through the fence first.
+The step's journal write and its commit are single statements, data-modifying
+CTE chains whose first link is the fence, so a step costs two round trips and
+two commits however long the run's history is. They are the statements
+prepared on every connection. Every other fenced write locks the run row
+through the fence first.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from store.base import EffectBegin, check_run_id
 from store.db import Tx, dumps
 from store.errors import ConstraintViolation, InvalidTransition, LeaseLostError
 from store.models import (
@@ -24,9 +29,8 @@ from store.models import (
     StepCommit,
     StepRecord,
 )
-from store.pg.base import PgBase, fence_params, outcome_params
+from store.pg.base import FENCE, OUTCOME_SET, PgBase, fence_params, outcome_params
 from store.queries import Statement
-from store.queries import execution as q
 from store.rows import effect_from_row, run_from_row
 from store.rules import (
     check_checkpoint,
@@ -36,6 +40,317 @@ from store.rules import (
     retry_outcome,
     with_state_step,
 )
+from store.status import CLAIMABLE, lit, status_in
+from store.validate import check_run_id
+
+_RUNNING = lit(RunStatus.RUNNING)
+_QUEUED = lit(RunStatus.QUEUED)
+
+# The takeover limit (``:max``, RUNWRIGHT_MAX_TAKEOVERS; NULL: none): a takeover
+# of a run with ``takeovers`` takeovers since its last progress is refused once
+# it would be the ``max``-th, and the run settles ``failed/crashed`` instead
+# (LAPSED_RUN, SETTLE_CRASHED). Only a takeover counts (a claim from ``running``
+# whose claim expired): its previous execution died without settling. A claim
+# from ``interrupted`` does not, since that execution drained cleanly; nor does
+# one from ``queued``. Progress (the step's journal write, its commit) resets
+# the count, so a long run that is taken over now and then but moves on each
+# time is never stopped.
+_WITHIN_TAKEOVERS = "(CAST(:max AS int) IS NULL OR r.takeovers + 1 < CAST(:max AS int))"
+
+# Claimable: a claimable status, or running with an expired claim (a takeover)
+# within the takeover limit; a queued run waiting to retry a model step only
+# from its retry_at on; a queued run of a key only as the key's oldest queued
+# run (the key's one holder is enforced by runs_key_holder_idx).
+CLAIM = Statement(
+    "claim",
+    f"""
+    UPDATE runs AS r
+       SET status = {_RUNNING},
+           claim_owner = CAST(:owner AS text),
+           claim_expires_at = now() + make_interval(secs => CAST(:ttl AS float8)),
+           claim_epoch = r.claim_epoch + 1,
+           takeovers = r.takeovers + CASE WHEN r.status = {_RUNNING} THEN 1 ELSE 0 END,
+           started_at = COALESCE(r.started_at, now()),
+           updated_at = now()
+     WHERE r.id = CAST(:run_id AS uuid)
+       AND (r.retry_at IS NULL OR r.retry_at <= now() OR r.status <> {_QUEUED})
+       AND ({status_in(CLAIMABLE, "r.status")}
+            OR (r.status = {_RUNNING} AND r.claim_expires_at < now()
+                AND {_WITHIN_TAKEOVERS}))
+       AND (r.concurrency_key IS NULL OR r.status <> {_QUEUED} OR NOT EXISTS (
+              SELECT 1 FROM runs AS o
+               WHERE o.concurrency_key = r.concurrency_key
+                 AND o.status = {_QUEUED} AND o.id < r.id))
+    RETURNING r.*
+    """,
+)
+
+# The takeover the claim refused for the takeover limit, locked so that it
+# settles once.
+LAPSED_RUN = Statement(
+    "lapsed_run",
+    f"""
+    SELECT r.claim_epoch, r.takeovers FROM runs AS r
+     WHERE r.id = CAST(:run_id AS uuid) AND r.status = {_RUNNING} AND r.claim_expires_at < now()
+       AND NOT {_WITHIN_TAKEOVERS}
+       FOR UPDATE
+    """,
+)
+
+SETTLE_CRASHED = Statement(
+    "settle_crashed",
+    f"UPDATE runs SET {OUTCOME_SET}, takeovers = CAST(:takeovers AS int)"
+    " WHERE id = CAST(:run_id AS uuid)",
+)
+
+RENEW = Statement(
+    "renew",
+    f"""
+    UPDATE runs SET claim_expires_at = now() + make_interval(secs => CAST(:ttl AS float8))
+     WHERE {FENCE}
+    RETURNING cancel_requested
+    """,
+)
+
+LOCK_FENCED = Statement("lock_fenced", f"SELECT id FROM runs WHERE {FENCE} FOR UPDATE")
+
+FENCED = Statement("fenced", f"SELECT id FROM runs WHERE {FENCE}")
+
+# The step's journal write: the llm step row and the usage it cost, added only
+# if the row is new.
+RECORD_LLM_STEP = Statement(
+    "runwright_record_llm_step",
+    f"""
+    WITH f AS (
+        SELECT id FROM runs WHERE {FENCE} FOR UPDATE
+    ), ins AS (
+        INSERT INTO steps (run_id, kind, index, name, input, output, error,
+                           input_tokens, output_tokens, cost_usd, started_at, finished_at)
+        SELECT f.id, 'llm', CAST(:index AS int), CAST(:name AS text), CAST(:input AS jsonb),
+               CAST(:output AS jsonb), CAST(:error AS jsonb), CAST(:input_tokens AS bigint),
+               CAST(:output_tokens AS bigint), CAST(:cost_usd AS float8),
+               CAST(:started_at AS timestamptz), CAST(:finished_at AS timestamptz)
+          FROM f
+        ON CONFLICT (run_id, index) WHERE kind = 'llm' DO NOTHING
+        RETURNING run_id
+    ), upd AS (
+        UPDATE runs SET input_tokens = runs.input_tokens + CAST(:input_tokens AS bigint),
+                        output_tokens = runs.output_tokens + CAST(:output_tokens AS bigint),
+                        cost_usd = runs.cost_usd + COALESCE(CAST(:cost_usd AS float8), 0),
+                        usage_estimated = runs.usage_estimated
+                                          OR CAST(:usage_estimated AS bool),
+                        steps_used = GREATEST(runs.steps_used, CAST(:index AS int)),
+                        takeovers = 0,
+                        retry_attempts = 0, retry_at = NULL, retry_since = NULL,
+                        retry_error = NULL,
+                        updated_at = now()
+          FROM ins WHERE runs.id = ins.run_id
+        RETURNING runs.id
+    )
+    SELECT (SELECT count(*) FROM f) AS fenced, (SELECT count(*) FROM upd) AS applied
+    """,
+    prepare=True,
+)
+
+# The step's commit, one code path (``PgExecution.commit_step``): the run update (state,
+# outcome) is the fence. The checkpoint moves only as
+# ``store.rules.check_checkpoint`` allows (not below the stored step index, never
+# from more messages than are stored); when it does not, nothing is saved, and
+# the caller rolls back and raises that rule's error (reading the stored
+# checkpoint: refusals are rare). Tool steps, approvals and the wait step hang
+# off the checkpoint.
+#
+# Every step appends: the checkpoint moves from exactly ``base_count`` messages,
+# so the new messages are plain inserts. A replace (an equal index from fewer
+# messages than are stored) is the rare case: the append statement saves
+# nothing, and the caller runs the replace statement, which writes over the
+# messages from ``base_count`` on and drops those past the new count.
+_WAITS_COUNTED = "+ (SELECT count(*) FROM a) + (SELECT count(*) FROM w)"
+_WAITS = """
+    ), a AS (
+        INSERT INTO approvals (approval_id, run_id, step_index, tool_call_id, tool_name, input,
+                               expires_at, on_expire, token_id, next_notify_at)
+        SELECT a.approval_id, cp.run_id, CAST(:step_index AS int), a.tool_call_id, a.tool_name,
+               a.input, a.expires_at, a.on_expire, a.token_id, a.next_notify_at
+          FROM cp, jsonb_to_recordset(CAST(:approvals AS jsonb)) AS a(
+               approval_id uuid, tool_call_id text, tool_name text, input jsonb,
+               expires_at timestamptz, on_expire text, token_id text, next_notify_at timestamptz)
+        ON CONFLICT DO NOTHING
+        RETURNING 1
+    ), w AS (
+        INSERT INTO steps (run_id, kind, index, name, input, started_at)
+        SELECT cp.run_id, 'wait', CAST(:step_index AS int), 'approval',
+               CAST(:wait_input AS jsonb), now()
+          FROM cp WHERE CAST(:wait_input AS jsonb) IS NOT NULL
+        ON CONFLICT DO NOTHING
+        RETURNING 1
+"""
+
+
+_APPEND_ONLY = "c.message_count = CAST(:base_count AS int)"
+_REPLACE = "c.message_count >= CAST(:base_count AS int)"
+_DROP_PAST_COUNT = """
+    ), gone AS (
+        -- Messages past the new count (a replace that shortens); parameters,
+        -- not a join with cp, so that the generic plan always uses the key.
+        DELETE FROM messages
+         WHERE run_id = CAST(:run_id AS uuid) AND seq >= CAST(:message_count AS int)
+           AND EXISTS (SELECT 1 FROM cp)
+        RETURNING 1"""
+_WRITE_OVER = (
+    "ON CONFLICT (run_id, seq) DO UPDATE SET body = EXCLUDED.body, step_index = EXCLUDED.step_index"
+)
+
+
+def _commit_sql(waits: bool, replace: bool) -> str:
+    """The step's commit; with ``waits``, it also writes the approvals and the wait step;
+    with ``replace``, it writes over stored messages instead of appending."""
+    return f"""
+    WITH f AS (
+        UPDATE runs SET
+            takeovers = 0,
+            state = CASE WHEN CAST(:state_changed AS bool) THEN CAST(:state AS jsonb)
+                         ELSE state END,
+            {OUTCOME_SET}
+         WHERE {FENCE}
+        RETURNING id
+    ), cp AS (
+        -- The run's first checkpoint only from no messages; a stored one moves
+        -- only if the rule holds, checked on the conflicting row itself.
+        INSERT INTO checkpoints AS c (run_id, step_index, message_count, finish_reason,
+                                      created_at)
+        SELECT f.id, CAST(:step_index AS int), CAST(:message_count AS int),
+               CAST(:finish_reason AS text), now()
+          FROM f
+         WHERE CAST(:base_count AS int) = 0
+            OR EXISTS (SELECT 1 FROM checkpoints AS x WHERE x.run_id = f.id)
+        ON CONFLICT (run_id) DO UPDATE
+           SET step_index = EXCLUDED.step_index,
+               message_count = EXCLUDED.message_count,
+               finish_reason = EXCLUDED.finish_reason,
+               created_at = EXCLUDED.created_at
+         WHERE c.step_index <= EXCLUDED.step_index
+           AND {_REPLACE if replace else _APPEND_ONLY}
+        RETURNING c.run_id{_DROP_PAST_COUNT if replace else ""}
+    ), m AS (
+        INSERT INTO messages AS x (run_id, seq, body, step_index)
+        SELECT cp.run_id, CAST(:base_count AS int) + m.ord - 1, m.body, CAST(:step_index AS int)
+          FROM cp,
+               jsonb_array_elements(CAST(:messages AS jsonb)) WITH ORDINALITY AS m(body, ord)
+        {_WRITE_OVER if replace else ""}
+        RETURNING 1
+    ), s AS (
+        INSERT INTO steps (run_id, kind, index, name, tool_call_id, input, output, error,
+                           started_at, finished_at)
+        SELECT cp.run_id, s.kind, s.index, s.name, s.tool_call_id, s.input, s.output, s.error,
+               s.started_at, s.finished_at
+          FROM cp, jsonb_to_recordset(CAST(:steps AS jsonb)) AS s(
+               kind text, index int, name text, tool_call_id text, input jsonb, output jsonb,
+               error jsonb, started_at timestamptz, finished_at timestamptz)
+        ON CONFLICT DO NOTHING
+        RETURNING 1
+{_WAITS if waits else ""}    )
+    SELECT (SELECT count(*) FROM f) AS fenced, (SELECT count(*) FROM cp) AS saved,
+           {"(SELECT count(*) FROM gone) +" if replace else ""}
+           (SELECT count(*) FROM m) + (SELECT count(*) FROM s)
+           {_WAITS_COUNTED if waits else ""} AS written
+    """
+
+
+# One code path, four statements: a step that asks for approvals also writes
+# them and its wait step (a plain step does not pay for those inserts); the
+# appends are prepared, the rare replaces are not.
+COMMIT_STEP = Statement(
+    "runwright_commit_step", _commit_sql(waits=False, replace=False), prepare=True
+)
+COMMIT_STEP_WAIT = Statement(
+    "runwright_commit_step_wait", _commit_sql(waits=True, replace=False), prepare=True
+)
+COMMIT_STEP_REPLACE = Statement("commit_step_replace", _commit_sql(waits=False, replace=True))
+COMMIT_STEP_REPLACE_WAIT = Statement(
+    "commit_step_replace_wait", _commit_sql(waits=True, replace=True)
+)
+
+# A model step that failed transiently goes back to the queue, not claimable
+# before retry_at (the outcome's not-before, which is also its enqueued_at, so
+# tick() re-enqueues it RUNWRIGHT_REENQUEUE_SECONDS after that time if its
+# delayed message is lost).
+DEFER_RETRY = Statement(
+    "defer_retry",
+    f"""
+    UPDATE runs SET {OUTCOME_SET},
+           retry_at = CAST(:o_requeue_at AS timestamptz),
+           retry_attempts = CAST(:attempts AS int),
+           retry_since = CAST(:since AS timestamptz),
+           retry_error = CAST(:error AS text)
+     WHERE {FENCE}
+    RETURNING id
+    """,
+)
+
+SETTLE = Statement("settle", f"UPDATE runs SET {OUTCOME_SET} WHERE {FENCE} RETURNING id")
+
+# A run whose agent this process does not know, given back within the grace.
+DEFER = Statement(
+    "defer",
+    f"""
+    UPDATE runs SET {OUTCOME_SET},
+           agent_missing_since = COALESCE(agent_missing_since, now())
+     WHERE {FENCE}
+       AND (agent_missing_since IS NULL
+            OR agent_missing_since > now() - make_interval(secs => CAST(:grace AS float8)))
+    RETURNING id
+    """,
+)
+
+BEGIN_EFFECT = Statement(
+    "begin_effect",
+    """
+    INSERT INTO effects (run_id, key, tool, input, status, claim_epoch, started_at)
+    VALUES (CAST(:run_id AS uuid), CAST(:key AS text), CAST(:tool AS text),
+            CAST(:input AS jsonb), 'started', CAST(:epoch AS int), now())
+    ON CONFLICT DO NOTHING
+    RETURNING *
+    """,
+)
+
+RERUN_EFFECT = Statement(
+    "rerun_effect",
+    """
+    UPDATE effects SET attempts = attempts + 1, claim_epoch = CAST(:epoch AS int),
+                       started_at = now()
+     WHERE run_id = CAST(:run_id AS uuid) AND key = CAST(:key AS text)
+    RETURNING *
+    """,
+)
+
+FINISH_EFFECT = Statement(
+    "finish_effect",
+    """
+    UPDATE effects SET status = CAST(:status AS text), output = CAST(:output AS jsonb),
+                       error = CAST(:error AS text), finished_at = now()
+     WHERE run_id = CAST(:run_id AS uuid) AND key = CAST(:key AS text)
+    RETURNING *
+    """,
+)
+
+EFFECT_FOR_KEY = Statement(
+    "effect_for_key",
+    "SELECT * FROM effects WHERE run_id = CAST(:run_id AS uuid) AND key = CAST(:key AS text)",
+)
+
+CHECKPOINT_AT = Statement(
+    "checkpoint_at",
+    "SELECT step_index, message_count FROM checkpoints WHERE run_id = CAST(:run_id AS uuid)",
+)
+
+
+@dataclass(frozen=True)
+class EffectBegin:
+    """The journal's answer to "may I run this effect?"."""
+
+    effect: Effect
+    execute: bool
 
 
 def _lost(fence: Fence) -> LeaseLostError:
@@ -65,29 +380,31 @@ class PgExecution(PgBase):
         run_id = check_run_id(run_id)
         params = {"run_id": run_id, "owner": owner, "ttl": ttl_seconds, "max": max_takeovers}
         try:
-            row = self.db.first(q.CLAIM, params)
+            row = self.db.first(CLAIM, params)
         except ConstraintViolation as exc:
             if exc.constraint == "runs_key_holder_idx":
                 return None  # another run holds the concurrency key
             raise
         if row is not None:
+            self._committed(run_id)
             return run_from_row(row)
         if max_takeovers is not None and self._settle_crashed(run_id, max_takeovers):
+            self._committed(run_id)
             return self._after_settle(run_id, Outcome(RunStatus.FAILED))
         with self.db.tx() as tx:
             self._require_run(tx, run_id)
         return None
 
     def _settle_crashed(self, run_id: str, max_takeovers: int) -> bool:
-        """The takeover the claim refused for the takeover limit (``q.CLAIM``):
+        """The takeover the claim refused for the takeover limit (``CLAIM``):
         settle the run failed/crashed, once."""
         with self.db.tx() as tx:
-            row = tx.first(q.LAPSED_RUN, {"run_id": run_id, "max": max_takeovers})
+            row = tx.first(LAPSED_RUN, {"run_id": run_id, "max": max_takeovers})
             if row is None:
                 return False
             error = crashed_error(row["claim_epoch"], max_takeovers)
             tx.execute(
-                q.SETTLE_CRASHED,
+                SETTLE_CRASHED,
                 {
                     "run_id": run_id,
                     "takeovers": row["takeovers"] + 1,
@@ -97,7 +414,7 @@ class PgExecution(PgBase):
             return True
 
     def renew(self, fence: Fence, ttl_seconds: float) -> bool:
-        row = self.db.first(q.RENEW, {**fence_params(fence), "ttl": ttl_seconds})
+        row = self.db.first(RENEW, {**fence_params(fence), "ttl": ttl_seconds})
         if row is None:
             raise _lost(fence)
         return bool(row["cancel_requested"])
@@ -105,7 +422,7 @@ class PgExecution(PgBase):
     # --------------------------------------------------------- fenced writes
 
     def _lock_fenced(self, tx: Tx, fence: Fence) -> None:
-        if tx.first(q.LOCK_FENCED, fence_params(fence)) is None:
+        if tx.first(LOCK_FENCED, fence_params(fence)) is None:
             raise _lost(fence)
 
     def record_llm_step(self, fence: Fence, step: StepRecord) -> bool:
@@ -124,11 +441,14 @@ class PgExecution(PgBase):
             "started_at": step.started_at,
             "finished_at": step.finished_at,
         }
-        row = self.db.first(q.W1, params)
+        row = self.db.first(RECORD_LLM_STEP, params)
         assert row is not None  # the statement always returns its counts
         if not row["fenced"]:
             raise _lost(fence)
-        return bool(row["applied"])
+        if not row["applied"]:
+            return False
+        self._committed(fence.run_id)
+        return True
 
     def commit_step(self, fence: Fence, commit: StepCommit) -> Settled | None:
         outcome = commit_outcome(commit)
@@ -161,20 +481,23 @@ class PgExecution(PgBase):
             "wait_input": dumps(wait_input) if approvals else None,
         }
         with self.db.tx() as tx:
-            if not self._w2(tx, fence, q.W2_WAIT if commit.approvals else q.W2, params):
+            if not self._commit(
+                tx, fence, COMMIT_STEP_WAIT if commit.approvals else COMMIT_STEP, params
+            ):
                 # Not an append: raise the rule's error, or replace stored messages.
                 tx.rollback()
-                stored = tx.first(q.CHECKPOINT_AT, {"run_id": fence.run_id})
+                stored = tx.first(CHECKPOINT_AT, {"run_id": fence.run_id})
                 at = None if stored is None else (stored["step_index"], stored["message_count"])
                 check_checkpoint(fence.run_id, at, commit)
-                replace = q.W2_REPLACE_WAIT if commit.approvals else q.W2_REPLACE
-                if not self._w2(tx, fence, replace, params):
-                    raise AssertionError("W2 refused a checkpoint that the rule allows")
+                replace = COMMIT_STEP_REPLACE_WAIT if commit.approvals else COMMIT_STEP_REPLACE
+                if not self._commit(tx, fence, replace, params):
+                    raise AssertionError("the commit refused a checkpoint that the rule allows")
+        self._committed(fence.run_id)
         return self._after_settle(fence.run_id, outcome)
 
     @staticmethod
-    def _w2(tx: Tx, fence: Fence, statement: Statement, params: dict[str, Any]) -> bool:
-        """Run one of W2's statements; whether it saved the checkpoint."""
+    def _commit(tx: Tx, fence: Fence, statement: Statement, params: dict[str, Any]) -> bool:
+        """Run one of the step's commit statements; whether it saved the checkpoint."""
         row = tx.first(statement, params)
         assert row is not None  # the statement always returns its counts
         if not row["fenced"]:
@@ -183,8 +506,9 @@ class PgExecution(PgBase):
 
     def settle(self, fence: Fence, outcome: Outcome) -> Settled:
         check_settle(outcome)
-        if self.db.first(q.SETTLE, {**fence_params(fence), **outcome_params(outcome)}) is None:
+        if self.db.first(SETTLE, {**fence_params(fence), **outcome_params(outcome)}) is None:
             raise _lost(fence)
+        self._committed(fence.run_id)
         settled = self._after_settle(fence.run_id, outcome)
         assert settled is not None
         return settled
@@ -196,10 +520,13 @@ class PgExecution(PgBase):
             "grace": grace_seconds,
         }
         with self.db.tx() as tx:
-            deferred = tx.first(q.DEFER, params)
-            if deferred is None and tx.first(q.FENCED, fence_params(fence)) is None:
+            deferred = tx.first(DEFER, params)
+            if deferred is None and tx.first(FENCED, fence_params(fence)) is None:
                 raise _lost(fence)
-        return None if deferred is None else self.get_run(fence.run_id)
+        if deferred is None:
+            return None
+        self._committed(fence.run_id)
+        return self.get_run(fence.run_id)
 
     # ---------------------------------------------------------------- effects
 
@@ -212,8 +539,9 @@ class PgExecution(PgBase):
             "since": wait.since,
             "error": wait.error,
         }
-        if self.db.first(q.DEFER_RETRY, params) is None:
+        if self.db.first(DEFER_RETRY, params) is None:
             raise _lost(fence)
+        self._committed(fence.run_id)
         settled = self._after_settle(fence.run_id, outcome)
         assert settled is not None
         return settled
@@ -224,16 +552,16 @@ class PgExecution(PgBase):
         params = {**fence_params(fence), "key": key, "tool": tool, "input": dumps(input)}
         with self.db.tx() as tx:
             self._lock_fenced(tx, fence)
-            row = tx.first(q.BEGIN_EFFECT, params)
+            row = tx.first(BEGIN_EFFECT, params)
             if row is not None:
                 return EffectBegin(effect_from_row(row), execute=True)
-            found = tx.first(q.EFFECT_FOR_KEY, params)
+            found = tx.first(EFFECT_FOR_KEY, params)
             assert found is not None  # the insert conflicted on this key
             existing = effect_from_row(found)
             if existing.status is EffectStatus.STARTED and existing.epoch == fence.epoch:
                 return EffectBegin(existing, execute=True)  # our own retried write
             if existing.status is EffectStatus.STARTED and rerun_started:
-                row = tx.first(q.RERUN_EFFECT, params)
+                row = tx.first(RERUN_EFFECT, params)
                 assert row is not None
                 return EffectBegin(effect_from_row(row), execute=True)
             return EffectBegin(existing, execute=False)
@@ -251,7 +579,7 @@ class PgExecution(PgBase):
         }
         with self.db.tx() as tx:
             self._lock_fenced(tx, fence)
-            row = tx.first(q.FINISH_EFFECT, params)
+            row = tx.first(FINISH_EFFECT, params)
         if row is None:
             raise InvalidTransition(f"effect {key!r} was never started")
         return effect_from_row(row)

@@ -1,65 +1,187 @@
-"""What ``tick()`` asks of Postgres, and retention."""
+"""What ``tick()`` asks of Postgres, and retention. Each statement has a
+partial index in ``store/schema.py``."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
 from store.models import Approval, DueNotification
-from store.pg.base import PgBase
-from store.queries import maintenance as q
+from store.pg.base import NOW, PgBase
+from store.queries import Statement
 from store.rows import approval_from_row
 from store.rules import UNSENT
+from store.status import CLAIMABLE, KEY_HOLDING, SETTLED, RunStatus, lit, status_in
+
+_WAITING = lit(RunStatus.WAITING)
+_QUEUED = lit(RunStatus.QUEUED)
+
+CLAIM_DUE_NOTIFICATIONS = Statement(
+    "claim_due_notifications",
+    f"""
+    UPDATE approvals AS a
+       SET attempts = a.attempts + 1,
+           next_notify_at = {NOW} + make_interval(
+               secs => LEAST(CAST(:cap AS float8), CAST(:base AS float8) * power(2, a.attempts)))
+      FROM runs AS r
+     WHERE a.approval_id IN (
+           SELECT approval_id FROM approvals
+            WHERE decision IS NULL AND notified_at IS NULL
+              AND next_notify_at <= {NOW}
+            ORDER BY next_notify_at
+            LIMIT CAST(:limit AS int)
+            FOR UPDATE SKIP LOCKED)
+       AND r.id = a.run_id AND r.status = {_WAITING}
+    RETURNING a.*, r.agent
+    """,
+)
+
+EXPIRED_APPROVALS = Statement(
+    "expired_approvals",
+    f"""
+    SELECT a.* FROM approvals AS a JOIN runs AS r ON r.id = a.run_id
+     WHERE a.decision IS NULL AND a.expires_at <= {NOW} AND r.status = {_WAITING}
+     ORDER BY a.expires_at
+     LIMIT CAST(:limit AS int)
+    """,
+)
+
+LAPSED_CLAIMS = Statement(
+    "lapsed_claims",
+    f"""
+    SELECT id FROM runs
+     WHERE status = {lit(RunStatus.RUNNING)} AND claim_expires_at < {NOW}
+       AND (enqueued_at IS NULL OR enqueued_at < claim_expires_at
+            OR enqueued_at < {NOW} - make_interval(secs => CAST(:reenqueue AS float8)))
+     ORDER BY claim_expires_at
+     LIMIT CAST(:limit AS int)
+    """,
+)
+
+STALE_CLAIMABLE = Statement(
+    "stale_claimable",
+    f"""
+    UPDATE runs SET enqueued_at = {NOW}
+     WHERE id IN (
+           SELECT id FROM runs
+            WHERE {status_in(CLAIMABLE)}
+              AND enqueued_at < {NOW} - make_interval(secs => CAST(:older AS float8))
+              AND (status = {lit(RunStatus.INTERRUPTED)} OR concurrency_key IS NULL)
+            ORDER BY enqueued_at
+            LIMIT CAST(:limit AS int)
+            FOR UPDATE SKIP LOCKED)
+    RETURNING id
+    """,
+)
+
+FREE_KEY_HEADS = Statement(
+    "free_key_heads",
+    f"""
+    WITH heads AS (
+        SELECT DISTINCT ON (concurrency_key) id, concurrency_key, enqueued_at
+          FROM runs
+         WHERE status = {_QUEUED} AND concurrency_key IS NOT NULL
+         ORDER BY concurrency_key, id
+    )
+    UPDATE runs SET enqueued_at = {NOW}
+     WHERE id IN (
+           SELECT h.id FROM heads AS h
+            WHERE h.enqueued_at < {NOW} - make_interval(secs => CAST(:older AS float8))
+              AND NOT EXISTS (
+                  SELECT 1 FROM runs AS x
+                   WHERE x.concurrency_key = h.concurrency_key
+                     AND {status_in(KEY_HOLDING, "x.status")})
+            LIMIT CAST(:limit AS int))
+    RETURNING id
+    """,
+)
+
+MARK_ENQUEUED = Statement(
+    "mark_enqueued",
+    "UPDATE runs SET enqueued_at = now() WHERE id = ANY(CAST(:run_ids AS uuid[]))",
+)
+
+# A run whose message was never sent is "enqueued" at UNSENT, older than any
+# re-enqueue window: the next tick() sends it (STALE_CLAIMABLE, FREE_KEY_HEADS).
+# Only a queued or interrupted run: one a worker has claimed since is sent.
+MARK_UNSENT = Statement(
+    "mark_unsent",
+    f"""
+    UPDATE runs SET enqueued_at = CAST(:unsent AS timestamptz)
+     WHERE id = ANY(CAST(:run_ids AS uuid[])) AND {status_in(CLAIMABLE)}
+    """,
+)
+
+PRUNE = Statement(
+    "prune",
+    f"""
+    DELETE FROM runs WHERE id IN (
+        SELECT id FROM runs
+         WHERE {status_in(SETTLED)} AND finished_at < CAST(:cutoff AS timestamptz)
+         LIMIT CAST(:batch AS int))
+    """,
+)
+
+# When tick() last finished: the one row of tick_mark (store/schema.py).
+MARK_TICK = Statement(
+    "mark_tick",
+    """
+    INSERT INTO tick_mark (id, finished_at) VALUES (1, CAST(:at AS timestamptz))
+    ON CONFLICT (id) DO UPDATE SET finished_at = EXCLUDED.finished_at
+    """,
+)
+
+LAST_TICK = Statement("last_tick", "SELECT finished_at FROM tick_mark WHERE id = 1")
 
 
 class PgMaintenance(PgBase):
     def mark_tick(self, at: datetime) -> None:
-        self.db.execute(q.MARK_TICK, {"at": at})
+        self.db.execute(MARK_TICK, {"at": at})
 
     def last_tick(self) -> datetime | None:
-        row = self.db.first(q.LAST_TICK)
+        row = self.db.first(LAST_TICK)
         return None if row is None else row["finished_at"]
 
     def claim_due_notifications(
         self, limit: int, backoff_base: float, backoff_cap: float, now: datetime | None = None
     ) -> list[DueNotification]:
         params = {"limit": limit, "base": backoff_base, "cap": backoff_cap, "now": now}
-        rows = self.db.rows(q.CLAIM_DUE_NOTIFICATIONS, params)
+        rows = self.db.rows(CLAIM_DUE_NOTIFICATIONS, params)
         return [DueNotification(approval_from_row(row), row["agent"]) for row in rows]
 
     def expired_approvals(self, limit: int, now: datetime | None = None) -> list[Approval]:
-        rows = self.db.rows(q.EXPIRED_APPROVALS, {"limit": limit, "now": now})
+        rows = self.db.rows(EXPIRED_APPROVALS, {"limit": limit, "now": now})
         return [approval_from_row(row) for row in rows]
 
     def lapsed_claims(
         self, limit: int, reenqueue_seconds: float, now: datetime | None = None
     ) -> list[str]:
         params = {"limit": limit, "reenqueue": reenqueue_seconds, "now": now}
-        return [str(row["id"]) for row in self.db.rows(q.LAPSED_CLAIMS, params)]
+        return [str(row["id"]) for row in self.db.rows(LAPSED_CLAIMS, params)]
 
     def stale_claimable(
         self, limit: int, older_than_seconds: float, now: datetime | None = None
     ) -> list[str]:
         params = {"limit": limit, "older": older_than_seconds, "now": now}
-        return [str(row["id"]) for row in self.db.rows(q.STALE_CLAIMABLE, params)]
+        return [str(row["id"]) for row in self.db.rows(STALE_CLAIMABLE, params)]
 
     def free_key_heads(
         self, limit: int, older_than_seconds: float, now: datetime | None = None
     ) -> list[str]:
         params = {"limit": limit, "older": older_than_seconds, "now": now}
-        return [str(row["id"]) for row in self.db.rows(q.FREE_KEY_HEADS, params)]
+        return [str(row["id"]) for row in self.db.rows(FREE_KEY_HEADS, params)]
 
     def mark_enqueued(self, run_ids: list[str]) -> None:
         if run_ids:
-            self.db.execute(q.MARK_ENQUEUED, {"run_ids": run_ids})
+            self.db.execute(MARK_ENQUEUED, {"run_ids": run_ids})
 
     def mark_unsent(self, run_ids: list[str]) -> None:
         if run_ids:
-            self.db.execute(q.MARK_UNSENT, {"run_ids": run_ids, "unsent": UNSENT})
+            self.db.execute(MARK_UNSENT, {"run_ids": run_ids, "unsent": UNSENT})
 
     def prune(self, older_than: datetime, batch: int = 500) -> int:
         total = 0
         while True:
-            deleted = self.db.execute(q.PRUNE, {"cutoff": older_than, "batch": batch})
+            deleted = self.db.execute(PRUNE, {"cutoff": older_than, "batch": batch})
             total += deleted
             if deleted < batch:
                 return total

@@ -1,22 +1,143 @@
-"""Runs and what they hold, read from Postgres; creating a run."""
+"""Runs and what they hold: creating a run, and the reads of a run, its steps,
+checkpoint and events."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
-from store.base import StartPoint, ThreadStart, check_page_from, check_payload, check_run_id
 from store.db import dumps
 from store.events import RunEvent
-from store.models import Checkpoint, Effect, NewRun, Run, RunStatus, Step
-from store.pg.base import PgBase, checkpoint_from_row
-from store.queries import events as qe
-from store.queries import runs as q
-from store.rows import effect_from_row, event_from_row, run_from_row, step_from_row
+from store.models import Checkpoint, Message, NewRun, Run, RunStatus, Step
+from store.pg.base import RUN_WITH_WAIT, PgBase, checkpoint_from_row
+from store.queries import Statement
+from store.rows import event_from_row, run_from_row, step_from_row
+from store.status import SETTLED, lit, status_in
+from store.validate import check_new_run, check_page_from, check_run_id
+
+_LLM = "'llm'"
+
+CREATE_RUN = Statement(
+    "create_run",
+    f"""
+    INSERT INTO runs (id, agent, status, trigger, trigger_id, concurrency_key, thread,
+                      trace_context, enqueued_at)
+    VALUES (CAST(:id AS uuid), CAST(:agent AS text), {lit(RunStatus.QUEUED)},
+            CAST(:trigger AS json), CAST(:trigger_id AS text), CAST(:key AS text),
+            CAST(:thread AS text), CAST(:trace_context AS json), now())
+    ON CONFLICT ON CONSTRAINT runs_agent_trigger_id_key DO NOTHING
+    RETURNING *
+    """,
+)
+
+RUN_BY_TRIGGER = Statement(
+    "run_by_trigger",
+    "SELECT * FROM runs"
+    " WHERE agent = CAST(:agent AS text) AND trigger_id = CAST(:trigger_id AS text)",
+)
+
+# Filters that are NULL match everything; on a plain statement the planner
+# folds them away, so the status and agent indexes still serve.
+LIST_RUNS = Statement(
+    "list_runs",
+    RUN_WITH_WAIT
+    + """
+     WHERE (CAST(:status AS text) IS NULL OR r.status = CAST(:status AS text))
+       AND (CAST(:agent AS text) IS NULL OR r.agent = CAST(:agent AS text))
+       AND (CAST(:thread AS text) IS NULL OR r.thread = CAST(:thread AS text))
+       AND (CAST(:before AS uuid) IS NULL OR r.id < CAST(:before AS uuid))
+       AND (CAST(:since AS timestamptz) IS NULL OR r.created_at >= CAST(:since AS timestamptz))
+       AND (CAST(:until AS timestamptz) IS NULL OR r.created_at < CAST(:until AS timestamptz))
+     ORDER BY r.id DESC LIMIT CAST(:limit AS int)
+    """,
+)
+
+STEPS = Statement(
+    "steps", "SELECT * FROM steps WHERE run_id = CAST(:run_id AS uuid) ORDER BY index, id"
+)
+
+LLM_STEP = Statement(
+    "llm_step",
+    "SELECT * FROM steps WHERE run_id = CAST(:run_id AS uuid)"
+    f" AND index = CAST(:index AS int) AND kind = {_LLM}",
+)
+
+# An execution's start: the checkpoint with its messages, and the next step's
+# llm row if a process journaled it (the step's journal write) but died before
+# the step's commit, in one trip.
+START_POINT = Statement(
+    "start_point",
+    f"""
+    SELECT c.step_index, c.message_count, c.finish_reason, c.created_at,
+           COALESCE((SELECT jsonb_agg(m.body ORDER BY m.seq) FROM messages AS m
+                      WHERE m.run_id = r.id AND m.seq < c.message_count), '[]') AS messages,
+           s.*
+      FROM (SELECT CAST(:run_id AS uuid) AS id) AS r
+      LEFT JOIN checkpoints AS c ON c.run_id = r.id
+      LEFT JOIN steps AS s ON s.run_id = r.id AND s.kind = {_LLM}
+                          AND s.index = COALESCE(c.step_index, 0) + 1
+    """,
+)
+
+THREAD_START = Statement(
+    "thread_start",
+    f"""
+    SELECT id, state FROM runs
+     WHERE thread = CAST(:thread AS text) AND id < CAST(:before AS uuid) AND {status_in(SETTLED)}
+     ORDER BY id DESC LIMIT 1
+    """,
+)
+
+RUN_COUNTS = Statement(
+    "run_counts",
+    """
+    SELECT status, count(*) AS runs FROM runs
+     WHERE CAST(:agent AS text) IS NULL OR agent = CAST(:agent AS text)
+     GROUP BY status
+    """,
+)
+
+
+# Step events are the steps rows; the others are run_events rows. Each branch
+# walks its primary key (run_id, id) from the reader's last id.
+EVENTS_AFTER = Statement(
+    "runwright_events_after",
+    """
+    (SELECT id, 'step' AS type, CAST(NULL AS jsonb) AS data, started_at AS at, run_id, kind,
+            index, name, tool_call_id, input, output, error, input_tokens, output_tokens,
+            cost_usd, started_at, finished_at
+       FROM steps WHERE run_id = CAST(:run_id AS uuid) AND id > CAST(:after AS bigint)
+      ORDER BY id LIMIT CAST(:limit AS int))
+    UNION ALL
+    (SELECT id, type, data, at, run_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+            NULL, NULL, NULL
+       FROM run_events WHERE run_id = CAST(:run_id AS uuid) AND id > CAST(:after AS bigint)
+      ORDER BY id LIMIT CAST(:limit AS int))
+    ORDER BY id LIMIT CAST(:limit AS int)
+    """,
+    prepare=True,
+)
+
+
+@dataclass(frozen=True)
+class StartPoint:
+    """Where an execution starts: the checkpoint, and the next step's llm row if
+    a process journaled it (the step's journal write) but died before the step's commit."""
+
+    checkpoint: Checkpoint | None
+    journaled: Step | None
+
+
+@dataclass(frozen=True)
+class ThreadStart:
+    run_id: str
+    messages: list[Message]
+    state: object
 
 
 class PgRuns(PgBase):
     def create_run(self, new: NewRun) -> tuple[Run, bool]:
-        check_payload(new, self.max_payload_bytes)
+        check_new_run(new, self.max_payload_bytes)
         params = {
             "id": new.id,
             "agent": new.agent,
@@ -27,12 +148,14 @@ class PgRuns(PgBase):
             "trace_context": dumps(new.trace_context) if new.trace_context else None,
         }
         with self.db.tx() as tx:
-            row = tx.first(q.CREATE_RUN, params)
-            if row is not None:
-                return run_from_row(row), True
-            existing = tx.first(q.RUN_BY_TRIGGER, params)
-            assert existing is not None  # the conflict was on (agent, trigger_id)
-            return run_from_row(existing), False
+            row = tx.first(CREATE_RUN, params)
+            if row is None:
+                existing = tx.first(RUN_BY_TRIGGER, params)
+                assert existing is not None  # the conflict was on (agent, trigger_id)
+                return run_from_row(existing), False
+        run = run_from_row(row)
+        self._committed(run.id)
+        return run, True
 
     def list_runs(
         self,
@@ -54,29 +177,29 @@ class PgRuns(PgBase):
             "since": since,
             "until": until,
         }
-        return [run_from_row(row) for row in self.db.rows(q.LIST_RUNS, params)]
+        return [run_from_row(row) for row in self.db.rows(LIST_RUNS, params)]
 
     def run_counts(self, agent: str | None = None) -> dict[RunStatus, int]:
-        rows = self.db.rows(q.RUN_COUNTS, {"agent": agent})
+        rows = self.db.rows(RUN_COUNTS, {"agent": agent})
         return {RunStatus(row["status"]): int(row["runs"]) for row in rows}
 
     def steps(self, run_id: str) -> list[Step]:
         run_id = check_run_id(run_id)
         with self.db.tx() as tx:
             self._require_run(tx, run_id)
-            return [step_from_row(row) for row in tx.rows(q.STEPS, {"run_id": run_id})]
+            return [step_from_row(row) for row in tx.rows(STEPS, {"run_id": run_id})]
 
     def events(self, run_id: str, after: int | None = None, limit: int = 1000) -> list[RunEvent]:
         run_id = check_run_id(run_id)
         params = {"run_id": run_id, "after": after or 0, "limit": limit}
-        events = [event_from_row(row) for row in self.db.rows(qe.EVENTS_AFTER, params)]
+        events = [event_from_row(row) for row in self.db.rows(EVENTS_AFTER, params)]
         if not events:
             with self.db.tx() as tx:
                 self._require_run(tx, run_id)  # none yet, or no such run
         return events
 
     def llm_step(self, run_id: str, index: int) -> Step | None:
-        row = self.db.first(q.LLM_STEP, {"run_id": run_id, "index": index})
+        row = self.db.first(LLM_STEP, {"run_id": run_id, "index": index})
         return None if row is None else step_from_row(row)
 
     def checkpoint(self, run_id: str) -> Checkpoint | None:
@@ -86,7 +209,7 @@ class PgRuns(PgBase):
             return self._checkpoint(tx, run_id)
 
     def start_point(self, run_id: str) -> StartPoint:
-        row = self.db.first(q.START_POINT, {"run_id": run_id})
+        row = self.db.first(START_POINT, {"run_id": run_id})
         assert row is not None  # the statement selects from a one-row VALUES
         checkpoint = None
         if row["step_index"] is not None:
@@ -94,13 +217,9 @@ class PgRuns(PgBase):
         journaled = None if row["kind"] is None else step_from_row(row)
         return StartPoint(checkpoint=checkpoint, journaled=journaled)
 
-    def effect(self, run_id: str, key: str) -> Effect | None:
-        row = self.db.first(q.EFFECT, {"run_id": run_id, "key": key})
-        return None if row is None else effect_from_row(row)
-
     def thread_start(self, thread: str, before_run_id: str) -> ThreadStart | None:
         with self.db.tx() as tx:
-            row = tx.first(q.THREAD_START, {"thread": thread, "before": before_run_id})
+            row = tx.first(THREAD_START, {"thread": thread, "before": before_run_id})
             if row is None:
                 return None
             checkpoint = self._checkpoint(tx, str(row["id"]))

@@ -1,13 +1,10 @@
-"""Every SQL statement the store runs, by name, in one package.
+"""A named SQL statement, the unit :class:`store.db.Executor` runs.
 
-Statements are written with ``:name`` parameters and run by
-:class:`store.db.Executor`, either as server-side prepared statements or as
-plain statements (behind PgBouncer in transaction mode, see
-``RUNWRIGHT_DB_PREPARED``). A statement that may be prepared gives every
-parameter an explicit ``CAST`` so that Postgres can type it at ``PREPARE``.
-
-Status literals are rendered from :mod:`store.status`, never spelled here.
-This package imports neither SQLAlchemy nor pydantic (``runwright runs`` uses it).
+Each statement is defined beside the code that runs it (``store/pg/``, and
+``store/summary.py`` for the command line's light listing), written with
+``:name`` parameters and run either as a server-side prepared statement or as a
+plain one (behind PgBouncer in transaction mode, see ``RUNWRIGHT_DB_PREPARED``).
+This module imports neither SQLAlchemy nor pydantic (``runwright runs`` uses it).
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from runner import Engine
 from store.models import EffectStatus, RunStatus, StepKind
 from tests.agents import read_effect_log
 from tests.e2e.cluster import Cluster, wait_until
+from tests.helpers import journaled_effect
 
 SETTLED = {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED}
 
@@ -54,7 +55,7 @@ def test_forty_runs_with_approvals_on_two_workers(shared_cluster: Cluster) -> No
         run_refunds = [k for k in refunds if k.startswith(run.id)]
         assert len(run_charges) == 1 and charges[run_charges[0]] == 1
         assert len(run_refunds) == 1 and refunds[run_refunds[0]] == 1
-        effects = [engine.store.effect(run.id, k) for k in run_charges + run_refunds]
+        effects = [journaled_effect(engine.store, run.id, k) for k in run_charges + run_refunds]
         assert all(e is not None and e.status is EffectStatus.COMPLETED for e in effects)
 
 

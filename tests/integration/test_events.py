@@ -18,6 +18,7 @@ from runner.events.eventstream import EventStream
 from runner.testing import Request, ScriptedModel, call, text, tools
 from store.events import EventType, RunEvent
 from store.models import Decision, RunStatus
+from store.postgres import PostgresStore
 from tests.helpers import unique
 
 
@@ -196,13 +197,18 @@ def test_token_deltas_of_an_older_epoch_are_dropped(engine: Engine) -> None:
     assert texts == ["new ", "owner"]
 
 
-def _decide_quietly(engine: Engine, run_id: str) -> None:
-    """Approve the run's pending approval through the bare store: committed,
-    but nobody is woken (as when a process dies between commit and publish)."""
-    waiting = engine.get_run(run_id).waiting
+def _decide(store: PostgresStore, run_id: str) -> None:
+    waiting = store.get_run(run_id).waiting
     assert waiting is not None
     response = {"role": "approval_response", "approval_id": waiting.approval_id}
-    engine.store.decide(waiting.approval_id, Decision.APPROVED, "quiet", response)
+    store.decide(waiting.approval_id, Decision.APPROVED, "ok", response)
+
+
+def _decide_quietly(engine: Engine, run_id: str) -> None:
+    """Approve the run's pending approval through a store of its own, which
+    no feed listens to: committed, but nobody is woken (as when a process
+    dies between commit and publish)."""
+    _decide(PostgresStore(engine.store.engine), run_id)
 
 
 def _follow_waiting(engine: Engine) -> tuple[str, threading.Thread, list[RunEvent]]:
@@ -218,6 +224,16 @@ def wait_until(predicate: Any, timeout: float) -> None:
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.02)
+
+
+def test_a_write_through_engine_store_wakes_the_followers(engine: Engine) -> None:
+    """``engine.store`` is no way around the live wake-ups: the store itself
+    wakes the feed after the commit, whoever called it."""
+    run_id, reader, got = _follow_waiting(engine)
+    _decide(engine.store, run_id)
+    reader.join(5)  # long before the 15 s resync: the decision woke it
+    assert not reader.is_alive()
+    assert got[-1].status is RunStatus.QUEUED
 
 
 def test_a_missed_wake_up_is_caught_by_the_resync(

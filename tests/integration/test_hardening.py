@@ -34,7 +34,7 @@ from store.models import (
 )
 from store.postgres import PostgresStore
 from tests.agents import charge, lookup, read_effect_log
-from tests.helpers import run_in_thread, try_claim, unique, wait_for
+from tests.helpers import journaled_effect, run_in_thread, try_claim, unique, wait_for
 from tests.provider import Provider, answer
 from tests.provider import tool_calls as calls
 
@@ -209,11 +209,11 @@ def test_an_abandoned_effect_is_an_unknown_outcome(engine: Engine) -> None:
     Agent(name=name, model=model.model, tools=[slow_transfer])
     run = engine.start(name)
     thread, box = run_in_thread(engine, run.id)
-    wait_for(lambda: store.effect(run.id, f"{run.id}:t1") is not None)
+    wait_for(lambda: journaled_effect(store, run.id, f"{run.id}:t1") is not None)
     engine.cancel(run.id)
     thread.join(10)
     assert box["run"].status is RunStatus.CANCELLED
-    journaled = store.effect(run.id, f"{run.id}:t1")
+    journaled = journaled_effect(store, run.id, f"{run.id}:t1")
     assert journaled is not None and journaled.status is EffectStatus.STARTED
 
 
@@ -279,7 +279,7 @@ def test_tool_output_that_is_not_json_goes_back_to_the_model(engine: Engine, kin
     assert len(results) == 2
     for message in results:
         assert "\x00" not in message["content"]
-    effect_row = engine.store.effect(done.id, f"{done.id}:h2")
+    effect_row = journaled_effect(engine.store, done.id, f"{done.id}:h2")
     assert effect_row is not None and effect_row.status is EffectStatus.COMPLETED
 
 

@@ -15,6 +15,7 @@ import pytest
 from runner import Engine
 from store.models import EffectStatus, RunStatus, StepKind, Usage, utcnow
 from tests.agents import read_effect_log
+from tests.helpers import journaled_effect
 
 
 def execute_in_process(
@@ -107,7 +108,7 @@ def test_started_effect_is_not_rerun_by_default(engine: Engine, proc_env: dict[s
     run_id, _before = crash_then_resume(engine, proc_env, "after_effect_start=kill")
     assert effects_of(proc_env, "charge") == []  # started, then the process died
     charge_call = llm_calls(engine, run_id, 1)[1]
-    effect = engine.store.effect(run_id, f"{run_id}:{charge_call['id']}")
+    effect = journaled_effect(engine.store, run_id, f"{run_id}:{charge_call['id']}")
     assert effect is not None and effect.status is EffectStatus.STARTED
     checkpoint = engine.checkpoint(run_id)
     assert checkpoint is not None
@@ -126,7 +127,7 @@ def test_started_at_least_once_effect_reruns_with_the_same_key(
     refund_call = llm_calls(engine, run_id, 2)[0]
     key = f"{run_id}:{refund_call['id']}"
     assert refunds[0]["key"] == key
-    effect = engine.store.effect(run_id, key)
+    effect = journaled_effect(engine.store, run_id, key)
     assert effect is not None and effect.status is EffectStatus.COMPLETED and effect.attempts == 2
     assert len(effects_of(proc_env, "charge")) == 1
 

@@ -1,12 +1,13 @@
 """The store's contract, run twice: with prepared statements (the default)
 and without (``RUNWRIGHT_DB_PREPARED=false``, for PgBouncer in transaction
 mode). Every call goes through a recorder, and the last test checks that each
-method of the ``Store`` protocol returned normally at least once in each mode.
+public method of ``PostgresStore`` returned normally at least once in each mode.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import time
 import uuid
 from datetime import timedelta
@@ -14,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from store.base import Store
 from store.db import make_engine
 from store.errors import (
     ApprovalError,
@@ -44,6 +44,7 @@ from tests.helpers import (
     claimed,
     commit,
     force_retry_due,
+    journaled_effect,
     llm_record,
     msg,
     new_run,
@@ -53,15 +54,18 @@ from tests.helpers import (
 )
 
 KINDS = ("postgres", "postgres-unprepared")
-PROTOCOL_METHODS = sorted(
-    name for name, value in vars(Store).items() if callable(value) and not name.startswith("_")
+# Every public method of the store (from_url builds one: the fixtures use it).
+PUBLIC_METHODS = sorted(
+    name
+    for name, value in inspect.getmembers(PostgresStore)
+    if callable(value) and not name.startswith("_") and name != "from_url"
 )
-# Mode -> the protocol methods that returned normally in it.
+# Mode -> the public methods that returned normally in it.
 SUCCEEDED: dict[str, set[str]] = {kind: set() for kind in KINDS}
 
 
 class Recording:
-    """A store that records which protocol methods returned normally."""
+    """A store that records which public methods returned normally."""
 
     def __init__(self, store: PostgresStore, kind: str) -> None:
         object.__setattr__(self, "_store", store)
@@ -69,7 +73,7 @@ class Recording:
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._store, name)
-        if name not in PROTOCOL_METHODS:
+        if name not in PUBLIC_METHODS:
             return value
 
         def call(*args: Any, **kwargs: Any) -> Any:
@@ -285,10 +289,11 @@ def test_concurrency_key_one_holder_oldest_first(store: PostgresStore) -> None:
     assert claim is not None
     assert try_claim(store, newer.id, "w", 30) is None  # key held
     fence = Fence(older.id, "w", claim.epoch)
-    store.commit_step(fence, commit(1, 0, [msg(0)], approvals=[approval("c1")]))
+    waiting = store.commit_step(fence, commit(1, 0, [msg(0)], approvals=[approval("c1")]))
     assert store.get_run(older.id).status is RunStatus.WAITING
-    assert try_claim(store, newer.id, "w", 30) is None  # waiting keeps the key
-    assert store.next_in_key("customer:7") is None
+    # Waiting keeps the key: nobody is next in it.
+    assert waiting is not None and waiting.next_in_key is None
+    assert try_claim(store, newer.id, "w", 30) is None
     result = store.request_cancel(older.id)
     assert result.action == "cancelled" and result.next_in_key == newer.id
     assert try_claim(store, newer.id, "w", 30) is not None
@@ -682,11 +687,11 @@ def test_defer_retry_queues_the_run_not_before_its_time(store: PostgresStore) ->
 
 def test_effect_reads_back_as_journaled(store: PostgresStore) -> None:
     fence = claimed(store)
-    assert store.effect(fence.run_id, "refund:1") is None
+    assert journaled_effect(store, fence.run_id, "refund:1") is None
     begun = store.begin_effect(fence, "refund:1", "refund", {"amount": 3}, rerun_started=False)
-    assert store.effect(fence.run_id, "refund:1") == begun.effect
+    assert journaled_effect(store, fence.run_id, "refund:1") == begun.effect
     done = store.finish_effect(fence, "refund:1", output={"ok": True})
-    found = store.effect(fence.run_id, "refund:1")
+    found = journaled_effect(store, fence.run_id, "refund:1")
     assert found == done and found.status is EffectStatus.COMPLETED
     assert found.output == {"ok": True} and found.input == {"amount": 3}
 
@@ -707,6 +712,7 @@ def test_retry_and_fork(store: PostgresStore) -> None:
     assert result.retried and result.run.status is RunStatus.QUEUED
     assert result.run.error is None and result.run.extra_steps == 2
     [attempt] = store.attempts(fence.run_id)
+    assert store.attempt_count(fence.run_id) == 1
     assert attempt.attempt == 1 and attempt.status is RunStatus.FAILED
     assert attempt.error == RunError("model_error", "no") and attempt.extra_steps == 2
 
@@ -724,7 +730,7 @@ def test_retry_and_fork(store: PostgresStore) -> None:
     checkpoint = store.checkpoint(fork.id)
     assert checkpoint is not None and checkpoint.step_index == 1
     assert checkpoint.messages == [msg(0), msg(1)]
-    assert store.attempts(fork.id) == []
+    assert store.attempts(fork.id) == [] and store.attempt_count(fork.id) == 0
 
 
 def test_approval_backlog_counts_the_pending_and_finds_the_oldest(store: PostgresStore) -> None:
@@ -744,6 +750,32 @@ def test_approval_backlog_counts_the_pending_and_finds_the_oldest(store: Postgre
     store.fail_waiting(other.run_id, RunError("approval_expired", "too late"))
     left = store.get_approval(second.approval_id)
     assert store.approval_backlog() == (1, left.created_at)
+
+
+def test_each_committed_write_that_makes_events_calls_on_commit(store: PostgresStore) -> None:
+    """The run-event feed's wake-up is the store's: each write that commits
+    events of a run calls what ``on_commit`` registered, once, after its
+    commit; a write that changes nothing of a run, or is refused, does not."""
+    woken: list[str] = []
+    stop = store.on_commit(woken.append)
+    run, _ = store.create_run(new_run(trigger_id="once"))
+    store.create_run(new_run(trigger_id="once"))  # the same run: nothing written
+    assert woken == [run.id]
+    claim = try_claim(store, run.id, "w", 30)
+    assert claim is not None
+    fence = Fence(run.id, "w", claim.epoch)
+    assert store.record_llm_step(fence, llm_record(1))
+    assert not store.record_llm_step(fence, llm_record(1))  # recorded already
+    store.renew(fence, 30)
+    store.commit_step(fence, commit(1, 0, [msg(0)]))
+    assert woken == [run.id] * 4  # create, claim, journal write, commit
+    with pytest.raises(LeaseLostError):
+        store.settle(Fence(run.id, "w", claim.epoch + 1), Outcome(RunStatus.COMPLETED))
+    store.settle(fence, Outcome(RunStatus.COMPLETED, output="done"))
+    assert woken == [run.id] * 5
+    stop()
+    store.create_run(new_run())
+    assert woken == [run.id] * 5
 
 
 def test_the_tick_mark_keeps_the_last_tick(store: PostgresStore) -> None:
@@ -857,7 +889,7 @@ def test_listing_pages_counts_and_the_inbox(store: PostgresStore) -> None:
     assert store.pending_approvals(limit=1, agent="asker") == pending[:1]
     # What the inbox reads of their run, for every run at once.
     other = store.create_run(new_run("lister-0"))[0]
-    contexts = store.run_contexts(
+    contexts = store.runs_for_review(
         [fence.run_id, other.id, fence.run_id, str(uuid.uuid4()), "not-a-run"]
     )
     assert set(contexts) == {fence.run_id, other.id}
@@ -867,7 +899,7 @@ def test_listing_pages_counts_and_the_inbox(store: PostgresStore) -> None:
     assert waiting.messages == [msg(0), msg(1)]
     assert waiting.approvals == store.approvals(fence.run_id)
     assert (contexts[other.id].messages, contexts[other.id].approvals) == ([], [])
-    assert store.run_contexts([]) == {}
+    assert store.runs_for_review([]) == {}
     response = {"role": "approval_response", "approval_id": first.approval_id}
     result = store.decide(first.approval_id, Decision.APPROVED, "fine", response, by="ada")
     assert result.approval.decided_by == "ada"
@@ -898,11 +930,11 @@ def test_a_run_marked_unsent_is_sent_by_the_next_tick(store: PostgresStore) -> N
     assert running.run_id not in store.lapsed_claims(10, 30)
 
 
-def test_every_protocol_method_succeeded_in_each_mode() -> None:
-    """Runs last in this module: every method of the ``Store`` protocol was
+def test_every_public_method_succeeded_in_each_mode() -> None:
+    """Runs last in this module: every public method of the store was
     called by the tests above, and returned normally, in each mode."""
-    assert len(PROTOCOL_METHODS) >= 30, PROTOCOL_METHODS
-    missing = {kind: sorted(set(PROTOCOL_METHODS) - SUCCEEDED[kind]) for kind in KINDS}
+    assert len(PUBLIC_METHODS) >= 30, PUBLIC_METHODS
+    missing = {kind: sorted(set(PUBLIC_METHODS) - SUCCEEDED[kind]) for kind in KINDS}
     assert missing == {kind: [] for kind in KINDS}, (
         "run this whole module: these methods never returned normally",
         missing,

@@ -57,9 +57,9 @@ def prepared(database_url: str) -> Iterator[PostgresStore]:
 
 def test_prepared_mode_prepares_the_hot_statements(prepared: PostgresStore) -> None:
     assert set(Statement.prepared) == {
-        "runwright_w1",
-        "runwright_w2",
-        "runwright_w2_wait",
+        "runwright_record_llm_step",
+        "runwright_commit_step",
+        "runwright_commit_step_wait",
         "runwright_events_after",
     }
     fence = claimed(prepared)

@@ -1,6 +1,6 @@
 """Retry and fork in the store, with prepared statements and without:
 ``retry_run``, ``attempts`` and ``fork_run`` (rules: ``store/recovery.py`` and
-``store/queries/recovery.py``)."""
+``store/pg/recovery.py``)."""
 
 from __future__ import annotations
 

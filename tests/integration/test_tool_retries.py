@@ -17,7 +17,7 @@ from runner.errors import ToolInputError
 from runner.retry import RetryPolicy
 from runner.testing import ScriptedModel, call, text, tools
 from store.models import EffectStatus, RunStatus, StepKind
-from tests.helpers import run_in_thread, unique, wait_for
+from tests.helpers import journaled_effect, run_in_thread, unique, wait_for
 
 FAST = RetryPolicy.attempts(2, backoff=0.01)
 
@@ -155,7 +155,7 @@ def test_an_at_least_once_effect_is_retried_under_one_key(
         """Refund, retried when the payment service blips."""
         keys.append(idempotency_key)
         run_id = idempotency_key.split(":")[0]
-        journaled = store.effect(run_id, idempotency_key)
+        journaled = journaled_effect(store, run_id, idempotency_key)
         assert journaled is not None
         seen.append(journaled.status)
         if len(keys) < 3:
@@ -173,7 +173,7 @@ def test_an_at_least_once_effect_is_retried_under_one_key(
     # Between attempts the journal says the effect started, never that it ended.
     assert seen == [EffectStatus.STARTED] * 3
     assert finished == [(key, {"refunded": 7, "attempt": 3}, None)]
-    journaled = store.effect(run.id, key)
+    journaled = journaled_effect(store, run.id, key)
     assert journaled is not None and journaled.status is EffectStatus.COMPLETED
     assert journaled.output == {"refunded": 7, "attempt": 3} and journaled.error is None
     [result] = model.calls[1].tool_results()
@@ -210,7 +210,7 @@ def test_an_effect_that_keeps_failing_is_journaled_failed_once(
     message = "notify raised ConnectionError: mail server down (3) (after 3 attempts)"
     assert keys == [key] * 3
     assert finished == [(key, message)]
-    journaled = store.effect(run.id, key)
+    journaled = journaled_effect(store, run.id, key)
     assert journaled is not None and journaled.status is EffectStatus.FAILED
     assert journaled.error == message
     [result] = model.calls[1].tool_results()
@@ -277,14 +277,14 @@ def test_a_drain_during_a_backoff_leaves_the_effect_to_the_next_execution(
             thread.join(10)
     assert time.monotonic() - drained < 2.0
     assert box["run"].status is RunStatus.INTERRUPTED
-    journaled = engine.store.effect(run.id, key)
+    journaled = journaled_effect(engine.store, run.id, key)
     assert journaled is not None and journaled.status is EffectStatus.STARTED
     runtime()._draining = False  # a drained worker exits; this test's process goes on
 
     done = engine.execute(run.id)
     assert done is not None and done.status is RunStatus.COMPLETED
     assert keys == [key, key]
-    journaled = engine.store.effect(run.id, key)
+    journaled = journaled_effect(engine.store, run.id, key)
     assert journaled is not None and journaled.status is EffectStatus.COMPLETED
     assert journaled.output == "refunded" and journaled.attempts == 2
 

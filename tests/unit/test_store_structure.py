@@ -10,9 +10,9 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from store import queries
+from store import pg, queries
 from store.models import RunStatus
-from store.queries.fragments import OUTCOME_SET
+from store.pg.base import OUTCOME_SET
 from tests.services import ROOT
 
 STORE = ROOT / "store"
@@ -201,7 +201,7 @@ def test_one_function_decides_what_an_outcome_writes() -> None:
 
 def test_one_sql_fragment_writes_an_outcome() -> None:
     # Only the outcome writes a run's error, or clears its claim; and a retry,
-    # which clears the outcome it keeps as an attempt (queries/recovery.REQUEUE).
+    # which clears the outcome it keeps as an attempt (pg/recovery.REQUEUE).
     writes = re.compile(
         r"\b(error_code|error_message)\s*=\s*(CASE|NULL|CAST\(:)"
         r"|\bclaim_owner\s*=\s*(CASE|NULL)"
@@ -212,7 +212,27 @@ def test_one_sql_fragment_writes_an_outcome() -> None:
         for _, text, _ in string_constants(path)
         if writes.search(text)
     )
-    assert found == ["store/queries/fragments.py", "store/queries/recovery.py"]
+    assert found == ["store/pg/base.py", "store/pg/recovery.py"]
+
+
+def all_statements() -> Iterator[queries.Statement]:
+    """Every named statement: each is defined beside the code that runs it, in
+    the store's parts (``store/pg/``) and the command line's light listing."""
+    names = [f"{pg.__name__}.{info.name}" for info in pkgutil.iter_modules(pg.__path__)]
+    seen: set[int] = set()  # a module may import another's statement
+    for name in [*names, "store.summary"]:
+        for value in vars(importlib.import_module(name)).values():
+            if isinstance(value, queries.Statement) and id(value) not in seen:
+                seen.add(id(value))
+                yield value
+
+
+def test_statements_are_defined_beside_their_callers_with_distinct_names() -> None:
+    """No module of SQL apart: ``store/queries`` holds the Statement class only,
+    and no two statements share a name (a prepared name is per connection)."""
+    assert [info.name for info in pkgutil.iter_modules(queries.__path__)] == []
+    names = [statement.name for statement in all_statements()]
+    assert len(names) == len(set(names))
 
 
 def test_a_run_moves_only_through_the_outcome_a_claim_a_resume_or_a_retry() -> None:
@@ -221,13 +241,13 @@ def test_a_run_moves_only_through_the_outcome_a_claim_a_resume_or_a_retry() -> N
     updates_runs = re.compile(r"\bUPDATE runs\b")
     sets_status = re.compile(r"(\bSET|,)\s*status\s*=")
     moves = set()
-    for info in pkgutil.iter_modules(queries.__path__):
-        module = importlib.import_module(f"{queries.__name__}.{info.name}")
-        for value in vars(module).values():
-            if not isinstance(value, queries.Statement) or not updates_runs.search(value.sql):
-                continue
-            if sets_status.search(value.sql.replace(OUTCOME_SET, "")):
-                moves.add(value.name)
+    statements = list(all_statements())
+    assert len(statements) >= 40, "the scan found no statements"
+    for statement in statements:
+        if not updates_runs.search(statement.sql):
+            continue
+        if sets_status.search(statement.sql.replace(OUTCOME_SET, "")):
+            moves.add(statement.name)
     assert moves == {"claim", "resume", "requeue"}
 
 
