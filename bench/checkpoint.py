@@ -1,4 +1,4 @@
-"""Cost of saving one step (W1 + W2) against history length, and the floor.
+"""Cost of saving one step (journal write + step commit) against history length, and the floor.
 
     python -m bench.checkpoint            # or: make bench
 

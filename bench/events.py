@@ -9,7 +9,7 @@
     own Engine (one Redis subscription, one store read per wake-up) and R
     reader threads. The latency of step k: a reader's receipt of the ``step``
     event of tool row k minus the return of the raw store's ``commit_step``
-    (W2) of step k. Every reader must get every stored event of the run once,
+    (the step commit) of step k. Every reader must get every stored event of the run once,
     in order. Target: p95 <= 50 ms with 500 subscribers.
 (b) overhead: two engines on the same database, one as built and one whose
     feed publishes nothing, execute 50-step runs in pairs (in random order);
@@ -63,7 +63,7 @@ FOLLOW_SECONDS = 120.0
 
 
 class _TimedStore(PostgresStore):
-    """Postgres, noting when each W2 with tool rows committed (this is the
+    """Postgres, noting when each step commit with tool rows committed (this is the
     store the engine wraps: its feed publishes after this returns)."""
 
     committed: dict[int, float]
@@ -469,7 +469,7 @@ def meets_targets(result: dict[str, Any]) -> bool:
 
 def _summary(result: dict[str, Any]) -> str:
     lines = [
-        f"live latency, W2 commit -> reader ({TOOL_STEPS} tool steps a run, "
+        f"live latency, step commit -> reader ({TOOL_STEPS} tool steps a run, "
         f"model {result['model_ms']:g} ms a step):"
     ]
     for row in result["latency"]:

@@ -12,7 +12,7 @@ litellm and ~1 KB per tool result, executed
     directly, the history kept in a list (what a user writes without
     durability).
 
-(c) = (a) - (b) is what durability costs per step: the journal (W1, W2), the
+(c) = (a) - (b) is what durability costs per step: the journal (journal write, step commit), the
 fence, the claim and its lease, and the engine's bookkeeping around them
 (budgets, usage and cost, hooks) that the plain loop does without. (d) is the
 floor, one 1 KB INSERT + COMMIT on the same database. Targets: (c) at 200

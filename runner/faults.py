@@ -1,7 +1,7 @@
 """Named fault points, placed right after each commit of an execution:
-``after_w1`` after a step's journal write (the model's reply, before any tool
+``after_journal`` after a step's journal write (the model's reply, before any tool
 runs), ``after_effect_start`` once an effect's journal says it started,
-``after_effect_complete`` once it holds its outcome, and ``after_w2`` after
+``after_effect_complete`` once it holds its outcome, and ``after_commit`` after
 the step's commit (its tool results and checkpoint); docs/concepts.md, "Step"
 and "Effects".
 
@@ -9,9 +9,9 @@ Tests arm them to crash or stall the process exactly there, which is the
 cheapest way to prove a recovery claim. Only code arms them: :func:`arm`, or
 :func:`arm_from_spec` in a test's own subprocess (``tests/proc.py``), e.g.::
 
-    "after_w1=kill"              # SIGKILL at the first hit
-    "after_w2@3=stall"           # freeze at the third hit
-    "after_effect_start=kill,after_w2@2=raise"
+    "after_journal=kill"              # SIGKILL at the first hit
+    "after_commit@3=stall"           # freeze at the third hit
+    "after_effect_start=kill,after_commit@2=raise"
 
 A production process never arms one: nothing here reads the environment.
 Unarmed, a fault point costs one dict lookup.
@@ -29,11 +29,11 @@ from dataclasses import dataclass
 
 from runner.errors import InvalidInput
 
-AFTER_W1 = "after_w1"
+AFTER_JOURNAL = "after_journal"
 AFTER_EFFECT_START = "after_effect_start"
 AFTER_EFFECT_COMPLETE = "after_effect_complete"
-AFTER_W2 = "after_w2"
-POINTS = (AFTER_W1, AFTER_EFFECT_START, AFTER_EFFECT_COMPLETE, AFTER_W2)
+AFTER_COMMIT = "after_commit"
+POINTS = (AFTER_JOURNAL, AFTER_EFFECT_START, AFTER_EFFECT_COMPLETE, AFTER_COMMIT)
 ACTIONS = ("kill", "stall", "raise")
 
 

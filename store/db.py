@@ -1,7 +1,7 @@
 """Driver plumbing for Postgres: engines, JSON, and the statement executor.
 
-Run semantics live in ``store/rules.py`` and the SQL in ``store/queries``; this
-module only knows how to talk to the database.
+Run semantics live in the SQL beside the store's methods (``store/pg/``) and in
+``store/rules.py``; this module only knows how to talk to the database.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import sqlalchemy.exc
 
 from store.dberrors import LOST, REFUSED, refused, unavailable
 from store.errors import StoreRefused
-from store.queries import Statement
+from store.statements import Statement
 
 
 def _default(value: Any) -> Any:
@@ -178,7 +178,7 @@ class Tx:
 
 
 class Executor:
-    """Runs named statements (``store/queries``) on pooled connections.
+    """Runs named statements (``store/statements.py``) on pooled connections.
 
     It owns connections, prepared statements and driver-error translation:
     nothing above it sees psycopg2 or SQLAlchemy. Prepared or not is the

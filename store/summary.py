@@ -13,8 +13,8 @@ import psycopg2.extras
 
 from store.dberrors import translated
 from store.errors import InvalidInput
-from store.queries import Statement
 from store.revision import current_revision, require_revision
+from store.statements import Statement
 from store.status import RunStatus
 
 RUN_SUMMARIES = Statement(

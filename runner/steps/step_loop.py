@@ -5,7 +5,7 @@ A step is two writes. The journal write (``record_llm_step``) records the
 model's reply before any tool runs, so that a recovered run never pays for the
 call twice and keeps its tool call ids; the step's commit (``commit_step``)
 records the tool results with the checkpoint, the state and any approvals.
-Fault points sit right after each (``after_w1``, ``after_w2``: runner/faults.py)."""
+Fault points sit right after each (``after_journal``, ``after_commit``: runner/faults.py)."""
 
 from __future__ import annotations
 
@@ -238,7 +238,7 @@ class StepLoop:
             existing = await self.x.io(self.store.llm_step, self.run_.id, k)
             assert existing is not None
             output = existing.output
-        faults.hit(faults.AFTER_W1)
+        faults.hit(faults.AFTER_JOURNAL)
         return self._from_journal(output)
 
     def _deltas(self, k: int) -> model.OnDelta:
@@ -344,7 +344,7 @@ class StepLoop:
             outcome=outcome,
         )
         settled: Settled | None = await self.x.write(self.store.commit_step, commit)
-        faults.hit(faults.AFTER_W2)
+        faults.hit(faults.AFTER_COMMIT)
         self.saved = len(self.messages)
         self.index = k
         self.state.changed = False

@@ -13,7 +13,6 @@ from store.db import Tx, dumps
 from store.errors import ApprovalNotFound
 from store.models import Approval, Decision, Message, Outcome, Run, RunError, RunStatus, Settled
 from store.pg.base import NOW, OUTCOME_SET, RUN_WITH_WAIT, PgBase, outcome_params
-from store.queries import Statement
 from store.rows import approval_from_row, run_from_row
 from store.rules import (
     CancelAction,
@@ -22,6 +21,7 @@ from store.rules import (
     check_decidable,
     check_fail_waiting,
 )
+from store.statements import Statement
 from store.status import lit
 from store.validate import check_approval_id, check_run_id, is_canonical_id
 

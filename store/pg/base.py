@@ -2,7 +2,7 @@
 statements are built from (the clock, the fence, what an outcome writes), and
 the reads every part makes.
 
-Statements are written with ``:name`` parameters (:class:`store.queries.Statement`).
+Statements are written with ``:name`` parameters (:class:`store.statements.Statement`).
 A statement that may be prepared gives every parameter an explicit ``CAST`` so
 that Postgres can type it at ``PREPARE``. Status literals are rendered from
 :mod:`store.status`, never spelled in SQL.
@@ -18,9 +18,9 @@ import sqlalchemy as sa
 from store.db import Executor, Tx, dumps
 from store.errors import RunNotFound
 from store.models import Checkpoint, Fence, Outcome, Run, Settled
-from store.queries import Statement
 from store.rows import run_from_row
 from store.rules import outcome_columns, wakes_key
+from store.statements import Statement
 from store.status import KEY_HOLDING, RunStatus, lit, status_in
 from store.validate import check_run_id
 

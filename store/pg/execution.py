@@ -30,7 +30,6 @@ from store.models import (
     StepRecord,
 )
 from store.pg.base import FENCE, OUTCOME_SET, PgBase, fence_params, outcome_params
-from store.queries import Statement
 from store.rows import effect_from_row, run_from_row
 from store.rules import (
     check_checkpoint,
@@ -40,6 +39,7 @@ from store.rules import (
     retry_outcome,
     with_state_step,
 )
+from store.statements import Statement
 from store.status import CLAIMABLE, lit, status_in
 from store.validate import check_run_id
 

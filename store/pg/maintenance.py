@@ -7,9 +7,9 @@ from datetime import datetime
 
 from store.models import Approval, DueNotification
 from store.pg.base import NOW, PgBase
-from store.queries import Statement
 from store.rows import approval_from_row
 from store.rules import UNSENT
+from store.statements import Statement
 from store.status import CLAIMABLE, KEY_HOLDING, SETTLED, RunStatus, lit, status_in
 
 _WAITING = lit(RunStatus.WAITING)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from store.pg.base import PgBase
-from store.queries import Statement
+from store.statements import Statement
 
 # Pending approvals: their number and the oldest one's age. The predicate is the
 # one of approvals_pending_expiry_idx (``store/schema.py``), so the scan covers

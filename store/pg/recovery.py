@@ -12,7 +12,6 @@ from store.errors import RanEffect, RunNotFound
 from store.models import Decision, EffectStatus, NewRun, Run, RunAttempt
 from store.pg.base import PgBase
 from store.pg.runs import LLM_STEP
-from store.queries import Statement
 from store.recovery import (
     attempt_of,
     check_existing_fork,
@@ -27,6 +26,7 @@ from store.recovery import (
     may_retry,
 )
 from store.rows import attempt_from_row, run_from_row
+from store.statements import Statement
 from store.status import RunStatus, lit
 from store.validate import check_new_run, check_run_id
 

@@ -10,8 +10,8 @@ from store.db import dumps
 from store.events import RunEvent
 from store.models import Checkpoint, Message, NewRun, Run, RunStatus, Step
 from store.pg.base import RUN_WITH_WAIT, PgBase, checkpoint_from_row
-from store.queries import Statement
 from store.rows import event_from_row, run_from_row, step_from_row
+from store.statements import Statement
 from store.status import SETTLED, lit, status_in
 from store.validate import check_new_run, check_page_from, check_run_id
 

@@ -89,9 +89,9 @@ def test_checkpoint_after_every_step_and_usage_per_call(engine: Engine) -> None:
 
     def observe_every(point: str) -> None:
         observe(point)
-        faults.arm(faults.AFTER_W2, observe_every, at_hit=1)  # and the next step too
+        faults.arm(faults.AFTER_COMMIT, observe_every, at_hit=1)  # and the next step too
 
-    faults.arm(faults.AFTER_W2, observe_every, at_hit=1)
+    faults.arm(faults.AFTER_COMMIT, observe_every, at_hit=1)
     done = engine.execute(run.id)
     assert done is not None and done.status is RunStatus.COMPLETED and done.output == "answer"
     # user, then (assistant + results) per step, then the final assistant message
@@ -205,7 +205,7 @@ def test_max_steps_counts_across_executions(engine: Engine) -> None:
     run = engine.start(name)
 
     # Drain the first execution after its second step.
-    faults.arm(faults.AFTER_W2, lambda p: runtime().abort(run.id, _drain()), at_hit=2)
+    faults.arm(faults.AFTER_COMMIT, lambda p: runtime().abort(run.id, _drain()), at_hit=2)
     first = engine.execute(run.id)
     assert first is not None and first.status is RunStatus.INTERRUPTED
     assert first.steps_used == 2
@@ -228,7 +228,7 @@ def test_exhausted_budget_settles_without_a_model_call(engine: Engine) -> None:
     model = ScriptedModel(name, lambda r: tools(call("lookup", {"q": "x"})))
     Agent(name=name, model=model.model, tools=[lookup], budget=Budget(max_steps=2))
     run = engine.start(name)
-    faults.arm(faults.AFTER_W2, lambda p: runtime().abort(run.id, _drain()), at_hit=2)
+    faults.arm(faults.AFTER_COMMIT, lambda p: runtime().abort(run.id, _drain()), at_hit=2)
     engine.execute(run.id)
     calls_before = model.call_count
     done = engine.execute(run.id)
@@ -268,7 +268,7 @@ def test_timeout_applies_afresh_to_each_execution(engine: Engine) -> None:
     )
     Agent(name=name, model=model.model, tools=[lookup], budget=Budget(timeout_ms=1000))
     run = engine.start(name)
-    faults.arm(faults.AFTER_W2, lambda p: runtime().abort(run.id, _drain()), at_hit=2)
+    faults.arm(faults.AFTER_COMMIT, lambda p: runtime().abort(run.id, _drain()), at_hit=2)
     first = engine.execute(run.id)  # about 0.6 s, then drained
     assert first is not None and first.status is RunStatus.INTERRUPTED
     # 0.6 s more: over one second in total, but within each execution's budget.

@@ -421,7 +421,7 @@ def test_a_decision_during_the_notifier_resumes_the_run_before_the_notifier_retu
         wait_for(lambda: "while notifying" in seen, timeout=10)
     finally:
         threaded.join()
-    assert seen["lease held"] is False  # given up at W2, before the notifier was called
+    assert seen["lease held"] is False  # given up at the step commit, before notifying
     assert seen["while notifying"] is RunStatus.COMPLETED
     assert made.get_run(run.id).status is RunStatus.COMPLETED
 
@@ -434,7 +434,7 @@ def test_a_decision_before_the_lease_is_given_up_resumes_without_tick(
     commit_step = pg_store.commit_step
 
     def decide_right_after_the_commit(fence: Fence, commit: StepCommit) -> Settled | None:
-        # The narrowest window: W2 has paused the run and the execution has
+        # The narrowest window: the step commit has paused the run and the execution has
         # not yet given up its lease. The decision's resume is refused there;
         # the execution must look again once the lease is free.
         settled = commit_step(fence, commit)

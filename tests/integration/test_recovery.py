@@ -74,7 +74,7 @@ def llm_calls(engine: Engine, run_id: str, index: int) -> list[dict[str, Any]]:
 def test_kill_after_w1_does_not_call_the_model_again(
     engine: Engine, proc_env: dict[str, str]
 ) -> None:
-    run_id, before = crash_then_resume(engine, proc_env, "after_w1=kill")
+    run_id, before = crash_then_resume(engine, proc_env, "after_journal=kill")
     assert before == []  # killed before any tool ran
     steps_called = [entry["step"] for entry in journal(proc_env)]
     assert steps_called == [1, 2, 3]  # step 1 was paid for once
@@ -135,7 +135,7 @@ def test_started_at_least_once_effect_reruns_with_the_same_key(
 def test_kill_after_w2_repeats_nothing_of_that_step(
     engine: Engine, proc_env: dict[str, str]
 ) -> None:
-    run_id, before = crash_then_resume(engine, proc_env, "after_w2=kill")
+    run_id, before = crash_then_resume(engine, proc_env, "after_commit=kill")
     assert [e["tool"] for e in before] == ["lookup", "charge"]
     assert len(effects_of(proc_env, "lookup")) == 1
     assert len(effects_of(proc_env, "charge")) == 1

@@ -330,7 +330,7 @@ def test_a_fork_past_an_effect_that_ran_is_refused_unless_rerun_effects(engine: 
 
 
 def test_a_fork_past_an_effect_of_unknown_outcome_is_refused(engine: Engine) -> None:
-    """An effect that started in a step whose W2 never committed (the process
+    """An effect that started in a step whose step commit never committed (the process
     died mid-call) may have taken place: a fork at the checkpoint before it
     is refused, and the effect named with its outcome unknown."""
     flaky = Flaky()
@@ -342,7 +342,7 @@ def test_a_fork_past_an_effect_of_unknown_outcome_is_refused(engine: Engine) -> 
     finally:
         faults.disarm()
     checkpoint = engine.checkpoint(run.id)
-    assert checkpoint is not None and checkpoint.step_index == 1  # step 2 has only its W1
+    assert checkpoint is not None and checkpoint.step_index == 1  # step 2: journaled only
     assert flaky.paid == []  # the process "died" before the call returned
 
     with pytest.raises(ForkRepeatsEffects) as refused:

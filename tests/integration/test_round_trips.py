@@ -1,6 +1,6 @@
 """What a durable step costs in round trips to Postgres (issue 16): a plain
-tool step is two commits of one statement each, W1 (the model's reply,
-journaled before any tool runs) and W2 (the tool's result and the
+tool step is two commits of one statement each, the journal write (the model's reply,
+journaled before any tool runs) and the step commit (the tool's result and the
 checkpoint), at step 3 as at step 30. A refactor that adds a read or a write
 to the hot path fails here, not only in a benchmark."""
 

@@ -654,7 +654,7 @@ def test_a_replace_that_asks_for_approval_writes_over_and_waits(store: PostgresS
 
 def test_defer_retry_queues_the_run_not_before_its_time(store: PostgresStore) -> None:
     """A transient model failure gives the run back: queued, claim released,
-    not claimable before retry_at, attempts and error on the run; a W1 that
+    not claimable before retry_at, attempts and error on the run; a journal write that
     records a step clears them."""
     fence = claimed(store)
     store.commit_step(fence, commit(1, 0, [msg(0)]))

@@ -17,7 +17,7 @@ from store.db import make_engine, prepares, raw_cursor
 from store.errors import ConfigurationError, StoreUnavailable
 from store.models import Fence
 from store.postgres import PostgresStore
-from store.queries import Statement
+from store.statements import Statement
 from tests.helpers import claimed, commit, llm_record, msg
 
 

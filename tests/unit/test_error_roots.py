@@ -105,7 +105,7 @@ def test_testing_api_errors_are_runwright_errors() -> None:
     with pytest.raises(InvalidInput, match="unknown fault point"):
         faults.arm("before_breakfast", "kill")
     with pytest.raises(InvalidInput, match="unknown fault action"):
-        faults.arm(faults.AFTER_W1, "explode")
+        faults.arm(faults.AFTER_JOURNAL, "explode")
     short = testing.ScriptedModel("one-reply", [testing.text("only")])
     request = testing.Request([{"role": "assistant", "content": "x"}], [])
     with pytest.raises(RunwrightError, match="has 1 replies"):

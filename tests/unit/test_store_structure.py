@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from store import pg, queries
+from store import pg, statements
 from store.models import RunStatus
 from store.pg.base import OUTCOME_SET
 from tests.services import ROOT
@@ -114,7 +114,7 @@ def test_the_cycle_scan_finds_a_cycle(tmp_path: Path) -> None:
 def test_the_import_scan_sees_imports() -> None:
     """The cycle test is not vacuous: it sees the imports that chain the store."""
     assert "store.db" in runtime_imports(STORE / "pg" / "base.py")
-    assert "store.queries" in runtime_imports(STORE / "db.py")
+    assert "store.statements" in runtime_imports(STORE / "db.py")
 
 
 def _is_enum_class(node: ast.ClassDef) -> bool:
@@ -215,22 +215,24 @@ def test_one_sql_fragment_writes_an_outcome() -> None:
     assert found == ["store/pg/base.py", "store/pg/recovery.py"]
 
 
-def all_statements() -> Iterator[queries.Statement]:
+def all_statements() -> Iterator[statements.Statement]:
     """Every named statement: each is defined beside the code that runs it, in
     the store's parts (``store/pg/``) and the command line's light listing."""
     names = [f"{pg.__name__}.{info.name}" for info in pkgutil.iter_modules(pg.__path__)]
     seen: set[int] = set()  # a module may import another's statement
     for name in [*names, "store.summary"]:
         for value in vars(importlib.import_module(name)).values():
-            if isinstance(value, queries.Statement) and id(value) not in seen:
+            if isinstance(value, statements.Statement) and id(value) not in seen:
                 seen.add(id(value))
                 yield value
 
 
 def test_statements_are_defined_beside_their_callers_with_distinct_names() -> None:
-    """No module of SQL apart: ``store/queries`` holds the Statement class only,
-    and no two statements share a name (a prepared name is per connection)."""
-    assert [info.name for info in pkgutil.iter_modules(queries.__path__)] == []
+    """No module of SQL apart: ``store/statements.py`` holds the Statement class
+    and no statement, and no two statements share a name (a prepared name is per
+    connection)."""
+    assert not (STORE / "queries").exists()
+    assert not [v for v in vars(statements).values() if isinstance(v, statements.Statement)]
     names = [statement.name for statement in all_statements()]
     assert len(names) == len(set(names))
 
