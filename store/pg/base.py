@@ -53,6 +53,16 @@ OUTCOME_SET = """
     updated_at = now()
 """
 
+# Progress, the rule: a step's journal write and its commit each reset the
+# run's takeover count, so a long run taken over now and then is never failed
+# for it (only takeovers without progress count, see the claim). The journal
+# write also ends a durable model retry (the call it waited for succeeded); the
+# commit, which always follows its step's journal write, finds it ended.
+PROGRESS = "takeovers = 0"
+PROGRESS_ENDS_RETRY = (
+    f"{PROGRESS}, retry_attempts = 0, retry_at = NULL, retry_since = NULL, retry_error = NULL"
+)
+
 # A run with its first pending wait, if it is waiting.
 RUN_WITH_WAIT = f"""
     SELECT r.*, w.approval_id AS w_approval_id, w.tool_name AS w_tool_name,

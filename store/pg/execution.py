@@ -29,7 +29,15 @@ from store.models import (
     StepCommit,
     StepRecord,
 )
-from store.pg.base import FENCE, OUTCOME_SET, PgBase, fence_params, outcome_params
+from store.pg.base import (
+    FENCE,
+    OUTCOME_SET,
+    PROGRESS,
+    PROGRESS_ENDS_RETRY,
+    PgBase,
+    fence_params,
+    outcome_params,
+)
 from store.rows import effect_from_row, run_from_row
 from store.rules import (
     check_checkpoint,
@@ -140,9 +148,7 @@ RECORD_LLM_STEP = Statement(
                         usage_estimated = runs.usage_estimated
                                           OR CAST(:usage_estimated AS bool),
                         steps_used = GREATEST(runs.steps_used, CAST(:index AS int)),
-                        takeovers = 0,
-                        retry_attempts = 0, retry_at = NULL, retry_since = NULL,
-                        retry_error = NULL,
+                        {PROGRESS_ENDS_RETRY},
                         updated_at = now()
           FROM ins WHERE runs.id = ins.run_id
         RETURNING runs.id
@@ -208,7 +214,7 @@ def _commit_sql(waits: bool, replace: bool) -> str:
     return f"""
     WITH f AS (
         UPDATE runs SET
-            takeovers = 0,
+            {PROGRESS},
             state = CASE WHEN CAST(:state_changed AS bool) THEN CAST(:state AS jsonb)
                          ELSE state END,
             {OUTCOME_SET}
