@@ -1,4 +1,4 @@
-"""The front door: a new run's trigger is checked here before either store
+"""The front door: a new run's trigger is checked here before the store
 writes anything, so both refuse the same input with one clear error.
 
 What Postgres cannot store (NUL characters, lone surrogates, bytes, NaN), what
