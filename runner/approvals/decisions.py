@@ -53,7 +53,7 @@ async def deliver(
 def check_reason(reason: object) -> None:
     """A reason is stored as text and inside the checkpoint's JSON, where Postgres
     refuses NUL and the driver refuses lone surrogates: refuse them here, before
-    anything is written, with the same error on both stores."""
+    anything is written, with one clear error."""
     if reason is None:
         return
     if not isinstance(reason, str):
