@@ -121,6 +121,7 @@ def test_a_worker_reconnects_within_seconds_of_its_broker_coming_back(
     ]
     assert len(tries) >= 5, tries
     assert max(tries) <= RECONNECT_MAX_SECONDS, tries
-    assert lag <= RECONNECT_MAX_SECONDS + 2, lag
+    # One try every 3 s at most, each a TCP connect and an AMQP handshake.
+    assert lag <= RECONNECT_MAX_SECONDS + 4, lag
     run = engine.start("paced", {"steps": 2, "latency": 0.1})
     wait_until(lambda: engine.get_run(run.id).status is RunStatus.COMPLETED, 30, "a run after")
