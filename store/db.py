@@ -83,11 +83,10 @@ def make_engine(
     where a session's prepared statements and settings do not follow it from
     one transaction to the next; the same statements then run unprepared.
     """
-    size = pool_size
     engine = sa.create_engine(
         normalize_url(url),
-        pool_size=size,
-        max_overflow=size,
+        pool_size=pool_size,
+        max_overflow=pool_size,
         # No pre-ping on every checkout (a round trip per transaction, twice a
         # step): _ping_if_idle pings only connections that sat idle.
         pool_recycle=1800,
