@@ -1,7 +1,7 @@
 """The engine: agents, tools, the tool loop, executions, approvals, tick, cancel, drain.
 
 ``runner`` never imports Celery (it is handed an ``enqueue`` callable), and only
-``runner/model.py`` imports litellm, lazily (and ``runner/testing.py``, whose
+``runner/model.py`` imports litellm, lazily (and ``runner/testing/scripted.py``, whose
 provider it registers on the first call of a ``scripted/`` model). Names load on
 first use, so the command line starts fast. The command line and the demo live
 in ``runner/cli/``, which imports the engine; the engine never imports it.
@@ -14,7 +14,9 @@ The public names are these (``__all__``). Where the rest lives:
 - ``approvals/``: approval decisions, link tokens, the inbox.
 - ``agent.py``, ``errors.py``, ``retry.py`` (:class:`RetryPolicy` and the
   durable backoff), ``model.py`` (the model adapter), ``notifiers.py``,
-  ``sse.py``, ``testing.py`` and ``faults.py`` (for tests).
+  ``sse.py`` and ``faults.py`` (for tests).
+- ``testing/``: the kit for testing agents (scripted models, an in-process
+  engine, the pytest plugin).
 - ``observe/``, ``console/``, ``cli/``: the integrations.
 """
 

@@ -4,7 +4,7 @@ model is actually called, so commands like ``runwright runs`` start fast.
 With ``on_delta``, :func:`complete` streams the reply and hands its text over
 piece by piece as it arrives; the reply it returns is the same as unstreamed.
 
-Scripted models (``runner/testing.py``) are served through a litellm custom
+Scripted models (``runner/testing/scripted.py``) are served through a litellm custom
 provider named ``scripted``, so tests and the demo drive the real litellm path.
 That provider is imported and registered on the first call of a ``scripted/``
 model, never before: production processes do not load it.
@@ -554,7 +554,7 @@ def provider_counted(stream: Any) -> bool:
 
 # ------------------------------------------------------------- scripted models
 
-# ``runner.testing.price_scripted``, set the first time a ``scripted/`` model is
+# ``runner.testing.scripted.price_scripted``, set the first time a ``scripted/`` model is
 # called. Only then is the test provider imported and registered: a worker that
 # calls real models never loads test machinery.
 _price_scripted: Callable[[Any, str], None] | None = None
@@ -565,8 +565,8 @@ def _serve_scripted(litellm: Any, model: str) -> None:
     if _price_scripted is None:
         with _setup_lock:
             if _price_scripted is None:
-                from runner import testing
+                from runner.testing import scripted
 
-                testing.install_provider(litellm)
-                _price_scripted = testing.price_scripted
+                scripted.install_provider(litellm)
+                _price_scripted = scripted.price_scripted
     _price_scripted(litellm, model)

@@ -26,7 +26,7 @@ NOT_RUNWRIGHT = {
     # Stands for the process dying at a fault point: a BaseException on purpose.
     ("runner.faults", "FaultInjected"): "simulated crash",
     # litellm's contract for a custom provider without a sync path.
-    ("runner.testing", "NotImplementedError"): "litellm contract",
+    ("runner.testing.scripted", "NotImplementedError"): "litellm contract",
     # kombu and Celery treat only the driver's connection error as a lost broker.
     ("tasks.broker", "RedisConnectionError"): "kombu contract",
     # Celery's signal to hand a message back to the broker (an outage of the store).
@@ -99,7 +99,7 @@ def test_testing_api_errors_are_runwright_errors() -> None:
     from runner import faults, testing
 
     with pytest.raises(RunwrightError, match="no scripted model named 'nobody'"):
-        testing.lookup("nobody")
+        testing.scripted.lookup("nobody")
     with pytest.raises(InvalidInput, match="unknown scripted error"):
         testing.Reply(error="meltdown")
     with pytest.raises(InvalidInput, match="unknown fault point"):

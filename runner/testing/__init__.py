@@ -1,0 +1,42 @@
+"""Runwright's kit for testing agents: scripted models served through the real
+litellm path, and (in :mod:`runner.testing.kit`) an engine that runs runs
+in-process, decides their approvals, crashes them at named points and moves
+their clock. The pytest plugin (:mod:`runner.testing.plugin`, registered
+through the ``pytest11`` entry point) gives a test the ``runwright_engine``
+fixture. docs/testing-your-agents.md shows each part.
+
+Nothing on the production path imports this package: ``runner.model`` loads
+:mod:`runner.testing.scripted` on the first call of a ``scripted/`` model.
+"""
+
+from __future__ import annotations
+
+from runner.testing.scripted import (
+    ERROR_KINDS,
+    SCRIPTED,
+    Reply,
+    Request,
+    Script,
+    ScriptedModel,
+    ScriptedModelNotFound,
+    ScriptExhausted,
+    ToolCall,
+    call,
+    text,
+    tools,
+)
+
+__all__ = [
+    "ERROR_KINDS",
+    "SCRIPTED",
+    "Reply",
+    "Request",
+    "Script",
+    "ScriptExhausted",
+    "ScriptedModel",
+    "ScriptedModelNotFound",
+    "ToolCall",
+    "call",
+    "text",
+    "tools",
+]
