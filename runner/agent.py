@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import pydantic
 
@@ -20,6 +21,15 @@ from runner.steps.tools import Tool
 from store.models import TriggerEnvelope
 
 OnExpire = Literal["deny", "fail"]
+
+_override_lock = threading.Lock()
+
+
+class HasModel(Protocol):
+    """What names a model (a :class:`runner.testing.ScriptedModel`)."""
+
+    @property
+    def model(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -137,6 +147,28 @@ class Agent:
                 )
         if self.register:
             registry.add(self)
+
+    @contextlib.contextmanager
+    def override(self, *, model: str | HasModel) -> Iterator[Agent]:
+        """Run this agent on another ``model`` inside the ``with`` block: a litellm
+        model string, or a :class:`runner.testing.ScriptedModel`. For tests: the
+        agent keeps its name and registration, so runs started by name use the
+        override, and the agent's own model is back when the block ends (even
+        if it raised). Overrides nest; every execution in this process sees
+        the innermost one."""
+        name = model if isinstance(model, str) else getattr(model, "model", None)
+        if not isinstance(name, str) or not name:
+            raise InvalidInput(
+                f"agent {self.name!r}: override(model=...) takes a litellm model string or a "
+                f"ScriptedModel, not {model!r}"
+            )
+        with _override_lock:
+            previous, self.model = self.model, name
+        try:
+            yield self
+        finally:
+            with _override_lock:
+                self.model = previous
 
     def build_tools(self, ctx: RunContext) -> list[Tool]:
         made = self.tools(ctx) if callable(self.tools) else self.tools

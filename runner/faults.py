@@ -1,9 +1,11 @@
-"""Named fault points, placed right after each commit of an execution:
-``after_journal`` after a step's journal write (the model's reply, before any tool
-runs), ``after_effect_start`` once an effect's journal says it started,
-``after_effect_complete`` once it holds its outcome, and ``after_commit`` after
-the step's commit (its tool results and checkpoint); docs/concepts.md, "Step"
-and "Effects".
+"""Named fault points, placed right after each commit of an execution, and one
+where an effect has run but its outcome is not yet written:
+``after_journal`` after a step's journal write (the model's reply, before any
+tool runs), ``after_effect_start`` once an effect's journal says it started (its
+function has not run yet), ``after_effect_call`` once its function has returned
+or raised, before the journal holds its outcome, ``after_effect_complete`` once
+it does, and ``after_commit`` after the step's commit (its tool results and
+checkpoint); docs/concepts.md, "Step" and "Effects".
 
 Tests arm them to crash or stall the process exactly there, which is the
 cheapest way to prove a recovery claim. Only code arms them: :func:`arm`, or
@@ -31,9 +33,10 @@ from runner.errors import InvalidInput
 
 AFTER_JOURNAL = "after_journal"
 AFTER_EFFECT_START = "after_effect_start"
+AFTER_EFFECT_CALL = "after_effect_call"
 AFTER_EFFECT_COMPLETE = "after_effect_complete"
 AFTER_COMMIT = "after_commit"
-POINTS = (AFTER_JOURNAL, AFTER_EFFECT_START, AFTER_EFFECT_COMPLETE, AFTER_COMMIT)
+POINTS = (AFTER_JOURNAL, AFTER_EFFECT_START, AFTER_EFFECT_CALL, AFTER_EFFECT_COMPLETE, AFTER_COMMIT)
 ACTIONS = ("kill", "stall", "raise")
 
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from store.errors import LeaseLostError, StoreUnavailable
@@ -38,8 +40,11 @@ class Claims:
         ttl_seconds: float,
         *,
         max_takeovers: int | None = None,
+        now: Callable[[], datetime | None] = lambda: None,
     ) -> None:
         self.store = store
+        # The time claims are measured from; None: Postgres's (runner/clock.py).
+        self.now = now
         self.leases = leases
         self.ttl_seconds = ttl_seconds
         # None: a run may be taken over any number of times (store-level tools).
@@ -60,7 +65,7 @@ class Claims:
             return None
         try:
             run = self.store.claim_run(
-                run_id, owner, self.ttl_seconds, max_takeovers=self.max_takeovers
+                run_id, owner, self.ttl_seconds, max_takeovers=self.max_takeovers, now=self.now()
             )
         except BaseException:
             self._release_pending(run_id, owner)
@@ -91,7 +96,7 @@ class Claims:
 
         Raises LeaseLostError if Postgres says the claim is gone.
         """
-        cancel = self.store.renew(fence, self.ttl_seconds)
+        cancel = self.store.renew(fence, self.ttl_seconds, now=self.now())
         renewal: Renewal | None = None
         if self.leases is not None:
             try:

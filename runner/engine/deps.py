@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from runner.agent import Agent, Registry
 from runner.approvals import decisions
 from runner.approvals.approval_tokens import Tokens
+from runner.clock import SYSTEM, Clock
 from runner.engine.runtime import in_io, runtime
 from runner.events.feed import Feed
 from runner.observe import Observer, Observers
@@ -27,7 +28,7 @@ from runner.settings import Settings
 from store.claims import Claims
 from store.errors import StoreUnavailable
 from store.leases import Leases
-from store.models import NewApproval, Run, RunStatus, Settled, utcnow
+from store.models import NewApproval, Run, RunStatus, Settled
 from store.postgres import PostgresStore
 
 log = logging.getLogger("runner.deps")  # the name log lines carry: kept stable for filters
@@ -69,6 +70,8 @@ class Deps:
     observer: Observer
     # The run-event feed: live wake-ups and token deltas (runner/events/feed.py).
     feed: Feed
+    # Where the executions and tick() read the time (runner/clock.py).
+    clock: Clock = SYSTEM
 
     @classmethod
     def build(
@@ -84,13 +87,18 @@ class Deps:
         retry_policy: RetryPolicy | None,
         store_wait_seconds: float | None,
         observers: Sequence[Observer],
+        clock: Clock = SYSTEM,
     ) -> Deps:
         """What an engine is built with (see :class:`~runner.engine.engine.Engine`)."""
         feed = Feed(store, None if leases is None else leases.redis)
         return cls(
             store=store,
             claims=Claims(
-                store, leases, settings.lease_ttl_seconds, max_takeovers=settings.max_takeovers
+                store,
+                leases,
+                settings.lease_ttl_seconds,
+                max_takeovers=settings.max_takeovers,
+                now=clock.for_store,
             ),
             tokens=Tokens.parse(settings.secret_key),
             leases=leases,
@@ -112,6 +120,7 @@ class Deps:
             notify_delay=timedelta(seconds=settings.notify_backoff_seconds),
             observer=Observers([LogObserver(), *observers]),
             feed=feed,
+            clock=clock,
         )
 
     @property
@@ -181,7 +190,7 @@ class Deps:
                     "notifier of %s failed for %s: %s", agent.name, approval.approval_id, exc
                 )
                 self.observer.notification_failed(agent.name)
-                retry_at = utcnow() + decisions.backoff(
+                retry_at = self.clock.now() + decisions.backoff(
                     1,
                     self.settings.notify_backoff_seconds,
                     self.settings.notify_backoff_cap_seconds,

@@ -16,6 +16,7 @@ from runner.agent import Registry
 from runner.agent import registry as default_registry
 from runner.approvals import decisions
 from runner.approvals.inbox import InboxItem, inbox
+from runner.clock import SYSTEM, Clock
 from runner.engine import rerun
 from runner.engine.deps import Deps, Enqueue
 from runner.engine.execution import Execution
@@ -38,6 +39,7 @@ from store.leases import CancelListener, Leases
 from store.models import (
     Approval,
     Checkpoint,
+    Effect,
     NewRun,
     Run,
     RunAttempt,
@@ -94,6 +96,7 @@ class Engine:
         retry_policy: RetryPolicy | None = None,
         store_wait_seconds: float | None = None,
         observers: Sequence[Observer] = (),
+        clock: Clock | None = None,
     ) -> None:
         self.deps = Deps.build(
             store,
@@ -106,6 +109,7 @@ class Engine:
             retry_policy=retry_policy,
             store_wait_seconds=store_wait_seconds,
             observers=observers,
+            clock=clock or SYSTEM,
         )
         # Every write through the store, the engine's or a caller's, wakes the
         # readers of the runs it touched (runner/events/feed.py).
@@ -294,6 +298,10 @@ class Engine:
 
     def steps(self, run_id: str) -> list[Step]:
         return self.deps.store.steps(run_id)
+
+    def effects(self, run_id: str) -> list[Effect]:
+        """The run's effect journal: each ``@effect`` call, its status and attempts."""
+        return self.deps.store.effects(run_id)
 
     def checkpoint(self, run_id: str) -> Checkpoint | None:
         return self.deps.store.checkpoint(run_id)

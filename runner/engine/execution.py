@@ -27,7 +27,7 @@ from runner.errors import AgentNotFound, LeaseLostError, ModelError, StoreUnavai
 from runner.steps.run_context import AbortReason, AbortSignal, RunContext
 from runner.steps.step_loop import StepLoop
 from store.claims import Heartbeat
-from store.models import Fence, Outcome, RetryWait, Run, RunError, RunStatus, Settled, utcnow
+from store.models import Fence, Outcome, RetryWait, Run, RunError, RunStatus, Settled
 from store.pg.runs import StartPoint
 from store.rules import cancel_outcome
 
@@ -298,7 +298,7 @@ class Execution:
         with its attempts recorded."""
         policy = agent.retry or self.deps.retry_policy
         cap = self.deps.settings.max_retry_after_seconds
-        verdict = retry.next_wait(policy, previous, exc, utcnow(), max_retry_after=cap)
+        verdict = retry.next_wait(policy, previous, exc, self.deps.clock.now(), max_retry_after=cap)
         wait = verdict.wait
         if wait.at is None:
             error = RunError("model_error", verdict.gave_up or exc.message)

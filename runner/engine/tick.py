@@ -38,6 +38,10 @@ Job = Callable[[Deps, TickReport, "datetime | None"], None]
 
 
 def tick(deps: Deps, now: datetime | None = None) -> TickReport:
+    """One round of the jobs, measured against ``now`` (default: the engine's
+    clock for the store, which in production is Postgres's own)."""
+    if now is None:
+        now = deps.clock.for_store()
     token = uuid.uuid4().hex
     lock_ms = int(max(deps.settings.tick_seconds * 4, 30) * 1000)
     leases = deps.leases

@@ -50,6 +50,9 @@ class ToolCall:
     # what the model was told.
     arguments: Any = None
     result: str | None = None
+    # How many times this execution called the tool's function for the call:
+    # its attempts; 0 for an effect whose journal answered (it ran before).
+    invocations: int = 0
 
 
 @dataclass

@@ -317,6 +317,7 @@ class StepLoop:
             approval_expires_seconds=self.deps.settings.approval_expires_seconds,
             observe=functools.partial(self.deps.observer.tool_call, self.run_),
             step=k,
+            clock=self.deps.clock,
         )
 
     async def _commit(self, k: int, final_text: bool, calls: StepCalls) -> Settled | None:

@@ -37,6 +37,7 @@ import pydantic
 
 from runner import faults
 from runner.agent import Agent
+from runner.clock import SYSTEM, Clock
 from runner.errors import RunwrightError, ToolInputError
 from runner.observe import ToolCall
 from runner.steps.history import OpenStep, approval_request, error_content, tool_message
@@ -184,7 +185,9 @@ class CallRunner:
         approval_expires_seconds: float = 86400.0,
         observe: Callable[[ToolCall], AbstractContextManager[None]] | None = None,
         step: int = 0,
+        clock: Clock = SYSTEM,
     ) -> None:
+        self.clock = clock
         self.agent = agent
         self.tools = tools
         self.ctx = ctx
@@ -230,7 +233,7 @@ class CallRunner:
             elif call_id not in step.requests:
                 policy = self.agent.approval_policy(name, input)
                 if policy is not None:
-                    now = utcnow()
+                    now = self.clock.now()
                     approval = NewApproval(
                         tool_call_id=call_id,
                         tool_name=name,
@@ -274,13 +277,21 @@ class CallRunner:
         task.cancel()  # cancels an async tool; a sync tool's thread runs on, ignored
         raise Abandoned
 
-    async def _invoke(self, tool: Tool, args: pydantic.BaseModel, key: str | None = None) -> Any:
+    async def _invoke(
+        self,
+        tool: Tool,
+        args: pydantic.BaseModel,
+        key: str | None = None,
+        observed: ToolCall | None = None,
+    ) -> Any:
         """The tool's return value, trying again as its retry policy allows.
         Raises :class:`Abandoned`, or :class:`Failed` with the last error."""
         attempt = 0
         first_failure: float | None = None
         while True:
             attempt += 1
+            if observed is not None:
+                observed.invocations = attempt
             try:
                 return await self._race(
                     tool.invoke(args, self.ctx, idempotency_key=key, executor=self.executor)
@@ -335,25 +346,30 @@ class CallRunner:
         self, call: dict[str, Any], tool: Tool, args: pydantic.BaseModel, input: Any
     ) -> CallResult | None:
         if self.observe is None:
-            return await self._run_one(call, tool, args, input)
+            return await self._run_one(call, tool, args, input, None)
         observed = ToolCall(tool.name, call["id"], self.step, effect=tool.effect, arguments=input)
         with self.observe(observed):
-            result = await self._run_one(call, tool, args, input)
+            result = await self._run_one(call, tool, args, input, observed)
             if result is not None:
                 observed.error = result.error
                 observed.result = result.content
             return result
 
     async def _run_one(
-        self, call: dict[str, Any], tool: Tool, args: pydantic.BaseModel, input: Any
+        self,
+        call: dict[str, Any],
+        tool: Tool,
+        args: pydantic.BaseModel,
+        input: Any,
+        observed: ToolCall | None,
     ) -> CallResult | None:
         """The call's result, or None if it was abandoned."""
         call_id = call["id"]
         started = utcnow()
         if tool.effect:
-            return await self._run_effect(call_id, tool, args, input, started)
+            return await self._run_effect(call_id, tool, args, input, started, observed)
         try:
-            value = await self._invoke(tool, args)
+            value = await self._invoke(tool, args, None, observed)
         except Abandoned:
             log.warning("run %s: tool %s abandoned by an abort", self.ctx.run_id, tool.name)
             return None
@@ -381,7 +397,13 @@ class CallRunner:
         return result
 
     async def _run_effect(
-        self, call_id: str, tool: Tool, args: pydantic.BaseModel, input: Any, started: Any
+        self,
+        call_id: str,
+        tool: Tool,
+        args: pydantic.BaseModel,
+        input: Any,
+        started: Any,
+        observed: ToolCall | None,
     ) -> CallResult | None:
         key = f"{self.ctx.run_id}:{call_id}"
         begin: EffectBegin = await self.write(
@@ -399,16 +421,18 @@ class CallRunner:
                 )
             return _error(call_id, tool.name, input, OUTCOME_UNKNOWN, started)
         try:
-            value = await self._invoke(tool, args, key)
+            value = await self._invoke(tool, args, key, observed)
         except Abandoned:
             # The journal keeps `started`: the outcome is unknown.
             log.warning("run %s: effect %s abandoned by an abort", self.ctx.run_id, key)
             return None
         except Failed as failed:
+            faults.hit(faults.AFTER_EFFECT_CALL)
             message = clean_message(failed.message)
             await self.write(self.store_finish, key, error=message)
             faults.hit(faults.AFTER_EFFECT_COMPLETE)
             return _error(call_id, tool.name, input, message, started)
+        faults.hit(faults.AFTER_EFFECT_CALL)
         try:
             stored = storable(value)
         except NotStorable as exc:

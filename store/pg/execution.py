@@ -12,6 +12,7 @@ through the fence first.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from store.db import Tx, dumps
@@ -31,6 +32,7 @@ from store.models import (
 )
 from store.pg.base import (
     FENCE,
+    NOW,
     OUTCOME_SET,
     PROGRESS,
     PROGRESS_ENDS_RETRY,
@@ -75,15 +77,15 @@ CLAIM = Statement(
     UPDATE runs AS r
        SET status = {_RUNNING},
            claim_owner = CAST(:owner AS text),
-           claim_expires_at = now() + make_interval(secs => CAST(:ttl AS float8)),
+           claim_expires_at = {NOW} + make_interval(secs => CAST(:ttl AS float8)),
            claim_epoch = r.claim_epoch + 1,
            takeovers = r.takeovers + CASE WHEN r.status = {_RUNNING} THEN 1 ELSE 0 END,
            started_at = COALESCE(r.started_at, now()),
            updated_at = now()
      WHERE r.id = CAST(:run_id AS uuid)
-       AND (r.retry_at IS NULL OR r.retry_at <= now() OR r.status <> {_QUEUED})
+       AND (r.retry_at IS NULL OR r.retry_at <= {NOW} OR r.status <> {_QUEUED})
        AND ({status_in(CLAIMABLE, "r.status")}
-            OR (r.status = {_RUNNING} AND r.claim_expires_at < now()
+            OR (r.status = {_RUNNING} AND r.claim_expires_at < {NOW}
                 AND {_WITHIN_TAKEOVERS}))
        AND (r.concurrency_key IS NULL OR r.status <> {_QUEUED} OR NOT EXISTS (
               SELECT 1 FROM runs AS o
@@ -99,7 +101,7 @@ LAPSED_RUN = Statement(
     "lapsed_run",
     f"""
     SELECT r.claim_epoch, r.takeovers FROM runs AS r
-     WHERE r.id = CAST(:run_id AS uuid) AND r.status = {_RUNNING} AND r.claim_expires_at < now()
+     WHERE r.id = CAST(:run_id AS uuid) AND r.status = {_RUNNING} AND r.claim_expires_at < {NOW}
        AND NOT {_WITHIN_TAKEOVERS}
        FOR UPDATE
     """,
@@ -114,7 +116,7 @@ SETTLE_CRASHED = Statement(
 RENEW = Statement(
     "renew",
     f"""
-    UPDATE runs SET claim_expires_at = now() + make_interval(secs => CAST(:ttl AS float8))
+    UPDATE runs SET claim_expires_at = {NOW} + make_interval(secs => CAST(:ttl AS float8))
      WHERE {FENCE}
     RETURNING cancel_requested
     """,
@@ -381,10 +383,24 @@ class PgExecution(PgBase):
     # ---------------------------------------------------------------- claims
 
     def claim_run(
-        self, run_id: str, owner: str, ttl_seconds: float, *, max_takeovers: int | None = None
+        self,
+        run_id: str,
+        owner: str,
+        ttl_seconds: float,
+        *,
+        max_takeovers: int | None = None,
+        now: datetime | None = None,
     ) -> Run | Settled | None:
+        """Claim the run for ``owner`` for ``ttl_seconds``, measured from
+        ``now`` (None: Postgres's clock, as in production; runner/clock.py)."""
         run_id = check_run_id(run_id)
-        params = {"run_id": run_id, "owner": owner, "ttl": ttl_seconds, "max": max_takeovers}
+        params = {
+            "run_id": run_id,
+            "owner": owner,
+            "ttl": ttl_seconds,
+            "max": max_takeovers,
+            "now": now,
+        }
         try:
             row = self.db.first(CLAIM, params)
         except ConstraintViolation as exc:
@@ -394,18 +410,18 @@ class PgExecution(PgBase):
         if row is not None:
             self._committed(run_id)
             return run_from_row(row)
-        if max_takeovers is not None and self._settle_crashed(run_id, max_takeovers):
+        if max_takeovers is not None and self._settle_crashed(run_id, max_takeovers, now):
             self._committed(run_id)
             return self._after_settle(run_id, Outcome(RunStatus.FAILED))
         with self.db.tx() as tx:
             self._require_run(tx, run_id)
         return None
 
-    def _settle_crashed(self, run_id: str, max_takeovers: int) -> bool:
+    def _settle_crashed(self, run_id: str, max_takeovers: int, now: datetime | None) -> bool:
         """The takeover the claim refused for the takeover limit (``CLAIM``):
         settle the run failed/crashed, once."""
         with self.db.tx() as tx:
-            row = tx.first(LAPSED_RUN, {"run_id": run_id, "max": max_takeovers})
+            row = tx.first(LAPSED_RUN, {"run_id": run_id, "max": max_takeovers, "now": now})
             if row is None:
                 return False
             error = crashed_error(row["claim_epoch"], max_takeovers)
@@ -419,8 +435,8 @@ class PgExecution(PgBase):
             )
             return True
 
-    def renew(self, fence: Fence, ttl_seconds: float) -> bool:
-        row = self.db.first(RENEW, {**fence_params(fence), "ttl": ttl_seconds})
+    def renew(self, fence: Fence, ttl_seconds: float, *, now: datetime | None = None) -> bool:
+        row = self.db.first(RENEW, {**fence_params(fence), "ttl": ttl_seconds, "now": now})
         if row is None:
             raise _lost(fence)
         return bool(row["cancel_requested"])

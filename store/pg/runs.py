@@ -8,9 +8,9 @@ from datetime import datetime
 
 from store.db import dumps
 from store.events import RunEvent
-from store.models import Checkpoint, Message, NewRun, Run, RunStatus, Step
+from store.models import Checkpoint, Effect, Message, NewRun, Run, RunStatus, Step
 from store.pg.base import RUN_WITH_WAIT, PgBase, checkpoint_from_row
-from store.rows import event_from_row, run_from_row, step_from_row
+from store.rows import effect_from_row, event_from_row, run_from_row, step_from_row
 from store.statements import Statement
 from store.status import SETTLED, lit, status_in
 from store.validate import check_new_run, check_page_from, check_run_id
@@ -28,6 +28,11 @@ CREATE_RUN = Statement(
     ON CONFLICT ON CONSTRAINT runs_agent_trigger_id_key DO NOTHING
     RETURNING *
     """,
+)
+
+EFFECTS = Statement(
+    "effects",
+    "SELECT * FROM effects WHERE run_id = CAST(:run_id AS uuid) ORDER BY started_at, key",
 )
 
 RUN_BY_TRIGGER = Statement(
@@ -188,6 +193,13 @@ class PgRuns(PgBase):
         with self.db.tx() as tx:
             self._require_run(tx, run_id)
             return [step_from_row(row) for row in tx.rows(STEPS, {"run_id": run_id})]
+
+    def effects(self, run_id: str) -> list[Effect]:
+        """The run's effect journal: one entry per effect call, oldest first."""
+        run_id = check_run_id(run_id)
+        with self.db.tx() as tx:
+            self._require_run(tx, run_id)
+            return [effect_from_row(row) for row in tx.rows(EFFECTS, {"run_id": run_id})]
 
     def events(self, run_id: str, after: int | None = None, limit: int = 1000) -> list[RunEvent]:
         run_id = check_run_id(run_id)

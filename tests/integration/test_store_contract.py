@@ -327,6 +327,13 @@ def test_effect_journal(store: PostgresStore) -> None:
     assert failed.status is EffectStatus.FAILED and failed.error == "card declined"
     with pytest.raises(InvalidTransition):
         store.finish_effect(later, f"{fence.run_id}:never", output=1)
+    journal = store.effects(fence.run_id)
+    assert [(e.key, e.status, e.attempts) for e in journal] == [
+        (key, EffectStatus.COMPLETED, 2),
+        (failed_key, EffectStatus.FAILED, 1),
+    ]
+    with pytest.raises(RunNotFound):
+        store.effects(str(uuid.uuid4()))
 
 
 def test_cancel_by_status(store: PostgresStore) -> None:
