@@ -28,7 +28,7 @@ import psutil
 TAG = "RW_TEST_SESSION"
 
 # Folders whose processes a session left running on purpose, for sessions that
-# still use them (a shared local stack); see tests/services.py StackUse.
+# still use them (a shared local stack); see runner/testing/databases.py StackUse.
 _handed_over: list[Path] = []
 
 

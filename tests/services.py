@@ -5,259 +5,52 @@ at data that matters.
 
 * Redis: a server the suite starts for the session, or the one
   ``RUNWRIGHT_TEST_REDIS_URL`` gives to the tests (``tests/redis_dbs.py``).
-* Postgres: the server ``RUNWRIGHT_DATABASE_URL`` names, else the local stack
-  under ``RUNWRIGHT_HOME`` (default: this checkout's ``.runwright``), which the
-  tests start if it is not running and then stop again (``StackUse``).
-
-Each test gets a database cloned from a migrated template. The suite drops only
-databases it made: each carries a comment naming its session, and a session
-holds a Postgres advisory lock on that name while it runs, so the databases of a
-session that was killed are recognised (the lock is free) and dropped by the
-next one, and nothing else ever is.
+* Postgres: what the testing kit's :mod:`runner.testing.databases` finds (the
+  server ``RUNWRIGHT_TEST_DATABASE_URL`` or ``RUNWRIGHT_DATABASE_URL`` names,
+  else the local stack under ``RUNWRIGHT_HOME``, default this checkout's
+  ``.runwright``), with a database cloned from a migrated template for each
+  test, dropping only databases its sessions made.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import itertools
-import json
 import os
-import secrets
-import threading
-from collections.abc import Iterator
 from pathlib import Path
-from typing import TextIO
 
-import psycopg2
-from sqlalchemy.engine import make_url
-
-from store.local import LocalStack
-from store.migrate import upgrade
+from runner.testing.databases import MARK, Databases, StackUse, open_databases
 from tests import leaks
 from tests.redis_dbs import RedisDatabases
 
 ROOT = Path(__file__).resolve().parent.parent
-MARK = "runwright-tests session="
-_DB_COUNTER = itertools.count(1)
-_lock = threading.Lock()
+
+__all__ = ["MARK", "ROOT", "Services", "StackUse", "discover"]
 
 
-class Services:
-    """The servers of one test session, and the databases it made on them."""
+class Services(Databases):
+    """The servers of one test session: its databases, and its Redis."""
 
-    def __init__(
-        self, server_url: str, redis_dbs: RedisDatabases, stack: StackUse | None = None
-    ) -> None:
-        self.server_url = server_url  # a Postgres URL whose database is "postgres"
-        self.redis_dbs = redis_dbs
-        self.stack = stack
-        self.template = f"rw_tmpl_{os.getpid()}"
-        self.session_key = secrets.randbits(62)
-        self._made: set[str] = set()
-        # Held until the session ends: while it is, the session's databases are in use.
-        self._alive = self.admin()
-        with self._alive.cursor() as cur:
-            cur.execute("SELECT pg_advisory_lock(%s)", (self.session_key,))
-
-    def admin(self) -> psycopg2.extensions.connection:
-        conn = psycopg2.connect(self.server_url.replace("postgresql+psycopg2", "postgresql"))
-        conn.autocommit = True
-        return conn
-
-    def database_url(self, name: str) -> str:
-        return str(make_url(self.server_url).set(database=name).render_as_string(False))
-
-    def prepare(self) -> None:
-        self._drop_stale()
-        self._create(self.template)
-        upgrade(self.database_url(self.template))
-
-    def new_database(self, *, empty: bool = False) -> str:
-        """A fresh database cloned from the migrated template (or with no schema
-        at all); its name."""
-        with _lock:
-            name = f"rw_t_{os.getpid()}_{next(_DB_COUNTER)}"
-        self._create(name, template=None if empty else self.template)
-        return name
-
-    def drop_database(self, name: str) -> None:
-        if name not in self._made:
-            raise ValueError(f"{name!r} was not made by this test session; it drops only its own")
-        conn = self.admin()
-        try:
-            with conn.cursor() as cur:
-                cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            conn.close()
-        self._made.discard(name)
+    redis_dbs: RedisDatabases
 
     def redis_url(self) -> str:
         """A Redis database of this test's own, empty."""
         return self.redis_dbs.url()
 
-    def _create(self, name: str, template: str | None = None) -> None:
-        conn = self.admin()
-        try:
-            with conn.cursor() as cur:
-                clone = f' TEMPLATE "{template}"' if template else ""
-                cur.execute(f'CREATE DATABASE "{name}"{clone}')
-                self._made.add(name)
-                cur.execute(f'COMMENT ON DATABASE "{name}" IS %s', (f"{MARK}{self.session_key}",))
-        finally:
-            conn.close()
-
-    def _drop_stale(self) -> None:
-        """Drop the databases of test sessions that died before their teardown.
-
-        Only databases whose comment names a session of the suite, and only when
-        nobody holds that session's lock: a live session, on this machine or
-        another one sharing the server, keeps its databases.
-        """
-        conn = self.admin()
-        try:
-            with conn.cursor() as cur:
-                cur.execute(
-                    "SELECT datname, shobj_description(oid, 'pg_database') FROM pg_database"
-                    " WHERE datname LIKE 'rw\\_t\\_%' OR datname LIKE 'rw\\_tmpl\\_%'"
-                )
-                for name, comment in cur.fetchall():
-                    key = _session_key(comment)
-                    if key is None or key == self.session_key:
-                        continue
-                    cur.execute("SELECT pg_try_advisory_lock(%s)", (key,))
-                    row = cur.fetchone()
-                    if not (row and row[0]):
-                        continue  # that session is still running
-                    try:
-                        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-                    finally:
-                        cur.execute("SELECT pg_advisory_unlock(%s)", (key,))
-        finally:
-            conn.close()
-
     def close(self) -> None:
-        """Drop what the session made and stop what it started, even if a step fails."""
-        with contextlib.ExitStack() as later:  # runs the callbacks last to first
-            if self.stack is not None:
-                later.callback(self.stack.leave)
-            later.callback(self.redis_dbs.close)
-            later.callback(self._alive.close)
-            for name in sorted(self._made):
-                self.drop_database(name)
-
-
-def _session_key(comment: str | None) -> int | None:
-    if not comment or not comment.startswith(MARK):
-        return None
-    try:
-        return int(comment[len(MARK) :])
-    except ValueError:
-        return None
-
-
-def _server_url(database_url: str) -> str:
-    return str(make_url(database_url).set(database="postgres").render_as_string(False))
-
-
-def stack_home() -> Path:
-    return Path(os.environ.get("RUNWRIGHT_HOME") or ROOT / ".runwright").resolve()
+        try:
+            super().close()
+        finally:
+            self.redis_dbs.close()
 
 
 def discover(workdir: Path) -> Services:
     """The services for a test session; ``Services.close()`` undoes everything it did."""
-    with contextlib.ExitStack() as undo:
-        redis_dbs = RedisDatabases.for_tests(workdir / "redis", os.environ)
-        undo.callback(redis_dbs.close)
-        stack: StackUse | None = None
-        database_url = os.environ.get("RUNWRIGHT_DATABASE_URL")
-        if not database_url:
-            stack = StackUse(stack_home())
-            undo.callback(stack.leave)
-            database_url = stack.enter()
-        services = Services(_server_url(database_url), redis_dbs, stack)
-        undo.pop_all()  # from here on, services.close() undoes it all
+    redis_dbs = RedisDatabases.for_tests(workdir / "redis", os.environ)
     try:
-        services.prepare()
+        databases = open_databases(
+            os.environ, ROOT / ".runwright", on_shared=leaks.hand_over, cls=Services
+        )
     except BaseException:
-        services.close()
+        redis_dbs.close()
         raise
-    return services
-
-
-class StackUse:
-    """One test session's use of the local stack under ``home``.
-
-    A session that finds a server of the stack stopped starts it and notes so in
-    ``tests-started.json``; the last session to leave stops what the note names.
-    A stack that was already running (``runwright local up``) is used and left
-    running. Each session holds an exclusive lock on a file of its own while it
-    runs, so a session killed before its teardown no longer counts.
-    """
-
-    def __init__(self, home: Path) -> None:
-        self.home = home
-        self.stack = LocalStack(home)
-        self._sessions = home / "test-sessions"
-        self._note = home / "tests-started.json"
-        self._mine: TextIO | None = None
-
-    @contextlib.contextmanager
-    def _guard(self) -> Iterator[None]:
-        self.home.mkdir(parents=True, exist_ok=True)
-        with open(self.home / "tests.lock", "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            yield
-
-    def _started(self) -> list[str]:
-        try:
-            return list(json.loads(self._note.read_text()))
-        except (FileNotFoundError, ValueError):
-            return []
-
-    def _others(self) -> list[Path]:
-        """The files of the other sessions that are still running."""
-        alive = []
-        for path in sorted(self._sessions.glob("*")):
-            if self._mine is not None and path == Path(self._mine.name):
-                continue
-            with open(path, "a") as handle:
-                try:
-                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    alive.append(path)
-                    continue
-            path.unlink(missing_ok=True)  # its session is gone
-        return alive
-
-    def enter(self) -> str:
-        """Start the stack if needed; the URL of its database."""
-        with self._guard():
-            urls = self.stack.up()
-            if self.stack.started:
-                started = sorted({*self._started(), *self.stack.started})
-                self._note.write_text(json.dumps(started))
-            self._sessions.mkdir(exist_ok=True)
-            path = self._sessions / f"{os.getpid()}-{secrets.token_hex(4)}"
-            handle = open(path, "w")  # noqa: SIM115  (held until leave())
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            self._mine = handle
-        return urls.database_url
-
-    def leave(self) -> None:
-        """Stop the servers test sessions started, unless another session still uses them."""
-        if self._mine is None:
-            return
-        with self._guard():
-            path = Path(self._mine.name)
-            self._mine.close()
-            self._mine = None
-            path.unlink(missing_ok=True)
-            started = self._started()
-            if not started:
-                return
-            if self._others():
-                leaks.hand_over(self.home)  # still in use: not this session's leftovers
-                return
-            self.stack.down(started)
-            self._note.unlink(missing_ok=True)
+    databases.redis_dbs = redis_dbs
+    return databases
