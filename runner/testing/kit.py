@@ -1,0 +1,365 @@
+"""An engine for tests: runs execute in the test's own process, to completion
+or to their next wait, on a Postgres database of the test's own, with no Redis
+(the Postgres fence alone decides who executes) and a :class:`ManualClock`.
+
+The pytest plugin (:mod:`runner.testing.plugin`) hands one to each test that
+asks for ``runwright_engine``; :class:`TestEngine` works without pytest too.
+What a test does with it (docs/testing-your-agents.md):
+
+- start and run: :meth:`TestEngine.run`, :meth:`TestEngine.start`,
+  :meth:`TestEngine.run_until_settled`;
+- decide: :meth:`TestEngine.approve` and :meth:`TestEngine.deny`, by tool name;
+- read: :meth:`TestEngine.steps`, :meth:`TestEngine.tool_calls`,
+  :meth:`TestEngine.effects`, :meth:`TestEngine.messages`,
+  :meth:`TestEngine.invocations`;
+- move time: :meth:`TestEngine.advance` (expiries, retry waits, lapsed leases,
+  without sleeping);
+- crash: :meth:`TestEngine.crash` at a named point, :meth:`TestEngine.recover`
+  as a new worker would, and :meth:`TestEngine.assert_recovered`: every
+  effect ran at most once and the history is whole.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter, deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from runner import faults
+from runner.agent import Agent, Registry
+from runner.engine.engine import Engine
+from runner.errors import InvalidInput, ModelRequestsBlocked
+from runner.model import blocked_call
+from runner.observe import Observer, TickReport, ToolCall
+from runner.settings import Settings
+from runner.testing.clock import ManualClock
+from store.db import make_engine
+from store.models import Approval, Effect, Message, Run, RunStatus, Step, StepKind
+from store.postgres import PostgresStore
+
+# A key for the approval links of test runs: never one of a deployment's.
+TEST_SECRET_KEY = "test:runwright-testing-kit-key-not-for-production"
+# How many executions run_until_settled allows one run before it gives up.
+MAX_EXECUTIONS = 50
+
+__all__ = ["MAX_EXECUTIONS", "TEST_SECRET_KEY", "Crash", "TestEngine", "ToolCallRecord"]
+
+
+@dataclass(frozen=True)
+class ToolCallRecord:
+    """One tool call as the run recorded it: what the model asked, what it was told."""
+
+    step: int
+    name: str
+    call_id: str | None
+    input: Any
+    output: Any
+    error: Any
+
+
+@dataclass(frozen=True)
+class Crash:
+    """Where :meth:`TestEngine.crash` left a run: as a killed worker leaves it."""
+
+    run: Run
+    point: str
+
+
+class _Invocations(Observer):
+    """Counts the calls of each tool's function, per run and tool call, over
+    every execution in this process."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[tuple[str, str, str]] = Counter()
+        self.effects: set[str] = set()
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def tool_call(self, run: Run, call: ToolCall) -> Iterator[None]:
+        try:
+            yield
+        finally:  # also when the call died with its execution
+            with self._lock:
+                self.counts[(run.id, call.name, call.call_id)] += call.invocations
+                if call.effect:
+                    self.effects.add(call.name)
+
+
+class TestEngine:
+    """A real :class:`~runner.engine.engine.Engine`, driven by the test.
+
+    ``engine`` is the engine itself, for anything not wrapped here; ``clock``
+    is its :class:`ManualClock`. Agents are found in ``registry`` (default:
+    the one every :class:`~runner.agent.Agent` registers in).
+    """
+
+    __test__ = False  # pytest: not a test class
+
+    def __init__(
+        self,
+        database_url: str,
+        *,
+        registry: Registry | None = None,
+        settings: Settings | None = None,
+        clock: ManualClock | None = None,
+    ) -> None:
+        self.clock = clock or ManualClock()
+        self.store = PostgresStore(make_engine(database_url, pool_size=4))
+        self._queue: deque[str] = deque()
+        self._invocations = _Invocations()
+        self.engine = Engine(
+            self.store,
+            leases=None,
+            enqueue=self._queue.append,
+            settings=settings or Settings(secret_key=TEST_SECRET_KEY),
+            registry=registry,
+            clock=self.clock,
+            observers=[self._invocations],
+        )
+
+    def close(self) -> None:
+        faults.disarm()
+        self.engine.close()
+        self.store.close()
+
+    def __enter__(self) -> TestEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ runs
+
+    def start(self, agent: str | Agent, payload: Any = None, **kwargs: Any) -> Run:
+        """Create a run (``Engine.start``'s keywords); it runs when asked to."""
+        name = agent.name if isinstance(agent, Agent) else agent
+        return self.engine.start(name, payload, **kwargs)
+
+    def run(self, agent: str | Agent, payload: Any = None, **kwargs: Any) -> Run:
+        """Start a run and :meth:`run_until_settled`."""
+        return self.run_until_settled(self.start(agent, payload, **kwargs).id)
+
+    def run_until_settled(self, run_id: str) -> Run:
+        """Execute the run here until it settles (completed, failed,
+        cancelled) or waits for a person; the run as it is then.
+
+        A run waiting to retry a failing model step has its wait skipped (the
+        clock moves to its end). A run another execution still holds (one
+        that :meth:`crash` left) is refused: :meth:`recover` it. A run failed
+        by a blocked call to a real model raises
+        :class:`~runner.errors.ModelRequestsBlocked`.
+        """
+        for _ in range(MAX_EXECUTIONS):
+            run = self.engine.get_run(run_id)
+            if run.status.settled or run.status is RunStatus.WAITING:
+                return self._checked(run)
+            if run.status is RunStatus.RUNNING:
+                raise InvalidInput(
+                    f"run {run_id} is held by an execution that did not settle (a crash): "
+                    "call recover() to take it over as a new worker would"
+                )
+            if run.retry is not None and run.retry.at is not None:
+                self.clock.advance_to(run.retry.at)
+            self._forget(run_id)
+            self.engine.execute(run_id)
+        raise AssertionError(
+            f"run {run_id} did not settle in {MAX_EXECUTIONS} executions "
+            f"(it is {self.engine.get_run(run_id).status})"
+        )
+
+    def run_queued(self) -> list[Run]:
+        """Run every run the engine has queued (after a tick, a cancel, a
+        decision, the next run of a concurrency key), each until it settles."""
+        done: list[Run] = []
+        while self._queue:
+            run_id = self._queue.popleft()
+            if self.engine.get_run(run_id).status in (RunStatus.QUEUED, RunStatus.INTERRUPTED):
+                done.append(self.run_until_settled(run_id))
+        return done
+
+    def get_run(self, run_id: str) -> Run:
+        return self.engine.get_run(run_id)
+
+    def cancel(self, run_id: str) -> Run:
+        self.engine.cancel(run_id)
+        self.run_queued()
+        return self.engine.get_run(run_id)
+
+    # -------------------------------------------------------- deciding
+
+    def approve(
+        self, run_id: str, tool: str | None = None, *, reason: str | None = None, by: str = "test"
+    ) -> Run:
+        """Approve the run's pending approvals of ``tool`` (or its one pending
+        approval), then run it on to its next settle or wait."""
+        return self._decide(run_id, tool, True, reason, by)
+
+    def deny(
+        self, run_id: str, tool: str | None = None, *, reason: str | None = None, by: str = "test"
+    ) -> Run:
+        """Deny them, with ``reason`` for the model; then run it on."""
+        return self._decide(run_id, tool, False, reason, by)
+
+    def pending(self, run_id: str) -> list[Approval]:
+        """The run's approvals nobody has decided yet."""
+        return [a for a in self.engine.approvals(run_id) if a.pending]
+
+    def _decide(
+        self, run_id: str, tool: str | None, approve: bool, reason: str | None, by: str
+    ) -> Run:
+        pending = self.pending(run_id)
+        chosen = [a for a in pending if tool is None or a.tool_name == tool]
+        waiting_for = ", ".join(sorted({a.tool_name for a in pending})) or "none"
+        if not chosen:
+            raise InvalidInput(
+                f"run {run_id} has no pending approval"
+                + (f" of {tool!r}" if tool else "")
+                + f" (pending: {waiting_for})"
+            )
+        if tool is None and len({a.tool_name for a in chosen}) > 1:
+            raise InvalidInput(
+                f"run {run_id} waits for approvals of {waiting_for}: name the tool to decide"
+            )
+        for approval in chosen:
+            self.engine.respond(approval.approval_id, approve, reason, trusted=True, by=by)
+        return self.run_until_settled(run_id)
+
+    # ---------------------------------------------------------- reading
+
+    def steps(self, run_id: str) -> list[Step]:
+        return self.engine.steps(run_id)
+
+    def tool_calls(self, run_id: str) -> list[ToolCallRecord]:
+        """The run's tool calls in the order they were recorded."""
+        return [
+            ToolCallRecord(s.index, s.name or "", s.tool_call_id, s.input, s.output, s.error)
+            for s in self.engine.steps(run_id)
+            if s.kind is StepKind.TOOL
+        ]
+
+    def effects(self, run_id: str) -> list[Effect]:
+        """The run's effect journal: each effect call, its status and attempts."""
+        return self.engine.effects(run_id)
+
+    def messages(self, run_id: str) -> list[Message]:
+        """The run's history as of its last checkpoint."""
+        checkpoint = self.engine.checkpoint(run_id)
+        return [] if checkpoint is None else list(checkpoint.messages)
+
+    def invocations(self, tool: str, run_id: str | None = None) -> int:
+        """How many times ``tool``'s function ran (of ``run_id``, or of every
+        run), over every execution: a retry counts, an effect answered from
+        its journal does not."""
+        return sum(
+            n
+            for (run, name, _), n in self._invocations.counts.items()
+            if name == tool and (run_id is None or run == run_id)
+        )
+
+    # ------------------------------------------------------------- time
+
+    def advance(self, by: float | timedelta) -> TickReport:
+        """Move the clock ``by`` seconds (or a timedelta), run ``tick()`` as
+        beat would (expiring approvals, recovering lapsed runs), and run what
+        it queued until each settles or waits. Nothing sleeps."""
+        self.clock.advance(by)
+        return self.tick()
+
+    def tick(self) -> TickReport:
+        report = self.engine.tick()
+        self.run_queued()
+        return report
+
+    # ------------------------------------------------------------ crashes
+
+    def crash(self, run_id: str, at: str, *, hit: int = 1) -> Crash:
+        """Execute the run until it reaches the fault point ``at`` (the
+        ``hit``-th time) and die there, as a killed worker dies: nothing after
+        the point is written, and the run keeps its claim until the lease
+        lapses. Points (runner/faults.py): ``after_journal`` (the model's reply
+        is journaled, no tool has run), ``after_effect_start`` (an effect's
+        journal says it started; its function has not run),
+        ``after_effect_call`` (its function ran; its outcome is not written),
+        ``after_effect_complete`` and ``after_commit`` (the step is committed).
+        Fails if the run never reaches the point."""
+        if at not in faults.POINTS:
+            raise InvalidInput(f"unknown crash point {at!r}; known: {', '.join(faults.POINTS)}")
+        faults.arm(at, "raise", at_hit=hit)
+        try:
+            self._forget(run_id)
+            self.engine.execute(run_id)
+        except faults.FaultInjected:
+            return Crash(self.engine.get_run(run_id), at)
+        finally:
+            faults.disarm()
+        run = self.engine.get_run(run_id)
+        raise AssertionError(f"run {run_id} never reached {at} (it is {run.status})")
+
+    def recover(self, run_id: str) -> Run:
+        """Take a crashed run over as a new worker would: let its lease lapse
+        (the clock moves past it), let ``tick()`` find and queue it, and run
+        it until it settles or waits."""
+        self.clock.advance(self.engine.settings.lease_ttl_seconds + 1)
+        report = self.engine.tick()
+        if run_id not in report.recovered:
+            run = self.engine.get_run(run_id)
+            raise AssertionError(f"tick() did not recover run {run_id} (it is {run.status})")
+        return self.run_until_settled(run_id)
+
+    def assert_recovered(self, run_id: str) -> Run:
+        """Assert what a crash must not break: every effect of the run ran at
+        most once (its function, counted over every execution, and its
+        journal), and its history is whole (each tool call the model made
+        has exactly one result, no model step is recorded twice)."""
+        run = self.engine.get_run(run_id)
+        problems: list[str] = []
+        for (rid, name, call_id), count in sorted(self._invocations.counts.items()):
+            if rid == run_id and name in self._invocations.effects and count > 1:
+                problems.append(f"effect {name} ran {count} times for tool call {call_id}")
+        for effect in self.effects(run_id):
+            if effect.attempts > 1:
+                problems.append(
+                    f"effect {effect.tool} ({effect.key}) ran {effect.attempts} times "
+                    "(it is declared retry='at_least_once')"
+                )
+        problems += _history_gaps(self.messages(run_id), run)
+        indexes = [s.index for s in self.steps(run_id) if s.kind is StepKind.LLM]
+        if len(indexes) != len(set(indexes)):
+            problems.append(f"model steps recorded twice: {sorted(indexes)}")
+        if problems:
+            raise AssertionError(f"run {run_id} after recovery: " + "; ".join(problems))
+        return run
+
+    # ------------------------------------------------------- internals
+
+    def _forget(self, run_id: str) -> None:
+        """The run is being executed here: its queued hand-offs are spent."""
+        while run_id in self._queue:
+            self._queue.remove(run_id)
+
+    @staticmethod
+    def _checked(run: Run) -> Run:
+        error = run.error
+        if run.status is RunStatus.FAILED and error is not None and blocked_call(error.message):
+            raise ModelRequestsBlocked(error.message)
+        return run
+
+
+def _history_gaps(messages: list[Message], run: Run) -> list[str]:
+    """What is missing or doubled in a history: tool calls without exactly
+    one result (a call still waiting for a person counts as answered once)."""
+    asked: list[str] = []
+    answered: Counter[str] = Counter()
+    for message in messages:
+        for call in message.get("tool_calls") or ():
+            asked.append(call.get("id"))
+        if message.get("role") == "tool":
+            answered[message.get("tool_call_id")] += 1
+    problems = [f"tool call {c} has {answered[c]} results" for c in asked if answered[c] > 1]
+    if run.status is RunStatus.COMPLETED:
+        problems += [f"tool call {c} has no result" for c in asked if answered[c] == 0]
+    return problems
