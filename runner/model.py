@@ -47,15 +47,15 @@ MAX_IN_CALL_WAIT = 10.0
 
 _setup_lock = threading.Lock()
 _litellm: Any = None
+# litellm's setting (read when it is imported): how long a base64 data URI may
+# be in the messages litellm hands to logging callbacks before it is cut.
+BASE64_LOGGING_VARIABLE = "MAX_BASE64_LENGTH_FOR_LOGGING"
 
 # Whether calls of models that are not scripted are refused, in the whole
 # process: runs execute on the runtime's thread, not the test's, so a context
 # variable would not reach them. runner/testing/requests.py sets it for tests.
 _requests_blocked = False
 _requests_lock = threading.Lock()
-# litellm's setting (read when it is imported): how long a base64 data URI may
-# be in the messages litellm hands to logging callbacks before it is cut.
-BASE64_LOGGING_VARIABLE = "MAX_BASE64_LENGTH_FOR_LOGGING"
 
 
 def _load() -> Any:

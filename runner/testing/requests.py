@@ -12,7 +12,8 @@ The setting is the process's, not the thread's or the task's: runs execute on
 the runtime's own thread. Entering either context manager sets it, and
 leaving restores what it was on entry, so they nest. Threads that enter and
 leave them in crossing order restore each other's settings: keep them in the
-test's thread.
+test's thread. A worker subprocess is a process of its own, which a block in
+the test's process does not reach.
 """
 
 from __future__ import annotations
