@@ -56,6 +56,12 @@ class ModelError(RunwrightError):
         self.retry_after = retry_after
 
 
+class ModelRequestsBlocked(ModelError):
+    """A real model was called where model requests are blocked (a test):
+    only ``scripted/`` models answer there. Never transient: the run fails
+    ``model_error`` at once, and nothing is retried."""
+
+
 class ToolDefinitionError(RunwrightError):
     """The tool cannot be built from that function."""
 
@@ -87,6 +93,7 @@ __all__ = [
     "LeaseLostError",
     "LoopMisuse",
     "ModelError",
+    "ModelRequestsBlocked",
     "PayloadTooLarge",
     "RanEffect",
     "RunNotFound",

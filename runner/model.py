@@ -20,11 +20,11 @@ import math
 import os
 import random
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runner.errors import ModelError
+from runner.errors import ModelError, ModelRequestsBlocked
 from runner.retry import retry_after
 from store.jsonsafe import clean_message, clean_text
 from store.models import Message, Usage
@@ -50,6 +50,12 @@ _litellm: Any = None
 # litellm's setting (read when it is imported): how long a base64 data URI may
 # be in the messages litellm hands to logging callbacks before it is cut.
 BASE64_LOGGING_VARIABLE = "MAX_BASE64_LENGTH_FOR_LOGGING"
+
+# Whether calls of models that are not scripted are refused, in the whole
+# process: runs execute on the runtime's thread, not the test's, so a context
+# variable would not reach them. runner/testing/requests.py sets it for tests.
+_requests_blocked = False
+_requests_lock = threading.Lock()
 
 
 def _load() -> Any:
@@ -114,6 +120,33 @@ _WARM_UP_TOOL = {
 }
 
 
+def block_requests(blocked: bool) -> bool:
+    """Refuse (``True``) or allow again calls of every model that is not
+    ``scripted/``, in this whole process; returns the setting it replaces.
+    Tests use :func:`runner.testing.block_model_requests` instead."""
+    global _requests_blocked
+    with _requests_lock:
+        previous = _requests_blocked
+        _requests_blocked = blocked
+    return previous
+
+
+def requests_blocked() -> bool:
+    """Whether calls of models that are not ``scripted/`` are refused now."""
+    return _requests_blocked
+
+
+def _refuse_blocked(model: str) -> None:
+    if _requests_blocked and not model.startswith(SCRIPTED_PREFIX):
+        # One line (the model's repr escapes any line break in its name): the
+        # run's error, and what a test author reads first.
+        raise ModelRequestsBlocked(
+            f"model requests are blocked in this test, and the run called {model!r}; "
+            "to allow them, mark the test @pytest.mark.runwright_allow_model_requests "
+            "or run the code inside runner.testing.allow_model_requests()"
+        )
+
+
 @dataclass(frozen=True)
 class ModelReply:
     message: Message
@@ -149,6 +182,7 @@ async def complete(
     backoff_seconds: float = 0.5,
     transient: Callable[[BaseException], bool] | None = None,
     on_delta: OnDelta | None = None,
+    sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
 ) -> ModelReply:
     """One model call with short retries on transient provider errors (blips).
 
@@ -174,9 +208,17 @@ async def complete(
     counted by litellm's tokenizer instead, ``usage.estimated`` set, and is
     priced from that count: a budget never stops counting.
 
+    ``sleep`` waits out the backoff between attempts (a test's clock may skip
+    it); it must stay cancellable, as :func:`asyncio.sleep` is.
+
     Cancelling the awaiting task cancels the call (and any backoff sleep), and
     closes the stream's connection.
+
+    Where model requests are blocked (:func:`block_requests`, a test), a
+    model that is not ``scripted/`` raises :class:`ModelRequestsBlocked`
+    before anything is sent.
     """
+    _refuse_blocked(model)
     litellm = _load()
     kwargs = dict(settings)
     kwargs.setdefault("timeout", DEFAULT_TIMEOUT_SECONDS)
@@ -213,7 +255,7 @@ async def complete(
                     log.warning(
                         "model %s: %s (attempt %d); retrying in %.1fs", model, name, attempt, delay
                     )
-                    await asyncio.sleep(delay)
+                    await sleep(delay)
                     continue
             raise ModelError(
                 f"{model}: {name}: {_short(exc)} (after {attempt} attempt(s))",

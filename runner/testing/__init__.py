@@ -11,6 +11,7 @@ Nothing on the production path imports this package: ``runner.model`` loads
 
 from __future__ import annotations
 
+from runner.testing.requests import allow_model_requests, block_model_requests
 from runner.testing.scripted import (
     ERROR_KINDS,
     SCRIPTED,
@@ -21,8 +22,14 @@ from runner.testing.scripted import (
     ScriptedModelNotFound,
     ScriptExhausted,
     ToolCall,
+    UnconsumedModelSteps,
+    UnexpectedModelCall,
     call,
+    output,
+    rate_limited,
+    server_error,
     text,
+    timeout,
     tools,
 )
 
@@ -36,7 +43,15 @@ __all__ = [
     "ScriptedModel",
     "ScriptedModelNotFound",
     "ToolCall",
+    "UnconsumedModelSteps",
+    "UnexpectedModelCall",
+    "allow_model_requests",
+    "block_model_requests",
     "call",
+    "output",
+    "rate_limited",
+    "server_error",
     "text",
+    "timeout",
     "tools",
 ]

@@ -4,14 +4,42 @@ A :class:`ScriptedModel` is served through litellm as the custom provider
 ``scripted``: an agent with ``model="scripted/<name>"`` goes through
 ``litellm.acompletion`` like any other model.
 
-The reply to a request is chosen by how many assistant messages the request
-already holds, not by a counter, so a script resumes correctly in another
-process after a crash. ``journal`` (a file path) records every call across
-processes, for tests that count model calls over a kill and a resume.
-``price`` (USD per input and per output token) puts the model in litellm's cost
-map at that price, so runs record a cost; without it the model is free.
-Called with ``stream=True``, a scripted model streams its reply in chunks
-(:meth:`Reply.chunks`), ``chunk_delay`` seconds apart.
+The vocabulary of a script: :func:`text` (a reply in words), :func:`tools`
+with :func:`call` (tool calls), :func:`output` (an agent's structured output,
+its ``final_result`` tool call), and provider errors: :func:`rate_limited` (a
+429, with a ``Retry-After`` if asked), :func:`server_error` (a 500),
+:func:`timeout`, or any ``Reply(error=...)`` of :data:`ERROR_KINDS`.
+
+A script is a function of the :class:`Request` (returning a :class:`Reply`,
+or a ``str`` for a text reply), or a list. A list is read by the request's
+step, not by a counter, so a script resumes correctly in another process
+after a crash: the step is how many assistant messages the request already
+holds, plus one. Errors are not messages, so a call retried after an error
+asks for the same step again; hence the rule for errors in a list:
+
+- step k is the k-th reply of the list that is not an error;
+- the errors in a list belong to the step of the next non-error reply after
+  them (errors at the end belong to one more step, which has no reply);
+- a step is served its errors first, in order, then its reply (again for each
+  later call of that step). Which errors were served is counted in this
+  process: a step asked in a fresh process (a worker that resumed the run)
+  meets its errors again. The count is the model's, not a run's: runs sharing
+  one list share it.
+
+``[rate_limited(retry_after=1), text("ok")]`` is one step: a 429, then
+``"ok"``. A call past the end fails inside the provider with
+:class:`ScriptExhausted`, as a bad request (retrying cannot help), so the run
+fails ``model_error``; the call is recorded, and :meth:`ScriptedModel.assert_complete`
+then raises :class:`UnexpectedModelCall`, or :class:`UnconsumedModelSteps` for
+replies never served. Both count this process's calls only. A function script
+is never exhausted and has no unconsumed steps.
+
+Every request is recorded (``calls``). ``journal`` (a file path) records every
+call across processes, for tests that count model calls over a kill and a
+resume. ``price`` (USD per input and per output token) puts the model in
+litellm's cost map at that price, so runs record a cost; without it the model
+is free. Called with ``stream=True``, a scripted model streams its reply in
+chunks (:meth:`Reply.chunks`), ``chunk_delay`` seconds apart.
 
 ``runner.model`` imports this module, and registers the provider, only when a
 ``scripted/`` model is first called: production processes never load it.
@@ -31,7 +59,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pydantic
+
 from runner.errors import InvalidInput, RunwrightError
+from runner.steps.toolcalls import FINAL_RESULT
 from store.models import Message
 
 # Scripted provider errors, by the name of the litellm exception each raises.
@@ -53,6 +84,20 @@ class ScriptedModelNotFound(RunwrightError):
 
 class ScriptExhausted(RunwrightError):
     """The scripted model was asked for more replies than its script holds."""
+
+
+# What assert_complete() raises. AssertionError as well as RunwrightError: a
+# script that does not match the run is a failed expectation of the test, not
+# a fault of the code under test, and an AssertionError is what says so
+# (pytest prints it as a failed assertion, unittest counts it a failure, not
+# an error, and `pytest.raises(AssertionError)` catches it); RunwrightError
+# keeps the rule that every error Runwright raises derives from it (issue 11).
+class UnexpectedModelCall(RunwrightError, AssertionError):
+    """The scripted model was asked for more than its script holds."""
+
+
+class UnconsumedModelSteps(RunwrightError, AssertionError):
+    """The scripted model was never asked for some replies of its script."""
 
 
 @dataclass(frozen=True)
@@ -87,10 +132,44 @@ class Reply:
     # many self-hosted servers answer (the engine then counts it itself).
     usage: tuple[int, int] | None = (10, 5)
     error: str | None = None  # one of ERROR_KINDS
+    # With an error: the pause in seconds its response asks for (Retry-After).
+    retry_after: float | None = None
 
     def __post_init__(self) -> None:
         if self.error is not None and self.error not in ERROR_KINDS:
             raise InvalidInput(f"unknown scripted error {self.error!r}; use one of {ERROR_KINDS}")
+        if self.retry_after is not None:
+            if self.error is None:
+                raise InvalidInput("retry_after belongs to an error reply")
+            if not (
+                isinstance(self.retry_after, int | float)
+                and math.isfinite(self.retry_after)
+                and self.retry_after >= 0
+            ):
+                raise InvalidInput("retry_after is seconds, a number >= 0")
+
+    def describe(self) -> str:
+        """The reply in a few words, for a test's failure message."""
+        if self.error is not None:
+            asked = "" if self.retry_after is None else f", retry_after={self.retry_after:g}"
+            return f"error {self.error}{asked}"
+        if self.tool_calls:
+            return "tools(" + ", ".join(c.name for c in self.tool_calls) + ")"
+        content = self.content or ""
+        if len(content) > 40:
+            content = content[:40] + "..."
+        return f"text {content!r}"
+
+    def headers(self) -> dict[str, str]:
+        """The response headers of an error reply: its Retry-After, if any
+        (whole seconds; a fraction goes in ``retry-after-ms``, which
+        ``runner.retry.retry_after`` reads first)."""
+        if self.retry_after is None:
+            return {}
+        seconds = self.retry_after
+        if seconds == int(seconds):
+            return {"retry-after": str(int(seconds))}
+        return {"retry-after": str(math.ceil(seconds)), "retry-after-ms": f"{seconds * 1000:g}"}
 
     @property
     def finish_reason(self) -> str:
@@ -167,11 +246,41 @@ def _chunk(
 
 
 def text(content: str, **kwargs: Any) -> Reply:
+    """A reply in words (the run's output when it is the last)."""
     return Reply(content=content, **kwargs)
 
 
 def tools(*calls: ToolCall, **kwargs: Any) -> Reply:
+    """A reply that calls tools: ``tools(call("lookup", {"q": "x"}), ...)``."""
     return Reply(tool_calls=calls, **kwargs)
+
+
+def output(value: pydantic.BaseModel | dict[str, Any], **kwargs: Any) -> Reply:
+    """The structured output of an agent with ``output=``: its ``final_result``
+    tool call with ``value`` (a pydantic model instance, or a dict) as JSON."""
+    if isinstance(value, pydantic.BaseModel):
+        arguments = value.model_dump(mode="json")
+    elif isinstance(value, dict):
+        arguments = value
+    else:
+        raise InvalidInput(f"output() takes a pydantic model or a dict, not {type(value).__name__}")
+    return Reply(tool_calls=(call(FINAL_RESULT, arguments),), **kwargs)
+
+
+def rate_limited(retry_after: float | None = None, **kwargs: Any) -> Reply:
+    """A 429; with ``retry_after``, its response asks for that many seconds'
+    pause (a ``Retry-After`` header, which the engine honours)."""
+    return Reply(error="rate_limit", retry_after=retry_after, **kwargs)
+
+
+def server_error(**kwargs: Any) -> Reply:
+    """A 500 from the provider."""
+    return Reply(error="server_error", **kwargs)
+
+
+def timeout(**kwargs: Any) -> Reply:
+    """The provider did not answer in time."""
+    return Reply(error="timeout", **kwargs)
 
 
 @dataclass(frozen=True)
@@ -199,7 +308,30 @@ class Request:
         return json.loads(first.removeprefix("```json\n").removesuffix("\n```"))["payload"]
 
 
-Script = Sequence[Reply] | Callable[[Request], Reply]
+Script = Sequence[Reply] | Callable[[Request], Reply | str]
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One step of a list script: indices into the list of its errors, in
+    order, and of its reply (None: errors at the end, with no reply)."""
+
+    errors: tuple[int, ...]
+    reply: int | None
+
+
+def _steps(script: Sequence[Reply]) -> list[_Step]:
+    steps: list[_Step] = []
+    errors: list[int] = []
+    for index, reply in enumerate(script):
+        if reply.error is not None:
+            errors.append(index)
+        else:
+            steps.append(_Step(tuple(errors), index))
+            errors = []
+    if errors:
+        steps.append(_Step(tuple(errors), None))
+    return steps
 
 
 class ScriptedModel:
@@ -223,13 +355,29 @@ class ScriptedModel:
                 "price is (USD per input token, USD per output token), two numbers >= 0"
             )
         self.name = name
-        self.script = script
         self.journal = Path(journal) if journal else None
         self.price = None if price is None else (float(price[0]), float(price[1]))
         self.chunk_delay = float(chunk_delay)
         self.calls: list[Request] = []
-        self._lock = threading.Lock()
+        # The calls past the end of a list script (each also failed).
+        self.unexpected: list[Request] = []
+        self._lock = threading.RLock()
+        self.script = script
         register(self)
+
+    @property
+    def script(self) -> Script:
+        return self._script
+
+    @script.setter
+    def script(self, script: Script) -> None:
+        """A new script starts its steps (and the count of errors served) afresh."""
+        with self._lock:
+            self._script = script
+            self._plan = None if callable(script) else _steps(script)
+            self._served: dict[int, int] = {}  # step -> replies of it served, errors included
+            self._used: set[int] = set()  # indices of the list served at least once
+            self.unexpected = []
 
     @property
     def model(self) -> str:
@@ -240,15 +388,74 @@ class ScriptedModel:
         return len(self.calls)
 
     def choose(self, request: Request) -> Reply:
-        if callable(self.script):
-            return self.script(request)
-        index = request.step - 1
-        if index >= len(self.script):
-            raise ScriptExhausted(
-                f"scripted model {self.name!r} has {len(self.script)} replies; "
-                f"step {request.step} asked for one more"
+        """The reply to ``request``: the function's answer, or the list's, by
+        the rule of the module docstring. Past the end of a list, the call is
+        recorded in ``unexpected`` and :class:`ScriptExhausted` raised."""
+        script = self._script
+        if callable(script):
+            answer = script(request)
+            return text(answer) if isinstance(answer, str) else answer
+        with self._lock:
+            plan = self._plan
+            assert plan is not None
+            k = request.step
+            if k > len(plan):
+                self.unexpected.append(request)
+                raise ScriptExhausted(
+                    f"scripted model {self.name!r} has {len(script)} replies for "
+                    f"{len(plan)} step(s); step {k} asked for one more"
+                )
+            step = plan[k - 1]
+            served = self._served.get(k, 0)
+            if served < len(step.errors):
+                index = step.errors[served]
+            elif step.reply is not None:
+                index = step.reply
+            else:
+                self.unexpected.append(request)
+                raise ScriptExhausted(
+                    f"scripted model {self.name!r} has {len(script)} replies for "
+                    f"{len(plan) - 1} step(s) and {len(step.errors)} error(s) after them, "
+                    f"all served; step {k} asked for one more"
+                )
+            self._served[k] = served + 1
+            self._used.add(index)
+            return script[index]
+
+    def assert_complete(self) -> None:
+        """Fail the test if the runs and this script did not match, as this
+        process saw it: :class:`UnexpectedModelCall` if the model was asked for
+        more than its script holds, else :class:`UnconsumedModelSteps` if some
+        replies of a list script were never served. A function script only
+        fails on neither."""
+        with self._lock:
+            script = self._script
+            plan = self._plan
+            unexpected = list(self.unexpected)
+            used = set(self._used)
+            calls = len(self.calls)
+        if plan is None or callable(script):
+            return
+        holds = f"its script holds {len(script)} replies for {len(plan)} step(s)"
+        if unexpected:
+            steps = ", ".join(str(r.step) for r in unexpected)
+            raise UnexpectedModelCall(
+                f"{self.model} was called {len(unexpected)} time(s) more than its script "
+                f"allows ({holds}; {calls} call(s) in all): the call(s) past its end asked "
+                f"for step(s) {steps}"
             )
-        return self.script[index]
+        missing = [
+            f"step {k} {script[i].describe()} (reply {i + 1})"
+            for k, step in enumerate(plan, 1)
+            for i in (*step.errors, *(() if step.reply is None else (step.reply,)))
+            if i not in used
+        ]
+        if missing:
+            raise UnconsumedModelSteps(
+                f"{self.model} served {len(used)} of the {len(script)} replies of its script "
+                f"({len(plan)} step(s); {calls} call(s) in all); never served: "
+                + "; ".join(missing)
+            )
 
     async def respond(
         self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]
@@ -354,19 +561,37 @@ def install_provider(litellm: Any) -> None:
     handing over the litellm it imported (only ``runner.model`` imports litellm)."""
     ModelResponse = litellm.ModelResponse
 
+    async def respond(script: ScriptedModel, kwargs: dict[str, Any]) -> tuple[Reply, int]:
+        """The script's reply and its step; an error reply raised as the
+        litellm error it names, as a provider's answer would be."""
+        optional = kwargs.get("optional_params") or {}
+        try:
+            reply, step = await script.respond(
+                kwargs.get("messages") or [], optional.get("tools") or []
+            )
+        except ScriptExhausted as exhausted:
+            # A bad request, not the connection error litellm makes of an
+            # error of a custom provider: retrying it cannot help, so the run
+            # fails at once, with the reason.
+            raise litellm.exceptions.BadRequestError(
+                message=exhausted.message, model=script.name, llm_provider="scripted"
+            ) from exhausted
+        if reply.error is None:
+            return reply, step
+        cls = getattr(litellm.exceptions, _LITELLM_ERRORS[reply.error])
+        error = cls(message=f"scripted {reply.error}", model=script.name, llm_provider="scripted")
+        # Where litellm puts the headers of a provider's error response, and
+        # runner.retry.retry_after() reads them.
+        error.litellm_response_headers = reply.headers()
+        raise error
+
     class ScriptedProvider(litellm.CustomLLM):  # type: ignore[misc]
         """Serves ``scripted/<name>`` from the scripts registered here."""
 
         async def acompletion(self, *args: Any, **kwargs: Any) -> Any:
             model = str(kwargs.get("model", "")).split("/", 1)[-1]
-            optional = kwargs.get("optional_params") or {}
             script = lookup(model)
-            reply, step = await script.respond(
-                kwargs.get("messages") or [], optional.get("tools") or []
-            )
-            if reply.error is not None:
-                cls = getattr(litellm.exceptions, _LITELLM_ERRORS[reply.error])
-                raise cls(message=f"scripted {reply.error}", model=model, llm_provider="scripted")
+            reply, step = await respond(script, kwargs)
             # The provider-qualified name: litellm prices a response by its model.
             return ModelResponse(**reply.response(SCRIPTED + model, step))
 
@@ -375,14 +600,8 @@ def install_provider(litellm: Any) -> None:
             # the first read: errors surface there, as a provider's mid-stream
             # errors do.
             model = str(kwargs.get("model", "")).split("/", 1)[-1]
-            optional = kwargs.get("optional_params") or {}
             script = lookup(model)
-            reply, step = await script.respond(
-                kwargs.get("messages") or [], optional.get("tools") or []
-            )
-            if reply.error is not None:
-                cls = getattr(litellm.exceptions, _LITELLM_ERRORS[reply.error])
-                raise cls(message=f"scripted {reply.error}", model=model, llm_provider="scripted")
+            reply, step = await respond(script, kwargs)
             for index, chunk in enumerate(reply.chunks(step)):
                 if index and script.chunk_delay:
                     await asyncio.sleep(script.chunk_delay)
