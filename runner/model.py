@@ -136,12 +136,21 @@ def requests_blocked() -> bool:
     return _requests_blocked
 
 
+# How the message of a blocked call begins: the run's error says it.
+BLOCKED = "model requests are blocked in this test"
+
+
+def blocked_call(message: str) -> bool:
+    """Whether a run's error ``message`` is that of a blocked model call."""
+    return message.startswith(BLOCKED)
+
+
 def _refuse_blocked(model: str) -> None:
     if _requests_blocked and not model.startswith(SCRIPTED_PREFIX):
         # One line (the model's repr escapes any line break in its name): the
         # run's error, and what a test author reads first.
         raise ModelRequestsBlocked(
-            f"model requests are blocked in this test, and the run called {model!r}; "
+            f"{BLOCKED}, and the run called {model!r}; "
             "to allow them, mark the test @pytest.mark.runwright_allow_model_requests "
             "or run the code inside runner.testing.allow_model_requests()"
         )

@@ -280,6 +280,7 @@ class StepLoop:
                 ),
                 transient=policy.transient,
                 on_delta=self._deltas(k) if self.agent.stream else None,
+                sleep=self.deps.clock.sleep,
             )
         )
         aborted = asyncio.create_task(self.x.signal.wait())

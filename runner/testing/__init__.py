@@ -11,6 +11,8 @@ Nothing on the production path imports this package: ``runner.model`` loads
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from runner.testing.requests import allow_model_requests, block_model_requests
 from runner.testing.scripted import (
     ERROR_KINDS,
@@ -32,17 +34,37 @@ from runner.testing.scripted import (
     timeout,
     tools,
 )
+from store.lazy import lazy_attributes
+
+if TYPE_CHECKING:
+    from runner.testing.clock import ManualClock
+    from runner.testing.kit import Crash, TestEngine, ToolCallRecord
+
+# The engine's parts load on first use: runner.model imports this package
+# (for the scripted provider) in processes that never build a test engine.
+_LAZY = {
+    "Crash": "runner.testing.kit",
+    "ManualClock": "runner.testing.clock",
+    "TestEngine": "runner.testing.kit",
+    "ToolCallRecord": "runner.testing.kit",
+}
+
+__getattr__ = lazy_attributes(__name__, _LAZY)
 
 __all__ = [
     "ERROR_KINDS",
     "SCRIPTED",
+    "Crash",
+    "ManualClock",
     "Reply",
     "Request",
     "Script",
     "ScriptExhausted",
     "ScriptedModel",
     "ScriptedModelNotFound",
+    "TestEngine",
     "ToolCall",
+    "ToolCallRecord",
     "UnconsumedModelSteps",
     "UnexpectedModelCall",
     "allow_model_requests",

@@ -40,7 +40,9 @@ class ManualClock(Clock):
         """Move the clock ``by`` seconds (or a timedelta) forward; the new time."""
         seconds = by.total_seconds() if isinstance(by, timedelta) else by
         if not (isinstance(seconds, int | float) and math.isfinite(seconds) and seconds >= 0):
-            raise InvalidInput(f"the clock moves forward only: advance() takes seconds >= 0, not {by!r}")
+            raise InvalidInput(
+                f"the clock moves forward only: advance() takes seconds >= 0, not {by!r}"
+            )
         with self._lock:
             self._offset += timedelta(seconds=seconds)
         return self.now()

@@ -153,7 +153,7 @@ def open_databases(
     default_home: Path,
     *,
     on_shared: Callable[[Path], None] | None = None,
-    cls: type[D] = Databases,  # type: ignore[assignment]
+    cls: type[D],
 ) -> D:
     """The session's test databases, prepared: on the server the environment
     names, else on the local stack under ``RUNWRIGHT_HOME`` (default

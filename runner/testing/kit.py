@@ -149,7 +149,8 @@ class TestEngine:
 
         A run waiting to retry a failing model step has its wait skipped (the
         clock moves to its end). A run another execution still holds (one
-        that :meth:`crash` left) is refused: :meth:`recover` it. A run failed
+        that :meth:`crash` left, until its lease lapses) is refused:
+        :meth:`recover` it. A run failed
         by a blocked call to a real model raises
         :class:`~runner.errors.ModelRequestsBlocked`.
         """
@@ -157,7 +158,8 @@ class TestEngine:
             run = self.engine.get_run(run_id)
             if run.status.settled or run.status is RunStatus.WAITING:
                 return self._checked(run)
-            if run.status is RunStatus.RUNNING:
+            lapsed = run.claim is not None and run.claim.expires_at < self.clock.now()
+            if run.status is RunStatus.RUNNING and not lapsed:
                 raise InvalidInput(
                     f"run {run_id} is held by an execution that did not settle (a crash): "
                     "call recover() to take it over as a new worker would"
@@ -356,9 +358,9 @@ def _history_gaps(messages: list[Message], run: Run) -> list[str]:
     answered: Counter[str] = Counter()
     for message in messages:
         for call in message.get("tool_calls") or ():
-            asked.append(call.get("id"))
+            asked.append(str(call.get("id")))
         if message.get("role") == "tool":
-            answered[message.get("tool_call_id")] += 1
+            answered[str(message.get("tool_call_id"))] += 1
     problems = [f"tool call {c} has {answered[c]} results" for c in asked if answered[c] > 1]
     if run.status is RunStatus.COMPLETED:
         problems += [f"tool call {c} has no result" for c in asked if answered[c] == 0]

@@ -46,9 +46,9 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(scope="session")
 def runwright_databases(pytestconfig: pytest.Config) -> Iterator[Databases]:
     """The session's test databases (a migrated template; one clone per test)."""
-    from runner.testing.databases import open_databases
+    from runner.testing.databases import Databases, open_databases
 
-    databases = open_databases(os.environ, pytestconfig.rootpath / ".runwright")
+    databases = open_databases(os.environ, pytestconfig.rootpath / ".runwright", cls=Databases)
     yield databases
     databases.close()
 
