@@ -29,17 +29,19 @@ __all__ = ["MARK", "ROOT", "Services", "StackUse", "discover"]
 class Services(Databases):
     """The servers of one test session: its databases, and its Redis."""
 
-    redis_dbs: RedisDatabases
+    redis_dbs: RedisDatabases | None = None  # set once the databases are prepared
 
     def redis_url(self) -> str:
         """A Redis database of this test's own, empty."""
+        assert self.redis_dbs is not None
         return self.redis_dbs.url()
 
     def close(self) -> None:
         try:
             super().close()
         finally:
-            self.redis_dbs.close()
+            if self.redis_dbs is not None:
+                self.redis_dbs.close()
 
 
 def discover(workdir: Path) -> Services:

@@ -45,7 +45,8 @@ class Databases:
     def __init__(self, server_url: str, stack: StackUse | None = None) -> None:
         self.server_url = server_url  # a Postgres URL whose database is "postgres"
         self.stack = stack
-        self.template = f"rw_tmpl_{os.getpid()}"
+        with _lock:  # a process may hold more than one session (the suite's and the kit's)
+            self.template = f"rw_tmpl_{os.getpid()}_{next(_DB_COUNTER)}"
         self.session_key = secrets.randbits(62)
         self._made: set[str] = set()
         # Held until the session ends: while it is, the session's databases are in use.

@@ -238,9 +238,8 @@ def test_a_new_project_tests_its_agent_from_the_docs_alone(
     assert done.returncode == 0, out[-5000:]
     assert re.search(r"\b6 passed\b", out), out[-3000:]
     # What the file cost, for the note (a benchmark's business, not an assertion's).
-    print(
-        f"the kit's test file: 6 tests in {took:.1f} s (pytest's own figure: {out.strip().splitlines()[-1]})"
-    )
+    summary = out.strip().splitlines()[-1]
+    print(f"the kit's test file: 6 tests in {took:.1f} s (pytest's own figure: {summary})")
 
 
 def test_a_real_provider_call_without_opting_in_fails_with_how_to_allow_it(
