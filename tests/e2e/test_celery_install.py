@@ -144,6 +144,9 @@ class Project:
     app: str  # what `celery -A` names
     enqueue: str  # RUNWRIGHT_ENQUEUE for its processes
     client: str
+    # RUNWRIGHT_ENQUEUE names the app's module, so the `runwright` CLI
+    # imports the app (and Runwright with it) to start runs.
+    cli_starts_runs: bool = False
 
 
 def _tutorial(root: Path) -> Project:
@@ -162,7 +165,7 @@ def _django(root: Path) -> Project:
     (root / "notes" / "__init__.py").write_text("")
     (root / "notes" / "tasks.py").write_text(DJANGO_NOTES_TASKS)
     (root / "agents.py").write_text(AGENTS)
-    return Project(root, "proj", "proj.celery:enqueue", DJANGO_CLIENT)
+    return Project(root, "proj", "proj.celery:enqueue", DJANGO_CLIENT, cli_starts_runs=True)
 
 
 @pytest.fixture
@@ -248,6 +251,17 @@ def test_a_project_app_that_installs_runwright_runs_its_runs_tasks_and_ticks(
     )
     assert client.returncode == 0, client.stderr[-3000:]
     ids = json.loads(client.stdout.strip().splitlines()[-1])
+    if project.cli_starts_runs:
+        cli = subprocess.run(
+            [str(Path(sys.executable).parent / "runwright"), "start", "installed"],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+        assert cli.returncode == 0, cli.stderr[-3000:]
+        ids["cli"] = cli.stdout.split()[1]  # "run <id> (installed) is queued"
 
     store = PostgresStore.from_url(database_url)
     try:
@@ -255,7 +269,8 @@ def test_a_project_app_that_installs_runwright_runs_its_runs_tasks_and_ticks(
         def completed(run_id: str) -> bool:
             return store.get_run(run_id).status is RunStatus.COMPLETED
 
-        wait_until(lambda: completed(ids["sent"]), 60, "the enqueued run to complete")
+        enqueued = [run_id for name, run_id in ids.items() if name != "unsent"]
+        wait_until(lambda: all(map(completed, enqueued)), 60, "the enqueued runs to complete")
         # Only a tick re-enqueues the unsent run: beat sent runwright.tick,
         # and the project's Runwright worker executed it.
         wait_until(lambda: completed(ids["unsent"]), 60, "a tick to hand on the unsent run")
