@@ -81,9 +81,8 @@ broker_connection_max_retries = None
 worker_send_task_events = True
 task_send_sent_event = True
 
-beat_schedule = {
-    "runwright-tick": {"task": "runwright.tick", "schedule": _settings.tick_seconds},
-}
+# The tick's entry in beat_schedule, and the routes of the two tasks, come
+# with runner.celery.install(app), as on any project's app (tasks/app.py).
 beat_schedule_filename = str(_settings.beat_schedule or _settings.home / "celerybeat-schedule")
 # Creates the schedule file's folder, so beat starts in a fresh directory.
 beat_scheduler = "tasks.beat:Scheduler"

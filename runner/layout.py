@@ -28,16 +28,42 @@ def _origin(name: str) -> Path | None:
     return Path(origin).resolve() if origin else None
 
 
+def _ours(name: str, origin: Path) -> bool:
+    return origin == HOME / f"{name}.py" or HOME / name in origin.parents
+
+
 def require_own_modules(*names: str) -> None:
     """Exit with one line if one of ``names`` is not Runwright's own module."""
     for name in names:
         origin = _origin(name)
-        if origin is None:
+        if origin is None or _ours(name, origin):
             continue
-        ours = (HOME / name, HOME / f"{name}.py")
-        if origin == ours[1] or ours[0] in origin.parents:
-            continue
+        # A project's tasks.py that installs Runwright on its own app (the
+        # Celery tutorial's layout) sends runs through that app instead.
+        hint = (
+            "; if it installs Runwright on your Celery app, set "
+            "RUNWRIGHT_ENQUEUE=runner.celery:enqueue (docs/celery.md)"
+            if name == "tasks"
+            else ""
+        )
         raise SystemExit(
             f"runwright: {origin} shadows Runwright's module {name!r}; rename your "
-            f"{name!r} or take its folder off the import path (see README, 'Module names')"
+            f"{name!r} or take its folder off the import path (see README, 'Module names')" + hint
         )
+
+
+def require_runwright_app(app: str, *, installed: bool) -> None:
+    """Exit with one line if ``celery -A <app>`` loaded a ``tasks`` module that
+    is not Runwright's and whose app did not install Runwright: in a folder with
+    a ``tasks.py`` of its own, ``celery -A tasks worker`` would otherwise start
+    that app in place of Runwright's, and say nothing (runner/celery_plugin.py)."""
+    if installed or app.partition(":")[0].split(".")[0] != "tasks":
+        return
+    origin = _origin("tasks")
+    if origin is None or _ours("tasks", origin):
+        return
+    raise SystemExit(
+        f"runwright: `celery -A {app}` started {origin}, an app of your own that shadows "
+        "Runwright's module 'tasks' and does not run Runwright; rename it to start "
+        "Runwright's app here, or call runner.celery.install(app) in it (docs/celery.md)"
+    )

@@ -1,5 +1,6 @@
-"""Celery glue: the app, the ``runwright.execute`` and ``runwright.tick`` tasks,
-and the worker signals (warm-up, drain).
+"""Runwright's own Celery app, with the ``runwright.execute`` and
+``runwright.tick`` tasks and the worker signals (warm-up, drain) that
+``runner.celery.install`` gives it.
 
 Start workers with ``celery -A tasks worker`` and beat with ``celery -A tasks beat``.
 """

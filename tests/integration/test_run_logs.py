@@ -30,7 +30,7 @@ def _records(caplog: pytest.LogCaptureFixture, name: str) -> list[logging.LogRec
 
 @pytest.fixture(autouse=True)
 def _run_context(caplog: pytest.LogCaptureFixture) -> None:
-    """What a worker does to its handlers (tasks/app.py)."""
+    """What a worker does to its handlers (runner/celery.py)."""
     install([caplog.handler], "text")
 
 

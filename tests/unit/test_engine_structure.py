@@ -32,7 +32,14 @@ PACKAGES = ("runner", "store", "tasks")
 # The layers, lowest first: a module imports its own layer or a lower one.
 LAYERS = ("store", "runner", "tasks")
 # What the engine core never imports: its integrations, clients of its API.
-INTEGRATIONS = ("runner.cli", "runner.console", "runner.sse", "runner.testing")
+INTEGRATIONS = (
+    "runner.celery",
+    "runner.cli",
+    "runner.console",
+    "runner.sse",
+    "runner.testing",
+    "tasks",
+)
 # The domain's subpackages, which the graph must see.
 SUBPACKAGES = ("runner.engine", "runner.steps", "runner.events", "runner.approvals")
 

@@ -22,7 +22,7 @@ NOT_RUNWRIGHT = {
     # Process exits with one line, not errors: a shadowed module, a worker
     # that cannot start (Celery lets only SystemExit through its signals).
     ("runner.layout", "SystemExit"): "exit",
-    ("tasks.app", "SystemExit"): "exit",
+    ("runner.celery", "SystemExit"): "exit",
     # Stands for the process dying at a fault point: a BaseException on purpose.
     ("runner.faults", "FaultInjected"): "simulated crash",
     # litellm's contract for a custom provider without a sync path.
@@ -30,7 +30,7 @@ NOT_RUNWRIGHT = {
     # kombu and Celery treat only the driver's connection error as a lost broker.
     ("tasks.broker", "RedisConnectionError"): "kombu contract",
     # Celery's signal to hand a message back to the broker (an outage of the store).
-    ("tasks.app", "Reject"): "Celery contract",
+    ("runner.celery", "Reject"): "Celery contract",
 }
 
 

@@ -5,10 +5,10 @@ never rename them; a deliberate rename fails here first and needs a migration
 
 from __future__ import annotations
 
+from runner.celery import EXECUTE, TICK
 from store import leases
 from store.models import Decision, EffectStatus, RunStatus, StepKind
 from store.schema import metadata
-from tasks.outcomes import EXECUTE, TICK
 
 TABLES = {
     "approvals": [

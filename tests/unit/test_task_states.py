@@ -14,9 +14,9 @@ import pytest
 from celery import Celery
 from celery.backends.base import BaseBackend
 
+from runner.celery import QuietTicks, RunFailed, execute_result, tick_result
 from runner.engine.engine import TickReport
 from store.models import Run, RunError, RunStatus, TriggerEnvelope, Usage
-from tasks.outcomes import QuietTicks, RunFailed, execute_result, tick_result
 
 
 def make_run(status: RunStatus, error: RunError | None = None) -> Run:
@@ -59,7 +59,7 @@ def test_a_failed_run_raises_its_error() -> None:
 def test_a_tick_logs_one_line_only_when_it_did_something(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="tasks.outcomes")
+    caplog.set_level(logging.INFO, logger="runner.celery")
     assert not any(tick_result(TickReport()).values())
     assert not any(tick_result(TickReport(skipped=True)).values())
     assert caplog.records == []

@@ -1,0 +1,407 @@
+"""Runwright on a Celery app: :func:`install` gives an app Runwright's two tasks
+(``runwright.execute``, ``runwright.tick``), routes them to Runwright's queue,
+adds the tick to its beat schedule, and makes its workers warm up, log with
+the run context and drain on a warm shutdown. Task arguments carry run ids
+only.
+
+Runwright's own app (``celery -A tasks``, tasks/app.py) is one such app; a
+project's own app is another (docs/celery.md). Celery's signals are global, so
+every handler here first checks that the worker or beat it serves is an app's
+that installed Runwright.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import socket
+import threading
+import weakref
+from datetime import datetime
+from typing import Any
+
+from celery import Celery, Task, signals
+from celery.exceptions import Reject
+
+from runner.engine.engine import Engine, TickReport
+from runner.engine.runtime import runtime
+from runner.errors import ConfigurationError, RunwrightError, StoreUnavailable
+from runner.model import warm_up
+from runner.observe import setup as observe
+from runner.settings import Settings
+from store.models import Run, RunStatus
+
+__all__ = ["EXECUTE", "TICK", "RunFailed", "engine", "enqueue", "install", "installed"]
+
+log = logging.getLogger(__name__)
+
+TICK = "runwright.tick"
+EXECUTE = "runwright.execute"
+# The tick's key in an app's beat_schedule, next to the project's own entries.
+TICK_ENTRY = "runwright-tick"
+
+
+class RunFailed(RunwrightError):
+    """The run failed."""
+
+    # Celery rebuilds a task's exception from its args: by pickling it (the
+    # default reduce calls ``RunFailed(*args)``) and, for JSON result backends,
+    # by calling ``RunFailed(*args)`` itself. So the args are exactly the
+    # constructor's, two plain strings.
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.args = (code, message)
+
+    @property
+    def code(self) -> str:
+        return str(self.args[0])
+
+    @property
+    def message(self) -> str:
+        return str(self.args[1])
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+
+# ------------------------------------------------------------ installing
+
+
+# The apps of this process that installed Runwright, and the execute task
+# that enqueue() sends through: the last app's.
+_apps: weakref.WeakSet[Celery] = weakref.WeakSet()
+_execute_task: Task | None = None
+# The app whose worker or beat this process started (Celery's import_modules
+# signal, sent before logging is set up), for the signals that name no app.
+_started_app: Celery | None = None
+# Set when this process is a worker that takes Runwright's queue.
+_runs_agents = False
+
+
+def install(app: Celery) -> tuple[Task, Task]:
+    """Give ``app`` Runwright's tasks, queue, beat entry and worker set-up.
+
+    The tasks go to ``RUNWRIGHT_QUEUE`` (a route ahead of the app's own
+    ``task_routes``, which keep routing the app's tasks), the tick runs every
+    ``RUNWRIGHT_TICK_SECONDS`` from the app's beat, and a worker that takes
+    that queue warms up, logs with the run context and drains on a warm
+    shutdown. The app's configuration is not read here, so a lazy one
+    (Django's settings) stays lazy. :func:`enqueue` then sends through
+    ``app``. Returns the two tasks (execute, tick)."""
+    global _execute_task
+    settings = Settings.from_env()
+    execute_task = app.task(
+        name=EXECUTE,
+        ignore_result=True,
+        acks_late=True,
+        reject_on_worker_lost=True,
+        serializer="json",
+        throws=(RunFailed,),
+    )(execute)
+    tick_task = app.task(name=TICK, ignore_result=True, send_events=False, serializer="json")(tick)
+    app.add_periodic_task(settings.tick_seconds, app.signature(TICK), name=TICK_ENTRY)
+    if app.configured:
+        _route(app, settings.queue)
+    else:
+        app.on_after_configure.connect(
+            lambda sender, **_: _route(sender, settings.queue), weak=False, sender=app
+        )
+    _apps.add(app)
+    _execute_task = execute_task
+    _connect()
+    return execute_task, tick_task
+
+
+def installed(app: Any) -> bool:
+    """Whether ``app`` installed Runwright in this process."""
+    return app in _apps
+
+
+def _route(app: Celery, queue: str) -> None:
+    # Celery's task_routes is one router or a sequence of them, asked in
+    # order: Runwright's goes first, the app's own follow unchanged.
+    ours = {EXECUTE: {"queue": queue}, TICK: {"queue": queue}}
+    routes = app.conf.task_routes
+    if routes is None:
+        app.conf.task_routes = (ours,)
+    elif isinstance(routes, list | tuple):
+        app.conf.task_routes = (ours, *routes)
+    else:
+        app.conf.task_routes = (ours, routes)
+
+
+# ------------------------------------------------------------ the engine
+
+_engine: Engine | None = None
+_engine_pid = 0
+_engine_lock = threading.Lock()
+
+
+def engine() -> Engine:
+    """This process's engine, created on first use (after any fork), so every
+    worker process has its own database and Redis pools. It enqueues through
+    :func:`enqueue`."""
+    global _engine, _engine_pid
+    if _engine is None or _engine_pid != os.getpid():
+        with _engine_lock:
+            if _engine is None or _engine_pid != os.getpid():
+                _engine = Engine.from_env(enqueue=enqueue)
+                _engine_pid = os.getpid()
+    return _engine
+
+
+def enqueue(run_id: str, *, eta: datetime | None = None) -> None:
+    """Hand a run to a worker through the app that installed Runwright in this
+    process: the ``enqueue`` callable of the engine (``RUNWRIGHT_ENQUEUE``).
+    With ``eta``, not before then (a run waiting to retry a model step)."""
+    if _execute_task is None:
+        raise ConfigurationError(
+            "no Celery app in this process installed Runwright: import the module that "
+            "calls runner.celery.install(app) before starting runs (docs/celery.md)"
+        )
+    _execute_task.apply_async(args=[run_id], eta=eta)
+
+
+# ------------------------------------------------------------ the tasks
+
+
+# A run that settles failed fails its task, so that Celery records FAILURE (and
+# Flower's Failed filter finds it). The failure is expected: ``throws`` makes
+# the worker log it at INFO without a traceback. The message is still acked
+# (Celery's default for a failed task with acks_late): a failed run is settled,
+# and delivering its message again could only be refused by the claim.
+def execute(run_id: str) -> str | None:
+    """Execute one run. A duplicate or stale message exits quietly; a run that
+    fails raises :class:`RunFailed`; an execution that could not reach Redis
+    or Postgres hands its message back to the broker."""
+    try:
+        run = engine().execute(run_id)
+    except StoreUnavailable as exc:
+        # The execution waited RUNWRIGHT_STORE_WAIT_SECONDS for the store
+        # without claiming the run (or its worker is shutting down). The
+        # message goes back to the queue, unacked until now, for this or
+        # another worker: the run is not failed, and it does not wait for
+        # tick(). Flower shows the task REJECTED, then its next delivery.
+        raise Reject(exc.message, requeue=True) from None
+    return execute_result(run)
+
+
+# Ticks come every few seconds and mostly find nothing to do: they send no task
+# events, so Flower lists runs, not ticks (beat's task-sent events are turned
+# off in _quiet_beat). A tick that did something says so in one INFO line.
+def tick() -> dict[str, int]:
+    """Re-send notifications, expire waits, recover lapsed runs, re-enqueue."""
+    return tick_result(engine().tick())
+
+
+def execute_result(run: Run | None) -> str | None:
+    """The task's result for the run as its execution left it; a failed run
+    raises :class:`RunFailed`. Every other outcome (completed, waiting, queued
+    for a retry, cancelled, interrupted, not claimable) is a success."""
+    if run is None:
+        return None
+    if run.status is RunStatus.FAILED:
+        code, message = (
+            (run.error.code, run.error.message) if run.error else (RunStatus.FAILED.value, "")
+        )
+        raise RunFailed(code, message or "the run failed")
+    return run.status.value
+
+
+def tick_result(report: TickReport) -> dict[str, int]:
+    """What a tick did, by job, logged in one INFO line if it did anything. A
+    tick that did nothing, or was skipped because another held the lock, is
+    all zeros and logs nothing."""
+    counts = {
+        "notified": report.notified,
+        "notify_failed": report.notify_failed,
+        "expired": report.expired,
+        "recovered": len(report.recovered),
+        "reenqueued": len(report.reenqueued),
+        "started": len(report.key_heads),
+        "item_errors": report.item_errors,
+        "failed_jobs": len(report.failed_jobs),
+    }
+    done = [f"{name} {count}" for name, count in counts.items() if count]
+    if done:
+        log.info("tick: %s", ", ".join(done))
+    return counts
+
+
+class QuietTicks(logging.Filter):
+    """Drops Celery's INFO lines about ticks ("received", "succeeded"), which
+    it logs with the task's name in ``record.data``; their failures, at ERROR,
+    pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        data = getattr(record, "data", None)
+        return not (
+            record.levelno <= logging.INFO and isinstance(data, dict) and data.get("name") == TICK
+        )
+
+
+class QuietHandBacks(logging.Filter):
+    """Celery logs a rejected task at WARNING with the traceback of the
+    ``Reject``. An execution that hands its message back during an outage
+    (:func:`execute`) is expected: its line stays, without the traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        data = getattr(record, "data", None)
+        if (
+            isinstance(data, dict)
+            and data.get("name") == EXECUTE
+            and data.get("description") == "rejected"
+        ):
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+# ------------------------------------------------------------ the signals
+
+
+def _connect() -> None:
+    # Once per process, whichever app installs first; each handler checks
+    # the app it is sent for.
+    for signal, handler in (
+        (signals.import_modules, _starting),
+        (signals.worker_init, _worker_init),
+        (signals.after_setup_logger, _run_context_on_logs),
+        (signals.after_setup_task_logger, _run_context_on_logs),
+        (signals.worker_shutdown, _flush_observers),
+        (signals.beat_init, _quiet_beat),
+        (signals.worker_shutting_down, _drain),
+    ):
+        signal.connect(handler, weak=False, dispatch_uid=f"runwright.{handler.__name__}")
+
+
+def _process_app() -> Celery | None:
+    """The app this process serves: the one its worker or beat started with,
+    else (a signal sent by hand, with no worker) the last that installed
+    Runwright."""
+    if _started_app is not None:
+        return _started_app
+    return _execute_task.app if _execute_task is not None else None
+
+
+def _starting(sender: Any = None, **_: Any) -> None:
+    # A worker's or beat's loader imports the app's modules first of all.
+    global _started_app
+    if _started_app is None and isinstance(sender, Celery):
+        _started_app = sender
+
+
+def _consumes(worker: Any, queue: str) -> bool:
+    """Whether the worker takes messages from ``queue`` (its -Q, else every
+    queue the app declares, its default queue at least)."""
+    return queue in worker.app.amqp.queues.consume_from
+
+
+def _uses_prefork(worker: Any) -> bool:
+    from celery import concurrency
+    from celery.concurrency.prefork import TaskPool
+
+    pool = concurrency.get_implementation(getattr(worker, "pool_cls", None) or "prefork")
+    return isinstance(pool, type) and issubclass(pool, TaskPool)
+
+
+def _worker_init(sender: Any = None, **_: Any) -> None:
+    global _runs_agents
+    app = sender.app if sender is not None else _process_app()
+    if not installed(app):
+        return
+    settings = Settings.from_env()
+    # A project's worker that takes only its own queues (its prefork fleet)
+    # runs no agent: it needs no warm-up, and its pool is its own business.
+    if sender is not None and not _consumes(sender, settings.queue):
+        return
+    # Import litellm (seconds) and the agents before the first task, not during
+    # it. A worker that cannot load its agents must not look healthy: exit loudly
+    # (SystemExit passes through Celery's signal dispatch; other errors would not).
+    if sender is not None and _uses_prefork(sender):
+        # Warm shutdown reaches only the main process, so executions in
+        # prefork children could not drain: they would be cut off at the
+        # cold shutdown and wait for tick() to recover them.
+        raise SystemExit(
+            f"runwright: this worker takes Runwright's queue {settings.queue!r}, and the "
+            "prefork pool cannot drain running agents on shutdown; use the threads pool "
+            "(-P threads; for `celery -A tasks`, unset RUNWRIGHT_WORKER_POOL)"
+        )
+    _runs_agents = True
+    _quiet_tick_logs()
+    if sender is not None and getattr(sender, "prefetch_multiplier", 1) != 1:
+        # Each message prefetched is a run this worker holds while others idle.
+        log.warning(
+            "runwright: this worker prefetches %s messages per thread; start it with "
+            "--prefetch-multiplier 1 so that runs spread over the workers",
+            sender.prefetch_multiplier,
+        )
+    try:
+        warm_up()
+        observe.start_worker(engine().settings, _handlers(), _worker_name(sender))
+        _freeze_heap()
+    except RunwrightError as exc:
+        raise SystemExit(f"runwright: the worker cannot start: {exc.message}") from exc
+
+
+def _freeze_heap() -> None:
+    """Take what the worker has loaded by now (litellm, Celery, the agents:
+    about half a million objects) out of the garbage collector's full passes.
+    Each full pass otherwise walks all of it, 150-300 ms during which no run
+    of this worker moves; what runs create later is collected as before."""
+    gc.collect()
+    gc.freeze()
+
+
+def _worker_name(worker: Any) -> str:
+    return str(getattr(worker, "hostname", None) or f"{socket.gethostname()}:{os.getpid()}")
+
+
+def _handlers() -> list[logging.Handler]:
+    """The handlers Celery set up: the root logger's and the task logger's."""
+    found = list(logging.getLogger().handlers)
+    for name in ("celery.task", "celery.redirected"):
+        found += [h for h in logging.getLogger(name).handlers if h not in found]
+    return found
+
+
+def _run_context_on_logs(logger: logging.Logger | None = None, **_: Any) -> None:
+    # Celery (re)configures its handlers here: give every one of them the run
+    # context, and the JSON format if asked (RUNWRIGHT_LOG_FORMAT).
+    if logger is not None and installed(_process_app()):
+        observe.install_logging(list(logger.handlers))
+
+
+def _flush_observers(sender: Any = None, **_: Any) -> None:
+    if _engine is not None and _runs_agents:
+        observe.stop_worker(_engine.settings)
+
+
+def _quiet_tick_logs() -> None:
+    # Two lines every few seconds would bury the worker's log as the events
+    # would bury Flower: a tick is logged only when it did something.
+    quiet = QuietTicks()
+    for name in ("celery.worker.strategy", "celery.app.trace"):
+        logging.getLogger(name).addFilter(quiet)
+    logging.getLogger("celery.app.trace").addFilter(QuietHandBacks())
+
+
+def _quiet_beat(sender: Any = None, **_: Any) -> None:
+    # The task-sent event goes with every message when task_send_sent_event is
+    # on, whatever the task's send_events says, and Flower lists a task from
+    # that event alone. Beat sends the schedule's messages (the ticks): it
+    # announces none. An embedded beat on a thread shares the worker's
+    # configuration, whose enqueues of runs stay announced.
+    app = sender.app if sender is not None else _process_app()
+    if app is not None and installed(app) and threading.current_thread() is threading.main_thread():
+        app.conf.task_send_sent_event = False
+
+
+def _drain(sig: str = "", how: str = "", **_: Any) -> None:
+    # Runs in the main process's signal handler: only flag the executions (no
+    # logging here, it takes locks); they settle `interrupted`, release their
+    # leases and are enqueued again, while Celery's warm shutdown waits for
+    # their tasks to return.
+    if _runs_agents:
+        runtime().drain()
