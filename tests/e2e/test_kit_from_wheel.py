@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -166,6 +167,11 @@ def test_calls_the_real_provider(runwright_engine):
 """
 
 
+# What a checkout holds besides its source.
+_NOT_SOURCE = (".git", ".venv", ".runwright", "*.egg-info", "build", "dist", "__pycache__",
+               ".mypy_cache", ".ruff_cache", ".pytest_cache", "results")  # fmt: skip
+
+
 def _run(args: list[str], cwd: Path, env: dict[str, str], timeout: float) -> str:
     done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, f"{args}: {done.stdout[-3000:]}{done.stderr[-3000:]}"
@@ -177,10 +183,13 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh virtualenv with Runwright installed from a wheel of this checkout."""
     root = tmp_path_factory.mktemp("wheel")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RUNWRIGHT_", "VIRTUAL_ENV"))}
+    # Built from a copy: a build writes its egg-info and build/ into the source.
+    source = root / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*_NOT_SOURCE))
     dist = root / "dist"
     _run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(dist), str(ROOT)],
+         "-w", str(dist), str(source)],
         root, env, 300,
     )  # fmt: skip
     (wheel,) = dist.glob("runwright-*.whl")
