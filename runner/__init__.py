@@ -1,6 +1,7 @@
 """The engine: agents, tools, the tool loop, executions, approvals, tick, cancel, drain.
 
-``runner`` never imports Celery (it is handed an ``enqueue`` callable), and only
+The engine never imports Celery (it is handed an ``enqueue`` callable; only the
+integration ``runner/celery.py`` does), and only
 ``runner/model.py`` imports litellm, lazily (and ``runner/testing/scripted.py``, whose
 provider it registers on the first call of a ``scripted/`` model). Names load on
 first use, so the command line starts fast. The command line and the demo live
@@ -17,7 +18,7 @@ The public names are these (``__all__``). Where the rest lives:
   ``sse.py`` and ``faults.py`` (for tests).
 - ``testing/``: the kit for testing agents (scripted models, an in-process
   engine, the pytest plugin).
-- ``observe/``, ``console/``, ``cli/``: the integrations.
+- ``observe/``, ``console/``, ``cli/``, ``celery.py``: the integrations.
 """
 
 from __future__ import annotations
