@@ -176,10 +176,15 @@ def procs() -> Iterator[list[Proc]]:
         proc.stop()
 
 
+_NOT_THE_PROJECTS = ("PYTHONPATH", "DJANGO_SETTINGS_MODULE", "EXAMPLE_DJANGO_DB")
+
+
 def _project_env(proc_env: dict[str, str], redis_url: str, project: Project) -> dict[str, str]:
     # The project's own processes: Runwright as installed, the project's
-    # folder first on the import path (as `python -m celery` puts it).
-    env = {k: v for k, v in proc_env.items() if k != "PYTHONPATH"}
+    # folder first on the import path (as `python -m celery` puts it), and no
+    # Django settings but the project's own (the suite's Django tests set
+    # DJANGO_SETTINGS_MODULE in this process, which Celery's Django fixup reads).
+    env = {k: v for k, v in proc_env.items() if k not in _NOT_THE_PROJECTS}
     return {
         **env,
         "PROJECT_BROKER_URL": redis_url,
@@ -305,7 +310,8 @@ def test_celery_a_tasks_in_a_folder_with_an_unrelated_tasks_py_exits_in_one_line
     command: str, tmp_path: Path, proc_env: dict[str, str], redis_url: str
 ) -> None:
     (tmp_path / "tasks.py").write_text(UNRELATED_TASKS)
-    env = {**proc_env, "PROJECT_BROKER_URL": redis_url, "PYTHONUNBUFFERED": "1"}
+    env = {k: v for k, v in proc_env.items() if k not in _NOT_THE_PROJECTS[1:]}
+    env.update(PROJECT_BROKER_URL=redis_url, PYTHONUNBUFFERED="1")
     args = [sys.executable, "-m", "celery", "-A", "tasks", command, "-l", "INFO"]
     stderr = tmp_path / "stderr.log"
     with open(stderr, "wb") as err:
