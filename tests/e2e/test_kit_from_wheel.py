@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.services import ROOT, Services
@@ -218,10 +219,14 @@ def _project(tmp_path: Path) -> Path:
 
 
 def _pytest(
-    venv: Path, project: Path, services: Services, *files: str
+    venv: Path, project: Path, services: Services | None, *files: str, **extra: str
 ) -> subprocess.CompletedProcess[str]:
+    """pytest in the project; on the suite's Postgres server, or with
+    ``services=None`` on none (the kit then starts the local stack's)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RUNWRIGHT_", "PYTHON"))}
-    env["RUNWRIGHT_TEST_DATABASE_URL"] = services.database_url("postgres")
+    if services is not None:
+        env["RUNWRIGHT_TEST_DATABASE_URL"] = services.database_url("postgres")
+    env.update(extra)
     # A provider an allowed call would reach: none (no key, a closed port).
     env.pop("OPENAI_API_KEY", None)
     env["OPENAI_BASE_URL"] = "http://127.0.0.1:9/v1"
@@ -272,3 +277,28 @@ def test_a_real_provider_call_without_opting_in_fails_with_how_to_allow_it(
     # Allowed, the call goes out (and fails for want of a key and a network),
     # so the run fails on the provider, not on the block.
     assert "ModelRequestsBlocked" not in out, out[-3000:]
+
+    (project / "test_real.py").write_text(REAL_CALL)
+    done = _pytest(venv, project, services, "test_real.py", RUNWRIGHT_ALLOW_MODEL_REQUESTS="1")
+    assert "ModelRequestsBlocked" not in done.stdout + done.stderr, done.stdout[-3000:]
+
+
+def test_without_a_database_url_the_kit_starts_the_embedded_postgres_and_stops_it(
+    venv: Path, tmp_path: Path
+) -> None:
+    project = _project(tmp_path)
+    home = project / ".runwright"
+    began = time.monotonic()
+    done = _pytest(venv, project, None, "test_billing.py")
+    took = time.monotonic() - began
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-5000:]
+    assert re.search(r"\b6 passed\b", out), out[-3000:]
+    assert (home / "postgres").is_dir()  # the project's own stack, under .runwright/
+    left = [
+        proc.info["cmdline"]
+        for proc in psutil.process_iter(["cmdline"])
+        if str(home) in " ".join(proc.info["cmdline"] or ())
+    ]
+    assert left == []  # the session that started it stopped it
+    print(f"the kit's test file on a first start of the embedded Postgres: {took:.1f} s")
