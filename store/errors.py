@@ -42,6 +42,10 @@ class PayloadTooLarge(InvalidInput):
     """The trigger payload is larger than the configured limit."""
 
 
+class EffectNotFound(RunwrightError):
+    """The run has no effect for that tool call."""
+
+
 class InvalidTransition(RunwrightError):
     """The run is not in a status that allows this change."""
 

@@ -46,6 +46,17 @@ class EffectStatus(enum.StrEnum):
     STARTED = "started"
     COMPLETED = "completed"
     FAILED = "failed"
+    # Started by an execution that died before writing its outcome, and found
+    # so by a later one: it may or may not have happened (a person resolves it).
+    UNKNOWN = "unknown"
+
+
+class EffectOutcome(enum.StrEnum):
+    """What a person (or the effect's reconcile callable) says an effect of
+    unknown outcome did."""
+
+    DONE = "done"
+    NOT_DONE = "not_done"
 
 
 class Decision(enum.StrEnum):
@@ -201,6 +212,8 @@ class Run:
     model: str | None = None
     forked_from: str | None = None
     forked_at_step: int | None = None
+    # An effect of the run has an unknown outcome that nobody resolved yet.
+    needs_attention: bool = False
     # What the model calls cost, in USD (0 when the models are unpriced).
     cost_usd: float = 0.0
     # W3C trace context of the request that started the run.
@@ -301,6 +314,21 @@ class Effect:
     output: JSON = None
     error: str | None = None
     finished_at: datetime | None = None
+    # For an effect of unknown outcome: what was said to have happened, by whom.
+    resolved_outcome: EffectOutcome | None = None
+    resolved_by: str | None = None
+    resolved_note: str | None = None
+    resolved_at: datetime | None = None
+
+    @property
+    def unresolved(self) -> bool:
+        """Of unknown outcome, and nobody has said what happened."""
+        return self.status is EffectStatus.UNKNOWN and self.resolved_outcome is None
+
+    @property
+    def call_id(self) -> str:
+        """The tool call the effect was made for (its key is ``run_id:call_id``)."""
+        return self.key.split(":", 1)[1] if ":" in self.key else self.key
 
 
 # ---------------------------------------------------------------- write inputs

@@ -2,8 +2,8 @@
 statements that decide them, beside the code that runs them in ``store/pg/``).
 
 The class is assembled from one part per concern (``store/pg/``): runs, claims
-and fenced execution writes, approvals, tick maintenance, retry and fork, and
-what the metrics endpoint reads. Each part holds its statements;
+and fenced execution writes, effects of unknown outcome, approvals, tick
+maintenance, retry and fork, and what the metrics endpoint reads. Each part holds its statements;
 :class:`store.db.Executor` runs them.
 
 Methods taking a :class:`~store.models.Fence` are the writes of a running run:
@@ -22,6 +22,7 @@ import sqlalchemy as sa
 
 from store.db import DEFAULT_POOL_SIZE, Executor, shared_engine
 from store.pg.approvals import PgApprovals
+from store.pg.effects import PgEffects
 from store.pg.execution import PgExecution
 from store.pg.maintenance import PgMaintenance
 from store.pg.observe import PgObserve
@@ -30,7 +31,9 @@ from store.pg.runs import PgRuns
 from store.validate import DEFAULT_MAX_PAYLOAD_BYTES
 
 
-class PostgresStore(PgRuns, PgExecution, PgApprovals, PgMaintenance, PgRecovery, PgObserve):
+class PostgresStore(
+    PgRuns, PgExecution, PgEffects, PgApprovals, PgMaintenance, PgRecovery, PgObserve
+):
     """The store: what the engine, the console and the command line call."""
 
     def __init__(

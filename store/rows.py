@@ -11,6 +11,7 @@ from store.models import (
     Claim,
     Decision,
     Effect,
+    EffectOutcome,
     EffectStatus,
     RetryWait,
     Run,
@@ -73,6 +74,7 @@ def run_from_row(row: Mapping[str, Any], waiting: WaitPoint | None = None) -> Ru
         model=m["model"],
         forked_from=None if m["forked_from"] is None else str(m["forked_from"]),
         forked_at_step=m["forked_at_step"],
+        needs_attention=bool(m.get("needs_attention", False)),
     )
 
 
@@ -165,6 +167,12 @@ def effect_from_row(row: Mapping[str, Any]) -> Effect:
         output=m["output"],
         error=m["error"],
         finished_at=m["finished_at"],
+        resolved_outcome=None
+        if m.get("resolved_outcome") is None
+        else EffectOutcome(m["resolved_outcome"]),
+        resolved_by=m.get("resolved_by"),
+        resolved_note=m.get("resolved_note"),
+        resolved_at=m.get("resolved_at"),
     )
 
 

@@ -21,10 +21,12 @@ RUN_SUMMARIES = Statement(
     "run_summaries",
     """
     SELECT id, agent, status, steps_used, input_tokens, output_tokens, cost_usd, error_code,
-           concurrency_key, created_at, updated_at, finished_at, retry_at, retry_attempts
+           concurrency_key, created_at, updated_at, finished_at, retry_at, retry_attempts,
+           needs_attention
       FROM runs
      WHERE (CAST(:status AS text) IS NULL OR status = CAST(:status AS text))
        AND (CAST(:agent AS text) IS NULL OR agent = CAST(:agent AS text))
+       AND (NOT CAST(:attention AS bool) OR needs_attention)
      ORDER BY id DESC LIMIT CAST(:limit AS int)
     """,
 )
@@ -41,7 +43,12 @@ def libpq_url(url: str) -> str:
 
 
 def list_runs(
-    url: str, *, status: str | None = None, agent: str | None = None, limit: int = 50
+    url: str,
+    *,
+    status: str | None = None,
+    agent: str | None = None,
+    limit: int = 50,
+    needs_attention: bool = False,
 ) -> list[dict[str, Any]]:
     if status is not None and status not in STATUSES:
         raise InvalidInput(f"unknown status {status!r}; use one of {', '.join(STATUSES)}")
@@ -50,7 +57,12 @@ def list_runs(
         with translated():
             _require_schema(conn)
             with conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cursor:
-                params = {"status": status, "agent": agent, "limit": limit}
+                params = {
+                    "status": status,
+                    "agent": agent,
+                    "limit": limit,
+                    "attention": bool(needs_attention),
+                }
                 cursor.execute(RUN_SUMMARIES.pyformat, params)
                 return [dict(row) for row in cursor.fetchall()]
     finally:

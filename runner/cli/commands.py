@@ -35,6 +35,7 @@ from runner.cli.step_lines import step_line as _step_line
 from runner.cli.terminal import inert
 from runner.settings import Settings
 from store.errors import ForkRepeatsEffects, InvalidInput, RunwrightError
+from store.models import Effect, EffectOutcome
 from store.rules import CancelAction
 from store.status import RunStatus
 
@@ -155,7 +156,12 @@ def start(
 @click.option("--status", default=None, help="Only runs with this status.")
 @click.option("--agent", default=None, help="Only runs of this agent.")
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 10_000))
-def runs(status: str | None, agent: str | None, limit: int) -> None:
+@click.option(
+    "--needs-attention",
+    is_flag=True,
+    help="Only runs with an effect of unknown outcome nobody resolved (runwright resolve).",
+)
+def runs(status: str | None, agent: str | None, limit: int, needs_attention: bool) -> None:
     """List the latest runs."""
     from rich.table import Table
     from rich.text import Text
@@ -164,7 +170,7 @@ def runs(status: str | None, agent: str | None, limit: int) -> None:
 
     url = _settings().database_url
     assert url is not None
-    rows = list_runs(url, status=status, agent=agent, limit=limit)
+    rows = list_runs(url, status=status, agent=agent, limit=limit, needs_attention=needs_attention)
     table = Table("run", "agent", "status", "steps", "tokens", "cost", "created", "error")
     for row in rows:
         cells = (
@@ -175,7 +181,7 @@ def runs(status: str | None, agent: str | None, limit: int) -> None:
             row["input_tokens"] + row["output_tokens"],
             cost_text(row["cost_usd"]),
             when(row["created_at"]),
-            row["error_code"] or "",
+            row["error_code"] or ("needs attention" if row["needs_attention"] else ""),
         )
         # Text, not str: a str cell is parsed as rich markup ("[red]...").
         table.add_row(*(Text(inert(cell)) for cell in cells))
@@ -195,6 +201,11 @@ def show(run_id: str, messages: bool) -> None:
     run = store.get_run(run_id)
     for line in describe(run, store.attempts(run_id)):
         say(line)
+    unknown = store.unknown_effects(run_id)
+    if unknown:
+        say("effects of unknown outcome (resolve with: runwright resolve RUN CALL done|not_done)")
+        for effect in unknown:
+            say("  " + _unknown_line(effect))
     say("steps")
     for step in store.steps(run_id):
         say("  " + _step_line(step))
@@ -234,6 +245,18 @@ def watch(run_id: str, timeout: float | None, as_json: bool) -> None:
         fail(f"run {run_id} is still {status.value} after {timeout:g} s")
 
 
+def _unknown_line(effect: Effect) -> str:
+    said = "unresolved"
+    if effect.resolved_outcome is not None:
+        said = f"resolved {effect.resolved_outcome.value} by {effect.resolved_by or 'someone'}"
+        if effect.resolved_note:
+            said += f": {_clip(effect.resolved_note, 80)}"
+    return (
+        f"call {effect.call_id}  {effect.tool}({_clip(json.dumps(effect.input), 80)})  "
+        f"key {effect.key}  started in epoch {effect.epoch}  {said}"
+    )
+
+
 # ------------------------------------------------------------- control
 
 
@@ -260,6 +283,27 @@ def approve(approval_id: str, token: str, reason: str | None) -> None:
 def deny(approval_id: str, token: str, reason: str | None) -> None:
     """Deny a pending tool call."""
     _decide(approval_id, False, token, reason)
+
+
+@main.command()
+@click.argument("run_id")
+@click.argument("call_id")
+@click.argument("outcome", type=click.Choice([o.value for o in EffectOutcome]))
+@click.option("--note", default=None, help="What you checked (kept with the resolution).")
+@click.option("--by", default=None, help="Who resolves it (default: your login name).")
+def resolve(run_id: str, call_id: str, outcome: str, note: str | None, by: str | None) -> None:
+    """Say what an effect of unknown outcome did: done or not_done.
+
+    An effect is of unknown outcome when its worker died after starting it and
+    before recording its result; `runwright show RUN` lists them with their
+    call ids, and `runwright runs --needs-attention` the runs that have one."""
+    import getpass
+
+    who = by or getpass.getuser()
+    effect = _engine().resolve_effect(run_id, call_id, outcome, note=note, by=who)
+    run = _engine().get_run(run_id)
+    left = "it needs no more attention" if not run.needs_attention else "it still needs attention"
+    say(f"effect {effect.tool} of call {call_id} resolved {outcome} by {who}; run {run_id}: {left}")
 
 
 @main.command()

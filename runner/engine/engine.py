@@ -40,6 +40,7 @@ from store.models import (
     Approval,
     Checkpoint,
     Effect,
+    EffectOutcome,
     NewRun,
     Run,
     RunAttempt,
@@ -237,9 +238,11 @@ class Engine:
         before: str | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
+        needs_attention: bool = False,
     ) -> list[Run]:
         """Newest first; ``before`` (a run id) pages to older runs; ``since``
-        and ``until`` bound when they were created."""
+        and ``until`` bound when they were created; ``needs_attention``: only
+        runs with an effect of unknown outcome nobody resolved."""
         if isinstance(status, str):
             try:
                 status = RunStatus(status)
@@ -254,6 +257,7 @@ class Engine:
             before=before,
             since=since,
             until=until,
+            needs_attention=needs_attention,
         )
 
     def run_counts(self, agent: str | None = None) -> dict[RunStatus, int]:
@@ -386,6 +390,33 @@ class Engine:
         return rerun.fork(
             self.deps, run_id, at_step, agent=agent, model=model, id=id, rerun_effects=rerun_effects
         )
+
+    def unknown_effects(self, run_id: str) -> list[Effect]:
+        """The run's effects of unknown outcome (an execution died between
+        starting one and recording its result), resolved or not."""
+        return self.deps.store.unknown_effects(run_id)
+
+    def resolve_effect(
+        self,
+        run_id: str,
+        call_id: str,
+        outcome: EffectOutcome | str,
+        *,
+        note: str | None = None,
+        by: str | None = None,
+    ) -> Effect:
+        """Record what a person found an effect of unknown outcome did
+        (``"done"`` or ``"not_done"``), with ``note`` and ``by`` whom; the run's
+        ``needs_attention`` clears with its last unresolved one."""
+        effect = self.deps.store.resolve_effect(run_id, call_id, outcome, note=note, by=by)
+        log.info(
+            "run %s: effect %s resolved %s by %s",
+            run_id,
+            effect.key,
+            effect.resolved_outcome,
+            by or "someone unnamed",
+        )
+        return effect
 
     def attempts(self, run_id: str) -> list[RunAttempt]:
         """A retried run's earlier attempts, oldest first."""

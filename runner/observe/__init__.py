@@ -121,6 +121,10 @@ class Observer:
         """This execution (``epoch``) lost the run to ``current_epoch``."""
         return None
 
+    def effect_unknown(self, run: Run, tool: str) -> None:
+        """An execution found an effect of ``run`` started by one that died:
+        its outcome is unknown, and the run needs a person."""
+
     def tick(self, report: TickReport, seconds: float) -> None:
         return None
 
@@ -184,6 +188,9 @@ class Observers(Observer):
 
     def lease_lost(self, run_id: str, epoch: int, current_epoch: int | None) -> None:
         self._each("lease_lost", run_id, epoch, current_epoch)
+
+    def effect_unknown(self, run: Run, tool: str) -> None:
+        self._each("effect_unknown", run, tool)
 
     def tick(self, report: TickReport, seconds: float) -> None:
         self._each("tick", report, seconds)

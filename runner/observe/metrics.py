@@ -129,6 +129,12 @@ class Metrics:
             "Failed model steps sent back to the queue for a durable retry.",
             ("agent",),
         )
+        self.effects_unknown = counter(
+            "runwright_effects_unknown_total",
+            "Effects found of unknown outcome: started by an execution that died before "
+            "recording their result; each needs a person (or its reconcile) to resolve it.",
+            ("agent", "tool"),
+        )
         self.notification_failures = counter(
             "runwright_notification_failures_total",
             "Approval notifications the agent's notifier failed to deliver.",
@@ -242,13 +248,17 @@ class MetricsObserver(Observer):
     def notification_failed(self, agent: str) -> None:
         self.metrics.notification_failures.labels(self.agent(agent)).inc()
 
+    def effect_unknown(self, run: Run, tool: str) -> None:
+        self.metrics.effects_unknown.labels(self.agent(run.agent), self.tool(tool)).inc()
+
 
 Backlog = tuple[int, datetime | None]
 
 
 class ScrapeTimeCollector:
-    """The gauges read when Prometheus scrapes: the approval backlog (from the
-    store, at most once every ``cache_seconds``) and the age of the last
+    """The gauges read when Prometheus scrapes: the approval backlog and the
+    effects of unknown outcome nobody resolved (from the store, at most once
+    every ``cache_seconds``) and the age of the last
     ``tick()`` (from Redis, every scrape). A source that fails leaves its
     gauges out of that scrape and reads 0 in ``runwright_metrics_source_up``;
     the rest of the scrape goes on."""
@@ -258,12 +268,14 @@ class ScrapeTimeCollector:
         backlog: Callable[[], Backlog],
         last_tick: Callable[[], float | None],
         *,
+        unresolved: Callable[[], int] | None = None,
         cache_seconds: float = BACKLOG_CACHE_SECONDS,
     ) -> None:
         self._backlog = backlog
+        self._unresolved = unresolved
         self._last_tick = last_tick
         self.cache_seconds = cache_seconds
-        self._cached: tuple[float, Backlog | None] | None = None
+        self._cached: tuple[float, tuple[Backlog, int | None] | None] | None = None
         self._lock = threading.Lock()
         self._failing: set[str] = set()
 
@@ -272,6 +284,7 @@ class ScrapeTimeCollector:
         return [
             GaugeMetricFamily("runwright_approvals_pending", ""),
             GaugeMetricFamily("runwright_approval_oldest_pending_age_seconds", ""),
+            GaugeMetricFamily("runwright_effects_unknown_unresolved", ""),
             GaugeMetricFamily("runwright_last_tick_age_seconds", ""),
             GaugeMetricFamily("runwright_metrics_source_up", "", labels=["source"]),
         ]
@@ -284,10 +297,17 @@ class ScrapeTimeCollector:
             "when Redis has no mark, from the store) succeeded.",
             labels=["source"],
         )
-        backlog = self._cached_backlog()
-        up.add_metric(["store"], 0 if backlog is None else 1)
-        if backlog is not None:
-            pending, oldest = backlog
+        cached = self._cached_backlog()
+        up.add_metric(["store"], 0 if cached is None else 1)
+        if cached is not None:
+            (pending, oldest), unresolved = cached
+            if unresolved is not None:
+                yield GaugeMetricFamily(
+                    "runwright_effects_unknown_unresolved",
+                    "Effects of unknown outcome that nobody has resolved yet, over all runs "
+                    "(runwright runs --needs-attention lists their runs).",
+                    value=unresolved,
+                )
             yield GaugeMetricFamily(
                 "runwright_approvals_pending",
                 "Approvals waiting for a decision, over all runs.",
@@ -310,13 +330,17 @@ class ScrapeTimeCollector:
             )
         yield up
 
-    def _cached_backlog(self) -> Backlog | None:
+    def _cached_backlog(self) -> tuple[Backlog, int | None] | None:
         with self._lock:
             now = time.monotonic()
             if self._cached is None or now - self._cached[0] >= self.cache_seconds:
-                read, value = self._read("store", self._backlog)
+                read, value = self._read("store", self._store_figures)
                 self._cached = (now, value if read else None)
             return self._cached[1]
+
+    def _store_figures(self) -> tuple[Backlog, int | None]:
+        unresolved = None if self._unresolved is None else self._unresolved()
+        return self._backlog(), unresolved
 
     def _read(self, source: str, read: Callable[[], T]) -> tuple[bool, T | None]:
         try:
@@ -393,4 +417,4 @@ def _scrape_time_collector(settings: Settings) -> ScrapeTimeCollector:
     leases = Leases.from_url(settings.redis_url)
     # Redis's mark of the last tick, else (after a Redis restart) the store's.
     last = functools.partial(last_tick, leases, store)
-    return ScrapeTimeCollector(store.approval_backlog, last)
+    return ScrapeTimeCollector(store.approval_backlog, last, unresolved=store.unresolved_effects)

@@ -311,6 +311,7 @@ class StepLoop:
             write=self.x.write,
             store_begin=self.store.begin_effect,
             store_finish=self.store.finish_effect,
+            store_unknown=self.store.mark_effect_unknown,
             token_id=self.deps.tokens.current_id,
             notify_delay=self.deps.notify_delay if self.agent.notifier else None,
             executor=self.deps.tool_executor,
@@ -319,6 +320,7 @@ class StepLoop:
             observe=functools.partial(self.deps.observer.tool_call, self.run_),
             step=k,
             clock=self.deps.clock,
+            on_unknown=functools.partial(self.deps.observer.effect_unknown, self.run_),
         )
 
     async def _commit(self, k: int, final_text: bool, calls: StepCalls) -> Settled | None:

@@ -24,6 +24,8 @@ outcome at the end.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import inspect
 import json
 import logging
 import time
@@ -42,10 +44,11 @@ from runner.errors import RunwrightError, ToolInputError
 from runner.observe import ToolCall
 from runner.steps.history import OpenStep, approval_request, error_content, tool_message
 from runner.steps.run_context import AbortReason, AbortSignal, RunContext
-from runner.steps.tools import Tool
+from runner.steps.tools import Reconciled, Tool
 from store.jsonsafe import NotStorable, clean_json, clean_message, clip
 from store.models import (
     Effect,
+    EffectOutcome,
     EffectStatus,
     Fence,
     Message,
@@ -68,6 +71,17 @@ OUTCOME_UNKNOWN = (
     "outcome unknown: this effect started in an earlier execution that stopped before "
     "recording its result, and it is not retried automatically; check before repeating it"
 )
+RECONCILED_NOT_DONE = (
+    "not done: this effect started in an earlier execution that stopped before recording "
+    "its result, and its reconcile check found it did not take place"
+)
+# What the model is told of an effect of unknown outcome a person resolved.
+RESOLVED = {
+    EffectOutcome.DONE: "done: this effect's execution stopped before recording its result, "
+    "and a person confirmed that it took place",
+    EffectOutcome.NOT_DONE: "not done: this effect's execution stopped before recording its "
+    "result, and a person confirmed that it did not take place",
+}
 
 
 @dataclass
@@ -178,6 +192,7 @@ class CallRunner:
         write: Write,
         store_begin: Callable[..., EffectBegin],
         store_finish: Callable[..., Effect],
+        store_unknown: Callable[..., Effect],
         token_id: str,
         notify_delay: timedelta | None,
         executor: Any,
@@ -186,8 +201,11 @@ class CallRunner:
         observe: Callable[[ToolCall], AbstractContextManager[None]] | None = None,
         step: int = 0,
         clock: Clock = SYSTEM,
+        on_unknown: Callable[[str], None] = lambda tool: None,
     ) -> None:
         self.clock = clock
+        # Told the tool's name when an effect is found of unknown outcome.
+        self.on_unknown = on_unknown
         self.agent = agent
         self.tools = tools
         self.ctx = ctx
@@ -195,6 +213,7 @@ class CallRunner:
         self.write = write
         self.store_begin = store_begin
         self.store_finish = store_finish
+        self.store_unknown = store_unknown
         self.token_id = token_id
         self.notify_delay = notify_delay
         self.executor = executor
@@ -276,6 +295,75 @@ class CallRunner:
             return task.result()
         task.cancel()  # cancels an async tool; a sync tool's thread runs on, ignored
         raise Abandoned
+
+    async def _unknown(
+        self, call_id: str, tool: Tool, input: Any, key: str, started: Any
+    ) -> CallResult:
+        """An effect started by an execution that died: its ``reconcile``
+        callable says what became of it, or it is of unknown outcome, and its
+        run is flagged for a person."""
+        found = await self._reconcile(tool, key)
+        if found is not None and found.took_place:
+            try:
+                stored = storable(found.result)
+            except NotStorable as exc:
+                message = self._unstorable(tool, exc)
+                await self.write(self.store_finish, key, output={"unrecorded_result": message})
+                return _error(call_id, tool.name, input, message, started)
+            await self.write(self.store_finish, key, output=stored.output)
+            log.info("run %s: effect %s reconciled: it took place", self.ctx.run_id, key)
+            return self._success(call_id, tool, input, stored, started)
+        if found is not None:
+            await self.write(self.store_finish, key, error=RECONCILED_NOT_DONE)
+            log.info("run %s: effect %s reconciled: it did not take place", self.ctx.run_id, key)
+            return _error(call_id, tool.name, input, RECONCILED_NOT_DONE, started)
+        marked: Effect = await self.write(self.store_unknown, key)
+        if marked.unresolved:
+            log.error(
+                "run %s: effect %s(%s), idempotency key %s, started in epoch %d, which died "
+                "before recording its outcome: it may or may not have happened; the run needs "
+                "a person to resolve it (runwright resolve, or the console)",
+                self.ctx.run_id,
+                tool.name,
+                clip(json.dumps(input, default=str), 300),
+                key,
+                marked.epoch,
+            )
+            self.on_unknown(tool.name)
+        return _error(call_id, tool.name, input, OUTCOME_UNKNOWN, started)
+
+    async def _reconcile(self, tool: Tool, key: str) -> Reconciled | None:
+        """What the effect's ``reconcile`` callable says; None if it has none,
+        cannot tell, or fails."""
+        if tool.reconcile is None:
+            return None
+        try:
+            if inspect.iscoroutinefunction(tool.reconcile):
+                answer = await tool.reconcile(key)
+            else:
+                loop = asyncio.get_running_loop()
+                answer = await loop.run_in_executor(
+                    self.executor, contextvars.copy_context().run, tool.reconcile, key
+                )
+        except Exception as exc:
+            log.warning(
+                "run %s: reconcile of effect %s failed (%s: %s); its outcome stays unknown",
+                self.ctx.run_id,
+                key,
+                type(exc).__name__,
+                clip(str(exc), 200),
+            )
+            return None
+        if answer is not None and not isinstance(answer, Reconciled):
+            log.warning(
+                "run %s: reconcile of %s answered %r, not done(...), not_done() or None; its "
+                "outcome stays unknown",
+                self.ctx.run_id,
+                key,
+                clip(repr(answer), 200),
+            )
+            return None
+        return answer
 
     async def _invoke(
         self,
@@ -419,7 +507,10 @@ class CallRunner:
                 return _error(
                     call_id, tool.name, input, effect.error or "the effect failed", started
                 )
-            return _error(call_id, tool.name, input, OUTCOME_UNKNOWN, started)
+            if effect.resolved_outcome is not None:
+                said = RESOLVED[effect.resolved_outcome]
+                return _error(call_id, tool.name, input, said, started)
+            return await self._unknown(call_id, tool, input, key, started)
         try:
             value = await self._invoke(tool, args, key, observed)
         except Abandoned:

@@ -22,6 +22,7 @@ import logging
 import typing
 from collections.abc import Callable
 from concurrent.futures import CancelledError, Executor
+from dataclasses import dataclass
 from typing import Any, Literal, overload
 
 import pydantic
@@ -63,6 +64,31 @@ def _retry_policy(name: str, retries: Retries, *, effect: bool, retry: Retry) ->
     return policy
 
 
+@dataclass(frozen=True)
+class Reconciled:
+    """What an effect's ``reconcile`` callable found out about a call whose
+    execution died before recording it: it took place (with the result to
+    record), or it did not. Make one with :func:`done` or :func:`not_done`."""
+
+    took_place: bool
+    result: Any = None
+
+
+def done(result: Any = None) -> Reconciled:
+    """The effect took place; ``result`` is what the call would have returned."""
+    return Reconciled(True, result)
+
+
+def not_done() -> Reconciled:
+    """The effect did not take place."""
+    return Reconciled(False)
+
+
+# Asked, with the call's idempotency key, what became of an effect of unknown
+# outcome: a Reconciled, or None if it cannot tell (a person must then).
+Reconcile = Callable[[str], "Reconciled | None"]
+
+
 class Tool:
     """A callable the model can use. Build one with :func:`tool` or :func:`effect`."""
 
@@ -78,6 +104,7 @@ class Tool:
         ctx_param: str | None = None,
         key_param: str | None = None,
         retries: Retries = None,
+        reconcile: Reconcile | None = None,
     ) -> None:
         if retry not in ("at_most_once", "at_least_once"):
             raise ToolDefinitionError(
@@ -92,6 +119,9 @@ class Tool:
         self.retry: Retry = retry
         self.ctx_param = ctx_param
         self.key_param = key_param
+        if reconcile is not None and not (effect and callable(reconcile)):
+            raise ToolDefinitionError(f"{name}: reconcile is a callable, and only for an effect")
+        self.reconcile = reconcile
         self.is_async = inspect.iscoroutinefunction(fn)
         self._schema: dict[str, Any] | None = None
 
@@ -176,6 +206,7 @@ def _build(
     effect: bool,
     retry: Retry,
     retries: Retries,
+    reconcile: Reconcile | None = None,
 ) -> Tool:
     if not callable(fn):
         raise ToolDefinitionError(f"{fn!r} is not a function")
@@ -216,6 +247,7 @@ def _build(
         ctx_param=ctx_param,
         key_param=key_param,
         retries=retries,
+        reconcile=reconcile,
     )
 
 
@@ -263,6 +295,7 @@ def effect(
     description: str | None = None,
     retry: Retry = "at_most_once",
     retries: Retries = None,
+    reconcile: Reconcile | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 def effect(
     fn: Callable[..., Any] | None = None,
@@ -272,12 +305,18 @@ def effect(
     description: str | None = None,
     retry: Retry = "at_most_once",
     retries: Retries = None,
+    reconcile: Reconcile | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """A tool with side effects, journaled so that a completed call never runs twice.
 
     A call that started but never recorded its result (the process died) is not
     run again unless ``retry="at_least_once"``; the model is told its outcome is
-    unknown instead.
+    unknown instead, and the run is flagged ``needs_attention`` until a person
+    resolves it (``Engine.resolve_effect``). With ``reconcile``, the engine
+    first asks it, with the call's idempotency key, what became of the call:
+    :func:`done` (with the result to record) or :func:`not_done` is the
+    outcome, the model is told it, and no person is needed; None (or an
+    exception) leaves the outcome unknown.
 
     ``retries`` (as for :func:`tool`) needs ``retry="at_least_once"``: a retry
     runs the effect again, with the same idempotency key, and its journal entry
@@ -286,7 +325,13 @@ def effect(
 
     def wrap(f: Callable[..., Any]) -> Tool:
         return _build(
-            f, name=name, description=description, effect=True, retry=retry, retries=retries
+            f,
+            name=name,
+            description=description,
+            effect=True,
+            retry=retry,
+            retries=retries,
+            reconcile=reconcile,
         )
 
     return wrap(fn) if fn is not None else wrap

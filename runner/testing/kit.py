@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -94,7 +94,8 @@ class TestEngine:
 
     ``engine`` is the engine itself, for anything not wrapped here; ``clock``
     is its :class:`ManualClock`. Agents are found in ``registry`` (default:
-    the one every :class:`~runner.agent.Agent` registers in).
+    the one every :class:`~runner.agent.Agent` registers in); ``observers``
+    hear what the executions do, as a worker's do.
     """
 
     __test__ = False  # pytest: not a test class
@@ -106,6 +107,7 @@ class TestEngine:
         registry: Registry | None = None,
         settings: Settings | None = None,
         clock: ManualClock | None = None,
+        observers: Sequence[Observer] = (),
     ) -> None:
         self.clock = clock or ManualClock()
         self.store = PostgresStore(make_engine(database_url, pool_size=4))
@@ -118,7 +120,7 @@ class TestEngine:
             settings=settings or Settings(secret_key=TEST_SECRET_KEY),
             registry=registry,
             clock=self.clock,
-            observers=[self._invocations],
+            observers=[self._invocations, *observers],
         )
 
     def close(self) -> None:

@@ -53,6 +53,7 @@ LIST_RUNS = Statement(
        AND (CAST(:before AS uuid) IS NULL OR r.id < CAST(:before AS uuid))
        AND (CAST(:since AS timestamptz) IS NULL OR r.created_at >= CAST(:since AS timestamptz))
        AND (CAST(:until AS timestamptz) IS NULL OR r.created_at < CAST(:until AS timestamptz))
+       AND (NOT CAST(:attention AS bool) OR r.needs_attention)
      ORDER BY r.id DESC LIMIT CAST(:limit AS int)
     """,
 )
@@ -172,8 +173,12 @@ class PgRuns(PgBase):
         before: str | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
+        needs_attention: bool = False,
     ) -> list[Run]:
+        """Newest first; ``needs_attention``: only runs with an effect of
+        unknown outcome nobody resolved."""
         params = {
+            "attention": bool(needs_attention),
             "status": None if status is None else RunStatus(status).value,
             "agent": agent,
             "thread": thread,

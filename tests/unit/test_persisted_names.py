@@ -55,7 +55,7 @@ def test_stored_enum_values_keep_their_spelling() -> None:
     ]  # fmt: skip
     assert [k.value for k in StepKind] == ["llm", "tool", "wait", "state"]
     assert [d.value for d in Decision] == ["approved", "denied", "withdrawn"]
-    assert [e.value for e in EffectStatus] == ["started", "completed", "failed"]
+    assert [e.value for e in EffectStatus] == ["started", "completed", "failed", "unknown"]
 
 
 def test_task_names_and_redis_keys_keep_their_names() -> None:
