@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -250,10 +251,17 @@ class CancelListener:
         self._thread.join(timeout=5)
 
     def _run(self) -> None:
+        # One WARNING when Redis goes, one INFO when the listener is subscribed
+        # again: the retries in between say nothing new.
+        lost_at: float | None = None  # time.monotonic() at the loss, while away
         while not self._stop.is_set():
             pubsub = self._client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
             try:
                 pubsub.subscribe(CANCEL_CHANNEL)
+                if lost_at is not None:
+                    away = time.monotonic() - lost_at
+                    log.info("cancel listener is subscribed again after %.1f s without Redis", away)
+                    lost_at = None
                 self._ready.set()
                 while not self._stop.is_set():
                     message = pubsub.get_message(timeout=0.2)
@@ -261,7 +269,13 @@ class CancelListener:
                         data = message["data"]
                         self._callback(data.decode() if isinstance(data, bytes) else str(data))
             except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-                log.warning("cancel listener lost Redis (%s); reconnecting", exc)
+                if lost_at is None:
+                    lost_at = time.monotonic()
+                    log.warning(
+                        "cancel listener lost Redis (%s); reconnecting, and meanwhile the "
+                        "heartbeat's poll sees cancellations",
+                        exc,
+                    )
                 self._stop.wait(0.5)
             except Exception:
                 log.exception("cancel listener callback failed")

@@ -6,6 +6,8 @@ of a person's decision. The tokens in the links: runner/approvals/approval_token
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import inspect
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -15,6 +17,7 @@ from typing import Any
 from runner.agent import Agent, ApprovalRequest
 from runner.approvals.approval_tokens import Tokens
 from runner.errors import InvalidApprovalInput, InvalidApprovalToken
+from runner.observe import logs
 from runner.steps.history import approval_response
 from store.models import Approval, Decision
 from store.pg.approvals import DecisionResult
@@ -42,12 +45,23 @@ def request_for(agent: Agent, run_id: str, approval: Approval, tokens: Tokens) -
 
 
 async def deliver(
-    notifier: Callable[[ApprovalRequest], Any], request: ApprovalRequest, executor: Executor
+    notifier: Callable[[ApprovalRequest], Any],
+    request: ApprovalRequest,
+    executor: Executor,
+    *,
+    step: int,
 ) -> None:
-    """Call a notifier, sync (in a thread) or async. Raising means "not accepted"."""
-    result = await asyncio.get_running_loop().run_in_executor(executor, notifier, request)
-    if inspect.isawaitable(result):
-        await result
+    """Call a notifier, sync (in a thread) or async. Raising means "not accepted".
+
+    The notifier's own log lines name the run, as a tool's do: its run, agent
+    and ``step`` (the one that asked) on top of the caller's context, which in
+    an execution also holds the epoch and worker, and in tick() nothing."""
+    with logs.bound(run_id=request.run_id, agent=request.agent, step=step):
+        # The executor's threads do not inherit the context: the call runs in a copy.
+        call = functools.partial(contextvars.copy_context().run, notifier, request)
+        result = await asyncio.get_running_loop().run_in_executor(executor, call)
+        if inspect.isawaitable(result):
+            await result  # in this task, whose context is bound
 
 
 def check_reason(reason: object) -> None:

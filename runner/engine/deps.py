@@ -184,7 +184,9 @@ class Deps:
             approval = await in_io(self.store.get_approval, item.approval_id)
             request = decisions.request_for(agent, run.id, approval, self.tokens)
             try:
-                await decisions.deliver(agent.notifier, request, self.tool_executor)
+                await decisions.deliver(
+                    agent.notifier, request, self.tool_executor, step=approval.step_index
+                )
             except Exception as exc:
                 log.warning(
                     "notifier of %s failed for %s: %s", agent.name, approval.approval_id, exc

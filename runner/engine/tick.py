@@ -22,7 +22,7 @@ from runner.approvals import decisions
 from runner.engine.deps import Deps
 from runner.engine.runtime import runtime
 from runner.errors import AgentNotFound, ApprovalError, InvalidTransition, StoreUnavailable
-from runner.observe import TickReport
+from runner.observe import TickReport, logs
 from runner.steps.history import approval_response
 from store.leases import TICK_LOCK_KEY
 from store.models import Decision, RunError
@@ -122,27 +122,31 @@ def _resend_notifications(deps: Deps, report: TickReport, now: datetime | None) 
             log.warning("cannot re-send approval %s: %s", item.approval.approval_id, exc)
             report.item_errors += 1
             continue
-        sends.append((item.approval.approval_id, agent.notifier, request, agent.name))
+        sends.append((item.approval, agent.notifier, request, agent.name))
     if not sends:
         return
 
     async def send_all() -> list[BaseException | None]:
         return await asyncio.gather(
-            *(decisions.deliver(n, r, deps.tool_executor) for _, n, r, _ in sends),
+            *(
+                decisions.deliver(n, r, deps.tool_executor, step=a.step_index)
+                for a, n, r, _ in sends
+            ),
             return_exceptions=True,
         )
 
     # All at once: a slow webhook does not hold up the others.
     results = runtime().run(send_all())
     accepted = []
-    for (approval_id, _, _, agent_name), result in zip(sends, results, strict=True):
+    for (approval, _, _, agent_name), result in zip(sends, results, strict=True):
         if isinstance(result, BaseException):
             # The claim already moved next_notify_at out by the backoff.
-            log.warning("re-sent notification for %s failed: %s", approval_id, result)
+            with logs.bound(run_id=approval.run_id, agent=agent_name, step=approval.step_index):
+                log.warning("re-sent notification for %s failed: %s", approval.approval_id, result)
             report.notify_failed += 1
             deps.observer.notification_failed(agent_name)
         else:
-            accepted.append(approval_id)
+            accepted.append(approval.approval_id)
     deps.store.mark_notified(accepted)
     report.notified += len(accepted)
 

@@ -5,7 +5,9 @@ While an execution runs, a context variable holds its ``run_id``, ``agent``,
 ``epoch``, the worker, and the current ``step``. :class:`RunContextFilter`
 copies them onto every log record, whichever logger wrote it (a tool, litellm,
 the model adapter's retries): it sits on the handlers, so records of every
-logger pass it. Tool threads and the I/O pool run in a copy of the context.
+logger pass it. Tool threads and the I/O pool run in a copy of the context, and
+so do approval notifiers, on the first send and on tick()'s re-sends
+(``deliver`` in runner/approvals/decisions.py).
 ``RUNWRIGHT_LOG_FORMAT=json`` makes every line one JSON object.
 """
 
