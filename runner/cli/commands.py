@@ -94,7 +94,22 @@ def _settings() -> Settings:
 def _engine() -> Engine:
     from runner.engine.engine import Engine
 
-    return Engine.from_env()
+    engine = Engine.from_env()
+    if engine.settings.otel:
+        _export_spans()
+    return engine
+
+
+def _export_spans() -> None:
+    """With RUNWRIGHT_OTEL, what a command does (a start, a decision, a
+    cancel) is in the run's trace like anywhere else: export its spans, and
+    flush them before the process exits."""
+    import atexit
+
+    from runner.observe import otel
+
+    if otel.configure("runwright-cli"):
+        atexit.register(otel.stop_worker)
 
 
 def _console() -> Any:

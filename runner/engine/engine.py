@@ -210,6 +210,7 @@ class Engine:
                     trace_context=carrier or None,
                 )
             )
+            self.deps.observer.started(run)
         if created:
             self.deps.send([run.id])
         return run

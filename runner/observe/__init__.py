@@ -86,6 +86,10 @@ class Observer:
         executions, in other processes, join the caller's trace."""
         return _NULL
 
+    def started(self, run: Run) -> None:
+        """Inside :meth:`starting`: the run it started (or found, for a
+        trigger id already used)."""
+
     def execution(self, run: Run, fence: Fence, worker: str) -> AbstractContextManager[None]:
         """Around one execution of ``run`` (claimed with ``fence``)."""
         return _NULL
@@ -158,6 +162,9 @@ class Observers(Observer):
 
     def starting(self, agent: str, carrier: dict[str, str]) -> AbstractContextManager[None]:
         return self._all("starting", agent, carrier)
+
+    def started(self, run: Run) -> None:
+        self._each("started", run)
 
     def execution(self, run: Run, fence: Fence, worker: str) -> AbstractContextManager[None]:
         return self._all("execution", run, fence, worker)

@@ -94,9 +94,13 @@ class Metrics:
 
         self.runs_settled = counter(
             "runwright_runs_settled_total",
-            "Executions that moved a run out of running, by the status they left it in: "
-            "completed, failed, cancelled, or waiting (an approval), queued (a retry), "
-            "interrupted (a shutdown).",
+            "Runs settled by an execution, by their final status: completed, failed, cancelled.",
+            ("agent", "status"),
+        )
+        self.runs_paused = counter(
+            "runwright_runs_paused_total",
+            "Executions that ended with their run not settled, by the status they left it "
+            "in: waiting (an approval), queued (a retry), interrupted (a shutdown).",
             ("agent", "status"),
         )
         self.steps = counter(
@@ -229,7 +233,8 @@ class MetricsObserver(Observer):
             m.steps.labels(agent, "tool").inc()
 
     def settled(self, run: Run, seconds: float) -> None:
-        self.metrics.runs_settled.labels(self.agent(run.agent), run.status.value).inc()
+        counter = self.metrics.runs_settled if run.status.settled else self.metrics.runs_paused
+        counter.labels(self.agent(run.agent), run.status.value).inc()
 
     def taken_over(self, run: Run, previous_epoch: int) -> None:
         self.metrics.takeovers.labels(self.agent(run.agent)).inc()

@@ -142,6 +142,10 @@ class OtelObserver(Observer):
             _PROPAGATOR.inject(carrier)
             yield
 
+    def started(self, run: Run) -> None:
+        # The start span is current here (starting() made it so).
+        trace.get_current_span().set_attribute(RUN_ID, run.id)
+
     def approval_decided(self, run: Run, approval: Approval) -> None:
         # A short span in the run's trace; the deciding request's own trace
         # (if any) is linked, so each can be found from the other.

@@ -163,7 +163,8 @@ def test_a_workers_metrics_match_its_runs(cluster: Cluster) -> None:
     flaky_failures = failed_calls["metrics-flaky"]
     assert flaky_failures == 2  # one failed first call per run, each retried durably
     assert get(after, "runwright_retries_scheduled_total", agent="metrics-flaky") == 2
-    assert get(after, "runwright_runs_settled_total", agent="metrics-flaky", status="queued") == 2
+    assert get(after, "runwright_runs_paused_total", agent="metrics-flaky", status="queued") == 2
+    assert get(after, "runwright_runs_settled_total", agent="metrics-flaky", status="queued") == 0
     assert total(after, "runwright_retries_scheduled_total") == 2
     assert total(after, "runwright_takeovers_total") == 0
     assert total(after, "runwright_lease_losses_total") == 0
@@ -189,7 +190,9 @@ def test_a_workers_metrics_match_its_runs(cluster: Cluster) -> None:
         port, lambda s: get(s, "runwright_approvals_pending") == 0, "the backlog to clear"
     )
     assert get(cleared, "runwright_approval_oldest_pending_age_seconds") == 0
-    assert get(cleared, "runwright_runs_settled_total", agent="approve", status="waiting") == 1
+    # A pause for a person is counted as a pause, not a settle.
+    assert get(cleared, "runwright_runs_paused_total", agent="approve", status="waiting") == 1
+    assert get(cleared, "runwright_runs_settled_total", agent="approve", status="waiting") == 0
 
     # A tick, run by the worker: timed, and its age read from Redis.
     client = Celery("metrics-test", broker=cluster.broker_url)

@@ -377,6 +377,7 @@ def test_a_run_started_outside_any_trace_roots_its_own(traced: Traced) -> None:
     spans = traced.spans()
     [start] = [s for s in spans if s.name == "runwright.start otel-refused"]
     [execution] = [s for s in spans if s.name == "invoke_agent otel-refused"]
+    assert attrs(start)["runwright.run_id"] == run.id  # the start span names its run
     assert start.parent is None
     assert execution.parent is not None and execution.parent.span_id == start.context.span_id
     assert execution.links == ()  # the executing thread had no span of its own

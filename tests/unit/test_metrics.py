@@ -162,7 +162,8 @@ def test_a_durable_retry_is_counted(engine: Engine, registry: CollectorRegistry)
     first = engine.execute(run.id)
     assert first is not None and first.status is RunStatus.QUEUED and first.retry is not None
     assert value(registry, "runwright_retries_scheduled_total", agent=name) == 1
-    assert value(registry, "runwright_runs_settled_total", agent=name, status="queued") == 1
+    assert value(registry, "runwright_runs_paused_total", agent=name, status="queued") == 1
+    assert value(registry, "runwright_runs_settled_total", agent=name, status="queued") == 0
 
 
 def test_waiting_for_an_approval_and_a_failed_notification(
@@ -184,7 +185,9 @@ def test_waiting_for_an_approval_and_a_failed_notification(
     run = engine.start(name)
     waiting = engine.execute(run.id)
     assert waiting is not None and waiting.status is RunStatus.WAITING
-    assert value(registry, "runwright_runs_settled_total", agent=name, status="waiting") == 1
+    # A pause for a person is not a settle: it is counted on its own.
+    assert value(registry, "runwright_runs_paused_total", agent=name, status="waiting") == 1
+    assert value(registry, "runwright_runs_settled_total", agent=name, status="waiting") == 0
     assert value(registry, "runwright_notification_failures_total", agent=name) == 1
     assert value(registry, "runwright_steps_total", agent=name, kind="tool") == 0
 
