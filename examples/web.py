@@ -4,8 +4,8 @@ Flask and Django decode request bodies leniently: bytes that are not UTF-8
 become U+FFFD, so a client's broken text would be stored as something it never
 sent. These helpers decode strictly and turn anything else into one clear
 :class:`InvalidInput`; ``status_for`` maps every Runwright error to an answer
-that is never a 500. What the apps' event streams may show of a run is here
-too: both serve the same ``/runs/<id>/events``.
+that is never a 500. Both serve the same ``/runs/<id>/events``, in the public
+shape that ``runner.sse`` streams by default.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from runner.errors import InvalidInput, RunNotFound, RunwrightError, StoreUnavailable
-from store.events import EventType, RunEvent
 from store.jsonsafe import loads_strict
 
 
@@ -60,54 +59,3 @@ LIVE_KEEPALIVE_SECONDS = 15.0
 # A stream ends after this long, and the page's EventSource reconnects after
 # the last event it saw: a waiting run does not hold a server thread for days.
 LIVE_TIMEOUT_SECONDS = 600.0
-
-
-def public_event(event: RunEvent) -> dict[str, Any]:
-    """What the apps' event streams may show of an event (their ``shape``).
-
-    A run's stream is open to whoever has its id, like ``GET /runs/<id>``;
-    what a run asks for is shown only in the console (to those signed in, and
-    to the holder of the approval's link).
-    So no tool input leaves: not the tool steps' inputs, not the arguments of
-    the model's tool calls, not error messages (they may quote the arguments),
-    and neither the approval ids. Nor who decided an approval (a console
-    user's sign-in name) or the reason they gave: the console shows both to
-    those signed in. Outputs and the model's text stay.
-    """
-    data = event.data
-    if event.type is EventType.STEP:
-        data = {key: data.get(key) for key in _STEP_FIELDS}
-        data["failed"] = event.data.get("error") is not None
-        if data["kind"] == "llm":
-            data["output"] = _public_reply(data["output"])
-        elif data["kind"] == "wait":
-            data["output"] = None  # the wait's own record names the approvals
-    elif event.type is EventType.APPROVAL:
-        # Named fields, not a field left out: what an approval event gains
-        # later stays private until it is added here.
-        data = {key: data.get(key) for key in _APPROVAL_FIELDS}
-    elif event.type is EventType.EXECUTION:
-        data = {key: value for key, value in data.items() if key != "owner"}  # a host name
-    return {**event.to_dict(), "data": data}
-
-
-_STEP_FIELDS = ("kind", "index", "name", "tool_call_id", "output", "started_at", "finished_at")
-_APPROVAL_FIELDS = ("action", "step_index", "tool_call_id", "tool_name", "decision", "expires_at")
-
-
-def _public_reply(output: Any) -> dict[str, Any]:
-    """An llm step's output without its tool calls' arguments."""
-    reply = output if isinstance(output, dict) else {}
-    message = reply.get("message")
-    message = message if isinstance(message, dict) else {}
-    content = message.get("content")
-    calls = message.get("tool_calls")
-    named = []
-    for call in calls if isinstance(calls, list) else []:
-        function = call.get("function") if isinstance(call, dict) else None
-        if isinstance(function, dict):
-            named.append({"id": call.get("id"), "name": function.get("name")})
-    return {
-        "message": {"content": content if isinstance(content, str) else None, "tool_calls": named},
-        "finish_reason": reply.get("finish_reason"),
-    }

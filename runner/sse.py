@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from runner.errors import InvalidInput, RunNotFound, StoreUnavailable
-from store.events import RunEvent
+from store.events import EventType, RunEvent
 
 if TYPE_CHECKING:
     from flask import Response
@@ -45,6 +45,63 @@ HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 MAX_EVENT_ID = 2**63 - 1  # event ids are Postgres bigints
 _EVENT_ID = re.compile(r"[0-9]{1,19}")  # ASCII digits only: str.isdigit takes others
 _BAD_EVENT_ID = f"a last event id must be a decimal integer from 0 to {MAX_EVENT_ID}"
+
+
+def public_event(event: RunEvent) -> dict[str, Any]:
+    """What a stream shows of an event by default: its public shape.
+
+    A run's stream is often open to whoever has its id, like an app's
+    ``GET /runs/<id>``; what a run asks for is shown only in the console (to
+    those signed in, and to the holder of the approval's link). So no tool
+    input leaves: not the tool steps' inputs, not the arguments of
+    the model's tool calls, not error messages (they may quote the arguments),
+    and neither the approval ids. Nor who decided an approval (a console
+    user's sign-in name) or the reason they gave: the console shows both to
+    those signed in. Outputs and the model's text stay.
+    """
+    data = event.data
+    if event.type is EventType.STEP:
+        data = {key: data.get(key) for key in _STEP_FIELDS}
+        data["failed"] = event.data.get("error") is not None
+        if data["kind"] == "llm":
+            data["output"] = _public_reply(data["output"])
+        elif data["kind"] == "wait":
+            data["output"] = None  # the wait's own record names the approvals
+    elif event.type is EventType.APPROVAL:
+        # Named fields, not a field left out: what an approval event gains
+        # later stays private until it is added here.
+        data = {key: data.get(key) for key in _APPROVAL_FIELDS}
+    elif event.type is EventType.EXECUTION:
+        data = {key: value for key, value in data.items() if key != "owner"}  # a host name
+    return {**event.to_dict(), "data": data}
+
+
+_STEP_FIELDS = ("kind", "index", "name", "tool_call_id", "output", "started_at", "finished_at")
+_APPROVAL_FIELDS = ("action", "step_index", "tool_call_id", "tool_name", "decision", "expires_at")
+
+
+def _public_reply(output: Any) -> dict[str, Any]:
+    """An llm step's output without its tool calls' arguments."""
+    reply = output if isinstance(output, dict) else {}
+    message = reply.get("message")
+    message = message if isinstance(message, dict) else {}
+    content = message.get("content")
+    calls = message.get("tool_calls")
+    named = []
+    for call in calls if isinstance(calls, list) else []:
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            named.append({"id": call.get("id"), "name": function.get("name")})
+    return {
+        "message": {"content": content if isinstance(content, str) else None, "tool_calls": named},
+        "finish_reason": reply.get("finish_reason"),
+    }
+
+
+def full_event(event: RunEvent) -> dict[str, Any]:
+    """Everything an event holds (tool inputs, decisions' reasons, hosts): for
+    callers that check who may see it."""
+    return event.to_dict()
 
 
 def parse_last_event_id(value: str | None) -> int | None:
@@ -77,15 +134,17 @@ def sse_stream(
     :class:`StoreUnavailable`. Nothing is attached to the feed until the
     first frame is asked for, and closing the iterator detaches it.
 
-    ``shape(event)`` gives the JSON of each frame (default: ``event.to_dict()``)
-    or None to leave the event out; the frame's id and type are the event's own.
+    ``shape(event)`` gives the JSON of each frame, or None to leave the event
+    out; the frame's id and type are the event's own. The default,
+    :func:`public_event`, leaves out tool inputs, error messages, approval ids,
+    who decided and why, and worker host names; :func:`full_event` keeps all.
     """
     after = parse_last_event_id(last_event_id)
     if not keepalive > 0:
         raise InvalidInput("keepalive must be a positive number of seconds")
     stream = engine.events(run_id, after, timeout=timeout)
     engine.get_run(run_id)  # an unknown run is a 404 now, not a broken stream later
-    return _frames(stream, keepalive, shape or RunEvent.to_dict)
+    return _frames(stream, keepalive, shape or public_event)
 
 
 def _frames(stream: EventStream, keepalive: float, shape: Shape) -> Iterator[bytes]:

@@ -48,7 +48,6 @@ from examples.web import (
     LIVE_KEEPALIVE_SECONDS,
     LIVE_TIMEOUT_SECONDS,
     json_body,
-    public_event,
     status_for,
 )
 from runner import Engine, Run, RunwrightError, default_engine
@@ -169,7 +168,6 @@ def create_app(engine: Engine | None = None) -> Flask:
         return flask_response(
             runwright(),
             run_id,
-            shape=public_event,
             timeout=app.config["LIVE_TIMEOUT_SECONDS"],
             keepalive=app.config["LIVE_KEEPALIVE_SECONDS"],
         )

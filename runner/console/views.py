@@ -33,7 +33,7 @@ from runner.errors import (
     StoreUnavailable,
 )
 from runner.sse import HEADERS as SSE_HEADERS
-from runner.sse import sse_stream
+from runner.sse import full_event, sse_stream
 from store.events import RunEvent, step_event
 from store.models import Approval
 from store.rules import CancelAction
@@ -254,6 +254,7 @@ class Console:
             last,
             # Every event whole, the model's token deltas included: the page
             # is for signed-in users, who see everything a run wrote anyway.
+            shape=full_event,
             timeout=self.live_timeout,
         )
         return Response(200, frames, dict(SSE_HEADERS), "text/event-stream")

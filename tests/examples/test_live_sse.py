@@ -18,7 +18,7 @@ import pytest
 from flask.testing import FlaskClient
 
 from runner import Agent, Engine, RunStatus, tool
-from runner.sse import sse_stream
+from runner.sse import full_event, sse_stream
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
 from tests.helpers import run_in_thread, unique
 from tests.sse_client import Frame, durable, parse
@@ -237,10 +237,13 @@ def test_the_examples_never_stream_tool_input(web: Web, engine: Engine) -> None:
     done = engine.execute(run.id)
     assert done is not None and done.status is RunStatus.COMPLETED
 
-    # The unshaped stream holds the inputs and the approval id: the checks
+    # The full stream holds the inputs and the approval id: the checks
     # below look where they would be.
-    raw = b"".join(sse_stream(engine, run.id, None))
+    raw = b"".join(sse_stream(engine, run.id, None, shape=full_event))
     assert SECRET.encode() in raw and approval_id.encode() in raw
+    # runner.sse's own default is the public shape, as the examples serve.
+    public = b"".join(sse_stream(engine, run.id, None))
+    assert SECRET.encode() not in public and approval_id.encode() not in public
 
     answer = web.get(f"/runs/{run.id}/events")
     frames = answer.frames()
@@ -274,9 +277,11 @@ def test_the_examples_never_stream_who_decided_or_why(web: Web, engine: Engine) 
     done = engine.execute(run.id)
     assert done is not None and done.status is RunStatus.COMPLETED
 
-    # The console's stream (unshaped) shows both to those signed in.
-    raw = b"".join(sse_stream(engine, run.id, None))
+    # The console's stream (the full shape) shows both to those signed in.
+    raw = b"".join(sse_stream(engine, run.id, None, shape=full_event))
     assert approver.encode() in raw and reason.encode() in raw
+    public = b"".join(sse_stream(engine, run.id, None))
+    assert approver.encode() not in public and reason.encode() not in public
 
     answer = web.get(f"/runs/{run.id}/events")
     frames = answer.frames()

@@ -30,7 +30,6 @@ from examples.web import (
     LIVE_KEEPALIVE_SECONDS,
     LIVE_TIMEOUT_SECONDS,
     check_form,
-    public_event,
     status_for,
 )
 from runner import InvalidInput, RunwrightError, default_engine, start_run
@@ -112,7 +111,6 @@ def run_events(request: HttpRequest, run_id: str) -> HttpResponseBase:
             request,
             default_engine(),
             run_id,
-            shape=public_event,
             timeout=getattr(settings, "LIVE_TIMEOUT_SECONDS", LIVE_TIMEOUT_SECONDS),
             keepalive=getattr(settings, "LIVE_KEEPALIVE_SECONDS", LIVE_KEEPALIVE_SECONDS),
         )
