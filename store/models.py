@@ -214,6 +214,8 @@ class Run:
     forked_at_step: int | None = None
     # An effect of the run has an unknown outcome that nobody resolved yet.
     needs_attention: bool = False
+    # Who asked for the run's cancel (``Engine.cancel(by=...)``), if anyone named.
+    cancelled_by: str | None = None
     # What the model calls cost, in USD (0 when the models are unpriced).
     cost_usd: float = 0.0
     # W3C trace context of the request that started the run.

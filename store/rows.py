@@ -75,6 +75,7 @@ def run_from_row(row: Mapping[str, Any], waiting: WaitPoint | None = None) -> Ru
         forked_from=None if m["forked_from"] is None else str(m["forked_from"]),
         forked_at_step=m["forked_at_step"],
         needs_attention=bool(m.get("needs_attention", False)),
+        cancelled_by=m.get("cancelled_by"),
     )
 
 

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
 from store.events import EVENT_IDS, TRIGGERS
-from store.models import EffectStatus
+from store.models import EffectOutcome, EffectStatus
 from store.status import CLAIMABLE, KEY_HOLDING, SETTLED, RunStatus, lit, status_in
 
 metadata = sa.MetaData()
@@ -80,6 +80,10 @@ runs = sa.Table(
     # The provider reported no usage for one of its model calls or more: the
     # token figures (and a cost priced from them) are litellm's estimate.
     sa.Column("usage_estimated", sa.Boolean, nullable=False, server_default=sa.false()),
+    # An effect of the run has an unknown outcome nobody resolved (store/pg/effects.py).
+    sa.Column("needs_attention", sa.Boolean, nullable=False, server_default=sa.false()),
+    # Who asked for the run's cancel, the first to ask.
+    sa.Column("cancelled_by", sa.Text),
     sa.Column("enqueued_at", _TS),
     sa.Column("created_at", _TS, nullable=False, server_default=_NOW),
     sa.Column("updated_at", _TS, nullable=False, server_default=_NOW),
@@ -128,6 +132,8 @@ runs = sa.Table(
     # Retention (prune).
     sa.Index("runs_settled_finished_idx", "finished_at", postgresql_where=sa.text(_SETTLED)),
     sa.Index("runs_status_idx", "status", "id"),
+    # The runs that need a person (runwright runs --needs-attention, the gauge).
+    sa.Index("runs_needs_attention_idx", "created_at", postgresql_where=sa.text("needs_attention")),
     sa.Index("runs_agent_idx", "agent", "id"),
 )
 
@@ -254,9 +260,19 @@ effects = sa.Table(
     sa.Column("error", sa.Text),
     sa.Column("started_at", _TS, nullable=False),
     sa.Column("finished_at", _TS),
+    # For an effect of unknown outcome: what a person said it did, and who.
+    sa.Column("resolved_outcome", sa.Text),
+    sa.Column("resolved_by", sa.Text),
+    sa.Column("resolved_note", sa.Text),
+    sa.Column("resolved_at", _TS),
     sa.CheckConstraint(
         f"status IN ({', '.join(repr(s.value) for s in EffectStatus)})",
         name="effects_status_valid",
+    ),
+    sa.CheckConstraint(
+        "resolved_outcome IS NULL OR resolved_outcome IN "
+        f"({', '.join(repr(o.value) for o in EffectOutcome)})",
+        name="effects_resolved_outcome_valid",
     ),
 )
 

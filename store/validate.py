@@ -143,6 +143,22 @@ def shown_id(value: object) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+# Longest name of who did something (a decision, a cancel, a resolution).
+MAX_ACTOR_CHARS = 200
+
+
+def check_actor(by: str | None) -> str | None:
+    """Who did it, as the caller names them: text of at most
+    :data:`MAX_ACTOR_CHARS` characters, or None."""
+    if by is None:
+        return None
+    if not isinstance(by, str) or not by.strip():
+        raise InvalidInput("who did it (by) must be a non-empty name")
+    if len(by) > MAX_ACTOR_CHARS:
+        raise InvalidInput(f"who did it (by) is {len(by)} characters; at most {MAX_ACTOR_CHARS}")
+    return by
+
+
 def check_run_id(run_id: str) -> str:
     """Run ids are UUIDs; anything else cannot name a run."""
     if not is_canonical_id(run_id):

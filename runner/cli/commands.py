@@ -323,11 +323,15 @@ def resolve(run_id: str, call_id: str, outcome: str, note: str | None, by: str |
 
 @main.command()
 @click.argument("run_id")
-def cancel(run_id: str) -> None:
+@click.option("--by", default=None, help="Who cancels it (default: your login name).")
+def cancel(run_id: str, by: str | None) -> None:
     """Cancel a run, from any machine."""
-    result = _engine().cancel(run_id)
+    import getpass
+
+    who = by or getpass.getuser()
+    result = _engine().cancel(run_id, by=who)
     if result.action is CancelAction.CANCELLED:
-        say(f"run {run_id} cancelled")
+        say(f"run {run_id} cancelled by {who}")
     elif result.action is CancelAction.REQUESTED:
         say(f"run {run_id} is running; its worker has been told to stop")
     else:

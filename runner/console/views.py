@@ -260,7 +260,7 @@ class Console:
         return Response(200, frames, dict(SSE_HEADERS), "text/event-stream")
 
     def _cancel(self, request: Request) -> Response:
-        result = self.engine.cancel(request.params["run_id"])
+        result = self.engine.cancel(request.params["run_id"], by=request.user)
         run = result.run
         if result.action is CancelAction.SETTLED:
             message = f"The run is already {run.status.value}; nothing changed."

@@ -316,10 +316,11 @@ class Engine:
 
     # --------------------------------------------------------- control
 
-    def cancel(self, run_id: str) -> CancelResult:
-        """Cancel from any process. A running run's owner aborts within about a
-        second (pub/sub; heartbeat polling covers a missed message)."""
-        result = self.deps.store.request_cancel(run_id)
+    def cancel(self, run_id: str, *, by: str | None = None) -> CancelResult:
+        """Cancel from any process, recording ``by`` whom (the app's user, a
+        console login). A running run's owner aborts within about a second
+        (pub/sub; heartbeat polling covers a missed message)."""
+        result = self.deps.store.request_cancel(run_id, by=by)
         if result.action is CancelAction.CANCELLED:
             self.deps.observer.settled(result.run, 0.0)
         if result.action is CancelAction.REQUESTED:

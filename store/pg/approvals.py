@@ -23,7 +23,7 @@ from store.rules import (
 )
 from store.statements import Statement
 from store.status import lit
-from store.validate import check_approval_id, check_run_id, is_canonical_id
+from store.validate import check_actor, check_approval_id, check_run_id, is_canonical_id
 
 LOCK_RUN = Statement(
     "lock_run",
@@ -35,6 +35,13 @@ SETTLE_BY_ID = Statement(
     "settle_by_id",
     f"UPDATE runs SET {OUTCOME_SET}, cancel_requested = cancel_requested"
     " OR CAST(:cancel AS bool) WHERE id = CAST(:run_id AS uuid)",
+)
+
+# The first to ask is who cancelled it.
+CANCELLED_BY = Statement(
+    "cancelled_by",
+    "UPDATE runs SET cancelled_by = COALESCE(cancelled_by, CAST(:by AS text))"
+    " WHERE id = CAST(:run_id AS uuid)",
 )
 
 REQUEST_CANCEL = Statement(
@@ -213,11 +220,16 @@ class PgApprovals(PgBase):
         tx.execute(SETTLE_BY_ID, {"run_id": run_id, "cancel": cancel, **outcome_params(outcome)})
         tx.execute(WITHDRAW, {"run_id": run_id, "withdrawn": Decision.WITHDRAWN.value})
 
-    def request_cancel(self, run_id: str) -> CancelResult:
+    def request_cancel(self, run_id: str, *, by: str | None = None) -> CancelResult:
+        """Cancel the run, or ask its execution to stop; ``by`` whom (kept
+        from the first to ask)."""
         run_id = check_run_id(run_id)
+        by = check_actor(by)
         with self.db.tx() as tx:
             status, _ = self._lock_run(tx, run_id)
             action = cancel_action(status)
+            if action is not CancelAction.SETTLED and by is not None:
+                tx.execute(CANCELLED_BY, {"run_id": run_id, "by": by})
             if action is CancelAction.CANCELLED:
                 self._settle_by_id(tx, run_id, cancel_outcome(), cancel=True)
             elif action is CancelAction.REQUESTED:

@@ -2,7 +2,7 @@
 
 An effect started by an execution that died before writing its outcome may or
 may not have happened. The execution that finds it so marks it ``unknown`` and
-flags its run (``needs_attention``), in one fenced write; the model is told
+flags its run (``needs_attention``), in one fenced transaction; the model is told
 the outcome is unknown. Only a person can know the truth: they resolve the
 effect (``done`` or ``not_done``, with a note and who they are), and the flag
 clears when no unknown effect of the run is left unresolved.
@@ -13,14 +13,14 @@ from __future__ import annotations
 from store.db import Tx
 from store.errors import EffectNotFound, InvalidInput, InvalidTransition, LeaseLostError
 from store.models import Effect, EffectOutcome, EffectStatus, Fence
-from store.pg.base import FENCE, PgBase, fence_params
+from store.pg.base import PgBase, fence_params
+from store.pg.execution import LOCK_FENCED
 from store.rows import effect_from_row
 from store.statements import Statement
-from store.validate import check_run_id
+from store.validate import check_actor, check_run_id
 
-# Longest note and name a resolution records.
+# Longest note a resolution records (who resolved it: store.validate.check_actor).
 MAX_NOTE_CHARS = 2000
-MAX_BY_CHARS = 200
 
 # The flag follows the journal: set while an unknown effect is unresolved.
 _FLAG = """
@@ -33,19 +33,11 @@ _FLAG = """
 
 MARK_UNKNOWN = Statement(
     "mark_effect_unknown",
-    f"""
-    WITH fenced AS (SELECT id FROM runs WHERE {FENCE} FOR UPDATE),
-         marked AS (
-           UPDATE effects SET status = 'unknown'
-            WHERE run_id = (SELECT id FROM fenced) AND key = CAST(:key AS text)
-              AND status IN ('started', 'unknown')
-           RETURNING *),
-         flagged AS (
-           UPDATE runs SET needs_attention = needs_attention OR EXISTS (
-                      SELECT 1 FROM marked WHERE resolved_outcome IS NULL)
-            WHERE id = (SELECT id FROM fenced))
-    SELECT (SELECT count(*) FROM fenced) AS fenced, marked.* FROM (SELECT 1) AS one
-      LEFT JOIN marked ON true
+    """
+    UPDATE effects SET status = 'unknown'
+     WHERE run_id = CAST(:run_id AS uuid) AND key = CAST(:key AS text)
+       AND status IN ('started', 'unknown')
+    RETURNING *
     """,
 )
 
@@ -81,13 +73,15 @@ class PgEffects(PgBase):
         """The effect under ``key``, started by an execution that died, is of
         unknown outcome: mark it so and flag its run (unless a person already
         resolved it). Fenced."""
-        row = self.db.first(MARK_UNKNOWN, {**fence_params(fence), "key": key})
-        if row is None or not row["fenced"]:
-            raise LeaseLostError(
-                f"run {fence.run_id} is no longer held by {fence.owner} (epoch {fence.epoch})"
-            )
-        if row["key"] is None:
-            raise InvalidTransition(f"effect {key!r} is not started: its outcome is known")
+        with self.db.tx() as tx:
+            if tx.first(LOCK_FENCED, fence_params(fence)) is None:
+                raise LeaseLostError(
+                    f"run {fence.run_id} is no longer held by {fence.owner} (epoch {fence.epoch})"
+                )
+            row = tx.first(MARK_UNKNOWN, {"run_id": fence.run_id, "key": key})
+            if row is None:
+                raise InvalidTransition(f"effect {key!r} is not started: its outcome is known")
+            tx.execute(FLAG, {"run_id": fence.run_id})
         self._committed(fence.run_id)
         return effect_from_row(row)
 
@@ -111,8 +105,8 @@ class PgEffects(PgBase):
         ``call_id`` did; the run's flag clears with its last unresolved one."""
         run_id = check_run_id(run_id)
         said = _outcome(outcome)
-        note = _bounded("note", note, MAX_NOTE_CHARS)
-        by = _bounded("by", by, MAX_BY_CHARS)
+        note = _note(note)
+        by = check_actor(by)
         key = f"{run_id}:{call_id}"
         with self.db.tx() as tx:
             self._require_run(tx, run_id)
@@ -153,11 +147,11 @@ def _outcome(outcome: EffectOutcome | str) -> EffectOutcome:
         raise InvalidInput(f"an effect's outcome is {known}, not {outcome!r}") from None
 
 
-def _bounded(name: str, value: str | None, limit: int) -> str | None:
+def _note(value: str | None) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str):
-        raise InvalidInput(f"{name} must be text")
-    if len(value) > limit:
-        raise InvalidInput(f"{name} is {len(value)} characters; at most {limit}")
+        raise InvalidInput("the note must be text")
+    if len(value) > MAX_NOTE_CHARS:
+        raise InvalidInput(f"the note is {len(value)} characters; at most {MAX_NOTE_CHARS}")
     return value

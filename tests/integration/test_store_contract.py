@@ -27,6 +27,7 @@ from store.errors import (
 )
 from store.models import (
     Decision,
+    EffectOutcome,
     EffectStatus,
     Fence,
     Outcome,
@@ -334,6 +335,36 @@ def test_effect_journal(store: PostgresStore) -> None:
     ]
     with pytest.raises(RunNotFound):
         store.effects(str(uuid.uuid4()))
+
+
+def test_an_effect_of_unknown_outcome_flags_its_run_until_resolved(store: PostgresStore) -> None:
+    fence = claimed(store)
+    key = f"{fence.run_id}:call_9"
+    store.begin_effect(fence, key, "refund", {"amount": 5}, rerun_started=False)
+    store.settle(fence, Outcome(RunStatus.INTERRUPTED))  # as a takeover finds it
+    claim = try_claim(store, fence.run_id, "worker-b", 30)
+    assert claim is not None
+    later = Fence(fence.run_id, "worker-b", claim.epoch)
+    with pytest.raises(LeaseLostError):
+        store.mark_effect_unknown(fence, key)  # the dead epoch writes nothing
+    marked = store.mark_effect_unknown(later, key)
+    assert marked.status is EffectStatus.UNKNOWN and marked.unresolved and marked.epoch == 1
+    assert store.get_run(fence.run_id).needs_attention
+    assert store.unresolved_effects() == 1
+    assert [e.key for e in store.unknown_effects(fence.run_id)] == [key]
+    done_key = f"{fence.run_id}:call_10"
+    store.begin_effect(later, done_key, "refund", {}, rerun_started=False)
+    store.finish_effect(later, done_key, output=1)
+    with pytest.raises(InvalidTransition, match="outcome is known"):
+        store.mark_effect_unknown(later, done_key)
+
+    resolved = store.resolve_effect(fence.run_id, "call_9", "not_done", note="no", by="ana")
+    assert resolved.resolved_outcome is EffectOutcome.NOT_DONE and not resolved.unresolved
+    assert not store.get_run(fence.run_id).needs_attention
+    assert store.unresolved_effects() == 0
+    # Found again by a later execution, a resolved effect flags nothing.
+    assert not store.mark_effect_unknown(later, key).unresolved
+    assert not store.get_run(fence.run_id).needs_attention
 
 
 def test_cancel_by_status(store: PostgresStore) -> None:

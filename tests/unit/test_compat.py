@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from store import schema
 from store.leases import CANCEL_CHANNEL, LEASE_PREFIX, Holder
-from store.models import USAGE_ESTIMATED, Decision, EffectStatus, RunStatus, StepKind
+from store.models import (
+    USAGE_ESTIMATED,
+    Decision,
+    EffectOutcome,
+    EffectStatus,
+    RunStatus,
+    StepKind,
+)
 
 
 def test_status_values() -> None:
@@ -22,7 +29,8 @@ def test_status_values() -> None:
         "interrupted",
     ]
     assert [k.value for k in StepKind] == ["llm", "tool", "wait", "state"]
-    assert [e.value for e in EffectStatus] == ["started", "completed", "failed"]
+    assert [e.value for e in EffectStatus] == ["started", "completed", "failed", "unknown"]
+    assert [o.value for o in EffectOutcome] == ["done", "not_done"]
     assert [d.value for d in Decision] == ["approved", "denied", "withdrawn"]
 
 
@@ -70,6 +78,9 @@ def test_table_and_column_names() -> None:
                 "cost_usd",
                 # 0008
                 "usage_estimated",
+                # 0010
+                "needs_attention",
+                "cancelled_by",
             ]
         ),
         "steps": sorted(
@@ -127,6 +138,11 @@ def test_table_and_column_names() -> None:
                 "error",
                 "started_at",
                 "finished_at",
+                # 0010
+                "resolved_outcome",
+                "resolved_by",
+                "resolved_note",
+                "resolved_at",
             ]
         ),
         "approvals": sorted(

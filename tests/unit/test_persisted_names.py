@@ -19,7 +19,8 @@ TABLES = {
     "checkpoints": ["run_id", "step_index", "message_count", "finish_reason", "created_at"],
     "effects": [
         "run_id", "key", "tool", "input", "status", "attempts", "claim_epoch", "output",
-        "error", "started_at", "finished_at",
+        "error", "started_at", "finished_at", "resolved_outcome", "resolved_by",
+        "resolved_note", "resolved_at",
     ],
     "messages": ["run_id", "seq", "body", "step_index"],
     "run_attempts": [
@@ -34,8 +35,8 @@ TABLES = {
         "steps_used", "state", "claim_owner", "claim_expires_at", "claim_epoch", "takeovers",
         "agent_missing_since", "cancel_requested", "retry_at", "retry_attempts",
         "retry_since", "retry_error", "extra_steps", "model", "forked_from",
-        "forked_at_step", "trace_context", "cost_usd", "usage_estimated", "enqueued_at",
-        "created_at", "updated_at", "started_at", "finished_at",
+        "forked_at_step", "trace_context", "cost_usd", "usage_estimated", "needs_attention",
+        "cancelled_by", "enqueued_at", "created_at", "updated_at", "started_at", "finished_at",
     ],
     "steps": [
         "run_id", "id", "kind", "index", "name", "tool_call_id", "input", "output", "error",

@@ -32,6 +32,8 @@ NOT_STATUSES = {
     ("local.py", '"postgres": "running" if postgres.running() else "stopped",'),
     ("local.py", '"redis": "running" if redis_server.running() else "stopped",'),
     ("demo.py", 'return bool(status["postgres"] == status["redis"] == "running")'),
+    # A field of the public event shape: whether a step failed.
+    ("sse.py", 'data["failed"] = event.data.get("error") is not None'),
 }
 
 

@@ -1,4 +1,4 @@
-"""effects whose outcome is unknown, until a person resolves them
+"""effects whose outcome is unknown, until a person resolves them; who cancelled a run
 
 Revision ID: 0010
 Revises: 0009
@@ -37,6 +37,8 @@ def upgrade() -> None:
         "runs",
         sa.Column("needs_attention", sa.Boolean(), nullable=False, server_default=sa.false()),
     )
+    # Who asked for the run's cancel (the first to ask), as decisions record who.
+    op.add_column("runs", sa.Column("cancelled_by", sa.Text(), nullable=True))
     op.create_index(
         "runs_needs_attention_idx",
         "runs",
@@ -47,6 +49,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_index("runs_needs_attention_idx", table_name="runs")
+    op.drop_column("runs", "cancelled_by")
     op.drop_column("runs", "needs_attention")
     op.drop_constraint("effects_resolved_outcome_valid", "effects", type_="check")
     for column in ("resolved_at", "resolved_note", "resolved_by", "resolved_outcome"):
