@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from runner.approvals.expiry import expired, expired_at
 from runner.console.render import (
     e,
     facts,
@@ -177,7 +178,7 @@ def event_item(event: RunEvent, approvals: Mapping[str, Approval]) -> str:
             "execution", _head(None, f"execution {data.get('epoch')}", takeover, data.get("owner"))
         )
     if event.type is EventType.APPROVAL:
-        return _li("approval", _approval_event(data))
+        return _li("approval", _approval_event(data, approvals))
     return ""
 
 
@@ -263,6 +264,11 @@ def decision_line(approval: Approval) -> str:
     """How an approval stands: pending until when, or who decided what and why."""
     if approval.decision is None:
         return f'<div class="call">{e(approval.tool_name)}: pending</div>'
+    if expired(approval):
+        return (
+            f'<div class="call">{e(approval.tool_name)}: <b>expired</b>'
+            f" at {e(expired_at(approval))} with no decision</div>"
+        )
     by = approval.decided_by
     who = f" by {e(by)}" if by else ""
     reason = f": {e(approval.reason)}" if approval.reason else ""
@@ -272,11 +278,15 @@ def decision_line(approval: Approval) -> str:
     )
 
 
-def _approval_event(data: Mapping[str, Any]) -> str:
+def _approval_event(data: Mapping[str, Any], approvals: Mapping[str, Approval]) -> str:
     index = data.get("step_index")
     index = index if isinstance(index, int) else None
     if data.get("action") == "requested":
         return _head(index, "approval requested", data.get("tool_name"), None)
+    approval = approvals.get(str(data.get("approval_id")))
+    if approval is not None and expired(approval):
+        meta = f"at {expired_at(approval)} with no decision"
+        return _head(index, "approval expired", data.get("tool_name"), meta)
     by = data.get("decided_by")
     reason = data.get("reason")
     meta = " · ".join(

@@ -319,6 +319,7 @@ class StepLoop:
             observe=functools.partial(self.deps.observer.tool_call, self.run_),
             step=k,
             clock=self.deps.clock,
+            approval=functools.partial(self.x.io, self.store.get_approval),
         )
 
     async def _commit(self, k: int, final_text: bool, calls: StepCalls) -> Settled | None:
