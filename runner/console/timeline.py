@@ -25,6 +25,7 @@ from runner.console.render import (
     url,
     when,
 )
+from runner.costs import run_cost, unpriced
 from store.events import EventType, RunEvent, step_of
 from store.models import Approval, Run, RunAttempt, RunStatus, Step, StepKind, Usage
 
@@ -46,7 +47,7 @@ def run_body(
     by_id = {a.approval_id: a for a in approvals}
     parts = [
         f"<h1>{e(run.agent)} {status_badge(run.status.value, id='status')}</h1>",
-        _facts(run, base),
+        _facts(run, [step_of(ev) for ev in events if ev.type is EventType.STEP], base),
         _actions(run, base=base, csrf=csrf),
     ]
     if run.error is not None:
@@ -95,7 +96,7 @@ def trigger_block(run: Run) -> str:
     return facts(rows) + "<h3>Payload</h3>" + json_block(trigger.payload, "payload")
 
 
-def _facts(run: Run, base: str) -> str:
+def _facts(run: Run, steps: Sequence[Step], base: str) -> str:
     rows = [
         ("run", e(run.id)),
         ("created", when(run.created_at)),
@@ -110,7 +111,7 @@ def _facts(run: Run, base: str) -> str:
             "tokens",
             e(f"{run.usage.input_tokens} in, {run.usage.output_tokens} out{_estimated(run.usage)}"),
         ),
-        ("cost", e(money(run.cost_usd))),
+        ("cost", e(run_cost(run.cost_usd, steps).words(money))),
     ]
     if run.thread:
         runs_of_thread = url(base, "/", {"thread": run.thread})
@@ -203,7 +204,7 @@ def _step(step: Step, approvals: Mapping[str, Approval]) -> str:
                 ""
                 if usage is None
                 else f"{usage.input_tokens} in, {usage.output_tokens} out{_estimated(usage)}",
-                "" if step.cost_usd is None else money(step.cost_usd),
+                "cost unknown" if unpriced(step) else _step_cost(step.cost_usd),
                 timing,
             )
             if part
@@ -231,6 +232,10 @@ def _step(step: Step, approvals: Mapping[str, Approval]) -> str:
     return _head(step.index, step.kind.value, step.name, timing) + json_block(
         step.output, step.kind.value
     )
+
+
+def _step_cost(usd: float | None) -> str:
+    return "" if usd is None else money(usd)
 
 
 def _estimated(usage: Usage) -> str:

@@ -4,13 +4,34 @@ model's price list could not give reads as unknown, not as $0 (item 14)."""
 
 from __future__ import annotations
 
+import html
+import re
 from datetime import timedelta
+from typing import Any
 
+import pytest
 from flask.testing import FlaskClient
 
-from runner import Engine, RunStatus
+from runner import Agent, Engine, RunStatus, tool
+from runner.testing import Request, ScriptedModel, call, text, tools
 from store.models import utcnow
-from tests.console.conftest import BASE, execute_all, page_text, post, waiting_run
+from tests.console.conftest import BASE, execute_all, page_text, post, unique, waiting_run
+from tests.unpriced import leave_unpriced
+
+USAGE = (1000, 500)
+PRICE = (0.000_01, 0.000_02)  # USD per input and output token: 0.02 USD a step
+STEP_USD = 0.02
+
+
+@pytest.fixture
+def unpriced(monkeypatch: pytest.MonkeyPatch) -> set[str]:
+    return leave_unpriced(monkeypatch, set())
+
+
+@tool
+def weigh(parcel: str) -> str:
+    """Weigh a parcel."""
+    return f"{parcel}: 2 kg"
 
 
 def test_an_expired_approval_reads_as_expired_on_the_run_page(
@@ -49,3 +70,61 @@ def test_a_reviewer_who_types_expired_reads_as_a_denial(
     assert "<b>approval denied</b>" in page
     assert "denied by a human reviewer" in page
     assert "approval expired" not in page and "with no decision" not in page
+
+
+def test_a_cost_reads_as_known_only_when_every_model_step_was_priced(
+    client: FlaskClient, engine: Engine, unpriced: set[str]
+) -> None:
+    runs = {}
+    for kind in ("priced", "unpriced", "mixed", "free"):
+        name = unique(f"cost-{kind}")
+        if kind == "unpriced":
+            unpriced.add(name)
+
+        def script(request: Request, name: str = name, kind: str = kind) -> Any:
+            if request.step == 1:
+                return tools(call("weigh", {"parcel": "p1"}), usage=USAGE)
+            if kind == "mixed":
+                unpriced.add(name)  # the second call has no price
+            return text("2 kg", usage=USAGE)
+
+        price = None if kind == "free" else PRICE
+        model = ScriptedModel(name, script, price=price)
+        Agent(name=name, model=model.model, tools=[weigh])
+        run = engine.start(name)
+        done = engine.execute(run.id)
+        assert done is not None and done.status is RunStatus.COMPLETED
+        runs[kind] = done
+    assert runs["priced"].cost_usd == pytest.approx(2 * STEP_USD)
+    assert runs["mixed"].cost_usd == pytest.approx(STEP_USD)
+    assert runs["unpriced"].cost_usd == 0.0 == runs["free"].cost_usd
+
+    def cost_on_page(kind: str) -> str:
+        page = page_text(client, f"{BASE}/runs/{runs[kind].id}")
+        found = re.search(r"<dt>cost</dt><dd>([^<]*)</dd>", page)
+        assert found is not None, page
+        return html.unescape(found.group(1))
+
+    assert cost_on_page("priced") == "$0.0400"
+    assert cost_on_page("mixed") == "≥ $0.0200 (some steps unpriced)"
+    assert cost_on_page("unpriced") == "—"
+    assert cost_on_page("free") == "$0.0000"
+    page = page_text(client, f"{BASE}/runs/{runs['unpriced'].id}")
+    assert "cost unknown" in page  # each unpriced model step says so
+    # A completed run says when it finished.
+    finished = runs["priced"].finished_at
+    assert finished is not None
+    assert f'<dt>finished</dt><dd><time datetime="{finished.isoformat()}"' in page_text(
+        client, f"{BASE}/runs/{runs['priced'].id}"
+    )
+
+    listing = page_text(client, f"{BASE}/?limit=50")
+    rows = {
+        run_id: html.unescape(cells[-2])
+        for run_id, cells in (
+            (m.group(1), re.findall(r"<td[^>]*>(.*?)</td>", m.group(0)))
+            for m in re.finditer(r'<tr><td><a href="[^"]*/runs/([^"]+)">.*?</tr>', listing)
+        )
+    }
+    assert rows[runs["priced"].id] == "$0.0400"
+    assert rows[runs["unpriced"].id] == "—"
