@@ -4,6 +4,8 @@
   and record of a decision.
 - ``approval_tokens.py``: the signed tokens of approval links, and their keys.
 - ``inbox.py``: what waits for a person, with what they need to judge it.
+- ``expiry.py``: how an approval nobody decided in time reads, told apart
+  from a person's denial.
 
 The notifiers that ship with Runwright are ``runner/notifiers.py`` (a public
 import path).

@@ -33,6 +33,7 @@ from runner.cli.step_lines import clip as _clip
 from runner.cli.step_lines import cost_text
 from runner.cli.step_lines import step_line as _step_line
 from runner.cli.terminal import inert
+from runner.costs import listed_cost
 from runner.settings import Settings
 from store.errors import ForkRepeatsEffects, InvalidInput, RunwrightError
 from store.models import Effect, EffectOutcome
@@ -194,7 +195,9 @@ def runs(status: str | None, agent: str | None, limit: int, needs_attention: boo
             status_cell(row),
             row["steps_used"],
             row["input_tokens"] + row["output_tokens"],
-            cost_text(row["cost_usd"]),
+            listed_cost(row["cost_usd"], row["input_tokens"] + row["output_tokens"]).words(
+                cost_text
+            ),
             when(row["created_at"]),
             row["error_code"] or ("needs attention" if row["needs_attention"] else ""),
         )
@@ -214,7 +217,8 @@ def show(run_id: str, messages: bool) -> None:
 
     store = open_store(_settings())
     run = store.get_run(run_id)
-    for line in describe(run, store.attempts(run_id)):
+    steps = store.steps(run_id)
+    for line in describe(run, store.attempts(run_id), steps):
         say(line)
     unknown = store.unknown_effects(run_id)
     if unknown:
@@ -222,7 +226,7 @@ def show(run_id: str, messages: bool) -> None:
         for effect in unknown:
             say("  " + _unknown_line(effect))
     say("steps")
-    for step in store.steps(run_id):
+    for step in steps:
         say("  " + _step_line(step))
     checkpoint = store.checkpoint(run_id)
     if messages and checkpoint is not None:

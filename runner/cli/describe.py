@@ -9,25 +9,27 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from runner.cli.step_lines import ESTIMATED, clip, cost_text
+from runner.costs import run_cost
 from store.status import RunStatus
 
 if TYPE_CHECKING:
-    from store.models import Run, RunAttempt
+    from store.models import Run, RunAttempt, Step
 
 
 def when(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
 
 
-def describe(run: Run, attempts: list[RunAttempt]) -> list[str]:
-    """``runwright show``'s header: the run, then its earlier attempts."""
+def describe(run: Run, attempts: list[RunAttempt], steps: list[Step]) -> list[str]:
+    """``runwright show``'s header: the run, then its earlier attempts;
+    ``steps`` tell whether its cost is known."""
     lines = [
         f"run      {run.id}",
         f"agent    {run.agent}",
         f"status   {run.status.value}",
         f"usage    {run.usage.input_tokens} in, {run.usage.output_tokens} out, "
         f"{run.steps_used} steps{ESTIMATED if run.usage.estimated else ''}",
-        f"cost     {cost_text(run.cost_usd)}",
+        f"cost     {run_cost(run.cost_usd, steps).words(cost_text)}",
         f"created  {when(run.created_at)}   finished {when(run.finished_at)}",
     ]
     if run.concurrency_key:

@@ -5,7 +5,9 @@ demo, with the cost and the clipping those lines use. The lines hold stored
 from __future__ import annotations
 
 import json
+import math
 
+from runner.costs import UNKNOWN, unpriced
 from store.models import Step
 
 # After token figures the provider did not report (litellm counted them).
@@ -24,7 +26,9 @@ def step_line(step: Step) -> str:
             if usage.estimated:
                 spent.append("estimated")
         if step.cost_usd:
-            spent.append(cost_text(step.cost_usd))
+            spent.append(cost_text(step.cost_usd))  # a free step's $0 would only add noise
+        elif unpriced(step):
+            spent.append("cost unknown")
         shown = f" [{', '.join(spent)}]" if spent else ""
         return f"step {step.index:>3}  llm   {what}{shown}"
     if step.kind.value == "tool":
@@ -38,11 +42,12 @@ def step_line(step: Step) -> str:
 
 
 def cost_text(usd: float | None) -> str:
-    """A cost in USD for a person: ``$0.0123``; ``-`` when nothing was charged
-    (an unpriced or free model); ``<$0.0001`` for a fraction of a hundredth of a cent."""
-    if not usd or usd <= 0:
-        return "-"
-    if usd < 0.0001:
+    """A cost in USD for a person: ``$0.0123``; ``$0.0000`` for a free model;
+    ``<$0.0001`` for a fraction of a hundredth of a cent; ``—`` when it is
+    unknown (an unpriced model: runner/costs.py)."""
+    if usd is None or not math.isfinite(usd) or usd < 0:
+        return UNKNOWN
+    if 0 < usd < 0.0001:
         return "<$0.0001"
     return f"${usd:.4f}"
 

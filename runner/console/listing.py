@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from runner.console.render import e, money, status_badge, url, when
+from runner.costs import listed_cost
 from store.models import Run, RunStatus
 
 
@@ -79,7 +80,7 @@ def _table(runs: Sequence[Run], *, base: str) -> str:
             f"<td>{e(run.thread or '')}</td><td>{when(run.created_at)}</td>"
             f'<td class="num">{run.steps_used}</td>'
             f'<td class="num">{run.usage.input_tokens + run.usage.output_tokens}</td>'
-            f'<td class="num">{e(money(run.cost_usd))}</td>'
+            f'<td class="num">{e(listed_cost(run.cost_usd, run.usage.total).words(money))}</td>'
             f"<td>{e(run.error.code) if run.error else ''}</td></tr>"
         )
     return (

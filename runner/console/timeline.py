@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from runner.approvals.expiry import expired, expired_at
 from runner.console.render import (
     e,
     facts,
@@ -24,6 +25,7 @@ from runner.console.render import (
     url,
     when,
 )
+from runner.costs import run_cost, unpriced
 from store.events import EventType, RunEvent, step_of
 from store.models import Approval, Run, RunAttempt, RunStatus, Step, StepKind, Usage
 
@@ -45,7 +47,7 @@ def run_body(
     by_id = {a.approval_id: a for a in approvals}
     parts = [
         f"<h1>{e(run.agent)} {status_badge(run.status.value, id='status')}</h1>",
-        _facts(run, base),
+        _facts(run, [step_of(ev) for ev in events if ev.type is EventType.STEP], base),
         _actions(run, base=base, csrf=csrf),
     ]
     if run.error is not None:
@@ -94,7 +96,7 @@ def trigger_block(run: Run) -> str:
     return facts(rows) + "<h3>Payload</h3>" + json_block(trigger.payload, "payload")
 
 
-def _facts(run: Run, base: str) -> str:
+def _facts(run: Run, steps: Sequence[Step], base: str) -> str:
     rows = [
         ("run", e(run.id)),
         ("created", when(run.created_at)),
@@ -109,7 +111,7 @@ def _facts(run: Run, base: str) -> str:
             "tokens",
             e(f"{run.usage.input_tokens} in, {run.usage.output_tokens} out{_estimated(run.usage)}"),
         ),
-        ("cost", e(money(run.cost_usd))),
+        ("cost", e(run_cost(run.cost_usd, steps).words(money))),
     ]
     if run.thread:
         runs_of_thread = url(base, "/", {"thread": run.thread})
@@ -177,7 +179,7 @@ def event_item(event: RunEvent, approvals: Mapping[str, Approval]) -> str:
             "execution", _head(None, f"execution {data.get('epoch')}", takeover, data.get("owner"))
         )
     if event.type is EventType.APPROVAL:
-        return _li("approval", _approval_event(data))
+        return _li("approval", _approval_event(data, approvals))
     return ""
 
 
@@ -202,7 +204,7 @@ def _step(step: Step, approvals: Mapping[str, Approval]) -> str:
                 ""
                 if usage is None
                 else f"{usage.input_tokens} in, {usage.output_tokens} out{_estimated(usage)}",
-                "" if step.cost_usd is None else money(step.cost_usd),
+                "cost unknown" if unpriced(step) else _step_cost(step.cost_usd),
                 timing,
             )
             if part
@@ -230,6 +232,10 @@ def _step(step: Step, approvals: Mapping[str, Approval]) -> str:
     return _head(step.index, step.kind.value, step.name, timing) + json_block(
         step.output, step.kind.value
     )
+
+
+def _step_cost(usd: float | None) -> str:
+    return "" if usd is None else money(usd)
 
 
 def _estimated(usage: Usage) -> str:
@@ -263,6 +269,11 @@ def decision_line(approval: Approval) -> str:
     """How an approval stands: pending until when, or who decided what and why."""
     if approval.decision is None:
         return f'<div class="call">{e(approval.tool_name)}: pending</div>'
+    if expired(approval):
+        return (
+            f'<div class="call">{e(approval.tool_name)}: <b>expired</b>'
+            f" at {e(expired_at(approval))} with no decision</div>"
+        )
     by = approval.decided_by
     who = f" by {e(by)}" if by else ""
     reason = f": {e(approval.reason)}" if approval.reason else ""
@@ -272,11 +283,15 @@ def decision_line(approval: Approval) -> str:
     )
 
 
-def _approval_event(data: Mapping[str, Any]) -> str:
+def _approval_event(data: Mapping[str, Any], approvals: Mapping[str, Approval]) -> str:
     index = data.get("step_index")
     index = index if isinstance(index, int) else None
     if data.get("action") == "requested":
         return _head(index, "approval requested", data.get("tool_name"), None)
+    approval = approvals.get(str(data.get("approval_id")))
+    if approval is not None and expired(approval):
+        meta = f"at {expired_at(approval)} with no decision"
+        return _head(index, "approval expired", data.get("tool_name"), meta)
     by = data.get("decided_by")
     reason = data.get("reason")
     meta = " · ".join(

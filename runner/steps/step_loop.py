@@ -321,6 +321,7 @@ class StepLoop:
             step=k,
             clock=self.deps.clock,
             on_unknown=functools.partial(self.deps.observer.effect_unknown, self.run_),
+            approval=functools.partial(self.x.io, self.store.get_approval),
         )
 
     async def _commit(self, k: int, final_text: bool, calls: StepCalls) -> Settled | None:

@@ -39,14 +39,16 @@ import pydantic
 
 from runner import faults
 from runner.agent import Agent
+from runner.approvals.expiry import expired, expiry_message
 from runner.clock import SYSTEM, Clock
-from runner.errors import RunwrightError, ToolInputError
+from runner.errors import ApprovalNotFound, RunwrightError, ToolInputError
 from runner.observe import ToolCall
 from runner.steps.history import OpenStep, approval_request, error_content, tool_message
 from runner.steps.run_context import AbortReason, AbortSignal, RunContext
 from runner.steps.tools import Reconciled, Tool
 from store.jsonsafe import NotStorable, clean_json, clean_message, clip
 from store.models import (
+    Approval,
     Effect,
     EffectOutcome,
     EffectStatus,
@@ -202,10 +204,12 @@ class CallRunner:
         step: int = 0,
         clock: Clock = SYSTEM,
         on_unknown: Callable[[str], None] = lambda tool: None,
+        approval: Callable[[str], Awaitable[Approval]] | None = None,
     ) -> None:
         self.clock = clock
         # Told the tool's name when an effect is found of unknown outcome.
         self.on_unknown = on_unknown
+        self.approval = approval
         self.agent = agent
         self.tools = tools
         self.ctx = ctx
@@ -244,10 +248,7 @@ class CallRunner:
             response = step.responses.get(call_id)
             if response is not None:
                 if not response.get("approved"):
-                    reason = response.get("reason") or "no reason given"
-                    out.results.append(
-                        _error(call_id, name, input, "denied by a human reviewer", reason=reason)
-                    )
+                    out.results.append(await self._refused(call_id, name, input, response))
                     continue
             elif call_id not in step.requests:
                 policy = self.agent.approval_policy(name, input)
@@ -273,6 +274,21 @@ class CallRunner:
         order = {c["id"]: i for i, c in enumerate(step.calls)}
         out.results.sort(key=lambda r: order.get(r.call_id, 0))
         return out
+
+    async def _refused(self, call_id: str, name: str, input: Any, response: Message) -> CallResult:
+        """A call not approved: denied by a person with their reason, or left
+        to expire, told apart by the approval's record (runner/approvals/expiry.py)."""
+        approval_id = response.get("approval_id")
+        if self.approval is not None and isinstance(approval_id, str):
+            try:
+                approval = await self.approval(approval_id)
+            except ApprovalNotFound:
+                pass  # purged with its run (a fork keeps the response): read as given
+            else:
+                if expired(approval):
+                    return _error(call_id, name, input, expiry_message(approval))
+        reason = response.get("reason") or "no reason given"
+        return _error(call_id, name, input, "denied by a human reviewer", reason=reason)
 
     async def _race(self, work: Coroutine[Any, Any, T]) -> T:
         """``work``'s result, unless the run is aborted and the call outlives

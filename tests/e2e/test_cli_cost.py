@@ -1,6 +1,7 @@
 """Cost in ``runwright runs`` and ``runwright show`` (issue 13), through the
 real entry point: a run of a priced model shows what it cost, in total and per
-model step; an unpriced one shows "-"."""
+model step; a free one $0.0000 in ``show``, and in ``runs``, which cannot
+tell it from an unpriced one, "—". Unpriced models: tests/e2e/test_cli_honest.py."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def test_runs_and_show_display_the_cost(cli_env: dict[str, str], engine: Engine)
     rows = {cells[0]: cells for cells in table(listing)}
     assert rows["run"][4:7] == ["tokens", "cost", "created"]
     assert rows[paid.id][4:6] == ["1840", "$0.0238"]
-    assert rows[unpaid.id][4:6] == ["1500", "-"]
+    assert rows[unpaid.id][4:6] == ["1500", "—"]
 
     shown = rw(cli_env, "show", paid.id).stdout
     assert "cost     $0.0238" in shown
@@ -63,13 +64,20 @@ def test_runs_and_show_display_the_cost(cli_env: dict[str, str], engine: Engine)
     assert re.search(r"step +2  llm   '2 kg' \[300\+40 tokens, \$0\.0038\]", shown), shown
 
     shown = rw(cli_env, "show", unpaid.id).stdout
-    assert "cost     -" in shown
-    assert "[1000+500 tokens]" in shown and "$" not in shown
+    assert "cost     $0.0000" in shown
+    assert "[1000+500 tokens]" in shown  # a free step names no cost
 
 
 @pytest.mark.parametrize(
     ("usd", "shown"),
-    [(None, "-"), (0.0, "-"), (0.00004, "<$0.0001"), (0.0001, "$0.0001"), (12.3456789, "$12.3457")],
+    [
+        (None, "—"),
+        (float("nan"), "—"),
+        (0.0, "$0.0000"),
+        (0.00004, "<$0.0001"),
+        (0.0001, "$0.0001"),
+        (12.3456789, "$12.3457"),
+    ],
 )
 def test_a_cost_reads_in_dollars_to_a_hundredth_of_a_cent(usd: float | None, shown: str) -> None:
     assert cost_text(usd) == shown

@@ -284,7 +284,8 @@ def test_expiry_denies_and_the_run_goes_on(approvals_engine: Engine, queued: lis
     assert approval.decision is Decision.DENIED and approval.reason == "expired"
     done = engine.execute(run.id)
     assert done is not None and done.status is RunStatus.COMPLETED
-    assert json.loads(model.calls[1].tool_results()[-1]["content"])["reason"] == "expired"
+    told = json.loads(model.calls[1].tool_results()[-1]["content"])["error"]
+    assert told.startswith("not approved: the approval expired at")
     assert refunds.done == []
 
 
