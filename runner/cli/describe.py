@@ -42,6 +42,9 @@ def describe(run: Run, attempts: list[RunAttempt], steps: list[Step]) -> list[st
         lines.append(f"budget   {run.extra_steps} steps beyond the agent's")
     if run.claim:
         lines.append(f"owner    {run.claim.owner} (epoch {run.claim.epoch})")
+    if run.cancelled_by:
+        asked = "cancelled" if run.settled else "cancel requested"
+        lines.append(f"{asked} by {run.cancelled_by}")
     if run.retry is not None and not run.settled:
         retry = run.retry
         line = f"retrying: attempt {retry.attempts} failed ({clip(retry.error, 200)})"

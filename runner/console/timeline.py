@@ -127,7 +127,10 @@ def _facts(run: Run, steps: Sequence[Step], base: str) -> str:
     if run.retry is not None:
         rows.append(("model retries", e(f"{run.retry.attempts} failed: {run.retry.error}")))
     if run.cancel_requested and not run.settled:
-        rows.append(("cancel", "requested"))
+        by = f" by {run.cancelled_by}" if run.cancelled_by else ""
+        rows.append(("cancel", e(f"requested{by}")))
+    elif run.cancelled_by:
+        rows.append(("cancelled by", e(run.cancelled_by)))
     return facts(rows)
 
 

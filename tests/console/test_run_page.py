@@ -146,6 +146,7 @@ def test_cancel_then_retry_from_the_buttons(
     assert answer.headers["Location"] == f"{page_path}?note=cancel"
     cancelled = engine.get_run(run.id)
     assert cancelled.status is RunStatus.CANCELLED
+    assert cancelled.cancelled_by == "alice"  # the console's signed-in user
     assert [a.decision for a in engine.approvals(run.id)] == [Decision.WITHDRAWN]
     again = post(client, f"{page_path}/cancel", {}, csrf_from=page_path)
     assert again.status_code == 409 and "already cancelled" in again.get_data(as_text=True)
@@ -153,6 +154,7 @@ def test_cancel_then_retry_from_the_buttons(
 
     page = page_text(client, f"{page_path}?note=cancel")
     assert "The run is cancelled." in page
+    assert "<dt>cancelled by</dt><dd>alice</dd>" in page
     assert not re.search(r'<form id="retry"[^>]* hidden>', page)
     answer = post(client, f"{page_path}/retry", {}, csrf_from=page_path)
     assert answer.status_code == 303

@@ -61,7 +61,11 @@ def test_deny_cancel_tick_prune(
     assert engine.approvals(run.id)[0].reason == "no"
 
     queued = engine.start("fleet", {"amount": 1})
-    assert f"run {queued.id} cancelled" in rw(cli_env, "cancel", queued.id).stdout
+    assert (
+        f"run {queued.id} cancelled by ops-ana"
+        in rw(cli_env, "cancel", queued.id, "--by", "ops-ana").stdout
+    )
+    assert "cancelled by ops-ana" in rw(cli_env, "show", queued.id).stdout
     assert "already cancelled; nothing to cancel" in rw(cli_env, "cancel", queued.id).stdout
     assert engine.get_run(queued.id).status is RunStatus.CANCELLED
 
