@@ -7,6 +7,7 @@ from runner.errors import (
     ApprovalAlreadyDecided,
     ApprovalExpired,
     ApprovalNotFound,
+    EffectNotFound,
     InvalidApprovalToken,
     InvalidInput,
     InvalidTransition,
@@ -43,7 +44,7 @@ def status_for(exc: RunwrightError) -> tuple[int, str]:
         return 409, "Already decided"
     if isinstance(exc, ApprovalExpired | RunNotWaiting | InvalidTransition):
         return 409, "Not done"
-    if isinstance(exc, RunNotFound | ApprovalNotFound | AgentNotFound):
+    if isinstance(exc, RunNotFound | ApprovalNotFound | AgentNotFound | EffectNotFound):
         return 404, "Not found"
     if isinstance(exc, InvalidInput):
         return 400, "Bad request"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from runner.console.render import e, money, status_badge, url, when
+from runner.console.render import attention, e, money, status_badge, url, when
 from runner.costs import listed_cost
 from store.models import Run, RunStatus
 
@@ -56,6 +56,9 @@ def _filters(counts: Mapping[RunStatus, int], *, base: str, filters: Mapping[str
         + field("thread", "Thread")
         + field("since", "Created since (UTC)", "datetime-local")
         + field("until", "Created before (UTC)", "datetime-local")
+        + '<label><input type="checkbox" name="attention" value="1"'
+        + (" checked" if filters.get("attention") else "")
+        + "> Needs attention</label>"
         + "<button>Filter</button></form>"
     )
 
@@ -76,7 +79,7 @@ def _table(runs: Sequence[Run], *, base: str) -> str:
     for run in runs:
         rows.append(
             f'<tr><td><a href="{e(base)}/runs/{e(run.id)}">{e(run.id)}</a></td>'
-            f"<td>{e(run.agent)}</td><td>{status_badge(run.status.value)}</td>"
+            f"<td>{e(run.agent)}</td><td>{status_badge(run.status.value)}{attention(run)}</td>"
             f"<td>{e(run.thread or '')}</td><td>{when(run.created_at)}</td>"
             f'<td class="num">{run.steps_used}</td>'
             f'<td class="num">{run.usage.input_tokens + run.usage.output_tokens}</td>'

@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from runner.console.assets import SCRIPT, STYLE
+from store.models import Run
 
 # JSON longer than this (characters or lines) is collapsed in a <details>.
 LONG_CHARS = 400
@@ -113,6 +114,15 @@ def _span(seconds: float) -> str:
 def status_badge(status: str, *, id: str | None = None) -> str:
     ident = f' id="{e(id)}"' if id else ""
     return f'<span{ident} class="st st-{e(status)}">{e(status)}</span>'
+
+
+def attention(run: Run) -> str:
+    """The badge of a run with an effect of unknown outcome nobody resolved."""
+    if not run.needs_attention:
+        return ""
+    return (
+        ' <span class="st st-attention" title="an effect of unknown outcome">needs attention</span>'
+    )
 
 
 def url(base: str, path: str, query: Mapping[str, str | None] | None = None) -> str:

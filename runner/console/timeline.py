@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import quote
 
 from runner.approvals.expiry import expired, expired_at
 from runner.console.render import (
+    attention,
     e,
     facts,
     hidden,
@@ -27,7 +29,7 @@ from runner.console.render import (
 )
 from runner.costs import run_cost, unpriced
 from store.events import EventType, RunEvent, step_of
-from store.models import Approval, Run, RunAttempt, RunStatus, Step, StepKind, Usage
+from store.models import Approval, Effect, Run, RunAttempt, RunStatus, Step, StepKind, Usage
 
 RETRYABLE = frozenset({RunStatus.FAILED, RunStatus.CANCELLED})
 
@@ -41,12 +43,15 @@ def run_body(
     base: str,
     csrf: str,
     live: bool,
+    unknown: Sequence[Effect] = (),
 ) -> str:
     """The page of ``run`` (HTML inside <main>). ``live``: the timeline
-    follows the run's event stream (the events were replayed, not rebuilt)."""
+    follows the run's event stream (the events were replayed, not rebuilt).
+    ``unknown``: its effects of unknown outcome, each with its resolution or
+    a form to record one."""
     by_id = {a.approval_id: a for a in approvals}
     parts = [
-        f"<h1>{e(run.agent)} {status_badge(run.status.value, id='status')}</h1>",
+        f"<h1>{e(run.agent)} {status_badge(run.status.value, id='status')}{attention(run)}</h1>",
         _facts(run, [step_of(ev) for ev in events if ev.type is EventType.STEP], base),
         _actions(run, base=base, csrf=csrf),
     ]
@@ -61,6 +66,8 @@ def run_body(
             for a in pending
         )
         parts.append(f'<p class="note">Waits for a decision on {links}.</p>')
+    if unknown:
+        parts.append(_unknown_effects(run, unknown, base=base, csrf=csrf))
     if run.output is not None:
         parts.append("<h2>Output</h2>" + json_block(run.output, "output"))
     parts.append("<h2>Trigger</h2>" + trigger_block(run))
@@ -132,6 +139,52 @@ def _facts(run: Run, steps: Sequence[Step], base: str) -> str:
     elif run.cancelled_by:
         rows.append(("cancelled by", e(run.cancelled_by)))
     return facts(rows)
+
+
+def _unknown_effects(run: Run, effects: Sequence[Effect], *, base: str, csrf: str) -> str:
+    """Effects whose worker died between starting them and recording their
+    outcome: what was asked, under which key, and what a person said of it."""
+    items = []
+    for effect in effects:
+        head = (
+            f"<h3>{e(effect.tool)} <small>call {e(effect.call_id)}</small></h3>"
+            + facts(
+                [
+                    ("idempotency key", e(effect.key)),
+                    ("started", f"{when(effect.started_at)}, epoch {e(effect.epoch)}"),
+                ]
+            )
+            + json_block(effect.input, "arguments")
+        )
+        if effect.resolved_outcome is not None:
+            said = "took place" if effect.resolved_outcome.value == "done" else "did not take place"
+            note = f": {e(effect.resolved_note)}" if effect.resolved_note else ""
+            head += (
+                f'<p class="resolved">Resolved: it {said}, by {e(effect.resolved_by or "someone")}'
+                f" {when(effect.resolved_at)}{note}</p>"
+            )
+        else:
+            action = (
+                f"{e(base)}/runs/{e(run.id)}/effects/{e(quote(effect.call_id, safe=''))}/resolve"
+            )
+            head += (
+                f'<form class="resolve" method="post" action="{action}">'
+                + hidden("csrf_token", csrf)
+                + '<label><input type="radio" name="outcome" value="done" required> '
+                "It took place</label>"
+                '<label><input type="radio" name="outcome" value="not_done"> '
+                "It did not take place</label>"
+                '<label>What you checked<textarea name="note" maxlength="2000"></textarea></label>'
+                "<button>Record</button></form>"
+            )
+        items.append(f'<li class="effect">{head}</li>')
+    return (
+        "<h2>Effects of unknown outcome</h2>"
+        '<p class="note">The worker stopped after starting these and before recording what '
+        "happened; Runwright did not run them again, and told the model their outcome is "
+        "unknown. Check with the service (by the idempotency key) and record what you find."
+        f'</p><ul class="effects">{"".join(items)}</ul>'
+    )
 
 
 def _actions(run: Run, *, base: str, csrf: str) -> str:

@@ -56,6 +56,7 @@ NOTES = {
     "cancel": "The run is cancelled.",
     "cancel_requested": "Cancel requested: the run stops within a second or so.",
     "retried": "The run is queued again from its checkpoint.",
+    "resolved": "Recorded. The run needs no more attention for that effect.",
 }
 
 
@@ -107,6 +108,7 @@ ROUTES = (
     Route("cancel", "POST", "/runs/<run_id>/cancel"),
     Route("retry", "POST", "/runs/<run_id>/retry"),
     Route("decide_step", "POST", "/runs/<run_id>/steps/<step>/decide"),
+    Route("resolve_effect", "POST", "/runs/<run_id>/effects/<call_id>/resolve"),
     Route("inbox", "GET", "/approvals"),
     Route("approval", "GET", "/approvals/<approval_id>", public=True),
     Route("decide", "POST", "/approvals/<approval_id>", public=True),
@@ -194,7 +196,7 @@ class Console:
         query = request.query
         filters = {
             key: _text(query, key)
-            for key in ("status", "agent", "thread", "since", "until")
+            for key in ("status", "agent", "thread", "since", "until", "attention")
             if query.get(key)
         }
         limit = _limit(query.get("limit"))
@@ -209,6 +211,7 @@ class Console:
             before=_text(query, "before") or None,
             since=_moment(filters.get("since"), "since"),
             until=_moment(filters.get("until"), "until"),
+            needs_attention=bool(filters.get("attention")),
         )
         counts = engine.run_counts(filters.get("agent"))
         body = runs_body(
@@ -227,9 +230,17 @@ class Console:
         events, live = self._replay(run.id)
         approvals = engine.approvals(run.id)
         attempts = engine.attempts(run.id)
+        unknown = engine.unknown_effects(run.id)
         note = self._note(request)
         body = run_body(
-            run, events, approvals, attempts, base=self.base, csrf=request.csrf_token, live=live
+            run,
+            events,
+            approvals,
+            attempts,
+            base=self.base,
+            csrf=request.csrf_token,
+            live=live,
+            unknown=unknown,
         )
         if note:
             body = f'<p class="note">{note}</p>' + body
@@ -368,6 +379,15 @@ class Console:
             message = f"Every approval of step {step} was already decided; nothing changed."
             return self.error(409, "Already decided", message, request)
         return self._redirect("/approvals", "approved" if approve else "denied")
+
+    def _resolve_effect(self, request: Request) -> Response:
+        run_id = request.params["run_id"]
+        outcome = request.form.get("outcome", "")
+        note = request.form.get("note", "").strip() or None
+        self.engine.resolve_effect(
+            run_id, request.params["call_id"], outcome, note=note, by=request.user
+        )
+        return self._redirect(f"/runs/{run_id}", "resolved")
 
 
 # ------------------------------------------------------------ input

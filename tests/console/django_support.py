@@ -19,7 +19,14 @@ from tests.console.conftest import csrf_of, unique
 BASE = "/console"
 LABEL = "runwright_console"
 FORM = "application/x-www-form-urlencoded"
-STAFF_PERMISSIONS = ("view_run", "view_approval", "decide_approval", "cancel_run", "retry_run")
+STAFF_PERMISSIONS = (
+    "view_run",
+    "view_approval",
+    "decide_approval",
+    "cancel_run",
+    "retry_run",
+    "resolve_effect",
+)
 
 
 def make_user(

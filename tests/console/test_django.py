@@ -499,7 +499,7 @@ def test_the_admin_lists_runs_and_approvals_read_only(admin_db: Engine) -> None:
     # Without view permissions, staff see neither list.
     blind = client_of(make_user(permissions=("decide_approval",)))
     assert blind.get(runs).status_code == 403 and blind.get(approvals).status_code == 403
-    assert Permission.objects.filter(content_type__app_label="runwright_console").count() == 5
+    assert Permission.objects.filter(content_type__app_label="runwright_console").count() == 6
 
 
 def test_the_models_map_columns_that_exist_and_their_migration_is_current(

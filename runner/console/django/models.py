@@ -64,6 +64,7 @@ class Run(models.Model):
         permissions = [
             ("cancel_run", "Can cancel runs in the console"),
             ("retry_run", "Can retry runs in the console"),
+            ("resolve_effect", "Can record what an effect of unknown outcome did"),
         ]
 
     def __str__(self) -> str:

@@ -50,6 +50,7 @@ PERMISSIONS = {
     "cancel": "cancel_run",
     "retry": "retry_run",
     "decide_step": "decide_approval",
+    "resolve_effect": "resolve_effect",
     "inbox": "view_approval",
     "approval": "view_approval",  # without a token: on to the inbox
     "decide": "decide_approval",
@@ -60,6 +61,7 @@ _MAY = {
     "decide_approval": "decide approvals",
     "cancel_run": "cancel runs",
     "retry_run": "retry runs",
+    "resolve_effect": "record what an effect of unknown outcome did",
 }
 STAFF_ONLY = "The console is for staff: your account may not use it."
 # Django checks a POST's Origin, and a browser sends "Origin: null" from a
