@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from runner import Agent, ApprovalPolicy, Budget, RunContext, effect, tool
+from runner.steps.tools import Reconciled, done, not_done
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
 
 JOURNAL = os.environ.get("RUNWRIGHT_SCRIPTED_JOURNAL")
@@ -66,6 +67,32 @@ crash_model = ScriptedModel(
     journal=JOURNAL,
 )
 Agent(name="crash", model=crash_model.model, tools=[lookup, charge, refund])
+
+
+def charged(idempotency_key: str) -> Reconciled | None:
+    """What the "provider" (the effect log) knows of a charge under that key."""
+    path = os.environ.get("RUNWRIGHT_TEST_EFFECT_LOG")
+    if not path:
+        return None
+    for entry in read_effect_log(path):
+        if entry.get("tool") == "charge_checked" and entry.get("key") == idempotency_key:
+            return done({"charged": entry["amount"], "key": idempotency_key, "found": True})
+    return not_done()
+
+
+@effect(reconcile=charged)
+def charge_checked(amount: int, idempotency_key: str) -> dict[str, Any]:
+    """Charge the customer (at most once; a lost outcome is looked up)."""
+    log_effect("charge_checked", key=idempotency_key, amount=amount)
+    return {"charged": amount, "key": idempotency_key}
+
+
+reconciled_model = ScriptedModel(
+    "reconciled",
+    [tools(call("charge_checked", {"amount": 9})), text("Charged.")],
+    journal=JOURNAL,
+)
+Agent(name="reconciled", model=reconciled_model.model, tools=[charge_checked])
 
 
 def five_steps(request: Request) -> Reply:

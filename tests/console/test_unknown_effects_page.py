@@ -6,12 +6,14 @@ found; the flag clears, and who said what is kept."""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from flask import Flask
 
 from runner.console.flask import console_blueprint
 from runner.testing import TestEngine
 from store.models import EffectOutcome
+from tests.conftest import csp_refusals
 from tests.console.conftest import BASE, guard, page_text, post
 from tests.integration.test_unknown_effects import Refunds, crashed_mid_refund
 
@@ -64,3 +66,34 @@ def test_the_console_flags_the_run_and_records_who_resolved_it(
     assert again.status_code == 409 and "already resolved done by alice" in again.get_data(
         as_text=True
     )
+
+
+def test_resolving_in_headless_chromium_clears_the_badge(
+    runwright_engine: TestEngine, browser: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    from tests.console.test_browser import signed_in_app
+    from tests.e2e.test_sse_http import serving
+
+    run_id = crashed_mid_refund(runwright_engine, Refunds())
+    with serving(signed_in_app(runwright_engine.engine)) as (port, _handlers):
+        root = f"http://127.0.0.1:{port}"
+        browser.get(f"{root}/login?user=bea")
+        browser.get(f"{root}{BASE}/?attention=1")
+        row = browser.find_element(By.XPATH, f"//tr[td/a[text()='{run_id}']]")
+        assert "needs attention" in row.text
+        row.find_element(By.LINK_TEXT, run_id).click()
+        form = browser.find_element(By.CSS_SELECTOR, "form.resolve")
+        form.find_element(By.CSS_SELECTOR, "input[value='not_done']").click()
+        form.find_element(By.NAME, "note").send_keys("no charge in the ledger")
+        form.find_element(By.TAG_NAME, "button").click()
+        resolved = browser.find_element(By.CSS_SELECTOR, "p.resolved")
+        assert "did not take place, by bea" in resolved.text
+        assert "no charge in the ledger" in resolved.text
+        assert not browser.find_elements(By.CSS_SELECTOR, "h1 .st-attention")
+        assert csp_refusals(browser) == []
+    run = runwright_engine.get_run(run_id)
+    assert not run.needs_attention
+    (effect,) = runwright_engine.engine.unknown_effects(run_id)
+    assert (effect.resolved_outcome, effect.resolved_by) == (EffectOutcome.NOT_DONE, "bea")

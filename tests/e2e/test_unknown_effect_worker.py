@@ -61,3 +61,28 @@ def test_a_worker_killed_mid_effect_leaves_a_run_flagged_until_resolved(
     (effect,) = engine.unknown_effects(run.id)
     assert (effect.resolved_outcome, effect.resolved_by) == (EffectOutcome.DONE, "ops-ana")
     assert effect.resolved_note == "the charge is in the ledger"
+
+
+def test_an_effect_that_reconciles_itself_needs_nobody(cluster: Cluster) -> None:
+    engine = cluster.engine()
+    run = engine.start("reconciled", {"ticket": "reconcile"})
+    killed = subprocess.run(
+        [sys.executable, "-m", "tests.proc", run.id],
+        env={**cluster.env(), "RUNWRIGHT_TEST_FAULTS": "after_effect_call=kill"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    cluster.worker("w1")
+    cluster.beat()
+    done = wait_until(
+        lambda: (r := engine.get_run(run.id)).status is RunStatus.COMPLETED and r,
+        60,
+        "a worker to recover and finish the run",
+    )
+    assert not done.needs_attention and engine.unknown_effects(run.id) == []
+    (effect,) = engine.effects(run.id)
+    assert effect.status is EffectStatus.COMPLETED and effect.output["found"] is True
+    tool_step = next(s for s in engine.steps(run.id) if s.name == "charge_checked")
+    assert tool_step.output["found"] is True  # the model was told what really happened
