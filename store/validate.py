@@ -152,10 +152,9 @@ def check_actor(by: str | None) -> str | None:
     :data:`MAX_ACTOR_CHARS` characters, or None."""
     if by is None:
         return None
-    if not isinstance(by, str) or not by.strip():
+    check_text(by, "who did it (by)", max_chars=MAX_ACTOR_CHARS)
+    if not by.strip():
         raise InvalidInput("who did it (by) must be a non-empty name")
-    if len(by) > MAX_ACTOR_CHARS:
-        raise InvalidInput(f"who did it (by) is {len(by)} characters; at most {MAX_ACTOR_CHARS}")
     return by
 
 

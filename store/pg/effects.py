@@ -17,10 +17,12 @@ from store.pg.base import PgBase, fence_params
 from store.pg.execution import LOCK_FENCED
 from store.rows import effect_from_row
 from store.statements import Statement
-from store.validate import check_actor, check_run_id
+from store.validate import check_actor, check_run_id, check_text
 
 # Longest note a resolution records (who resolved it: store.validate.check_actor).
 MAX_NOTE_CHARS = 2000
+# No tool call id is longer (providers send a few dozen characters).
+MAX_CALL_ID_CHARS = 1000
 
 # The flag follows the journal: set while an unknown effect is unresolved.
 _FLAG = """
@@ -107,6 +109,7 @@ class PgEffects(PgBase):
         said = _outcome(outcome)
         note = _note(note)
         by = check_actor(by)
+        check_text(call_id, "the tool call id", max_chars=MAX_CALL_ID_CHARS)
         key = f"{run_id}:{call_id}"
         with self.db.tx() as tx:
             self._require_run(tx, run_id)
@@ -148,10 +151,4 @@ def _outcome(outcome: EffectOutcome | str) -> EffectOutcome:
 
 
 def _note(value: str | None) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise InvalidInput("the note must be text")
-    if len(value) > MAX_NOTE_CHARS:
-        raise InvalidInput(f"the note is {len(value)} characters; at most {MAX_NOTE_CHARS}")
-    return value
+    return None if value is None else check_text(value, "the note", max_chars=MAX_NOTE_CHARS)

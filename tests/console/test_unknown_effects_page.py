@@ -73,7 +73,7 @@ def test_resolving_in_headless_chromium_clears_the_badge(
 ) -> None:
     from selenium.webdriver.common.by import By
 
-    from tests.console.test_browser import signed_in_app
+    from tests.console.test_browser import _poll, signed_in_app
     from tests.e2e.test_sse_http import serving
 
     run_id = crashed_mid_refund(runwright_engine, Refunds())
@@ -84,11 +84,20 @@ def test_resolving_in_headless_chromium_clears_the_badge(
         row = browser.find_element(By.XPATH, f"//tr[td/a[text()='{run_id}']]")
         assert "needs attention" in row.text
         row.find_element(By.LINK_TEXT, run_id).click()
-        form = browser.find_element(By.CSS_SELECTOR, "form.resolve")
+        form = _poll(
+            lambda: next(iter(browser.find_elements(By.CSS_SELECTOR, "form.resolve")), None),
+            30,
+            "the run's page",
+        )
         form.find_element(By.CSS_SELECTOR, "input[value='not_done']").click()
         form.find_element(By.NAME, "note").send_keys("no charge in the ledger")
         form.find_element(By.TAG_NAME, "button").click()
-        resolved = browser.find_element(By.CSS_SELECTOR, "p.resolved")
+        # The POST's redirect lands on the run's page again, now with the resolution.
+        resolved = _poll(
+            lambda: next(iter(browser.find_elements(By.CSS_SELECTOR, "p.resolved")), None),
+            30,
+            "the page to show the resolution",
+        )
         assert "did not take place, by bea" in resolved.text
         assert "no charge in the ledger" in resolved.text
         assert not browser.find_elements(By.CSS_SELECTOR, "h1 .st-attention")

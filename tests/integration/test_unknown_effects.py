@@ -94,8 +94,16 @@ def test_resolving_refuses_bad_input_and_changes_nothing(runwright_engine: TestE
     engine = runwright_engine.engine
     with pytest.raises(InvalidInput, match="'done' or 'not_done', not 'maybe'"):
         engine.resolve_effect(run_id, "call_refund", "maybe")
-    with pytest.raises(InvalidInput, match="at most 2000"):
+    with pytest.raises(InvalidInput, match="the limit is 2000"):
         engine.resolve_effect(run_id, "call_refund", "done", note="x" * 2001)
+    with pytest.raises(InvalidInput, match="the note contains a NUL"):
+        engine.resolve_effect(run_id, "call_refund", "done", note="a\x00b")
+    with pytest.raises(InvalidInput, match="lone surrogate"):
+        engine.resolve_effect(run_id, "call_refund", "done", by="\udc80")
+    with pytest.raises(InvalidInput, match="the tool call id contains a NUL"):
+        engine.resolve_effect(run_id, "call\x00", "done")
+    with pytest.raises(InvalidInput, match="the tool call id is 1001 characters"):
+        engine.resolve_effect(run_id, "c" * 1001, "done")
     with pytest.raises(EffectNotFound, match="no effect for tool call 'call_nope'"):
         engine.resolve_effect(run_id, "call_nope", "done")
     assert engine.get_run(run_id).needs_attention
