@@ -43,7 +43,8 @@ def describe(run: Run, attempts: list[RunAttempt], steps: list[Step]) -> list[st
     if run.claim:
         lines.append(f"owner    {run.claim.owner} (epoch {run.claim.epoch})")
     if run.cancelled_by:
-        asked = "cancelled" if run.settled else "cancel requested"
+        cancelled = run.status is RunStatus.CANCELLED
+        asked = RunStatus.CANCELLED.value if cancelled else "cancel requested"
         lines.append(f"{asked} by {run.cancelled_by}")
     if run.retry is not None and not run.settled:
         retry = run.retry

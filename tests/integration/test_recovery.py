@@ -109,12 +109,14 @@ def test_started_effect_is_not_rerun_by_default(engine: Engine, proc_env: dict[s
     assert effects_of(proc_env, "charge") == []  # started, then the process died
     charge_call = llm_calls(engine, run_id, 1)[1]
     effect = journaled_effect(engine.store, run_id, f"{run_id}:{charge_call['id']}")
-    assert effect is not None and effect.status is EffectStatus.STARTED
+    # The execution that found it started marked it of unknown outcome, for a person.
+    assert effect is not None and effect.status is EffectStatus.UNKNOWN and effect.unresolved
     checkpoint = engine.checkpoint(run_id)
     assert checkpoint is not None
     result = next(m for m in checkpoint.messages if m.get("tool_call_id") == charge_call["id"])
     assert "outcome unknown" in result["content"]
-    assert engine.get_run(run_id).status is RunStatus.COMPLETED
+    done = engine.get_run(run_id)
+    assert done.status is RunStatus.COMPLETED and done.needs_attention
 
 
 def test_started_at_least_once_effect_reruns_with_the_same_key(
