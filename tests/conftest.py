@@ -57,12 +57,17 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
     found.close()
 
 
+@pytest.fixture(scope="session")
+def runwright_databases(services: Services) -> Services:
+    """The testing kit's fixtures (runner/testing/plugin.py) clone the
+    suite's own template: one per session, not two."""
+    return services
+
+
 @pytest.fixture
-def database_url(services: Services) -> Iterator[str]:
-    """A fresh, migrated database of this test's own."""
-    name = services.new_database()
-    yield services.database_url(name)
-    services.drop_database(name)
+def database_url(runwright_database_url: str) -> str:
+    """A fresh, migrated database of this test's own (the kit's fixture)."""
+    return runwright_database_url
 
 
 @pytest.fixture

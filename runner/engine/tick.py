@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from runner.approvals import decisions
+from runner.approvals.expiry import expired_at
 from runner.engine.deps import Deps
 from runner.engine.runtime import runtime
 from runner.errors import AgentNotFound, ApprovalError, InvalidTransition, StoreUnavailable
@@ -160,7 +161,7 @@ def _expire_waits(deps: Deps, report: TickReport, now: datetime | None) -> None:
                     RunError(
                         "approval_expired",
                         f"approval {approval.approval_id} for {approval.tool_name} expired "
-                        f"at {approval.expires_at:%Y-%m-%d %H:%M:%S %Z}",
+                        f"at {expired_at(approval)}",
                     ),
                 )
                 deps.after_settle(settled)
