@@ -69,7 +69,8 @@ def test_sign_in_decide_and_sign_out_in_a_browser(
             browser.find_element(By.NAME, "name").send_keys("alice")
             browser.find_element(By.NAME, "password").send_keys(PASSWORD)
             browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-            _wait_for(browser, "article")
+            # The sign-in page's own stylesheet names `article`: wait for a card.
+            _wait_for(browser, '<article class="ask"')
             assert browser.current_url == f"{root}/ops/approvals"
             card = browser.find_element(By.CSS_SELECTOR, "article.ask")
             assert browser.find_element(By.CSS_SELECTOR, "header .user").text == "alice"
