@@ -23,6 +23,7 @@ The public names are these (``__all__``). Where the rest lives:
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 from runner.layout import require_own_modules
@@ -121,6 +122,17 @@ def start_run(agent: str, payload: Any = None, **kwargs: Any) -> Run:
     return default_engine().start(agent, payload, **kwargs)
 
 
+@functools.cache
+def version() -> str | None:
+    """Runwright's installed version (None when run from a source tree)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("runwright")
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def wait_for(run_id: str, timeout: float | None = None, until: str = "settled") -> Run:
     """The run once it settles (``until="waiting"``: or waits for an approval),
     or as it is after ``timeout`` seconds: :meth:`Engine.wait` on the default
@@ -156,6 +168,7 @@ __all__ = [
     "set_default_engine",
     "start_run",
     "tool",
+    "version",
     "wait_for",
     "warm_up",
 ]

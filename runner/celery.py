@@ -17,6 +17,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import weakref
 from datetime import datetime
 from typing import Any
@@ -31,6 +32,7 @@ from runner.model import warm_up
 from runner.observe import setup as observe
 from runner.settings import Settings
 from store.models import Run, RunStatus
+from store.workers import WorkerInfo
 
 __all__ = ["EXECUTE", "TICK", "RunFailed", "engine", "enqueue", "install", "installed"]
 
@@ -339,7 +341,7 @@ def _worker_init(sender: Any = None, **_: Any) -> None:
         )
     try:
         warm_up()
-        observe.start_worker(engine().settings, _handlers(), _worker_name(sender))
+        observe.start_worker(engine().settings, _handlers(), _worker_info(sender))
         _freeze_heap()
     except RunwrightError as exc:
         raise SystemExit(f"runwright: the worker cannot start: {exc.message}") from exc
@@ -356,6 +358,28 @@ def _freeze_heap() -> None:
 
 def _worker_name(worker: Any) -> str:
     return str(getattr(worker, "hostname", None) or f"{socket.gethostname()}:{os.getpid()}")
+
+
+def _worker_info(worker: Any) -> WorkerInfo:
+    """What this worker serves, for its record in Redis (store/workers.py)."""
+    import runner
+
+    pool = getattr(worker, "pool_cls", None)
+    if isinstance(pool, type):
+        pool = pool.__module__.rsplit(".", 1)[-1]  # celery.concurrency.thread -> thread
+    queues = getattr(getattr(worker, "app", None), "amqp", None)
+    concurrency = getattr(worker, "concurrency", None)
+    return WorkerInfo(
+        _worker_name(worker),
+        started_at=time.time(),
+        agents=tuple(engine().deps.registry.names()),
+        version=runner.version(),
+        pool=None if pool is None else str(pool),
+        concurrency=concurrency if isinstance(concurrency, int) else None,
+        queues=tuple(sorted(queues.queues.consume_from)) if queues is not None else (),
+        host=socket.gethostname(),
+        pid=os.getpid(),
+    )
 
 
 def _handlers() -> list[logging.Handler]:

@@ -36,3 +36,10 @@ def new_id() -> str:
         value |= 0b10 << 62
         value |= rand_b
     return str(uuid.UUID(int=value))
+
+
+def first_id_at(ms: int) -> str:
+    """The smallest id created at or after ``ms`` (epoch milliseconds): with
+    ``id >= first_id_at(...)`` a query reads "created since" off the primary key."""
+    value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | 0b10 << 62
+    return str(uuid.UUID(int=value))

@@ -25,6 +25,7 @@ import redis
 import redis.exceptions
 
 from store.errors import StoreUnavailable
+from store.workers import WorkerInfo
 
 log = logging.getLogger(__name__)
 
@@ -138,25 +139,25 @@ class Leases:
         except ValueError:
             return None
 
-    def mark_worker(self, name: str, at: float, ttl_seconds: float) -> None:
-        """A worker's sign of life; it disappears ``ttl_seconds`` after the last one."""
+    def mark_worker(self, info: WorkerInfo, ttl_seconds: float) -> None:
+        """A worker's record (:mod:`store.workers`); it disappears
+        ``ttl_seconds`` after the last one."""
         with redis_errors():
-            self.redis.set(WORKER_PREFIX + name, repr(at), px=int(ttl_seconds * 1000))
+            self.redis.set(WORKER_PREFIX + info.name, info.encode(), px=int(ttl_seconds * 1000))
 
-    def workers(self) -> dict[str, float]:
-        """Workers seen within their beacon's TTL, and when (epoch seconds)."""
-        seen: dict[str, float] = {}
+    def workers(self) -> dict[str, WorkerInfo]:
+        """The live workers (seen within their record's TTL), by name."""
+        seen: dict[str, WorkerInfo] = {}
         with redis_errors():
             keys = list(self.redis.scan_iter(match=WORKER_PREFIX + "*", count=500))
             values = self.redis.mget(keys) if keys else []
         for key, value in zip(keys, values, strict=True):
-            name = key.decode() if isinstance(key, bytes) else str(key)
+            name = key.decode(errors="replace") if isinstance(key, bytes) else str(key)
             if value is None:
                 continue  # expired between the scan and the read
-            try:
-                seen[name.removeprefix(WORKER_PREFIX)] = float(value)
-            except ValueError:
-                continue
+            info = WorkerInfo.decode(name.removeprefix(WORKER_PREFIX), value)
+            if info is not None:
+                seen[info.name] = info
         return seen
 
     def acquire(self, run_id: str, owner: str, ttl_ms: int) -> bool:

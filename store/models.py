@@ -59,6 +59,15 @@ class EffectOutcome(enum.StrEnum):
     NOT_DONE = "not_done"
 
 
+class Interruption(enum.StrEnum):
+    """Why an execution gave its run back to the queue (``interrupted``)."""
+
+    # Its worker shut down mid-run (a warm shutdown: a deploy, a scale-down).
+    DRAIN = "drain"
+    # Its worker did not have the run's agent (a rolling deploy).
+    AGENT_MISSING = "agent_missing"
+
+
 class Decision(enum.StrEnum):
     APPROVED = "approved"
     DENIED = "denied"
@@ -216,6 +225,13 @@ class Run:
     needs_attention: bool = False
     # Who asked for the run's cancel (``Engine.cancel(by=...)``), if anyone named.
     cancelled_by: str | None = None
+    # Why an execution last gave the run back to the queue (``drain`` or
+    # ``agent_missing``, runner/engine/explain.py) and which owner did: read
+    # while the run is interrupted.
+    interrupted_reason: Interruption | None = None
+    interrupted_by: str | None = None
+    # When a worker that lacked the run's agent first gave it back.
+    agent_missing_since: datetime | None = None
     # What the model calls cost, in USD (0 when the models are unpriced).
     cost_usd: float = 0.0
     # W3C trace context of the request that started the run.
@@ -389,6 +405,8 @@ class Outcome:
     error: RunError | None = None
     # A run given back to the queue: not claimable before this time.
     not_before: datetime | None = None
+    # Why an ``interrupted`` run was given back.
+    interruption: Interruption | None = None
 
 
 @dataclass(frozen=True)

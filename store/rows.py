@@ -13,6 +13,7 @@ from store.models import (
     Effect,
     EffectOutcome,
     EffectStatus,
+    Interruption,
     RetryWait,
     Run,
     RunAttempt,
@@ -76,6 +77,11 @@ def run_from_row(row: Mapping[str, Any], waiting: WaitPoint | None = None) -> Ru
         forked_at_step=m["forked_at_step"],
         needs_attention=bool(m.get("needs_attention", False)),
         cancelled_by=m.get("cancelled_by"),
+        interrupted_reason=(
+            None if m.get("interrupted_reason") is None else Interruption(m["interrupted_reason"])
+        ),
+        interrupted_by=m.get("interrupted_by"),
+        agent_missing_since=m.get("agent_missing_since"),
     )
 
 

@@ -28,6 +28,7 @@ from store.models import (
     JSON,
     Approval,
     Decision,
+    Interruption,
     Outcome,
     RetryWait,
     RunError,
@@ -96,6 +97,8 @@ class OutcomeColumns:
     # re-enqueues the run in its time.
     requeue: bool = False
     requeue_at: datetime | None = None
+    # Why an interrupted run was given back (None for every other outcome).
+    interruption: Interruption | None = None
 
 
 def outcome_columns(outcome: Outcome | None) -> OutcomeColumns:
@@ -111,6 +114,7 @@ def outcome_columns(outcome: Outcome | None) -> OutcomeColumns:
         error=outcome.error if settled else None,
         requeue=outcome.status in (RunStatus.INTERRUPTED, RunStatus.QUEUED),
         requeue_at=outcome.not_before,
+        interruption=outcome.interruption if outcome.status is RunStatus.INTERRUPTED else None,
     )
 
 

@@ -84,6 +84,10 @@ runs = sa.Table(
     sa.Column("needs_attention", sa.Boolean, nullable=False, server_default=sa.false()),
     # Who asked for the run's cancel, the first to ask.
     sa.Column("cancelled_by", sa.Text),
+    # Why an execution last gave the run back (store/models.Interruption), and
+    # which owner did.
+    sa.Column("interrupted_reason", sa.Text),
+    sa.Column("interrupted_by", sa.Text),
     sa.Column("enqueued_at", _TS),
     sa.Column("created_at", _TS, nullable=False, server_default=_NOW),
     sa.Column("updated_at", _TS, nullable=False, server_default=_NOW),
@@ -92,6 +96,10 @@ runs = sa.Table(
     sa.CheckConstraint(
         status_in(RunStatus),
         name="runs_status_valid",
+    ),
+    sa.CheckConstraint(
+        "interrupted_reason IS NULL OR interrupted_reason IN ('drain', 'agent_missing')",
+        name="runs_interrupted_reason_valid",
     ),
     sa.UniqueConstraint("agent", "trigger_id", name="runs_agent_trigger_id_key"),
     # One holder per concurrency key, race-free: a second claim fails on this index.

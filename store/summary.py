@@ -15,7 +15,7 @@ from store.dberrors import translated
 from store.errors import InvalidInput
 from store.revision import current_revision, require_revision
 from store.statements import Statement
-from store.status import RunStatus
+from store.status import CLAIMABLE, SETTLED, RunStatus, status_in
 
 RUN_SUMMARIES = Statement(
     "run_summaries",
@@ -33,6 +33,21 @@ RUN_SUMMARIES = Statement(
 
 
 STATUSES = tuple(status.value for status in RunStatus)
+
+# The agents a worker must have now: those with runs not yet settled, or
+# created since :since (an id bound, store/ids.py: read off the primary key).
+AGENTS_IN_USE = Statement(
+    "agents_in_use",
+    f"""
+    SELECT agent,
+           count(*) FILTER (WHERE {status_in(CLAIMABLE)}) AS waiting_for_worker,
+           min(enqueued_at) FILTER (WHERE {status_in(CLAIMABLE)}) AS oldest
+      FROM runs
+     WHERE NOT ({status_in(SETTLED)}) OR id >= CAST(:since AS uuid)
+     GROUP BY agent
+     ORDER BY agent
+    """,
+)
 
 
 def libpq_url(url: str) -> str:
@@ -94,3 +109,14 @@ def _require_schema(conn: Any) -> None:
             return None if row is None else row[0]
 
         require_revision(current_revision(scalar))
+
+
+def agents_in_use(conn: Any, since_ms: int) -> list[dict[str, Any]]:
+    """On an open psycopg2 connection: each agent with runs not settled or
+    created since ``since_ms`` (epoch ms), with how many wait for a worker
+    (queued or interrupted) and since when (the oldest's enqueue)."""
+    from store.ids import first_id_at
+
+    with translated(), conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cursor:
+        cursor.execute(AGENTS_IN_USE.pyformat, {"since": first_id_at(since_ms)})
+        return [dict(row) for row in cursor.fetchall()]

@@ -33,6 +33,7 @@ from runner.cli.step_lines import clip as _clip
 from runner.cli.step_lines import cost_text
 from runner.cli.step_lines import step_line as _step_line
 from runner.cli.terminal import inert
+from runner.cli.workers import workers as workers_command
 from runner.costs import listed_cost
 from runner.settings import Settings
 from store.errors import ForkRepeatsEffects, InvalidInput, RunwrightError
@@ -42,6 +43,7 @@ from store.status import RunStatus
 
 if TYPE_CHECKING:
     from runner.engine.engine import Engine
+    from store.workers import WorkerInfo
 
 
 ERROR_CHARS = 300  # an error quoting a 20 KB argument still fits a few lines
@@ -213,12 +215,15 @@ def runs(status: str | None, agent: str | None, limit: int, needs_attention: boo
 @click.option("--messages/--no-messages", default=True, help="Print the checkpoint's messages.")
 def show(run_id: str, messages: bool) -> None:
     """Show a run: its status, steps, usage and checkpoint messages."""
+    from runner.engine.explain import explain
     from runner.settings import open_store
 
-    store = open_store(_settings())
+    settings = _settings()
+    store = open_store(settings)
     run = store.get_run(run_id)
     steps = store.steps(run_id)
-    for line in describe(run, store.attempts(run_id), steps):
+    why = explain(run, _live_workers(settings), grace_seconds=settings.agent_grace_seconds)
+    for line in describe(run, store.attempts(run_id), steps, why):
         say(line)
     unknown = store.unknown_effects(run_id)
     if unknown:
@@ -262,6 +267,22 @@ def watch(run_id: str, timeout: float | None, as_json: bool) -> None:
     status = follow(settings, run_id, timeout, as_json)
     if status is not None:
         fail(f"run {run_id} is still {status.value} after {timeout:g} s")
+
+
+def _live_workers(settings: Settings) -> dict[str, WorkerInfo] | None:
+    """The live workers' records (store/workers.py); None if Redis cannot say."""
+    from store.leases import Leases
+
+    if settings.redis_url is None:
+        return None
+    try:
+        leases = Leases.from_url(settings.redis_url)
+        try:
+            return leases.workers()
+        finally:
+            leases.redis.close()
+    except RunwrightError:
+        return None
 
 
 def _unknown_line(effect: Effect) -> str:
@@ -496,3 +517,4 @@ def demo(keep: bool) -> None:
 
 
 main.add_command(console_command)
+main.add_command(workers_command)

@@ -20,13 +20,17 @@ def when(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
 
 
-def describe(run: Run, attempts: list[RunAttempt], steps: list[Step]) -> list[str]:
+def describe(
+    run: Run, attempts: list[RunAttempt], steps: list[Step], why: str | None = None
+) -> list[str]:
     """``runwright show``'s header: the run, then its earlier attempts;
-    ``steps`` tell whether its cost is known."""
+    ``steps`` tell whether its cost is known, ``why`` why the run is where it
+    is (runner/engine/explain.py)."""
     lines = [
         f"run      {run.id}",
         f"agent    {run.agent}",
         f"status   {run.status.value}",
+        *([f"why      {why}"] if why else []),
         f"usage    {run.usage.input_tokens} in, {run.usage.output_tokens} out, "
         f"{run.steps_used} steps{ESTIMATED if run.usage.estimated else ''}",
         f"cost     {run_cost(run.cost_usd, steps).words(cost_text)}",

@@ -29,6 +29,8 @@ CONNECT_SECONDS = 2.0
 # What one check may take in all (an agent module may be slow to import).
 CHECK_SECONDS = 15.0
 REASON_CHARS = 300
+# Runs started this recently count as the agent's being in use, settled or not.
+RECENT_SECONDS = 3600.0
 NAME_WIDTH = 14
 
 
@@ -87,12 +89,13 @@ def _run(doctor: Doctor, found: Found) -> None:
     doctor.check("agents", lambda: _agents(settings))
 
 
-SERVICE_CHECKS = ("postgres", "schema", "redis", "broker", "beat", "workers")
+SERVICE_CHECKS = ("postgres", "schema", "redis", "broker", "beat", "workers", "agents served")
 
 
 def _service_checks(doctor: Doctor, found: Found, services: Settings) -> None:
+    schema_ok = False
     if doctor.check("postgres", lambda: _postgres(found, services)):
-        doctor.check("schema", lambda: _schema(found))
+        schema_ok = doctor.check("schema", lambda: _schema(found))
     else:
         doctor.skip("schema", "Postgres is unreachable")
     redis_up = doctor.check("redis", lambda: _redis(found, services))
@@ -102,10 +105,21 @@ def _service_checks(doctor: Doctor, found: Found, services: Settings) -> None:
         doctor.check("broker", lambda: _broker(services))
     if redis_up:
         doctor.check("beat", lambda: _beat(found, services))
-        doctor.check("workers", lambda: _workers(found))
+        workers_up = doctor.check("workers", lambda: _workers(found))
     else:
         doctor.skip("beat", "Redis is unreachable")
         doctor.skip("workers", "Redis is unreachable")
+        workers_up = False
+    if found.postgres is None:
+        doctor.skip("agents served", "Postgres is unreachable")
+    elif not schema_ok:
+        doctor.skip("agents served", "the schema is not this code's")
+    elif not redis_up:
+        doctor.skip("agents served", "Redis is unreachable")
+    elif not workers_up:
+        doctor.skip("agents served", "no live worker to ask")
+    else:
+        doctor.check("agents served", lambda: _served(found))
 
 
 class Doctor:
@@ -364,6 +378,32 @@ def _workers(found: Found) -> str:
     names = sorted(seen)
     more = f" and {len(names) - 5} more" if len(names) > 5 else ""
     return f"{len(names)} seen: {', '.join(names[:5])}{more}"
+
+
+def _served(found: Found) -> str:
+    """Every agent with runs not settled, or started within :data:`RECENT_SECONDS`,
+    is loaded by a live worker (store/workers.py): else its runs wait for
+    nobody (and fail after RUNWRIGHT_AGENT_GRACE_SECONDS)."""
+    from store.leases import Leases
+    from store.summary import agents_in_use
+    from store.workers import unserved
+
+    in_use = agents_in_use(found.postgres, int((time.time() - RECENT_SECONDS) * 1000))
+    workers = Leases(found.redis).workers()
+    missing = unserved(workers, [row["agent"] for row in in_use])
+    if missing:
+        waiting = {row["agent"]: row["waiting_for_worker"] for row in in_use}
+        named = "; ".join(
+            f"no live worker has agent {agent!r} ({waiting[agent]} run(s) wait for one)"
+            for agent in missing
+        )
+        raise Problem(
+            f"{named}: start a worker whose RUNWRIGHT_AGENTS names its module "
+            "(runwright workers lists what each serves)"
+        )
+    if not in_use:
+        return "no agent has open or recent runs"
+    return f"each of the {len(in_use)} agent(s) with open or recent runs has a live worker"
 
 
 def _agents(settings: Settings) -> str:

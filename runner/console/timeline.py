@@ -44,11 +44,13 @@ def run_body(
     csrf: str,
     live: bool,
     unknown: Sequence[Effect] = (),
+    why: str | None = None,
 ) -> str:
     """The page of ``run`` (HTML inside <main>). ``live``: the timeline
     follows the run's event stream (the events were replayed, not rebuilt).
     ``unknown``: its effects of unknown outcome, each with its resolution or
-    a form to record one."""
+    a form to record one. ``why``: why the run is queued, interrupted or
+    waiting (runner/engine/explain.py)."""
     by_id = {a.approval_id: a for a in approvals}
     parts = [
         f"<h1>{e(run.agent)} {status_badge(run.status.value, id='status')}{attention(run)}</h1>",
@@ -63,9 +65,12 @@ def run_body(
     if pending and run.status is RunStatus.WAITING:
         links = ", ".join(
             f'<a href="{e(base)}/approvals/{e(a.approval_id)}">{e(a.tool_name)}</a>'
+            f" (expires {when(a.expires_at)})"
             for a in pending
         )
-        parts.append(f'<p class="note">Waits for a decision on {links}.</p>')
+        parts.append(f'<p class="note" id="why">Waits for a decision on {links}.</p>')
+    elif why:
+        parts.append(f'<p class="note" id="why">{e(why[:1].upper() + why[1:])}.</p>')
     if unknown:
         parts.append(_unknown_effects(run, unknown, base=base, csrf=csrf))
     if run.output is not None:

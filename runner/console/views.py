@@ -241,6 +241,7 @@ class Console:
             csrf=request.csrf_token,
             live=live,
             unknown=unknown,
+            why=self.engine.explain(run),
         )
         if note:
             body = f'<p class="note">{note}</p>' + body

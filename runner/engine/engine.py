@@ -52,6 +52,7 @@ from store.pg.approvals import CancelResult
 from store.postgres import PostgresStore
 from store.rules import CancelAction
 from store.validate import check_run_id
+from store.workers import WorkerInfo
 
 log = logging.getLogger("runner.engine")  # the name log lines carry: kept stable for filters
 M = TypeVar("M", bound=pydantic.BaseModel)
@@ -392,6 +393,23 @@ class Engine:
         return rerun.fork(
             self.deps, run_id, at_step, agent=agent, model=model, id=id, rerun_effects=rerun_effects
         )
+
+    def workers(self) -> dict[str, WorkerInfo] | None:
+        """The live workers by name, with what each serves (store/workers.py);
+        None when this engine has no Redis, or Redis cannot be reached."""
+        if self.leases is None:
+            return None
+        try:
+            return self.leases.workers()
+        except StoreUnavailable:
+            return None
+
+    def explain(self, run: Run) -> str | None:
+        """Why ``run`` is queued, interrupted or waiting, in one sentence
+        (runner/engine/explain.py); None for the other statuses."""
+        from runner.engine.explain import explain
+
+        return explain(run, self.workers(), grace_seconds=self.settings.agent_grace_seconds)
 
     def unknown_effects(self, run_id: str) -> list[Effect]:
         """The run's effects of unknown outcome (an execution died between

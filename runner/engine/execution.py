@@ -27,7 +27,16 @@ from runner.errors import AgentNotFound, LeaseLostError, ModelError, StoreUnavai
 from runner.steps.run_context import AbortReason, AbortSignal, RunContext
 from runner.steps.step_loop import StepLoop
 from store.claims import Heartbeat
-from store.models import Fence, Outcome, RetryWait, Run, RunError, RunStatus, Settled
+from store.models import (
+    Fence,
+    Interruption,
+    Outcome,
+    RetryWait,
+    Run,
+    RunError,
+    RunStatus,
+    Settled,
+)
 from store.pg.runs import StartPoint
 from store.rules import cancel_outcome
 
@@ -46,7 +55,7 @@ def abort_outcome(reason: AbortReason, *, timeout_ms: int | None = None) -> Outc
     if reason is AbortReason.CANCEL:
         return cancel_outcome()
     if reason is AbortReason.DRAIN:
-        return Outcome(RunStatus.INTERRUPTED)
+        return Outcome(RunStatus.INTERRUPTED, interruption=Interruption.DRAIN)
     if reason is AbortReason.TIMEOUT:
         return Outcome(
             RunStatus.FAILED,

@@ -1,7 +1,8 @@
 """A worker's beacon and the beat watchdog.
 
 ``start`` begins one daemon thread per worker process. Every few seconds it
-marks the worker alive in Redis (what ``runwright doctor`` lists) and reads when
+writes the worker's record to Redis (:mod:`store.workers`: what it serves, which
+``runwright workers`` lists and ``runwright doctor`` checks) and reads when
 ``tick()`` last ran: Redis's mark, and, when Redis has none (a Redis restart
 loses it), the one tick() keeps in Postgres too, so that a worker never says
 tick() has never run when it has. Celery beat sends the ticks; when it is missing nothing
@@ -23,6 +24,7 @@ from typing import Protocol
 
 from runner.settings import Settings
 from store.leases import Leases
+from store.workers import WorkerInfo
 
 log = logging.getLogger("runner.watchdog")  # the name log lines carry: kept stable for filters
 
@@ -44,7 +46,7 @@ WITHOUT_BEAT = (
 class Beacons(Protocol):
     """What the watchdog needs of :class:`~store.leases.Leases`."""
 
-    def mark_worker(self, name: str, at: float, ttl_seconds: float) -> None: ...
+    def mark_worker(self, info: WorkerInfo, ttl_seconds: float) -> None: ...
 
     def last_tick(self) -> float | None: ...
 
@@ -72,7 +74,7 @@ class Watchdog:
     def __init__(
         self,
         beacons: Beacons,
-        worker: str,
+        worker: WorkerInfo,
         tick_seconds: float,
         *,
         stored_last_tick: Callable[[], float | None] | None = None,
@@ -99,7 +101,7 @@ class Watchdog:
     def check(self) -> None:
         now = self.clock()
         try:
-            self.beacons.mark_worker(self.worker, now, BEACON_PERIODS * self.period)
+            self.beacons.mark_worker(self.worker.seen(now), BEACON_PERIODS * self.period)
             last = self.beacons.last_tick()
         except Exception as exc:  # a watchdog that dies would stop warning for good
             if not self.unreachable:
@@ -176,7 +178,7 @@ _lock = threading.Lock()
 _current: tuple[int, Watchdog, Leases] | None = None
 
 
-def start(settings: Settings, worker: str) -> None:
+def start(settings: Settings, worker: WorkerInfo) -> None:
     """Start this process's watchdog (once: a second call changes nothing).
     ``settings`` are resolved: they name the Redis of the leases."""
     global _current

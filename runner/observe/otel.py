@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import functools
 import json
 import logging
 import os
@@ -38,6 +37,7 @@ from opentelemetry import context, trace
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+import runner
 from runner.observe import ModelCall, Observer, ToolCall
 from runner.observe.genai import provider_of, system_of
 from runner.settings import Settings
@@ -127,7 +127,9 @@ class OtelObserver(Observer):
 
     def __init__(self, settings: Settings, tracer_provider: trace.TracerProvider | None = None):
         self.capture = settings.otel_capture_content
-        self.tracer = trace.get_tracer("runwright", _version(), tracer_provider=tracer_provider)
+        self.tracer = trace.get_tracer(
+            "runwright", runner.version(), tracer_provider=tracer_provider
+        )
 
     # ----------------------------------------------------------- the caller
 
@@ -414,16 +416,6 @@ def _maybe(span: Span, name: str, value: Any) -> None:
 
 def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-@functools.cache
-def _version() -> str | None:
-    from importlib import metadata
-
-    try:
-        return metadata.version("runwright")
-    except metadata.PackageNotFoundError:
-        return None
 
 
 # ---------------------------------------------------------- the tracer provider

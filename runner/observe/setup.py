@@ -10,6 +10,7 @@ from typing import Any
 from runner.errors import ConfigurationError
 from runner.observe import Observer
 from runner.settings import Settings
+from store.workers import WorkerInfo
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ def install_logging(handlers: list[logging.Handler], settings: Settings | None =
     install(handlers, settings.log_format)
 
 
-def start_worker(settings: Settings, handlers: list[logging.Handler], worker: str) -> None:
+def start_worker(settings: Settings, handlers: list[logging.Handler], worker: WorkerInfo) -> None:
     """In a worker process, before it takes tasks: the log format on Celery's
     handlers, the trace exporter, the metrics endpoint, the watchdog."""
     install_logging(handlers, settings)

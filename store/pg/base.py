@@ -50,6 +50,10 @@ OUTCOME_SET = """
     enqueued_at = CASE WHEN CAST(:o_requeue AS bool)
                        THEN COALESCE(CAST(:o_requeue_at AS timestamptz), now())
                        ELSE enqueued_at END,
+    interrupted_reason = CASE WHEN CAST(:o_status AS text) IS NULL THEN interrupted_reason
+                              ELSE CAST(:o_interruption AS text) END,
+    interrupted_by = CASE WHEN CAST(:o_status AS text) IS NULL THEN interrupted_by
+                          WHEN CAST(:o_interruption AS text) IS NOT NULL THEN claim_owner END,
     updated_at = now()
 """
 
@@ -125,6 +129,7 @@ def outcome_params(outcome: Outcome | None) -> dict[str, Any]:
         "o_message": error.message if error else None,
         "o_requeue": columns.requeue,
         "o_requeue_at": columns.requeue_at,
+        "o_interruption": None if columns.interruption is None else columns.interruption.value,
     }
 
 

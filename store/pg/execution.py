@@ -21,6 +21,7 @@ from store.models import (
     Effect,
     EffectStatus,
     Fence,
+    Interruption,
     Outcome,
     RetryWait,
     Run,
@@ -538,7 +539,9 @@ class PgExecution(PgBase):
     def defer_missing_agent(self, fence: Fence, grace_seconds: float) -> Run | None:
         params = {
             **fence_params(fence),
-            **outcome_params(Outcome(RunStatus.INTERRUPTED)),
+            **outcome_params(
+                Outcome(RunStatus.INTERRUPTED, interruption=Interruption.AGENT_MISSING)
+            ),
             "grace": grace_seconds,
         }
         with self.db.tx() as tx:

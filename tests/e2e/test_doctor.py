@@ -27,6 +27,7 @@ CHECKS = [
     "broker",
     "beat",
     "workers",
+    "agents served",
     "agents",
 ]
 
@@ -102,6 +103,7 @@ def test_a_healthy_set_up_passes_every_check(setup: Setup) -> None:
     assert lines["schema"] == f"ok    at revision {HEAD}"
     assert lines["beat"].startswith("ok    tick() last ran ")
     assert lines["workers"].startswith("ok    1 seen: doc@")
+    assert lines["agents served"] == "ok    no agent has open or recent runs"
     assert lines["agents"].startswith("ok    ") and "from tests.agents" in lines["agents"]
     assert "test-secret" not in str(lines)  # a key is named by its id, never shown
 
@@ -149,7 +151,10 @@ def test_an_unmigrated_database_fails_the_schema_line(setup: Setup, services: Se
         services.drop_database(empty)
     assert code == 1
     assert not_ok(lines) == {
-        "schema": "FAIL  the database has no Runwright schema; run `runwright migrate` to create it"
+        "schema": (
+            "FAIL  the database has no Runwright schema; run `runwright migrate` to create it"
+        ),
+        "agents served": "skipped: the schema is not this code's",
     }
 
 
@@ -165,6 +170,7 @@ def test_redis_down_fails_fast_on_the_redis_line(setup: Setup) -> None:
         "broker": "skipped: the broker is the Redis server that is unreachable",
         "beat": "skipped: Redis is unreachable",
         "workers": "skipped: Redis is unreachable",
+        "agents served": "skipped: Redis is unreachable",
     }
     assert lines["redis"].startswith("FAIL  ConnectionError: ") and "refused" in lines["redis"]
 
@@ -186,6 +192,7 @@ def test_postgres_down_fails_the_postgres_line(setup: Setup) -> None:
     assert not_ok(lines) == {
         "postgres": lines["postgres"],
         "schema": "skipped: Postgres is unreachable",
+        "agents served": "skipped: Postgres is unreachable",
     }
     assert lines["postgres"].startswith("FAIL  OperationalError: ")
     assert "hunter2" not in lines["postgres"]
@@ -197,8 +204,9 @@ def test_no_worker_fails_the_workers_line(setup: Setup) -> None:
     rw(setup.env(RUNWRIGHT_REDIS_URL=fresh), "tick")
     code, lines = doctor(setup.env(RUNWRIGHT_REDIS_URL=fresh))
     assert code == 1
-    assert list(not_ok(lines)) == ["workers"], lines
+    assert list(not_ok(lines)) == ["workers", "agents served"], lines
     assert lines["workers"].startswith("FAIL  no worker has been seen lately")
+    assert lines["agents served"] == "skipped: no live worker to ask"
 
 
 def test_unreadable_settings_fail_once_and_skip_the_rest(setup: Setup) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from runner import Engine
-from store.models import Run, RunStatus, StepKind
+from store.models import Interruption, Run, RunStatus, StepKind
 from tests.agents import read_effect_log
 from tests.e2e.cluster import Cluster, Proc, wait_until
 
@@ -101,6 +101,12 @@ def test_sigterm_drains_runs_to_interrupted_and_another_worker_completes_them(
     )
     drained_in = time.monotonic() - terminated
     assert drained_in <= 5.0  # RUNWRIGHT_DRAIN_SECONDS
+    for run in runs:
+        # Why, as `runwright show` and the console say it: a drain, and whose.
+        given_back = engine.get_run(run.id)
+        assert given_back.interrupted_reason is Interruption.DRAIN, given_back
+        said = engine.explain(given_back)
+        assert said is not None and "shut down mid-run (a drain)" in said, said
     first.wait(30)
     assert "RUNWRIGHT_FAULT" not in first.log()
     cluster.worker("w2")

@@ -30,6 +30,7 @@ from store.models import (
     EffectOutcome,
     EffectStatus,
     Fence,
+    Interruption,
     Outcome,
     RetryWait,
     RunError,
@@ -156,6 +157,31 @@ def test_claim_moves_to_running_and_raises_the_epoch(store: PostgresStore) -> No
     assert interrupted.status is RunStatus.INTERRUPTED and interrupted.claim is None
     again = try_claim(store, run.id, "b", 30)
     assert again is not None and again.epoch == 2
+
+
+def test_an_interruption_records_why_and_whose_until_the_next_outcome(
+    store: PostgresStore,
+) -> None:
+    run, _ = store.create_run(new_run())
+    assert try_claim(store, run.id, "host:1:aa", 30) is not None
+    store.settle(
+        Fence(run.id, "host:1:aa", 1),
+        Outcome(RunStatus.INTERRUPTED, interruption=Interruption.DRAIN),
+    )
+    drained = store.get_run(run.id)
+    assert (drained.interrupted_reason, drained.interrupted_by) == (Interruption.DRAIN, "host:1:aa")
+    assert try_claim(store, run.id, "host:2:bb", 30) is not None
+    store.settle(Fence(run.id, "host:2:bb", 2), Outcome(RunStatus.COMPLETED, output="ok"))
+    done = store.get_run(run.id)
+    assert (done.interrupted_reason, done.interrupted_by) == (None, None)
+    # Only an interrupted outcome carries a reason.
+    other, _ = store.create_run(new_run())
+    assert try_claim(store, other.id, "host:3:cc", 30) is not None
+    store.settle(
+        Fence(other.id, "host:3:cc", 1),
+        Outcome(RunStatus.COMPLETED, output="ok", interruption=Interruption.DRAIN),
+    )
+    assert store.get_run(other.id).interrupted_reason is None
 
 
 def test_expired_claim_is_taken_over_with_epoch_plus_one(store: PostgresStore) -> None:

@@ -81,6 +81,9 @@ def test_table_and_column_names() -> None:
                 # 0010
                 "needs_attention",
                 "cancelled_by",
+                # 0011
+                "interrupted_reason",
+                "interrupted_by",
             ]
         ),
         "steps": sorted(

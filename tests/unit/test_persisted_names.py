@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from runner.celery import EXECUTE, TICK
 from store import leases
-from store.models import Decision, EffectStatus, RunStatus, StepKind
+from store.models import Decision, EffectStatus, Interruption, RunStatus, StepKind
 from store.schema import metadata
 
 TABLES = {
@@ -36,7 +36,8 @@ TABLES = {
         "agent_missing_since", "cancel_requested", "retry_at", "retry_attempts",
         "retry_since", "retry_error", "extra_steps", "model", "forked_from",
         "forked_at_step", "trace_context", "cost_usd", "usage_estimated", "needs_attention",
-        "cancelled_by", "enqueued_at", "created_at", "updated_at", "started_at", "finished_at",
+        "cancelled_by", "interrupted_reason", "interrupted_by", "enqueued_at", "created_at",
+        "updated_at", "started_at", "finished_at",
     ],
     "steps": [
         "run_id", "id", "kind", "index", "name", "tool_call_id", "input", "output", "error",
@@ -56,6 +57,7 @@ def test_stored_enum_values_keep_their_spelling() -> None:
     ]  # fmt: skip
     assert [k.value for k in StepKind] == ["llm", "tool", "wait", "state"]
     assert [d.value for d in Decision] == ["approved", "denied", "withdrawn"]
+    assert [i.value for i in Interruption] == ["drain", "agent_missing"]
     assert [e.value for e in EffectStatus] == ["started", "completed", "failed", "unknown"]
 
 

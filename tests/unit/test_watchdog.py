@@ -15,6 +15,7 @@ from runner.engine.watchdog import BEACON_PERIODS, Watchdog, age_text, period
 from runner.settings import Settings
 from store.errors import StoreUnavailable
 from store.leases import Leases
+from store.workers import WorkerInfo
 from tests.e2e.cluster import wait_until
 
 TICK = 5.0  # seconds: the watchdog looks every 2.5 s, tick() is overdue after 15 s
@@ -36,10 +37,10 @@ class Beacons:
         self.down = False
         self.marks: list[tuple[str, float, float]] = []
 
-    def mark_worker(self, name: str, at: float, ttl_seconds: float) -> None:
+    def mark_worker(self, info: WorkerInfo, ttl_seconds: float) -> None:
         if self.down:
             raise StoreUnavailable("Redis is unavailable: Connection refused")
-        self.marks.append((name, at, ttl_seconds))
+        self.marks.append((info.name, info.seen_at, ttl_seconds))
 
     def last_tick(self) -> float | None:
         if self.down:
@@ -86,7 +87,7 @@ def test_no_tick_ever_warns_once_after_three_intervals(
         asked.append(clock.now)
         return None  # the store has no mark either
 
-    dog = Watchdog(Beacons(), "w1@host", TICK, stored_last_tick=stored, clock=clock)
+    dog = Watchdog(Beacons(), WorkerInfo("w1@host"), TICK, stored_last_tick=stored, clock=clock)
     dog.check()
     looks(dog, clock, 3 * TICK)  # exactly three intervals: not yet overdue
     assert warnings(caplog) == [] and asked == []
@@ -108,7 +109,7 @@ def test_one_warning_per_stretch_and_an_info_when_ticks_resume(
 ) -> None:
     caplog.set_level(logging.INFO, "runner.watchdog")
     beacons = Beacons(last=clock.now)
-    dog = Watchdog(beacons, "w1@host", TICK, clock=clock)
+    dog = Watchdog(beacons, WorkerInfo("w1@host"), TICK, clock=clock)
     for _ in range(20):  # beat ticks every interval: all quiet
         looks(dog, clock, TICK)
         beacons.last = clock.now
@@ -136,7 +137,7 @@ def test_a_worker_that_just_started_gives_beat_its_full_allowance(
     """Beat may be starting alongside the worker: the last tick being hours
     old says nothing until this worker has waited three intervals itself."""
     caplog.set_level(logging.INFO, "runner.watchdog")
-    dog = Watchdog(Beacons(last=clock.now - 7200), "w1@host", TICK, clock=clock)
+    dog = Watchdog(Beacons(last=clock.now - 7200), WorkerInfo("w1@host"), TICK, clock=clock)
     dog.check()
     looks(dog, clock, 3 * TICK)
     assert warnings(caplog) == []
@@ -150,7 +151,7 @@ def test_a_redis_outage_is_logged_once_and_the_watchdog_carries_on(
 ) -> None:
     caplog.set_level(logging.INFO, "runner.watchdog")
     beacons = Beacons(last=clock.now)
-    dog = Watchdog(beacons, "w1@host", TICK, clock=clock)
+    dog = Watchdog(beacons, WorkerInfo("w1@host"), TICK, clock=clock)
     beacons.down = True
     looks(dog, clock, 60)
     [line] = warnings(caplog)
@@ -176,7 +177,7 @@ def test_without_a_mark_in_redis_the_stores_mark_says_when_tick_last_ran(
         asked.append(clock.now)
         return ticked
 
-    dog = Watchdog(Beacons(), "w1@host", TICK, stored_last_tick=stored, clock=clock)
+    dog = Watchdog(Beacons(), WorkerInfo("w1@host"), TICK, stored_last_tick=stored, clock=clock)
     looks(dog, clock, 3 * TICK)
     assert asked == []  # the worker's own start bounds the wait until now
     looks(dog, clock, dog.period)
@@ -195,7 +196,7 @@ def test_when_neither_redis_nor_the_store_can_say_the_warning_says_unknown(
     def stored() -> float | None:
         raise StoreUnavailable("the database is unavailable: connection refused")
 
-    dog = Watchdog(Beacons(), "w1@host", TICK, stored_last_tick=stored, clock=clock)
+    dog = Watchdog(Beacons(), WorkerInfo("w1@host"), TICK, stored_last_tick=stored, clock=clock)
     looks(dog, clock, 3 * TICK + dog.period)
     [line] = warnings(caplog)
     assert line.startswith(
@@ -206,7 +207,7 @@ def test_when_neither_redis_nor_the_store_can_say_the_warning_says_unknown(
     assert "never" not in line
 
     caplog.clear()
-    alone = Watchdog(Beacons(), "w2@host", TICK, clock=clock)  # no store to ask
+    alone = Watchdog(Beacons(), WorkerInfo("w2@host"), TICK, clock=clock)  # no store to ask
     looks(alone, clock, 3 * TICK + alone.period)
     [line] = warnings(caplog)
     assert "when tick() last ran is unknown" in line and "never" not in line
@@ -214,7 +215,7 @@ def test_when_neither_redis_nor_the_store_can_say_the_warning_says_unknown(
 
 def test_every_look_marks_the_worker_alive_for_a_few_periods(clock: Clock) -> None:
     beacons = Beacons(last=clock.now)
-    dog = Watchdog(beacons, "w1@host", TICK, clock=clock)
+    dog = Watchdog(beacons, WorkerInfo("w1@host"), TICK, clock=clock)
     looks(dog, clock, 3 * dog.period)
     assert [m[0] for m in beacons.marks] == ["w1@host"] * 3
     assert [m[1] for m in beacons.marks] == sorted({m[1] for m in beacons.marks})
@@ -245,11 +246,14 @@ def _watchdog_threads() -> list[threading.Thread]:
 def test_start_runs_one_thread_per_process_and_stop_ends_it(redis_url: str, leases: Leases) -> None:
     settings = Settings(redis_url=redis_url, tick_seconds=0.2)
     try:
-        watchdog.start(settings, "w-real@host")
-        watchdog.start(settings, "w-real@host")  # a second call changes nothing
+        real = WorkerInfo("w-real@host", agents=("triage",), pool="threads", concurrency=4)
+        watchdog.start(settings, real)
+        watchdog.start(settings, real)  # a second call changes nothing
         assert len(_watchdog_threads()) == 1
         seen = wait_until(leases.workers, 5, "the worker's beacon")
-        assert list(seen) == ["w-real@host"] and seen["w-real@host"] <= time.time()
+        assert list(seen) == ["w-real@host"] and seen["w-real@host"].seen_at <= time.time()
+        # The record says what the worker serves.
+        assert seen["w-real@host"].seen(0) == real.seen(0)
     finally:
         watchdog.stop()
     assert _watchdog_threads() == []

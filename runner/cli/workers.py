@@ -1,0 +1,78 @@
+"""``runwright workers``: the live workers and what each serves, from the
+records their watchdogs keep in Redis (store/workers.py)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import click
+
+from runner.cli.terminal import inert
+from store.workers import WorkerInfo
+
+
+@click.command("workers")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document.")
+def workers(as_json: bool) -> None:
+    """List the live workers: their agents, version, pool and concurrency."""
+    from runner.settings import Settings, resolve
+    from store.leases import Leases
+
+    settings = resolve(Settings.from_env())
+    assert settings.redis_url is not None
+    leases = Leases.from_url(settings.redis_url)
+    try:
+        live = sorted(leases.workers().values(), key=lambda w: w.name)
+    finally:
+        leases.redis.close()
+    if as_json:
+        click.echo(json.dumps({"workers": [_as_json(w) for w in live]}))
+        return
+    if not live:
+        click.echo("no live worker: start one with `celery -A tasks worker`")
+        return
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    now = time.time()
+    table = Table("worker", "agents", "version", "pool", "concurrency", "queues", "up", "seen")
+    for info in live:
+        cells = (
+            info.name,
+            "(not said)" if info.agents is None else ", ".join(info.agents) or "none",
+            info.version or "-",
+            info.pool or "-",
+            "-" if info.concurrency is None else str(info.concurrency),
+            ", ".join(info.queues) or "-",
+            "-" if info.started_at is None else _ago(now - info.started_at),
+            _ago(now - info.seen_at) + " ago",
+        )
+        # Text, not str: a record is written by anything that reaches Redis.
+        table.add_row(*(Text(inert(cell)) for cell in cells))
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=200)
+    console.print(table)
+
+
+def _ago(seconds: float) -> str:
+    from runner.engine.watchdog import age_text
+
+    return age_text(seconds)
+
+
+def _as_json(info: WorkerInfo) -> dict[str, object]:
+    return {
+        "name": info.name,
+        "agents": None if info.agents is None else list(info.agents),
+        "version": info.version,
+        "pool": info.pool,
+        "concurrency": info.concurrency,
+        "queues": list(info.queues),
+        "host": info.host,
+        "pid": info.pid,
+        "started_at": info.started_at,
+        "seen_at": info.seen_at,
+    }

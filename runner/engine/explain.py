@@ -1,0 +1,97 @@
+"""Why a run is where it is, in one sentence: what ``runwright show``,
+``runwright runs`` and the console's run page print next to a status that
+does not explain itself (``queued``, ``interrupted``, ``waiting``).
+
+The live workers' records (store/workers.py) tell a run that waits for a
+worker with its agent from one that waits for a free thread; without them
+(Redis unreachable) the sentence says only what the run's row says."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+
+from store.models import Interruption, Run
+from store.status import RunStatus
+from store.workers import WorkerInfo, serving, worker_of
+
+
+def at(value: datetime) -> str:
+    return f"{value:%Y-%m-%d %H:%M:%S} UTC"
+
+
+def explain(
+    run: Run,
+    workers: Mapping[str, WorkerInfo] | None,
+    *,
+    grace_seconds: float | None = None,
+) -> str | None:
+    """Why ``run`` is queued, interrupted or waiting; None for other statuses.
+    ``workers``: the live workers by name (None: unknown); ``grace_seconds``:
+    RUNWRIGHT_AGENT_GRACE_SECONDS, to say when a run no worker can take fails."""
+    if run.status is RunStatus.WAITING:
+        return _waiting(run)
+    if run.status is RunStatus.QUEUED:
+        return _queued(run, workers)
+    if run.status is RunStatus.INTERRUPTED:
+        return _interrupted(run, workers, grace_seconds)
+    return None
+
+
+def _waiting(run: Run) -> str:
+    wait = run.waiting
+    if wait is None:
+        return "waiting for a decision"
+    return (
+        f"waiting for a decision on approval {wait.approval_id} ({wait.tool_name}), "
+        f"which expires at {at(wait.expires_at)}"
+    )
+
+
+def _queued(run: Run, workers: Mapping[str, WorkerInfo] | None) -> str:
+    retry = run.retry
+    if retry is not None and run.retry_at is not None:
+        return (
+            f"waiting to retry its model step: attempt {retry.attempts + 1} at "
+            f"{at(run.retry_at)}, after {retry.error}"
+        )
+    since = run.enqueued_at or run.created_at
+    said = f"since {at(since)}, {_for_a_worker(run, workers)}"
+    if run.concurrency_key:
+        said += f"; runs with key {run.concurrency_key!r} run one at a time, oldest first"
+    return said
+
+
+def _interrupted(
+    run: Run, workers: Mapping[str, WorkerInfo] | None, grace_seconds: float | None
+) -> str:
+    by = ""
+    if run.interrupted_by:
+        worker = worker_of(run.interrupted_by, (workers or {}).values())
+        by = f" ({worker.name if worker is not None else run.interrupted_by})"
+    if run.interrupted_reason is Interruption.AGENT_MISSING:
+        said = f"a worker without agent {run.agent!r}{by} gave it back"
+        if run.agent_missing_since is not None and grace_seconds is not None:
+            ends = run.agent_missing_since + timedelta(seconds=grace_seconds)
+            said += f"; it fails at {at(ends)} unless a worker that has the agent takes it"
+        return f"{said}; {_for_a_worker(run, workers)}"
+    if run.interrupted_reason is Interruption.DRAIN:
+        return (
+            f"its worker{by} shut down mid-run (a drain) at {at(run.updated_at)}; "
+            f"{_for_a_worker(run, workers)}"
+        )
+    return f"given back by its execution at {at(run.updated_at)}; {_for_a_worker(run, workers)}"
+
+
+def _for_a_worker(run: Run, workers: Mapping[str, WorkerInfo] | None) -> str:
+    if workers is None:
+        return "waiting for a worker (which workers are live is unknown: Redis is unreachable)"
+    if not workers:
+        return f"waiting for a worker that has agent {run.agent!r}: no worker is live"
+    able = serving(workers.values(), run.agent)
+    if not able:
+        return (
+            f"waiting for a worker that has agent {run.agent!r}: none of the "
+            f"{len(workers)} live worker(s) has it"
+        )
+    return f"waiting for a free worker ({len(able)} live worker(s) have agent {run.agent!r})"
