@@ -4,7 +4,8 @@
 A model step's cost is None when litellm has no price for the model
 (runner/model.py ``_cost``), and a real 0.0 when the model is free. The run's
 total (``Run.cost_usd``) adds the priced steps only, so 0.0 there may mean free
-or unpriced: whether a run's cost is complete is read from its steps.
+or unpriced: whether a run's cost is complete is read from its steps, or, in a
+list, from the run's mark that one had no price (``Run.cost_unpriced``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from store.models import Step, StepKind
+from store.rules import unpriced_call
 
 UNKNOWN = "—"
 
@@ -32,8 +34,8 @@ class Cost:
 
 
 def unpriced(step: Step) -> bool:
-    """A model step that used tokens and has no price (a failed call used none)."""
-    return step.kind is StepKind.LLM and step.usage is not None and step.cost_usd is None
+    """A model step that used tokens and has no price (store/rules.py)."""
+    return step.kind is StepKind.LLM and unpriced_call(step.usage, step.cost_usd)
 
 
 def run_cost(total_usd: float, steps: Iterable[Step]) -> Cost:
@@ -41,8 +43,7 @@ def run_cost(total_usd: float, steps: Iterable[Step]) -> Cost:
     return Cost(total_usd, not any(unpriced(step) for step in steps))
 
 
-def listed_cost(total_usd: float, tokens: int) -> Cost:
-    """A run's cost in a list, which reads no steps: a run whose model calls
-    used tokens and cost nothing is taken as unpriced, since a free model and an
-    unpriced one add the same 0 to the total."""
-    return Cost(total_usd, not (total_usd == 0 and tokens > 0))
+def listed_cost(total_usd: float, cost_unpriced: bool) -> Cost:
+    """A run's cost in a list, which reads no steps: ``cost_unpriced`` is the
+    run's mark that one of its model steps had no price (``Run.cost_unpriced``)."""
+    return Cost(total_usd, not cost_unpriced)

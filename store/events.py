@@ -171,7 +171,7 @@ BEGIN
         'approval_id', NEW.approval_id, 'step_index', NEW.step_index,
         'tool_call_id', NEW.tool_call_id, 'tool_name', NEW.tool_name,
         'decision', NEW.decision, 'reason', NEW.reason, 'decided_by', NEW.decided_by,
-        'expires_at', to_jsonb(NEW.expires_at)));
+        'decided_at', to_jsonb(NEW.decided_at), 'expires_at', to_jsonb(NEW.expires_at)));
     RETURN NULL;
 END
 $$

@@ -234,6 +234,8 @@ class Run:
     agent_missing_since: datetime | None = None
     # What the model calls cost, in USD (0 when the models are unpriced).
     cost_usd: float = 0.0
+    # A model step of the run had no price: ``cost_usd`` is a lower bound.
+    cost_unpriced: bool = False
     # W3C trace context of the request that started the run.
     trace_context: dict[str, str] | None = None
 

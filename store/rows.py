@@ -69,6 +69,7 @@ def run_from_row(row: Mapping[str, Any], waiting: WaitPoint | None = None) -> Ru
         finished_at=m["finished_at"],
         takeovers=int(m["takeovers"]),
         cost_usd=float(m["cost_usd"]),
+        cost_unpriced=bool(m.get("cost_unpriced", False)),
         trace_context=m["trace_context"],
         retry=retry_from_row(m),
         extra_steps=int(m["extra_steps"]),

@@ -35,6 +35,7 @@ from store.models import (
     StepCommit,
     StepKind,
     StepRecord,
+    Usage,
     utcnow,
 )
 from store.status import CANCELLABLE, KEY_HOLDING, RunStatus
@@ -116,6 +117,14 @@ def outcome_columns(outcome: Outcome | None) -> OutcomeColumns:
         requeue_at=outcome.not_before,
         interruption=outcome.interruption if outcome.status is RunStatus.INTERRUPTED else None,
     )
+
+
+def unpriced_call(usage: Usage | None, cost_usd: float | None) -> bool:
+    """A model call that used tokens and has no price (litellm knows no price
+    for its model: runner/model.py ``_cost``); a failed call used none. The
+    run keeps a mark of one (``runs.cost_unpriced``), so that a list of runs
+    can say its cost is incomplete without reading steps (runner/costs.py)."""
+    return usage is not None and cost_usd is None
 
 
 def check_settle(outcome: Outcome) -> None:

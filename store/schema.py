@@ -88,6 +88,8 @@ runs = sa.Table(
     # which owner did.
     sa.Column("interrupted_reason", sa.Text),
     sa.Column("interrupted_by", sa.Text),
+    # A model step had no price (store/rules.unpriced_call): cost_usd is a lower bound.
+    sa.Column("cost_unpriced", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("enqueued_at", _TS),
     sa.Column("created_at", _TS, nullable=False, server_default=_NOW),
     sa.Column("updated_at", _TS, nullable=False, server_default=_NOW),

@@ -22,7 +22,10 @@ RUN_SUMMARIES = Statement(
     """
     SELECT id, agent, status, steps_used, input_tokens, output_tokens, cost_usd, error_code,
            concurrency_key, created_at, updated_at, finished_at, retry_at, retry_attempts,
-           needs_attention
+           needs_attention, cost_unpriced, interrupted_reason,
+           (SELECT a.tool_name FROM approvals a
+             WHERE a.run_id = runs.id AND a.decision IS NULL
+             ORDER BY a.created_at LIMIT 1) AS waiting_on
       FROM runs
      WHERE (CAST(:status AS text) IS NULL OR status = CAST(:status AS text))
        AND (CAST(:agent AS text) IS NULL OR agent = CAST(:agent AS text))

@@ -11,21 +11,67 @@ decision is refused once ``expires_at`` has passed (store/rules.py
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Any
+
+from store.events import EventType, RunEvent
 from store.models import Approval, Decision
 
 
 def expired(approval: Approval) -> bool:
     """The approval was denied by its expiry, not by a person."""
-    return (
-        approval.decision is Decision.DENIED
-        and approval.decided_by is None
-        and approval.decided_at is not None
-        and approval.decided_at >= approval.expires_at
+    return denied_by_expiry(
+        approval.decision, approval.decided_by, approval.decided_at, approval.expires_at
     )
 
 
+def denied_by_expiry(
+    decision: Decision | str | None,
+    decided_by: str | None,
+    decided_at: datetime | None,
+    expires_at: datetime | None,
+) -> bool:
+    """The rule of :func:`expired`, on a decision's fields (an approval's, or
+    an ``approval`` event's)."""
+    return (
+        decision == Decision.DENIED
+        and decided_by is None
+        and decided_at is not None
+        and expires_at is not None
+        and decided_at >= expires_at
+    )
+
+
+def marked_event(event: RunEvent) -> dict[str, Any]:
+    """An event whole (:func:`runner.sse.full_event`), with an approval
+    event denied by its expiry marked ``expired``: the console's live
+    timeline then reads it as its rendered page does."""
+    shaped = event.to_dict()
+    data = event.data
+    if event.type is EventType.APPROVAL and data.get("action") == "decided":
+        expires_at, decided_at = _time(data.get("expires_at")), _time(data.get("decided_at"))
+        if denied_by_expiry(data.get("decision"), data.get("decided_by"), decided_at, expires_at):
+            shaped["data"] = {
+                **data,
+                "expired": True,
+                "expired_at": _moment(expires_at),
+            }
+    return shaped
+
+
+def _time(value: object) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
 def expired_at(approval: Approval) -> str:
-    return f"{approval.expires_at:%Y-%m-%d %H:%M:%S %Z}".strip()
+    return _moment(approval.expires_at)
+
+
+def _moment(at: datetime | None) -> str:
+    return "" if at is None else f"{at:%Y-%m-%d %H:%M:%S %Z}".strip()
 
 
 def expiry_message(approval: Approval) -> str:

@@ -186,20 +186,20 @@ def runs(status: str | None, agent: str | None, limit: int, needs_attention: boo
 
     from store.summary import list_runs
 
-    url = _settings().database_url
+    settings = _settings()
+    url = settings.database_url
     assert url is not None
     rows = list_runs(url, status=status, agent=agent, limit=limit, needs_attention=needs_attention)
+    workers = _live_workers(settings) if any(_waits_for_worker(row) for row in rows) else None
     table = Table("run", "agent", "status", "steps", "tokens", "cost", "created", "error")
     for row in rows:
         cells = (
             row["id"],
             row["agent"],
-            status_cell(row),
+            status_cell(row, workers),
             row["steps_used"],
             row["input_tokens"] + row["output_tokens"],
-            listed_cost(row["cost_usd"], row["input_tokens"] + row["output_tokens"]).words(
-                cost_text
-            ),
+            listed_cost(row["cost_usd"], row["cost_unpriced"]).words(cost_text),
             when(row["created_at"]),
             row["error_code"] or ("needs attention" if row["needs_attention"] else ""),
         )
@@ -267,6 +267,10 @@ def watch(run_id: str, timeout: float | None, as_json: bool) -> None:
     status = follow(settings, run_id, timeout, as_json)
     if status is not None:
         fail(f"run {run_id} is still {status.value} after {timeout:g} s")
+
+
+def _waits_for_worker(row: dict[str, Any]) -> bool:
+    return row["status"] in (RunStatus.QUEUED, RunStatus.INTERRUPTED)
 
 
 def _live_workers(settings: Settings) -> dict[str, WorkerInfo] | None:

@@ -5,12 +5,15 @@ a retry wait, earlier attempts, where a fork came from. The lines hold stored
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from runner.cli.step_lines import ESTIMATED, clip, cost_text
 from runner.costs import run_cost
+from store.models import Interruption
 from store.status import RunStatus
+from store.workers import WorkerInfo, serving
 
 if TYPE_CHECKING:
     from store.models import Run, RunAttempt, Step
@@ -81,9 +84,27 @@ def attempt_line(attempt: RunAttempt) -> str:
     )
 
 
-def status_cell(row: dict[str, Any]) -> str:
-    """``runwright runs``' status: a run waiting to retry says when."""
+def status_cell(row: dict[str, Any], workers: Mapping[str, WorkerInfo] | None = None) -> str:
+    """``runwright runs``' status, with why in a few words where the status
+    does not say (``runwright show`` has the sentence: runner/engine/explain.py):
+    a retry's time, a drain, the approval a run waits on, an agent no live
+    worker has (``workers``: the live ones, None if unknown)."""
+    status = str(row["status"])
     at = row.get("retry_at")
-    if row["status"] == RunStatus.QUEUED and at is not None and row.get("retry_attempts"):
-        return f"{row['status']} (retry {row['retry_attempts']} at {at:%H:%M:%S})"
-    return str(row["status"])
+    if status == RunStatus.QUEUED and at is not None and row.get("retry_attempts"):
+        return f"{status} (retry {row['retry_attempts']} at {at:%H:%M:%S})"
+    if status == RunStatus.WAITING and row.get("waiting_on"):
+        return f"{status} (approval of {row['waiting_on']})"
+    reason = None
+    if status == RunStatus.INTERRUPTED:
+        reason = _GIVEN_BACK.get(str(row.get("interrupted_reason")))
+    waits = status in (RunStatus.QUEUED, RunStatus.INTERRUPTED)
+    if waits and workers is not None and not serving(workers.values(), row["agent"]):
+        reason = "no live worker has the agent"
+    return f"{status} ({reason})" if reason else status
+
+
+_GIVEN_BACK = {
+    Interruption.DRAIN.value: "drained",
+    Interruption.AGENT_MISSING.value: "worker lacked the agent",
+}

@@ -165,6 +165,12 @@ function item(event) {
     const takeover = d.takeover ? "takes over a stopped execution" : null;
     head(li, null, "execution " + d.epoch, takeover, d.owner);
   } else if (event.type === "approval") {
+    if (d.expired) {
+      // Marked by the server (runner/approvals/expiry.py), as the page renders it.
+      const meta = "at " + d.expired_at + " with no decision";
+      head(li, d.step_index, "approval expired", d.tool_name, meta);
+      return li;
+    }
     const what = d.action === "requested" ? "approval requested" : "approval " + d.decision;
     const meta = [d.decided_by ? "by " + d.decided_by : "", d.reason ? "reason: " + d.reason : ""];
     head(li, d.step_index, what, d.tool_name, meta.filter((part) => part).join(" \u00b7 "));

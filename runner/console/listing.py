@@ -83,7 +83,7 @@ def _table(runs: Sequence[Run], *, base: str) -> str:
             f"<td>{e(run.thread or '')}</td><td>{when(run.created_at)}</td>"
             f'<td class="num">{run.steps_used}</td>'
             f'<td class="num">{run.usage.input_tokens + run.usage.output_tokens}</td>'
-            f'<td class="num">{e(listed_cost(run.cost_usd, run.usage.total).words(money))}</td>'
+            f'<td class="num">{e(listed_cost(run.cost_usd, run.cost_unpriced).words(money))}</td>'
             f"<td>{e(run.error.code) if run.error else ''}</td></tr>"
         )
     return (

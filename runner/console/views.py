@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from runner.approvals.expiry import marked_event
 from runner.console import http_errors
 from runner.console.approval_pages import decided_text, inbox_body, link_body
 from runner.console.assets import PAGE_HEADERS
@@ -33,7 +34,7 @@ from runner.errors import (
     StoreUnavailable,
 )
 from runner.sse import HEADERS as SSE_HEADERS
-from runner.sse import full_event, sse_stream
+from runner.sse import sse_stream
 from store.events import RunEvent, step_event
 from store.models import Approval
 from store.rules import CancelAction
@@ -266,7 +267,7 @@ class Console:
             last,
             # Every event whole, the model's token deltas included: the page
             # is for signed-in users, who see everything a run wrote anyway.
-            shape=full_event,
+            shape=marked_event,
             timeout=self.live_timeout,
         )
         return Response(200, frames, dict(SSE_HEADERS), "text/event-stream")

@@ -48,6 +48,7 @@ from store.rules import (
     commit_outcome,
     crashed_error,
     retry_outcome,
+    unpriced_call,
     with_state_step,
 )
 from store.statements import Statement
@@ -148,6 +149,7 @@ RECORD_LLM_STEP = Statement(
         UPDATE runs SET input_tokens = runs.input_tokens + CAST(:input_tokens AS bigint),
                         output_tokens = runs.output_tokens + CAST(:output_tokens AS bigint),
                         cost_usd = runs.cost_usd + COALESCE(CAST(:cost_usd AS float8), 0),
+                        cost_unpriced = runs.cost_unpriced OR CAST(:unpriced AS bool),
                         usage_estimated = runs.usage_estimated
                                           OR CAST(:usage_estimated AS bool),
                         steps_used = GREATEST(runs.steps_used, CAST(:index AS int)),
@@ -461,6 +463,7 @@ class PgExecution(PgBase):
             "output_tokens": usage.output_tokens if usage else 0,
             "usage_estimated": bool(usage and usage.estimated),
             "cost_usd": step.cost_usd,
+            "unpriced": unpriced_call(usage, step.cost_usd),
             "started_at": step.started_at,
             "finished_at": step.finished_at,
         }

@@ -5,6 +5,7 @@ model's price list could not give reads as unknown, not as $0 (item 14)."""
 from __future__ import annotations
 
 import html
+import json
 import re
 from datetime import timedelta
 from typing import Any
@@ -13,9 +14,10 @@ import pytest
 from flask.testing import FlaskClient
 
 from runner import Agent, Engine, RunStatus, tool
+from runner.console.assets import SCRIPT
 from runner.testing import Request, ScriptedModel, call, text, tools
 from store.models import utcnow
-from tests.console.conftest import BASE, execute_all, page_text, post, unique, waiting_run
+from tests.console.conftest import BASE, as_user, execute_all, page_text, post, unique, waiting_run
 from tests.unpriced import leave_unpriced
 
 USAGE = (1000, 500)
@@ -51,6 +53,30 @@ def test_an_expired_approval_reads_as_expired_on_the_run_page(
     assert "denied by a human reviewer" not in page
 
 
+def approval_events(client: FlaskClient, run_id: str) -> list[dict[str, Any]]:
+    """The approval events of the run's live stream, as the page's script gets them."""
+    answer = client.get(f"{BASE}/runs/{run_id}/events", headers=as_user("alice"))
+    assert answer.status_code == 200
+    frames = answer.get_data(as_text=True)
+    events = [json.loads(line[6:]) for line in frames.splitlines() if line.startswith("data: ")]
+    return [ev for ev in events if ev.get("type") == "approval"]  # not the end frame
+
+
+def test_the_live_stream_marks_an_expiry_as_the_page_reads_it(
+    client: FlaskClient, engine: Engine, queued: list[str]
+) -> None:
+    _agent, run, approval = waiting_run(engine, queued)
+    engine.tick(now=utcnow() + timedelta(days=2))
+    execute_all(engine, queued)
+    decided = [
+        ev["data"] for ev in approval_events(client, run.id) if ev["data"]["action"] == "decided"
+    ]
+    assert len(decided) == 1 and decided[0]["expired"] is True, decided
+    assert decided[0]["expired_at"] == f"{approval.expires_at:%Y-%m-%d %H:%M:%S} UTC"
+    # The script renders what the server marked (runner/console/assets.py).
+    assert "if (d.expired)" in SCRIPT and '"approval expired"' in SCRIPT
+
+
 def test_a_reviewer_who_types_expired_reads_as_a_denial(
     client: FlaskClient, engine: Engine, queued: list[str]
 ) -> None:
@@ -65,11 +91,18 @@ def test_a_reviewer_who_types_expired_reads_as_a_denial(
     assert answer.status_code == 303
     execute_all(engine, queued)
 
-    page = page_text(client, f"{BASE}/runs/{run.id}")
+    # The rendered page, without its script (which names both, for live events).
+    page = re.sub(
+        r"<script.*?</script>", "", page_text(client, f"{BASE}/runs/{run.id}"), flags=re.S
+    )
     assert "<b>denied</b> by bob" in page and "reason: expired" in page
     assert "<b>approval denied</b>" in page
     assert "denied by a human reviewer" in page
     assert "approval expired" not in page and "with no decision" not in page
+    decided = [
+        ev["data"] for ev in approval_events(client, run.id) if ev["data"]["action"] == "decided"
+    ]
+    assert len(decided) == 1 and "expired" not in decided[0], decided
 
 
 def test_a_cost_reads_as_known_only_when_every_model_step_was_priced(
@@ -109,6 +142,16 @@ def test_a_cost_reads_as_known_only_when_every_model_step_was_priced(
     assert cost_on_page("mixed") == "≥ $0.0200 (some steps unpriced)"
     assert cost_on_page("unpriced") == "—"
     assert cost_on_page("free") == "$0.0000"
+    # The runs list reads the same, from the run's own mark (no steps read).
+    listed = page_text(client, f"{BASE}/")
+    for kind, shown in (
+        ("priced", "$0.0400"),
+        ("mixed", "≥ $0.0200 (some steps unpriced)"),
+        ("unpriced", "—"),
+        ("free", "$0.0000"),
+    ):
+        row = re.search(rf"{runs[kind].id}.*?</tr>", listed, re.S)
+        assert row is not None and html.escape(shown, quote=False) in row.group(0), (kind, row)
     page = page_text(client, f"{BASE}/runs/{runs['unpriced'].id}")
     assert "cost unknown" in page  # each unpriced model step says so
     # A completed run says when it finished.

@@ -56,7 +56,8 @@ def test_runs_and_show_display_the_cost(cli_env: dict[str, str], engine: Engine)
     rows = {cells[0]: cells for cells in table(listing)}
     assert rows["run"][4:7] == ["tokens", "cost", "created"]
     assert rows[paid.id][4:6] == ["1840", "$0.0238"]
-    assert rows[unpaid.id][4:6] == ["1500", "—"]
+    # A free model is priced at 0: the list reads the run's mark, as show reads its steps.
+    assert rows[unpaid.id][4:6] == ["1500", "$0.0000"]
 
     shown = rw(cli_env, "show", paid.id).stdout
     assert "cost     $0.0238" in shown

@@ -124,6 +124,8 @@ def test_an_unpriced_cost_reads_as_unknown(
     rows = {cells[0]: cells for cells in table(rw(cli_env, "runs").stdout)}
     assert rows[runs["priced"].id][5] == "$0.0400"
     assert rows[runs["unpriced"].id][5] == "—"
+    # Only some steps unpriced: the list says so too, as show does.
+    assert rows[runs["mixed"].id][5] == "≥ $0.0200 (some steps unpriced)"
 
     shown = rw(cli_env, "show", runs["priced"].id).stdout
     assert "cost     $0.0400" in shown

@@ -52,6 +52,9 @@ def test_doctor_show_and_workers_say_which_agent_no_live_worker_has(cluster: Clu
     assert "waiting for a worker that has agent 'newcomer': none of the 1 live worker(s)" in why
     assert engine.explain(engine.get_run(run.id)) == why.removeprefix("why").strip()
 
+    [row] = [line for line in rw(env, "runs").stdout.splitlines() if run.id in line]
+    assert "interrupted (no live worker has the agent)" in row, row
+
     listed = json.loads(rw(env, "workers", "--json").stdout)["workers"]
     [old] = listed
     assert old["name"].startswith("old@") and "newcomer" not in old["agents"]

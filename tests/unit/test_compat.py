@@ -84,6 +84,7 @@ def test_table_and_column_names() -> None:
                 # 0011
                 "interrupted_reason",
                 "interrupted_by",
+                "cost_unpriced",
             ]
         ),
         "steps": sorted(

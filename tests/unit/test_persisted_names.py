@@ -36,7 +36,8 @@ TABLES = {
         "agent_missing_since", "cancel_requested", "retry_at", "retry_attempts",
         "retry_since", "retry_error", "extra_steps", "model", "forked_from",
         "forked_at_step", "trace_context", "cost_usd", "usage_estimated", "needs_attention",
-        "cancelled_by", "interrupted_reason", "interrupted_by", "enqueued_at", "created_at",
+        "cancelled_by", "interrupted_reason", "interrupted_by", "cost_unpriced",
+        "enqueued_at", "created_at",
         "updated_at", "started_at", "finished_at",
     ],
     "steps": [
