@@ -21,6 +21,7 @@ from store.status import CANCELLABLE as CANCELLABLE
 from store.status import CLAIMABLE as CLAIMABLE
 from store.status import KEY_HOLDING as KEY_HOLDING
 from store.status import SETTLED as SETTLED
+from store.status import Interruption as Interruption
 from store.status import RunStatus as RunStatus
 
 JSON = Any
@@ -57,15 +58,6 @@ class EffectOutcome(enum.StrEnum):
 
     DONE = "done"
     NOT_DONE = "not_done"
-
-
-class Interruption(enum.StrEnum):
-    """Why an execution gave its run back to the queue (``interrupted``)."""
-
-    # Its worker shut down mid-run (a warm shutdown: a deploy, a scale-down).
-    DRAIN = "drain"
-    # Its worker did not have the run's agent (a rolling deploy).
-    AGENT_MISSING = "agent_missing"
 
 
 class Decision(enum.StrEnum):

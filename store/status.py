@@ -28,6 +28,15 @@ class RunStatus(enum.StrEnum):
         return self.value
 
 
+class Interruption(enum.StrEnum):
+    """Why an execution gave its run back to the queue (``interrupted``)."""
+
+    # Its worker shut down mid-run (a warm shutdown: a deploy, a scale-down).
+    DRAIN = "drain"
+    # Its worker did not have the run's agent (a rolling deploy).
+    AGENT_MISSING = "agent_missing"
+
+
 SETTLED = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
 # Statuses that hold the run's concurrency key: from its first claim until it settles.
 KEY_HOLDING = frozenset({RunStatus.RUNNING, RunStatus.WAITING, RunStatus.INTERRUPTED})

@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from runner.cli.step_lines import ESTIMATED, clip, cost_text
 from runner.costs import run_cost
-from store.models import Interruption
-from store.status import RunStatus
+from store.status import Interruption, RunStatus
 from store.workers import WorkerInfo, serving
 
 if TYPE_CHECKING:
