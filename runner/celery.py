@@ -20,10 +20,10 @@ import threading
 import time
 import weakref
 from datetime import datetime
-from typing import Any
+from typing import Any, NoReturn
 
-from celery import Celery, Task, signals
-from celery.exceptions import Reject
+from celery import Celery, Task, signals, states
+from celery.exceptions import Ignore, Reject
 
 from runner.engine.engine import Engine, TickReport
 from runner.engine.runtime import runtime
@@ -31,10 +31,20 @@ from runner.errors import ConfigurationError, RunwrightError, StoreUnavailable
 from runner.model import warm_up
 from runner.observe import setup as observe
 from runner.settings import Settings
+from store.claims import NotClaimed, Refusal
 from store.models import Run, RunStatus
 from store.workers import WorkerInfo
 
-__all__ = ["EXECUTE", "TICK", "RunFailed", "engine", "enqueue", "install", "installed"]
+__all__ = [
+    "EXECUTE",
+    "IGNORED",
+    "TICK",
+    "RunFailed",
+    "engine",
+    "enqueue",
+    "install",
+    "installed",
+]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +52,10 @@ TICK = "runwright.tick"
 EXECUTE = "runwright.execute"
 # The tick's key in an app's beat_schedule, next to the project's own entries.
 TICK_ENTRY = "runwright-tick"
+# The state of a delivery that could not claim its run, in Flower: Celery's own
+# name for a task that raised Ignore, which sends no event of its own.
+IGNORED = states.IGNORED
+IGNORED_EVENT = "task-ignored"
 
 
 class RunFailed(RunwrightError):
@@ -95,6 +109,7 @@ def install(app: Celery) -> tuple[Task, Task]:
     settings = Settings.from_env()
     execute_task = app.task(
         name=EXECUTE,
+        bind=True,
         ignore_result=True,
         acks_late=True,
         reject_on_worker_lost=True,
@@ -173,12 +188,13 @@ def enqueue(run_id: str, *, eta: datetime | None = None) -> None:
 # the worker log it at INFO without a traceback. The message is still acked
 # (Celery's default for a failed task with acks_late): a failed run is settled,
 # and delivering its message again could only be refused by the claim.
-def execute(run_id: str) -> str | None:
-    """Execute one run. A duplicate or stale message exits quietly; a run that
-    fails raises :class:`RunFailed`; an execution that could not reach Redis
-    or Postgres hands its message back to the broker."""
+def execute(task: Task, run_id: str) -> str | None:
+    """Execute one run. A message that could not claim its run (a duplicate, or
+    a stale one) is ignored (:func:`ignore`); a run that fails raises
+    :class:`RunFailed`; an execution that could not reach Redis or Postgres
+    hands its message back to the broker."""
     try:
-        run = engine().execute(run_id)
+        done = engine().try_execute(run_id)
     except StoreUnavailable as exc:
         # The execution waited RUNWRIGHT_STORE_WAIT_SECONDS for the store
         # without claiming the run (or its worker is shutting down). The
@@ -186,7 +202,9 @@ def execute(run_id: str) -> str | None:
         # another worker: the run is not failed, and it does not wait for
         # tick(). Flower shows the task REJECTED, then its next delivery.
         raise Reject(exc.message, requeue=True) from None
-    return execute_result(run)
+    if isinstance(done, NotClaimed):
+        ignore(task, done)
+    return execute_result(done)
 
 
 # Ticks come every few seconds and mostly find nothing to do: they send no task
@@ -200,7 +218,8 @@ def tick() -> dict[str, int]:
 def execute_result(run: Run | None) -> str | None:
     """The task's result for the run as its execution left it; a failed run
     raises :class:`RunFailed`. Every other outcome (completed, waiting, queued
-    for a retry, cancelled, interrupted, not claimable) is a success."""
+    for a retry, cancelled, interrupted) is a success; None, an execution that
+    let the run go to another (it lost its claim, or its worker is draining)."""
     if run is None:
         return None
     if run.status is RunStatus.FAILED:
@@ -209,6 +228,35 @@ def execute_result(run: Run | None) -> str | None:
         )
         raise RunFailed(code, message or "the run failed")
     return run.status.value
+
+
+def ignored_because(not_claimed: NotClaimed) -> str:
+    """What a delivery that could not claim its run says, in the worker's log
+    and in Flower. A run held by another owner, or settled, was delivered twice:
+    a redelivery after a broker reconnect, or tick()'s re-enqueue while an
+    execution still had it. A run that waits (for a decision, its retry or its
+    concurrency key) gets its own message when it may go on."""
+    if not_claimed.why is Refusal.NOT_CLAIMABLE:
+        return f"{not_claimed}; this delivery was ignored"
+    return f"{not_claimed}; this delivery is a duplicate and was ignored"
+
+
+def ignore(task: Task, not_claimed: NotClaimed) -> NoReturn:
+    """End a delivery that could not claim its run: one INFO line, the task
+    IGNORED in Flower with the reason as its result, and the message acked.
+
+    Celery's ``Ignore`` acks the message and sends no event, which would leave
+    the task STARTED in Flower; so the task first sends ``task-ignored``
+    itself, which Flower records as the state IGNORED (Celery's events name a
+    custom state after the event). No result is stored: the task ignores its
+    results, as every execution does."""
+    reason = ignored_because(not_claimed)
+    log.info("%s", reason)
+    try:
+        task.send_event(IGNORED_EVENT, result=reason)
+    except Exception as exc:  # a monitoring event: the delivery is still ignored
+        log.warning("could not send the task-ignored event of run %s: %s", not_claimed.run.id, exc)
+    raise Ignore(reason)
 
 
 def tick_result(report: TickReport) -> dict[str, int]:
@@ -240,6 +288,19 @@ class QuietTicks(logging.Filter):
         data = getattr(record, "data", None)
         return not (
             record.levelno <= logging.INFO and isinstance(data, dict) and data.get("name") == TICK
+        )
+
+
+class QuietIgnores(logging.Filter):
+    """Drops Celery's INFO line about an ignored execution ("Task ...
+    ignored"): :func:`ignore` has logged why, in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        data = getattr(record, "data", None)
+        return not (
+            isinstance(data, dict)
+            and data.get("name") == EXECUTE
+            and data.get("description") == "ignored"
         )
 
 
@@ -331,7 +392,7 @@ def _worker_init(sender: Any = None, **_: Any) -> None:
             "(-P threads; for `celery -A tasks`, unset RUNWRIGHT_WORKER_POOL)"
         )
     _runs_agents = True
-    _quiet_tick_logs()
+    _quiet_celery_logs()
     if sender is not None and getattr(sender, "prefetch_multiplier", 1) != 1:
         # Each message prefetched is a run this worker holds while others idle.
         log.warning(
@@ -402,13 +463,16 @@ def _flush_observers(sender: Any = None, **_: Any) -> None:
         observe.stop_worker(_engine.settings)
 
 
-def _quiet_tick_logs() -> None:
+def _quiet_celery_logs() -> None:
     # Two lines every few seconds would bury the worker's log as the events
-    # would bury Flower: a tick is logged only when it did something.
+    # would bury Flower: a tick is logged only when it did something. An
+    # execution handed back or ignored is expected, and says so in one line.
     quiet = QuietTicks()
     for name in ("celery.worker.strategy", "celery.app.trace"):
         logging.getLogger(name).addFilter(quiet)
-    logging.getLogger("celery.app.trace").addFilter(QuietHandBacks())
+    trace = logging.getLogger("celery.app.trace")
+    trace.addFilter(QuietHandBacks())
+    trace.addFilter(QuietIgnores())
 
 
 def _quiet_beat(sender: Any = None, **_: Any) -> None:

@@ -4,12 +4,14 @@
 ``ttl / 3``. ``check`` runs before every fenced write: a lease held by a newer
 epoch fails fast; anything unclear (a missing key after a Redis restart, a
 claimer that has not reached Postgres yet, Redis down) defers to the Postgres
-fence, which is the authority.
+fence, which is the authority. A claim refused is explained by ``refusal``:
+who holds the run, or why it is not claimable.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from store.errors import LeaseLostError, StoreUnavailable
 from store.leases import Leases, Renewal
-from store.models import Fence, Run, Settled
+from store.models import Fence, Run, RunStatus, Settled
 
 if TYPE_CHECKING:
     from store.postgres import PostgresStore
@@ -30,6 +32,52 @@ log = logging.getLogger(__name__)
 class Heartbeat:
     cancel_requested: bool
     lease: Renewal | None  # None when Redis could not be reached
+
+
+class Refusal(enum.Enum):
+    """Why a claim was refused."""
+
+    # Another owner has the run: it is executing somewhere else.
+    HELD = "held"
+    # The run has settled: there is nothing left to execute.
+    SETTLED = "settled"
+    # Nobody has it, and it cannot be claimed now: it waits for a decision,
+    # for its retry or for its concurrency key.
+    NOT_CLAIMABLE = "not claimable"
+
+
+@dataclass(frozen=True)
+class NotClaimed:
+    """A refused claim, as the store had the run right after: the run, and the
+    owner holding it with its epoch (0: a claimer whose Postgres claim has not
+    returned yet), if anyone held it."""
+
+    run: Run
+    owner: str | None = None
+    epoch: int | None = None
+
+    @property
+    def why(self) -> Refusal:
+        if self.run.settled:
+            return Refusal.SETTLED
+        if self.owner is not None:
+            return Refusal.HELD
+        return Refusal.NOT_CLAIMABLE
+
+    def __str__(self) -> str:
+        run = self.run
+        why = self.why
+        if why is Refusal.SETTLED:
+            return f"run {run.id} is already {run.status.value}"
+        if why is Refusal.HELD:
+            epoch = "its claim pending" if self.epoch == 0 else f"epoch {self.epoch}"
+            return f"run {run.id} is held by {self.owner} ({epoch})"
+        text = f"run {run.id} is {run.status.value} and not claimable now"
+        if run.retry_at is not None:
+            text += f" (its retry is due at {run.retry_at.isoformat()})"
+        elif run.status is RunStatus.QUEUED and run.concurrency_key is not None:
+            text += " (it waits for its concurrency key)"
+        return text
 
 
 class Claims:
@@ -84,6 +132,23 @@ class Claims:
             except StoreUnavailable:
                 log.warning("could not record epoch %s in the lease of %s", claim.epoch, run_id)
         return Fence(run_id=run_id, owner=owner, epoch=claim.epoch), run
+
+    def refusal(self, run_id: str) -> NotClaimed:
+        """Why a claim of the run was just refused. Postgres's claim names the
+        owner of a running run; otherwise the Redis lease may name a claimer
+        still on its way to Postgres (or one whose run just left `running`)."""
+        run = self.store.get_run(run_id)
+        if run.settled:
+            return NotClaimed(run)
+        if run.status is RunStatus.RUNNING and run.claim is not None:
+            return NotClaimed(run, run.claim.owner, run.claim.epoch)
+        holder = None
+        if self.leases is not None:
+            with contextlib.suppress(StoreUnavailable):  # only for the explanation
+                holder = self.leases.holder(run_id)
+        if holder is None:
+            return NotClaimed(run)
+        return NotClaimed(run, holder.owner, holder.epoch)
 
     def _release_pending(self, run_id: str, owner: str) -> None:
         if self.leases is None:

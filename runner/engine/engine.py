@@ -35,6 +35,7 @@ from runner.observe import Observer, TickReport
 from runner.retry import RetryPolicy
 from runner.settings import Settings
 from runner.steps.run_context import AbortReason
+from store.claims import NotClaimed
 from store.leases import CancelListener, Leases
 from store.models import (
     Approval,
@@ -220,12 +221,26 @@ class Engine:
         """Execute the run here, blocking until it settles, pauses or is handed
         off. Returns the run as the execution left it, or None if this process
         could not claim it (someone else has it, or it is not claimable)."""
-        return runtime().run(self.aexecute(run_id))
+        done = self.try_execute(run_id)
+        return None if isinstance(done, NotClaimed) else done
+
+    def try_execute(self, run_id: str) -> Run | NotClaimed | None:
+        """:meth:`execute`, saying why when the run could not be claimed: a
+        :class:`~store.claims.NotClaimed` names the owner holding the run, or
+        says it has settled or is not claimable now. None: the execution let
+        the run go to another (it lost its claim or its store, or this worker
+        is draining)."""
+        return runtime().run(self._execute(run_id))
 
     async def aexecute(self, run_id: str) -> Run | None:
+        done = await self._execute(run_id)
+        return None if isinstance(done, NotClaimed) else done
+
+    async def _execute(self, run_id: str) -> Run | NotClaimed | None:
         self._ensure_listener()
-        settled = await Execution(self.deps, run_id).run()
-        return settled.run if settled is not None else None
+        execution = Execution(self.deps, run_id)
+        settled = await execution.run()
+        return settled.run if settled is not None else execution.not_claimed
 
     def get_run(self, run_id: str) -> Run:
         return self.deps.store.get_run(run_id)

@@ -26,7 +26,7 @@ from runner.engine.runtime import in_io, runtime
 from runner.errors import AgentNotFound, LeaseLostError, ModelError, StoreUnavailable
 from runner.steps.run_context import AbortReason, AbortSignal, RunContext
 from runner.steps.step_loop import StepLoop
-from store.claims import Heartbeat
+from store.claims import Heartbeat, NotClaimed
 from store.models import (
     Fence,
     Interruption,
@@ -72,6 +72,8 @@ class Execution:
         self.fence: Fence | None = None
         self.signal = AbortSignal(asyncio.get_running_loop())
         self.settled: Settled | None = None
+        # Why the claim was refused, when it was.
+        self.not_claimed: NotClaimed | None = None
         self._claimed: tuple[Fence, Run] | None = None
         # Set once a write moved the run out of `running`: a heartbeat racing
         # with that write then finds the claim gone, and that is no loss.
@@ -145,6 +147,7 @@ class Execution:
                 self.deps.observer.settled(claimed.run, 0.0)
                 return None
             if claimed is None:
+                self.not_claimed = self.deps.claims.refusal(self.run_id)
                 return None
             self._claimed = claimed
         fence, run = self._claimed
@@ -224,7 +227,8 @@ class Execution:
             await self.io(self._release_unstarted)
             raise
         if claimed is None:
-            log.debug("run %s is not claimable here; nothing to do", self.run_id)
+            if self.not_claimed is not None:
+                log.debug("%s; nothing to do here", self.not_claimed)
             return None
         fence, run, start = claimed
         self.fence = fence

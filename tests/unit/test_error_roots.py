@@ -34,6 +34,8 @@ NOT_RUNWRIGHT = {
     ("tasks.broker", "RedisConnectionError"): "kombu contract",
     # Celery's signal to hand a message back to the broker (an outage of the store).
     ("runner.celery", "Reject"): "Celery contract",
+    # Celery's signal to ack a message that changed nothing (a duplicate delivery).
+    ("runner.celery", "Ignore"): "Celery contract",
 }
 
 
