@@ -20,9 +20,9 @@ from store.status import RunStatus
 RUN_SUMMARIES = Statement(
     "run_summaries",
     """
-    SELECT id, agent, status, steps_used, input_tokens, output_tokens, cost_usd, error_code,
-           concurrency_key, created_at, updated_at, finished_at, retry_at, retry_attempts,
-           needs_attention
+    SELECT id, agent, status, steps_used, input_tokens, output_tokens, usage_estimated,
+           cost_usd, error_code, error_message, concurrency_key, created_at, updated_at,
+           finished_at, retry_at, retry_attempts, needs_attention
       FROM runs
      WHERE (CAST(:status AS text) IS NULL OR status = CAST(:status AS text))
        AND (CAST(:agent AS text) IS NULL OR agent = CAST(:agent AS text))
