@@ -16,6 +16,7 @@ import gc
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 import weakref
@@ -362,11 +363,54 @@ def _consumes(worker: Any, queue: str) -> bool:
 
 
 def _uses_prefork(worker: Any) -> bool:
+    """Whether the worker runs the prefork pool, or its command line asked for it."""
     from celery import concurrency
     from celery.concurrency.prefork import TaskPool
 
-    pool = concurrency.get_implementation(getattr(worker, "pool_cls", None) or "prefork")
-    return isinstance(pool, type) and issubclass(pool, TaskPool)
+    def prefork(pool: Any) -> bool:
+        try:
+            found = concurrency.get_implementation(pool)
+        except (ImportError, KeyError, ValueError):  # not a pool this Celery knows
+            return False
+        return isinstance(found, type) and issubclass(found, TaskPool)
+
+    asked = _pool_asked()
+    running = getattr(worker, "pool_cls", None) or "prefork"
+    return prefork(running) or (asked is not None and prefork(asked))
+
+
+def _pool_asked() -> str | None:
+    """The pool the ``celery worker`` command line named, as given (``-P``,
+    ``--pool``, or ``CELERY_WORKER_POOL``); None if it named none.
+
+    Celery's CLI takes an explicit ``-P prefork`` for its own default and runs
+    the app's ``worker_pool`` instead (``WorkersPool`` in celery/bin/worker.py):
+    on Runwright's preset, a worker asked for prefork would quietly run threads.
+    What was asked is read back from the process's arguments with click's own
+    parser, which reads them as the command did. A worker started from code
+    (``app.worker_main``) has other arguments than the process's: None then.
+    """
+    import click
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context(silent=True)
+    if ctx is None or ctx.parent is None or ctx.parent.parent is not None:
+        return None  # not a subcommand of the ``celery`` command
+    option = next((p for p in ctx.command.params if p.name == "pool"), None)
+    source = ctx.get_parameter_source("pool")
+    if option is None or source not in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT):
+        return None
+    if source is ParameterSource.ENVIRONMENT:
+        return option.resolve_envvar_value(ctx)
+    try:
+        _, rest, _ = ctx.parent.command.make_parser(ctx.parent).parse_args(sys.argv[1:])
+        if not rest or rest[0] != ctx.info_name:
+            return None
+        named, _, _ = ctx.command.make_parser(ctx).parse_args(rest[1:])
+    except click.ClickException:
+        return None
+    value = named.get("pool")
+    return value if isinstance(value, str) else None
 
 
 def _worker_init(sender: Any = None, **_: Any) -> None:

@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
+from alembic.script import ScriptDirectory
 
 from store import revision
 from store.db import db_errors, normalize_url
 from store.revision import HEAD, REVISIONS, require_revision
 
-__all__ = ["HEAD", "REVISIONS", "current_revision", "require_head", "upgrade"]
+__all__ = [
+    "HEAD",
+    "REVISIONS",
+    "Migrated",
+    "Revision",
+    "current_revision",
+    "require_head",
+    "upgrade",
+]
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -25,10 +35,44 @@ def alembic_config(url: str) -> Config:
     return config
 
 
-def upgrade(url: str, revision: str = "head") -> None:
-    """Bring the database at ``url`` to ``revision``; safe to run from several processes."""
-    with db_errors():
-        command.upgrade(alembic_config(url), revision)
+@dataclass(frozen=True)
+class Revision:
+    id: str  # "0010", as alembic_version holds it
+    name: str  # "0010_unknown_effects": its migration's file name, which says what it did
+
+
+@dataclass(frozen=True)
+class Migrated:
+    """What :func:`upgrade` found and left: the schema's revision before and
+    after (None: the database had no schema)."""
+
+    before: Revision | None
+    after: Revision | None
+
+
+def upgrade(url: str, revision: str = "head") -> Migrated:
+    """Bring the database at ``url`` to ``revision``; safe to run from several
+    processes. A schema newer than this code is :class:`SchemaMismatch`, and
+    left as it is."""
+    config = alembic_config(url)
+    engine = sa.create_engine(normalize_url(url), poolclass=sa.pool.NullPool)
+    try:
+        before = current_revision(engine)
+        if before is not None and before not in REVISIONS:
+            require_revision(before)  # newer than this code: say so, and touch nothing
+        with db_errors():
+            command.upgrade(config, revision)
+        after = current_revision(engine)
+    finally:
+        engine.dispose()
+    return Migrated(_revision(config, before), _revision(config, after))
+
+
+def _revision(config: Config, found: str | None) -> Revision | None:
+    if found is None:
+        return None
+    script = ScriptDirectory.from_config(config).get_revision(found) if found in REVISIONS else None
+    return Revision(found, Path(script.path).stem if script is not None else found)
 
 
 def upgrade_if_behind(url: str) -> None:

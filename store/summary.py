@@ -20,9 +20,10 @@ from store.status import CLAIMABLE, SETTLED, RunStatus, status_in
 RUN_SUMMARIES = Statement(
     "run_summaries",
     """
-    SELECT id, agent, status, steps_used, input_tokens, output_tokens, cost_usd, error_code,
-           concurrency_key, created_at, updated_at, finished_at, retry_at, retry_attempts,
-           needs_attention, cost_unpriced, interrupted_reason,
+    SELECT id, agent, status, steps_used, input_tokens, output_tokens, usage_estimated,
+           cost_usd, error_code, error_message, concurrency_key, created_at, updated_at,
+           finished_at, retry_at, retry_attempts, needs_attention, cost_unpriced,
+           interrupted_reason,
            (SELECT a.tool_name FROM approvals a
              WHERE a.run_id = runs.id AND a.decision IS NULL
              ORDER BY a.created_at LIMIT 1) AS waiting_on

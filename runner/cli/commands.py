@@ -8,6 +8,9 @@ Stored text (model and tool output, errors, payloads) was written by whoever
 controls the model, the tools or the trigger: it is printed only through
 ``say``, which makes control characters inert, and the runs table takes it as
 plain ``Text``, never as rich markup.
+
+With ``--json`` a command prints one JSON document instead (its shapes:
+``runner/cli/as_json.py``); errors stay one line on stderr.
 """
 
 from __future__ import annotations
@@ -26,6 +29,15 @@ from runner.cli.args import (
     parse_duration,
     parse_payload,
     seconds,
+)
+from runner.cli.as_json import (
+    Document,
+    effect_json,
+    json_option,
+    migration_json,
+    run_json,
+    runs_json,
+    show_json,
 )
 from runner.cli.console import console as console_command
 from runner.cli.describe import describe, status_cell, when
@@ -141,6 +153,7 @@ def main() -> None:
 @click.option("--key", "keys", multiple=True, help="A trigger key, as name=value (repeatable).")
 @click.option("--thread", default=None, help="Continue this conversation thread.")
 @click.option("--id", "trigger_id", default=None, help="Trigger id; starting it again is a no-op.")
+@json_option
 def start(
     agent: str,
     payload: str,
@@ -149,7 +162,8 @@ def start(
     keys: tuple[str, ...],
     thread: str | None,
     trigger_id: str | None,
-) -> None:
+    as_json: bool,
+) -> Document | None:
     """Start a run of AGENT and hand it to a worker."""
     data = parse_payload(payload)
     pairs = {}
@@ -167,7 +181,10 @@ def start(
         thread=thread,
         id=trigger_id,
     )
+    if as_json:
+        return {"run": run_json(run)}
     say(f"run {run.id} ({run.agent}) is {run.status.value}")
+    return None
 
 
 @main.command()
@@ -179,7 +196,10 @@ def start(
     is_flag=True,
     help="Only runs with an effect of unknown outcome nobody resolved (runwright resolve).",
 )
-def runs(status: str | None, agent: str | None, limit: int, needs_attention: bool) -> None:
+@json_option
+def runs(
+    status: str | None, agent: str | None, limit: int, needs_attention: bool, as_json: bool
+) -> Document | None:
     """List the latest runs."""
     from rich.table import Table
     from rich.text import Text
@@ -190,6 +210,8 @@ def runs(status: str | None, agent: str | None, limit: int, needs_attention: boo
     url = settings.database_url
     assert url is not None
     rows = list_runs(url, status=status, agent=agent, limit=limit, needs_attention=needs_attention)
+    if as_json:
+        return runs_json(rows)
     workers = _live_workers(settings) if any(_waits_for_worker(row) for row in rows) else None
     table = Table("run", "agent", "status", "steps", "tokens", "cost", "created", "error")
     for row in rows:
@@ -208,12 +230,14 @@ def runs(status: str | None, agent: str | None, limit: int, needs_attention: boo
     _console().print(table)
     if not rows:
         click.echo("no runs")
+    return None
 
 
 @main.command()
 @click.argument("run_id")
 @click.option("--messages/--no-messages", default=True, help="Print the checkpoint's messages.")
-def show(run_id: str, messages: bool) -> None:
+@json_option
+def show(run_id: str, messages: bool, as_json: bool) -> Document | None:
     """Show a run: its status, steps, usage and checkpoint messages."""
     from runner.engine.explain import explain
     from runner.settings import open_store
@@ -223,6 +247,16 @@ def show(run_id: str, messages: bool) -> None:
     run = store.get_run(run_id)
     steps = store.steps(run_id)
     why = explain(run, _live_workers(settings), grace_seconds=settings.agent_grace_seconds)
+    if as_json:
+        return show_json(
+            run,
+            steps,
+            store.attempts(run_id),
+            store.unknown_effects(run_id),
+            store.checkpoint(run_id),
+            messages=messages,
+            why=why,
+        )
     for line in describe(run, store.attempts(run_id), steps, why):
         say(line)
     unknown = store.unknown_effects(run_id)
@@ -244,6 +278,7 @@ def show(run_id: str, messages: bool) -> None:
             elif not isinstance(body, str):
                 body = json.dumps(body)
             say(f"  {message['role']:<17} {_clip(str(body), 100)}")
+    return None
 
 
 @main.command()
@@ -304,29 +339,36 @@ def _unknown_line(effect: Effect) -> str:
 # ------------------------------------------------------------- control
 
 
-def _decide(approval_id: str, approve: bool, token: str, reason: str | None) -> None:
+def _decide(
+    approval_id: str, approve: bool, token: str, reason: str | None, as_json: bool
+) -> Document | None:
     run = _engine().respond(approval_id, approve, reason, token=token)
     verb = "approved" if approve else "denied"
+    if as_json:
+        return {"approval_id": approval_id, "decision": verb, "run": run_json(run)}
     after = "queued again" if run.status is RunStatus.QUEUED else f"still {run.status.value}"
     say(f"{verb} {approval_id}; run {run.id} is {after}")
+    return None
 
 
 @main.command()
 @click.argument("approval_id")
 @click.option("--token", required=True, help="The token from the notification.")
 @click.option("--reason", default=None, help="Why (the model sees it).")
-def approve(approval_id: str, token: str, reason: str | None) -> None:
+@json_option
+def approve(approval_id: str, token: str, reason: str | None, as_json: bool) -> Document | None:
     """Approve a pending tool call."""
-    _decide(approval_id, True, token, reason)
+    return _decide(approval_id, True, token, reason, as_json)
 
 
 @main.command()
 @click.argument("approval_id")
 @click.option("--token", required=True, help="The token from the notification.")
 @click.option("--reason", default=None, help="Why (the model sees it).")
-def deny(approval_id: str, token: str, reason: str | None) -> None:
+@json_option
+def deny(approval_id: str, token: str, reason: str | None, as_json: bool) -> Document | None:
     """Deny a pending tool call."""
-    _decide(approval_id, False, token, reason)
+    return _decide(approval_id, False, token, reason, as_json)
 
 
 @main.command()
@@ -335,7 +377,10 @@ def deny(approval_id: str, token: str, reason: str | None) -> None:
 @click.argument("outcome", type=click.Choice([o.value for o in EffectOutcome]))
 @click.option("--note", default=None, help="What you checked (kept with the resolution).")
 @click.option("--by", default=None, help="Who resolves it (default: your login name).")
-def resolve(run_id: str, call_id: str, outcome: str, note: str | None, by: str | None) -> None:
+@json_option
+def resolve(
+    run_id: str, call_id: str, outcome: str, note: str | None, by: str | None, as_json: bool
+) -> Document | None:
     """Say what an effect of unknown outcome did: done or not_done.
 
     An effect is of unknown outcome when its worker died after starting it and
@@ -344,33 +389,42 @@ def resolve(run_id: str, call_id: str, outcome: str, note: str | None, by: str |
     import getpass
 
     who = by or getpass.getuser()
-    effect = _engine().resolve_effect(run_id, call_id, outcome, note=note, by=who)
-    run = _engine().get_run(run_id)
+    engine = _engine()
+    effect = engine.resolve_effect(run_id, call_id, outcome, note=note, by=who)
+    run = engine.get_run(run_id)
+    if as_json:
+        return {"effect": effect_json(effect), "run": run_json(run)}
     left = "it needs no more attention" if not run.needs_attention else "it still needs attention"
     say(f"effect {effect.tool} of call {call_id} resolved {outcome} by {who}; run {run_id}: {left}")
+    return None
 
 
 @main.command()
 @click.argument("run_id")
 @click.option("--by", default=None, help="Who cancels it (default: your login name).")
-def cancel(run_id: str, by: str | None) -> None:
+@json_option
+def cancel(run_id: str, by: str | None, as_json: bool) -> Document | None:
     """Cancel a run, from any machine."""
     import getpass
 
     who = by or getpass.getuser()
     result = _engine().cancel(run_id, by=who)
+    if as_json:
+        return {"action": result.action.value, "by": who, "run": run_json(result.run)}
     if result.action is CancelAction.CANCELLED:
         say(f"run {run_id} cancelled by {who}")
     elif result.action is CancelAction.REQUESTED:
         say(f"run {run_id} is running; its worker has been told to stop")
     else:
         say(f"run {run_id} is already {result.run.status.value}; nothing to cancel")
+    return None
 
 
 @main.command()
 @click.argument("run_id")
 @click.option("--extra-steps", default="0", help="Steps to add to the run's budget.")
-def retry(run_id: str, extra_steps: str) -> None:
+@json_option
+def retry(run_id: str, extra_steps: str, as_json: bool) -> Document | None:
     """Queue a failed or cancelled run again, from its last checkpoint."""
     from runner.engine.rerun import retry as retry_run
     from store.recovery import MAX_EXTRA_STEPS
@@ -379,12 +433,20 @@ def retry(run_id: str, extra_steps: str) -> None:
     engine = _engine()
     result = retry_run(engine.deps, run_id, extra_steps=extra)
     run = result.run
+    number = engine.store.attempt_count(run.id) + 1 if result.retried else None
+    if as_json:
+        return {
+            "retried": result.retried,
+            "attempt": number,
+            "extra_steps": extra if result.retried else 0,
+            "run": run_json(run),
+        }
     if not result.retried:
         say(f"run {run.id} is already {run.status.value}; nothing to retry")
-        return
-    number = engine.store.attempt_count(run.id) + 1
+        return None
     more = f", {extra} more steps" if extra else ""
     say(f"run {run.id} retried and queued (attempt {number}{more})")
+    return None
 
 
 @main.command()
@@ -398,6 +460,7 @@ def retry(run_id: str, extra_steps: str) -> None:
     is_flag=True,
     help="Fork even though effects ran after the step: the fork may run them again.",
 )
+@json_option
 def fork(
     run_id: str,
     at_step: str,
@@ -405,7 +468,8 @@ def fork(
     model: str | None,
     trigger_id: str | None,
     rerun_effects: bool,
-) -> None:
+    as_json: bool,
+) -> Document | None:
     """Start a new run from RUN_ID's history after a step.
 
     The fork repeats what its model asks for after that step, effects included,
@@ -423,7 +487,10 @@ def fork(
         raise ForkRepeatsEffects(
             exc.run_id, exc.at_step, exc.effects, how="add --rerun-effects"
         ) from None
+    if as_json:
+        return {"forked_from": run_id, "at_step": step, "run": run_json(run)}
     say(f"run {run.id} ({run.agent}) is {run.status.value}; forked from {run_id} at step {step}")
+    return None
 
 
 @main.command()
@@ -457,22 +524,34 @@ def prune(older_than: str) -> None:
 
 
 @main.command()
-def doctor() -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def doctor(as_json: bool) -> None:
     """Check the set-up, one line each; exit 0 only if all is well."""
     from runner.cli.doctor import run_checks
 
-    sys.exit(run_checks())
+    sys.exit(run_checks(as_json=as_json))
 
 
 @main.command()
-def migrate() -> None:
-    """Create or upgrade the database schema."""
+@json_option
+def migrate(as_json: bool) -> Document | None:
+    """Create or upgrade the database schema, and say from which revision to which."""
     from store.migrate import upgrade
 
     url = _settings().database_url
     assert url is not None
-    upgrade(url)
-    click.echo("schema is up to date")
+    migrated = upgrade(url)
+    if as_json:
+        return migration_json(migrated)
+    before, after = migrated.before, migrated.after
+    assert after is not None  # at head
+    if before is None:
+        click.echo(f"created the schema at {after.name}")
+    elif before == after:
+        click.echo(f"schema is already at {after.name}")
+    else:
+        click.echo(f"migrated from {before.name} to {after.name}")
+    return None
 
 
 # ---------------------------------------------------------- local stack

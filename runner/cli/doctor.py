@@ -7,10 +7,14 @@ timeouts, and a check that still has no answer after :data:`CHECK_SECONDS` fails
 with that. The command exits 0 only if every check passed.
 
 It checks the environment it runs in: run it with the workers' settings.
+With ``--json`` it prints the same checks as one JSON document instead
+(runner/cli/as_json.py), with the same exit status.
 """
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -49,18 +53,28 @@ class Found:
     redis: Any = None  # a redis.Redis that answered
 
 
-def run_checks(echo: Callable[[str], None] = click.echo) -> int:
-    """Run every check, print a line for each; the exit status (0: all passed)."""
+def run_checks(echo: Callable[[str], None] = click.echo, *, as_json: bool = False) -> int:
+    """Run every check, print a line for each (or, ``as_json``, one document
+    of them all); the exit status (0: all passed)."""
     found = Found()
-    doctor = Doctor(echo)
+    doctor = Doctor(echo if not as_json else lambda line: None)
+    # With --json, the document is alone on stdout: what an agent module
+    # prints as it is imported goes to stderr.
+    quiet = contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()
     try:
-        _run(doctor, found)
+        with quiet:
+            _run(doctor, found)
     finally:
         if found.postgres is not None:
             found.postgres.close()
         if found.redis is not None:
             found.redis.close()
-    echo(doctor.summary())
+    if as_json:
+        from runner.cli.as_json import doctor_json, dumps
+
+        echo(dumps(doctor_json(doctor.results, doctor.healthy)))
+    else:
+        echo(doctor.summary())
     return 0 if doctor.healthy else 1
 
 
@@ -123,13 +137,14 @@ def _service_checks(doctor: Doctor, found: Found, services: Settings) -> None:
 
 
 class Doctor:
-    """Prints the lines and counts what failed."""
+    """Prints the lines, keeps each check's result and counts what failed."""
 
     def __init__(self, echo: Callable[[str], None]) -> None:
         self.echo = echo
         self.passed = 0
         self.failed = 0
         self.skipped = 0
+        self.results: list[tuple[str, str, str]] = []  # name, ok|FAIL|skipped, detail
 
     @property
     def healthy(self) -> bool:
@@ -152,7 +167,7 @@ class Doctor:
 
     def skip(self, name: str, why: str) -> None:
         self.skipped += 1
-        self._line(name, "skipped:", why)
+        self._line(name, "skipped", why)
 
     def summary(self) -> str:
         if self.healthy:
@@ -163,7 +178,9 @@ class Doctor:
     def _line(self, name: str, state: str, text: str) -> None:
         if len(text) > REASON_CHARS:
             text = text[: REASON_CHARS - 3] + "..."
-        self.echo(inert(f"{name:<{NAME_WIDTH}} {state:<5} {text}".rstrip()))
+        self.results.append((name, state, text))
+        shown = "skipped:" if state == "skipped" else state
+        self.echo(inert(f"{name:<{NAME_WIDTH}} {shown:<5} {text}".rstrip()))
 
 
 def _bounded(probe: Callable[[], str], seconds: float) -> str:

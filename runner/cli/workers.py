@@ -3,18 +3,17 @@ records their watchdogs keep in Redis (store/workers.py)."""
 
 from __future__ import annotations
 
-import json
 import time
 
 import click
 
+from runner.cli.as_json import Document, json_option, workers_json
 from runner.cli.terminal import inert
-from store.workers import WorkerInfo
 
 
 @click.command("workers")
-@click.option("--json", "as_json", is_flag=True, help="One JSON document.")
-def workers(as_json: bool) -> None:
+@json_option
+def workers(as_json: bool) -> Document | None:
     """List the live workers: their agents, version, pool and concurrency."""
     from runner.settings import Settings, resolve
     from store.leases import Leases
@@ -27,11 +26,10 @@ def workers(as_json: bool) -> None:
     finally:
         leases.redis.close()
     if as_json:
-        click.echo(json.dumps({"workers": [_as_json(w) for w in live]}))
-        return
+        return workers_json(live)
     if not live:
         click.echo("no live worker: start one with `celery -A tasks worker`")
-        return
+        return None
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -55,24 +53,10 @@ def workers(as_json: bool) -> None:
     if not console.is_terminal:
         console = Console(highlight=False, width=200)
     console.print(table)
+    return None
 
 
 def _ago(seconds: float) -> str:
     from runner.engine.watchdog import age_text
 
     return age_text(seconds)
-
-
-def _as_json(info: WorkerInfo) -> dict[str, object]:
-    return {
-        "name": info.name,
-        "agents": None if info.agents is None else list(info.agents),
-        "version": info.version,
-        "pool": info.pool,
-        "concurrency": info.concurrency,
-        "queues": list(info.queues),
-        "host": info.host,
-        "pid": info.pid,
-        "started_at": info.started_at,
-        "seen_at": info.seen_at,
-    }

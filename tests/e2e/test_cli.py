@@ -17,7 +17,7 @@ from tests.helpers import snapshot
 
 
 def test_start_runs_show_watch_approve(cli_env: dict[str, str], engine: Engine) -> None:
-    assert "up to date" in rw(cli_env, "migrate").stdout
+    assert "schema is already at" in rw(cli_env, "migrate").stdout
     run_id = started_id(rw(cli_env, "start", "fleet", "--payload", '{"amount": 150}').stdout)
     again = rw(cli_env, "start", "fleet", "--payload", "{}", "--id", "evt-9", "--key", "a=b")
     same = rw(cli_env, "start", "fleet", "--payload", '{"x": 1}', "--id", "evt-9")

@@ -23,6 +23,72 @@ def test_a_prefork_worker_refuses_to_start_with_one_line(cluster: Cluster) -> No
     assert "Traceback" not in log, log[-2000:]
 
 
+def _celery_worker(cluster: Cluster, name: str, *args: str, **env: str) -> Proc:
+    worker = Proc(
+        name,
+        [
+            *(sys.executable, "-m", "celery", "-A", "tasks", "worker", "-l", "INFO"),
+            *("-n", f"{name}@%h", "-c", "2", "--without-gossip", "--without-mingle", *args),
+        ],
+        cluster.env(**env),
+        cluster.workdir,
+    )
+    cluster.procs.append(worker)
+    return worker
+
+
+def _refusal(worker: Proc) -> str:
+    """The one line a worker that refused to start printed (it exits non-zero)."""
+    code = worker.wait(90)
+    log = worker.log()
+    assert code != 0, log[-2000:]
+    assert "Traceback" not in log, log[-2000:]
+    lines = [line for line in log.splitlines() if "prefork pool cannot drain" in line]
+    assert len(lines) == 1, log[-2000:]
+    return lines[0]
+
+
+# How a command line can ask for the prefork pool (all at once: the workers
+# refuse before they connect to anything, and are slow only to import).
+ASKED_FOR_PREFORK = {
+    "pool-space": (["--pool", "prefork"], {}),
+    "p-space": (["-P", "prefork"], {}),
+    "pool-equals": (["--pool=prefork"], {}),
+    "p-joined": (["-Pprefork"], {}),
+    "last-p-wins": (["-P", "threads", "-P", "prefork"], {}),
+    "celery-env": ([], {"CELERY_WORKER_POOL": "prefork"}),
+}
+
+
+def test_a_worker_asked_for_prefork_refuses_to_start_as_the_setting_does(
+    cluster: Cluster,
+) -> None:
+    """Celery's CLI reads ``-P prefork`` as its default and would run the
+    preset's threads pool instead: the worker refuses, with the line that
+    RUNWRIGHT_WORKER_POOL=prefork gets."""
+    configured = _celery_worker(cluster, "configured", RUNWRIGHT_WORKER_POOL="prefork")
+    asked = {
+        name: _celery_worker(cluster, name, *args, **env)
+        for name, (args, env) in ASKED_FOR_PREFORK.items()
+    }
+    line = _refusal(configured)
+    assert line.startswith("runwright: this worker takes Runwright's queue"), line
+    assert {name: _refusal(worker) for name, worker in asked.items()} == dict.fromkeys(
+        ASKED_FOR_PREFORK, line
+    )
+
+
+def test_a_worker_asked_for_threads_or_for_no_pool_starts_on_threads(cluster: Cluster) -> None:
+    workers = [
+        _celery_worker(cluster, "threads-default"),
+        _celery_worker(cluster, "threads-long", "--pool", "threads"),
+        _celery_worker(cluster, "threads-short", "-P", "threads"),
+    ]
+    for worker in workers:
+        worker.wait_for(" ready.", timeout=90)
+        assert "(thread)" in worker.log(), worker.log()[-2000:]  # the banner's concurrency
+
+
 def test_beat_starts_in_a_fresh_directory_with_external_services(
     cluster: Cluster, tmp_path: Path
 ) -> None:

@@ -34,6 +34,8 @@ NOT_STATUSES = {
     ("demo.py", 'return bool(status["postgres"] == status["redis"] == "running")'),
     # A field of the public event shape: whether a step failed.
     ("sse.py", 'data["failed"] = event.data.get("error") is not None'),
+    # A field of the run's JSON document (--json): its wait point, as Run.waiting.
+    ("as_json.py", '"waiting": None'),
 }
 
 

@@ -1,0 +1,322 @@
+"""What ``runwright ... --json`` prints: every document's shape, built here once.
+
+The field names are an interface (scripts read them; docs/operations.md,
+"JSON output"): add fields, never rename one. Ids and statuses are strings (a
+status is its enum's value), times ISO 8601 in UTC, counts and costs numbers.
+A cost is null when it is not known: a model litellm has no price for leaves
+the run's total incomplete (runner/costs.py), and ``priced_usd`` then says
+what the priced steps cost.
+
+Stored text (model and tool output, errors, payloads) is hostile: :func:`dumps`
+escapes every character a terminal would act on, so a document is printable
+ASCII on one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import math
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from runner.costs import Cost, listed_cost, run_cost
+from store.events import step_data
+from store.status import RunStatus
+
+if TYPE_CHECKING:
+    from store.migrate import Migrated, Revision
+    from store.models import Checkpoint, Effect, Run, RunAttempt, RunError, Step
+    from store.workers import WorkerInfo
+
+Document = dict[str, Any]
+
+
+def dumps(document: object) -> str:
+    """``document`` as one line of JSON with nothing a terminal acts on.
+
+    ``ensure_ascii`` writes every non-ASCII character (C1 controls,
+    bidirectional overrides, line separators) as ``\\uXXXX``, and JSON itself
+    escapes the C0 controls; DEL is the one ASCII control it leaves raw. It can
+    only be inside a string there, where ``\\u007f`` means the same character.
+    """
+    return json.dumps(document, ensure_ascii=True, default=str).replace("\x7f", "\\u007f")
+
+
+def json_option(command: Callable[..., Document | None]) -> Callable[..., None]:
+    """Adds ``--json``. With it the command returns its result as a document,
+    printed as one line of JSON and alone on stdout: anything else printed
+    meanwhile (an agent module's ``print`` as it is imported) goes to stderr.
+    Errors are as without it: one ``error:`` line on stderr and exit status 1."""
+
+    @functools.wraps(command)
+    def run(*args: Any, as_json: bool, **kwargs: Any) -> None:
+        if not as_json:
+            command(*args, as_json=False, **kwargs)
+            return
+        with contextlib.redirect_stdout(sys.stderr):
+            document = command(*args, as_json=True, **kwargs)
+        click.echo(dumps(document))
+
+    flag = click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+    return flag(run)
+
+
+def when(value: datetime | None) -> str | None:
+    """A time in UTC, ISO 8601 (Postgres hands them over in the session's zone)."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat()
+
+
+def _usd(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) and value >= 0 else None
+
+
+def cost_json(known: Cost) -> Document:
+    """``cost_usd``: what the run cost, null unless every model step that used
+    tokens had a price; ``priced_usd``: what the priced steps cost."""
+    usd = _usd(known.usd)
+    return {"cost_usd": usd if known.complete else None, "priced_usd": usd}
+
+
+def _error(error: RunError | None) -> Document | None:
+    return None if error is None else {"code": error.code, "message": error.message}
+
+
+def run_json(run: Run, known: Cost | None = None) -> Document:
+    """A run with everything a script acts on. ``known`` is its cost from its
+    steps (:func:`runner.costs.run_cost`); without it, the cost a listing
+    shows, which reads no steps (``listed_cost``)."""
+    if known is None:
+        known = listed_cost(run.cost_usd, run.cost_unpriced)
+    waiting = run.waiting
+    claim = run.claim
+    retry = run.retry
+    trigger = run.trigger
+    return {
+        "id": run.id,
+        "agent": run.agent,
+        "status": run.status.value,
+        "concurrency_key": run.concurrency_key,
+        "thread": run.thread,
+        "created_at": when(run.created_at),
+        "updated_at": when(run.updated_at),
+        "enqueued_at": when(run.enqueued_at),
+        "started_at": when(run.started_at),
+        "finished_at": when(run.finished_at),
+        "steps_used": run.steps_used,
+        "extra_steps": run.extra_steps,
+        "input_tokens": run.usage.input_tokens,
+        "output_tokens": run.usage.output_tokens,
+        "usage_estimated": run.usage.estimated,
+        **cost_json(known),
+        "error": _error(run.error),
+        "output": run.output,
+        "state": run.state,
+        "waiting": None
+        if waiting is None
+        else {
+            "kind": waiting.kind,
+            "approval_id": waiting.approval_id,
+            "tool_name": waiting.tool_name,
+            "input": waiting.input,
+            "expires_at": when(waiting.expires_at),
+            "notified_at": when(waiting.notified_at),
+        },
+        "claim": None
+        if claim is None
+        else {"owner": claim.owner, "epoch": claim.epoch, "expires_at": when(claim.expires_at)},
+        "takeovers": run.takeovers,
+        "cancel_requested": run.cancel_requested,
+        "cancelled_by": run.cancelled_by,
+        "needs_attention": run.needs_attention,
+        "interrupted_reason": None
+        if run.interrupted_reason is None
+        else run.interrupted_reason.value,
+        "interrupted_by": run.interrupted_by,
+        "retry": None
+        if retry is None
+        else {
+            "attempts": retry.attempts,
+            "since": when(retry.since),
+            "error": retry.error,
+            "at": when(retry.at),
+        },
+        "retry_attempts": 0 if retry is None else retry.attempts,
+        "retry_at": when(run.retry_at),
+        "model": run.model,
+        "forked_from": run.forked_from,
+        "forked_at_step": run.forked_at_step,
+        "trigger": {
+            "id": trigger.id,
+            "source": trigger.source,
+            "trigger": trigger.trigger,
+            "payload": trigger.payload,
+            "keys": trigger.keys,
+            "thread": trigger.thread,
+            "received_at": when(trigger.received_at),
+        },
+    }
+
+
+def listed_run_json(row: Mapping[str, Any]) -> Document:
+    """A row of ``runwright runs`` (store/summary.py): the fields of :func:`run_json`
+    that a listing reads, under the same names. Its cost is ``listed_cost``'s."""
+    status = str(row["status"])
+    waits = status == RunStatus.QUEUED and bool(row["retry_attempts"])
+    code = row["error_code"]
+    return {
+        "id": str(row["id"]),
+        "agent": row["agent"],
+        "status": status,
+        "concurrency_key": row["concurrency_key"],
+        "created_at": when(row["created_at"]),
+        "updated_at": when(row["updated_at"]),
+        "finished_at": when(row["finished_at"]),
+        "steps_used": row["steps_used"],
+        "input_tokens": row["input_tokens"],
+        "output_tokens": row["output_tokens"],
+        "usage_estimated": row["usage_estimated"],
+        **cost_json(listed_cost(row["cost_usd"], row["cost_unpriced"])),
+        "error": None if code is None else {"code": code, "message": row["error_message"]},
+        "needs_attention": row["needs_attention"],
+        "retry_attempts": row["retry_attempts"],
+        "retry_at": when(row["retry_at"]) if waits else None,
+        "interrupted_reason": row["interrupted_reason"]
+        if status == RunStatus.INTERRUPTED
+        else None,
+        "waiting_on": row["waiting_on"] if status == RunStatus.WAITING else None,
+    }
+
+
+def runs_json(rows: Iterable[Mapping[str, Any]]) -> Document:
+    return {"runs": [listed_run_json(row) for row in rows]}
+
+
+def step_json(step: Step) -> Document:
+    """A step as its ``step`` event carries it (store/events.py), times in UTC."""
+    return {
+        **step_data(step),
+        "started_at": when(step.started_at),
+        "finished_at": when(step.finished_at),
+    }
+
+
+def attempt_json(attempt: RunAttempt) -> Document:
+    return {
+        "attempt": attempt.attempt,
+        "status": attempt.status.value,
+        "error": _error(attempt.error),
+        "steps_used": attempt.steps_used,
+        "input_tokens": attempt.usage.input_tokens,
+        "output_tokens": attempt.usage.output_tokens,
+        "usage_estimated": attempt.usage.estimated,
+        "extra_steps": attempt.extra_steps,
+        "started_at": when(attempt.started_at),
+        "finished_at": when(attempt.finished_at),
+        "retried_at": when(attempt.retried_at),
+    }
+
+
+def effect_json(effect: Effect) -> Document:
+    outcome = effect.resolved_outcome
+    return {
+        "call_id": effect.call_id,
+        "key": effect.key,
+        "tool": effect.tool,
+        "input": effect.input,
+        "status": effect.status.value,
+        "epoch": effect.epoch,
+        "attempts": effect.attempts,
+        "output": effect.output,
+        "error": effect.error,
+        "started_at": when(effect.started_at),
+        "finished_at": when(effect.finished_at),
+        "resolved_outcome": None if outcome is None else outcome.value,
+        "resolved_by": effect.resolved_by,
+        "resolved_note": effect.resolved_note,
+        "resolved_at": when(effect.resolved_at),
+    }
+
+
+def show_json(
+    shown_run: Run,
+    steps: list[Step],
+    attempts: list[RunAttempt],
+    unknown: list[Effect],
+    checkpoint: Checkpoint | None,
+    *,
+    messages: bool,
+    why: str | None = None,
+) -> Document:
+    """``runwright show --json``: the run, its steps, earlier attempts, effects
+    of unknown outcome, its checkpoint and (unless ``messages`` is False, then
+    null) the checkpoint's messages; ``why``: why the run is where it is
+    (runner/engine/explain.py)."""
+    return {
+        "run": {**run_json(shown_run, run_cost(shown_run.cost_usd, steps)), "why": why},
+        "attempts": [attempt_json(a) for a in attempts],
+        "unknown_effects": [effect_json(e) for e in unknown],
+        "steps": [step_json(s) for s in steps],
+        "checkpoint": None
+        if checkpoint is None
+        else {
+            "step_index": checkpoint.step_index,
+            "message_count": len(checkpoint.messages),
+            "finish_reason": checkpoint.finish_reason,
+            "created_at": when(checkpoint.created_at),
+        },
+        "messages": (checkpoint.messages if checkpoint is not None else []) if messages else None,
+    }
+
+
+def doctor_json(checks: Iterable[tuple[str, str, str]], healthy: bool) -> Document:
+    """``runwright doctor --json``: each check's name, state (``ok``, ``FAIL``
+    or ``skipped``, as its line says) and detail, and whether all passed."""
+    return {
+        "healthy": healthy,
+        "checks": [
+            {"name": name, "state": state, "detail": detail} for name, state, detail in checks
+        ],
+    }
+
+
+def migration_json(migrated: Migrated) -> Document:
+    """``runwright migrate --json``: the schema's revision before and after, each
+    ``{"revision": "0010", "name": "0010_unknown_effects"}`` (null: no schema)."""
+
+    def revision(found: Revision | None) -> Document | None:
+        return None if found is None else {"revision": found.id, "name": found.name}
+
+    before, after = migrated.before, migrated.after
+    return {"from": revision(before), "to": revision(after), "migrated": before != after}
+
+
+def workers_json(workers: Iterable[WorkerInfo]) -> Document:
+    """``runwright workers --json``: each live worker's record (store/workers.py),
+    its times as epoch seconds, as the record holds them."""
+    return {
+        "workers": [
+            {
+                "name": info.name,
+                "agents": None if info.agents is None else list(info.agents),
+                "version": info.version,
+                "pool": info.pool,
+                "concurrency": info.concurrency,
+                "queues": list(info.queues),
+                "host": info.host,
+                "pid": info.pid,
+                "started_at": info.started_at,
+                "seen_at": info.seen_at,
+            }
+            for info in workers
+        ]
+    }
