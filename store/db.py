@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 import weakref
@@ -33,11 +34,27 @@ def _default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
+# Each escape of JSON text: a surrogate pair (one character beyond the BMP),
+# else a NUL or a lone surrogate (group 1), else any other. Matched from the
+# left, an escaped backslash is consumed whole, so "\\u0000" is no NUL.
+_ESCAPE = re.compile(r"\\(?:ud[89ab][0-9a-f]{2}\\ud[c-f][0-9a-f]{2}|u(0000|d[89a-f][0-9a-f]{2})|.)")
+
+
 def dumps(value: Any) -> str:
+    """``value`` as the JSON text the store writes. A NUL or a lone surrogate
+    is refused: no text column can hold one when it is read back, jsonb
+    refuses them, and the json columns that keep key order (revision 0011)
+    would not."""
     try:
-        return json.dumps(value, default=_default, separators=(",", ":"), allow_nan=False)
+        text = json.dumps(value, default=_default, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise StoreRefused(f"the value cannot be stored as JSON: {exc}") from exc
+    # json.dumps escapes every non-ASCII character, in lower-case hex.
+    if ("\\u0000" in text or "\\ud" in text) and any(m.group(1) for m in _ESCAPE.finditer(text)):
+        raise StoreRefused(
+            "the value cannot be stored as JSON: it holds a NUL character or a lone surrogate"
+        )
+    return text
 
 
 def normalize_url(url: str) -> str:

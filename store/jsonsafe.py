@@ -1,6 +1,7 @@
 """Values from outside (model output, tool output, exception messages) made fit
-to store: Postgres text and JSONB refuse NUL characters and lone surrogates,
-and JSON has no NaN. Sanitizing happens once, where untrusted values enter.
+to store: Postgres text refuses NUL characters and lone surrogates, so does
+the store's JSON (``store.db.dumps``), and JSON has no NaN. Sanitizing happens
+once, where untrusted values enter.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pydantic_core
 from store.errors import InvalidInput
 
 REPLACEMENT = "\ufffd"
-# NUL and lone surrogates: what Postgres text and JSONB cannot hold.
+# NUL and lone surrogates: what Postgres text and the store's JSON cannot hold.
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 MAX_DEPTH = 64
 

@@ -48,7 +48,7 @@ def check_text(value: object, what: str, *, max_chars: int | None = None) -> str
 
 
 def check_json(value: object, what: str, limit: int) -> None:
-    """JSON that Postgres's jsonb can store, at most ``MAX_DEPTH`` deep.
+    """JSON that the store can write (``store.db.dumps``), at most ``MAX_DEPTH`` deep.
 
     Visiting more than ``limit`` values means the encoding is larger than
     ``limit`` bytes (every value takes at least one), which also bounds

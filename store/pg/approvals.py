@@ -99,7 +99,7 @@ APPEND_MESSAGE = Statement(
     """
     WITH m AS (
         INSERT INTO messages (run_id, seq, body, step_index)
-        VALUES (CAST(:run_id AS uuid), CAST(:seq AS int), CAST(:body AS jsonb),
+        VALUES (CAST(:run_id AS uuid), CAST(:seq AS int), CAST(:body AS json),
                 CAST(:step_index AS int))
         ON CONFLICT (run_id, seq) DO UPDATE
            SET body = EXCLUDED.body, step_index = EXCLUDED.step_index
@@ -121,7 +121,7 @@ PENDING = Statement(
 FINISH_WAIT = Statement(
     "finish_wait",
     """
-    UPDATE steps SET finished_at = CAST(:at AS timestamptz), output = CAST(:output AS jsonb)
+    UPDATE steps SET finished_at = CAST(:at AS timestamptz), output = CAST(:output AS json)
      WHERE run_id = CAST(:run_id AS uuid) AND kind = 'wait' AND index = CAST(:index AS int)
     """,
 )
@@ -174,7 +174,7 @@ CHECKPOINT_MESSAGES_BY_RUN_IDS = Statement(
     "checkpoint_messages_by_run_ids",
     """
     SELECT c.run_id,
-           COALESCE((SELECT jsonb_agg(m.body ORDER BY m.seq) FROM messages AS m
+           COALESCE((SELECT json_agg(m.body ORDER BY m.seq) FROM messages AS m
                       WHERE m.run_id = c.run_id AND m.seq < c.message_count), '[]') AS messages
       FROM checkpoints AS c WHERE c.run_id = ANY(CAST(:ids AS uuid[]))
     """,

@@ -42,7 +42,7 @@ OUTCOME_SET = """
     claim_owner = CASE WHEN CAST(:o_status AS text) IS NULL THEN claim_owner END,
     claim_expires_at = CASE WHEN CAST(:o_status AS text) IS NULL THEN claim_expires_at END,
     finished_at = CASE WHEN CAST(:o_settled AS bool) THEN now() ELSE finished_at END,
-    output = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_output AS jsonb) ELSE output END,
+    output = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_output AS json) ELSE output END,
     error_code = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_code AS text)
                       ELSE error_code END,
     error_message = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_message AS text)
@@ -90,7 +90,7 @@ CHECKPOINT = Statement(
     "checkpoint",
     """
     SELECT c.step_index, c.message_count, c.finish_reason, c.created_at,
-           COALESCE((SELECT jsonb_agg(m.body ORDER BY m.seq) FROM messages AS m
+           COALESCE((SELECT json_agg(m.body ORDER BY m.seq) FROM messages AS m
                       WHERE m.run_id = c.run_id AND m.seq < c.message_count), '[]') AS messages
       FROM checkpoints AS c WHERE c.run_id = CAST(:run_id AS uuid)
     """,

@@ -138,8 +138,8 @@ RECORD_LLM_STEP = Statement(
     ), ins AS (
         INSERT INTO steps (run_id, kind, index, name, input, output, error,
                            input_tokens, output_tokens, cost_usd, started_at, finished_at)
-        SELECT f.id, 'llm', CAST(:index AS int), CAST(:name AS text), CAST(:input AS jsonb),
-               CAST(:output AS jsonb), CAST(:error AS jsonb), CAST(:input_tokens AS bigint),
+        SELECT f.id, 'llm', CAST(:index AS int), CAST(:name AS text), CAST(:input AS json),
+               CAST(:output AS json), CAST(:error AS json), CAST(:input_tokens AS bigint),
                CAST(:output_tokens AS bigint), CAST(:cost_usd AS float8),
                CAST(:started_at AS timestamptz), CAST(:finished_at AS timestamptz)
           FROM f
@@ -183,16 +183,16 @@ _WAITS = """
                                expires_at, on_expire, token_id, next_notify_at)
         SELECT a.approval_id, cp.run_id, CAST(:step_index AS int), a.tool_call_id, a.tool_name,
                a.input, a.expires_at, a.on_expire, a.token_id, a.next_notify_at
-          FROM cp, jsonb_to_recordset(CAST(:approvals AS jsonb)) AS a(
-               approval_id uuid, tool_call_id text, tool_name text, input jsonb,
+          FROM cp, json_to_recordset(CAST(:approvals AS json)) AS a(
+               approval_id uuid, tool_call_id text, tool_name text, input json,
                expires_at timestamptz, on_expire text, token_id text, next_notify_at timestamptz)
         ON CONFLICT DO NOTHING
         RETURNING 1
     ), w AS (
         INSERT INTO steps (run_id, kind, index, name, input, started_at)
         SELECT cp.run_id, 'wait', CAST(:step_index AS int), 'approval',
-               CAST(:wait_input AS jsonb), now()
-          FROM cp WHERE CAST(:wait_input AS jsonb) IS NOT NULL
+               CAST(:wait_input AS json), now()
+          FROM cp WHERE CAST(:wait_input AS json) IS NOT NULL
         ON CONFLICT DO NOTHING
         RETURNING 1
 """
@@ -220,7 +220,7 @@ def _commit_sql(waits: bool, replace: bool) -> str:
     WITH f AS (
         UPDATE runs SET
             {PROGRESS},
-            state = CASE WHEN CAST(:state_changed AS bool) THEN CAST(:state AS jsonb)
+            state = CASE WHEN CAST(:state_changed AS bool) THEN CAST(:state AS json)
                          ELSE state END,
             {OUTCOME_SET}
          WHERE {FENCE}
@@ -247,7 +247,7 @@ def _commit_sql(waits: bool, replace: bool) -> str:
         INSERT INTO messages AS x (run_id, seq, body, step_index)
         SELECT cp.run_id, CAST(:base_count AS int) + m.ord - 1, m.body, CAST(:step_index AS int)
           FROM cp,
-               jsonb_array_elements(CAST(:messages AS jsonb)) WITH ORDINALITY AS m(body, ord)
+               json_array_elements(CAST(:messages AS json)) WITH ORDINALITY AS m(body, ord)
         {_WRITE_OVER if replace else ""}
         RETURNING 1
     ), s AS (
@@ -255,9 +255,9 @@ def _commit_sql(waits: bool, replace: bool) -> str:
                            started_at, finished_at)
         SELECT cp.run_id, s.kind, s.index, s.name, s.tool_call_id, s.input, s.output, s.error,
                s.started_at, s.finished_at
-          FROM cp, jsonb_to_recordset(CAST(:steps AS jsonb)) AS s(
-               kind text, index int, name text, tool_call_id text, input jsonb, output jsonb,
-               error jsonb, started_at timestamptz, finished_at timestamptz)
+          FROM cp, json_to_recordset(CAST(:steps AS json)) AS s(
+               kind text, index int, name text, tool_call_id text, input json, output json,
+               error json, started_at timestamptz, finished_at timestamptz)
         ON CONFLICT DO NOTHING
         RETURNING 1
 {_WAITS if waits else ""}    )
@@ -319,7 +319,7 @@ BEGIN_EFFECT = Statement(
     """
     INSERT INTO effects (run_id, key, tool, input, status, claim_epoch, started_at)
     VALUES (CAST(:run_id AS uuid), CAST(:key AS text), CAST(:tool AS text),
-            CAST(:input AS jsonb), 'started', CAST(:epoch AS int), now())
+            CAST(:input AS json), 'started', CAST(:epoch AS int), now())
     ON CONFLICT DO NOTHING
     RETURNING *
     """,
@@ -338,7 +338,7 @@ RERUN_EFFECT = Statement(
 FINISH_EFFECT = Statement(
     "finish_effect",
     """
-    UPDATE effects SET status = CAST(:status AS text), output = CAST(:output AS jsonb),
+    UPDATE effects SET status = CAST(:status AS text), output = CAST(:output AS json),
                        error = CAST(:error AS text), finished_at = now()
      WHERE run_id = CAST(:run_id AS uuid) AND key = CAST(:key AS text)
     RETURNING *

@@ -161,9 +161,9 @@ FORK_EFFECTS = Statement(
     f"""
     SELECT e.tool, s.index AS step_index, e.status
       FROM steps AS s
-     CROSS JOIN LATERAL jsonb_array_elements(
-           CASE WHEN jsonb_typeof(s.output -> 'message' -> 'tool_calls') = 'array'
-                THEN s.output -> 'message' -> 'tool_calls' ELSE '[]'::jsonb END) AS c(call)
+     CROSS JOIN LATERAL json_array_elements(
+           CASE WHEN json_typeof(s.output -> 'message' -> 'tool_calls') = 'array'
+                THEN s.output -> 'message' -> 'tool_calls' ELSE '[]'::json END) AS c(call)
       JOIN effects AS e
         ON e.run_id = s.run_id AND e.key = s.run_id::text || ':' || (c.call ->> 'id')
      WHERE s.run_id = CAST(:run_id AS uuid) AND s.kind = {_LLM} AND s.index > CAST(:at AS int)
@@ -192,7 +192,7 @@ CREATE_FORK = Statement(
                       forked_from, forked_at_step)
     VALUES (CAST(:id AS uuid), CAST(:agent AS text), {lit(RunStatus.QUEUED)},
             CAST(:trigger AS json), CAST(:trigger_id AS text), CAST(:key AS text),
-            CAST(:thread AS text), CAST(:trace_context AS json), now(), CAST(:state AS jsonb),
+            CAST(:thread AS text), CAST(:trace_context AS json), now(), CAST(:state AS json),
             CAST(:at AS int), CAST(:at AS int), CAST(:model AS text), CAST(:run_id AS uuid),
             CAST(:at AS int))
     ON CONFLICT DO NOTHING

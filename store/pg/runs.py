@@ -75,7 +75,7 @@ START_POINT = Statement(
     "start_point",
     f"""
     SELECT c.step_index, c.message_count, c.finish_reason, c.created_at,
-           COALESCE((SELECT jsonb_agg(m.body ORDER BY m.seq) FROM messages AS m
+           COALESCE((SELECT json_agg(m.body ORDER BY m.seq) FROM messages AS m
                       WHERE m.run_id = r.id AND m.seq < c.message_count), '[]') AS messages,
            s.*
       FROM (SELECT CAST(:run_id AS uuid) AS id) AS r

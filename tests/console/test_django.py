@@ -496,6 +496,8 @@ def test_the_admin_lists_runs_and_approvals_read_only(admin_db: Engine) -> None:
     # The ORM reads Runwright's database and the models map what it holds.
     assert Run.objects.get(pk=waiting.id).trigger["payload"] == {"customer": "Ada"}
     assert Approval.objects.get(pk=approval.approval_id).run_id == uuid.UUID(waiting.id)
+    # An approval's arguments (json too) in the order the model wrote them.
+    assert list(Approval.objects.get(pk=approval.approval_id).input) == ["amount", "note"]
     # Without view permissions, staff see neither list.
     blind = client_of(make_user(permissions=("decide_approval",)))
     assert blind.get(runs).status_code == 403 and blind.get(approvals).status_code == 403

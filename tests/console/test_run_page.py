@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import html
+import json
 import re
 
 from flask.testing import FlaskClient
@@ -47,6 +49,9 @@ def test_the_page_shows_trigger_timeline_decisions_usage_and_cost(
     assert "I will refund it" in page  # the model's text
     assert "calls refund" in page and "&quot;amount&quot;: 30" in page  # a call, its arguments
     assert "arrived broken" in page  # a tool's result
+    # ... with its keys in the order the tool returned them (json columns).
+    looked_up = {"order": "A-1001", "status": "arrived broken", "paid": 30}
+    assert html.escape(json.dumps(looked_up, indent=2)) in page
     assert "waits for approval" in page
     assert "<b>approved</b> by bob" in page and "the photo shows it" in page
     assert "approval approved" in page  # the decision in the event order

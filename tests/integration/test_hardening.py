@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -16,6 +17,7 @@ from runner import Agent, Budget, Engine, effect, tool
 from runner.agent import ApprovalRequest
 from runner.settings import Settings
 from runner.testing import ScriptedModel, call, text, tools
+from store.db import dumps
 from store.errors import StoreRefused
 from store.leases import Leases, lease_key
 from store.models import (
@@ -328,22 +330,46 @@ def test_a_failure_whose_message_cannot_be_stored_still_settles(engine: Engine) 
         assert engine.leases.redis.get(lease_key(run.id)) is None
 
 
-@pytest.mark.parametrize("value", [float("nan"), "nul\x00inside"], ids=["nan", "nul"])
-def test_driver_statements_never_land_in_the_error(pg_store: PostgresStore, value: Any) -> None:
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("content", float("nan")),
+        ("content", "nul\x00inside"),
+        ("content", "lone \ud800 surrogate"),
+        ("index", 2**31),
+    ],
+    ids=["nan", "nul", "surrogate", "out-of-range"],
+)
+def test_driver_statements_never_land_in_the_error(
+    pg_store: PostgresStore, field: str, value: Any
+) -> None:
     # A value no sanitizer saw reaches the caller as one clear error, without
     # the SQL text or its parameters; a failure's own text is always storable.
-    # The refusal under test is the driver's.
+    # The refusal under test is the store's JSON encoding (no NaN, NUL or lone
+    # surrogate, which the json columns would take), or Postgres's.
     run, _ = pg_store.create_run(NewRun(agent=_agent_for_refusal(), trigger=TriggerEnvelope()))
     claim = try_claim(pg_store, run.id, "me", 30)
     assert claim is not None
     fence = Fence(run.id, "me", claim.epoch)
     with pytest.raises(StoreRefused) as raised:
-        pg_store.record_llm_step(fence, _llm_record_with(value))
-    assert "SELECT" not in raised.value.message and "nul" not in raised.value.message
+        pg_store.record_llm_step(fence, _llm_record_with(**{field: value}))
+    message = raised.value.message
+    assert "SELECT" not in message and "inside" not in message and "\ud800" not in message
+    assert pg_store.steps(run.id) == []  # nothing written
     settled = pg_store.settle(
         fence, Outcome(RunStatus.FAILED, error=RunError("internal_error", "x\x00y"))
     )
     assert settled.run.error is not None and settled.run.error.message == "x\ufffdy"
+
+
+def test_json_the_store_writes_holds_no_nul_or_lone_surrogate() -> None:
+    # The json columns (revision 0011) would take them; no text column could
+    # hold them once read back.
+    for bad in ("a\x00b", "lone \ud800", "\udc00 first", ["\ud800\ud800"], {"k\x00": 1}):
+        with pytest.raises(StoreRefused, match="a NUL character or a lone surrogate"):
+            dumps(bad)
+    for fine in ("\\u0000 as text", "\\\\u0000", "\U0001f600 \u00e9 \ud55c", {"\\ud800": "x\\"}):
+        assert json.loads(dumps(fine)) == fine
 
 
 def _agent_for_refusal() -> str:
@@ -352,14 +378,14 @@ def _agent_for_refusal() -> str:
     return name
 
 
-def _llm_record_with(value: Any) -> StepRecord:
+def _llm_record_with(content: Any = "x", index: int = 1) -> StepRecord:
     now = utcnow()
     return StepRecord(
-        index=1,
+        index=index,
         kind=StepKind.LLM,
         started_at=now,
         finished_at=now,
-        output={"message": {"role": "assistant", "content": value}},
+        output={"message": {"role": "assistant", "content": content}},
     )
 
 

@@ -133,3 +133,115 @@ def test_upgrade_from_0001_keeps_runs_in_flight_claimable(empty_databases: tuple
         assert claim is not None and claim.epoch == 5
     finally:
         store.close()
+
+
+# What 0012 turns from jsonb into json, with a value of each (jsonb sorts the keys).
+_KEY_ORDER_COLUMNS = {
+    ("approvals", "input"),
+    ("effects", "input"),
+    ("effects", "output"),
+    ("messages", "body"),
+    ("runs", "output"),
+    ("runs", "state"),
+    ("steps", "error"),
+    ("steps", "input"),
+    ("steps", "output"),
+}
+_WRITTEN = '{"zeta": 1, "alpha": {"yankee": 1, "bravo": 2}, "mid": 3}'
+
+
+def _types(conn: sa.Connection) -> dict[tuple[str, str], str]:
+    rows = conn.execute(
+        sa.text(
+            "SELECT table_name, column_name, data_type FROM information_schema.columns"
+            " WHERE table_schema = 'public' AND data_type IN ('json', 'jsonb')"
+        )
+    )
+    return {(r.table_name, r.column_name): r.data_type for r in rows}
+
+
+def _values(conn: sa.Connection) -> dict[tuple[str, str], list[str]]:
+    """Each column's value as Postgres prints it (the order of its keys)."""
+    return {
+        (table, column): list(
+            conn.execute(sa.text(f'SELECT "{column}"::text FROM {table}')).scalars()
+        )
+        for table, column in sorted(_KEY_ORDER_COLUMNS)
+    }
+
+
+def test_0012_keeps_the_rows_0011_stored_and_goes_back(empty_databases: tuple[str, str]) -> None:
+    """A database with a run in it upgrades to json and downgrades to jsonb;
+    the rows 0011 wrote keep the order jsonb gave them, later ones keep theirs."""
+    url, _ = empty_databases
+    upgrade(url, "0011")
+    engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg2://"))
+    value = {"value": _WRITTEN}
+    try:
+        with engine.begin() as conn:
+            run_id = conn.execute(
+                sa.text(
+                    "INSERT INTO runs (id, agent, status, trigger, trigger_id, output, state)"
+                    " VALUES (gen_random_uuid(), 'a', 'completed', '{}', 't', :value, :value)"
+                    " RETURNING id"
+                ),
+                value,
+            ).scalar_one()
+            ids = {**value, "run_id": run_id}
+            conn.execute(
+                sa.text(
+                    "INSERT INTO steps (run_id, kind, index, name, input, output, error,"
+                    " started_at) VALUES (:run_id, 'tool', 1, 'refund', :value, :value, :value,"
+                    " now())"
+                ),
+                ids,
+            )
+            conn.execute(
+                sa.text("INSERT INTO messages (run_id, seq, body) VALUES (:run_id, 0, :value)"),
+                ids,
+            )
+            conn.execute(
+                sa.text(
+                    "INSERT INTO effects (run_id, key, tool, input, status, claim_epoch, output,"
+                    " started_at) VALUES (:run_id, 'k', 'refund', :value, 'completed', 1, :value,"
+                    " now())"
+                ),
+                ids,
+            )
+            conn.execute(
+                sa.text(
+                    "INSERT INTO approvals (approval_id, run_id, step_index, tool_call_id,"
+                    " tool_name, input, expires_at, on_expire, token_id) VALUES"
+                    " (gen_random_uuid(), :run_id, 1, 'c', 'refund', :value, now(), 'deny', 't')"
+                ),
+                ids,
+            )
+        with engine.connect() as conn:
+            assert {c: _types(conn)[c] for c in _KEY_ORDER_COLUMNS} == dict.fromkeys(
+                _KEY_ORDER_COLUMNS, "jsonb"
+            )
+            sorted_by_jsonb = _values(conn)
+        assert sorted_by_jsonb[("runs", "output")] == [
+            '{"mid": 3, "zeta": 1, "alpha": {"bravo": 2, "yankee": 1}}'
+        ]
+
+        upgrade(url)
+        with engine.begin() as conn:
+            types = _types(conn)
+            assert {c: types[c] for c in _KEY_ORDER_COLUMNS} == dict.fromkeys(
+                _KEY_ORDER_COLUMNS, "json"
+            )
+            assert types[("run_events", "data")] == "jsonb"
+            assert _values(conn) == sorted_by_jsonb  # what jsonb sorted stays sorted
+            conn.execute(sa.text("UPDATE runs SET output = :value"), value)
+            assert conn.execute(sa.text("SELECT output::text FROM runs")).scalar_one() == _WRITTEN
+
+        downgrade(url, "0011")
+        with engine.connect() as conn:
+            types = _types(conn)
+            assert {c: types[c] for c in _KEY_ORDER_COLUMNS} == dict.fromkeys(
+                _KEY_ORDER_COLUMNS, "jsonb"
+            )
+            assert _values(conn) == sorted_by_jsonb
+    finally:
+        engine.dispose()

@@ -6,6 +6,8 @@ Redis. Write a migration for it instead of editing this test.
 
 from __future__ import annotations
 
+import sqlalchemy as sa
+
 from store import schema
 from store.leases import CANCEL_CHANNEL, LEASE_PREFIX, Holder
 from store.models import (
@@ -171,6 +173,31 @@ def test_table_and_column_names() -> None:
                 "decided_by",
             ]
         ),
+    }
+
+
+def test_what_a_runs_user_writes_is_json_not_jsonb() -> None:
+    # jsonb sorts an object's keys; json reads back in the order written (0012).
+    # The run-event data is the triggers' own, from columns (store/events.py).
+    types = {
+        (name, column.name): type(column.type).__name__
+        for name, table in schema.metadata.tables.items()
+        for column in table.columns
+        if isinstance(column.type, sa.JSON)
+    }
+    assert types == {
+        ("runs", "trigger"): "JSON",
+        ("runs", "output"): "JSON",
+        ("runs", "state"): "JSON",
+        ("runs", "trace_context"): "JSON",
+        ("steps", "input"): "JSON",
+        ("steps", "output"): "JSON",
+        ("steps", "error"): "JSON",
+        ("messages", "body"): "JSON",
+        ("effects", "input"): "JSON",
+        ("effects", "output"): "JSON",
+        ("approvals", "input"): "JSON",
+        ("run_events", "data"): "JSONB",
     }
 
 

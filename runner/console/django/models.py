@@ -17,8 +17,8 @@ from runner.console.django.db import database_alias
 
 
 class JSONColumn(models.JSONField):
-    """A ``json`` column (Runwright keeps a run's trigger as ``json``, not
-    ``jsonb``, to keep its key order). The driver decodes ``json`` itself;
+    """A ``json`` column (Runwright keeps what a run's user writes as ``json``,
+    not ``jsonb``, to keep its key order). The driver decodes ``json`` itself;
     Django's field expects the text that it gets for ``jsonb``."""
 
     def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
@@ -41,7 +41,7 @@ class Run(models.Model):
     thread = models.TextField(null=True)
     concurrency_key = models.TextField(null=True)
     model = models.TextField(null=True)
-    output = models.JSONField(null=True)
+    output = JSONColumn(null=True)
     error_code = models.TextField(null=True)
     error_message = models.TextField(null=True)
     steps_used = models.IntegerField()
@@ -83,7 +83,7 @@ class Approval(models.Model):
     step_index = models.IntegerField()
     tool_call_id = models.TextField()
     tool_name = models.TextField()
-    input = models.JSONField(null=True)
+    input = JSONColumn(null=True)
     expires_at = models.DateTimeField()
     on_expire = models.TextField()
     decision = models.TextField(null=True)
