@@ -16,6 +16,7 @@ The public names are these (``__all__``). Where the rest lives:
 - ``agent.py``, ``errors.py``, ``retry.py`` (:class:`RetryPolicy` and the
   durable backoff), ``model.py`` (the model adapter), ``notifiers.py``,
   ``sse.py`` and ``faults.py`` (for tests).
+- ``mcp/``: tools from MCP servers (the ``mcp`` extra, docs/mcp.md).
 - ``testing/``: the kit for testing agents (scripted models, an in-process
   engine, the pytest plugin).
 - ``observe/``, ``console/``, ``cli/``, ``celery.py``: the integrations.

@@ -7,7 +7,7 @@ import importlib
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal, Protocol
@@ -15,6 +15,7 @@ from typing import Any, Literal, Protocol
 import pydantic
 
 from runner.errors import AgentNotFound, ConfigurationError, InvalidInput
+from runner.mcp.servers import MCPServer
 from runner.retry import RetryPolicy
 from runner.steps.run_context import RunContext
 from runner.steps.tools import Tool
@@ -109,6 +110,8 @@ class Agent:
     model: str
     instructions: str = ""
     tools: ToolsFactory | Iterable[Tool] = ()
+    # MCP servers whose tools the agent also gets (runner/mcp/, the ``mcp`` extra).
+    mcp: Sequence[MCPServer] = ()
     model_settings: Mapping[str, Any] = field(default_factory=dict)
     approvals: Mapping[str, ApprovalRule] = field(default_factory=dict)
     budget: Budget = field(default_factory=Budget)
@@ -145,6 +148,17 @@ class Agent:
                     f"approval rule for {tool_name!r} must be True, a predicate or an "
                     "ApprovalPolicy"
                 )
+        self.mcp = tuple(self.mcp)
+        names = set()
+        for server in self.mcp:
+            if not isinstance(server, MCPServer):
+                raise InvalidInput(
+                    f"agent {self.name!r}: mcp takes runner.mcp.MCPServer declarations, "
+                    f"not {server!r}"
+                )
+            if server.name in names:
+                raise InvalidInput(f"agent {self.name!r} has two MCP servers named {server.name!r}")
+            names.add(server.name)
         if self.register:
             registry.add(self)
 

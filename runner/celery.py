@@ -505,6 +505,9 @@ def _run_context_on_logs(logger: logging.Logger | None = None, **_: Any) -> None
 def _flush_observers(sender: Any = None, **_: Any) -> None:
     if _engine is not None and _runs_agents:
         observe.stop_worker(_engine.settings)
+    sessions = sys.modules.get("runner.mcp.sessions")  # loaded only if an agent has servers
+    if sessions is not None:
+        sessions.close_all()
 
 
 def _quiet_celery_logs() -> None:

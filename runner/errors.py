@@ -63,6 +63,15 @@ class ModelRequestsBlocked(ModelError):
     ``model_error`` at once, and nothing is retried."""
 
 
+class MCPUnavailable(RunwrightError):
+    """An MCP server cannot be reached now: down, refusing, or not answering
+    within its timeout (runner/mcp/sessions.py)."""
+
+
+class MCPToolError(RunwrightError):
+    """An MCP server answered a tool call with an error; the model is told it."""
+
+
 class ToolDefinitionError(RunwrightError):
     """The tool cannot be built from that function."""
 

@@ -19,7 +19,7 @@ from typing import Any, Protocol, TypeVar
 from runner import faults, model
 from runner.agent import Agent
 from runner.engine.deps import Deps
-from runner.errors import InvalidInput
+from runner.errors import InvalidInput, MCPUnavailable
 from runner.observe import ModelCall
 from runner.steps.builtin_tools import StateHolder, initial_state, output_tool, state_tools
 from runner.steps.history import (
@@ -105,7 +105,12 @@ class StepLoop:
 
     async def run(self) -> Settled:
         await self._load()
-        self.tools = self._assemble()
+        try:
+            self.tools = self._assemble(await self._server_tools())
+        except MCPUnavailable as exc:
+            return await self.x.settle(
+                Outcome(RunStatus.FAILED, error=RunError("mcp_unavailable", exc.message))
+            )
         while True:
             step = open_step(self.messages)
             if step is not None:
@@ -165,13 +170,26 @@ class StepLoop:
             self.state = StateHolder(initial_state(self.agent.state) if state is None else state)
         self.call_ids = call_ids(self.messages)
 
-    def _assemble(self) -> dict[str, Tool]:
+    async def _server_tools(self) -> list[Tool]:
+        """The tools of the agent's MCP servers, listed over this process's
+        sessions (runner/mcp/: imported only for an agent that has servers)."""
+        if not self.agent.mcp:
+            return []
+        from runner.mcp.tools import server_tools
+
+        found: list[Tool] = []
+        for server in self.agent.mcp:
+            found += await server_tools(server)
+        return found
+
+    def _assemble(self, server_tools: list[Tool]) -> dict[str, Tool]:
         tools: list[Tool] = []
         if self.agent.state is not None:
             tools += state_tools(self.agent.state, self.state)
         if self.agent.output is not None:
             tools.append(output_tool(self.agent.output))
         tools += self.agent.build_tools(self.ctx)
+        tools += server_tools
         by_name: dict[str, Tool] = {}
         for item in tools:
             if item.name in by_name:

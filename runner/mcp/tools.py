@@ -1,0 +1,175 @@
+"""An MCP server's tools as Runwright tools.
+
+Each listed tool becomes a :class:`MCPTool`: named ``<server>_<tool>``
+(runner/mcp/names.py), described by the server, its arguments checked against
+the server's JSON schema before the call, and, unless the server annotates it
+``readOnlyHint`` (or the declaration's ``effects`` says otherwise), an
+effect: journaled, run at most once, its idempotency key sent to the server
+in the request's ``_meta``. A server is untrusted: a tool whose name cannot be
+made valid, whose schema is not one, or that is too large to offer is left
+out with one WARNING; a description is clipped; a result is a JSON object or
+text, binary content named, never passed on (and, like every tool's, cut to
+``MAX_RESULT_CHARS`` by runner/steps/toolcalls.py).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import pydantic
+
+from runner.errors import MCPToolError, ToolInputError
+from runner.mcp.names import prefixed
+from runner.mcp.sessions import session
+from runner.steps.tools import Tool
+
+if TYPE_CHECKING:
+    from concurrent.futures import Executor
+
+    from mcp.types import CallToolResult
+    from mcp.types import Tool as ListedTool
+
+    from runner.mcp.servers import MCPServer
+    from runner.steps.run_context import RunContext
+
+log = logging.getLogger("runner.mcp")
+
+# The request ``_meta`` key that carries an effect's idempotency key.
+IDEMPOTENCY_META = "io.runwright/idempotency-key"
+DESCRIPTION_CHARS = 4_000
+SCHEMA_CHARS = 64_000
+
+
+class _Arguments(pydantic.BaseModel):
+    """The arguments of a call, checked against the server's schema by :meth:`MCPTool.parse`."""
+
+    model_config = pydantic.ConfigDict(extra="allow")
+
+
+class MCPTool(Tool):
+    """One tool of an MCP server, called through this process's pooled session."""
+
+    def __init__(self, server: MCPServer, listed: ListedTool, name: str, *, effect: bool) -> None:
+        from jsonschema import Draft202012Validator
+
+        self.server = server
+        self.remote_name = listed.name
+        self.input_schema: dict[str, Any] = dict(listed.input_schema)
+        self.annotations = (
+            None if listed.annotations is None else listed.annotations.model_dump(exclude_none=True)
+        )
+        self._validator = Draft202012Validator(self.input_schema)
+        description = (listed.description or "").strip() or listed.name
+        super().__init__(
+            self._call,
+            name=name,
+            description=description[:DESCRIPTION_CHARS],
+            params=_Arguments,
+            effect=effect,
+        )
+
+    def schema(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.input_schema,
+            },
+        }
+
+    def parse(self, arguments: str | dict[str, Any] | None) -> pydantic.BaseModel:
+        parsed = super().parse(arguments)
+        data = parsed.model_dump()
+        errors = sorted(self._validator.iter_errors(data), key=lambda e: list(e.path))
+        if errors:
+            first = errors[0]
+            where = "/".join(str(p) for p in first.path) or "the arguments"
+            raise ToolInputError(f"invalid arguments for {self.name}: {where}: {first.message}")
+        return parsed
+
+    async def invoke(
+        self,
+        args: pydantic.BaseModel,
+        ctx: RunContext,
+        *,
+        idempotency_key: str | None = None,
+        executor: Executor | None = None,
+    ) -> Any:
+        return await self._call(args.model_dump(), idempotency_key)
+
+    async def _call(self, arguments: dict[str, Any], idempotency_key: str | None) -> Any:
+        meta = {IDEMPOTENCY_META: idempotency_key} if idempotency_key else None
+        result = await session(self.server).call_tool(self.remote_name, arguments, meta)
+        return result_value(result)
+
+
+def result_value(result: CallToolResult) -> Any:
+    """What the model is given of a call's result: the structured content if
+    the server sent an object, else its content as text; a server's error
+    raises :class:`MCPToolError` with its text."""
+    if result.is_error:
+        raise MCPToolError(_text(result.content) or "the tool reported an error")
+    structured = result.structured_content
+    if isinstance(structured, dict):
+        return structured
+    return _text(result.content)
+
+
+def _text(content: Iterable[Any]) -> str:
+    parts = []
+    for item in content:
+        kind = getattr(item, "type", None)
+        if kind == "text" and isinstance(getattr(item, "text", None), str):
+            parts.append(item.text)
+        elif kind in ("image", "audio"):
+            parts.append(f"[{kind} content, {getattr(item, 'mime_type', 'unknown type')}]")
+        elif kind == "resource_link":
+            parts.append(f"[resource {getattr(item, 'uri', '')}]")
+        elif kind == "resource":
+            resource = getattr(item, "resource", None)
+            text = getattr(resource, "text", None)
+            parts.append(text if isinstance(text, str) else "[binary resource]")
+        else:
+            parts.append(f"[{kind or 'unknown'} content]")
+    return "\n".join(parts)
+
+
+def build_tools(server: MCPServer, listed: Iterable[ListedTool]) -> list[MCPTool]:
+    """The agent's tools of ``server`` from its listing: those the declaration
+    offers, under valid and distinct names; each left out is named once in a
+    WARNING."""
+    from jsonschema import Draft202012Validator, SchemaError
+
+    made: dict[str, MCPTool] = {}
+    for item in listed:
+        if not server.offers(item.name):
+            continue
+        name = prefixed(server.name, item.name)
+        why = None
+        if name is None:
+            why = "its name is not a valid function name"
+        elif name in made:
+            why = f"it collides with another tool named {name!r}"
+        elif len(json.dumps(item.input_schema, default=str)) > SCHEMA_CHARS:
+            why = f"its input schema is over {SCHEMA_CHARS} characters"
+        else:
+            try:
+                Draft202012Validator.check_schema(item.input_schema)
+            except SchemaError as exc:
+                why = f"its input schema is not valid ({exc.message[:200]})"
+        if why is not None or name is None:
+            log.warning("MCP server %r: tool %.80r left out: %s", server.name, item.name, why)
+            continue
+        read_only = bool(item.annotations is not None and item.annotations.read_only_hint)
+        effect = server.effects.get(item.name, not read_only)
+        made[name] = MCPTool(server, item, name, effect=effect)
+    return list(made.values())
+
+
+async def server_tools(server: MCPServer) -> list[MCPTool]:
+    """The agent's tools of ``server``, listed over this process's session."""
+    return build_tools(server, await session(server).list_tools())

@@ -1,0 +1,269 @@
+"""Tools from real MCP servers (tests/mcp_servers.py, written with the ``mcp``
+SDK), over stdio and streamable HTTP (issue 27, the first part): a run calls a
+read-only tool and one with effects; the effect is journaled once under the
+run's idempotency key, which reaches the server in the request's ``_meta``;
+approvals gate MCP tools by their prefixed name; arguments are checked against
+the server's schema; a server's error, and a result too large, go back to the
+model as they should. A server that cannot be reached fails the run with
+``mcp_unavailable``, never ``internal_error``."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner import Agent
+from runner.mcp import MCPServer
+from runner.mcp.sessions import close_all
+from runner.mcp.tools import IDEMPOTENCY_META
+from runner.steps.toolcalls import MAX_RESULT_CHARS
+from runner.testing import ScriptedModel, TestEngine, call, text, tools
+from store.local import free_port
+from store.models import EffectStatus, RunStatus
+from tests.helpers import unique
+from tests.services import ROOT
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(autouse=True)
+def _closed_sessions() -> Iterator[None]:
+    """Each test's sessions (and stdio servers) end with it."""
+    yield
+    close_all()
+
+
+def stdio_server(log: Path) -> MCPServer:
+    return MCPServer.stdio(
+        "tracker",
+        sys.executable,
+        args=["-m", "tests.mcp_servers"],
+        cwd=str(ROOT),
+        # A callable: asked when the session connects, never stored.
+        env=lambda: {"RUNWRIGHT_TEST_MCP_LOG": str(log), "PYTHONPATH": str(ROOT)},
+    )
+
+
+@pytest.fixture
+def http_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """The test server on streamable HTTP, in a process of the test's own."""
+    log = tmp_path / "http-calls.jsonl"
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.mcp_servers", "http", str(port)],
+        cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "RUNWRIGHT_TEST_MCP_LOG": str(log)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the MCP test server never listened"
+                assert proc.poll() is None, "the MCP test server exited"
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp", log
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def calls(log: Path) -> list[dict[str, Any]]:
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def both_tools_agent(server: MCPServer, **fields: Any) -> tuple[Agent, ScriptedModel]:
+    name = unique("mcp")
+    model = ScriptedModel(
+        name,
+        [
+            tools(
+                call("tracker_lookup", {"q": "A7"}, id="call_lookup"),
+                call("tracker_create_issue", {"title": "late parcel"}, id="call_issue"),
+            ),
+            text("filed"),
+        ],
+    )
+    return Agent(name=name, model=model.model, mcp=[server], **fields), model
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_a_run_calls_a_read_only_tool_and_an_effect_of_a_real_server(
+    runwright_engine: TestEngine,
+    tmp_path: Path,
+    transport: str,
+    request: pytest.FixtureRequest,
+) -> None:
+    if transport == "stdio":
+        log = tmp_path / "stdio-calls.jsonl"
+        server = stdio_server(log)
+    else:
+        url, log = request.getfixturevalue("http_server")
+        server = MCPServer.http("tracker", url, headers=lambda: {"X-Token": "secret-token"})
+    agent, model = both_tools_agent(server)
+    run = runwright_engine.run(agent)
+    assert run.status is RunStatus.COMPLETED, run.error
+    model.assert_complete()
+
+    # The model saw the server's tools, prefixed, with the server's schemas.
+    offered = {t["function"]["name"]: t for t in model.calls[0].tools}
+    assert {"tracker_lookup", "tracker_create_issue"} <= set(offered)
+    assert offered["tracker_create_issue"]["function"]["parameters"]["required"] == ["title"]
+    # Its results, in the order the server wrote them.
+    results = {
+        m["tool_call_id"]: m["content"] for m in model.calls[1].messages if m["role"] == "tool"
+    }
+    # The server's structured content, which its SDK wraps as {"result": ...}.
+    assert json.loads(results["call_lookup"]) == {"result": "order A7: shipped"}
+    assert json.loads(results["call_issue"]) == {"zeta": 1, "number": 7, "title": "late parcel"}
+    assert list(json.loads(results["call_issue"])) == ["zeta", "number", "title"]
+
+    # The read-only tool is a plain tool; the other an effect, journaled once,
+    # whose idempotency key reached the server.
+    [journaled] = runwright_engine.effects(run.id)
+    assert (journaled.tool, journaled.status) == ("tracker_create_issue", EffectStatus.COMPLETED)
+    seen = calls(log)
+    assert [c["tool"] for c in seen] == ["lookup", "create_issue"] or [c["tool"] for c in seen] == [
+        "create_issue",
+        "lookup",
+    ]
+    issue = next(c for c in seen if c["tool"] == "create_issue")
+    assert issue["key"] == f"{run.id}:call_issue" == journaled.key
+    assert next(c for c in seen if c["tool"] == "lookup")["key"] is None
+    assert IDEMPOTENCY_META == "io.runwright/idempotency-key"
+    # The credentials never reached the record.
+    assert "secret-token" not in json.dumps(runwright_engine.messages(run.id))
+
+
+def test_an_approval_gates_an_mcp_tool_and_a_denial_never_calls_the_server(
+    runwright_engine: TestEngine, tmp_path: Path
+) -> None:
+    log = tmp_path / "calls.jsonl"
+    agent, _model = both_tools_agent(stdio_server(log), approvals={"tracker_create_issue": True})
+    waiting = runwright_engine.run(agent)
+    assert waiting.status is RunStatus.WAITING
+    [pending] = runwright_engine.pending(waiting.id)
+    assert pending.tool_name == "tracker_create_issue" and pending.input == {"title": "late parcel"}
+    done = runwright_engine.deny(waiting.id, reason="not now")
+    assert done.status is RunStatus.COMPLETED
+    assert [c["tool"] for c in calls(log)] == ["lookup"]  # the denied call never went out
+
+    agent, _model = both_tools_agent(stdio_server(log), approvals={"tracker_create_issue": True})
+    waiting = runwright_engine.run(agent)
+    done = runwright_engine.approve(waiting.id)
+    assert done.status is RunStatus.COMPLETED
+    assert [c["tool"] for c in calls(log)].count("create_issue") == 1
+
+
+def test_bad_arguments_a_server_error_and_a_huge_result_go_back_to_the_model(
+    runwright_engine: TestEngine, tmp_path: Path
+) -> None:
+    name = unique("mcp-bad")
+    model = ScriptedModel(
+        name,
+        [
+            tools(
+                call("tracker_create_issue", {"title": 5}, id="call_bad"),
+                call("tracker_broken", {}, id="call_broken"),
+                call("tracker_huge", {}, id="call_huge"),
+            ),
+            text("noted"),
+        ],
+    )
+    agent = Agent(name=name, model=model.model, mcp=[stdio_server(tmp_path / "calls.jsonl")])
+    run = runwright_engine.run(agent)
+    assert run.status is RunStatus.COMPLETED, run.error
+    results = {
+        m["tool_call_id"]: m["content"] for m in model.calls[1].messages if m["role"] == "tool"
+    }
+    assert "invalid arguments for tracker_create_issue" in results["call_bad"]
+    assert "not of type 'string'" in results["call_bad"]
+    assert "Error executing tool broken" in results["call_broken"]
+    # Cut as every tool's result is.
+    assert len(results["call_huge"]) < MAX_RESULT_CHARS + 100
+    assert results["call_huge"].endswith("characters]")
+    assert calls(tmp_path / "calls.jsonl") == []  # the bad arguments never reached it
+
+
+@pytest.mark.parametrize(
+    ("lists", "offered"),
+    [
+        ({"block": ["huge", "broken"]}, ["tracker_create_issue", "tracker_lookup"]),
+        ({"allow": ["lookup", "no_such_tool"]}, ["tracker_lookup"]),
+    ],
+)
+def test_allow_and_block_lists_choose_what_the_model_is_offered(
+    runwright_engine: TestEngine, lists: dict[str, list[str]], offered: list[str]
+) -> None:
+    name = unique("mcp-lists")
+    model = ScriptedModel(name, [text("nothing to do")])
+    server = MCPServer.stdio(
+        "tracker",
+        sys.executable,
+        args=["-m", "tests.mcp_servers"],
+        cwd=str(ROOT),
+        env={"PYTHONPATH": str(ROOT)},
+        **lists,  # type: ignore[arg-type]
+    )
+    run = runwright_engine.run(Agent(name=name, model=model.model, mcp=[server]))
+    assert run.status is RunStatus.COMPLETED
+    assert sorted(t["function"]["name"] for t in model.calls[0].tools) == offered
+
+
+def test_a_server_that_cannot_be_reached_fails_the_run_with_a_clear_code(
+    runwright_engine: TestEngine,
+) -> None:
+    name = unique("mcp-down")
+    model = ScriptedModel(name, [text("never asked")])
+    nowhere = MCPServer.http("tracker", f"http://127.0.0.1:{free_port()}/mcp", connect_seconds=3)
+    began = time.monotonic()
+    run = runwright_engine.run(Agent(name=name, model=model.model, mcp=[nowhere]))
+    assert time.monotonic() - began < 10
+    assert run.status is RunStatus.FAILED and run.error is not None
+    assert run.error.code == "mcp_unavailable", run.error
+    assert "'tracker'" in run.error.message
+    assert model.calls == []
+
+
+@pytest.mark.parametrize(
+    ("declare", "message"),
+    [
+        (lambda: MCPServer.stdio("bad name", "x"), "must start with a letter"),
+        (lambda: MCPServer.stdio("a" * 30, "x"), "at most 24 characters"),
+        (lambda: MCPServer.http("t", "ftp://x"), "must be an http(s) URL"),
+        (lambda: MCPServer.stdio("t", ""), "command must be a program"),
+        (lambda: MCPServer.stdio("t", "x", allow=["a"], block=["a"]), "both allowed and blocked"),
+        (lambda: MCPServer.stdio("t", "x", call_seconds=0), "call_seconds must be"),
+    ],
+)
+def test_a_bad_declaration_is_one_clear_error(declare: Any, message: str) -> None:
+    from runner.errors import ToolDefinitionError
+
+    with pytest.raises(ToolDefinitionError, match=re.escape(message)):
+        declare()
+
+
+def test_an_agent_refuses_two_servers_of_one_name() -> None:
+    from runner.errors import InvalidInput
+
+    one = MCPServer.stdio("tracker", "x")
+    other = MCPServer.stdio("tracker", "y")
+    with pytest.raises(InvalidInput, match="two MCP servers named 'tracker'"):
+        Agent(name=unique("mcp-twice"), model="scripted/x", mcp=[one, other], register=False)
+    with pytest.raises(InvalidInput, match=r"mcp takes runner\.mcp\.MCPServer"):
+        Agent(name=unique("mcp-wrong"), model="scripted/x", mcp=["tracker"], register=False)  # type: ignore[list-item]

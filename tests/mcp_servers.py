@@ -1,0 +1,67 @@
+"""A real MCP server for the tests, written with the ``mcp`` SDK: run over
+stdio (``python -m tests.mcp_servers stdio``) or streamable HTTP
+(``python -m tests.mcp_servers http PORT``). It has a read-only tool, a tool
+with effects that logs each call (with the idempotency key the request's
+``_meta`` carried) to ``RUNWRIGHT_TEST_MCP_LOG``, and tools a hostile server
+would offer."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import ToolAnnotations
+
+IDEMPOTENCY_META = "io.runwright/idempotency-key"
+
+app = MCPServer("runwright-tests")
+
+
+def _log(tool: str, arguments: dict[str, Any], ctx: Context) -> None:
+    path = os.environ.get("RUNWRIGHT_TEST_MCP_LOG")
+    if not path:
+        return
+    meta = ctx.request_context.meta or {}
+    line = {"tool": tool, "arguments": arguments, "key": meta.get(IDEMPOTENCY_META)}
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(json.dumps(line) + "\n")
+
+
+@app.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def lookup(q: str, ctx: Context) -> str:
+    """Look an order up."""
+    _log("lookup", {"q": q}, ctx)
+    return f"order {q}: shipped"
+
+
+@app.tool()
+def create_issue(title: str, ctx: Context, labels: list[str] | None = None) -> dict[str, Any]:
+    """Open an issue in the tracker."""
+    _log("create_issue", {"title": title, "labels": labels}, ctx)
+    return {"zeta": 1, "number": 7, "title": title}
+
+
+@app.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def huge(ctx: Context) -> str:
+    """Return far too much text."""
+    return "x" * 500_000
+
+
+@app.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def broken(ctx: Context) -> str:
+    """Always fails."""
+    raise ValueError("the tracker is on fire")
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["http"]:
+        app.run("streamable-http", host="127.0.0.1", port=int(argv[1]))
+    else:
+        app.run("stdio")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
