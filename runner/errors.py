@@ -49,6 +49,8 @@ class ModelError(RunwrightError):
     timeout), so the run may be retried later (runner/retry.py);
     ``retry_after``: the provider asked for that many seconds' pause."""
 
+    code = "model_error"  # what the run fails with once no retry is left
+
     def __init__(
         self, message: str, *, transient: bool = False, retry_after: float | None = None
     ) -> None:
@@ -65,7 +67,21 @@ class ModelRequestsBlocked(ModelError):
 
 class MCPUnavailable(RunwrightError):
     """An MCP server cannot be reached now: down, refusing, or not answering
-    within its timeout (runner/mcp/sessions.py)."""
+    within its timeout (runner/mcp/sessions.py). Transient: the run waits in
+    ``queued`` under the agent's retry policy, as for a model provider's outage,
+    and fails ``mcp_unavailable`` once the policy gives up."""
+
+    code = "mcp_unavailable"
+    transient = True
+    retry_after: float | None = None
+
+
+class MCPAuthFailed(MCPUnavailable):
+    """An MCP server refused the credentials (HTTP 401 or 403): the run fails
+    ``mcp_auth`` at once; no retry can help before a person fixes them."""
+
+    code = "mcp_auth"
+    transient = False
 
 
 class MCPToolError(RunwrightError):

@@ -29,8 +29,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Protocol
 
-from runner.errors import InvalidInput, ModelError
+from runner.errors import InvalidInput
 from runner.settings import Settings
 from store.models import RetryWait
 
@@ -211,15 +212,30 @@ class Verdict:
     gave_up: str | None = None
 
 
+class StepFailure(Protocol):
+    """A step that could not run, retried by the run's policy: a model
+    provider's failure (:class:`~runner.errors.ModelError`) or an MCP server that cannot be
+    reached (:class:`~runner.errors.MCPUnavailable`)."""
+
+    @property
+    def message(self) -> str: ...
+    @property
+    def code(self) -> str: ...
+    @property
+    def transient(self) -> bool: ...
+    @property
+    def retry_after(self) -> float | None: ...
+
+
 def next_wait(
     policy: RetryPolicy,
     previous: RetryWait | None,
-    error: ModelError,
+    error: StepFailure,
     now: datetime,
     *,
     max_retry_after: float,
 ) -> Verdict:
-    """The run's retry state after a model step failed with ``error``. A
+    """The run's retry state after a step failed with ``error``. A
     provider's pause above ``max_retry_after`` seconds counts as that many."""
     attempts = (previous.attempts if previous is not None else 0) + 1
     since = previous.since if previous is not None else now

@@ -23,7 +23,13 @@ from runner import retry
 from runner.agent import Agent
 from runner.engine.deps import Deps
 from runner.engine.runtime import in_io, runtime
-from runner.errors import AgentNotFound, LeaseLostError, ModelError, StoreUnavailable
+from runner.errors import (
+    AgentNotFound,
+    LeaseLostError,
+    MCPUnavailable,
+    ModelError,
+    StoreUnavailable,
+)
 from runner.steps.run_context import AbortReason, AbortSignal, RunContext
 from runner.steps.step_loop import StepLoop
 from store.claims import Heartbeat, NotClaimed
@@ -296,29 +302,31 @@ class Execution:
             loop = StepLoop(self, agent, run, ctx, start)
             try:
                 return await loop.run()
-            except ModelError as exc:
-                return await self._model_failed(agent, loop.retry, exc)
+            except (ModelError, MCPUnavailable) as exc:
+                return await self._step_failed(agent, loop.retry, exc)
         finally:
             if timer is not None:
                 timer.cancel()
 
-    async def _model_failed(
-        self, agent: Agent, previous: RetryWait | None, exc: ModelError
+    async def _step_failed(
+        self, agent: Agent, previous: RetryWait | None, exc: ModelError | MCPUnavailable
     ) -> Settled:
-        """A model step failed. A transient failure the retry policy still
+        """A step could not run: its model call failed, or an MCP server it
+        needs cannot be reached. A transient failure the retry policy still
         allows sends the run back to the queue until its next attempt, holding
-        no worker thread meanwhile; otherwise the run fails ``model_error``,
-        with its attempts recorded."""
+        no worker thread meanwhile; otherwise the run fails with the error's
+        code (``model_error``, ``mcp_unavailable``, ``mcp_auth``), with its
+        attempts recorded."""
         policy = agent.retry or self.deps.retry_policy
         cap = self.deps.settings.max_retry_after_seconds
         verdict = retry.next_wait(policy, previous, exc, self.deps.clock.now(), max_retry_after=cap)
         wait = verdict.wait
         if wait.at is None:
-            error = RunError("model_error", verdict.gave_up or exc.message)
+            error = RunError(exc.code, verdict.gave_up or exc.message)
             settled: Settled = await self.write(self.deps.store.defer_retry, wait, error)
             return settled
         log.warning(
-            "run %s: model step failed (attempt %d): %s; retrying at %s",
+            "run %s: step failed (attempt %d): %s; retrying at %s",
             self.run_id,
             wait.attempts,
             exc.message,

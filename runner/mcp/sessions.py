@@ -17,7 +17,7 @@ import os
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from runner.errors import MCPUnavailable
+from runner.errors import MCPAuthFailed, MCPUnavailable
 
 if TYPE_CHECKING:
     from mcp import Client
@@ -40,6 +40,9 @@ class Session:
         self._holder: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
         self._lock: asyncio.Lock | None = None
+        # The last 401 or 403 an HTTP server answered this session with: the
+        # SDK turns either into a bare JSON-RPC error, so its status is kept here.
+        self._refused: int | None = None
 
     @property
     def open(self) -> bool:
@@ -61,7 +64,13 @@ class Session:
         cursor: str | None = None
         async with self._bounded(self.server.list_seconds, "list its tools"):
             while True:
-                page = await client.list_tools(cursor=cursor)
+                try:
+                    page = await client.list_tools(cursor=cursor)
+                except Exception as exc:  # the session broke, or the server refused
+                    self._raise_refused()
+                    raise MCPUnavailable(
+                        f"MCP server {self.server.name!r} did not list its tools: {_reason(exc)}"
+                    ) from None
                 tools += page.tools
                 if len(tools) > MAX_TOOLS:
                     raise MCPUnavailable(
@@ -115,9 +124,18 @@ class Session:
         except MCPUnavailable:
             raise
         except Exception as exc:
+            self._raise_refused()
             raise MCPUnavailable(
                 f"MCP server {self.server.name!r} cannot be reached: {_reason(exc)}"
             ) from None
+
+    def _raise_refused(self) -> None:
+        if self._refused is not None:
+            status, self._refused = self._refused, None
+            raise MCPAuthFailed(
+                f"MCP server {self.server.name!r} refused the credentials (HTTP {status}): "
+                "check its headers"
+            )
 
     async def _hold(self, ready: asyncio.Future[Client], stop: asyncio.Event) -> None:
         try:
@@ -155,8 +173,17 @@ class Session:
 
         assert server.url is not None
         timeout = httpx2.Timeout(server.connect_seconds, read=server.call_seconds)
+
+        async def seen(response: httpx2.Response) -> None:
+            if response.status_code in (401, 403):
+                self._refused = response.status_code
+
         async with (
-            httpx2.AsyncClient(headers=server.resolve(server.headers), timeout=timeout) as http,
+            httpx2.AsyncClient(
+                headers=server.resolve(server.headers),
+                timeout=timeout,
+                event_hooks={"response": [seen]},
+            ) as http,
             Client(streamable_http_client(server.url, http_client=http)) as client,
         ):
             yield client

@@ -19,7 +19,7 @@ from typing import Any, Protocol, TypeVar
 from runner import faults, model
 from runner.agent import Agent
 from runner.engine.deps import Deps
-from runner.errors import InvalidInput, MCPUnavailable
+from runner.errors import InvalidInput
 from runner.observe import ModelCall
 from runner.steps.builtin_tools import StateHolder, initial_state, output_tool, state_tools
 from runner.steps.history import (
@@ -105,12 +105,9 @@ class StepLoop:
 
     async def run(self) -> Settled:
         await self._load()
-        try:
-            self.tools = self._assemble(await self._server_tools())
-        except MCPUnavailable as exc:
-            return await self.x.settle(
-                Outcome(RunStatus.FAILED, error=RunError("mcp_unavailable", exc.message))
-            )
+        # An MCP server that cannot be reached raises MCPUnavailable: the
+        # execution retries the run under its policy (runner/engine/execution.py).
+        self.tools = self._assemble(await self._server_tools())
         while True:
             step = open_step(self.messages)
             if step is not None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from runner import Agent
+from runner import Agent, RetryPolicy
 from runner.mcp import MCPServer
 from runner.mcp.sessions import close_all
 from runner.mcp.tools import IDEMPOTENCY_META
@@ -225,19 +225,72 @@ def test_allow_and_block_lists_choose_what_the_model_is_offered(
     assert sorted(t["function"]["name"] for t in model.calls[0].tools) == offered
 
 
-def test_a_server_that_cannot_be_reached_fails_the_run_with_a_clear_code(
+def test_a_server_that_cannot_be_reached_is_retried_then_fails_with_a_clear_code(
     runwright_engine: TestEngine,
 ) -> None:
     name = unique("mcp-down")
     model = ScriptedModel(name, [text("never asked")])
     nowhere = MCPServer.http("tracker", f"http://127.0.0.1:{free_port()}/mcp", connect_seconds=3)
+    agent = Agent(
+        name=name, model=model.model, mcp=[nowhere], retry=RetryPolicy.attempts(2, backoff=1.0)
+    )
+    run = runwright_engine.start(agent)
+    runwright_engine.engine.execute(run.id)
+    # Not a failure on the first refusal: the run waits in queued for its retry.
+    waiting = runwright_engine.get_run(run.id)
+    assert waiting.status is RunStatus.QUEUED and waiting.retry is not None, waiting
+    assert "MCP server 'tracker' cannot be reached" in waiting.retry.error
     began = time.monotonic()
-    run = runwright_engine.run(Agent(name=name, model=model.model, mcp=[nowhere]))
+    done = runwright_engine.run_until_settled(run.id)
+    assert time.monotonic() - began < 15
+    assert done.status is RunStatus.FAILED and done.error is not None
+    assert done.error.code == "mcp_unavailable", done.error
+    assert "gave up after 3 attempt(s)" in done.error.message
+    assert model.calls == []
+
+
+@pytest.fixture
+def refusing_server() -> Iterator[str]:
+    """An HTTP endpoint that answers every request 401, as a server does to a
+    stale token."""
+    import http.server
+    import threading
+
+    class Refuse(http.server.BaseHTTPRequestHandler):
+        def _refuse(self) -> None:
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", "Bearer")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_POST = do_DELETE = _refuse
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/mcp"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_refused_credentials_fail_the_run_mcp_auth_at_once(
+    runwright_engine: TestEngine, refusing_server: str
+) -> None:
+    name = unique("mcp-401")
+    model = ScriptedModel(name, [text("never asked")])
+    server = MCPServer.http("tracker", refusing_server, headers={"Authorization": "Bearer old"})
+    began = time.monotonic()
+    run = runwright_engine.run(Agent(name=name, model=model.model, mcp=[server]))
     assert time.monotonic() - began < 10
     assert run.status is RunStatus.FAILED and run.error is not None
-    assert run.error.code == "mcp_unavailable", run.error
-    assert "'tracker'" in run.error.message
-    assert model.calls == []
+    assert run.error.code == "mcp_auth", run.error
+    assert "MCP server 'tracker' refused the credentials (HTTP 401)" in run.error.message
+    assert "Bearer old" not in run.error.message
 
 
 @pytest.mark.parametrize(
