@@ -56,6 +56,21 @@ def broken(ctx: Context) -> str:
     raise ValueError("the tracker is on fire")
 
 
+@app.tool(annotations=ToolAnnotations(readOnlyHint=True))
+async def slow(ctx: Context) -> str:
+    """Takes a minute."""
+    import anyio
+
+    await anyio.sleep(60)
+    return "finally"
+
+
+@app.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def whoami(ctx: Context) -> int:
+    """The server's process id."""
+    return os.getpid()
+
+
 def main(argv: list[str]) -> None:
     if argv[:1] == ["http"]:
         app.run("streamable-http", host="127.0.0.1", port=int(argv[1]))

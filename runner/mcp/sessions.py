@@ -14,10 +14,10 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from runner.errors import MCPAuthFailed, MCPUnavailable
+from runner.errors import MCPAuthFailed, MCPToolError, MCPUnavailable
 
 if TYPE_CHECKING:
     from mcp import Client
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from runner.mcp.servers import MCPServer
 
 log = logging.getLogger("runner.mcp")
+T = TypeVar("T")
 
 # A server listing more than this many tools is refused: no model can use them.
 MAX_TOOLS = 512
@@ -59,18 +60,57 @@ class Session:
             return self._client
 
     async def list_tools(self) -> list[Tool]:
-        client = await self.client()
+        """The server's tools, every page. A session that broke is opened
+        again, once, and the listing asked again (it changes nothing)."""
+        try:
+            return await self._list(await self.client())
+        except _Broken:
+            await self.close()
+        try:
+            return await self._list(await self.client())
+        except _Broken as broken:
+            await self.close()
+            raise MCPUnavailable(
+                f"MCP server {self.server.name!r} did not list its tools: {broken}"
+            ) from None
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        meta: dict[str, Any] | None = None,
+        *,
+        again: bool = False,
+    ) -> CallToolResult:
+        """Call ``name``. A session that broke is closed; with ``again`` (a
+        tool without effects) the call is made once more on a new session,
+        else :class:`MCPUnavailable` says the call may or may not have run."""
+        try:
+            return await self._call(await self.client(), name, arguments, meta)
+        except _Broken as broken:
+            await self.close()
+            if not again:
+                raise MCPUnavailable(
+                    f"MCP server {self.server.name!r}: the session broke during a call of "
+                    f"{name!r} ({broken}); whether the server ran it is unknown"
+                ) from None
+        try:
+            return await self._call(await self.client(), name, arguments, meta)
+        except _Broken as broken:
+            await self.close()
+            raise MCPUnavailable(
+                f"MCP server {self.server.name!r}: a call of {name!r} failed twice ({broken})"
+            ) from None
+
+    async def _list(self, client: Client) -> list[Tool]:
         tools: list[Tool] = []
         cursor: str | None = None
         async with self._bounded(self.server.list_seconds, "list its tools"):
             while True:
                 try:
-                    page = await client.list_tools(cursor=cursor)
-                except Exception as exc:  # the session broke, or the server refused
-                    self._raise_refused()
-                    raise MCPUnavailable(
-                        f"MCP server {self.server.name!r} did not list its tools: {_reason(exc)}"
-                    ) from None
+                    page = await self._guarded(client.list_tools(cursor=cursor))
+                except MCPToolError as refused:  # the server will not list them
+                    raise MCPUnavailable(refused.message) from None
                 tools += page.tools
                 if len(tools) > MAX_TOOLS:
                     raise MCPUnavailable(
@@ -80,12 +120,30 @@ class Session:
                 if not cursor:
                     return tools
 
-    async def call_tool(
-        self, name: str, arguments: dict[str, Any], meta: dict[str, Any] | None = None
+    async def _call(
+        self, client: Client, name: str, arguments: dict[str, Any], meta: dict[str, Any] | None
     ) -> CallToolResult:
-        client = await self.client()
         async with self._bounded(self.server.call_seconds, f"answer a call of {name!r}"):
-            return await client.call_tool(name, arguments, meta=meta)  # type: ignore[arg-type]
+            return await self._guarded(client.call_tool(name, arguments, meta=meta))  # type: ignore[arg-type]
+
+    async def _guarded(self, request: Awaitable[T]) -> T:
+        """``request``'s answer. The server's own refusal of a request (an
+        unknown tool, bad arguments) is :class:`MCPToolError`, for the
+        model; anything else means the session broke (:class:`_Broken`)."""
+        from mcp import MCPError
+
+        try:
+            return await request
+        except MCPError as exc:
+            self._raise_refused()
+            if _session_gone(exc):
+                raise _Broken(_reason(exc)) from None
+            raise MCPToolError(f"MCP server {self.server.name!r}: {exc}") from None
+        except (MCPUnavailable, asyncio.CancelledError, TimeoutError):
+            raise
+        except Exception as exc:
+            self._raise_refused()
+            raise _Broken(_reason(exc)) from None
 
     async def close(self) -> None:
         if self._stop is not None:
@@ -187,6 +245,22 @@ class Session:
             Client(streamable_http_client(server.url, http_client=http)) as client,
         ):
             yield client
+
+
+class _Broken(Exception):
+    """The session cannot carry requests any more; its message says why."""
+
+
+def _session_gone(exc: Exception) -> bool:
+    """The SDK says the connection closed (a stdio server's process exited),
+    or the server that the session it had is gone (an HTTP 404 on it: the
+    server restarted): a new session is needed."""
+    from mcp.types import CONNECTION_CLOSED
+
+    error = getattr(exc, "error", None)
+    if getattr(error, "code", None) == CONNECTION_CLOSED:
+        return True
+    return "session terminated" in str(getattr(error, "message", exc)).lower()
 
 
 def _reason(exc: BaseException) -> str:

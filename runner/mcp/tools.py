@@ -103,7 +103,11 @@ class MCPTool(Tool):
 
     async def _call(self, arguments: dict[str, Any], idempotency_key: str | None) -> Any:
         meta = {IDEMPOTENCY_META: idempotency_key} if idempotency_key else None
-        result = await session(self.server).call_tool(self.remote_name, arguments, meta)
+        # A call with no effects is made again on a new session if its session
+        # broke; an effect's is not: the server may have run it.
+        result = await session(self.server).call_tool(
+            self.remote_name, arguments, meta, again=not self.effect
+        )
         return result_value(result)
 
 

@@ -203,7 +203,10 @@ def test_bad_arguments_a_server_error_and_a_huge_result_go_back_to_the_model(
 @pytest.mark.parametrize(
     ("lists", "offered"),
     [
-        ({"block": ["huge", "broken"]}, ["tracker_create_issue", "tracker_lookup"]),
+        (
+            {"block": ["huge", "broken", "slow", "whoami"]},
+            ["tracker_create_issue", "tracker_lookup"],
+        ),
         ({"allow": ["lookup", "no_such_tool"]}, ["tracker_lookup"]),
     ],
 )
@@ -320,3 +323,75 @@ def test_an_agent_refuses_two_servers_of_one_name() -> None:
         Agent(name=unique("mcp-twice"), model="scripted/x", mcp=[one, other], register=False)
     with pytest.raises(InvalidInput, match=r"mcp takes runner\.mcp\.MCPServer"):
         Agent(name=unique("mcp-wrong"), model="scripted/x", mcp=["tracker"], register=False)  # type: ignore[list-item]
+
+
+def _server_pid(runwright_engine: TestEngine, run_id: str) -> int:
+    [result] = [m["content"] for m in runwright_engine.messages(run_id) if m.get("role") == "tool"]
+    return int(json.loads(result)["result"])
+
+
+def test_a_stdio_server_that_died_is_started_again_by_the_next_run(
+    runwright_engine: TestEngine, tmp_path: Path
+) -> None:
+    import os
+    import signal
+
+    server = stdio_server(tmp_path / "calls.jsonl")
+
+    def run_whoami() -> int:
+        name = unique("mcp-pid")
+        model = ScriptedModel(name, [tools(call("tracker_whoami", {})), text("done")])
+        run = runwright_engine.run(Agent(name=name, model=model.model, mcp=[server]))
+        assert run.status is RunStatus.COMPLETED, run.error
+        return _server_pid(runwright_engine, run.id)
+
+    first = run_whoami()
+    assert run_whoami() == first  # the pooled session, the same process
+    os.kill(first, signal.SIGKILL)
+    second = run_whoami()
+    assert second != first  # a new process, on a new session, and the run completed
+
+
+def test_a_call_that_hangs_is_cut_off_by_cancel(
+    runwright_engine: TestEngine, tmp_path: Path
+) -> None:
+    import threading
+
+    name = unique("mcp-hang")
+    model = ScriptedModel(name, [tools(call("tracker_slow", {})), text("never")])
+    agent = Agent(name=name, model=model.model, mcp=[stdio_server(tmp_path / "calls.jsonl")])
+    run = runwright_engine.start(agent)
+    done: list[Any] = []
+    thread = threading.Thread(target=lambda: done.append(runwright_engine.engine.execute(run.id)))
+    thread.start()
+    deadline = time.monotonic() + 30
+    while model.call_count < 1 or runwright_engine.get_run(run.id).status is not RunStatus.RUNNING:
+        assert time.monotonic() < deadline, "the run never called the tool"
+        time.sleep(0.05)
+    time.sleep(0.5)  # the call is out, and hangs
+    asked = time.monotonic()
+    runwright_engine.engine.cancel(run.id)
+    thread.join(10)
+    assert not thread.is_alive()
+    assert time.monotonic() - asked < 2.0
+    assert runwright_engine.get_run(run.id).status is RunStatus.CANCELLED
+
+
+def test_a_call_the_server_refuses_is_a_tool_error_and_keeps_the_session(
+    tmp_path: Path,
+) -> None:
+    """A tool the server no longer has: its answer is an error result, which
+    goes back to the model as :class:`MCPToolError`, not a broken session."""
+    from runner.engine.runtime import runtime
+    from runner.errors import MCPToolError
+    from runner.mcp.sessions import session
+    from runner.mcp.tools import result_value
+
+    server = stdio_server(tmp_path / "calls.jsonl")
+    pooled = session(server)
+    refused = runtime().run(pooled.call_tool("no_such_tool", {}), timeout=30)
+    with pytest.raises(MCPToolError, match="no_such_tool"):
+        result_value(refused)
+    assert pooled.open  # the same session goes on
+    answer = runtime().run(pooled.call_tool("lookup", {"q": "B2"}), timeout=30)
+    assert answer.structured_content == {"result": "order B2: shipped"}
