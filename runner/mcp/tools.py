@@ -70,6 +70,7 @@ class MCPTool(Tool):
             params=_Arguments,
             effect=effect,
         )
+        self.mcp_server = server.name
 
     def schema(self) -> dict[str, Any]:
         return {

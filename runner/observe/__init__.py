@@ -53,6 +53,8 @@ class ToolCall:
     # How many times this execution called the tool's function for the call:
     # its attempts; 0 for an effect whose journal answered (it ran before).
     invocations: int = 0
+    # The MCP server the tool is from (runner/mcp/), None for a Python tool.
+    mcp_server: str | None = None
 
 
 @dataclass

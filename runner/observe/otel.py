@@ -80,6 +80,7 @@ STEP = "runwright.step"
 MODEL = "runwright.model"
 COST = "runwright.cost_usd"
 EFFECT = "runwright.tool.effect"
+MCP_SERVER = "runwright.mcp.server"
 PAYLOAD = "runwright.payload"
 OUTPUT = "runwright.output"
 RUN_STATUS = "runwright.run.status"
@@ -269,6 +270,7 @@ class OtelObserver(Observer):
                 TOOL_TYPE: "function",
                 EFFECT: call.effect,
                 STEP: call.step,
+                **({MCP_SERVER: call.mcp_server} if call.mcp_server else {}),
             },
         )
         with _active(span, lambda: self._returned(span, call)):

@@ -451,7 +451,14 @@ class CallRunner:
     ) -> CallResult | None:
         if self.observe is None:
             return await self._run_one(call, tool, args, input, None)
-        observed = ToolCall(tool.name, call["id"], self.step, effect=tool.effect, arguments=input)
+        observed = ToolCall(
+            tool.name,
+            call["id"],
+            self.step,
+            effect=tool.effect,
+            arguments=input,
+            mcp_server=tool.mcp_server,
+        )
         with self.observe(observed):
             result = await self._run_one(call, tool, args, input, observed)
             if result is not None:

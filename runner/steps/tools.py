@@ -124,6 +124,8 @@ class Tool:
         self.reconcile = reconcile
         self.is_async = inspect.iscoroutinefunction(fn)
         self._schema: dict[str, Any] | None = None
+        # The MCP server the tool is from (runner/mcp/tools.py), None for a function.
+        self.mcp_server: str | None = None
 
     def __repr__(self) -> str:
         kind = "effect" if self.effect else "tool"

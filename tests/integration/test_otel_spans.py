@@ -466,3 +466,39 @@ def test_a_broken_stored_context_starts_a_trace_of_its_own(
         with observer.execution(run, Fence(run.id, "owner", 1), "worker"):
             pass
     assert [s.parent for s in exporter.get_finished_spans()] == [None] * len(broken)
+
+
+def test_an_mcp_tool_call_is_an_execute_tool_span_naming_its_server(traced: Traced) -> None:
+    import sys
+
+    from runner.mcp import MCPServer
+    from runner.mcp.sessions import close_all
+    from tests.services import ROOT
+
+    server = MCPServer.stdio(
+        "tracker",
+        sys.executable,
+        args=["-m", "tests.mcp_servers"],
+        cwd=str(ROOT),
+        env={"PYTHONPATH": str(ROOT)},
+    )
+    name = f"otel-mcp-{uuid.uuid4().hex[:8]}"
+    model = ScriptedModel(name, [tools(call("tracker_lookup", {"q": "A7"})), text("done")])
+    Agent(name=name, model=model.model, mcp=[server])
+    try:
+        run = traced.engine.start(name)
+        done = traced.engine.execute(run.id)
+    finally:
+        close_all()
+    assert done is not None and done.status is RunStatus.COMPLETED
+    [span] = [s for s in traced.spans() if s.name == "execute_tool tracker_lookup"]
+    attributes = dict(span.attributes or {})
+    assert attributes["runwright.mcp.server"] == "tracker"
+    assert attributes["gen_ai.tool.name"] == "tracker_lookup"
+    assert attributes["runwright.tool.effect"] is False
+    # A Python tool's span names no server.
+    assert not any(
+        "runwright.mcp.server" in dict(s.attributes or {})
+        for s in traced.spans()
+        if s.name.startswith("execute_tool") and s is not span
+    )
