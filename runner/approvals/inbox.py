@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from runner.steps.history import APPROVAL_REQUEST
 from store.models import Approval, Message, Run
 from store.postgres import PostgresStore
 
@@ -28,6 +30,9 @@ class InboxItem:
     seen: list[SeenResult]
     # Every approval of that step (to decide them together).
     step_approvals: list[Approval]
+    # What the history says of the tool beyond its name (an MCP tool's server,
+    # description and annotations: runner/steps/history.approval_request).
+    about: dict[str, Any] | None = None
 
 
 def context_of(
@@ -50,6 +55,15 @@ def context_of(
     return None, seen
 
 
+def about_of(messages: list[Message], approval_id: str) -> dict[str, Any] | None:
+    """What the history's request of ``approval_id`` says of its tool."""
+    for message in messages:
+        if message.get("role") == APPROVAL_REQUEST and message.get("approval_id") == approval_id:
+            about = message.get("about")
+            return about if isinstance(about, dict) else None
+    return None
+
+
 def _called(call: dict[str, object]) -> str:
     function = call.get("function")
     name = function.get("name") if isinstance(function, dict) else None
@@ -67,5 +81,6 @@ def inbox(store: PostgresStore, limit: int, agent: str | None) -> list[InboxItem
             continue  # pruned since: nothing left to judge it by
         asking, seen = context_of(context.messages, approval.tool_call_id)
         step = [a for a in context.approvals if a.step_index == approval.step_index]
-        items.append(InboxItem(approval, context.run, asking, seen, step))
+        about = about_of(context.messages, approval.approval_id)
+        items.append(InboxItem(approval, context.run, asking, seen, step, about))
     return items

@@ -8,9 +8,10 @@ of one step are shown together, with one form for each and one for all.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from runner.console.render import e, expires, hidden, json_block, parsed, when
 from runner.console.timeline import assistant_message, decision_line
@@ -76,7 +77,9 @@ def _card(group: Sequence[InboxItem], *, base: str, csrf: str, now: datetime) ->
     if first.seen:
         parts.append(f"<h3>Results it had seen ({len(first.seen)})</h3>" + seen_list(first.seen))
     for item in group:
-        parts.append(_approval_section(item.approval, base=base, csrf=csrf, now=now))
+        parts.append(
+            _approval_section(item.approval, base=base, csrf=csrf, now=now, about=item.about)
+        )
     pending = [a for a in first.step_approvals if a.pending]
     if len(pending) > 1:
         action = f"{base}/runs/{run.id}/steps/{first.approval.step_index}/decide"
@@ -89,16 +92,41 @@ def _card(group: Sequence[InboxItem], *, base: str, csrf: str, now: datetime) ->
     return "\n".join(parts)
 
 
-def _approval_section(approval: Approval, *, base: str, csrf: str, now: datetime) -> str:
+def _approval_section(
+    approval: Approval,
+    *,
+    base: str,
+    csrf: str,
+    now: datetime,
+    about: Mapping[str, Any] | None = None,
+) -> str:
     action = f"{base}/approvals/{approval.approval_id}"
     extra = hidden("next", "inbox")
     return (
         f'<section class="approval" id="a-{e(approval.approval_id)}">'
         f"<h3>{e(approval.tool_name)} {expires(approval.expires_at, now)}</h3>"
+        + tool_about(about)
         + json_block(approval.input, "arguments")
         + _decision_form(action, csrf, extra)
         + "</section>"
     )
+
+
+def tool_about(about: Mapping[str, Any] | None) -> str:
+    """An MCP tool's server, description and annotations, as text: the
+    server wrote them, so nothing in them is markup."""
+    if not about or not isinstance(about.get("mcp_server"), str):
+        return ""
+    parts = [f'<p class="about">From MCP server <b>{e(about["mcp_server"])}</b>']
+    description = about.get("description")
+    if isinstance(description, str) and description:
+        parts.append(f": {e(description)}")
+    parts.append("</p>")
+    annotations = about.get("annotations")
+    if isinstance(annotations, dict) and annotations:
+        hints = ", ".join(f"{e(str(k))}={e(json.dumps(v))}" for k, v in annotations.items())
+        parts.append(f'<p class="meta">Its annotations: {hints}</p>')
+    return "".join(parts)
 
 
 def seen_list(seen: Sequence[SeenResult]) -> str:

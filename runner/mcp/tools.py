@@ -59,7 +59,9 @@ class MCPTool(Tool):
         self.remote_name = listed.name
         self.input_schema: dict[str, Any] = dict(listed.input_schema)
         self.annotations = (
-            None if listed.annotations is None else listed.annotations.model_dump(exclude_none=True)
+            None
+            if listed.annotations is None
+            else listed.annotations.model_dump(by_alias=True, exclude_none=True)
         )
         self._validator = Draft202012Validator(self.input_schema)
         description = (listed.description or "").strip() or listed.name
@@ -71,6 +73,12 @@ class MCPTool(Tool):
             effect=effect,
         )
         self.mcp_server = server.name
+
+    def about(self) -> dict[str, Any]:
+        found: dict[str, Any] = {"mcp_server": self.server.name, "description": self.description}
+        if self.annotations:
+            found["annotations"] = self.annotations
+        return found
 
     def schema(self) -> dict[str, Any]:
         return {

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,14 +92,26 @@ def error_content(message: str, **extra: Any) -> str:
     return json.dumps({"error": message, **extra}, ensure_ascii=False)
 
 
-def approval_request(approval_id: str, call_id: str, tool_name: str, input: Any) -> Message:
-    return {
+def approval_request(
+    approval_id: str,
+    call_id: str,
+    tool_name: str,
+    input: Any,
+    about: Mapping[str, Any] | None = None,
+) -> Message:
+    """The history's record that a call waits for a person. ``about``: what a
+    reviewer should see of the tool beyond its name (an MCP tool's server,
+    description and annotations: runner/mcp/tools.py)."""
+    entry: Message = {
         "role": APPROVAL_REQUEST,
         "approval_id": approval_id,
         "tool_call_id": call_id,
         "tool_name": tool_name,
         "input": input,
     }
+    if about:
+        entry["about"] = dict(about)
+    return entry
 
 
 def approval_response(

@@ -264,7 +264,9 @@ class CallRunner:
                         token_id=self.token_id,
                         next_notify_at=now + self.notify_delay if self.notify_delay else None,
                     )
-                    entry = approval_request(approval.approval_id, call_id, name, input)
+                    entry = approval_request(
+                        approval.approval_id, call_id, name, input, tool.about()
+                    )
                     out.approvals.append((approval, entry))
                     continue
             runnable.append((call, tool, args, input))

@@ -150,6 +150,12 @@ class Tool:
             }
         return self._schema
 
+    def about(self) -> dict[str, Any] | None:
+        """What a reviewer should see of the tool beyond its name and the
+        call's arguments (None for a Python tool; an MCP tool's server,
+        description and annotations)."""
+        return None
+
     def retryable(self, exc: Exception) -> bool:
         """Whether ``exc``, raised by this tool, is worth another attempt (the
         policy permitting). Unusable arguments never are, nor a cancellation."""

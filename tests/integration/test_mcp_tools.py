@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from runner import Agent, RetryPolicy
+from runner.console.approval_pages import tool_about
 from runner.mcp import MCPServer
 from runner.mcp.sessions import close_all
 from runner.mcp.tools import IDEMPOTENCY_META
@@ -165,6 +166,11 @@ def test_an_approval_gates_an_mcp_tool_and_a_denial_never_calls_the_server(
 
     agent, _model = both_tools_agent(stdio_server(log), approvals={"tracker_create_issue": True})
     waiting = runwright_engine.run(agent)
+    # The reviewer sees the tool's server and description next to the arguments.
+    [item] = [i for i in runwright_engine.engine.inbox() if i.run.id == waiting.id]
+    assert item.about == {"mcp_server": "tracker", "description": "Open an issue in the tracker."}
+    shown = tool_about(item.about)
+    assert "From MCP server <b>tracker</b>: Open an issue in the tracker." in shown
     done = runwright_engine.approve(waiting.id)
     assert done.status is RunStatus.COMPLETED
     assert [c["tool"] for c in calls(log)].count("create_issue") == 1

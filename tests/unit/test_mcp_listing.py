@@ -117,3 +117,24 @@ def test_declaring_a_server_without_the_extra_says_how_to_install_it(
     )
     with pytest.raises(ConfigurationError, match=r"pip install 'runwright\[mcp\]'"):
         MCPServer.stdio("gh", "true")
+
+
+def test_what_a_reviewer_sees_of_an_mcp_tool_is_text_never_markup() -> None:
+    from runner.console.approval_pages import tool_about
+
+    [tool] = build_tools(
+        SERVER,
+        [
+            listed(
+                "drop",
+                description="<img src=x onerror=alert(1)> Drops a table",
+                annotations=ToolAnnotations(destructiveHint=True),
+            )
+        ],
+    )
+    about = tool.about()
+    assert about["mcp_server"] == "gh" and about["annotations"] == {"destructiveHint": True}
+    shown = tool_about(about)
+    assert "&lt;img src=x onerror=alert(1)&gt; Drops a table" in shown and "<img" not in shown
+    assert "destructiveHint=true" in shown
+    assert tool_about(None) == "" and tool_about({"mcp_server": 5}) == ""
