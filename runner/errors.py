@@ -84,6 +84,12 @@ class MCPAuthFailed(MCPUnavailable):
     transient = False
 
 
+class OutcomeUnknown(RunwrightError):
+    """An effect's call went out and no answer came back (its connection
+    broke, or it timed out): whether it took place is unknown. Its journal
+    says so and the run needs a person, as after a process death."""
+
+
 class MCPToolError(RunwrightError):
     """An MCP server answered a tool call with an error; the model is told it."""
 

@@ -56,6 +56,13 @@ def broken(ctx: Context) -> str:
     raise ValueError("the tracker is on fire")
 
 
+@app.tool()
+def refund_and_die(order: str, ctx: Context) -> str:
+    """Refund an order; the server's process dies before it answers."""
+    _log("refund_and_die", {"order": order}, ctx)
+    os._exit(1)
+
+
 @app.tool(annotations=ToolAnnotations(readOnlyHint=True))
 async def slow(ctx: Context) -> str:
     """Takes a minute."""

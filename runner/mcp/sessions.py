@@ -17,7 +17,7 @@ import os
 from collections.abc import AsyncIterator, Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from runner.errors import MCPAuthFailed, MCPToolError, MCPUnavailable
+from runner.errors import MCPAuthFailed, MCPToolError, MCPUnavailable, OutcomeUnknown
 
 if TYPE_CHECKING:
     from mcp import Client
@@ -83,17 +83,25 @@ class Session:
         again: bool = False,
     ) -> CallToolResult:
         """Call ``name``. A session that broke is closed; with ``again`` (a
-        tool without effects) the call is made once more on a new session,
-        else :class:`MCPUnavailable` says the call may or may not have run."""
+        tool without effects) the call is made once more on a new session.
+        Without it, a call that went out and got no answer (the session broke,
+        or it timed out) raises :class:`OutcomeUnknown`: the server may have
+        run it."""
+        client = await self.client()  # before this, nothing went out
         try:
-            return await self._call(await self.client(), name, arguments, meta)
-        except _Broken as broken:
-            await self.close()
+            return await self._call(client, name, arguments, meta)
+        except MCPAuthFailed:
+            raise  # refused, so not run
+        except (_Broken, MCPUnavailable) as lost:
+            if isinstance(lost, _Broken):
+                await self.close()
             if not again:
-                raise MCPUnavailable(
-                    f"MCP server {self.server.name!r}: the session broke during a call of "
-                    f"{name!r} ({broken}); whether the server ran it is unknown"
+                raise OutcomeUnknown(
+                    f"MCP server {self.server.name!r} gave no answer to the call of {name!r} "
+                    f"({lost.message if isinstance(lost, MCPUnavailable) else lost})"
                 ) from None
+            if isinstance(lost, MCPUnavailable):
+                raise
         try:
             return await self._call(await self.client(), name, arguments, meta)
         except _Broken as broken:

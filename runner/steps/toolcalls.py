@@ -41,7 +41,7 @@ from runner import faults
 from runner.agent import Agent
 from runner.approvals.expiry import expired, expiry_message
 from runner.clock import SYSTEM, Clock
-from runner.errors import ApprovalNotFound, RunwrightError, ToolInputError
+from runner.errors import ApprovalNotFound, OutcomeUnknown, RunwrightError, ToolInputError
 from runner.observe import ToolCall
 from runner.steps.history import OpenStep, approval_request, error_content, tool_message
 from runner.steps.run_context import AbortReason, AbortSignal, RunContext
@@ -315,9 +315,17 @@ class CallRunner:
         raise Abandoned
 
     async def _unknown(
-        self, call_id: str, tool: Tool, input: Any, key: str, started: Any
+        self,
+        call_id: str,
+        tool: Tool,
+        input: Any,
+        key: str,
+        started: Any,
+        told: str = OUTCOME_UNKNOWN,
+        why: str = "started in epoch {epoch}, which died before recording its outcome",
     ) -> CallResult:
-        """An effect started by an execution that died: its ``reconcile``
+        """An effect started by an execution that died (or whose call got no
+        answer: ``told`` the model, ``why`` in the log): its ``reconcile``
         callable says what became of it, or it is of unknown outcome, and its
         run is flagged for a person."""
         found = await self._reconcile(tool, key)
@@ -338,17 +346,17 @@ class CallRunner:
         marked: Effect = await self.write(self.store_unknown, key)
         if marked.unresolved:
             log.error(
-                "run %s: effect %s(%s), idempotency key %s, started in epoch %d, which died "
-                "before recording its outcome: it may or may not have happened; the run needs "
-                "a person to resolve it (runwright resolve, or the console)",
+                "run %s: effect %s(%s), idempotency key %s, %s: it may or may not have "
+                "happened; the run needs a person to resolve it (runwright resolve, or the "
+                "console)",
                 self.ctx.run_id,
                 tool.name,
                 clip(json.dumps(input, default=str), 300),
                 key,
-                marked.epoch,
+                why.format(epoch=marked.epoch),
             )
             self.on_unknown(tool.name)
-        return _error(call_id, tool.name, input, OUTCOME_UNKNOWN, started)
+        return _error(call_id, tool.name, input, told, started)
 
     async def _reconcile(self, tool: Tool, key: str) -> Reconciled | None:
         """What the effect's ``reconcile`` callable says; None if it has none,
@@ -544,6 +552,18 @@ class CallRunner:
             return None
         except Failed as failed:
             faults.hit(faults.AFTER_EFFECT_CALL)
+            if isinstance(failed.error, OutcomeUnknown):
+                lost = clean_message(failed.error.message)
+                return await self._unknown(
+                    call_id,
+                    tool,
+                    input,
+                    key,
+                    started,
+                    told=f"outcome unknown: {lost}; it is not retried automatically; "
+                    "check before repeating it",
+                    why=f"got no answer ({lost})",
+                )
             message = clean_message(failed.message)
             await self.write(self.store_finish, key, error=message)
             faults.hit(faults.AFTER_EFFECT_COMPLETE)

@@ -210,7 +210,7 @@ def test_bad_arguments_a_server_error_and_a_huge_result_go_back_to_the_model(
     ("lists", "offered"),
     [
         (
-            {"block": ["huge", "broken", "slow", "whoami"]},
+            {"block": ["huge", "broken", "slow", "whoami", "refund_and_die"]},
             ["tracker_create_issue", "tracker_lookup"],
         ),
         ({"allow": ["lookup", "no_such_tool"]}, ["tracker_lookup"]),
@@ -401,3 +401,25 @@ def test_a_call_the_server_refuses_is_a_tool_error_and_keeps_the_session(
     assert pooled.open  # the same session goes on
     answer = runtime().run(pooled.call_tool("lookup", {"q": "B2"}), timeout=30)
     assert answer.structured_content == {"result": "order B2: shipped"}
+
+
+def test_an_effect_whose_server_died_mid_call_is_of_unknown_outcome_and_never_repeated(
+    runwright_engine: TestEngine, tmp_path: Path
+) -> None:
+    log = tmp_path / "calls.jsonl"
+    name = unique("mcp-died")
+    model = ScriptedModel(
+        name,
+        [tools(call("tracker_refund_and_die", {"order": "A7"}, id="call_refund")), text("hm")],
+    )
+    run = runwright_engine.run(Agent(name=name, model=model.model, mcp=[stdio_server(log)]))
+    assert run.status is RunStatus.COMPLETED, run.error
+    # The server saw the call once; its journal says unknown, the run needs a person.
+    assert [c["tool"] for c in calls(log)] == ["refund_and_die"]
+    [journaled] = runwright_engine.effects(run.id)
+    assert journaled.status is EffectStatus.UNKNOWN
+    assert runwright_engine.get_run(run.id).needs_attention
+    [told] = [m["content"] for m in model.calls[1].messages if m["role"] == "tool"]
+    said = json.loads(told)["error"]
+    assert said.startswith("outcome unknown: MCP server 'tracker' gave no answer")
+    assert "not retried automatically" in said
