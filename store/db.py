@@ -43,8 +43,8 @@ _ESCAPE = re.compile(r"\\(?:ud[89ab][0-9a-f]{2}\\ud[c-f][0-9a-f]{2}|u(0000|d[89a
 def dumps(value: Any) -> str:
     """``value`` as the JSON text the store writes. A NUL or a lone surrogate
     is refused: no text column can hold one when it is read back, jsonb
-    refuses them, and the json columns that keep key order (revision 0011)
-    would not."""
+    refuses them, and the json columns that keep key order
+    would not (revision 0012)."""
     try:
         text = json.dumps(value, default=_default, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:

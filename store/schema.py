@@ -36,7 +36,7 @@ runs = sa.Table(
     sa.Column("status", sa.Text, nullable=False),
     # json, not jsonb, for every value a run's user writes (the trigger, the
     # output, the state; the steps', messages', effects' and approvals' values):
-    # jsonb sorts object keys, json reads back in the order written (0011).
+    # jsonb sorts object keys, json reads back in the order written (0012).
     sa.Column("trigger", sa.JSON, nullable=False),
     sa.Column("trigger_id", sa.Text, nullable=False),
     sa.Column("concurrency_key", sa.Text),

@@ -78,6 +78,14 @@ def whoami(ctx: Context) -> int:
     return os.getpid()
 
 
+@app.tool()
+async def retire(name: str, ctx: Context) -> str:
+    """Take one of this server's tools away, and tell the client its list changed."""
+    app.remove_tool(name)
+    await ctx.session.send_tool_list_changed()
+    return f"{name} retired"
+
+
 def main(argv: list[str]) -> None:
     if argv[:1] == ["http"]:
         app.run("streamable-http", host="127.0.0.1", port=int(argv[1]))

@@ -29,6 +29,9 @@ SERVER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,23}")
 CONNECT_SECONDS = 10.0
 LIST_SECONDS = 10.0
 CALL_SECONDS = 60.0
+# How long a worker reuses a server's listing (a tools/list_changed
+# notification from the server ends it sooner).
+LIST_CACHE_SECONDS = 60.0
 
 
 @dataclass(frozen=True, eq=False)  # by identity: one pooled session per declaration
@@ -56,6 +59,7 @@ class MCPServer:
     connect_seconds: float = CONNECT_SECONDS
     list_seconds: float = LIST_SECONDS
     call_seconds: float = CALL_SECONDS
+    list_cache_seconds: float = LIST_CACHE_SECONDS
 
     def __post_init__(self) -> None:
         if importlib.util.find_spec("mcp") is None:
@@ -74,6 +78,11 @@ class MCPServer:
                     f"MCP server {self.name!r}: {label} must be a number of seconds "
                     "above 0, at most a day"
                 )
+        cache = self.list_cache_seconds
+        if not isinstance(cache, int | float) or not 0 <= cache <= 86_400:
+            raise ToolDefinitionError(
+                f"MCP server {self.name!r}: list_cache_seconds must be from 0 to a day"
+            )
         both = (self.allow or frozenset()) & self.block
         if both:
             raise ToolDefinitionError(
@@ -95,6 +104,7 @@ class MCPServer:
         connect_seconds: float = CONNECT_SECONDS,
         list_seconds: float = LIST_SECONDS,
         call_seconds: float = CALL_SECONDS,
+        list_cache_seconds: float = LIST_CACHE_SECONDS,
     ) -> MCPServer:
         """A server this worker starts as a child process and talks to over
         its stdin and stdout (one process per worker process, kept open)."""
@@ -113,6 +123,7 @@ class MCPServer:
             connect_seconds=connect_seconds,
             list_seconds=list_seconds,
             call_seconds=call_seconds,
+            list_cache_seconds=list_cache_seconds,
         )
 
     @classmethod
@@ -128,6 +139,7 @@ class MCPServer:
         connect_seconds: float = CONNECT_SECONDS,
         list_seconds: float = LIST_SECONDS,
         call_seconds: float = CALL_SECONDS,
+        list_cache_seconds: float = LIST_CACHE_SECONDS,
     ) -> MCPServer:
         """A server reached over streamable HTTP at ``url``."""
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
@@ -143,6 +155,7 @@ class MCPServer:
             connect_seconds=connect_seconds,
             list_seconds=list_seconds,
             call_seconds=call_seconds,
+            list_cache_seconds=list_cache_seconds,
         )
 
     def offers(self, tool: str) -> bool:

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections.abc import AsyncIterator, Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -44,6 +45,10 @@ class Session:
         # The last 401 or 403 an HTTP server answered this session with: the
         # SDK turns either into a bare JSON-RPC error, so its status is kept here.
         self._refused: int | None = None
+        # The last listing, and when it was read (monotonic): reused for
+        # list_cache_seconds, unless the server says its list changed.
+        self._tools: list[Tool] | None = None
+        self._listed_at = 0.0
 
     @property
     def open(self) -> bool:
@@ -60,19 +65,33 @@ class Session:
             return self._client
 
     async def list_tools(self) -> list[Tool]:
-        """The server's tools, every page. A session that broke is opened
-        again, once, and the listing asked again (it changes nothing)."""
+        """The server's tools, every page: this worker's listing while it is
+        fresh (``list_cache_seconds``, and no ``tools/list_changed`` since).
+        A session that broke is opened again, once, and the listing asked
+        again (it changes nothing)."""
+        fresh = time.monotonic() - self._listed_at < self.server.list_cache_seconds
+        if self._tools is not None and fresh and self.open:
+            return self._tools
         try:
-            return await self._list(await self.client())
+            tools = await self._list(await self.client())
         except _Broken:
             await self.close()
-        try:
-            return await self._list(await self.client())
-        except _Broken as broken:
-            await self.close()
-            raise MCPUnavailable(
-                f"MCP server {self.server.name!r} did not list its tools: {broken}"
-            ) from None
+            try:
+                tools = await self._list(await self.client())
+            except _Broken as broken:
+                await self.close()
+                raise MCPUnavailable(
+                    f"MCP server {self.server.name!r} did not list its tools: {broken}"
+                ) from None
+        self._tools, self._listed_at = tools, time.monotonic()
+        return tools
+
+    async def _incoming(self, message: Any) -> None:
+        """What the server sends unasked: a changed tool list ends the cached one."""
+        from mcp.types import ToolListChangedNotification
+
+        if isinstance(message, ToolListChangedNotification):
+            self._tools = None
 
     async def call_tool(
         self,
@@ -160,6 +179,7 @@ class Session:
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(self._holder, 5)
         self._client = self._holder = self._stop = None
+        self._tools = None
 
     @contextlib.asynccontextmanager
     async def _bounded(self, seconds: float, what: str) -> AsyncIterator[None]:
@@ -231,7 +251,7 @@ class Session:
                 env=server.resolve(server.env) or None,
                 cwd=server.cwd,
             )
-            async with Client(params) as client:
+            async with Client(params, message_handler=self._incoming, cache=None) as client:
                 yield client
             return
         import httpx2
@@ -250,7 +270,11 @@ class Session:
                 timeout=timeout,
                 event_hooks={"response": [seen]},
             ) as http,
-            Client(streamable_http_client(server.url, http_client=http)) as client,
+            Client(
+                streamable_http_client(server.url, http_client=http),
+                message_handler=self._incoming,
+                cache=None,
+            ) as client,
         ):
             yield client
 

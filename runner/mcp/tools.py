@@ -14,6 +14,7 @@ text, binary content named, never passed on (and, like every tool's, cut to
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Iterable
@@ -73,6 +74,11 @@ class MCPTool(Tool):
             effect=effect,
         )
         self.mcp_server = server.name
+        # What the model is offered of it, in short: a listing that changes it
+        # is told apart from one that does not (runner/mcp/listing.py).
+        offered = {"schema": self.schema(), "effect": effect}
+        encoded = json.dumps(offered, sort_keys=True, default=str).encode()
+        self.digest = hashlib.sha256(encoded).hexdigest()[:16]
 
     def about(self) -> dict[str, Any]:
         found: dict[str, Any] = {"mcp_server": self.server.name, "description": self.description}

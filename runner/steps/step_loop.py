@@ -97,6 +97,8 @@ class StepLoop:
         self.cost_usd = run.cost_usd
         self.state = StateHolder(None)
         self.tools: dict[str, Tool] = {}
+        # What the next model step records of the MCP tools it offers (None: nothing new).
+        self._mcp_record: dict[str, Any] | None = None
         self.call_ids: set[str] = set()  # every tool call id of the history
         self._start = start
         self._journaled: Step | None = None
@@ -169,14 +171,20 @@ class StepLoop:
 
     async def _server_tools(self) -> list[Tool]:
         """The tools of the agent's MCP servers, listed over this process's
-        sessions (runner/mcp/: imported only for an agent that has servers)."""
+        sessions (runner/mcp/: imported only for an agent that has servers),
+        and what this execution's first model step records of them: nothing
+        if the run's model was last offered the same (runner/mcp/listing.py)."""
         if not self.agent.mcp:
             return []
+        from runner.mcp.listing import announce, listing, record
         from runner.mcp.tools import server_tools
 
         found: list[Tool] = []
         for server in self.agent.mcp:
             found += await server_tools(server)
+        last = await self.x.io(self.store.mcp_listing, self.run_.id)
+        self._mcp_record = record(listing(found), last)
+        announce(self.run_.id, self._mcp_record)
         return found
 
     def _assemble(self, server_tools: list[Tool]) -> dict[str, Tool]:
@@ -241,12 +249,14 @@ class StepLoop:
             started_at=started,
             finished_at=utcnow(),
             name=model_name,
+            input=self._mcp_record,
             output=output,
             usage=reply.usage,
             cost_usd=reply.cost_usd,
         )
         self.retry = None  # the journal write clears the run's failed attempts
         if await self.x.write(self.store.record_llm_step, record):
+            self._mcp_record = None  # recorded: the next steps offer the same
             self.usage = self.usage + reply.usage
             self.cost_usd += reply.cost_usd or 0.0
         else:  # recorded meanwhile: the journal wins, so tool call ids stay stable

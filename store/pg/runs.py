@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from store.db import dumps
 from store.events import RunEvent
@@ -66,6 +67,15 @@ LLM_STEP = Statement(
     "llm_step",
     "SELECT * FROM steps WHERE run_id = CAST(:run_id AS uuid)"
     f" AND index = CAST(:index AS int) AND kind = {_LLM}",
+)
+
+# The MCP tools the run's model was last offered (runner/mcp/listing.py): the
+# latest llm step that recorded them.
+MCP_LISTING = Statement(
+    "mcp_listing",
+    "SELECT input -> 'mcp_tools' AS tools FROM steps WHERE run_id = CAST(:run_id AS uuid)"
+    f" AND kind = {_LLM} AND (input -> 'mcp_tools') IS NOT NULL"
+    " ORDER BY index DESC, id DESC LIMIT 1",
 )
 
 # An execution's start: the checkpoint with its messages, and the next step's
@@ -214,6 +224,13 @@ class PgRuns(PgBase):
             with self.db.tx() as tx:
                 self._require_run(tx, run_id)  # none yet, or no such run
         return events
+
+    def mcp_listing(self, run_id: str) -> dict[str, Any] | None:
+        """The MCP tools the run's model was last offered, as its step recorded
+        them (runner/mcp/listing.py); None if no step did."""
+        row = self.db.first(MCP_LISTING, {"run_id": check_run_id(run_id)})
+        tools = None if row is None else row["tools"]
+        return tools if isinstance(tools, dict) else None
 
     def llm_step(self, run_id: str, index: int) -> Step | None:
         row = self.db.first(LLM_STEP, {"run_id": run_id, "index": index})

@@ -363,7 +363,7 @@ def test_driver_statements_never_land_in_the_error(
 
 
 def test_json_the_store_writes_holds_no_nul_or_lone_surrogate() -> None:
-    # The json columns (revision 0011) would take them; no text column could
+    # The json columns (revision 0012) would take them; no text column could
     # hold them once read back.
     for bad in ("a\x00b", "lone \ud800", "\udc00 first", ["\ud800\ud800"], {"k\x00": 1}):
         with pytest.raises(StoreRefused, match="a NUL character or a lone surrogate"):

@@ -43,7 +43,7 @@ def _closed_sessions() -> Iterator[None]:
     close_all()
 
 
-def stdio_server(log: Path) -> MCPServer:
+def stdio_server(log: Path, **options: Any) -> MCPServer:
     return MCPServer.stdio(
         "tracker",
         sys.executable,
@@ -51,6 +51,7 @@ def stdio_server(log: Path) -> MCPServer:
         cwd=str(ROOT),
         # A callable: asked when the session connects, never stored.
         env=lambda: {"RUNWRIGHT_TEST_MCP_LOG": str(log), "PYTHONPATH": str(ROOT)},
+        **options,
     )
 
 
@@ -210,7 +211,7 @@ def test_bad_arguments_a_server_error_and_a_huge_result_go_back_to_the_model(
     ("lists", "offered"),
     [
         (
-            {"block": ["huge", "broken", "slow", "whoami", "refund_and_die"]},
+            {"block": ["huge", "broken", "slow", "whoami", "refund_and_die", "retire"]},
             ["tracker_create_issue", "tracker_lookup"],
         ),
         ({"allow": ["lookup", "no_such_tool"]}, ["tracker_lookup"]),
@@ -423,3 +424,57 @@ def test_an_effect_whose_server_died_mid_call_is_of_unknown_outcome_and_never_re
     said = json.loads(told)["error"]
     assert said.startswith("outcome unknown: MCP server 'tracker' gave no answer")
     assert "not retried automatically" in said
+
+
+def test_the_offered_tools_are_recorded_and_a_change_between_executions_too(
+    runwright_engine: TestEngine, tmp_path: Path
+) -> None:
+    """The first step records the MCP tools it offers; after an approval, the
+    server has retired one: the next step records what changed, the event
+    feed carries it, and the model's call of the retired tool is a tool error."""
+    from runner.engine.runtime import runtime
+    from runner.mcp.sessions import session
+
+    server = stdio_server(tmp_path / "calls.jsonl", list_cache_seconds=0)
+    name = unique("mcp-changed")
+    model = ScriptedModel(
+        name,
+        [
+            tools(call("tracker_create_issue", {"title": "late"}, id="call_issue")),
+            tools(call("tracker_lookup", {"q": "A7"}, id="call_gone")),
+            text("done"),
+        ],
+    )
+    agent = Agent(
+        name=name, model=model.model, mcp=[server], approvals={"tracker_create_issue": True}
+    )
+    waiting = runwright_engine.run(agent)
+    assert waiting.status is RunStatus.WAITING
+    runtime().run(session(server).call_tool("retire", {"name": "lookup"}), timeout=30)
+    done = runwright_engine.approve(waiting.id)
+    assert done.status is RunStatus.COMPLETED, done.error
+
+    llm = [s for s in runwright_engine.steps(done.id) if s.kind.value == "llm"]
+    first = llm[0].input
+    assert isinstance(first, dict) and "tracker_lookup" in first["mcp_tools"]
+    assert "mcp_tools_changed" not in first
+    changed = llm[1].input
+    assert isinstance(changed, dict)
+    assert changed["mcp_tools_changed"] == {
+        "added": [],
+        "removed": ["tracker_lookup"],
+        "changed": [],
+    }
+    assert "tracker_lookup" not in changed["mcp_tools"]
+    assert llm[2].input is None  # nothing new to record
+    # The event feed carries the change with the step.
+    events = list(runwright_engine.engine.events(done.id, timeout=0, tokens=False))
+    recorded = [
+        e.data["input"]
+        for e in events
+        if e.type.value == "step" and e.data.get("kind") == "llm" and e.data.get("input")
+    ]
+    assert [bool(r.get("mcp_tools_changed")) for r in recorded] == [False, True]
+    # The model's call of the retired tool came back as a tool error.
+    [gone] = [m for m in model.calls[2].messages if m.get("tool_call_id") == "call_gone"]
+    assert "unknown tool 'tracker_lookup'" in gone["content"]

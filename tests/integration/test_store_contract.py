@@ -994,6 +994,22 @@ def test_a_run_marked_unsent_is_sent_by_the_next_tick(store: PostgresStore) -> N
     assert running.run_id not in store.lapsed_claims(10, 30)
 
 
+def test_mcp_listing_is_the_last_llm_step_that_recorded_its_tools(store: PostgresStore) -> None:
+    fence = claimed(store)
+    assert store.mcp_listing(fence.run_id) is None  # nothing recorded yet
+    offered = {"gh_lookup": {"server": "gh", "digest": "abc"}}
+    first = dataclasses.replace(llm_record(1), input={"mcp_tools": offered})
+    assert store.record_llm_step(fence, first)
+    assert store.record_llm_step(fence, llm_record(2))  # offered the same: no record
+    assert store.mcp_listing(fence.run_id) == offered
+    later = {"gh_search": {"server": "gh", "digest": "def"}}
+    third = dataclasses.replace(llm_record(3), input={"mcp_tools": later})
+    assert store.record_llm_step(fence, third)
+    assert store.mcp_listing(fence.run_id) == later
+    with pytest.raises(RunNotFound):
+        store.mcp_listing("not-a-run-id")
+
+
 def test_every_public_method_succeeded_in_each_mode() -> None:
     """Runs last in this module: every public method of the store was
     called by the tests above, and returned normally, in each mode."""

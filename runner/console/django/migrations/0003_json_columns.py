@@ -1,5 +1,5 @@
 """A run's output and an approval's arguments are ``json`` columns (Runwright's
-revision 0011), read as the trigger is."""
+revision 0012), read as the trigger is."""
 
 from __future__ import annotations
 
