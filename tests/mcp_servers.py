@@ -63,6 +63,16 @@ def refund_and_die(order: str, ctx: Context) -> str:
     os._exit(1)
 
 
+@app.tool()
+async def slow_refund(order: str, ctx: Context) -> str:
+    """Refund an order, taking a few seconds to answer."""
+    import anyio
+
+    _log("slow_refund", {"order": order}, ctx)
+    await anyio.sleep(4)
+    return f"refunded {order}"
+
+
 @app.tool(annotations=ToolAnnotations(readOnlyHint=True))
 async def slow(ctx: Context) -> str:
     """Takes a minute."""

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -31,6 +32,8 @@ T = TypeVar("T")
 
 # A server listing more than this many tools is refused: no model can use them.
 MAX_TOOLS = 512
+# What a session has to answer a ping before an effect's call (runner/mcp/tools.py).
+PING_SECONDS = 5.0
 
 
 class Session:
@@ -107,6 +110,8 @@ class Session:
         or it timed out) raises :class:`OutcomeUnknown`: the server may have
         run it."""
         client = await self.client()  # before this, nothing went out
+        if not again:
+            client = await self._alive(client)
         try:
             return await self._call(client, name, arguments, meta)
         except MCPAuthFailed:
@@ -128,6 +133,19 @@ class Session:
             raise MCPUnavailable(
                 f"MCP server {self.server.name!r}: a call of {name!r} failed twice ({broken})"
             ) from None
+
+    async def _alive(self, client: Client) -> Client:
+        """``client``, or a new session's if a ping finds it dead: an effect's
+        call goes out only on a session that answered, so a server that died
+        while the session sat idle never makes an unsent call's outcome
+        unknown."""
+        try:
+            async with asyncio.timeout(min(self.server.connect_seconds, PING_SECONDS)):
+                await self._guarded(client.send_ping())
+            return client
+        except (_Broken, MCPToolError, TimeoutError):
+            await self.close()
+            return await self.client()
 
     async def _list(self, client: Client) -> list[Tool]:
         tools: list[Tool] = []
@@ -242,7 +260,7 @@ class Session:
 
         server = self.server
         if server.transport == "stdio":
-            from mcp.client.stdio import StdioServerParameters
+            from mcp.client.stdio import StdioServerParameters, stdio_client
 
             assert server.command is not None
             params = StdioServerParameters(
@@ -251,7 +269,11 @@ class Session:
                 env=server.resolve(server.env) or None,
                 cwd=server.cwd,
             )
-            async with Client(params, message_handler=self._incoming, cache=None) as client:
+            # The server's stderr goes to this process's own: a worker's
+            # sys.stderr is Celery's logging proxy, which has no file under it.
+            errlog = sys.__stderr__ or sys.stderr
+            transport = stdio_client(params, errlog=errlog)
+            async with Client(transport, message_handler=self._incoming, cache=None) as client:
                 yield client
             return
         import httpx2

@@ -1,0 +1,179 @@
+"""MCP tools on real ``celery worker``s (issue 27's acceptance): a worker
+SIGKILLed while an effect's call is in flight leaves the server with one
+call at most and the journal saying unknown; the HTTP server restarted, and
+the stdio server's process killed, while a run waits for an approval: the run
+completes on new sessions; an HTTP server down when a run starts: the run
+waits in ``queued`` and completes once it is back. Real Postgres, Redis and
+workers; the MCP test server of tests/mcp_servers.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+import tests.agents_mcp  # noqa: F401  (this process starts the runs by name)
+from store.local import free_port
+from store.models import EffectStatus, RunStatus
+from tests.e2e.cluster import Cluster, wait_until
+from tests.services import ROOT
+
+AGENTS = "tests.agents,tests.agents_mcp"
+
+
+class HttpServer:
+    """The MCP test server on streamable HTTP, which a test stops and starts."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.mcp_servers", "http", str(self.port)],
+            cwd=ROOT,
+            env={"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT),
+                 "RUNWRIGHT_TEST_MCP_LOG": str(self.log)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                return
+            except OSError:
+                assert time.monotonic() < deadline, "the MCP test server never listened"
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.proc = None
+
+
+@pytest.fixture
+def http_server(tmp_path: Path) -> Iterator[HttpServer]:
+    server = HttpServer(tmp_path / "http-calls.jsonl")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def calls(log: Path) -> list[dict[str, Any]]:
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text().splitlines() if line]
+
+
+def stdio_servers() -> list[psutil.Process]:
+    """The stdio MCP servers the workers started."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if "tests.mcp_servers" in cmdline and "http" not in cmdline:
+            found.append(proc)
+    return found
+
+
+def settled(cluster: Cluster, run_id: str, status: RunStatus, timeout: float = 90) -> Any:
+    engine = cluster.engine()
+    return wait_until(
+        lambda: (r := engine.get_run(run_id)).status is status and r,
+        timeout,
+        f"run {run_id} to be {status.value}",
+        interval=0.2,
+    )
+
+
+def test_a_worker_killed_during_an_effects_call_leaves_one_call_and_an_unknown_outcome(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    log = tmp_path / "calls.jsonl"
+    env = {"RUNWRIGHT_AGENTS": AGENTS, "RUNWRIGHT_TEST_MCP_LOG": str(log)}
+    first = cluster.worker("w1", **env)
+    engine = cluster.engine()
+    run = engine.start("mcp_slow_refund")
+    wait_until(lambda: calls(log), 60, "the server to get the refund call", interval=0.1)
+    first.signal(signal.SIGKILL)  # the call is in flight: the server answers in 4 s
+    first.wait(10)
+    cluster.worker("w2", **env)
+    cluster.beat()
+    done = settled(cluster, run.id, RunStatus.COMPLETED)
+    assert [c["tool"] for c in calls(log)] == ["slow_refund"]  # never called again
+    [journaled] = engine.effects(run.id)
+    assert (journaled.tool, journaled.status) == ("tracker_slow_refund", EffectStatus.UNKNOWN)
+    assert done.needs_attention
+    assert calls(log)[0]["key"] == journaled.key == f"{run.id}:call_refund"
+
+
+def test_the_http_server_restarted_while_a_run_waits_and_the_run_completes(
+    cluster: Cluster, http_server: HttpServer
+) -> None:
+    http_server.start()
+    cluster.worker("w1", RUNWRIGHT_AGENTS=AGENTS, RUNWRIGHT_TEST_MCP_URL=http_server.url)
+    engine = cluster.engine()
+    run = engine.start("mcp_gated_http")
+    waiting = settled(cluster, run.id, RunStatus.WAITING)
+    assert [c["tool"] for c in calls(http_server.log)] == ["lookup"]
+    http_server.stop()
+    http_server.start()  # a new process: the worker's session is gone with the old one
+    [pending] = [a for a in engine.approvals(waiting.id) if a.pending]
+    engine.respond(pending.approval_id, True, trusted=True, by="ops")
+    settled(cluster, run.id, RunStatus.COMPLETED)
+    assert [c["tool"] for c in calls(http_server.log)] == ["lookup", "create_issue", "lookup"]
+
+
+def test_the_stdio_servers_process_killed_while_a_run_waits_and_the_run_completes(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    log = tmp_path / "calls.jsonl"
+    cluster.worker("w1", RUNWRIGHT_AGENTS=AGENTS, RUNWRIGHT_TEST_MCP_LOG=str(log))
+    engine = cluster.engine()
+    run = engine.start("mcp_gated_stdio")
+    waiting = settled(cluster, run.id, RunStatus.WAITING)
+    [server] = stdio_servers()
+    server.kill()
+    server.wait(10)
+    [pending] = [a for a in engine.approvals(waiting.id) if a.pending]
+    engine.respond(pending.approval_id, True, trusted=True, by="ops")
+    settled(cluster, run.id, RunStatus.COMPLETED)
+    assert [c["tool"] for c in calls(log)] == ["lookup", "create_issue", "lookup"]
+    assert [p.pid for p in stdio_servers()] != [server.pid]  # a new process served the rest
+
+
+def test_a_server_down_when_the_run_starts_is_waited_for_in_queued(
+    cluster: Cluster, http_server: HttpServer
+) -> None:
+    cluster.worker("w1", RUNWRIGHT_AGENTS=AGENTS, RUNWRIGHT_TEST_MCP_URL=http_server.url)
+    cluster.beat()
+    engine = cluster.engine()
+    run = engine.start("mcp_gated_http")  # the server is not up
+    retrying = wait_until(
+        lambda: (r := engine.get_run(run.id)).retry is not None and r, 60, "a retry"
+    )
+    assert retrying.status in (RunStatus.QUEUED, RunStatus.RUNNING)
+    assert "MCP server 'tracker' cannot be reached" in (
+        retrying.retry.error if retrying.retry else ""
+    )
+    time.sleep(20)  # down for 20 s in all
+    assert engine.get_run(run.id).status is not RunStatus.FAILED
+    http_server.start()
+    settled(cluster, run.id, RunStatus.WAITING, timeout=60)  # it ran on, to its approval
