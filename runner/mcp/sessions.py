@@ -32,8 +32,9 @@ T = TypeVar("T")
 
 # A server listing more than this many tools is refused: no model can use them.
 MAX_TOOLS = 512
-# What a session has to answer a ping before an effect's call (runner/mcp/tools.py).
-PING_SECONDS = 5.0
+# An effect's call goes out on a session that answered a probe within this
+# (Session._alive).
+PROBE_SECONDS = 5.0
 
 
 class Session:
@@ -135,13 +136,14 @@ class Session:
             ) from None
 
     async def _alive(self, client: Client) -> Client:
-        """``client``, or a new session's if a ping finds it dead: an effect's
-        call goes out only on a session that answered, so a server that died
-        while the session sat idle never makes an unsent call's outcome
-        unknown."""
+        """``client``, or a new session's if it does not answer a probe: an
+        effect's call goes out only on a session that just answered, so a
+        server that died while the session sat idle never makes an unsent
+        call's outcome unknown. (The probe is a listing: the protocol has no
+        ping since its 2026-07-28 revision.)"""
         try:
-            async with asyncio.timeout(min(self.server.connect_seconds, PING_SECONDS)):
-                await self._guarded(client.send_ping())
+            async with asyncio.timeout(min(self.server.connect_seconds, PROBE_SECONDS)):
+                await self._guarded(client.list_tools())
             return client
         except (_Broken, MCPToolError, TimeoutError):
             await self.close()

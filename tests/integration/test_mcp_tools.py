@@ -211,7 +211,17 @@ def test_bad_arguments_a_server_error_and_a_huge_result_go_back_to_the_model(
     ("lists", "offered"),
     [
         (
-            {"block": ["huge", "broken", "slow", "whoami", "refund_and_die", "retire"]},
+            {
+                "block": [
+                    "huge",
+                    "broken",
+                    "slow",
+                    "whoami",
+                    "refund_and_die",
+                    "retire",
+                    "slow_refund",
+                ]
+            },
             ["tracker_create_issue", "tracker_lookup"],
         ),
         ({"allow": ["lookup", "no_such_tool"]}, ["tracker_lookup"]),
