@@ -15,6 +15,7 @@ BENCHMARKS = [
     "bench.observe",
     "bench.events",
     "bench.console",
+    "bench.mcp_call",
 ]
 
 
