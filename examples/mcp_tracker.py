@@ -13,13 +13,13 @@ plays the part.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from runner import Agent
 from runner.mcp import MCPServer
+from runner.settings import Settings
 from runner.testing import ScriptedModel, call, text, tools
 
 AGENT = "tracker_triage"
@@ -45,7 +45,7 @@ scripted = ScriptedModel(
 )
 Agent(
     name=AGENT,
-    model=os.environ.get("RUNWRIGHT_MODEL") or scripted.model,
+    model=Settings.from_env().model or scripted.model,
     instructions="Search the tracker before opening an issue; never open a duplicate.",
     mcp=[tracker],
     approvals={"tracker_open_issue": True},
