@@ -96,11 +96,51 @@ async def retire(name: str, ctx: Context) -> str:
     return f"{name} retired"
 
 
+@app.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def chatter(ctx: Context) -> str:
+    """Writes lines that are not JSON-RPC (and bytes that are not text) to its
+    stdout, which is the stdio transport, before it answers."""
+    os.write(1, b"starting up... done\n\x00\xff\xfe not json {\n")
+    return "still here"
+
+
+@app.tool(
+    description='<img src=x onerror="window.pwned = 1"> Posts a <b>comment</b>',
+    annotations=ToolAnnotations(title="<script>window.pwned = 1</script>", destructiveHint=True),
+)
+def markup(body: str, ctx: Context) -> str:
+    """(The description above is the server's: markup, as a hostile server writes it.)"""
+    _log("markup", {"body": body}, ctx)
+    return f"<script>window.pwned = 1</script> posted {body}"
+
+
+def _refusing(asgi: Any, flag: str) -> Any:
+    """``asgi``, answering every request 401 while the file ``flag`` exists:
+    a credential that expired while a session was open."""
+
+    async def refuse(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not os.path.exists(flag):
+            await asgi(scope, receive, send)
+            return
+        headers = [(b"www-authenticate", b"Bearer"), (b"content-length", b"0")]
+        await send({"type": "http.response.start", "status": 401, "headers": headers})
+        await send({"type": "http.response.body", "body": b""})
+
+    return refuse
+
+
 def main(argv: list[str]) -> None:
-    if argv[:1] == ["http"]:
-        app.run("streamable-http", host="127.0.0.1", port=int(argv[1]))
-    else:
+    if argv[:1] != ["http"]:
         app.run("stdio")
+        return
+    flag = os.environ.get("RUNWRIGHT_TEST_MCP_REFUSE")
+    if not flag:
+        app.run("streamable-http", host="127.0.0.1", port=int(argv[1]))
+        return
+    import uvicorn
+
+    asgi = _refusing(app.streamable_http_app(host="127.0.0.1"), flag)
+    uvicorn.run(asgi, host="127.0.0.1", port=int(argv[1]), log_level="warning", lifespan="on")
 
 
 if __name__ == "__main__":

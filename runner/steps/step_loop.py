@@ -337,6 +337,7 @@ class StepLoop:
             store_begin=self.store.begin_effect,
             store_finish=self.store.finish_effect,
             store_unknown=self.store.mark_effect_unknown,
+            store_withdraw=self.store.withdraw_effect,
             token_id=self.deps.tokens.current_id,
             notify_delay=self.deps.notify_delay if self.agent.notifier else None,
             executor=self.deps.tool_executor,

@@ -41,7 +41,13 @@ from runner import faults
 from runner.agent import Agent
 from runner.approvals.expiry import expired, expiry_message
 from runner.clock import SYSTEM, Clock
-from runner.errors import ApprovalNotFound, OutcomeUnknown, RunwrightError, ToolInputError
+from runner.errors import (
+    ApprovalNotFound,
+    MCPUnavailable,
+    OutcomeUnknown,
+    RunwrightError,
+    ToolInputError,
+)
 from runner.observe import ToolCall
 from runner.steps.history import OpenStep, approval_request, error_content, tool_message
 from runner.steps.run_context import AbortReason, AbortSignal, RunContext
@@ -195,6 +201,7 @@ class CallRunner:
         store_begin: Callable[..., EffectBegin],
         store_finish: Callable[..., Effect],
         store_unknown: Callable[..., Effect],
+        store_withdraw: Callable[..., bool],
         token_id: str,
         notify_delay: timedelta | None,
         executor: Any,
@@ -218,6 +225,7 @@ class CallRunner:
         self.store_begin = store_begin
         self.store_finish = store_finish
         self.store_unknown = store_unknown
+        self.store_withdraw = store_withdraw
         self.token_id = token_id
         self.notify_delay = notify_delay
         self.executor = executor
@@ -271,8 +279,13 @@ class CallRunner:
                     continue
             runnable.append((call, tool, args, input))
         if runnable:
-            done = await asyncio.gather(*(self._observed(*item) for item in runnable))
-            out.results.extend(result for result in done if result is not None)
+            done = await asyncio.gather(*(self._unless_halted(*item) for item in runnable))
+            halted = [result for result in done if isinstance(result, MCPUnavailable)]
+            if halted:
+                # The other calls have finished (an effect's outcome is
+                # journaled); the step fails, under the run's retry policy.
+                raise halted[0]
+            out.results.extend(result for result in done if isinstance(result, CallResult))
         order = {c["id"]: i for i, c in enumerate(step.calls)}
         out.results.sort(key=lambda r: order.get(r.call_id, 0))
         return out
@@ -410,7 +423,7 @@ class CallRunner:
                 return await self._race(
                     tool.invoke(args, self.ctx, idempotency_key=key, executor=self.executor)
                 )
-            except Abandoned:
+            except (Abandoned, MCPUnavailable):
                 raise
             except Exception as exc:
                 now = time.monotonic()
@@ -455,6 +468,17 @@ class CallRunner:
             grace = max(grace, self.drain_grace_seconds)
         aborted_at = signal.aborted_at if signal.aborted_at is not None else time.monotonic()
         return max(0.0, aborted_at + grace - time.monotonic())
+
+    async def _unless_halted(
+        self, call: dict[str, Any], tool: Tool, args: pydantic.BaseModel, input: Any
+    ) -> CallResult | MCPUnavailable | None:
+        """The call's result; or, when its server cannot be reached or refuses
+        the credentials, that error: not the call's failure, which the model
+        could act on, but the step's (runner/engine/execution.py)."""
+        try:
+            return await self._observed(call, tool, args, input)
+        except MCPUnavailable as exc:
+            return exc
 
     async def _observed(
         self, call: dict[str, Any], tool: Tool, args: pydantic.BaseModel, input: Any
@@ -546,6 +570,11 @@ class CallRunner:
             return await self._unknown(call_id, tool, input, key, started)
         try:
             value = await self._invoke(tool, args, key, observed)
+        except MCPUnavailable:
+            # Refused or never sent (an effect's call that went out unanswered
+            # is OutcomeUnknown): its start is taken back, and the step fails.
+            await self.write(self.store_withdraw, key)
+            raise
         except Abandoned:
             # The journal keeps `started`: the outcome is unknown.
             log.warning("run %s: effect %s abandoned by an abort", self.ctx.run_id, key)

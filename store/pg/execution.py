@@ -345,6 +345,20 @@ FINISH_EFFECT = Statement(
     """,
 )
 
+# A started effect whose call never went out (its server could not be reached,
+# or refused the credentials): the row goes, so the step's next execution
+# makes the call afresh rather than finding an outcome it must call unknown.
+# Only this epoch's own first attempt: a rerun's earlier attempts may have run.
+WITHDRAW_EFFECT = Statement(
+    "withdraw_effect",
+    """
+    DELETE FROM effects
+     WHERE run_id = CAST(:run_id AS uuid) AND key = CAST(:key AS text)
+       AND status = 'started' AND claim_epoch = CAST(:epoch AS int) AND attempts = 1
+    RETURNING key
+    """,
+)
+
 EFFECT_FOR_KEY = Statement(
     "effect_for_key",
     "SELECT * FROM effects WHERE run_id = CAST(:run_id AS uuid) AND key = CAST(:key AS text)",
@@ -593,6 +607,13 @@ class PgExecution(PgBase):
                 assert row is not None
                 return EffectBegin(effect_from_row(row), execute=True)
             return EffectBegin(existing, execute=False)
+
+    def withdraw_effect(self, fence: Fence, key: str) -> bool:
+        """Take back ``key``'s start: its call never went out. False when the
+        row is not this epoch's first, unfinished attempt (then it stays)."""
+        with self.db.tx() as tx:
+            self._lock_fenced(tx, fence)
+            return tx.first(WITHDRAW_EFFECT, {**fence_params(fence), "key": key}) is not None
 
     def finish_effect(
         self, fence: Fence, key: str, *, output: object = None, error: str | None = None

@@ -71,11 +71,26 @@ LLM_STEP = Statement(
 
 # The MCP tools the run's model was last offered (runner/mcp/listing.py): the
 # latest llm step that recorded them.
+# The run's last record of the MCP tools its model was offered; a fork with
+# none of its own yet has its origin's, as it stood at the fork's step (and so
+# on up a fork of a fork).
 MCP_LISTING = Statement(
     "mcp_listing",
-    "SELECT input -> 'mcp_tools' AS tools FROM steps WHERE run_id = CAST(:run_id AS uuid)"
-    f" AND kind = {_LLM} AND (input -> 'mcp_tools') IS NOT NULL"
-    " ORDER BY index DESC, id DESC LIMIT 1",
+    f"""
+    WITH RECURSIVE line (id, upto, depth) AS (
+        SELECT CAST(:run_id AS uuid), CAST(NULL AS int), 0
+        UNION ALL
+        SELECT r.forked_from, r.forked_at_step, line.depth + 1
+          FROM line JOIN runs AS r ON r.id = line.id
+         WHERE r.forked_from IS NOT NULL AND line.depth < 32
+    )
+    SELECT s.input -> 'mcp_tools' AS tools
+      FROM line JOIN steps AS s ON s.run_id = line.id
+     WHERE s.kind = {_LLM} AND (s.input -> 'mcp_tools') IS NOT NULL
+       AND (line.upto IS NULL OR s.index <= line.upto)
+     ORDER BY line.depth, s.index DESC, s.id DESC
+     LIMIT 1
+    """,
 )
 
 # An execution's start: the checkpoint with its messages, and the next step's
@@ -227,7 +242,8 @@ class PgRuns(PgBase):
 
     def mcp_listing(self, run_id: str) -> dict[str, Any] | None:
         """The MCP tools the run's model was last offered, as its step recorded
-        them (runner/mcp/listing.py); None if no step did."""
+        them (runner/mcp/listing.py); a fork's origin's record at the fork's
+        step while the fork has none of its own; None if no step did."""
         row = self.db.first(MCP_LISTING, {"run_id": check_run_id(run_id)})
         tools = None if row is None else row["tools"]
         return tools if isinstance(tools, dict) else None

@@ -8,12 +8,7 @@ workers; the MCP test server of tests/mcp_servers.py."""
 
 from __future__ import annotations
 
-import json
-import os
 import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,64 +18,20 @@ import psutil
 import pytest
 
 import tests.agents_mcp  # noqa: F401  (this process starts the runs by name)
-from store.local import free_port
 from store.models import EffectStatus, RunStatus
 from tests.e2e.cluster import Cluster, wait_until
-from tests.services import ROOT
+from tests.mcp_http import HttpServer, calls
 
 AGENTS = "tests.agents,tests.agents_mcp"
 
 
-class HttpServer:
-    """The MCP test server on streamable HTTP, which a test stops and starts."""
-
-    def __init__(self, log: Path) -> None:
-        self.log = log
-        self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.mcp_servers", "http", str(self.port)],
-            cwd=ROOT,
-            env={"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT),
-                 "RUNWRIGHT_TEST_MCP_LOG": str(self.log)},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                return
-            except OSError:
-                assert time.monotonic() < deadline, "the MCP test server never listened"
-                time.sleep(0.1)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-        self.proc = None
-
-
 @pytest.fixture
 def http_server(tmp_path: Path) -> Iterator[HttpServer]:
-    server = HttpServer(tmp_path / "http-calls.jsonl")
+    server = HttpServer(tmp_path)
     try:
         yield server
     finally:
         server.stop()
-
-
-def calls(log: Path) -> list[dict[str, Any]]:
-    if not log.exists():
-        return []
-    return [json.loads(line) for line in log.read_text().splitlines() if line]
 
 
 def stdio_servers() -> list[psutil.Process]:

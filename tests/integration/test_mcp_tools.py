@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -31,6 +29,7 @@ from runner.testing import ScriptedModel, TestEngine, call, text, tools
 from store.local import free_port
 from store.models import EffectStatus, RunStatus
 from tests.helpers import unique
+from tests.mcp_http import HttpServer, calls, serving
 from tests.services import ROOT
 
 pytestmark = pytest.mark.timeout(120)
@@ -56,37 +55,8 @@ def stdio_server(log: Path, **options: Any) -> MCPServer:
 
 
 @pytest.fixture
-def http_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    """The test server on streamable HTTP, in a process of the test's own."""
-    log = tmp_path / "http-calls.jsonl"
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.mcp_servers", "http", str(port)],
-        cwd=ROOT,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "RUNWRIGHT_TEST_MCP_LOG": str(log)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the MCP test server never listened"
-                assert proc.poll() is None, "the MCP test server exited"
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}/mcp", log
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
-def calls(log: Path) -> list[dict[str, Any]]:
-    if not log.exists():
-        return []
-    return [json.loads(line) for line in log.read_text().splitlines()]
+def http_server(tmp_path: Path) -> Iterator[HttpServer]:
+    yield from serving(tmp_path)
 
 
 def both_tools_agent(server: MCPServer, **fields: Any) -> tuple[Agent, ScriptedModel]:
@@ -115,7 +85,8 @@ def test_a_run_calls_a_read_only_tool_and_an_effect_of_a_real_server(
         log = tmp_path / "stdio-calls.jsonl"
         server = stdio_server(log)
     else:
-        url, log = request.getfixturevalue("http_server")
+        served = request.getfixturevalue("http_server")
+        url, log = served.url, served.log
         server = MCPServer.http("tracker", url, headers=lambda: {"X-Token": "secret-token"})
     agent, model = both_tools_agent(server)
     run = runwright_engine.run(agent)
@@ -220,6 +191,8 @@ def test_bad_arguments_a_server_error_and_a_huge_result_go_back_to_the_model(
                     "refund_and_die",
                     "retire",
                     "slow_refund",
+                    "chatter",
+                    "markup",
                 ]
             },
             ["tracker_create_issue", "tracker_lookup"],
@@ -311,6 +284,108 @@ def test_refused_credentials_fail_the_run_mcp_auth_at_once(
     assert run.error.code == "mcp_auth", run.error
     assert "MCP server 'tracker' refused the credentials (HTTP 401)" in run.error.message
     assert "Bearer old" not in run.error.message
+
+
+@pytest.mark.parametrize("tool", ["create_issue", "lookup"])
+def test_credentials_refused_under_an_open_session_fail_the_run_mcp_auth(
+    runwright_engine: TestEngine, http_server: HttpServer, tool: str
+) -> None:
+    """The token expires between two steps: the session is open and listed,
+    and the next call (an effect's, or a plain tool's) meets a 401. The run
+    fails ``mcp_auth`` at once, not a tool error the model would retry, and
+    the refused call never ran."""
+    name = unique("mcp-expired")
+
+    def script(request: Any) -> Any:
+        if request.step == 1:
+            return tools(call("tracker_lookup", {"q": "A1"}, id="first"))
+        http_server.refuse()  # the credential expires while the model thinks
+        arguments = {"title": "late"} if tool == "create_issue" else {"q": "A2"}
+        return tools(call(f"tracker_{tool}", arguments, id="second"))
+
+    model = ScriptedModel(name, script)
+    server = MCPServer.http("tracker", http_server.url, headers={"Authorization": "Bearer old"})
+    began = time.monotonic()
+    run = runwright_engine.run(Agent(name=name, model=model.model, mcp=[server]))
+    assert time.monotonic() - began < 10
+    assert run.status is RunStatus.FAILED and run.error is not None, run
+    assert run.error.code == "mcp_auth", run.error
+    assert "MCP server 'tracker' refused the credentials (HTTP 401)" in run.error.message
+    assert model.call_count == 2  # the model was never handed the refusal as a tool error
+    assert [c["arguments"] for c in calls(http_server.log)] == [{"q": "A1"}]
+    # Refused, so not run: an effect is not left of unknown outcome.
+    assert all(e.status is not EffectStatus.UNKNOWN for e in runwright_engine.effects(run.id))
+
+
+@pytest.mark.parametrize("tool", ["create_issue", "lookup"])
+def test_a_server_gone_between_steps_makes_the_run_wait_in_queued_not_fail(
+    runwright_engine: TestEngine, http_server: HttpServer, tool: str
+) -> None:
+    """The server stops after the run listed it: the next call (an effect's,
+    whose start is taken back since nothing went out, or a plain tool's) is
+    not a tool error but the step's transient failure. The run waits in
+    ``queued``; once the server is back the call is made, once."""
+    name = unique("mcp-gone")
+    arguments = {"title": "late"} if tool == "create_issue" else {"q": "A2"}
+
+    def script(request: Any) -> Any:
+        if request.step == 1:
+            return tools(call("tracker_lookup", {"q": "A1"}, id="first"))
+        if request.step == 2:
+            http_server.stop()  # while the model thinks
+            return tools(call(f"tracker_{tool}", arguments, id="second"))
+        return text("done")
+
+    model = ScriptedModel(name, script)
+    server = MCPServer.http("tracker", http_server.url, connect_seconds=2)
+    agent = Agent(
+        name=name, model=model.model, mcp=[server], retry=RetryPolicy.attempts(5, backoff=0.5)
+    )
+    run = runwright_engine.start(agent)
+    runwright_engine.engine.execute(run.id)
+    waiting = runwright_engine.get_run(run.id)
+    assert waiting.status is RunStatus.QUEUED and waiting.retry is not None, waiting
+    assert waiting.retry.error.startswith("MCP server 'tracker'"), waiting.retry
+    assert runwright_engine.effects(run.id) == []  # nothing went out, so nothing is journaled
+    http_server.start()
+    done = runwright_engine.run_until_settled(run.id)
+    assert done.status is RunStatus.COMPLETED, done.error
+    # The second call was made once, after the server came back.
+    assert [c["tool"] for c in calls(http_server.log)] == ["lookup", tool]
+    if tool == "create_issue":
+        [effect] = runwright_engine.effects(run.id)
+        assert effect.status is EffectStatus.COMPLETED and effect.attempts == 1
+    results = [m for m in runwright_engine.messages(run.id) if m.get("role") == "tool"]
+    assert [m["tool_call_id"] for m in results] == ["first", "second"]
+    assert "MCP server" not in results[1]["content"]
+
+
+def test_a_stdio_server_writing_what_is_not_json_rpc_keeps_its_session(
+    runwright_engine: TestEngine, tmp_path: Path
+) -> None:
+    """A stdio server that prints a banner, NUL and bytes that are not UTF-8
+    to its stdout (the transport): the lines are dropped, its answer still
+    arrives, and the next call goes out on the same session."""
+    name = unique("mcp-chatter")
+    model = ScriptedModel(
+        name,
+        [
+            tools(call("tracker_chatter", {}, id="noise")),
+            tools(call("tracker_lookup", {"q": "A3"}, id="after")),
+            text("done"),
+        ],
+    )
+    log = tmp_path / "calls.jsonl"
+    run = runwright_engine.run(Agent(name=name, model=model.model, mcp=[stdio_server(log)]))
+    assert run.status is RunStatus.COMPLETED, run.error
+    results = {
+        m["tool_call_id"]: m["content"]
+        for m in runwright_engine.messages(run.id)
+        if m.get("role") == "tool"
+    }
+    assert json.loads(results["noise"]) == {"result": "still here"}
+    assert json.loads(results["after"]) == {"result": "order A3: shipped"}
+    assert [c["tool"] for c in calls(log)] == ["lookup"]
 
 
 @pytest.mark.parametrize(
@@ -488,3 +563,41 @@ def test_the_offered_tools_are_recorded_and_a_change_between_executions_too(
     # The model's call of the retired tool came back as a tool error.
     [gone] = [m for m in model.calls[2].messages if m.get("tool_call_id") == "call_gone"]
     assert "unknown tool 'tracker_lookup'" in gone["content"]
+
+
+def test_a_fork_compares_its_tools_with_what_its_origin_was_offered(
+    runwright_engine: TestEngine, tmp_path: Path
+) -> None:
+    """A fork has its origin's record of the MCP tools (as it stood at the
+    fork's step): forked while the server's list is unchanged, it records
+    nothing new; forked after the server retired a tool, its first step
+    records the change. The origin is not written."""
+    from runner.engine.runtime import runtime
+    from runner.mcp.sessions import session
+
+    server = stdio_server(tmp_path / "calls.jsonl", list_cache_seconds=0)
+    name = unique("mcp-fork")
+    model = ScriptedModel(
+        name,
+        [tools(call("tracker_create_issue", {"title": "late"}, id="c1")), text("done")],
+    )
+    origin = runwright_engine.run(Agent(name=name, model=model.model, mcp=[server]))
+    assert origin.status is RunStatus.COMPLETED, origin.error
+    before = [s.input for s in runwright_engine.steps(origin.id)]
+
+    def fork_inputs() -> list[Any]:
+        fork = runwright_engine.engine.fork(origin.id, 1, rerun_effects=True)
+        done = runwright_engine.run_until_settled(fork.id)
+        assert done.status is RunStatus.COMPLETED, done.error
+        return [s.input for s in runwright_engine.steps(fork.id) if s.kind.value == "llm"]
+
+    assert fork_inputs() == [None]  # the same tools as the origin's model saw
+    runtime().run(session(server).call_tool("retire", {"name": "lookup"}), timeout=30)
+    [changed] = fork_inputs()
+    assert changed["mcp_tools_changed"] == {
+        "added": [],
+        "removed": ["tracker_lookup"],
+        "changed": [],
+    }
+    assert "tracker_lookup" not in changed["mcp_tools"]
+    assert [s.input for s in runwright_engine.steps(origin.id)] == before

@@ -208,6 +208,7 @@ def test_stale_owner_is_fenced_out_and_writes_nothing(store: PostgresStore) -> N
         lambda: store.settle(old, Outcome(RunStatus.COMPLETED, output="x")),
         lambda: store.begin_effect(old, "k2", "refund", {}, rerun_started=False),
         lambda: store.finish_effect(old, "k1", output="late"),
+        lambda: store.withdraw_effect(old, "k1"),
         lambda: store.defer_missing_agent(old, 600),
     ]
     for attempt in attempts:
@@ -361,6 +362,32 @@ def test_effect_journal(store: PostgresStore) -> None:
     ]
     with pytest.raises(RunNotFound):
         store.effects(str(uuid.uuid4()))
+
+
+def test_a_started_effect_whose_call_never_went_out_is_withdrawn(store: PostgresStore) -> None:
+    fence = claimed(store)
+    key, rerun_key = f"{fence.run_id}:call_1", f"{fence.run_id}:call_2"
+    store.begin_effect(fence, key, "refund", {"amount": 5}, rerun_started=False)
+    assert store.withdraw_effect(fence, key)
+    assert store.effects(fence.run_id) == []
+    # Begun again, it is a fresh first attempt that goes out.
+    fresh = store.begin_effect(fence, key, "refund", {"amount": 5}, rerun_started=False)
+    assert fresh.execute and fresh.effect.attempts == 1
+    store.finish_effect(fence, key, output={"refund_id": "r1"})
+    assert not store.withdraw_effect(fence, key)  # a finished effect stays
+    # Another epoch's start, and a rerun's, may have run: they stay.
+    store.begin_effect(fence, rerun_key, "refund", {}, rerun_started=False)
+    store.settle(fence, Outcome(RunStatus.INTERRUPTED))
+    claim = try_claim(store, fence.run_id, "worker-b", 30)
+    assert claim is not None
+    later = Fence(fence.run_id, "worker-b", claim.epoch)
+    assert not store.withdraw_effect(later, rerun_key)
+    store.begin_effect(later, rerun_key, "refund", {}, rerun_started=True)
+    assert not store.withdraw_effect(later, rerun_key)
+    assert [(e.key, e.status, e.attempts) for e in store.effects(fence.run_id)] == [
+        (key, EffectStatus.COMPLETED, 1),
+        (rerun_key, EffectStatus.STARTED, 2),
+    ]
 
 
 def test_an_effect_of_unknown_outcome_flags_its_run_until_resolved(store: PostgresStore) -> None:
