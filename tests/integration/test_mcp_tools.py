@@ -444,29 +444,61 @@ def test_a_stdio_server_that_died_is_started_again_by_the_next_run(
     assert second != first  # a new process, on a new session, and the run completed
 
 
-def test_a_call_that_hangs_is_cut_off_by_cancel(
-    runwright_engine: TestEngine, tmp_path: Path
+@pytest.mark.parametrize("stop", ["cancel", "timeout", "drain"])
+def test_a_call_that_hangs_is_cut_off_by_cancel_timeout_and_drain(
+    runwright_database_url: str, tmp_path: Path, stop: str
 ) -> None:
+    """A call that hangs (the server answers in a minute) races the run's
+    abort like any tool's: cancel, the execution's timeout and a drain each
+    settle the run within about a second (a drain gives the call the drain
+    window less two seconds, 1 s here with a drain window of 3 s)."""
     import threading
 
-    name = unique("mcp-hang")
-    model = ScriptedModel(name, [tools(call("tracker_slow", {})), text("never")])
-    agent = Agent(name=name, model=model.model, mcp=[stdio_server(tmp_path / "calls.jsonl")])
-    run = runwright_engine.start(agent)
-    done: list[Any] = []
-    thread = threading.Thread(target=lambda: done.append(runwright_engine.engine.execute(run.id)))
-    thread.start()
-    deadline = time.monotonic() + 30
-    while model.call_count < 1 or runwright_engine.get_run(run.id).status is not RunStatus.RUNNING:
-        assert time.monotonic() < deadline, "the run never called the tool"
-        time.sleep(0.05)
-    time.sleep(0.5)  # the call is out, and hangs
-    asked = time.monotonic()
-    runwright_engine.engine.cancel(run.id)
-    thread.join(10)
-    assert not thread.is_alive()
-    assert time.monotonic() - asked < 2.0
-    assert runwright_engine.get_run(run.id).status is RunStatus.CANCELLED
+    from runner import Budget
+    from runner.engine.runtime import runtime
+    from runner.settings import Settings
+    from runner.testing.kit import TEST_SECRET_KEY
+
+    settings = Settings(secret_key=TEST_SECRET_KEY, drain_seconds=3)
+    with TestEngine(runwright_database_url, settings=settings) as kit:
+        name = unique("mcp-hang")
+        model = ScriptedModel(name, [tools(call("tracker_slow", {})), text("never")])
+        budget = Budget(timeout_ms=2500) if stop == "timeout" else Budget()
+        agent = Agent(
+            name=name,
+            model=model.model,
+            mcp=[stdio_server(tmp_path / "calls.jsonl")],
+            budget=budget,
+        )
+        run = kit.start(agent)
+        done: list[Any] = []
+        thread = threading.Thread(target=lambda: done.append(kit.engine.execute(run.id)))
+        thread.start()
+        deadline = time.monotonic() + 30
+        while model.call_count < 1 or kit.get_run(run.id).status is not RunStatus.RUNNING:
+            assert time.monotonic() < deadline, "the run never called the tool"
+            time.sleep(0.05)
+        time.sleep(0.5)  # the call is out, and hangs
+        asked = time.monotonic()
+        try:
+            if stop == "cancel":
+                kit.engine.cancel(run.id)
+            elif stop == "drain":
+                runtime().drain()
+            thread.join(15)
+        finally:
+            runtime()._draining = False  # a drained worker exits; this test's process goes on
+        assert not thread.is_alive()
+        settled = kit.get_run(run.id)
+        if stop == "timeout":
+            # The budget's 2.5 s began before the model call and the listing.
+            assert time.monotonic() - asked < 3.0
+            assert settled.status is RunStatus.FAILED and settled.error is not None
+            assert settled.error.code == "timeout"
+        else:
+            assert time.monotonic() - asked < 2.0
+            expected = RunStatus.CANCELLED if stop == "cancel" else RunStatus.INTERRUPTED
+            assert settled.status is expected, settled
 
 
 def test_a_call_the_server_refuses_is_a_tool_error_and_keeps_the_session(
