@@ -129,7 +129,23 @@ def _refusing(asgi: Any, flag: str) -> Any:
     return refuse
 
 
+def _many(count: int) -> None:
+    """Add ``count`` read-only tools, ``many_0`` on: a listing of thousands."""
+
+    def echo(n: int) -> int:
+        return n
+
+    for k in range(count):
+        app.add_tool(
+            echo,
+            name=f"many_{k}",
+            description=f"Tool {k} of many.",
+            annotations=ToolAnnotations(readOnlyHint=True),
+        )
+
+
 def main(argv: list[str]) -> None:
+    _many(int(os.environ.get("RUNWRIGHT_TEST_MCP_MANY") or 0))
     if argv[:1] != ["http"]:
         app.run("stdio")
         return

@@ -30,8 +30,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("runner.mcp")
 T = TypeVar("T")
 
-# A server listing more than this many tools is refused: no model can use them.
-MAX_TOOLS = 512
+# How many tools of a server's listing are read: past this, its pages are no
+# longer asked for (one WARNING), so a hostile listing cannot fill the worker.
+MAX_LISTED = 10_000
 # An effect's call goes out on a session that answered a probe within this
 # (Session._alive).
 PROBE_SECONDS = 5.0
@@ -159,11 +160,15 @@ class Session:
                 except MCPToolError as refused:  # the server will not list them
                     raise MCPUnavailable(refused.message) from None
                 tools += page.tools
-                if len(tools) > MAX_TOOLS:
-                    raise MCPUnavailable(
-                        f"MCP server {self.server.name!r} lists more than {MAX_TOOLS} tools"
-                    )
                 cursor = page.next_cursor
+                if len(tools) >= MAX_LISTED and (cursor or len(tools) > MAX_LISTED):
+                    log.warning(
+                        "MCP server %r lists more than %d tools: only the first %d are read",
+                        self.server.name,
+                        MAX_LISTED,
+                        MAX_LISTED,
+                    )
+                    return tools[:MAX_LISTED]
                 if not cursor:
                     return tools
 

@@ -7,7 +7,8 @@ the server's JSON schema before the call, and, unless the server annotates it
 effect: journaled, run at most once, its idempotency key sent to the server
 in the request's ``_meta``. A server is untrusted: a tool whose name cannot be
 made valid, whose schema is not one, or that is too large to offer is left
-out with one WARNING; a description is clipped; a result is a JSON object or
+out with one WARNING, as are those past the first ``MAX_OFFERED`` of a
+server; a description and a title are clipped; a result is a JSON object or
 text, binary content named, never passed on (and, like every tool's, cut to
 ``MAX_RESULT_CHARS`` by runner/steps/toolcalls.py).
 """
@@ -42,6 +43,14 @@ log = logging.getLogger("runner.mcp")
 IDEMPOTENCY_META = "io.runwright/idempotency-key"
 DESCRIPTION_CHARS = 4_000
 SCHEMA_CHARS = 64_000
+# The most tools one server offers a model (OpenAI's limit for a whole
+# request): past it, the rest of the server's listing is left out, with one
+# WARNING; ``allow=`` chooses which.
+MAX_OFFERED = 128
+# The annotations kept of a tool (the protocol's hints and title), the title
+# clipped: a server may send any others, and the reviewer sees these.
+HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
+TITLE_CHARS = 200
 
 
 class _Arguments(pydantic.BaseModel):
@@ -59,11 +68,7 @@ class MCPTool(Tool):
         self.server = server
         self.remote_name = listed.name
         self.input_schema: dict[str, Any] = dict(listed.input_schema)
-        self.annotations = (
-            None
-            if listed.annotations is None
-            else listed.annotations.model_dump(by_alias=True, exclude_none=True)
-        )
+        self.annotations = _annotations(listed)
         self._validator = Draft202012Validator(self.input_schema)
         description = (listed.description or "").strip() or listed.name
         super().__init__(
@@ -126,6 +131,20 @@ class MCPTool(Tool):
         return result_value(result)
 
 
+def _annotations(listed: ListedTool) -> dict[str, Any] | None:
+    """The tool's protocol annotations: its hints that are booleans, and its
+    title as text of at most ``TITLE_CHARS``; None if it has none of them."""
+    if listed.annotations is None:
+        return None
+    given = listed.annotations.model_dump(by_alias=True, exclude_none=True)
+    kept: dict[str, Any] = {}
+    title = given.get("title")
+    if isinstance(title, str) and title.strip():
+        kept["title"] = title.strip()[:TITLE_CHARS]
+    kept.update((hint, given[hint]) for hint in HINTS if isinstance(given.get(hint), bool))
+    return kept or None
+
+
 def result_value(result: CallToolResult) -> Any:
     """What the model is given of a call's result: the structured content if
     the server sent an object, else its content as text; a server's error
@@ -164,8 +183,12 @@ def build_tools(server: MCPServer, listed: Iterable[ListedTool]) -> list[MCPTool
     from jsonschema import Draft202012Validator, SchemaError
 
     made: dict[str, MCPTool] = {}
+    over = 0
     for item in listed:
         if not server.offers(item.name):
+            continue
+        if len(made) >= MAX_OFFERED:
+            over += 1
             continue
         name = prefixed(server.name, item.name)
         why = None
@@ -186,6 +209,13 @@ def build_tools(server: MCPServer, listed: Iterable[ListedTool]) -> list[MCPTool
         read_only = bool(item.annotations is not None and item.annotations.read_only_hint)
         effect = server.effects.get(item.name, not read_only)
         made[name] = MCPTool(server, item, name, effect=effect)
+    if over:
+        log.warning(
+            "MCP server %r offers more than %d tools: %d left out; choose with allow=[...]",
+            server.name,
+            MAX_OFFERED,
+            over,
+        )
     return list(made.values())
 
 

@@ -10,6 +10,7 @@ model as they should. A server that cannot be reached fails the run with
 from __future__ import annotations
 
 import json
+import logging
 import re
 import sys
 import time
@@ -633,3 +634,43 @@ def test_a_fork_compares_its_tools_with_what_its_origin_was_offered(
     }
     assert "tracker_lookup" not in changed["mcp_tools"]
     assert [s.input for s in runwright_engine.steps(origin.id)] == before
+
+
+def test_a_listing_of_thousands_of_tools_offers_a_model_at_most_128(
+    runwright_engine: TestEngine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server listing 2,000 tools: the model is offered its first 128, with
+    one WARNING that says how to choose; ``allow=`` reaches one far down the
+    list, and calling it works."""
+    from runner.mcp.tools import MAX_OFFERED
+
+    def many(**options: Any) -> MCPServer:
+        return MCPServer.stdio(
+            "tracker",
+            sys.executable,
+            args=["-m", "tests.mcp_servers"],
+            cwd=str(ROOT),
+            env={"PYTHONPATH": str(ROOT), "RUNWRIGHT_TEST_MCP_MANY": "2000"},
+            **options,
+        )
+
+    name = unique("mcp-many")
+    model = ScriptedModel(name, [text("too many to choose from")])
+    with caplog.at_level(logging.WARNING, logger="runner.mcp"):
+        run = runwright_engine.run(Agent(name=name, model=model.model, mcp=[many()]))
+    assert run.status is RunStatus.COMPLETED, run.error
+    assert len(model.calls[0].tools) == MAX_OFFERED == 128
+    [warned] = [r.getMessage() for r in caplog.records if "offers more than" in r.getMessage()]
+    assert "MCP server 'tracker' offers more than 128 tools" in warned
+    assert "choose with allow=[...]" in warned
+
+    name = unique("mcp-few")
+    model = ScriptedModel(
+        name, [tools(call("tracker_many_1999", {"n": 5}, id="far")), text("done")]
+    )
+    agent = Agent(name=name, model=model.model, mcp=[many(allow=["many_1999"])])
+    run = runwright_engine.run(agent)
+    assert run.status is RunStatus.COMPLETED, run.error
+    assert [t["function"]["name"] for t in model.calls[0].tools] == ["tracker_many_1999"]
+    [result] = [m for m in model.calls[1].messages if m.get("tool_call_id") == "far"]
+    assert json.loads(result["content"]) == {"result": 5}

@@ -138,3 +138,26 @@ def test_what_a_reviewer_sees_of_an_mcp_tool_is_text_never_markup() -> None:
     assert "&lt;img src=x onerror=alert(1)&gt; Drops a table" in shown and "<img" not in shown
     assert "destructiveHint=true" in shown
     assert tool_about(None) == "" and tool_about({"mcp_server": 5}) == ""
+
+
+def test_a_tools_annotations_keep_the_protocols_hints_and_a_clipped_title() -> None:
+    from runner.mcp.tools import TITLE_CHARS
+
+    [tool] = build_tools(
+        SERVER,
+        [
+            listed(
+                "drop",
+                annotations=ToolAnnotations(
+                    title="  " + "T" * 5_000, destructiveHint=True, openWorldHint=False
+                ),
+            )
+        ],
+    )
+    assert tool.annotations == {
+        "title": "T" * TITLE_CHARS,
+        "destructiveHint": True,
+        "openWorldHint": False,
+    }
+    [bare] = build_tools(SERVER, [listed("bare", annotations=ToolAnnotations(title="  "))])
+    assert bare.annotations is None and "annotations" not in bare.about()
