@@ -68,3 +68,22 @@ def _gated(name: str, server: MCPServer) -> None:
 
 _gated("mcp_gated_stdio", stdio)
 _gated("mcp_gated_http", http)
+
+# A call the server answers in a minute: cancel must not wait for it.
+hang_model = ScriptedModel(
+    "mcp-hang", [tools(call("tracker_slow", {}, id="call_slow")), text("never")], journal=JOURNAL
+)
+Agent(name="mcp_hang", model=hang_model.model, mcp=[stdio])
+
+# One lookup over HTTP: against a server that refuses the credentials.
+lookup_model = ScriptedModel(
+    "mcp-lookup-http",
+    [tools(call("tracker_lookup", {"q": "A9"}, id="call_lookup")), text("found")],
+    journal=JOURNAL,
+)
+Agent(
+    name="mcp_lookup_http",
+    model=lookup_model.model,
+    mcp=[http],
+    retry=RetryPolicy(initial_backoff=1.0, multiplier=1.5, max_backoff=4.0),
+)

@@ -128,3 +128,41 @@ def test_a_server_down_when_the_run_starts_is_waited_for_in_queued(
     assert engine.get_run(run.id).status is not RunStatus.FAILED
     http_server.start()
     settled(cluster, run.id, RunStatus.WAITING, timeout=60)  # it ran on, to its approval
+
+
+def test_a_call_that_hangs_on_a_worker_is_cut_off_by_cancel_within_two_seconds(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    cluster.worker("w1", RUNWRIGHT_AGENTS=AGENTS, RUNWRIGHT_TEST_MCP_LOG=str(tmp_path / "c"))
+    engine = cluster.engine()
+    run = engine.start("mcp_hang")
+    wait_until(
+        lambda: any(s.kind.value == "llm" for s in engine.steps(run.id)),
+        60,
+        "the model's call of the tool to be journaled",
+        interval=0.1,
+    )
+    time.sleep(1.0)  # the call is out: the server answers in a minute
+    assert engine.get_run(run.id).status is RunStatus.RUNNING
+    asked = time.monotonic()
+    engine.cancel(run.id)
+    settled(cluster, run.id, RunStatus.CANCELLED, timeout=10)
+    assert time.monotonic() - asked < 2.0
+
+
+def test_refused_credentials_fail_a_run_on_a_worker_mcp_auth_within_seconds(
+    cluster: Cluster, http_server: HttpServer
+) -> None:
+    http_server.refuse()
+    http_server.start()
+    cluster.worker("w1", RUNWRIGHT_AGENTS=AGENTS, RUNWRIGHT_TEST_MCP_URL=http_server.url)
+    engine = cluster.engine()
+    began = time.monotonic()
+    run = engine.start("mcp_lookup_http")
+    failed = settled(cluster, run.id, RunStatus.FAILED, timeout=30)
+    assert failed.error is not None and failed.error.code == "mcp_auth", failed.error
+    assert "MCP server 'tracker' refused the credentials (HTTP 401)" in failed.error.message
+    # The first attempt failed it: no retry was scheduled.
+    assert failed.retry is not None and (failed.retry.attempts, failed.retry.at) == (1, None)
+    assert calls(http_server.log) == []
+    assert time.monotonic() - began < 10  # the worker is up: a few seconds
