@@ -43,14 +43,18 @@ def _closed_sessions() -> Iterator[None]:
     close_all()
 
 
-def stdio_server(log: Path, **options: Any) -> MCPServer:
+def stdio_server(log: Path, *, token: str = "", **options: Any) -> MCPServer:
     return MCPServer.stdio(
         "tracker",
         sys.executable,
         args=["-m", "tests.mcp_servers"],
         cwd=str(ROOT),
         # A callable: asked when the session connects, never stored.
-        env=lambda: {"RUNWRIGHT_TEST_MCP_LOG": str(log), "PYTHONPATH": str(ROOT)},
+        env=lambda: {
+            "RUNWRIGHT_TEST_MCP_LOG": str(log),
+            "PYTHONPATH": str(ROOT),
+            "TRACKER_TOKEN": token,
+        },
         **options,
     )
 
@@ -81,16 +85,18 @@ def test_a_run_calls_a_read_only_tool_and_an_effect_of_a_real_server(
     tmp_path: Path,
     transport: str,
     request: pytest.FixtureRequest,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     if transport == "stdio":
         log = tmp_path / "stdio-calls.jsonl"
-        server = stdio_server(log)
+        server = stdio_server(log, token="secret-token")
     else:
         served = request.getfixturevalue("http_server")
         url, log = served.url, served.log
         server = MCPServer.http("tracker", url, headers=lambda: {"X-Token": "secret-token"})
     agent, model = both_tools_agent(server)
-    run = runwright_engine.run(agent)
+    with caplog.at_level(logging.DEBUG):
+        run = runwright_engine.run(agent)
     assert run.status is RunStatus.COMPLETED, run.error
     model.assert_complete()
 
@@ -120,8 +126,15 @@ def test_a_run_calls_a_read_only_tool_and_an_effect_of_a_real_server(
     assert issue["key"] == f"{run.id}:call_issue" == journaled.key
     assert next(c for c in seen if c["tool"] == "lookup")["key"] is None
     assert IDEMPOTENCY_META == "io.runwright/idempotency-key"
-    # The credentials never reached the record.
+    # The credentials never reached the record, the event feed or a log line.
     assert "secret-token" not in json.dumps(runwright_engine.messages(run.id))
+    steps = [(s.input, s.output, s.error) for s in runwright_engine.steps(run.id)]
+    assert "secret-token" not in json.dumps(steps, default=str)
+    events = list(runwright_engine.engine.events(run.id, timeout=0, tokens=False))
+    assert events and "secret-token" not in json.dumps([e.data for e in events], default=str)
+    assert "secret-token" not in repr(runwright_engine.get_run(run.id))
+    assert caplog.records and not any("secret-token" in r.getMessage() for r in caplog.records)
+    assert "secret-token" not in repr(server)
 
 
 def test_an_approval_gates_an_mcp_tool_and_a_denial_never_calls_the_server(

@@ -480,7 +480,7 @@ def test_an_mcp_tool_call_is_an_execute_tool_span_naming_its_server(traced: Trac
         sys.executable,
         args=["-m", "tests.mcp_servers"],
         cwd=str(ROOT),
-        env={"PYTHONPATH": str(ROOT)},
+        env=lambda: {"PYTHONPATH": str(ROOT), "TRACKER_TOKEN": "secret-token-otel"},
     )
     name = f"otel-mcp-{uuid.uuid4().hex[:8]}"
     model = ScriptedModel(name, [tools(call("tracker_lookup", {"q": "A7"})), text("done")])
@@ -496,6 +496,8 @@ def test_an_mcp_tool_call_is_an_execute_tool_span_naming_its_server(traced: Trac
     assert attributes["runwright.mcp.server"] == "tracker"
     assert attributes["gen_ai.tool.name"] == "tracker_lookup"
     assert attributes["runwright.tool.effect"] is False
+    # The server's credentials are in no span.
+    assert "secret-token-otel" not in repr([(s.attributes, s.events) for s in traced.spans()])
     # A Python tool's span names no server.
     assert not any(
         "runwright.mcp.server" in dict(s.attributes or {})
