@@ -361,3 +361,41 @@ def test_a_port_in_use_stops_the_worker_with_one_line() -> None:
         port = taken.getsockname()[1]
         with pytest.raises(ConfigurationError, match=f"RUNWRIGHT_METRICS_PORT={port}"):
             m.start_worker(Settings(metrics_port=port))
+
+
+def test_an_mcp_tools_calls_are_counted_under_its_prefixed_name(
+    engine: Engine, registry: CollectorRegistry
+) -> None:
+    import sys
+
+    from runner.mcp import MCPServer
+    from runner.mcp.sessions import close_all
+    from tests.services import ROOT
+
+    server = MCPServer.stdio(
+        "tracker",
+        sys.executable,
+        args=["-m", "tests.mcp_servers"],
+        cwd=str(ROOT),
+        env={"PYTHONPATH": str(ROOT)},
+    )
+    name = unique("mcp-metrics")
+    model = ScriptedModel(
+        name,
+        [
+            tools(call("tracker_lookup", {"q": "A7"}), call("tracker_broken", {})),
+            text("done"),
+        ],
+    )
+    Agent(name=name, model=model.model, mcp=[server])
+    try:
+        done = engine.execute(engine.start(name).id)
+    finally:
+        close_all()
+    assert done is not None and done.status is RunStatus.COMPLETED
+    for tool_name in ("tracker_lookup", "tracker_broken"):  # a failed call is timed too
+        count = value(
+            registry, "runwright_tool_call_duration_seconds_count", agent=name, tool=tool_name
+        )
+        assert count == 1, tool_name
+    assert value(registry, "runwright_steps_total", agent=name, kind="tool") == 2
