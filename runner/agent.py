@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol
 
 import pydantic
 
+from runner.children import ChildTool, child_tool
 from runner.errors import AgentNotFound, ConfigurationError, InvalidInput
 from runner.mcp.servers import MCPServer
 from runner.retry import RetryPolicy
@@ -117,6 +118,9 @@ class Agent:
     budget: Budget = field(default_factory=Budget)
     state: type[pydantic.BaseModel] | None = None
     output: type[pydantic.BaseModel] | None = None
+    # The arguments a parent agent's model gives it when it is a tool
+    # (``as_tool``), which become its trigger payload; default: one ``task``.
+    input: type[pydantic.BaseModel] | None = None
     concurrency_key: Callable[[TriggerEnvelope], str | None] | None = None
     notifier: Callable[[ApprovalRequest], Any] | None = None
     on_error: Callable[[str, BaseException], Any] | None = None
@@ -148,6 +152,10 @@ class Agent:
                     f"approval rule for {tool_name!r} must be True, a predicate or an "
                     "ApprovalPolicy"
                 )
+        if self.input is not None and not (
+            isinstance(self.input, type) and issubclass(self.input, pydantic.BaseModel)
+        ):
+            raise InvalidInput(f"agent {self.name!r}: input must be a pydantic model class")
         self.mcp = tuple(self.mcp)
         names = set()
         for server in self.mcp:
@@ -183,6 +191,15 @@ class Agent:
         finally:
             with _override_lock:
                 self.model = previous
+
+    def as_tool(
+        self, name: str | None = None, description: str | None = None, detached: bool = False
+    ) -> ChildTool:
+        """This agent as a tool of another agent: each call starts a child run
+        of it, and its result (its structured output, else its final text) is
+        the call's result (runner/children.py). ``name`` defaults to the
+        agent's; ``detached``: the child runs on when its parent is cancelled."""
+        return child_tool(self.name, self.instructions, self.input, name, description, detached)
 
     def build_tools(self, ctx: RunContext) -> list[Tool]:
         made = self.tools(ctx) if callable(self.tools) else self.tools

@@ -230,6 +230,11 @@ class Run:
     cost_unpriced: bool = False
     # W3C trace context of the request that started the run.
     trace_context: dict[str, str] | None = None
+    # A child run: the run whose tool call started it, and the call's id;
+    # ``detached``: it runs on when its parent is cancelled (runner/children.py).
+    parent_id: str | None = None
+    parent_call_id: str | None = None
+    detached: bool = False
 
     @property
     def settled(self) -> bool:
@@ -361,6 +366,20 @@ class NewRun:
 
 
 @dataclass(frozen=True)
+class NewChild:
+    """A child run a parent's tool call starts (runner/children.py): its
+    identity is the parent and the call (``trigger.id``), so a parent that
+    asks again finds the child it started."""
+
+    agent: str
+    trigger: TriggerEnvelope
+    call_id: str
+    detached: bool = False
+    id: str = field(default_factory=new_id)
+    trace_context: dict[str, str] | None = None
+
+
+@dataclass(frozen=True)
 class StepRecord:
     """A step row to write: the llm step in the step's journal write, tool steps
     in its commit."""
@@ -421,6 +440,10 @@ class StepCommit:
     state: JSON = None
     state_changed: bool = False
     approvals: list[NewApproval] = field(default_factory=list)
+    # The calls whose child runs this step started (runner/children.py).
+    child_calls: list[str] = field(default_factory=list)
+    # The step waits (for approvals, or for children): the run goes to waiting.
+    waits: bool = False
     outcome: Outcome | None = None
 
 
@@ -430,6 +453,9 @@ class Settled:
 
     run: Run
     next_in_key: str | None = None
+    # Parents (or the run itself) this write's commit let out of their wait for
+    # children: queued again, to be sent (store/pg/base.RESUME_IF_DONE).
+    resumed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

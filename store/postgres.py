@@ -2,7 +2,7 @@
 statements that decide them, beside the code that runs them in ``store/pg/``).
 
 The class is assembled from one part per concern (``store/pg/``): runs, claims
-and fenced execution writes, effects of unknown outcome, approvals, tick
+and fenced execution writes, child runs, effects of unknown outcome, approvals, tick
 maintenance, retry and fork, and what the metrics endpoint reads. Each part holds its statements;
 :class:`store.db.Executor` runs them.
 
@@ -22,6 +22,7 @@ import sqlalchemy as sa
 
 from store.db import DEFAULT_POOL_SIZE, Executor, shared_engine
 from store.pg.approvals import PgApprovals
+from store.pg.children import PgChildren
 from store.pg.effects import PgEffects
 from store.pg.execution import PgExecution
 from store.pg.maintenance import PgMaintenance
@@ -32,7 +33,7 @@ from store.validate import DEFAULT_MAX_PAYLOAD_BYTES
 
 
 class PostgresStore(
-    PgRuns, PgExecution, PgEffects, PgApprovals, PgMaintenance, PgRecovery, PgObserve
+    PgRuns, PgChildren, PgExecution, PgEffects, PgApprovals, PgMaintenance, PgRecovery, PgObserve
 ):
     """The store: what the engine, the console and the command line call."""
 

@@ -83,6 +83,9 @@ def run_from_row(row: Mapping[str, Any], waiting: WaitPoint | None = None) -> Ru
         ),
         interrupted_by=m.get("interrupted_by"),
         agent_missing_since=m.get("agent_missing_since"),
+        parent_id=None if m.get("parent_id") is None else str(m["parent_id"]),
+        parent_call_id=m.get("parent_call_id"),
+        detached=bool(m.get("detached", False)),
     )
 
 

@@ -149,8 +149,9 @@ def check_fail_waiting(run_id: str, status: RunStatus) -> None:
 
 
 def commit_outcome(commit: StepCommit) -> Outcome | None:
-    """What the step's commit moves the run to: waiting when it asks for approvals."""
-    return Outcome(RunStatus.WAITING) if commit.approvals else commit.outcome
+    """What the step's commit moves the run to: waiting when it asks for
+    approvals or waits for children."""
+    return Outcome(RunStatus.WAITING) if commit.approvals or commit.waits else commit.outcome
 
 
 def wakes_key(key: str | None, status: RunStatus) -> bool:

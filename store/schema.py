@@ -92,6 +92,15 @@ runs = sa.Table(
     sa.Column("interrupted_by", sa.Text),
     # A model step had no price (store/rules.unpriced_call): cost_usd is a lower bound.
     sa.Column("cost_unpriced", sa.Boolean, nullable=False, server_default=sa.false()),
+    # A child run (runner/children.py): the run whose tool call started it, that
+    # call's id, and whether it runs on when its parent is cancelled.
+    sa.Column(
+        "parent_id",
+        sa.Uuid(as_uuid=False),
+        sa.ForeignKey("runs.id", name="runs_parent_id_fkey", ondelete="SET NULL"),
+    ),
+    sa.Column("parent_call_id", sa.Text),
+    sa.Column("detached", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("enqueued_at", _TS),
     sa.Column("created_at", _TS, nullable=False, server_default=_NOW),
     sa.Column("updated_at", _TS, nullable=False, server_default=_NOW),
@@ -147,6 +156,10 @@ runs = sa.Table(
     # The runs that need a person (runwright runs --needs-attention, the gauge).
     sa.Index("runs_needs_attention_idx", "created_at", postgresql_where=sa.text("needs_attention")),
     sa.Index("runs_agent_idx", "agent", "id"),
+    # A run's children (Engine.children, the wait for them).
+    sa.Index(
+        "runs_parent_idx", "parent_id", "id", postgresql_where=sa.text("parent_id IS NOT NULL")
+    ),
 )
 
 steps = sa.Table(

@@ -106,6 +106,8 @@ def commit(
     outcome: Outcome | None = None,
     approvals: list[NewApproval] | None = None,
     state: Any = None,
+    waits: bool = False,
+    child_calls: list[str] | None = None,
 ) -> StepCommit:
     return StepCommit(
         step_index=index,
@@ -117,6 +119,8 @@ def commit(
         outcome=outcome,
         state=state,
         state_changed=state is not None,
+        waits=waits,
+        child_calls=child_calls or [],
     )
 
 

@@ -166,13 +166,16 @@ class Deps:
         self.send(run_ids)
 
     def after_settle(self, settled: Settled) -> None:
-        """Queue what a settle freed: an interrupted run again, and the next run
-        of its concurrency key."""
+        """Queue what a settle freed: an interrupted run again, the next run of
+        its concurrency key, and a parent its settle let out of its wait (the
+        store queued that one already: it is only sent)."""
         run = settled.run
         again = [run.id] if run.status is RunStatus.INTERRUPTED else []
         if settled.next_in_key:
             again.append(settled.next_in_key)
         self.enqueue_ids(again)
+        if settled.resumed:
+            self.send(list(settled.resumed))
         if run.retry_at is not None:
             self.send_at(run.id, run.retry_at)
 

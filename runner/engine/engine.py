@@ -348,8 +348,9 @@ class Engine:
                     log.warning(
                         "cancel of %s not published (%s); heartbeat will see it", run_id, exc
                     )
-        elif result.action is CancelAction.CANCELLED and result.next_in_key:
-            self.deps.send([result.next_in_key])
+        elif result.action is CancelAction.CANCELLED:
+            again = [result.next_in_key] if result.next_in_key else []
+            self.deps.send(again + list(result.resumed))  # a parent it let out of its wait
         return result
 
     def respond(
@@ -425,6 +426,10 @@ class Engine:
         from runner.engine.explain import explain
 
         return explain(run, self.workers(), grace_seconds=self.settings.agent_grace_seconds)
+
+    def children(self, run_id: str) -> list[Run]:
+        """The runs ``run_id``'s tool calls started (``Agent.as_tool``), oldest first."""
+        return self.deps.store.children(run_id)
 
     def unknown_effects(self, run_id: str) -> list[Effect]:
         """The run's effects of unknown outcome (an execution died between

@@ -223,10 +223,19 @@ def _start_key_heads(deps: Deps, report: TickReport, now: datetime | None) -> No
     report.key_heads = heads
 
 
+def _resume_parents(deps: Deps, report: TickReport, now: datetime | None) -> None:
+    """Parents whose children all settled while nothing resumed them (the
+    wake-up after the last child's settle was lost): queued again and sent."""
+    resumed = deps.store.resume_stranded_parents(deps.settings.tick_batch, 0.0, now=now)
+    report.resumed += resumed
+    deps.send(resumed)
+
+
 _JOBS: tuple[Job, ...] = (
     _resend_notifications,
     _expire_waits,
     _recover_lapsed,
     _reenqueue,
     _start_key_heads,
+    _resume_parents,
 )

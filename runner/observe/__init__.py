@@ -70,6 +70,8 @@ class TickReport:
     recovered: list[str] = field(default_factory=list)
     reenqueued: list[str] = field(default_factory=list)
     key_heads: list[str] = field(default_factory=list)
+    # Parents whose children had all settled with no resume (a wake-up lost).
+    resumed: list[str] = field(default_factory=list)
     # Approvals a job could not handle (logged, left for a later tick), and the
     # jobs that failed as a whole; the other jobs ran regardless.
     item_errors: int = 0

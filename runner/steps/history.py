@@ -2,8 +2,9 @@
 
 It starts with the trigger, as the model first sees it (:func:`render_trigger`).
 The history holds the engine's own records beside the conversation:
-``approval_request`` and ``approval_response`` entries. They are the journal of
-a wait and never go to the model.
+``approval_request`` and ``approval_response`` entries, and ``child_request``
+entries (a call that started a child run: runner/children.py). They are the
+journal of a wait and never go to the model.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from store.models import Message, TriggerEnvelope
 
 APPROVAL_REQUEST = "approval_request"
 APPROVAL_RESPONSE = "approval_response"
-ENGINE_ROLES = frozenset({APPROVAL_REQUEST, APPROVAL_RESPONSE})
+CHILD_REQUEST = "child_request"
+ENGINE_ROLES = frozenset({APPROVAL_REQUEST, APPROVAL_RESPONSE, CHILD_REQUEST})
 
 
 def render_trigger(envelope: TriggerEnvelope) -> str:
@@ -126,6 +128,12 @@ def approval_response(
     }
 
 
+def child_request(call_id: str, tool_name: str, agent: str) -> Message:
+    """The history's record that a call started a child run of ``agent``: the
+    step waits for it (the child is found by the parent and the call)."""
+    return {"role": CHILD_REQUEST, "tool_call_id": call_id, "tool_name": tool_name, "agent": agent}
+
+
 @dataclass
 class OpenStep:
     """The last assistant message and what of its tool calls is settled."""
@@ -135,6 +143,7 @@ class OpenStep:
     results: set[str] = field(default_factory=set)
     requests: dict[str, Message] = field(default_factory=dict)
     responses: dict[str, Message] = field(default_factory=dict)
+    children: dict[str, Message] = field(default_factory=dict)
 
     @property
     def calls(self) -> list[dict[str, Any]]:
@@ -167,6 +176,8 @@ def open_step(history: list[Message]) -> OpenStep | None:
             step.requests[message["tool_call_id"]] = message
         elif role == APPROVAL_RESPONSE:
             step.responses[message["tool_call_id"]] = message
+        elif role == CHILD_REQUEST:
+            step.children[message["tool_call_id"]] = message
     return step if step.pending else None
 
 

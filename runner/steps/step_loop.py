@@ -348,13 +348,27 @@ class StepLoop:
             clock=self.deps.clock,
             on_unknown=functools.partial(self.deps.observer.effect_unknown, self.run_),
             approval=functools.partial(self.x.io, self.store.get_approval),
+            run=self.run_,
+            children=functools.partial(self.x.io, self.store.children, self.run_.id),
         )
 
     async def _commit(self, k: int, final_text: bool, calls: StepCalls) -> Settled | None:
+        if calls.children_running and not (calls.results or calls.approvals or calls.children):
+            # Resumed while a child it started still runs (a duplicate
+            # resume): wait again; the child's settle resumes the run.
+            return await self.x.settle(Outcome(RunStatus.WAITING))
+        started: list[Run] = []
+        if calls.children:
+            # Before the step's commit: a crash between them leaves children
+            # the next execution finds again (their ids are the calls').
+            started = await self.x.write(
+                self.store.start_children, [child for child, _ in calls.children]
+            )
         self.messages += [r.message() for r in calls.results]
         self.messages += [entry for _, entry in calls.approvals]
+        self.messages += [entry for _, entry in calls.children]
         outcome = None
-        if calls.approvals:
+        if calls.waits:
             pass  # the store moves the run to waiting
         elif calls.final is not None:
             outcome = Outcome(RunStatus.COMPLETED, output=calls.final.final_output)
@@ -372,10 +386,15 @@ class StepLoop:
             state=self.state.value,
             state_changed=self.state.changed,
             approvals=[approval for approval, _ in calls.approvals],
+            child_calls=[child.call_id for child, _ in calls.children],
+            waits=calls.waits,
             outcome=outcome,
         )
         settled: Settled | None = await self.x.write(self.store.commit_step, commit)
         faults.hit(faults.AFTER_COMMIT)
+        queued = [child.id for child in started if child.status is RunStatus.QUEUED]
+        if queued:
+            self.deps.send(queued)
         self.saved = len(self.messages)
         self.index = k
         self.state.changed = False

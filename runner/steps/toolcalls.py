@@ -40,6 +40,7 @@ import pydantic
 from runner import faults
 from runner.agent import Agent
 from runner.approvals.expiry import expired, expiry_message
+from runner.children import ChildTool, child_error
 from runner.clock import SYSTEM, Clock
 from runner.errors import (
     ApprovalNotFound,
@@ -49,7 +50,13 @@ from runner.errors import (
     ToolInputError,
 )
 from runner.observe import ToolCall
-from runner.steps.history import OpenStep, approval_request, error_content, tool_message
+from runner.steps.history import (
+    OpenStep,
+    approval_request,
+    child_request,
+    error_content,
+    tool_message,
+)
 from runner.steps.run_context import AbortReason, AbortSignal, RunContext
 from runner.steps.tools import Reconciled, Tool
 from store.jsonsafe import NotStorable, clean_json, clean_message, clip
@@ -61,6 +68,8 @@ from store.models import (
     Fence,
     Message,
     NewApproval,
+    NewChild,
+    Run,
     StepKind,
     StepRecord,
     utcnow,
@@ -126,6 +135,15 @@ class CallResult:
 class StepCalls:
     results: list[CallResult] = field(default_factory=list)
     approvals: list[tuple[NewApproval, Message]] = field(default_factory=list)
+    # Child runs the step's calls start (runner/children.py), with their
+    # history entries; and whether a child started before has not settled.
+    children: list[tuple[NewChild, Message]] = field(default_factory=list)
+    children_running: bool = False
+
+    @property
+    def waits(self) -> bool:
+        """The step waits: for a person, or for children."""
+        return bool(self.approvals or self.children or self.children_running)
 
     @property
     def final(self) -> CallResult | None:
@@ -212,8 +230,13 @@ class CallRunner:
         clock: Clock = SYSTEM,
         on_unknown: Callable[[str], None] = lambda tool: None,
         approval: Callable[[str], Awaitable[Approval]] | None = None,
+        run: Run | None = None,
+        children: Callable[[], Awaitable[list[Run]]] | None = None,
     ) -> None:
         self.clock = clock
+        # The run the calls are of, and a read of its children (for child tools).
+        self.run_ = run
+        self.children = children
         # Told the tool's name when an effect is found of unknown outcome.
         self.on_unknown = on_unknown
         self.approval = approval
@@ -237,6 +260,7 @@ class CallRunner:
     async def run(self, step: OpenStep) -> StepCalls:
         out = StepCalls()
         runnable: list[tuple[dict[str, Any], Tool, pydantic.BaseModel, Any]] = []
+        delegated: list[tuple[dict[str, Any], ChildTool, Any]] = []
         for call in step.pending:
             call_id, name = call["id"], call["function"]["name"]
             raw_args = call["function"].get("arguments")
@@ -277,7 +301,12 @@ class CallRunner:
                     )
                     out.approvals.append((approval, entry))
                     continue
+            if isinstance(tool, ChildTool):
+                delegated.append((call, tool, input))
+                continue
             runnable.append((call, tool, args, input))
+        if delegated:
+            await self._delegate(step, delegated, out)
         if runnable:
             done = await asyncio.gather(*(self._unless_halted(*item) for item in runnable))
             halted = [result for result in done if isinstance(result, MCPUnavailable)]
@@ -289,6 +318,31 @@ class CallRunner:
         order = {c["id"]: i for i, c in enumerate(step.calls)}
         out.results.sort(key=lambda r: order.get(r.call_id, 0))
         return out
+
+    async def _delegate(
+        self, step: OpenStep, calls: list[tuple[dict[str, Any], ChildTool, Any]], out: StepCalls
+    ) -> None:
+        """Child tools' calls: the result of a child that settled; a child
+        still running keeps the step waiting; a call with no child yet (or
+        one whose start the history does not record: a crash came between)
+        starts it, once (runner/children.py)."""
+        assert self.run_ is not None and self.children is not None
+        started = {child.parent_call_id: child for child in await self.children()}
+        for call, tool, input in calls:
+            call_id = call["id"]
+            child = started.get(call_id)
+            if child is not None and child.status.settled:
+                error = child_error(child)
+                if error is not None:
+                    out.results.append(_error(call_id, tool.name, input, error))
+                else:
+                    stored = storable(child.output)
+                    out.results.append(self._success(call_id, tool, input, stored, utcnow()))
+            elif child is not None and call_id in step.children:
+                out.children_running = True
+            else:
+                entry = child_request(call_id, tool.name, tool.agent)
+                out.children.append((tool.new_child(self.run_, call_id, input), entry))
 
     async def _refused(self, call_id: str, name: str, input: Any, response: Message) -> CallResult:
         """A call not approved: denied by a person with their reason, or left

@@ -147,7 +147,8 @@ class TestEngine:
 
     def run_until_settled(self, run_id: str) -> Run:
         """Execute the run here until it settles (completed, failed,
-        cancelled) or waits for a person; the run as it is then.
+        cancelled) or waits for a person; the run as it is then. A run that
+        waits for its children (``Agent.as_tool``) has them run here first.
 
         A run waiting to retry a failing model step has its wait skipped (the
         clock moves to its end). A run another execution still holds (one
@@ -158,6 +159,9 @@ class TestEngine:
         """
         for _ in range(MAX_EXECUTIONS):
             run = self.engine.get_run(run_id)
+            if run.status is RunStatus.WAITING and self._queue and self._has_running_child(run_id):
+                self.run_queued()  # its children (Agent.as_tool), which resume it
+                continue
             if run.status.settled or run.status is RunStatus.WAITING:
                 return self._checked(run)
             lapsed = run.claim is not None and run.claim.expires_at < self.clock.now()
@@ -174,6 +178,9 @@ class TestEngine:
             f"run {run_id} did not settle in {MAX_EXECUTIONS} executions "
             f"(it is {self.engine.get_run(run_id).status})"
         )
+
+    def _has_running_child(self, run_id: str) -> bool:
+        return any(not child.status.settled for child in self.engine.children(run_id))
 
     def run_queued(self) -> list[Run]:
         """Run every run the engine has queued (after a tick, a cancel, a

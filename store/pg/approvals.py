@@ -12,7 +12,7 @@ from datetime import datetime
 from store.db import Tx, dumps
 from store.errors import ApprovalNotFound
 from store.models import Approval, Decision, Message, Outcome, Run, RunError, RunStatus, Settled
-from store.pg.base import NOW, OUTCOME_SET, RUN_WITH_WAIT, PgBase, outcome_params
+from store.pg.base import NOW, OPEN_WAITS, OUTCOME_SET, RUN_WITH_WAIT, PgBase, outcome_params
 from store.rows import approval_from_row, run_from_row
 from store.rules import (
     CancelAction,
@@ -112,11 +112,9 @@ APPEND_MESSAGE = Statement(
     """,
 )
 
-PENDING = Statement(
-    "pending",
-    "SELECT count(*) AS pending FROM approvals"
-    " WHERE run_id = CAST(:run_id AS uuid) AND decision IS NULL",
-)
+# Whether the run still waits for anything once this decision is in (the
+# rule of every wait's end, OPEN_WAITS: children count too).
+STILL_OPEN = Statement("still_open", f"SELECT {OPEN_WAITS} AS open")
 
 FINISH_WAIT = Statement(
     "finish_wait",
@@ -186,6 +184,8 @@ class CancelResult:
     run: Run
     action: CancelAction
     next_in_key: str | None = None
+    # Its parent, let out of its wait by this cancel (store/pg/base.RESUME_IF_DONE).
+    resumed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -238,7 +238,7 @@ class PgApprovals(PgBase):
             self._committed(run_id)
             settled = self._after_settle(run_id, cancel_outcome())
             assert settled is not None
-            return CancelResult(settled.run, action, settled.next_in_key)
+            return CancelResult(settled.run, action, settled.next_in_key, settled.resumed)
         return CancelResult(self.get_run(run_id), action)
 
     def fail_waiting(self, run_id: str, error: RunError) -> Settled:
@@ -332,8 +332,8 @@ class PgApprovals(PgBase):
                     "step_index": cp["step_index"],
                 },
             )
-            pending = _one(tx.first(PENDING, {"run_id": run_id}))["pending"]
-            if pending == 0:
+            still_open = bool(_one(tx.first(STILL_OPEN, {"run_id": run_id}))["open"])
+            if not still_open:
                 tx.execute(
                     FINISH_WAIT,
                     {
@@ -346,7 +346,7 @@ class PgApprovals(PgBase):
                 tx.execute(RESUME, {"run_id": run_id, "status": RunStatus.QUEUED.value, "at": at})
             run = self._get_run(tx, run_id)
         self._committed(run_id)
-        return DecisionResult(approval=decided, run=run, resumed=pending == 0)
+        return DecisionResult(approval=decided, run=run, resumed=not still_open)
 
     def record_notification(
         self, approval_id: str, *, accepted: bool, retry_at: datetime | None

@@ -21,7 +21,7 @@ from store.models import Checkpoint, Fence, Outcome, Run, Settled
 from store.rows import run_from_row
 from store.rules import outcome_columns, wakes_key
 from store.statements import Statement
-from store.status import KEY_HOLDING, RunStatus, lit, status_in
+from store.status import KEY_HOLDING, SETTLED, RunStatus, lit, status_in
 from store.validate import check_run_id
 
 # ``now`` when a caller moves time (tests), otherwise the database clock.
@@ -65,6 +65,40 @@ OUTCOME_SET = """
 PROGRESS = "takeovers = 0"
 PROGRESS_ENDS_RETRY = (
     f"{PROGRESS}, retry_attempts = 0, retry_at = NULL, retry_since = NULL, retry_error = NULL"
+)
+
+
+# What a waiting run still waits for, the rule of every wait's end: an approval
+# nobody decided, or a child run (runner/children.py) that has not settled.
+# ``run_id``: the SQL of the waiting run's id.
+def open_waits(run_id: str) -> str:
+    return f"""(
+    EXISTS (SELECT 1 FROM approvals AS oa WHERE oa.run_id = {run_id} AND oa.decision IS NULL)
+    OR EXISTS (SELECT 1 FROM runs AS oc
+                WHERE oc.parent_id = {run_id} AND NOT {status_in(SETTLED, "oc.status")}))"""
+
+
+OPEN_WAITS = open_waits("CAST(:run_id AS uuid)")
+
+# A run waiting for its children goes back to the queue once nothing is open
+# (run after every commit that may end the wait: a child's settle, the
+# parent's own wait; and by tick(), for a wake-up lost between them). Its
+# wait step is finished with it.
+RESUME_IF_DONE = Statement(
+    "resume_if_done",
+    f"""
+    WITH r AS (
+        UPDATE runs SET status = {lit(RunStatus.QUEUED)}, enqueued_at = now(), updated_at = now()
+         WHERE id = CAST(:run_id AS uuid) AND status = {lit(RunStatus.WAITING)}
+           AND EXISTS (SELECT 1 FROM runs AS c WHERE c.parent_id = CAST(:run_id AS uuid))
+           AND NOT {OPEN_WAITS}
+        RETURNING id
+    ), w AS (
+        UPDATE steps SET finished_at = now(), output = CAST('{{"resumed": true}}' AS json)
+         WHERE run_id IN (SELECT id FROM r) AND kind = 'wait' AND finished_at IS NULL
+    )
+    SELECT id FROM r
+    """,
 )
 
 # A run with its first pending wait, if it is waiting.
@@ -193,7 +227,23 @@ class PgBase:
         next_id = None
         if run.concurrency_key and wakes_key(run.concurrency_key, run.status):
             next_id = self._next_in_key(run.concurrency_key)
-        return Settled(run=run, next_in_key=next_id)
+        resumed: list[str] = []
+        if run.parent_id is not None and run.status.settled:
+            resumed += self.resume_if_done(run.parent_id)
+        if run.status is RunStatus.WAITING:
+            resumed += self.resume_if_done(run.id)  # its children settled meanwhile
+        return Settled(run=run, next_in_key=next_id, resumed=tuple(resumed))
+
+    def resume_if_done(self, run_id: str) -> list[str]:
+        """Queue ``run_id`` again if it waits for children and nothing it
+        waits for is open any more; ``[run_id]`` if it did (the caller sends
+        it), else ``[]``."""
+        with self.db.tx() as tx:
+            row = tx.first(RESUME_IF_DONE, {"run_id": run_id})
+        if row is None:
+            return []
+        self._committed(run_id)
+        return [str(row["id"])]
 
 
 def checkpoint_from_row(run_id: str, row: dict[str, Any]) -> Checkpoint:

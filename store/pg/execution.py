@@ -190,7 +190,7 @@ _WAITS = """
         RETURNING 1
     ), w AS (
         INSERT INTO steps (run_id, kind, index, name, input, started_at)
-        SELECT cp.run_id, 'wait', CAST(:step_index AS int), 'approval',
+        SELECT cp.run_id, 'wait', CAST(:step_index AS int), CAST(:wait_name AS text),
                CAST(:wait_input AS json), now()
           FROM cp WHERE CAST(:wait_input AS json) IS NOT NULL
         ON CONFLICT DO NOTHING
@@ -505,7 +505,10 @@ class PgExecution(PgBase):
             }
             for a in commit.approvals
         ]
-        wait_input = {"approval_ids": [a.approval_id for a in commit.approvals]}
+        waits = bool(commit.approvals or commit.waits)
+        wait_input: dict[str, Any] = {"approval_ids": [a.approval_id for a in commit.approvals]}
+        if commit.child_calls:
+            wait_input["child_calls"] = list(commit.child_calls)
         params: dict[str, Any] = {
             **fence_params(fence),
             **outcome_params(outcome),
@@ -518,18 +521,17 @@ class PgExecution(PgBase):
             "state_changed": commit.state_changed,
             "state": dumps(commit.state) if commit.state_changed else None,
             "approvals": dumps(approvals) if approvals else None,
-            "wait_input": dumps(wait_input) if approvals else None,
+            "wait_input": dumps(wait_input) if waits else None,
+            "wait_name": "approval" if commit.approvals else "children",
         }
         with self.db.tx() as tx:
-            if not self._commit(
-                tx, fence, COMMIT_STEP_WAIT if commit.approvals else COMMIT_STEP, params
-            ):
+            if not self._commit(tx, fence, COMMIT_STEP_WAIT if waits else COMMIT_STEP, params):
                 # Not an append: raise the rule's error, or replace stored messages.
                 tx.rollback()
                 stored = tx.first(CHECKPOINT_AT, {"run_id": fence.run_id})
                 at = None if stored is None else (stored["step_index"], stored["message_count"])
                 check_checkpoint(fence.run_id, at, commit)
-                replace = COMMIT_STEP_REPLACE_WAIT if commit.approvals else COMMIT_STEP_REPLACE
+                replace = COMMIT_STEP_REPLACE_WAIT if waits else COMMIT_STEP_REPLACE
                 if not self._commit(tx, fence, replace, params):
                     raise AssertionError("the commit refused a checkpoint that the rule allows")
         self._committed(fence.run_id)

@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from store.db import make_engine
 from store.errors import (
@@ -31,12 +32,14 @@ from store.models import (
     EffectStatus,
     Fence,
     Interruption,
+    NewChild,
     Outcome,
     RetryWait,
     RunError,
     RunStatus,
     Settled,
     StepKind,
+    TriggerEnvelope,
     Usage,
     utcnow,
 )
@@ -1035,6 +1038,75 @@ def test_mcp_listing_is_the_last_llm_step_that_recorded_its_tools(store: Postgre
     assert store.mcp_listing(fence.run_id) == later
     with pytest.raises(RunNotFound):
         store.mcp_listing("not-a-run-id")
+
+
+def _child(fence: Fence, call_id: str) -> NewChild:
+    envelope = TriggerEnvelope(id=f"child:{fence.run_id}:{call_id}", payload={"task": call_id})
+    return NewChild(agent="writer", trigger=envelope, call_id=call_id)
+
+
+def test_children_start_once_per_call_and_their_last_settle_resumes_the_parent(
+    store: PostgresStore,
+) -> None:
+    fence = claimed(store)
+    first = store.start_children(fence, [_child(fence, "c1"), _child(fence, "c2")])
+    assert [(c.parent_call_id, c.status, c.parent_id) for c in first] == [
+        ("c1", RunStatus.QUEUED, fence.run_id),
+        ("c2", RunStatus.QUEUED, fence.run_id),
+    ]
+    # Started again (a recovered parent's, a redelivered one's): the same children.
+    again = store.start_children(fence, [_child(fence, "c2")])
+    assert [c.id for c in again] == [first[1].id]
+    assert [c.id for c in store.children(fence.run_id)] == [c.id for c in first]
+    store.commit_step(
+        fence,
+        commit(1, 0, [msg(0), msg(1)], waits=True, child_calls=["c1", "c2"]),
+    )
+    assert store.get_run(fence.run_id).status is RunStatus.WAITING
+    assert store.resume_if_done(fence.run_id) == []  # both children are open
+    settled = []
+    for child in first:
+        child_fence = claimed_run(store, child.id)
+        settled.append(store.settle(child_fence, Outcome(RunStatus.COMPLETED, output="ok")))
+    assert [s.resumed for s in settled] == [(), (fence.run_id,)]  # the last one resumes it
+    assert store.get_run(fence.run_id).status is RunStatus.QUEUED
+    assert store.resume_if_done(fence.run_id) == []  # once
+    assert store.resume_stranded_parents(10, 0.0) == []
+    with pytest.raises(RunNotFound):
+        store.children(str(uuid.uuid4()))
+
+
+def test_a_parent_left_waiting_with_its_children_settled_is_resumed_by_the_sweep(
+    store: PostgresStore,
+) -> None:
+    fence = claimed(store)
+    [child] = store.start_children(fence, [_child(fence, "c1")])
+    child_fence = claimed_run(store, child.id)
+    store.settle(child_fence, Outcome(RunStatus.COMPLETED, output="early"))
+    # The parent's wait is committed after its only child settled: the
+    # commit's own check resumes it at once.
+    settled = store.commit_step(
+        fence, commit(1, 0, [msg(0), msg(1)], waits=True, child_calls=["c1"])
+    )
+    assert settled is not None and settled.resumed == (fence.run_id,)
+    assert store.get_run(fence.run_id).status is RunStatus.QUEUED
+    # Left waiting with nothing open (the resume never ran): the sweep finds it.
+    again = claimed(store)
+    [late] = store.start_children(again, [_child(again, "c9")])
+    store.settle(claimed_run(store, late.id), Outcome(RunStatus.CANCELLED))
+    with store.engine.begin() as conn:  # the parent's wait, as a dead worker left it
+        conn.execute(
+            sa.text("UPDATE runs SET status = 'waiting', claim_owner = NULL WHERE id = :id"),
+            {"id": again.run_id},
+        )
+    assert store.resume_stranded_parents(10, 0.0) == [again.run_id]
+    assert store.get_run(again.run_id).status is RunStatus.QUEUED
+
+
+def claimed_run(store: PostgresStore, run_id: str) -> Fence:
+    claim = try_claim(store, run_id, "worker-c", 30)
+    assert claim is not None
+    return Fence(run_id, "worker-c", claim.epoch)
 
 
 def test_every_public_method_succeeded_in_each_mode() -> None:

@@ -87,6 +87,9 @@ def test_table_and_column_names() -> None:
                 "interrupted_reason",
                 "interrupted_by",
                 "cost_unpriced",
+                "parent_id",
+                "parent_call_id",
+                "detached",
             ]
         ),
         "steps": sorted(

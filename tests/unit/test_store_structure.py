@@ -243,7 +243,8 @@ def test_statements_are_defined_beside_their_callers_with_distinct_names() -> No
 
 def test_a_run_moves_only_through_the_outcome_a_claim_a_resume_or_a_retry() -> None:
     """Outside the outcome (``OUTCOME_SET``), a statement sets a run's status
-    only to running (the claim) or queued (the last decision's resume, a retry)."""
+    only to running (the claim) or queued (the last decision's resume, the end
+    of a wait for children, a retry)."""
     updates_runs = re.compile(r"\bUPDATE runs\b")
     sets_status = re.compile(r"(\bSET|,)\s*status\s*=")
     moves = set()
@@ -254,7 +255,7 @@ def test_a_run_moves_only_through_the_outcome_a_claim_a_resume_or_a_retry() -> N
             continue
         if sets_status.search(statement.sql.replace(OUTCOME_SET, "")):
             moves.add(statement.name)
-    assert moves == {"claim", "resume", "requeue"}
+    assert moves == {"claim", "resume", "resume_if_done", "requeue"}
 
 
 def test_cancelled_on_request_is_one_constant() -> None:

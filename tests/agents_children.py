@@ -1,0 +1,43 @@
+"""Agents that delegate, for the tests that run them on real workers: a lead
+whose first step hands work to two child agents at once (issue 28)."""
+
+from __future__ import annotations
+
+import pydantic
+
+from runner import Agent
+from runner.testing import ScriptedModel, call, output, text, tools
+from tests.agents import JOURNAL
+
+
+class Findings(pydantic.BaseModel):
+    topic: str
+    sources: int
+
+
+# Each child takes its time (its model answers in 3 s), so that the two are
+# seen running side by side, and a worker can die while they run.
+research_model = ScriptedModel(
+    "kids-research",
+    lambda request: output({"topic": "tides", "sources": 4}, latency=3),
+    journal=JOURNAL,
+)
+research = Agent(name="kids_research", model=research_model.model, output=Findings)
+
+draft_model = ScriptedModel(
+    "kids-draft", lambda request: text("a draft about tides", latency=3), journal=JOURNAL
+)
+draft = Agent(name="kids_draft", model=draft_model.model)
+
+lead_model = ScriptedModel(
+    "kids-lead",
+    [
+        tools(
+            call("kids_research", {"task": "find sources on tides"}, id="c_research"),
+            call("kids_draft", {"task": "draft the piece"}, id="c_draft"),
+        ),
+        text("both are in"),
+    ],
+    journal=JOURNAL,
+)
+Agent(name="kids_lead", model=lead_model.model, tools=[research.as_tool(), draft.as_tool()])

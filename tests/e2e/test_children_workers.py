@@ -1,0 +1,86 @@
+"""Child runs on real ``celery worker``s (issue 28's acceptance, its first
+part): a lead hands work to two child agents in one step; they run side by
+side on a two-worker cluster while the lead waits holding no worker; the lead
+completes with both results. A worker SIGKILLed while the children run: every
+run completes, and exactly two children exist. Real Postgres, Redis and
+workers; the agents are tests/agents_children.py."""
+
+from __future__ import annotations
+
+import json
+import signal
+from typing import Any
+
+import pytest
+
+import tests.agents_children  # noqa: F401  (this process starts the runs by name)
+from store.models import RunStatus
+from tests.e2e.cluster import Cluster, wait_until
+
+AGENTS = "tests.agents,tests.agents_children"
+
+
+def settled(cluster: Cluster, run_id: str, timeout: float = 90) -> Any:
+    engine = cluster.engine()
+    return wait_until(
+        lambda: (r := engine.get_run(run_id)).status.settled and r,
+        timeout,
+        f"run {run_id} to settle",
+        interval=0.2,
+    )
+
+
+def lead_results(cluster: Cluster, run_id: str) -> dict[str, Any]:
+    checkpoint = cluster.engine().checkpoint(run_id)
+    assert checkpoint is not None
+    return {m["tool_call_id"]: m["content"] for m in checkpoint.messages if m.get("role") == "tool"}
+
+
+def test_a_lead_hands_two_tasks_to_children_that_run_side_by_side(cluster: Cluster) -> None:
+    cluster.worker("w1", RUNWRIGHT_AGENTS=AGENTS, concurrency=2)
+    cluster.worker("w2", RUNWRIGHT_AGENTS=AGENTS, concurrency=2)
+    engine = cluster.engine()
+    run = engine.start("kids_lead")
+    wait_until(lambda: len(engine.children(run.id)) == 2, 60, "the lead to start its children")
+    # While they run, the lead waits and holds no claim.
+    waiting = engine.get_run(run.id)
+    assert waiting.status is RunStatus.WAITING and waiting.claim is None
+    done = settled(cluster, run.id)
+    assert done.status is RunStatus.COMPLETED, done.error
+    children = engine.children(run.id)
+    assert sorted(c.agent for c in children) == ["kids_draft", "kids_research"]
+    assert all(c.status is RunStatus.COMPLETED for c in children)
+    # Side by side: each started before the other finished (each takes 3 s).
+    first, second = children
+    assert first.started_at is not None and second.started_at is not None
+    assert first.finished_at is not None and second.finished_at is not None
+    assert first.started_at < second.finished_at and second.started_at < first.finished_at
+    results = lead_results(cluster, run.id)
+    assert json.loads(results["c_research"]) == {"topic": "tides", "sources": 4}
+    assert results["c_draft"] == "a draft about tides"
+
+
+@pytest.mark.timeout(240)
+def test_a_worker_killed_while_the_children_run_leaves_every_run_complete_and_two_children(
+    cluster: Cluster,
+) -> None:
+    doomed = cluster.worker("w1", RUNWRIGHT_AGENTS=AGENTS, concurrency=4)
+    engine = cluster.engine()
+    run = engine.start("kids_lead")
+    wait_until(
+        lambda: sum(c.status is RunStatus.RUNNING for c in engine.children(run.id)) == 2,
+        60,
+        "both children to run on the one worker",
+        interval=0.1,
+    )
+    doomed.signal(signal.SIGKILL)  # mid-step for both children
+    doomed.wait(10)
+    cluster.worker("w2", RUNWRIGHT_AGENTS=AGENTS, concurrency=4)
+    cluster.beat()  # recovers the children whose claims lapsed
+    done = settled(cluster, run.id, timeout=180)
+    assert done.status is RunStatus.COMPLETED, done.error
+    children = engine.children(run.id)
+    assert len(children) == 2 and all(c.status is RunStatus.COMPLETED for c in children)
+    assert all(c.takeovers == 0 for c in children)  # progress since the takeover reset it
+    results = lead_results(cluster, run.id)
+    assert set(results) == {"c_research", "c_draft"}

@@ -1,0 +1,258 @@
+"""Agents that delegate (issue 28, its first part): ``Agent.as_tool`` starts a
+child run per call; the parent waits for its children holding no worker and
+no lease, and the last child's settle queues it again; the child's structured
+output or final text is the call's result, a failed child a tool error; a
+parent that starts its children again (after a crash) finds those it started;
+``tick()`` resumes a parent whose wake-up was lost. In-process, on Postgres,
+through the testing kit (real workers: tests/e2e/test_children_workers.py)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pydantic
+import pytest
+
+from runner import Agent, Budget
+from runner.children import child_trigger_id
+from runner.errors import InvalidInput
+from runner.testing import ScriptedModel, TestEngine, call, output, text, tools
+from store.models import RunStatus
+from store.postgres import PostgresStore
+from tests.helpers import unique
+
+
+class Summary(pydantic.BaseModel):
+    topic: str
+    points: int
+
+
+def researcher(name: str | None = None) -> Agent:
+    """A child agent with a structured output."""
+    name = name or unique("researcher")
+    model = ScriptedModel(name, lambda request: output({"topic": "tides", "points": 3}))
+    return Agent(name=name, model=model.model, output=Summary, instructions="Researches.")
+
+
+def writer(name: str | None = None, says: str = "a draft") -> Agent:
+    name = name or unique("writer")
+    model = ScriptedModel(name, lambda request: text(says))
+    return Agent(name=name, model=model.model)
+
+
+def lead(*children: Agent, calls: list[Any], **fields: Any) -> tuple[Agent, ScriptedModel]:
+    """A lead agent whose first step calls ``calls``, then says done."""
+    name = unique("lead")
+    model = ScriptedModel(name, [tools(*calls), text("both in")])
+    agent = Agent(name=name, model=model.model, tools=[c.as_tool() for c in children], **fields)
+    return agent, model
+
+
+def results(model: ScriptedModel, step: int) -> dict[str, str]:
+    return {
+        m["tool_call_id"]: m["content"]
+        for m in model.calls[step].messages
+        if m.get("role") == "tool"
+    }
+
+
+def test_a_lead_calls_two_children_in_one_step_and_gets_both_results(
+    runwright_engine: TestEngine,
+) -> None:
+    research, draft = researcher(), writer(says="the draft, in full")
+    agent, model = lead(
+        research,
+        draft,
+        calls=[
+            call(research.name, {"task": "tides"}, id="c_research"),
+            call(draft.name, {"task": "write it"}, id="c_draft"),
+        ],
+    )
+    run = runwright_engine.start(agent)
+    runwright_engine.engine.execute(run.id)
+    # The lead's step started both children and waits for them, holding no claim.
+    waiting = runwright_engine.get_run(run.id)
+    assert waiting.status is RunStatus.WAITING and waiting.claim is None
+    children = runwright_engine.engine.children(run.id)
+    assert [(c.agent, c.parent_call_id, c.status) for c in children] == [
+        (research.name, "c_research", RunStatus.QUEUED),
+        (draft.name, "c_draft", RunStatus.QUEUED),
+    ]
+    assert all(c.parent_id == run.id and not c.detached for c in children)
+    assert children[0].trigger.payload == {"task": "tides"}
+    assert children[0].trigger.id == child_trigger_id(run.id, "c_research")
+    assert children[0].trigger.source == "parent"
+
+    done = runwright_engine.run_until_settled(run.id)
+    assert done.status is RunStatus.COMPLETED, done.error
+    seen = results(model, 1)
+    assert json.loads(seen["c_research"]) == {"topic": "tides", "points": 3}
+    assert seen["c_draft"] == "the draft, in full"
+    assert len(runwright_engine.engine.children(run.id)) == 2
+    # The wait's own step says what it waited for, and that it ended.
+    [wait] = [s for s in runwright_engine.steps(run.id) if s.kind.value == "wait"]
+    assert wait.name == "children" and wait.input == {
+        "approval_ids": [],
+        "child_calls": ["c_research", "c_draft"],
+    }
+    assert wait.output == {"resumed": True} and wait.finished_at is not None
+    model.assert_complete()
+
+
+def test_a_child_that_fails_is_a_tool_error_for_the_parent_not_its_failure(
+    runwright_engine: TestEngine,
+) -> None:
+    name = unique("looper")
+    looping = ScriptedModel(name, lambda request: tools(call("nothing_here", {})))
+    child = Agent(name=name, model=looping.model, budget=Budget(max_steps=2))
+    agent, model = lead(child, calls=[call(child.name, {"task": "loop"}, id="c_loop")])
+    done = runwright_engine.run(agent)
+    assert done.status is RunStatus.COMPLETED, done.error
+    [failed] = runwright_engine.engine.children(done.id)
+    assert failed.status is RunStatus.FAILED
+    told = json.loads(results(model, 1)["c_loop"])
+    assert told["error"] == (
+        f"the {child.name} agent's run {failed.id} failed "
+        "(budget_exceeded: the run used all 2 steps of its budget)"
+    )
+
+
+def test_a_cancelled_child_is_a_tool_error_and_resumes_its_parent(
+    runwright_engine: TestEngine,
+) -> None:
+    child = writer()
+    agent, model = lead(child, calls=[call(child.name, {"task": "x"}, id="c_one")])
+    run = runwright_engine.start(agent)
+    runwright_engine.engine.execute(run.id)
+    [started] = runwright_engine.engine.children(run.id)
+    runwright_engine.engine.cancel(started.id)
+    assert runwright_engine.get_run(run.id).status is RunStatus.QUEUED  # the cancel resumed it
+    done = runwright_engine.run_until_settled(run.id)
+    assert done.status is RunStatus.COMPLETED, done.error
+    told = json.loads(results(model, 1)["c_one"])
+    assert told["error"] == f"the {child.name} agent's run {started.id} was cancelled"
+
+
+@pytest.mark.parametrize("at", ["after_journal", "after_commit"])
+def test_a_parent_recovered_after_a_crash_has_exactly_one_child_per_call(
+    runwright_engine: TestEngine, at: str
+) -> None:
+    first, second = writer(says="one"), writer(says="two")
+    agent, model = lead(
+        first,
+        second,
+        calls=[
+            call(first.name, {"task": "a"}, id="c_a"),
+            call(second.name, {"task": "b"}, id="c_b"),
+        ],
+    )
+    run = runwright_engine.start(agent)
+    runwright_engine.crash(run.id, at)
+    if at == "after_journal":
+        # The model's reply is journaled, no child started yet: the recovered
+        # execution starts them, reusing the reply.
+        assert runwright_engine.engine.children(run.id) == []
+        done = runwright_engine.recover(run.id)
+    else:
+        # The wait is committed, but the children were never sent: tick()
+        # sends queued runs nobody took, and they resume the parent.
+        assert runwright_engine.get_run(run.id).status is RunStatus.WAITING
+        runwright_engine.clock.advance(runwright_engine.engine.settings.reenqueue_seconds + 1)
+        runwright_engine.tick()
+        done = runwright_engine.run_until_settled(run.id)
+    assert done.status is RunStatus.COMPLETED, done.error
+    children = runwright_engine.engine.children(run.id)
+    assert sorted(c.parent_call_id or "" for c in children) == ["c_a", "c_b"]
+    assert results(model, 1) == {"c_a": "one", "c_b": "two"}
+    assert model.call_count == 2  # the journaled reply was reused
+    runwright_engine.assert_recovered(run.id)
+
+
+def test_tick_resumes_a_parent_whose_last_childs_wake_up_was_lost(
+    runwright_engine: TestEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    child = writer(says="late")
+    agent, model = lead(child, calls=[call(child.name, {"task": "x"}, id="c_one")])
+    run = runwright_engine.start(agent)
+    runwright_engine.engine.execute(run.id)
+    [started] = runwright_engine.engine.children(run.id)
+    # The child's settle commits, and its process dies before resuming the parent.
+    with monkeypatch.context() as patch:
+        patch.setattr(PostgresStore, "resume_if_done", lambda self, run_id: [])
+        runwright_engine.engine.execute(started.id)
+    assert runwright_engine.get_run(started.id).status is RunStatus.COMPLETED
+    assert runwright_engine.get_run(run.id).status is RunStatus.WAITING
+    report = runwright_engine.tick()
+    assert report.resumed == [run.id]
+    done = runwright_engine.get_run(run.id)
+    assert done.status is RunStatus.COMPLETED, done.error
+    assert results(model, 1) == {"c_one": "late"}
+
+
+def test_an_approval_and_a_child_in_one_step_resume_the_parent_once_both_are_done(
+    runwright_engine: TestEngine,
+) -> None:
+    from runner import tool
+
+    @tool
+    def publish(title: str) -> str:
+        """Publish it."""
+        return f"published {title}"
+
+    child = writer(says="drafted")
+    name = unique("lead")
+    model = ScriptedModel(
+        name,
+        [
+            tools(
+                call("publish", {"title": "t"}, id="c_pub"),
+                call(child.name, {"task": "draft"}, id="c_draft"),
+            ),
+            text("done"),
+        ],
+    )
+    agent = Agent(
+        name=name,
+        model=model.model,
+        tools=[publish, child.as_tool()],
+        approvals={"publish": True},
+    )
+    run = runwright_engine.start(agent)
+    runwright_engine.engine.execute(run.id)
+    [child_run] = runwright_engine.engine.children(run.id)
+    [approval] = runwright_engine.pending(run.id)
+    # The approval decided first: the child still runs, so the parent waits on.
+    runwright_engine.engine.respond(approval.approval_id, True, trusted=True, by="ops")
+    assert runwright_engine.get_run(run.id).status is RunStatus.WAITING
+    runwright_engine.engine.execute(child_run.id)  # its settle resumes the parent
+    assert runwright_engine.get_run(run.id).status is RunStatus.QUEUED
+    done = runwright_engine.run_until_settled(run.id)
+    assert done.status is RunStatus.COMPLETED, done.error
+    assert results(model, 1) == {"c_pub": "published t", "c_draft": "drafted"}
+
+
+def test_as_tool_names_and_schemas() -> None:
+    class Brief(pydantic.BaseModel):
+        topic: str
+        depth: int = 1
+
+    child = Agent(
+        name="research-desk",
+        model="scripted/none",
+        instructions="Finds sources.\nThen more.",
+        input=Brief,
+        register=False,
+    )
+    made = child.as_tool()
+    schema = made.schema()["function"]
+    assert schema["name"] == "research-desk"
+    assert schema["description"] == "Ask the research-desk agent. Finds sources."
+    assert set(schema["parameters"]["properties"]) == {"topic", "depth"}
+    plain = Agent(name="w", model="scripted/none", register=False).as_tool(
+        name="draft", description="Drafts.", detached=True
+    )
+    assert plain.schema()["function"]["parameters"]["required"] == ["task"]
+    assert plain.detached and plain.name == "draft"
+    with pytest.raises(InvalidInput, match="is not a function name"):
+        Agent(name="has space", model="scripted/none", register=False).as_tool()
