@@ -41,3 +41,28 @@ lead_model = ScriptedModel(
     journal=JOURNAL,
 )
 Agent(name="kids_lead", model=lead_model.model, tools=[research.as_tool(), draft.as_tool()])
+
+# Children that take a while, for a cancel to find them running; and a
+# detached one that runs on when its parent is cancelled.
+slow_model = ScriptedModel(
+    "kids-slow", lambda request: text("finally", latency=30), journal=JOURNAL
+)
+slow = Agent(name="kids_slow", model=slow_model.model)
+
+cancel_lead_model = ScriptedModel(
+    "kids-cancel-lead",
+    [
+        tools(
+            call("kids_slow", {"task": "one"}, id="c_one"),
+            call("kids_slow_too", {"task": "two"}, id="c_two"),
+            call("kids_draft", {"task": "draft anyway"}, id="c_detached"),
+        ),
+        text("never"),
+    ],
+    journal=JOURNAL,
+)
+Agent(
+    name="kids_cancel_lead",
+    model=cancel_lead_model.model,
+    tools=[slow.as_tool(), slow.as_tool(name="kids_slow_too"), draft.as_tool(detached=True)],
+)

@@ -339,16 +339,16 @@ class Engine:
         result = self.deps.store.request_cancel(run_id, by=by)
         if result.action is CancelAction.CANCELLED:
             self.deps.observer.settled(result.run, 0.0)
-        if result.action is CancelAction.REQUESTED:
-            runtime().abort(run_id, AbortReason.CANCEL)
+        # Its own execution, and its children's (runner/children.py), stop.
+        stopping = [run_id] if result.action is CancelAction.REQUESTED else []
+        for stop in [*stopping, *result.stopping]:
+            runtime().abort(stop, AbortReason.CANCEL)
             if self.leases is not None:
                 try:
-                    self.leases.publish_cancel(run_id)
+                    self.leases.publish_cancel(stop)
                 except StoreUnavailable as exc:
-                    log.warning(
-                        "cancel of %s not published (%s); heartbeat will see it", run_id, exc
-                    )
-        elif result.action is CancelAction.CANCELLED:
+                    log.warning("cancel of %s not published (%s); heartbeat will see it", stop, exc)
+        if result.action is CancelAction.CANCELLED:
             again = [result.next_in_key] if result.next_in_key else []
             self.deps.send(again + list(result.resumed))  # a parent it let out of its wait
         return result

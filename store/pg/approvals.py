@@ -22,7 +22,7 @@ from store.rules import (
     check_fail_waiting,
 )
 from store.statements import Statement
-from store.status import lit
+from store.status import SETTLED, lit, status_in
 from store.validate import check_actor, check_approval_id, check_run_id, is_canonical_id
 
 LOCK_RUN = Statement(
@@ -47,6 +47,13 @@ CANCELLED_BY = Statement(
 REQUEST_CANCEL = Statement(
     "request_cancel",
     "UPDATE runs SET cancel_requested = true, updated_at = now() WHERE id = CAST(:run_id AS uuid)",
+)
+
+# A run's children a cancel of it reaches: not settled, not detached.
+LIVE_CHILDREN = Statement(
+    "live_children",
+    f"SELECT id FROM runs WHERE parent_id = CAST(:run_id AS uuid) AND NOT detached"
+    f" AND NOT {status_in(SETTLED)} ORDER BY id",
 )
 
 WITHDRAW = Statement(
@@ -186,6 +193,9 @@ class CancelResult:
     next_in_key: str | None = None
     # Its parent, let out of its wait by this cancel (store/pg/base.RESUME_IF_DONE).
     resumed: tuple[str, ...] = ()
+    # Its descendants (child runs that are not detached, and theirs) the cancel
+    # reached: those executing were asked to stop (their owners are to be told).
+    stopping: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -234,12 +244,26 @@ class PgApprovals(PgBase):
                 self._settle_by_id(tx, run_id, cancel_outcome(), cancel=True)
             elif action is CancelAction.REQUESTED:
                 tx.execute(REQUEST_CANCEL, {"run_id": run_id})
+        stopping = self._cancel_children(run_id, by) if action is not CancelAction.SETTLED else ()
         if action is CancelAction.CANCELLED:
             self._committed(run_id)
             settled = self._after_settle(run_id, cancel_outcome())
             assert settled is not None
-            return CancelResult(settled.run, action, settled.next_in_key, settled.resumed)
-        return CancelResult(self.get_run(run_id), action)
+            return CancelResult(settled.run, action, settled.next_in_key, settled.resumed, stopping)
+        return CancelResult(self.get_run(run_id), action, stopping=stopping)
+
+    def _cancel_children(self, run_id: str, by: str | None) -> tuple[str, ...]:
+        """Cancel the run's live children that are not detached, and theirs
+        (runner/children.py); the executing ones among them, asked to stop.
+        The parent's cancel is committed first: a child it starts from now on
+        is refused (``start_children`` reads the parent's cancel_requested)."""
+        stopping: list[str] = []
+        for child in self.db.rows(LIVE_CHILDREN, {"run_id": run_id}):
+            result = self.request_cancel(str(child["id"]), by=by)
+            if result.action is CancelAction.REQUESTED:
+                stopping.append(result.run.id)
+            stopping += result.stopping
+        return tuple(stopping)
 
     def fail_waiting(self, run_id: str, error: RunError) -> Settled:
         outcome = Outcome(RunStatus.FAILED, error=error)

@@ -27,9 +27,12 @@ START_CHILD = Statement(
     f"""
     INSERT INTO runs (id, agent, status, trigger, trigger_id, trace_context, enqueued_at,
                       parent_id, parent_call_id, detached)
-    VALUES (CAST(:id AS uuid), CAST(:agent AS text), {lit(RunStatus.QUEUED)},
-            CAST(:trigger AS json), CAST(:trigger_id AS text), CAST(:trace_context AS json),
-            now(), CAST(:run_id AS uuid), CAST(:call_id AS text), CAST(:detached AS bool))
+    SELECT CAST(:id AS uuid), CAST(:agent AS text), {lit(RunStatus.QUEUED)},
+           CAST(:trigger AS json), CAST(:trigger_id AS text), CAST(:trace_context AS json),
+           now(), p.id, CAST(:call_id AS text), CAST(:detached AS bool)
+      FROM runs AS p
+     -- A parent whose cancel was asked for starts no more children.
+     WHERE p.id = CAST(:run_id AS uuid) AND NOT p.cancel_requested
     ON CONFLICT ON CONSTRAINT runs_agent_trigger_id_key DO NOTHING
     """,
 )

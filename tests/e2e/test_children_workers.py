@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 from typing import Any
 
 import pytest
@@ -84,3 +85,38 @@ def test_a_worker_killed_while_the_children_run_leaves_every_run_complete_and_tw
     assert all(c.takeovers == 0 for c in children)  # progress since the takeover reset it
     results = lead_results(cluster, run.id)
     assert set(results) == {"c_research", "c_draft"}
+
+
+def test_cancelling_the_parent_while_its_children_run_cancels_them_within_two_seconds(
+    cluster: Cluster,
+) -> None:
+    cluster.worker("w1", RUNWRIGHT_AGENTS=AGENTS, concurrency=4)
+    cluster.worker("w2", RUNWRIGHT_AGENTS=AGENTS, concurrency=4)
+    engine = cluster.engine()
+    run = engine.start("kids_cancel_lead")
+
+    def running() -> bool:
+        by_call = {c.parent_call_id: c for c in engine.children(run.id)}
+        return len(by_call) == 3 and all(
+            by_call[k].status is RunStatus.RUNNING for k in ("c_one", "c_two")
+        )
+
+    wait_until(running, 60, "the two slow children to run", interval=0.1)
+    asked = time.monotonic()
+    engine.cancel(run.id, by="ops")
+    by_call = {c.parent_call_id: c for c in engine.children(run.id)}
+    wait_until(
+        lambda: all(
+            engine.get_run(by_call[k].id).status is RunStatus.CANCELLED for k in ("c_one", "c_two")
+        ),
+        10,
+        "both children to be cancelled",
+        interval=0.05,
+    )
+    took = time.monotonic() - asked
+    assert engine.get_run(run.id).status is RunStatus.CANCELLED
+    assert took < 2.0, took
+    assert engine.get_run(by_call["c_one"].id).cancelled_by == "ops"
+    # The detached child runs on to its end.
+    detached = settled(cluster, by_call["c_detached"].id)
+    assert detached.status is RunStatus.COMPLETED

@@ -256,3 +256,50 @@ def test_as_tool_names_and_schemas() -> None:
     assert plain.detached and plain.name == "draft"
     with pytest.raises(InvalidInput, match="is not a function name"):
         Agent(name="has space", model="scripted/none", register=False).as_tool()
+
+
+def test_cancelling_a_parent_cancels_its_children_but_not_a_detached_one(
+    runwright_engine: TestEngine,
+) -> None:
+    kept, dropped, grandchild = writer(says="kept"), writer(says="never"), writer(says="deep")
+    middle_name = unique("middle")
+    middle_model = ScriptedModel(
+        middle_name, [tools(call(grandchild.name, {"task": "deep"}, id="c_deep")), text("mid")]
+    )
+    middle = Agent(name=middle_name, model=middle_model.model, tools=[grandchild.as_tool()])
+    name = unique("lead")
+    model = ScriptedModel(
+        name,
+        [
+            tools(
+                call("kept", {"task": "k"}, id="c_kept"),
+                call(dropped.name, {"task": "d"}, id="c_dropped"),
+                call(middle.name, {"task": "m"}, id="c_middle"),
+            ),
+            text("never"),
+        ],
+    )
+    agent = Agent(
+        name=name,
+        model=model.model,
+        tools=[kept.as_tool(name="kept", detached=True), dropped.as_tool(), middle.as_tool()],
+    )
+    run = runwright_engine.start(agent)
+    runwright_engine.engine.execute(run.id)
+    by_call = {c.parent_call_id: c for c in runwright_engine.engine.children(run.id)}
+    assert by_call["c_kept"].detached and not by_call["c_dropped"].detached
+    runwright_engine.engine.execute(by_call["c_middle"].id)  # it waits for its own child
+    [deep] = runwright_engine.engine.children(by_call["c_middle"].id)
+
+    result = runwright_engine.engine.cancel(run.id)
+    assert result.run.status is RunStatus.CANCELLED
+    status = {k: runwright_engine.get_run(c.id).status for k, c in by_call.items()}
+    assert status == {
+        "c_kept": RunStatus.QUEUED,
+        "c_dropped": RunStatus.CANCELLED,
+        "c_middle": RunStatus.CANCELLED,
+    }
+    assert runwright_engine.get_run(deep.id).status is RunStatus.CANCELLED  # and theirs
+    # The detached child runs on after its parent was cancelled.
+    assert runwright_engine.run_until_settled(by_call["c_kept"].id).status is RunStatus.COMPLETED
+    assert runwright_engine.get_run(run.id).status is RunStatus.CANCELLED
