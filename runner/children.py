@@ -24,7 +24,7 @@ import pydantic
 
 from runner.errors import InvalidInput, RunwrightError
 from runner.steps.tools import Tool
-from store.models import NewChild, Run, RunStatus, TriggerEnvelope
+from store.models import BudgetBound, NewChild, Run, RunStatus, TriggerEnvelope
 
 # What every provider takes as a function name.
 FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -54,8 +54,11 @@ class ChildTool(Tool):
         self.agent = agent
         self.detached = detached
 
-    def new_child(self, parent: Run, call_id: str, arguments: Any) -> NewChild:
-        """The child run this call starts: its trigger id is the parent's and the call's."""
+    def new_child(
+        self, parent: Run, call_id: str, arguments: Any, bounds: tuple[BudgetBound, ...] = ()
+    ) -> NewChild:
+        """The child run this call starts: its trigger id is the parent's and
+        the call's; ``bounds``, the budgets it shares (:func:`shared_bounds`)."""
         envelope = TriggerEnvelope(
             id=child_trigger_id(parent.id, call_id),
             source=CHILD_SOURCE,
@@ -63,7 +66,25 @@ class ChildTool(Tool):
             payload=arguments,
             keys={"parent_run": parent.id},
         )
-        return NewChild(agent=self.agent, trigger=envelope, call_id=call_id, detached=self.detached)
+        return NewChild(
+            agent=self.agent,
+            trigger=envelope,
+            call_id=call_id,
+            detached=self.detached,
+            bounds=bounds,
+        )
+
+
+def shared_bounds(
+    parent: Run, max_tokens: int | None, max_cost_usd: float | None
+) -> tuple[BudgetBound, ...]:
+    """The budgets a child of ``parent`` shares: the parent's own token and
+    cost budget (its agent's), and those the parent shares with its own
+    ancestors. A child's step budget is its own, never shared."""
+    own: tuple[BudgetBound, ...] = ()
+    if max_tokens is not None or max_cost_usd is not None:
+        own = (BudgetBound(parent.id, max_tokens, max_cost_usd),)
+    return parent.budget_bounds + own
 
 
 def _not_called(**_: Any) -> Any:

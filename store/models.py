@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -235,6 +236,8 @@ class Run:
     parent_id: str | None = None
     parent_call_id: str | None = None
     detached: bool = False
+    # The ancestors' token and cost budgets that bound the run too.
+    budget_bounds: tuple[BudgetBound, ...] = ()
 
     @property
     def settled(self) -> bool:
@@ -366,6 +369,27 @@ class NewRun:
 
 
 @dataclass(frozen=True)
+class BudgetBound:
+    """An ancestor's token or cost budget, which its descendants share: its
+    totals (its own use and theirs) must stay below it (runner/children.py)."""
+
+    run_id: str
+    max_tokens: int | None = None
+    max_cost_usd: float | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "run": self.run_id,
+            "max_tokens": self.max_tokens,
+            "max_cost_usd": self.max_cost_usd,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> BudgetBound:
+        return cls(str(data["run"]), data.get("max_tokens"), data.get("max_cost_usd"))
+
+
+@dataclass(frozen=True)
 class NewChild:
     """A child run a parent's tool call starts (runner/children.py): its
     identity is the parent and the call (``trigger.id``), so a parent that
@@ -377,6 +401,7 @@ class NewChild:
     detached: bool = False
     id: str = field(default_factory=new_id)
     trace_context: dict[str, str] | None = None
+    bounds: tuple[BudgetBound, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from typing import Any
 from store.events import EventType, RunEvent, step_event
 from store.models import (
     Approval,
+    BudgetBound,
     Claim,
     Decision,
     Effect,
@@ -86,6 +87,7 @@ def run_from_row(row: Mapping[str, Any], waiting: WaitPoint | None = None) -> Ru
         parent_id=None if m.get("parent_id") is None else str(m["parent_id"]),
         parent_call_id=m.get("parent_call_id"),
         detached=bool(m.get("detached", False)),
+        budget_bounds=tuple(BudgetBound.from_json(b) for b in m.get("budget_bounds") or ()),
     )
 
 

@@ -101,6 +101,8 @@ runs = sa.Table(
     ),
     sa.Column("parent_call_id", sa.Text),
     sa.Column("detached", sa.Boolean, nullable=False, server_default=sa.false()),
+    # Its ancestors' token and cost budgets, which bound it too (runner/children.py).
+    sa.Column("budget_bounds", sa.JSON),
     sa.Column("enqueued_at", _TS),
     sa.Column("created_at", _TS, nullable=False, server_default=_NOW),
     sa.Column("updated_at", _TS, nullable=False, server_default=_NOW),

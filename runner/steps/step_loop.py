@@ -122,7 +122,7 @@ class StepLoop:
                 if self.x.signal.aborted:
                     return await self.x.settle_aborted(self.agent)
                 k = self.index + 1
-                over = self._over_budget(k)
+                over = self._over_budget(k) or await self._over_shared_budget()
                 if over is not None:
                     return await self.x.settle(
                         Outcome(RunStatus.FAILED, error=RunError("budget_exceeded", over))
@@ -213,6 +213,31 @@ class StepLoop:
             return f"the run cost ${self.cost_usd:.6f}; its budget is ${budget.max_cost_usd:.6f}"
         return None
 
+    async def _over_shared_budget(self) -> str | None:
+        """Why a child run stops: an ancestor's token or cost budget, shared
+        with its descendants, is spent (its totals count theirs); None if
+        none is, or the run is no child (runner/children.py)."""
+        bounds = self.run_.budget_bounds
+        if not bounds:
+            return None
+        totals = await self.x.io(self.store.totals, [b.run_id for b in bounds])
+        for bound in bounds:
+            if bound.run_id not in totals:
+                continue  # purged
+            agent, tokens, cost = totals[bound.run_id]
+            whose = f"the {agent} run {bound.run_id} it works for"
+            if bound.max_tokens is not None and tokens >= bound.max_tokens:
+                return (
+                    f"{whose} used {tokens} tokens with its children; "
+                    f"the budget they share is {bound.max_tokens}"
+                )
+            if bound.max_cost_usd is not None and cost >= bound.max_cost_usd:
+                return (
+                    f"{whose} cost ${cost:.6f} with its children; "
+                    f"the budget they share is ${bound.max_cost_usd:.6f}"
+                )
+        return None
+
     # ------------------------------------------- model call and the journal write
 
     async def _assistant(self, k: int) -> Message | None:
@@ -255,7 +280,8 @@ class StepLoop:
             cost_usd=reply.cost_usd,
         )
         self.retry = None  # the journal write clears the run's failed attempts
-        if await self.x.write(self.store.record_llm_step, record):
+        rolls_up = self.run_.parent_id is not None  # a child's use counts for its ancestors
+        if await self.x.write(self.store.record_llm_step, record, rolls_up=rolls_up):
             self._mcp_record = None  # recorded: the next steps offer the same
             self.usage = self.usage + reply.usage
             self.cost_usd += reply.cost_usd or 0.0

@@ -40,7 +40,7 @@ import pydantic
 from runner import faults
 from runner.agent import Agent
 from runner.approvals.expiry import expired, expiry_message
-from runner.children import ChildTool, child_error
+from runner.children import ChildTool, child_error, shared_bounds
 from runner.clock import SYSTEM, Clock
 from runner.errors import (
     ApprovalNotFound,
@@ -342,7 +342,9 @@ class CallRunner:
                 out.children_running = True
             else:
                 entry = child_request(call_id, tool.name, tool.agent)
-                out.children.append((tool.new_child(self.run_, call_id, input), entry))
+                budget = self.agent.budget
+                bounds = shared_bounds(self.run_, budget.max_tokens, budget.max_cost_usd)
+                out.children.append((tool.new_child(self.run_, call_id, input, bounds), entry))
 
     async def _refused(self, call_id: str, name: str, input: Any, response: Message) -> CallResult:
         """A call not approved: denied by a person with their reason, or left

@@ -26,10 +26,11 @@ START_CHILD = Statement(
     "start_child",
     f"""
     INSERT INTO runs (id, agent, status, trigger, trigger_id, trace_context, enqueued_at,
-                      parent_id, parent_call_id, detached)
+                      parent_id, parent_call_id, detached, budget_bounds)
     SELECT CAST(:id AS uuid), CAST(:agent AS text), {lit(RunStatus.QUEUED)},
            CAST(:trigger AS json), CAST(:trigger_id AS text), CAST(:trace_context AS json),
-           now(), p.id, CAST(:call_id AS text), CAST(:detached AS bool)
+           now(), p.id, CAST(:call_id AS text), CAST(:detached AS bool),
+           CAST(:bounds AS json)
       FROM runs AS p
      -- A parent whose cancel was asked for starts no more children.
      WHERE p.id = CAST(:run_id AS uuid) AND NOT p.cancel_requested
@@ -58,7 +59,21 @@ STRANDED_PARENTS = Statement(
 )
 
 
+# The totals (the run's own use and its descendants') of the runs whose
+# budgets bound a child.
+TOTALS = Statement(
+    "totals",
+    "SELECT id, agent, input_tokens + output_tokens AS tokens, cost_usd FROM runs"
+    " WHERE id = ANY(CAST(:ids AS uuid[]))",
+)
+
+
 class PgChildren(PgExecution):
+    def totals(self, run_ids: Sequence[str]) -> dict[str, tuple[str, int, float]]:
+        """``(agent, tokens, cost_usd)`` of each run, its descendants' use included."""
+        rows = self.db.rows(TOTALS, {"ids": [check_run_id(r) for r in run_ids]})
+        return {str(r["id"]): (r["agent"], int(r["tokens"]), float(r["cost_usd"])) for r in rows}
+
     def start_children(self, fence: Fence, children: Sequence[NewChild]) -> list[Run]:
         """Create ``children`` of the fenced run (each once: one already
         started for its call is kept as it is) and return the run's children
@@ -76,6 +91,7 @@ class PgChildren(PgExecution):
                     "run_id": fence.run_id,
                     "call_id": child.call_id,
                     "detached": child.detached,
+                    "bounds": dumps([b.as_json() for b in child.bounds]) if child.bounds else None,
                 }
             )
         calls = {child.call_id for child in children}

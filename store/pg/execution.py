@@ -128,11 +128,30 @@ LOCK_FENCED = Statement("lock_fenced", f"SELECT id FROM runs WHERE {FENCE} FOR U
 
 FENCED = Statement("fenced", f"SELECT id FROM runs WHERE {FENCE}")
 
+
 # The step's journal write: the llm step row and the usage it cost, added only
 # if the row is new.
-RECORD_LLM_STEP = Statement(
-    "runwright_record_llm_step",
-    f"""
+def _record_llm_step_sql(rolls_up: bool) -> str:
+    """The journal write; with ``rolls_up`` (a child run's: runner/children.py)
+    the step's usage is added to every ancestor's totals as well, in the same
+    statement, so a budget shared down the tree is read from one row."""
+    ancestors = """
+    ), anc AS (
+        UPDATE runs SET input_tokens = runs.input_tokens + CAST(:input_tokens AS bigint),
+                        output_tokens = runs.output_tokens + CAST(:output_tokens AS bigint),
+                        cost_usd = runs.cost_usd + COALESCE(CAST(:cost_usd AS float8), 0),
+                        cost_unpriced = runs.cost_unpriced OR CAST(:unpriced AS bool),
+                        usage_estimated = runs.usage_estimated OR CAST(:usage_estimated AS bool)
+          FROM (WITH RECURSIVE up (id, depth) AS (
+                    SELECT parent_id, 1 FROM runs
+                     WHERE id = CAST(:run_id AS uuid) AND parent_id IS NOT NULL
+                    UNION ALL
+                    SELECT r.parent_id, up.depth + 1 FROM up JOIN runs AS r ON r.id = up.id
+                     WHERE r.parent_id IS NOT NULL AND up.depth < 32
+                ) SELECT id FROM up) AS a
+         WHERE runs.id = a.id AND EXISTS (SELECT 1 FROM upd)
+        RETURNING runs.id"""
+    return f"""
     WITH f AS (
         SELECT id FROM runs WHERE {FENCE} FOR UPDATE
     ), ins AS (
@@ -156,12 +175,18 @@ RECORD_LLM_STEP = Statement(
                         {PROGRESS_ENDS_RETRY},
                         updated_at = now()
           FROM ins WHERE runs.id = ins.run_id
-        RETURNING runs.id
+        RETURNING runs.id{ancestors if rolls_up else ""}
     )
     SELECT (SELECT count(*) FROM f) AS fenced, (SELECT count(*) FROM upd) AS applied
-    """,
-    prepare=True,
+    """
+
+
+# The step's journal write: the llm step row and the usage it cost, added only
+# if the row is new (and, for a child run, to its ancestors' totals too).
+RECORD_LLM_STEP = Statement(
+    "runwright_record_llm_step", _record_llm_step_sql(rolls_up=False), prepare=True
 )
+RECORD_LLM_STEP_CHILD = Statement("record_llm_step_child", _record_llm_step_sql(rolls_up=True))
 
 # The step's commit, one code path (``PgExecution.commit_step``): the run update (state,
 # outcome) is the fence. The checkpoint moves only as
@@ -464,7 +489,9 @@ class PgExecution(PgBase):
         if tx.first(LOCK_FENCED, fence_params(fence)) is None:
             raise _lost(fence)
 
-    def record_llm_step(self, fence: Fence, step: StepRecord) -> bool:
+    def record_llm_step(self, fence: Fence, step: StepRecord, *, rolls_up: bool = False) -> bool:
+        """The step's journal write; ``rolls_up``: the run is a child, whose
+        usage counts toward its ancestors' totals too."""
         usage = step.usage
         params = {
             **fence_params(fence),
@@ -481,7 +508,7 @@ class PgExecution(PgBase):
             "started_at": step.started_at,
             "finished_at": step.finished_at,
         }
-        row = self.db.first(RECORD_LLM_STEP, params)
+        row = self.db.first(RECORD_LLM_STEP_CHILD if rolls_up else RECORD_LLM_STEP, params)
         assert row is not None  # the statement always returns its counts
         if not row["fenced"]:
             raise _lost(fence)

@@ -303,3 +303,90 @@ def test_cancelling_a_parent_cancels_its_children_but_not_a_detached_one(
     # The detached child runs on after its parent was cancelled.
     assert runwright_engine.run_until_settled(by_call["c_kept"].id).status is RunStatus.COMPLETED
     assert runwright_engine.get_run(run.id).status is RunStatus.CANCELLED
+
+
+def _spender(steps: int, price: tuple[float, float] | None = None) -> Agent:
+    """A child that calls a tool ``steps - 1`` times, then answers; each
+    reply reports 1,000 input tokens and 10 output tokens."""
+    from runner import tool
+
+    @tool
+    def noop() -> str:
+        """Nothing."""
+        return "ok"
+
+    name = unique("spender")
+
+    def script(request: Any) -> Any:
+        if request.step < steps:
+            return tools(call("noop", {}), usage=(1000, 10))
+        return text("spent", usage=(1000, 10))
+
+    model = ScriptedModel(name, script, price=price)
+    return Agent(name=name, model=model.model, tools=[noop])
+
+
+def test_childrens_tokens_and_cost_count_in_their_parents_totals(
+    runwright_engine: TestEngine,
+) -> None:
+    first, second = _spender(2, price=(1e-6, 0.0)), _spender(3, price=(1e-6, 0.0))
+    middle_name = unique("middle")
+    middle_model = ScriptedModel(
+        middle_name,
+        [
+            tools(call(second.name, {"task": "deep"}, id="c_deep"), usage=(50, 5)),
+            text("mid", usage=(50, 5)),
+        ],
+    )
+    middle = Agent(name=middle_name, model=middle_model.model, tools=[second.as_tool()])
+    agent, _model = lead(
+        first,
+        middle,
+        calls=[
+            call(first.name, {"task": "a"}, id="c_a"),
+            call(middle.name, {"task": "b"}, id="c_b"),
+        ],
+    )
+    done = runwright_engine.run(agent)
+    assert done.status is RunStatus.COMPLETED, done.error
+    by_call = {c.parent_call_id: c for c in runwright_engine.engine.children(done.id)}
+    [deep] = runwright_engine.engine.children(by_call["c_b"].id)
+    assert by_call["c_a"].usage.input_tokens == 2000 and deep.usage.input_tokens == 3000
+    # The middle run's totals hold its grandchild's; the lead's, the whole tree's.
+    assert by_call["c_b"].usage.input_tokens == 100 + 3000
+    assert done.usage.input_tokens == 2 * 10 + 2000 + 100 + 3000  # the lead's own replies: 10 each
+    assert done.usage.output_tokens == 2 * 5 + 20 + 10 + 30
+    assert done.cost_usd == pytest.approx(0.002 + 0.003)
+    # Each run's own steps stay its own: the lead's two model steps cost nothing.
+    lead_llm = [s for s in runwright_engine.steps(done.id) if s.kind.value == "llm"]
+    assert [s.cost_usd for s in lead_llm] == [0.0, 0.0]
+
+
+def test_a_shared_cost_budget_stops_the_tree_when_the_children_together_exceed_it(
+    runwright_engine: TestEngine,
+) -> None:
+    # Each child step costs $0.001; alone, a child costs $0.004, under the
+    # lead's $0.006; together they reach it.
+    first, second = _spender(4, price=(1e-6, 0.0)), _spender(4, price=(1e-6, 0.0))
+    agent, model = lead(
+        first,
+        second,
+        calls=[
+            call(first.name, {"task": "a"}, id="c_a"),
+            call(second.name, {"task": "b"}, id="c_b"),
+        ],
+        budget=Budget(max_cost_usd=0.006),
+    )
+    done = runwright_engine.run(agent)
+    by_call = {c.parent_call_id: c for c in runwright_engine.engine.children(done.id)}
+    statuses = sorted(c.status.value for c in by_call.values())
+    assert statuses == ["completed", "failed"]
+    [stopped] = [c for c in by_call.values() if c.status is RunStatus.FAILED]
+    assert stopped.error is not None and stopped.error.code == "budget_exceeded"
+    assert f"the {agent.name} run {done.id} it works for cost $0.006000" in stopped.error.message
+    assert stopped.usage.input_tokens == 2000  # it stopped before its third step
+    # The lead, resumed with the tree's cost on its own totals, stops too.
+    assert done.status is RunStatus.FAILED and done.error is not None
+    assert done.error.code == "budget_exceeded", done.error
+    assert done.cost_usd == pytest.approx(0.006)
+    assert model.call_count == 1  # it never asked its model again

@@ -1076,6 +1076,25 @@ def test_children_start_once_per_call_and_their_last_settle_resumes_the_parent(
         store.children(str(uuid.uuid4()))
 
 
+def test_a_childs_usage_counts_in_its_ancestors_totals(store: PostgresStore) -> None:
+    root = claimed(store)
+    [middle] = store.start_children(root, [_child(root, "c1")])
+    middle_fence = claimed_run(store, middle.id)
+    [leaf] = store.start_children(middle_fence, [_child(middle_fence, "c2")])
+    leaf_fence = claimed_run(store, leaf.id)
+    store.record_llm_step(leaf_fence, llm_record(1, tokens=(100, 10)), rolls_up=True)
+    # Again (an ambiguous commit retried): counted once.
+    store.record_llm_step(leaf_fence, llm_record(1, tokens=(100, 10)), rolls_up=True)
+    store.record_llm_step(root, llm_record(1, tokens=(7, 1)))
+    totals = store.totals([root.run_id, middle.id, leaf.id])
+    assert {k: v[1] for k, v in totals.items()} == {
+        root.run_id: 110 + 8,
+        middle.id: 110,
+        leaf.id: 110,
+    }
+    assert totals[root.run_id][0] == "triage"
+
+
 def test_a_parent_left_waiting_with_its_children_settled_is_resumed_by_the_sweep(
     store: PostgresStore,
 ) -> None:

@@ -90,6 +90,7 @@ def test_table_and_column_names() -> None:
                 "parent_id",
                 "parent_call_id",
                 "detached",
+                "budget_bounds",
             ]
         ),
         "steps": sorted(
@@ -193,6 +194,7 @@ def test_what_a_runs_user_writes_is_json_not_jsonb() -> None:
         ("runs", "output"): "JSON",
         ("runs", "state"): "JSON",
         ("runs", "trace_context"): "JSON",
+        ("runs", "budget_bounds"): "JSON",
         ("steps", "input"): "JSON",
         ("steps", "output"): "JSON",
         ("steps", "error"): "JSON",

@@ -32,6 +32,9 @@ def upgrade() -> None:
     op.add_column(
         "runs", sa.Column("detached", sa.Boolean(), nullable=False, server_default=sa.false())
     )
+    # The token and cost budgets of its ancestors that bound a child too: a list of
+    # {"run", "max_tokens", "max_cost_usd"}, checked against their totals live.
+    op.add_column("runs", sa.Column("budget_bounds", sa.JSON(), nullable=True))
     op.create_index(
         "runs_parent_idx",
         "runs",
@@ -42,6 +45,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_index("runs_parent_idx", table_name="runs")
+    op.drop_column("runs", "budget_bounds")
     op.drop_column("runs", "detached")
     op.drop_column("runs", "parent_call_id")
     op.drop_column("runs", "parent_id")
