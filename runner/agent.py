@@ -101,6 +101,9 @@ class ApprovalRequest:
     expires_at: Any
     token: str
     token_id: str
+    # The top-level run of the run's tree: the run itself, unless it is a
+    # child run (runner/children.py), whose approvals a person judges for it.
+    root_run_id: str | None = None
 
 
 @dataclass

@@ -30,6 +30,8 @@ from store.models import BudgetBound, NewChild, Run, RunStatus, TriggerEnvelope
 FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 # The trigger's source for a child run; its trigger is the parent's tool.
 CHILD_SOURCE = "parent"
+# The trigger key that names a child's top-level run (``keys.parent_run``, its parent).
+ROOT_KEY = "root_run"
 
 
 class Task(pydantic.BaseModel):
@@ -64,7 +66,7 @@ class ChildTool(Tool):
             source=CHILD_SOURCE,
             trigger=self.name,
             payload=arguments,
-            keys={"parent_run": parent.id},
+            keys={"parent_run": parent.id, ROOT_KEY: root_of(parent)},
         )
         return NewChild(
             agent=self.agent,
@@ -85,6 +87,13 @@ def shared_bounds(
     if max_tokens is not None or max_cost_usd is not None:
         own = (BudgetBound(parent.id, max_tokens, max_cost_usd),)
     return parent.budget_bounds + own
+
+
+def root_of(run: Run) -> str:
+    """The top-level run of ``run``'s tree (``run`` itself if it is no child)."""
+    if run.parent_id is None:
+        return run.id
+    return run.trigger.keys.get(ROOT_KEY) or run.parent_id
 
 
 def _not_called(**_: Any) -> Any:

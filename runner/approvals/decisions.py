@@ -31,9 +31,13 @@ def backoff(attempts: int, base: float, cap: float) -> timedelta:
     return timedelta(seconds=min(cap, base * 2 ** max(0, attempts - 1)))
 
 
-def request_for(agent: Agent, run_id: str, approval: Approval, tokens: Tokens) -> ApprovalRequest:
+def request_for(
+    agent: Agent, run_id: str, approval: Approval, tokens: Tokens, *, root_run_id: str | None = None
+) -> ApprovalRequest:
+    """``root_run_id``: the top-level run of the run's tree (default: the run)."""
     return ApprovalRequest(
         run_id=run_id,
+        root_run_id=root_run_id or run_id,
         agent=agent.name,
         approval_id=approval.approval_id,
         tool_name=approval.tool_name,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from runner.steps.history import APPROVAL_REQUEST
@@ -33,6 +33,9 @@ class InboxItem:
     # What the history says of the tool beyond its name (an MCP tool's server,
     # description and annotations: runner/steps/history.approval_request).
     about: dict[str, Any] | None = None
+    # A child run's parent chain (runner/children.py): its parent first, its
+    # top-level run last; empty for a run that is no child.
+    parents: list[Run] = field(default_factory=list)
 
 
 def context_of(
@@ -82,5 +85,6 @@ def inbox(store: PostgresStore, limit: int, agent: str | None) -> list[InboxItem
         asking, seen = context_of(context.messages, approval.tool_call_id)
         step = [a for a in context.approvals if a.step_index == approval.step_index]
         about = about_of(context.messages, approval.approval_id)
-        items.append(InboxItem(approval, context.run, asking, seen, step, about))
+        parents = [] if context.run.parent_id is None else store.ancestors(context.run.id)
+        items.append(InboxItem(approval, context.run, asking, seen, step, about, parents))
     return items

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from runner.console.render import e, expires, hidden, json_block, parsed, when
 from runner.console.timeline import assistant_message, decision_line
-from store.models import Approval
+from store.models import Approval, Run
 
 if TYPE_CHECKING:
     from runner.approvals.inbox import InboxItem, SeenResult
@@ -70,6 +70,7 @@ def _card(group: Sequence[InboxItem], *, base: str, csrf: str, now: datetime) ->
         f"{e(', '.join(sorted({i.approval.tool_name for i in group})))}</h2>",
         f'<p class="meta">Run {run_link}, step {first.approval.step_index}, '
         f"asked {when(first.approval.created_at)}</p>",
+        parent_chain(first.parents, base),
         "<h3>Trigger payload</h3>" + json_block(run.trigger.payload, "payload"),
     ]
     if first.asking is not None:
@@ -90,6 +91,17 @@ def _card(group: Sequence[InboxItem], *, base: str, csrf: str, now: datetime) ->
         )
     parts.append("</article>")
     return "\n".join(parts)
+
+
+def parent_chain(parents: Sequence[Run], base: str) -> str:
+    """For a child run (runner/children.py): the runs it works for, its
+    parent first, each linked; empty for a run that is no child."""
+    if not parents:
+        return ""
+    links = [
+        f'the {e(p.agent)} run <a href="{e(base)}/runs/{e(p.id)}">{e(p.id)}</a>' for p in parents
+    ]
+    return f'<p class="meta parents">Asked for {", for ".join(links)}</p>'
 
 
 def _approval_section(

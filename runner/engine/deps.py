@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from runner.agent import Agent, Registry
 from runner.approvals import decisions
 from runner.approvals.approval_tokens import Tokens
+from runner.children import root_of
 from runner.clock import SYSTEM, Clock
 from runner.engine.runtime import in_io, runtime
 from runner.events.feed import Feed
@@ -185,7 +186,9 @@ class Deps:
             return
         for item in new:
             approval = await in_io(self.store.get_approval, item.approval_id)
-            request = decisions.request_for(agent, run.id, approval, self.tokens)
+            request = decisions.request_for(
+                agent, run.id, approval, self.tokens, root_run_id=root_of(run)
+            )
             try:
                 await decisions.deliver(
                     agent.notifier, request, self.tool_executor, step=approval.step_index

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from runner.approvals import decisions
 from runner.approvals.expiry import expired_at
+from runner.children import root_of
 from runner.engine.deps import Deps
 from runner.engine.runtime import runtime
 from runner.errors import AgentNotFound, ApprovalError, InvalidTransition, StoreUnavailable
@@ -115,7 +116,10 @@ def _resend_notifications(deps: Deps, report: TickReport, now: datetime | None) 
         if agent.notifier is None:
             continue
         try:
-            request = decisions.request_for(agent, item.approval.run_id, item.approval, deps.tokens)
+            run = deps.store.get_run(item.approval.run_id)
+            request = decisions.request_for(
+                agent, run.id, item.approval, deps.tokens, root_run_id=root_of(run)
+            )
         except Exception as exc:
             # Typically signed with a key that has since been removed: no valid
             # link can be made for it. The claim moved next_notify_at out by

@@ -43,6 +43,21 @@ CHILDREN = Statement(
     RUN_WITH_WAIT + " WHERE r.parent_id = CAST(:run_id AS uuid) ORDER BY r.id",
 )
 
+# A run's ancestors, its parent first.
+ANCESTORS = Statement(
+    "ancestors",
+    """
+    WITH RECURSIVE up (id, depth) AS (
+        SELECT parent_id, 1 FROM runs
+         WHERE id = CAST(:run_id AS uuid) AND parent_id IS NOT NULL
+        UNION ALL
+        SELECT r.parent_id, up.depth + 1 FROM up JOIN runs AS r ON r.id = up.id
+         WHERE r.parent_id IS NOT NULL AND up.depth < 32
+    )
+    SELECT r.* FROM up JOIN runs AS r ON r.id = up.id ORDER BY up.depth
+    """,
+)
+
 # Parents whose children all settled while nothing resumed them (a wake-up
 # lost between a child's settle and the parent's wait): tick()'s safety net.
 STRANDED_PARENTS = Statement(
@@ -110,6 +125,12 @@ class PgChildren(PgExecution):
         with self.db.tx() as tx:
             self._require_run(tx, run_id)
             return [run_from_row(r) for r in tx.rows(CHILDREN, {"run_id": run_id})]
+
+    def ancestors(self, run_id: str) -> list[Run]:
+        """The runs whose tool calls led to ``run_id``: its parent first, its
+        top-level run last; [] for a run that is no child."""
+        rows = self.db.rows(ANCESTORS, {"run_id": check_run_id(run_id)})
+        return [run_from_row(r) for r in rows]
 
     def resume_stranded_parents(
         self, limit: int, grace_seconds: float, *, now: datetime | None = None

@@ -390,3 +390,52 @@ def test_a_shared_cost_budget_stops_the_tree_when_the_children_together_exceed_i
     assert done.error.code == "budget_exceeded", done.error
     assert done.cost_usd == pytest.approx(0.006)
     assert model.call_count == 1  # it never asked its model again
+
+
+def test_a_childs_approval_surfaces_with_its_parent_chain_and_resumes_the_tree(
+    runwright_engine: TestEngine,
+) -> None:
+    from runner import effect
+
+    asked: list[Any] = []
+
+    @effect
+    def refund(order: str) -> str:
+        """Refund an order."""
+        return f"refunded {order}"
+
+    child_name = unique("refunder")
+    child_model = ScriptedModel(
+        child_name, [tools(call("refund", {"order": "A1"}, id="c_refund")), text("refunded")]
+    )
+    child = Agent(
+        name=child_name,
+        model=child_model.model,
+        tools=[refund],
+        approvals={"refund": True},
+        notifier=asked.append,
+    )
+    middle_name = unique("middle")
+    middle_model = ScriptedModel(
+        middle_name, [tools(call(child.name, {"task": "refund A1"}, id="c_deep")), text("ok")]
+    )
+    middle = Agent(name=middle_name, model=middle_model.model, tools=[child.as_tool()])
+    agent, model = lead(middle, calls=[call(middle.name, {"task": "handle A1"}, id="c_mid")])
+
+    waiting = runwright_engine.run(agent)
+    assert waiting.status is RunStatus.WAITING
+    [mid_run] = runwright_engine.engine.children(waiting.id)
+    [child_run] = runwright_engine.engine.children(mid_run.id)
+    assert runwright_engine.get_run(child_run.id).status is RunStatus.WAITING
+    # The inbox shows the child's approval with the runs it works for.
+    [item] = [i for i in runwright_engine.engine.inbox() if i.run.id == child_run.id]
+    assert [p.id for p in item.parents] == [mid_run.id, waiting.id]
+    # Its notification names the top-level run.
+    [request] = asked
+    assert request.run_id == child_run.id and request.root_run_id == waiting.id
+    # Deciding it resumes the child, whose settle resumes its parent, and so on up.
+    runwright_engine.engine.respond(item.approval.approval_id, True, trusted=True, by="ops")
+    done = runwright_engine.run_until_settled(waiting.id)
+    assert done.status is RunStatus.COMPLETED, done.error
+    assert runwright_engine.get_run(child_run.id).status is RunStatus.COMPLETED
+    assert results(model, 1) == {"c_mid": "ok"}
