@@ -155,6 +155,9 @@ def run_json(run: Run, known: Cost | None = None) -> Document:
         "model": run.model,
         "forked_from": run.forked_from,
         "forked_at_step": run.forked_at_step,
+        "parent_id": run.parent_id,
+        "parent_call_id": run.parent_call_id,
+        "detached": run.detached,
         "trigger": {
             "id": trigger.id,
             "source": trigger.source,
@@ -256,13 +259,15 @@ def show_json(
     *,
     messages: bool,
     why: str | None = None,
+    children: list[Run] | None = None,
 ) -> Document:
-    """``runwright show --json``: the run, its steps, earlier attempts, effects
-    of unknown outcome, its checkpoint and (unless ``messages`` is False, then
-    null) the checkpoint's messages; ``why``: why the run is where it is
-    (runner/engine/explain.py)."""
+    """``runwright show --json``: the run, its child runs, its steps, earlier
+    attempts, effects of unknown outcome, its checkpoint and (unless
+    ``messages`` is False, then null) the checkpoint's messages; ``why``: why
+    the run is where it is (runner/engine/explain.py)."""
     return {
         "run": {**run_json(shown_run, run_cost(shown_run.cost_usd, steps)), "why": why},
+        "children": [run_json(c) for c in children or ()],
         "attempts": [attempt_json(a) for a in attempts],
         "unknown_effects": [effect_json(e) for e in unknown],
         "steps": [step_json(s) for s in steps],

@@ -256,8 +256,9 @@ def show(run_id: str, messages: bool, as_json: bool) -> Document | None:
             store.checkpoint(run_id),
             messages=messages,
             why=why,
+            children=store.children(run_id),
         )
-    for line in describe(run, store.attempts(run_id), steps, why):
+    for line in describe(run, store.attempts(run_id), steps, why, store.children(run_id)):
         say(line)
     unknown = store.unknown_effects(run_id)
     if unknown:

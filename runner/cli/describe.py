@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from runner.cli.step_lines import ESTIMATED, clip, cost_text
-from runner.costs import run_cost
+from runner.costs import listed_cost, run_cost
 from store.status import Interruption, RunStatus
 from store.workers import WorkerInfo, serving
 
@@ -23,11 +23,15 @@ def when(value: datetime | None) -> str:
 
 
 def describe(
-    run: Run, attempts: list[RunAttempt], steps: list[Step], why: str | None = None
+    run: Run,
+    attempts: list[RunAttempt],
+    steps: list[Step],
+    why: str | None = None,
+    children: list[Run] | None = None,
 ) -> list[str]:
-    """``runwright show``'s header: the run, then its earlier attempts;
-    ``steps`` tell whether its cost is known, ``why`` why the run is where it
-    is (runner/engine/explain.py)."""
+    """``runwright show``'s header: the run, then its child runs and its
+    earlier attempts; ``steps`` tell whether its cost is known, ``why`` why
+    the run is where it is (runner/engine/explain.py)."""
     lines = [
         f"run      {run.id}",
         f"agent    {run.agent}",
@@ -42,6 +46,9 @@ def describe(
         lines.append(f"key      {run.concurrency_key}")
     if run.forked_from:
         lines.append(f"forked   from run {run.forked_from} at step {run.forked_at_step}")
+    if run.parent_id:
+        detached = ", detached" if run.detached else ""
+        lines.append(f"parent   run {run.parent_id} (its call {run.parent_call_id}{detached})")
     if run.model:
         lines.append(f"model    {run.model} (instead of the agent's)")
     if run.extra_steps:
@@ -67,10 +74,22 @@ def describe(
         lines.append(f"error    {run.error.code}: {run.error.message}")
     if run.output is not None:
         lines.append(f"output   {clip(json.dumps(run.output), 200)}")
+    if children:
+        lines.append("children (their usage and cost count in this run's)")
+        lines.extend("  " + child_line(c) for c in children)
     if attempts:
         lines.append("attempts (earlier, retried)")
         lines.extend("  " + attempt_line(a) for a in attempts)
     return lines
+
+
+def child_line(child: Run) -> str:
+    """One child run: ``runwright show <id>`` shows it whole."""
+    return (
+        f"{child.id}  {child.agent}  {child.status.value}  call {child.parent_call_id}  "
+        f"{child.usage.input_tokens} in, {child.usage.output_tokens} out  "
+        f"{listed_cost(child.cost_usd, child.cost_unpriced).words(cost_text)}"
+    )
 
 
 def attempt_line(attempt: RunAttempt) -> str:

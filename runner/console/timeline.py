@@ -27,7 +27,7 @@ from runner.console.render import (
     url,
     when,
 )
-from runner.costs import run_cost, unpriced
+from runner.costs import listed_cost, run_cost, unpriced
 from store.events import EventType, RunEvent, step_of
 from store.models import Approval, Effect, Run, RunAttempt, RunStatus, Step, StepKind, Usage
 
@@ -45,6 +45,7 @@ def run_body(
     live: bool,
     unknown: Sequence[Effect] = (),
     why: str | None = None,
+    children: Sequence[Run] = (),
 ) -> str:
     """The page of ``run`` (HTML inside <main>). ``live``: the timeline
     follows the run's event stream (the events were replayed, not rebuilt).
@@ -73,6 +74,8 @@ def run_body(
         parts.append(f'<p class="note" id="why">{e(why[:1].upper() + why[1:])}.</p>')
     if unknown:
         parts.append(_unknown_effects(run, unknown, base=base, csrf=csrf))
+    if children:
+        parts.append(_children(children, base))
     if run.output is not None:
         parts.append("<h2>Output</h2>" + json_block(run.output, "output"))
     parts.append("<h2>Trigger</h2>" + trigger_block(run))
@@ -136,6 +139,10 @@ def _facts(run: Run, steps: Sequence[Step], base: str) -> str:
         rows.append(("model", e(run.model)))
     if run.forked_from:
         rows.append(("forked from", e(f"{run.forked_from} after step {run.forked_at_step}")))
+    if run.parent_id:
+        parent = f'<a href="{e(base)}/runs/{e(run.parent_id)}">{e(run.parent_id)}</a>'
+        detached = " (detached)" if run.detached else ""
+        rows.append(("parent", f"{parent}, its call {e(run.parent_call_id)}{detached}"))
     if run.retry is not None:
         rows.append(("model retries", e(f"{run.retry.attempts} failed: {run.retry.error}")))
     if run.cancel_requested and not run.settled:
@@ -144,6 +151,23 @@ def _facts(run: Run, steps: Sequence[Step], base: str) -> str:
     elif run.cancelled_by:
         rows.append(("cancelled by", e(run.cancelled_by)))
     return facts(rows)
+
+
+def _children(children: Sequence[Run], base: str) -> str:
+    """The run's child runs (runner/children.py): status, usage, cost, a link."""
+    rows = "".join(
+        f'<tr><td><a href="{e(base)}/runs/{e(c.id)}">{e(c.id)}</a></td><td>{e(c.agent)}</td>'
+        f"<td>{status_badge(c.status.value)}</td><td>{e(c.parent_call_id)}</td>"
+        f"<td>{e(c.usage.input_tokens)} in, {e(c.usage.output_tokens)} out</td>"
+        f"<td>{e(listed_cost(c.cost_usd, c.cost_unpriced).words(money))}</td></tr>"
+        for c in children
+    )
+    return (
+        '<h2>Children</h2><table class="children" id="children"><thead><tr><th>run</th>'
+        "<th>agent</th><th>status</th><th>call</th><th>tokens</th><th>cost</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>"
+        '<p class="meta">Their tokens and cost count in this run\'s.</p>'
+    )
 
 
 def _unknown_effects(run: Run, effects: Sequence[Effect], *, base: str, csrf: str) -> str:

@@ -243,6 +243,7 @@ class Console:
             live=live,
             unknown=unknown,
             why=self.engine.explain(run),
+            children=engine.children(run.id),
         )
         if note:
             body = f'<p class="note">{note}</p>' + body

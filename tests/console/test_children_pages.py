@@ -39,3 +39,28 @@ def test_a_childs_approval_names_its_parent_in_the_inbox(
     assert "Asked for the lead&lt;b&gt;-" in page
     assert f'<a href="{BASE}/runs/{run.id}">{run.id}</a>' in page
     assert "<b>-" not in page  # the agent's name is text
+
+
+def test_a_run_page_lists_its_children_and_a_childs_page_links_its_parent(
+    client: FlaskClient, engine: Engine, queued: list[str]
+) -> None:
+    child_name = unique("helper")
+    child_model = ScriptedModel(child_name, [text("<i>helped</i>")])
+    child = Agent(name=child_name, model=child_model.model)
+    lead_name = unique("lead")
+    lead_model = ScriptedModel(
+        lead_name, [tools(call(child.name, {"task": "help"}, id="c_help")), text("done")]
+    )
+    Agent(name=lead_name, model=lead_model.model, tools=[child.as_tool()])
+    run = engine.start(lead_name)
+    execute_all(engine, queued)
+    assert engine.get_run(run.id).status is RunStatus.COMPLETED
+    [kid] = engine.children(run.id)
+
+    page = page_text(client, f"{BASE}/runs/{run.id}")
+    assert '<table class="children" id="children">' in page
+    assert f'<a href="{BASE}/runs/{kid.id}">{kid.id}</a>' in page
+    assert "c_help" in page and "10 in, 5 out" in page
+    assert "<i>helped" not in page  # the child's text, where it shows, is text
+    kid_page = page_text(client, f"{BASE}/runs/{kid.id}")
+    assert f'<a href="{BASE}/runs/{run.id}">{run.id}</a>, its call c_help' in kid_page

@@ -27,6 +27,9 @@ from tests.unpriced import leave_unpriced
 # What every run document holds (runner/cli/as_json.py ``run_json``).
 RUN_FIELDS = {
     "id",
+    "parent_id",
+    "parent_call_id",
+    "detached",
     "agent",
     "status",
     "concurrency_key",
@@ -172,7 +175,16 @@ def test_start_runs_show_approve_deny_as_json(env: dict[str, str], engine: Engin
     assert waiting is not None and waiting.waiting is not None
     approval_id = waiting.waiting.approval_id
     shown = document(env, "show", run["id"])
-    assert set(shown) == {"run", "steps", "attempts", "unknown_effects", "checkpoint", "messages"}
+    assert set(shown) == {
+        "run",
+        "children",
+        "steps",
+        "attempts",
+        "unknown_effects",
+        "checkpoint",
+        "messages",
+    }
+    assert shown["children"] == []
     assert shown["run"]["status"] == "waiting" and shown["run"]["steps_used"] == 3
     assert shown["run"]["why"].startswith(f"waiting for a decision on approval {approval_id}")
     assert shown["run"]["waiting"]["approval_id"] == approval_id

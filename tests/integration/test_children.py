@@ -439,3 +439,23 @@ def test_a_childs_approval_surfaces_with_its_parent_chain_and_resumes_the_tree(
     assert done.status is RunStatus.COMPLETED, done.error
     assert runwright_engine.get_run(child_run.id).status is RunStatus.COMPLETED
     assert results(model, 1) == {"c_mid": "ok"}
+
+
+def test_show_lists_a_runs_children_and_a_child_its_parent(runwright_engine: TestEngine) -> None:
+    from runner.cli.as_json import show_json
+    from runner.cli.describe import describe
+
+    child = writer(says="hi")
+    agent, _model = lead(child, calls=[call(child.name, {"task": "x"}, id="c_one")])
+    done = runwright_engine.run(agent)
+    [kid] = runwright_engine.engine.children(done.id)
+    lines = describe(done, [], runwright_engine.steps(done.id), None, [kid])
+    assert "children (their usage and cost count in this run's)" in lines
+    [line] = [x for x in lines if x.startswith(f"  {kid.id}")]
+    assert f"{child.name}  completed  call c_one  10 in, 5 out" in line
+    kid_lines = describe(kid, [], runwright_engine.steps(kid.id))
+    assert f"parent   run {done.id} (its call c_one)" in kid_lines
+    shown = show_json(done, [], [], [], None, messages=False, children=[kid])
+    assert [c["id"] for c in shown["children"]] == [kid.id]
+    assert shown["children"][0]["parent_id"] == done.id
+    assert shown["children"][0]["parent_call_id"] == "c_one"
