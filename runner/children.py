@@ -18,6 +18,7 @@ another. Several child calls of one step run side by side, on any workers.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import pydantic
@@ -143,3 +144,11 @@ def child_error(child: Run) -> str | None:
     error = child.error
     said = f"{error.code}: {error.message}" if error is not None else "no error recorded"
     return f"the {child.agent} agent's run {child.id} failed ({said})"
+
+
+def child_event_title(data: Mapping[str, Any]) -> str:
+    """A ``child`` event of a parent's feed (a child's start or settle), in words."""
+    if data.get("action") == "started":
+        return f"child {data.get('run_id')} started for call {data.get('call_id')}"
+    code = f" ({data['error_code']})" if data.get("error_code") else ""
+    return f"child {data.get('run_id')} {data.get('status')}{code}"

@@ -73,10 +73,13 @@ def public_event(event: RunEvent) -> dict[str, Any]:
         data = {key: data.get(key) for key in _APPROVAL_FIELDS}
     elif event.type is EventType.EXECUTION:
         data = {key: value for key, value in data.items() if key != "owner"}  # a host name
+    elif event.type is EventType.CHILD:
+        data = {key: data.get(key) for key in _CHILD_FIELDS}
     return {**event.to_dict(), "data": data}
 
 
 _STEP_FIELDS = ("kind", "index", "name", "tool_call_id", "output", "started_at", "finished_at")
+_CHILD_FIELDS = ("action", "run_id", "agent", "call_id", "status", "error_code")
 _APPROVAL_FIELDS = ("action", "step_index", "tool_call_id", "tool_name", "decision", "expires_at")
 
 

@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from store.models import Step, StepKind, Usage
-from store.status import SETTLED, RunStatus, lit
+from store.status import SETTLED, RunStatus, lit, status_in
 
 # The one sequence of event ids (steps.id and run_events.id).
 EVENT_IDS = "run_event_ids"
@@ -37,6 +37,7 @@ class EventType(enum.StrEnum):
     STEP = "step"
     APPROVAL = "approval"
     EXECUTION = "execution"
+    CHILD = "child"
     TOKEN = "token"
 
 
@@ -137,6 +138,7 @@ def step_event(step: Step) -> RunEvent:
 # ---------------------------------------------------------------- Postgres
 
 _RUNNING = lit(RunStatus.RUNNING)
+_SETTLED_NEW = status_in(SETTLED, "NEW.status")
 
 # The rule of this module's docstring, written in SQL only. Ids are taken when
 # the trigger fires, at the end of the statement, which holds the run's row lock
@@ -156,6 +158,15 @@ BEGIN
         VALUES (NEW.id, 'status', jsonb_strip_nulls(jsonb_build_object(
             'status', NEW.status, 'error_code', NEW.error_code,
             'retry_at', to_jsonb(NEW.retry_at))));
+    END IF;
+    -- A child run's start and settle are events of its parent's too.
+    IF NEW.parent_id IS NOT NULL AND (TG_OP = 'INSERT' OR (
+            NEW.status IS DISTINCT FROM OLD.status AND {_SETTLED_NEW})) THEN
+        INSERT INTO run_events (run_id, type, data)
+        VALUES (NEW.parent_id, 'child', jsonb_strip_nulls(jsonb_build_object(
+            'action', CASE WHEN TG_OP = 'INSERT' THEN 'started' ELSE 'settled' END,
+            'run_id', NEW.id, 'agent', NEW.agent, 'call_id', NEW.parent_call_id,
+            'status', NEW.status, 'error_code', NEW.error_code)));
     END IF;
     RETURN NULL;
 END

@@ -370,7 +370,9 @@ run_events = sa.Table(
     sa.Column("type", sa.Text, nullable=False),
     sa.Column("data", JSONB, nullable=False),
     sa.Column("at", _TS, nullable=False, server_default=_NOW),
-    sa.CheckConstraint("type IN ('status', 'execution', 'approval')", name="run_events_type_valid"),
+    sa.CheckConstraint(
+        "type IN ('status', 'execution', 'approval', 'child')", name="run_events_type_valid"
+    ),
 )
 
 # When tick() last finished: one row, written at the end of every tick

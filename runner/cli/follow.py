@@ -7,6 +7,7 @@ import json
 
 import click
 
+from runner.children import child_event_title
 from runner.cli.step_lines import clip, step_line
 from runner.cli.terminal import inert
 from runner.events.feed import Feed
@@ -44,6 +45,8 @@ def _line(event: RunEvent, store: PostgresStore) -> str:
             return f"-- approval {data.get('approval_id')} requested for {data.get('tool_name')}"
         reason = f": {data['reason']}" if data.get("reason") else ""
         return f"-- approval {data.get('approval_id')} {data.get('decision')}{reason}"
+    if event.type is EventType.CHILD:
+        return f"-- {child_event_title(data)} ({data.get('agent')})"
     return _status_line(event, store.get_run(event.run_id))
 
 

@@ -44,7 +44,7 @@ form.filters label{display:flex;flex-direction:column;font-size:.85em;color:#5b6
 ol.timeline{list-style:none;padding:0;margin:0}
 li.ev{background:#fff;border:1px solid #e3e6ea;border-radius:.3rem;padding:.4rem .6rem;
 margin:.3rem 0}
-li.kind-status,li.kind-execution,li.kind-approval{background:transparent;border-style:dashed}
+li.kind-status,li.kind-execution,li.kind-approval,li.kind-child{background:transparent;border-style:dashed}
 .head{display:flex;flex-wrap:wrap;gap:.5rem;align-items:baseline}
 .idx{font-weight:600;color:#5b6670}.meta{color:#5b6670;font-size:.85em}
 .call{margin:.3rem 0 .3rem 1rem}
@@ -146,7 +146,8 @@ function stepItem(li, d) {
     const outcome = d.error ? "error" : "result";
     li.append(el("div", "meta", outcome), block(d.error || d.output, outcome));
   } else if (d.kind === "wait") {
-    head(li, d.index, "waits for approval", null, null);
+    const what = d.name === "children" ? "waits for its children" : "waits for approval";
+    head(li, d.index, what, null, null);
   } else {
     head(li, d.index, d.kind, d.name, took);
     li.append(block(d.output, d.kind));
@@ -164,6 +165,12 @@ function item(event) {
   } else if (event.type === "execution") {
     const takeover = d.takeover ? "takes over a stopped execution" : null;
     head(li, null, "execution " + d.epoch, takeover, d.owner);
+  } else if (event.type === "child") {
+    const code = d.error_code ? " (" + d.error_code + ")" : "";
+    const title = d.action === "started"
+      ? "child " + d.run_id + " started for call " + d.call_id
+      : "child " + d.run_id + " " + d.status + code;
+    head(li, null, title, d.agent || null, null);
   } else if (event.type === "approval") {
     if (d.expired) {
       // Marked by the server (runner/approvals/expiry.py), as the page renders it.
@@ -253,7 +260,7 @@ if (timeline && timeline.dataset.events) {
   let last = Number(timeline.dataset.after || "0");
   const streaming = new Streaming(timeline, Number(timeline.dataset.journaled || "0"));
   const source = new EventSource(timeline.dataset.events + "?after=" + last);
-  for (const type of ["status", "step", "approval", "execution"]) {
+  for (const type of ["status", "step", "approval", "execution", "child"]) {
     source.addEventListener(type, (message) => {
       const event = JSON.parse(message.data);
       if (event.id !== null && event.id <= last) return;

@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import quote
 
 from runner.approvals.expiry import expired, expired_at
+from runner.children import child_event_title
 from runner.console.render import (
     attention,
     e,
@@ -265,6 +266,8 @@ def event_item(event: RunEvent, approvals: Mapping[str, Approval]) -> str:
         )
     if event.type is EventType.APPROVAL:
         return _li("approval", _approval_event(data, approvals))
+    if event.type is EventType.CHILD:
+        return _li("child", _head(None, child_event_title(data), data.get("agent"), None))
     return ""
 
 
@@ -311,9 +314,8 @@ def _step(step: Step, approvals: Mapping[str, Approval]) -> str:
     if step.kind is StepKind.WAIT:
         ids = step.input.get("approval_ids") if isinstance(step.input, dict) else None
         asked = [approvals[i] for i in ids or () if isinstance(i, str) and i in approvals]
-        return _head(step.index, "waits for approval", None, None) + "".join(
-            decision_line(a) for a in asked
-        )
+        what = "waits for its children" if step.name == "children" else "waits for approval"
+        return _head(step.index, what, None, None) + "".join(decision_line(a) for a in asked)
     return _head(step.index, step.kind.value, step.name, timing) + json_block(
         step.output, step.kind.value
     )

@@ -229,6 +229,7 @@ class PgBase:
             next_id = self._next_in_key(run.concurrency_key)
         resumed: list[str] = []
         if run.parent_id is not None and run.status.settled:
+            self._committed(run.parent_id)  # its feed has the child's settle
             resumed += self.resume_if_done(run.parent_id)
         if run.status is RunStatus.WAITING:
             resumed += self.resume_if_done(run.id)  # its children settled meanwhile

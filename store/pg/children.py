@@ -117,6 +117,7 @@ class PgChildren(PgExecution):
             found = [run_from_row(r) for r in tx.rows(CHILDREN, {"run_id": fence.run_id})]
         for run in found:
             self._committed(run.id)
+        self._committed(fence.run_id)  # its feed has the children's start
         return [run for run in found if run.parent_call_id in calls]
 
     def children(self, run_id: str) -> list[Run]:

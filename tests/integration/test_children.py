@@ -459,3 +459,41 @@ def test_show_lists_a_runs_children_and_a_child_its_parent(runwright_engine: Tes
     assert [c["id"] for c in shown["children"]] == [kid.id]
     assert shown["children"][0]["parent_id"] == done.id
     assert shown["children"][0]["parent_call_id"] == "c_one"
+
+
+def test_the_parents_event_feed_has_each_childs_start_and_settle(
+    runwright_engine: TestEngine,
+) -> None:
+    ok, broken = writer(says="fine"), writer(says="unused")
+    agent, _model = lead(
+        ok,
+        broken,
+        calls=[call(ok.name, {"task": "a"}, id="c_ok"), call(broken.name, {"task": "b"}, id="c_x")],
+    )
+    run = runwright_engine.start(agent)
+    runwright_engine.engine.execute(run.id)
+    by_call = {c.parent_call_id: c for c in runwright_engine.engine.children(run.id)}
+    runwright_engine.engine.cancel(by_call["c_x"].id)
+    done = runwright_engine.run_until_settled(run.id)
+    assert done.status is RunStatus.COMPLETED, done.error
+    events = list(runwright_engine.engine.events(run.id, timeout=0, tokens=False))
+    child_events = [e.data for e in events if e.type.value == "child"]
+    assert [(d["action"], d["call_id"]) for d in child_events] == [
+        ("started", "c_ok"),
+        ("started", "c_x"),
+        ("settled", "c_x"),
+        ("settled", "c_ok"),
+    ]
+    assert child_events[2] == {
+        "action": "settled",
+        "run_id": by_call["c_x"].id,
+        "agent": broken.name,
+        "call_id": "c_x",
+        "status": "cancelled",
+        "error_code": "cancelled",
+    }
+    assert child_events[0]["run_id"] == by_call["c_ok"].id and "status" in child_events[0]
+    # In the parent's feed, in commit order: both children started before the
+    # last one settled, which came before the parent's resume.
+    order = [(e.type.value, e.data.get("status")) for e in events]
+    assert order.index(("child", "completed")) < order.index(("status", "queued"), 2)
