@@ -497,3 +497,38 @@ def test_the_parents_event_feed_has_each_childs_start_and_settle(
     # last one settled, which came before the parent's resume.
     order = [(e.type.value, e.data.get("status")) for e in events]
     assert order.index(("child", "completed")) < order.index(("status", "queued"), 2)
+
+
+def test_a_duplicate_resume_and_a_redelivered_parent_start_no_third_child(
+    runwright_engine: TestEngine,
+) -> None:
+    import sqlalchemy as sa
+
+    first, second = writer(says="one"), writer(says="two")
+    agent, model = lead(
+        first,
+        second,
+        calls=[
+            call(first.name, {"task": "a"}, id="c_a"),
+            call(second.name, {"task": "b"}, id="c_b"),
+        ],
+    )
+    run = runwright_engine.start(agent)
+    runwright_engine.engine.execute(run.id)
+    [a, b] = runwright_engine.engine.children(run.id)
+    # A resume that came too early (its children still run): the parent is
+    # queued again by hand, as a stray wake-up would.
+    with runwright_engine.store.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE runs SET status = 'queued' WHERE id = :id"), {"id": run.id})
+    again = runwright_engine.engine.execute(run.id)
+    assert again is not None and again.status is RunStatus.WAITING  # it waits on
+    assert [c.id for c in runwright_engine.engine.children(run.id)] == [a.id, b.id]
+    assert model.call_count == 1  # nothing asked of its model
+    runwright_engine.engine.execute(a.id)
+    runwright_engine.engine.execute(b.id)  # the last settle resumes it
+    done = runwright_engine.engine.execute(run.id)
+    assert done is not None and done.status is RunStatus.COMPLETED, done
+    # Its task delivered once more: nothing to claim, nothing started.
+    assert runwright_engine.engine.execute(run.id) is None
+    assert len(runwright_engine.engine.children(run.id)) == 2
+    assert results(model, 1) == {"c_a": "one", "c_b": "two"}
