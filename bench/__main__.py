@@ -16,6 +16,7 @@ BENCHMARKS = [
     "bench.events",
     "bench.console",
     "bench.mcp_call",
+    "bench.children",
 ]
 
 

@@ -66,3 +66,15 @@ Agent(
     model=cancel_lead_model.model,
     tools=[slow.as_tool(), slow.as_tool(name="kids_slow_too"), draft.as_tool(detached=True)],
 )
+
+# For the resume benchmark (bench/children.py): a child that answers at once,
+# and a lead that hands it one task.
+quick_model = ScriptedModel("kids-quick", lambda request: text("done"), journal=JOURNAL)
+quick = Agent(name="kids_quick", model=quick_model.model)
+
+quick_lead_model = ScriptedModel(
+    "kids-quick-lead",
+    [tools(call("kids_quick", {"task": "now"}, id="c_quick")), text("thanks")],
+    journal=JOURNAL,
+)
+Agent(name="kids_quick_lead", model=quick_lead_model.model, tools=[quick.as_tool()])
