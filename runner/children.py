@@ -58,7 +58,12 @@ class ChildTool(Tool):
         self.detached = detached
 
     def new_child(
-        self, parent: Run, call_id: str, arguments: Any, bounds: tuple[BudgetBound, ...] = ()
+        self,
+        parent: Run,
+        call_id: str,
+        arguments: Any,
+        bounds: tuple[BudgetBound, ...] = (),
+        trace_context: dict[str, str] | None = None,
     ) -> NewChild:
         """The child run this call starts: its trigger id is the parent's and
         the call's; ``bounds``, the budgets it shares (:func:`shared_bounds`)."""
@@ -75,6 +80,7 @@ class ChildTool(Tool):
             call_id=call_id,
             detached=self.detached,
             bounds=bounds,
+            trace_context=trace_context,
         )
 
 

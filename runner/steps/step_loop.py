@@ -376,6 +376,7 @@ class StepLoop:
             approval=functools.partial(self.x.io, self.store.get_approval),
             run=self.run_,
             children=functools.partial(self.x.io, self.store.children, self.run_.id),
+            starting=self.deps.observer.starting,
         )
 
     async def _commit(self, k: int, final_text: bool, calls: StepCalls) -> Settled | None:

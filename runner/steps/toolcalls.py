@@ -232,11 +232,14 @@ class CallRunner:
         approval: Callable[[str], Awaitable[Approval]] | None = None,
         run: Run | None = None,
         children: Callable[[], Awaitable[list[Run]]] | None = None,
+        starting: Callable[[str, dict[str, str]], AbstractContextManager[None]] | None = None,
     ) -> None:
         self.clock = clock
-        # The run the calls are of, and a read of its children (for child tools).
+        # The run the calls are of, and a read of its children (for child
+        # tools); ``starting`` puts a child's trace under its call's span.
         self.run_ = run
         self.children = children
+        self.starting = starting
         # Told the tool's name when an effect is found of unknown outcome.
         self.on_unknown = on_unknown
         self.approval = approval
@@ -344,7 +347,20 @@ class CallRunner:
                 entry = child_request(call_id, tool.name, tool.agent)
                 budget = self.agent.budget
                 bounds = shared_bounds(self.run_, budget.max_tokens, budget.max_cost_usd)
-                out.children.append((tool.new_child(self.run_, call_id, input, bounds), entry))
+                carrier = self._child_trace(call_id, tool, input)
+                child_run = tool.new_child(self.run_, call_id, input, bounds, carrier)
+                out.children.append((child_run, entry))
+
+    def _child_trace(self, call_id: str, tool: ChildTool, input: Any) -> dict[str, str] | None:
+        """The trace context a child's executions join: the call's own
+        ``execute_tool`` span (a short one: the call only starts the child)."""
+        if self.observe is None or self.starting is None:
+            return None
+        carrier: dict[str, str] = {}
+        observed = ToolCall(tool.name, call_id, self.step, effect=False, arguments=input)
+        with self.observe(observed), self.starting(tool.agent, carrier):
+            pass
+        return carrier or None
 
     async def _refused(self, call_id: str, name: str, input: Any, response: Message) -> CallResult:
         """A call not approved: denied by a person with their reason, or left

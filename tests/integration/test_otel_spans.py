@@ -504,3 +504,31 @@ def test_an_mcp_tool_call_is_an_execute_tool_span_naming_its_server(traced: Trac
         for s in traced.spans()
         if s.name.startswith("execute_tool") and s is not span
     )
+
+
+def test_a_child_runs_spans_are_under_its_parents_tool_call(traced: Traced) -> None:
+    child_name = f"otel-child-{uuid.uuid4().hex[:8]}"
+    child_model = ScriptedModel(child_name, [text("helped")])
+    child = Agent(name=child_name, model=child_model.model)
+    name = f"otel-lead-{uuid.uuid4().hex[:8]}"
+    model = ScriptedModel(name, [tools(call(child.name, {"task": "help"})), text("done")])
+    Agent(name=name, model=model.model, tools=[child.as_tool()])
+    run = traced.engine.start(name)
+    while traced.queued:
+        traced.engine.execute(traced.queued.pop(0))
+    assert traced.engine.get_run(run.id).status is RunStatus.COMPLETED
+    [kid] = traced.engine.children(run.id)
+    spans = traced.spans()
+    [tool_span] = [s for s in spans if s.name == f"execute_tool {child.name}"]
+    [child_execution] = [s for s in spans if s.name == f"invoke_agent {child.name}"]
+    # The child's execution joins the parent's trace, under the call that started it
+    # (through the start span the call opened).
+    assert child_execution.context.trace_id == tool_span.context.trace_id
+    by_id = {s.context.span_id: s for s in spans}
+    chain = []
+    parent = child_execution.parent
+    while parent is not None and parent.span_id in by_id:
+        chain.append(by_id[parent.span_id].name)
+        parent = by_id[parent.span_id].parent
+    assert chain[:2] == [f"runwright.start {child.name}", f"execute_tool {child.name}"], chain
+    assert dict(child_execution.attributes or {})["runwright.run_id"] == kid.id
