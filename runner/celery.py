@@ -271,6 +271,7 @@ def tick_result(report: TickReport) -> dict[str, int]:
         "recovered": len(report.recovered),
         "reenqueued": len(report.reenqueued),
         "started": len(report.key_heads),
+        "resumed": len(report.resumed),
         "item_errors": report.item_errors,
         "failed_jobs": len(report.failed_jobs),
     }

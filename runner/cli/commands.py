@@ -504,7 +504,7 @@ def tick() -> None:
     say(
         f"notified {report.notified} (failed {report.notify_failed}), expired {report.expired}, "
         f"recovered {len(report.recovered)}, re-enqueued "
-        f"{len(report.reenqueued) + len(report.key_heads)}"
+        f"{len(report.reenqueued) + len(report.key_heads)}, resumed {len(report.resumed)}"
     )
 
 
