@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pydantic
 
-from runner import Agent
-from runner.testing import ScriptedModel, call, output, text, tools
+from runner import Agent, Budget, effect, tool
+from runner.testing import Reply, Request, ScriptedModel, call, output, text, tools
 from tests.agents import JOURNAL
 
 
@@ -78,3 +78,63 @@ quick_lead_model = ScriptedModel(
     journal=JOURNAL,
 )
 Agent(name="kids_quick_lead", model=quick_lead_model.model, tools=[quick.as_tool()])
+
+# A child whose refund waits for a person, under a lead: the inbox shows it
+# with its parent.
+
+
+@effect
+def refund(order: str) -> str:
+    """Refund an order."""
+    return f"refunded {order}"
+
+
+refunder_model = ScriptedModel(
+    "kids-refunder",
+    [tools(call("refund", {"order": "A1"}, id="c_refund")), text("refunded A1")],
+    journal=JOURNAL,
+)
+refunder = Agent(
+    name="kids_refunder", model=refunder_model.model, tools=[refund], approvals={"refund": True}
+)
+approval_lead_model = ScriptedModel(
+    "kids-approval-lead",
+    [tools(call("kids_refunder", {"task": "refund A1"}, id="c_refunder")), text("handled")],
+    journal=JOURNAL,
+)
+Agent(name="kids_approval_lead", model=approval_lead_model.model, tools=[refunder.as_tool()])
+
+
+# Two priced children under a lead whose cost budget they exceed together:
+# each step costs $0.001 (1,000 input tokens at $1e-6), a child $0.004.
+def _spend(request: Request) -> Reply:
+    if request.step < 4:
+        return tools(call("kids_noop", {}), usage=(1000, 0), latency=0.3)
+    return text("spent", usage=(1000, 0))
+
+
+@tool
+def kids_noop() -> str:
+    """Nothing."""
+    return "ok"
+
+
+spender_model = ScriptedModel("kids-spender", _spend, journal=JOURNAL, price=(1e-6, 0.0))
+spender = Agent(name="kids_spender", model=spender_model.model, tools=[kids_noop])
+budget_lead_model = ScriptedModel(
+    "kids-budget-lead",
+    [
+        tools(
+            call("kids_spender", {"task": "a"}, id="c_a"),
+            call("kids_spender_too", {"task": "b"}, id="c_b"),
+        ),
+        text("never"),
+    ],
+    journal=JOURNAL,
+)
+Agent(
+    name="kids_budget_lead",
+    model=budget_lead_model.model,
+    tools=[spender.as_tool(), spender.as_tool(name="kids_spender_too")],
+    budget=Budget(max_cost_usd=0.006),
+)

@@ -120,3 +120,63 @@ def test_cancelling_the_parent_while_its_children_run_cancels_them_within_two_se
     # The detached child runs on to its end.
     detached = settled(cluster, by_call["c_detached"].id)
     assert detached.status is RunStatus.COMPLETED
+
+
+def test_a_childs_approval_shows_with_its_parent_and_approving_completes_both(
+    cluster: Cluster,
+) -> None:
+    cluster.worker("w1", RUNWRIGHT_AGENTS=AGENTS, concurrency=4)
+    engine = cluster.engine()
+    run = engine.start("kids_approval_lead")
+    [item] = wait_until(
+        lambda: [i for i in engine.inbox() if i.run.agent == "kids_refunder" and
+                 i.parents and i.parents[0].id == run.id],
+        60,
+        "the child's approval in the inbox",
+    )  # fmt: skip
+    assert engine.get_run(run.id).status is RunStatus.WAITING
+    engine.respond(item.approval.approval_id, True, trusted=True, by="ops")
+    done = settled(cluster, run.id)
+    assert done.status is RunStatus.COMPLETED, done.error
+    assert engine.get_run(item.run.id).status is RunStatus.COMPLETED
+    assert lead_results(cluster, run.id) == {"c_refunder": "refunded A1"}
+
+
+def test_a_shared_cost_budget_stops_the_tree_on_workers(cluster: Cluster) -> None:
+    cluster.worker("w1", RUNWRIGHT_AGENTS=AGENTS, concurrency=4)
+    cluster.worker("w2", RUNWRIGHT_AGENTS=AGENTS, concurrency=4)
+    engine = cluster.engine()
+    run = engine.start("kids_budget_lead")
+    done = settled(cluster, run.id, timeout=120)
+    assert done.status is RunStatus.FAILED and done.error is not None
+    assert done.error.code == "budget_exceeded", done.error
+    children = engine.children(run.id)
+    assert len(children) == 2 and all(c.status.settled for c in children)
+    # Side by side, each stopped once the tree's cost reached $0.006, or
+    # finished its four steps: never more than the budget and a step each.
+    assert done.cost_usd <= 0.006 + 2 * 0.001 + 1e-9, done.cost_usd
+    assert any(c.status is RunStatus.FAILED for c in children)
+    assert sum(c.cost_usd for c in children) == pytest.approx(done.cost_usd)
+
+
+def test_a_redelivered_parent_task_and_a_stray_resume_start_no_third_child(
+    cluster: Cluster,
+) -> None:
+    from celery import Celery
+
+    cluster.worker("w1", RUNWRIGHT_AGENTS=AGENTS, concurrency=4)
+    engine = cluster.engine()
+    run = engine.start("kids_lead")
+    wait_until(lambda: len(engine.children(run.id)) == 2, 60, "the lead's children")
+    # The broker delivers the lead's task again, and again, while it waits.
+    client = Celery("redeliver", broker=cluster.broker_url)
+    client.conf.task_default_queue = cluster.queue
+    for _ in range(3):
+        client.send_task("runwright.execute", args=[run.id])
+    done = settled(cluster, run.id)
+    assert done.status is RunStatus.COMPLETED, done.error
+    for _ in range(2):
+        client.send_task("runwright.execute", args=[run.id])
+    time.sleep(2)
+    assert len(engine.children(run.id)) == 2
+    assert set(lead_results(cluster, run.id)) == {"c_research", "c_draft"}
