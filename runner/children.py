@@ -64,11 +64,12 @@ class ChildTool(Tool):
         arguments: Any,
         bounds: tuple[BudgetBound, ...] = (),
         trace_context: dict[str, str] | None = None,
+        attempt: int = 1,
     ) -> NewChild:
         """The child run this call starts: its trigger id is the parent's and
         the call's; ``bounds``, the budgets it shares (:func:`shared_bounds`)."""
         envelope = TriggerEnvelope(
-            id=child_trigger_id(parent.id, call_id),
+            id=child_trigger_id(parent.id, call_id, attempt),
             source=CHILD_SOURCE,
             trigger=self.name,
             payload=arguments,
@@ -107,8 +108,11 @@ def _not_called(**_: Any) -> Any:
     raise RunwrightError("a child tool's call starts a run; the tool itself is never invoked")
 
 
-def child_trigger_id(parent_id: str, call_id: str) -> str:
-    return f"child:{parent_id}:{call_id}"
+def child_trigger_id(parent_id: str, call_id: str, attempt: int = 1) -> str:
+    """A child's identity: its parent's, its call's, and (after the parent
+    was retried) the parent's attempt that started it again."""
+    base = f"child:{parent_id}:{call_id}"
+    return base if attempt == 1 else f"{base}:{attempt}"
 
 
 def child_tool(

@@ -377,6 +377,7 @@ class StepLoop:
             run=self.run_,
             children=functools.partial(self.x.io, self.store.children, self.run_.id),
             starting=self.deps.observer.starting,
+            attempts=functools.partial(self.x.io, self.store.attempts, self.run_.id),
         )
 
     async def _commit(self, k: int, final_text: bool, calls: StepCalls) -> Settled | None:

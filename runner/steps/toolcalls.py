@@ -70,6 +70,8 @@ from store.models import (
     NewApproval,
     NewChild,
     Run,
+    RunAttempt,
+    RunStatus,
     StepKind,
     StepRecord,
     utcnow,
@@ -233,6 +235,7 @@ class CallRunner:
         run: Run | None = None,
         children: Callable[[], Awaitable[list[Run]]] | None = None,
         starting: Callable[[str, dict[str, str]], AbstractContextManager[None]] | None = None,
+        attempts: Callable[[], Awaitable[list[RunAttempt]]] | None = None,
     ) -> None:
         self.clock = clock
         # The run the calls are of, and a read of its children (for child
@@ -240,6 +243,7 @@ class CallRunner:
         self.run_ = run
         self.children = children
         self.starting = starting
+        self.attempts = attempts  # the run's earlier attempts (retries)
         # Told the tool's name when an effect is found of unknown outcome.
         self.on_unknown = on_unknown
         self.approval = approval
@@ -330,10 +334,22 @@ class CallRunner:
         one whose start the history does not record: a crash came between)
         starts it, once (runner/children.py)."""
         assert self.run_ is not None and self.children is not None
+        # Each call's latest child (a retry of the parent may have started another).
         started = {child.parent_call_id: child for child in await self.children()}
+        earlier = await self.attempts() if self.attempts is not None else []
+        retried_at = earlier[-1].retried_at if earlier else None
         for call, tool, input in calls:
             call_id = call["id"]
             child = started.get(call_id)
+            if (
+                child is not None
+                and child.status in (RunStatus.FAILED, RunStatus.CANCELLED)
+                and retried_at is not None
+                and child.created_at < retried_at
+            ):
+                # The parent was retried after this child failed: the retry
+                # starts it again (one that completed keeps its result).
+                child = None
             if child is not None and child.status.settled:
                 error = child_error(child)
                 if error is not None:
@@ -348,7 +364,8 @@ class CallRunner:
                 budget = self.agent.budget
                 bounds = shared_bounds(self.run_, budget.max_tokens, budget.max_cost_usd)
                 carrier = self._child_trace(call_id, tool, input)
-                child_run = tool.new_child(self.run_, call_id, input, bounds, carrier)
+                attempt = len(earlier) + 1
+                child_run = tool.new_child(self.run_, call_id, input, bounds, carrier, attempt)
                 out.children.append((child_run, entry))
 
     def _child_trace(self, call_id: str, tool: ChildTool, input: Any) -> dict[str, str] | None:

@@ -532,3 +532,61 @@ def test_a_duplicate_resume_and_a_redelivered_parent_start_no_third_child(
     assert runwright_engine.engine.execute(run.id) is None
     assert len(runwright_engine.engine.children(run.id)) == 2
     assert results(model, 1) == {"c_a": "one", "c_b": "two"}
+
+
+def test_retrying_a_parent_keeps_its_completed_children_and_starts_the_others_again(
+    runwright_engine: TestEngine,
+) -> None:
+    done_model_name = unique("finisher")
+    done_model = ScriptedModel(done_model_name, lambda request: text("finished"))
+    finisher = Agent(name=done_model_name, model=done_model.model)
+    again = writer(says="second time")
+    agent, model = lead(
+        finisher,
+        again,
+        calls=[
+            call(finisher.name, {"task": "a"}, id="c_done"),
+            call(again.name, {"task": "b"}, id="c_again"),
+        ],
+    )
+    run = runwright_engine.start(agent)
+    runwright_engine.engine.execute(run.id)
+    by_call = {c.parent_call_id: c for c in runwright_engine.engine.children(run.id)}
+    runwright_engine.engine.execute(by_call["c_done"].id)  # one child completes
+    runwright_engine.engine.cancel(run.id)  # the other is cancelled with its parent
+    assert runwright_engine.get_run(by_call["c_again"].id).status is RunStatus.CANCELLED
+
+    retried = runwright_engine.engine.retry(run.id)
+    assert retried.status is RunStatus.QUEUED
+    done = runwright_engine.run_until_settled(run.id)
+    assert done.status is RunStatus.COMPLETED, done.error
+    children = runwright_engine.engine.children(run.id)
+    assert [c.parent_call_id for c in children] == ["c_done", "c_again", "c_again"]
+    assert children[2].trigger.id == child_trigger_id(run.id, "c_again", 2)
+    assert children[2].status is RunStatus.COMPLETED
+    assert done_model.call_count == 1  # the completed child was not run again
+    assert results(model, 1) == {"c_done": "finished", "c_again": "second time"}
+
+
+def test_a_fork_starts_fresh_children(runwright_engine: TestEngine) -> None:
+    child = writer(says="fresh")
+    name = unique("lead")
+    model = ScriptedModel(
+        name,
+        [
+            tools(call(child.name, {"task": "first"}, id="c_one")),
+            tools(call(child.name, {"task": "second"}, id="c_two")),
+            text("done"),
+        ],
+    )
+    agent = Agent(name=name, model=model.model, tools=[child.as_tool()])
+    done = runwright_engine.run(agent)
+    assert done.status is RunStatus.COMPLETED, done.error
+    originals = runwright_engine.engine.children(done.id)
+    assert [c.parent_call_id for c in originals] == ["c_one", "c_two"]
+    fork = runwright_engine.engine.fork(done.id, 1)  # after the first child's result
+    forked = runwright_engine.run_until_settled(fork.id)
+    assert forked.status is RunStatus.COMPLETED, forked.error
+    [fresh] = runwright_engine.engine.children(fork.id)
+    assert fresh.parent_call_id == "c_two" and fresh.id not in {c.id for c in originals}
+    assert runwright_engine.engine.children(done.id) == originals
