@@ -4,8 +4,9 @@ where an effect has run but its outcome is not yet written:
 tool runs), ``after_effect_start`` once an effect's journal says it started (its
 function has not run yet), ``after_effect_call`` once its function has returned
 or raised, before the journal holds its outcome, ``after_effect_complete`` once
-it does, and ``after_commit`` after the step's commit (its tool results and
-checkpoint); docs/concepts.md, "Step" and "Effects".
+it does, ``after_children_start`` once a step's child runs are created
+(runner/children.py), before its commit, and ``after_commit`` after the step's
+commit (its tool results and checkpoint); docs/concepts.md, "Step" and "Effects".
 
 Tests arm them to crash or stall the process exactly there, which is the
 cheapest way to prove a recovery claim. Only code arms them: :func:`arm`, or
@@ -36,7 +37,15 @@ AFTER_EFFECT_START = "after_effect_start"
 AFTER_EFFECT_CALL = "after_effect_call"
 AFTER_EFFECT_COMPLETE = "after_effect_complete"
 AFTER_COMMIT = "after_commit"
-POINTS = (AFTER_JOURNAL, AFTER_EFFECT_START, AFTER_EFFECT_CALL, AFTER_EFFECT_COMPLETE, AFTER_COMMIT)
+AFTER_CHILDREN_START = "after_children_start"
+POINTS = (
+    AFTER_JOURNAL,
+    AFTER_EFFECT_START,
+    AFTER_EFFECT_CALL,
+    AFTER_EFFECT_COMPLETE,
+    AFTER_COMMIT,
+    AFTER_CHILDREN_START,
+)
 ACTIONS = ("kill", "stall", "raise")
 
 

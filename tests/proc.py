@@ -15,7 +15,8 @@ import sys
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-import tests.agents  # noqa: F401  (registers the agents)
+import tests.agents  # (registers the agents)
+import tests.agents_children  # noqa: F401  (and those that delegate)
 from runner import Engine, faults
 from runner.settings import Settings
 from store.leases import Leases

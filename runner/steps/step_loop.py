@@ -392,6 +392,7 @@ class StepLoop:
             started = await self.x.write(
                 self.store.start_children, [child for child, _ in calls.children]
             )
+            faults.hit(faults.AFTER_CHILDREN_START)
         self.messages += [r.message() for r in calls.results]
         self.messages += [entry for _, entry in calls.approvals]
         self.messages += [entry for _, entry in calls.children]

@@ -180,3 +180,29 @@ def test_a_redelivered_parent_task_and_a_stray_resume_start_no_third_child(
     time.sleep(2)
     assert len(engine.children(run.id)) == 2
     assert set(lead_results(cluster, run.id)) == {"c_research", "c_draft"}
+
+
+def test_the_parents_process_killed_after_starting_its_children_leaves_exactly_two(
+    cluster: Cluster,
+) -> None:
+    import subprocess
+    import sys
+
+    engine = cluster.engine()
+    run = engine.start("kids_lead")
+    killed = subprocess.run(
+        [sys.executable, "-m", "tests.proc", run.id],
+        env={**cluster.env(), "RUNWRIGHT_TEST_FAULTS": "after_children_start=kill"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert killed.returncode == -9, killed.stderr[-2000:]  # died before the step's commit
+    assert len(engine.children(run.id)) == 2  # created, never sent
+    cluster.worker("w1", RUNWRIGHT_AGENTS=AGENTS, concurrency=4)
+    cluster.beat()  # recovers the lead once its lease lapses
+    done = settled(cluster, run.id, timeout=120)
+    assert done.status is RunStatus.COMPLETED, done.error
+    children = engine.children(run.id)
+    assert len(children) == 2 and all(c.status is RunStatus.COMPLETED for c in children)
+    assert set(lead_results(cluster, run.id)) == {"c_research", "c_draft"}

@@ -134,7 +134,7 @@ def test_a_cancelled_child_is_a_tool_error_and_resumes_its_parent(
     assert told["error"] == f"the {child.name} agent's run {started.id} was cancelled"
 
 
-@pytest.mark.parametrize("at", ["after_journal", "after_commit"])
+@pytest.mark.parametrize("at", ["after_journal", "after_children_start", "after_commit"])
 def test_a_parent_recovered_after_a_crash_has_exactly_one_child_per_call(
     runwright_engine: TestEngine, at: str
 ) -> None:
@@ -153,6 +153,11 @@ def test_a_parent_recovered_after_a_crash_has_exactly_one_child_per_call(
         # The model's reply is journaled, no child started yet: the recovered
         # execution starts them, reusing the reply.
         assert runwright_engine.engine.children(run.id) == []
+        done = runwright_engine.recover(run.id)
+    elif at == "after_children_start":
+        # The children exist, unsent, and the step's wait is not committed:
+        # the recovered execution finds them, commits the wait and sends them.
+        assert len(runwright_engine.engine.children(run.id)) == 2
         done = runwright_engine.recover(run.id)
     else:
         # The wait is committed, but the children were never sent: tick()
