@@ -246,7 +246,13 @@ def show(run_id: str, messages: bool, as_json: bool) -> Document | None:
     store = open_store(settings)
     run = store.get_run(run_id)
     steps = store.steps(run_id)
-    why = explain(run, _live_workers(settings), grace_seconds=settings.agent_grace_seconds)
+    children = store.children(run_id)
+    why = explain(
+        run,
+        _live_workers(settings),
+        grace_seconds=settings.agent_grace_seconds,
+        children=children,
+    )
     if as_json:
         return show_json(
             run,
@@ -256,9 +262,9 @@ def show(run_id: str, messages: bool, as_json: bool) -> Document | None:
             store.checkpoint(run_id),
             messages=messages,
             why=why,
-            children=store.children(run_id),
+            children=children,
         )
-    for line in describe(run, store.attempts(run_id), steps, why, store.children(run_id)):
+    for line in describe(run, store.attempts(run_id), steps, why, children):
         say(line)
     unknown = store.unknown_effects(run_id)
     if unknown:

@@ -425,7 +425,13 @@ class Engine:
         (runner/engine/explain.py); None for the other statuses."""
         from runner.engine.explain import explain
 
-        return explain(run, self.workers(), grace_seconds=self.settings.agent_grace_seconds)
+        children = self.children(run.id) if run.status is RunStatus.WAITING else []
+        return explain(
+            run,
+            self.workers(),
+            grace_seconds=self.settings.agent_grace_seconds,
+            children=children,
+        )
 
     def children(self, run_id: str) -> list[Run]:
         """The runs ``run_id``'s tool calls started (``Agent.as_tool``), oldest first."""

@@ -8,7 +8,7 @@ worker with its agent from one that waits for a free thread; without them
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 from store.models import Interruption, Run
@@ -25,12 +25,14 @@ def explain(
     workers: Mapping[str, WorkerInfo] | None,
     *,
     grace_seconds: float | None = None,
+    children: Sequence[Run] = (),
 ) -> str | None:
     """Why ``run`` is queued, interrupted or waiting; None for other statuses.
+    ``children``: its child runs (a run waiting for them says which);
     ``workers``: the live workers by name (None: unknown); ``grace_seconds``:
     RUNWRIGHT_AGENT_GRACE_SECONDS, to say when a run no worker can take fails."""
     if run.status is RunStatus.WAITING:
-        return _waiting(run)
+        return _waiting(run, children)
     if run.status is RunStatus.QUEUED:
         return _queued(run, workers)
     if run.status is RunStatus.INTERRUPTED:
@@ -38,8 +40,13 @@ def explain(
     return None
 
 
-def _waiting(run: Run) -> str:
+def _waiting(run: Run, children: Sequence[Run]) -> str:
     wait = run.waiting
+    open_children = [c for c in children if not c.status.settled]
+    if wait is None and open_children:
+        listed = ", ".join(f"{c.agent} {c.id} ({c.status.value})" for c in open_children[:5])
+        more = f" and {len(open_children) - 5} more" if len(open_children) > 5 else ""
+        return f"waiting for its child runs: {listed}{more}"
     if wait is None:
         return "waiting for a decision"
     return (

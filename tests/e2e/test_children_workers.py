@@ -59,6 +59,10 @@ def test_a_lead_hands_two_tasks_to_children_that_run_side_by_side(cluster: Clust
     results = lead_results(cluster, run.id)
     assert json.loads(results["c_research"]) == {"topic": "tides", "sources": 4}
     assert results["c_draft"] == "a draft about tides"
+    # The children's usage is in the lead's totals: its own two replies and
+    # theirs, each reporting 10 tokens in and 5 out.
+    assert sum(c.usage.input_tokens for c in children) == 20
+    assert (done.usage.input_tokens, done.usage.output_tokens) == (40, 20)
 
 
 @pytest.mark.timeout(240)

@@ -74,6 +74,8 @@ def test_a_lead_calls_two_children_in_one_step_and_gets_both_results(
     # The lead's step started both children and waits for them, holding no claim.
     waiting = runwright_engine.get_run(run.id)
     assert waiting.status is RunStatus.WAITING and waiting.claim is None
+    why = runwright_engine.engine.explain(waiting)
+    assert why is not None and why.startswith("waiting for its child runs: ")
     children = runwright_engine.engine.children(run.id)
     assert [(c.agent, c.parent_call_id, c.status) for c in children] == [
         (research.name, "c_research", RunStatus.QUEUED),
@@ -595,3 +597,17 @@ def test_a_fork_starts_fresh_children(runwright_engine: TestEngine) -> None:
     [fresh] = runwright_engine.engine.children(fork.id)
     assert fresh.parent_call_id == "c_two" and fresh.id not in {c.id for c in originals}
     assert runwright_engine.engine.children(done.id) == originals
+
+
+def test_a_parents_execution_timeout_does_not_run_while_it_waits(
+    runwright_engine: TestEngine,
+) -> None:
+    name = unique("slowchild")
+    slow = ScriptedModel(name, lambda request: text("took its time", latency=1.5))
+    child = Agent(name=name, model=slow.model)
+    agent, model = lead(
+        child, calls=[call(child.name, {"task": "x"}, id="c_slow")], budget=Budget(timeout_ms=1000)
+    )
+    done = runwright_engine.run(agent)  # the child alone takes longer than the lead's timeout
+    assert done.status is RunStatus.COMPLETED, done.error
+    assert results(model, 1) == {"c_slow": "took its time"}
