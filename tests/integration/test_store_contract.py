@@ -1093,6 +1093,9 @@ def test_a_childs_usage_counts_in_its_ancestors_totals(store: PostgresStore) -> 
         leaf.id: 110,
     }
     assert totals[root.run_id][0] == "triage"
+    # The chain up from the leaf, its parent first.
+    assert [r.id for r in store.ancestors(leaf.id)] == [middle.id, root.run_id]
+    assert store.ancestors(root.run_id) == []
 
 
 def test_a_parent_left_waiting_with_its_children_settled_is_resumed_by_the_sweep(
