@@ -212,6 +212,8 @@ def test_stale_owner_is_fenced_out_and_writes_nothing(store: PostgresStore) -> N
         lambda: store.begin_effect(old, "k2", "refund", {}, rerun_started=False),
         lambda: store.finish_effect(old, "k1", output="late"),
         lambda: store.withdraw_effect(old, "k1"),
+        lambda: store.start_children(old, [_child(old, "c1")]),
+        lambda: store.record_llm_step(old, llm_record(2), rolls_up=True),
         lambda: store.defer_missing_agent(old, 600),
     ]
     for attempt in attempts:
