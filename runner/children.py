@@ -17,18 +17,15 @@ another. Several child calls of one step run side by side, on any workers.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
 import pydantic
 
 from runner.errors import InvalidInput, RunwrightError
-from runner.steps.tools import Tool
+from runner.steps.tools import FUNCTION_NAME, Tool
 from store.models import BudgetBound, NewChild, Run, RunStatus, TriggerEnvelope
 
-# What every provider takes as a function name.
-FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 # The trigger's source for a child run; its trigger is the parent's tool.
 CHILD_SOURCE = "parent"
 # The trigger key that names a child's top-level run (``keys.parent_run``, its parent).

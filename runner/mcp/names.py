@@ -7,9 +7,7 @@ renamed into something the server did not say."""
 
 from __future__ import annotations
 
-import re
-
-FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+from runner.steps.tools import FUNCTION_NAME
 
 
 def prefixed(server: str, tool: str) -> str | None:

@@ -19,6 +19,7 @@ import functools
 import inspect
 import json
 import logging
+import re
 import typing
 from collections.abc import Callable
 from concurrent.futures import CancelledError, Executor
@@ -34,6 +35,9 @@ from runner.steps.run_context import RunContext
 Retry = Literal["at_most_once", "at_least_once"]
 Retries = int | RetryPolicy | None
 IDEMPOTENCY_KEY = "idempotency_key"
+# What every provider takes as a function name: the rule for the names of the
+# tools the engine makes (an MCP server's, an agent's as a tool).
+FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 log = logging.getLogger("runner.tools")  # the name log lines carry: kept stable for filters
 
 
