@@ -80,6 +80,18 @@ def open_waits(run_id: str) -> str:
 
 OPEN_WAITS = open_waits("CAST(:run_id AS uuid)")
 
+
+# A run's ancestors (runner/children.py), as the CTE ``up (id, depth)``: its
+# parent at depth 1, on up to its top-level run. ``run_id``: the SQL of its id.
+def ancestors_cte(run_id: str) -> str:
+    return f"""WITH RECURSIVE up (id, depth) AS (
+        SELECT parent_id, 1 FROM runs WHERE id = {run_id} AND parent_id IS NOT NULL
+        UNION ALL
+        SELECT r.parent_id, up.depth + 1 FROM up JOIN runs AS r ON r.id = up.id
+         WHERE r.parent_id IS NOT NULL AND up.depth < 32
+    )"""
+
+
 # A run waiting for its children goes back to the queue once nothing is open
 # (run after every commit that may end the wait: a child's settle, the
 # parent's own wait; and by tick(), for a wake-up lost between them). Its

@@ -15,7 +15,7 @@ from datetime import datetime
 
 from store.db import dumps
 from store.models import Fence, NewChild, Run
-from store.pg.base import NOW, RUN_WITH_WAIT, open_waits
+from store.pg.base import NOW, RUN_WITH_WAIT, ancestors_cte, open_waits
 from store.pg.execution import PgExecution
 from store.rows import run_from_row
 from store.statements import Statement
@@ -46,14 +46,8 @@ CHILDREN = Statement(
 # A run's ancestors, its parent first.
 ANCESTORS = Statement(
     "ancestors",
-    """
-    WITH RECURSIVE up (id, depth) AS (
-        SELECT parent_id, 1 FROM runs
-         WHERE id = CAST(:run_id AS uuid) AND parent_id IS NOT NULL
-        UNION ALL
-        SELECT r.parent_id, up.depth + 1 FROM up JOIN runs AS r ON r.id = up.id
-         WHERE r.parent_id IS NOT NULL AND up.depth < 32
-    )
+    f"""
+    {ancestors_cte("CAST(:run_id AS uuid)")}
     SELECT r.* FROM up JOIN runs AS r ON r.id = up.id ORDER BY up.depth
     """,
 )

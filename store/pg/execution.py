@@ -38,6 +38,7 @@ from store.pg.base import (
     PROGRESS,
     PROGRESS_ENDS_RETRY,
     PgBase,
+    ancestors_cte,
     fence_params,
     outcome_params,
 )
@@ -135,20 +136,14 @@ def _record_llm_step_sql(rolls_up: bool) -> str:
     """The journal write; with ``rolls_up`` (a child run's: runner/children.py)
     the step's usage is added to every ancestor's totals as well, in the same
     statement, so a budget shared down the tree is read from one row."""
-    ancestors = """
+    ancestors = f"""
     ), anc AS (
         UPDATE runs SET input_tokens = runs.input_tokens + CAST(:input_tokens AS bigint),
                         output_tokens = runs.output_tokens + CAST(:output_tokens AS bigint),
                         cost_usd = runs.cost_usd + COALESCE(CAST(:cost_usd AS float8), 0),
                         cost_unpriced = runs.cost_unpriced OR CAST(:unpriced AS bool),
                         usage_estimated = runs.usage_estimated OR CAST(:usage_estimated AS bool)
-          FROM (WITH RECURSIVE up (id, depth) AS (
-                    SELECT parent_id, 1 FROM runs
-                     WHERE id = CAST(:run_id AS uuid) AND parent_id IS NOT NULL
-                    UNION ALL
-                    SELECT r.parent_id, up.depth + 1 FROM up JOIN runs AS r ON r.id = up.id
-                     WHERE r.parent_id IS NOT NULL AND up.depth < 32
-                ) SELECT id FROM up) AS a
+          FROM ({ancestors_cte("CAST(:run_id AS uuid)")} SELECT id FROM up) AS a
          WHERE runs.id = a.id AND EXISTS (SELECT 1 FROM upd)
         RETURNING runs.id"""
     return f"""
