@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     )
     from runner.model import warm_up
     from runner.retry import RetryPolicy
+    from runner.steps.builtin_tools import AskHuman
     from runner.steps.run_context import RunContext
     from runner.steps.tools import Tool, effect, tool
     from store.models import Run, RunStatus, TriggerEnvelope
@@ -58,6 +59,7 @@ _LAZY = {
     "Agent": "runner.agent",
     "SchemaMismatch": "runner.errors",
     "StoreRefused": "runner.errors",
+    "WrongRequestKind": "runner.errors",
     "RunNotWaiting": "runner.errors",
     "InvalidApprovalToken": "runner.errors",
     "InvalidApprovalId": "runner.errors",
@@ -68,6 +70,7 @@ _LAZY = {
     "ApprovalError": "runner.errors",
     "ApprovalPolicy": "runner.agent",
     "ApprovalRequest": "runner.agent",
+    "AskHuman": "runner.steps.builtin_tools",
     "Budget": "runner.agent",
     "ConfigurationError": "runner.errors",
     "Engine": "runner.engine.engine",
@@ -147,6 +150,7 @@ __all__ = [
     "ApprovalError",
     "ApprovalPolicy",
     "ApprovalRequest",
+    "AskHuman",
     "Budget",
     "ConfigurationError",
     "Engine",

@@ -18,11 +18,16 @@ from runner.children import ChildTool, child_tool
 from runner.errors import AgentNotFound, ConfigurationError, InvalidInput
 from runner.mcp.servers import MCPServer
 from runner.retry import RetryPolicy
+from runner.steps.builtin_tools import AskHuman, ask_human_spec
 from runner.steps.run_context import RunContext
 from runner.steps.tools import Tool
 from store.models import TriggerEnvelope
 
 OnExpire = Literal["deny", "fail"]
+# What a person's denial does: the model is told (``"continue"``), or the run
+# fails ``approval_denied`` (``"fail"``).
+OnDenyRule = Literal["continue", "fail"]
+_ON_DENY = ("continue", "fail")
 
 _override_lock = threading.Lock()
 
@@ -63,16 +68,22 @@ class ApprovalPolicy:
     ``when`` narrows the policy to some inputs; ``on_expire`` says what happens
     if nobody decides in time: ``"deny"`` tells the model it was denied
     (reason ``expired``), ``"fail"`` fails the run with ``approval_expired``.
+    ``on_deny`` says what a person's denial does (None: the agent's
+    ``on_deny``): ``"continue"`` gives the model the reason as the call's
+    result, ``"fail"`` fails the run with ``approval_denied``.
     """
 
     # None: the project's default, RUNWRIGHT_APPROVAL_EXPIRES_SECONDS (a day).
     expires_in: timedelta | float | None = None
     on_expire: OnExpire = "deny"
     when: Callable[[dict[str, Any]], bool] | None = None
+    on_deny: OnDenyRule | None = None
 
     def __post_init__(self) -> None:
         if self.on_expire not in ("deny", "fail"):
             raise InvalidInput(f"on_expire must be 'deny' or 'fail', not {self.on_expire!r}")
+        if self.on_deny is not None and self.on_deny not in _ON_DENY:
+            raise InvalidInput(f"on_deny must be 'continue' or 'fail', not {self.on_deny!r}")
         if self.expires_in is not None and self.expires_seconds(1.0) <= 0:
             raise InvalidInput("ApprovalPolicy.expires_in must be positive")
 
@@ -91,7 +102,12 @@ ToolsFactory = Callable[[RunContext], Iterable[Tool]]
 
 @dataclass(frozen=True)
 class ApprovalRequest:
-    """What a notifier receives: enough to build a link a person can follow."""
+    """What a notifier receives: enough to build a link a person can follow.
+
+    ``kind`` is ``"approval"`` (approve or deny ``tool_name`` with ``input``;
+    ``schema`` is what edited arguments must fit) or ``"input"`` (answer the
+    model's ``question``; ``schema`` is what the answer must fit). The link
+    decides either with ``token``."""
 
     run_id: str
     agent: str
@@ -104,6 +120,9 @@ class ApprovalRequest:
     # The top-level run of the run's tree: the run itself, unless it is a
     # child run (runner/children.py), whose approvals a person judges for it.
     root_run_id: str | None = None
+    kind: str = "approval"
+    question: str | None = None
+    schema: Any = None
 
 
 @dataclass
@@ -136,7 +155,14 @@ class Agent:
     retry: RetryPolicy | None = None
     # Call the model with litellm's streaming API; deltas are published live, never stored.
     stream: bool = False
+    # The model may ask a person a question (the ``ask_human`` tool): True
+    # (a text answer), a pydantic model (the answer's shape) or an AskHuman.
+    ask_human: bool | type[pydantic.BaseModel] | AskHuman = False
+    # What a person's denial does, unless a tool's ApprovalPolicy says: the
+    # model is told the reason ("continue"), or the run fails ("fail").
+    on_deny: OnDenyRule = "continue"
     register: bool = True
+    _asks: AskHuman | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
@@ -159,6 +185,14 @@ class Agent:
             isinstance(self.input, type) and issubclass(self.input, pydantic.BaseModel)
         ):
             raise InvalidInput(f"agent {self.name!r}: input must be a pydantic model class")
+        if self.on_deny not in _ON_DENY:
+            raise InvalidInput(
+                f"agent {self.name!r}: on_deny must be 'continue' or 'fail', not {self.on_deny!r}"
+            )
+        try:
+            self._asks = ask_human_spec(self.ask_human)
+        except InvalidInput as exc:
+            raise InvalidInput(f"agent {self.name!r}: {exc.message}") from None
         self.mcp = tuple(self.mcp)
         names = set()
         for server in self.mcp:
@@ -204,6 +238,11 @@ class Agent:
         agent's; ``detached``: the child runs on when its parent is cancelled."""
         return child_tool(self.name, self.instructions, self.input, name, description, detached)
 
+    @property
+    def asks_human(self) -> AskHuman | None:
+        """How the agent's model may ask a person (None: it may not)."""
+        return self._asks
+
     def build_tools(self, ctx: RunContext) -> list[Tool]:
         made = self.tools(ctx) if callable(self.tools) else self.tools
         tools = list(made)
@@ -226,6 +265,10 @@ class Agent:
                 return None
             return rule
         return ApprovalPolicy() if rule(arguments) else None
+
+    def denial(self, policy: ApprovalPolicy) -> OnDenyRule:
+        """What a person's denial of a call under ``policy`` does."""
+        return policy.on_deny or self.on_deny
 
     def key_for(self, envelope: TriggerEnvelope) -> str | None:
         if envelope.thread:

@@ -31,6 +31,7 @@ from store.errors import (
     SchemaMismatch,
     StoreRefused,
     StoreUnavailable,
+    WrongRequestKind,
 )
 
 
@@ -137,4 +138,5 @@ __all__ = [
     "StoreUnavailable",
     "ToolDefinitionError",
     "ToolInputError",
+    "WrongRequestKind",
 ]

@@ -136,6 +136,11 @@ class InvalidApprovalId(InvalidApprovalInput, ApprovalNotFound):
     """That is not an approval id, so no approval has it."""
 
 
+class WrongRequestKind(InvalidApprovalInput):
+    """The request does not take that decision: an approval is approved or
+    denied, a question is answered."""
+
+
 class StoreUnavailable(RunwrightError):
     """The database or Redis could not be reached."""
 

@@ -6,7 +6,8 @@ Events are derived from the rows the store commits, never written beside them:
 - a ``status`` event is a change of ``runs.status`` (and a run's creation);
 - an ``execution`` event is a rise of ``runs.claim_epoch`` (a claim; a takeover
   when the run was ``running`` under an older epoch);
-- an ``approval`` event is an approval row created (``requested``) or decided.
+- an ``approval`` event is an approval row (a request for a person: an
+  approval or a question) created (``requested``) or decided.
 
 Postgres derives the last three with triggers (:data:`TRIGGERS`), into
 ``run_events``, so that no statement that changes a run can forget one.
@@ -173,6 +174,10 @@ END
 $$
 """
 
+# A request's kind, and what a person did beyond yes or no: the model's
+# arguments (``input``) beside the person's (``arguments``, ``edited``), a
+# question's answer, a tool approved for the rest of the run (``for_run``), and
+# the standing approval that decided a later call (``standing_from``).
 _APPROVAL_FUNCTION = """
 CREATE FUNCTION runwright_approval_events() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -182,7 +187,11 @@ BEGIN
         'approval_id', NEW.approval_id, 'step_index', NEW.step_index,
         'tool_call_id', NEW.tool_call_id, 'tool_name', NEW.tool_name,
         'decision', NEW.decision, 'reason', NEW.reason, 'decided_by', NEW.decided_by,
-        'decided_at', to_jsonb(NEW.decided_at), 'expires_at', to_jsonb(NEW.expires_at)));
+        'decided_at', to_jsonb(NEW.decided_at), 'expires_at', to_jsonb(NEW.expires_at))
+        || jsonb_build_object(
+        'kind', NEW.kind, 'input', to_jsonb(NEW.input), 'arguments', to_jsonb(NEW.arguments),
+        'edited', NEW.arguments IS NOT NULL, 'answer', to_jsonb(NEW.answer),
+        'for_run', NEW.for_run, 'standing_from', NEW.standing_from));
     RETURN NULL;
 END
 $$

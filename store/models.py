@@ -66,6 +66,24 @@ class Decision(enum.StrEnum):
     DENIED = "denied"
     # The run settled (cancelled, failed) before anyone decided.
     WITHDRAWN = "withdrawn"
+    # A person answered a question (a request of kind ``input``).
+    ANSWERED = "answered"
+
+
+class RequestKind(enum.StrEnum):
+    """What a person is asked (an ``approvals`` row's ``kind``): to approve a
+    tool call, or to answer the model's question (``ask_human``)."""
+
+    APPROVAL = "approval"
+    INPUT = "input"
+
+
+class OnDeny(enum.StrEnum):
+    """What a person's denial does: the model is told and the run goes on
+    (``continue``), or the run fails ``approval_denied`` (``fail``)."""
+
+    CONTINUE = "continue"
+    FAIL = "fail"
 
 
 class TriggerEnvelope(BaseModel):
@@ -315,10 +333,48 @@ class Approval:
     # Who decided (the host app's user, the console's login, "link"); None for
     # the engine's own decisions: expiry, and a cancel's withdrawal.
     decided_by: str | None = None
+    kind: RequestKind = RequestKind.APPROVAL
+    # The JSON schema a person's edited arguments (or answer) must fit.
+    schema: JSON = None
+    # The arguments a person approved in place of the model's ``input``
+    # (None: not edited); the call ran with them.
+    arguments: JSON = None
+    # A question's answer (kind ``input``).
+    answer: JSON = None
+    # The decision approved the tool for the rest of the run.
+    for_run: bool = False
+    # The approval whose "for this run" decided this one (a standing approval).
+    standing_from: str | None = None
+    on_deny: OnDeny = OnDeny.CONTINUE
 
     @property
     def pending(self) -> bool:
         return self.decision is None
+
+    @property
+    def edited(self) -> bool:
+        """A person changed the call's arguments before approving it."""
+        return self.arguments is not None
+
+    @property
+    def question(self) -> str | None:
+        """What the model asked, for a request of kind ``input``."""
+        if self.kind is not RequestKind.INPUT or not isinstance(self.input, dict):
+            return None
+        asked = self.input.get("question")
+        return asked if isinstance(asked, str) else None
+
+
+@dataclass(frozen=True)
+class StandingApproval:
+    """A tool a person approved for the rest of a run: its later calls are
+    approved without asking, each recorded as decided by this grant."""
+
+    run_id: str
+    tool_name: str
+    approval_id: str
+    granted_by: str | None
+    granted_at: datetime
 
 
 @dataclass(frozen=True)
@@ -432,6 +488,15 @@ class NewApproval:
     token_id: str
     next_notify_at: datetime | None  # None: the agent has no notifier
     approval_id: str = field(default_factory=new_id)
+    kind: RequestKind = RequestKind.APPROVAL
+    schema: JSON = None
+    on_deny: OnDeny = OnDeny.CONTINUE
+    # Approved already, by a standing approval of the run: recorded, not asked.
+    granted: StandingApproval | None = None
+
+    @property
+    def pending(self) -> bool:
+        return self.granted is None
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,14 @@ from store.models import (
     EffectOutcome,
     EffectStatus,
     Interruption,
+    OnDeny,
+    RequestKind,
     RetryWait,
     Run,
     RunAttempt,
     RunError,
     RunStatus,
+    StandingApproval,
     Step,
     StepKind,
     TriggerEnvelope,
@@ -47,6 +50,7 @@ def run_from_row(row: Mapping[str, Any], waiting: WaitPoint | None = None) -> Ru
             expires_at=m["w_expires_at"],
             token_id=m["w_token_id"],
             notified_at=m["w_notified_at"],
+            kind=m.get("w_kind") or RequestKind.APPROVAL.value,
         )
     return Run(
         id=str(m["id"]),
@@ -163,6 +167,23 @@ def approval_from_row(row: Mapping[str, Any]) -> Approval:
         reason=m["reason"],
         decided_at=m["decided_at"],
         decided_by=m.get("decided_by"),
+        kind=RequestKind(m.get("kind") or RequestKind.APPROVAL),
+        schema=m.get("schema"),
+        arguments=m.get("arguments"),
+        answer=m.get("answer"),
+        for_run=bool(m.get("for_run")),
+        standing_from=None if m.get("standing_from") is None else str(m["standing_from"]),
+        on_deny=OnDeny(m.get("on_deny") or OnDeny.CONTINUE),
+    )
+
+
+def standing_from_row(row: Mapping[str, Any]) -> StandingApproval:
+    return StandingApproval(
+        run_id=str(row["run_id"]),
+        tool_name=row["tool_name"],
+        approval_id=str(row["approval_id"]),
+        granted_by=row["granted_by"],
+        granted_at=row["granted_at"],
     )
 
 

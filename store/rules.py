@@ -23,13 +23,16 @@ from store.errors import (
     CheckpointConflict,
     InvalidTransition,
     RunNotWaiting,
+    WrongRequestKind,
 )
 from store.models import (
     JSON,
     Approval,
     Decision,
     Interruption,
+    OnDeny,
     Outcome,
+    RequestKind,
     RetryWait,
     RunError,
     StepCommit,
@@ -148,10 +151,16 @@ def check_fail_waiting(run_id: str, status: RunStatus) -> None:
         raise InvalidTransition(f"run {run_id} is {status.value}, not waiting")
 
 
+def commit_waits(commit: StepCommit) -> bool:
+    """The step waits: it asks a person (an approval or a question nobody has
+    decided; a call a standing approval decided does not wait), or it waits
+    for children."""
+    return commit.waits or any(a.pending for a in commit.approvals)
+
+
 def commit_outcome(commit: StepCommit) -> Outcome | None:
-    """What the step's commit moves the run to: waiting when it asks for
-    approvals or waits for children."""
-    return Outcome(RunStatus.WAITING) if commit.approvals or commit.waits else commit.outcome
+    """What the step's commit moves the run to: waiting when it waits."""
+    return Outcome(RunStatus.WAITING) if commit_waits(commit) else commit.outcome
 
 
 def wakes_key(key: str | None, status: RunStatus) -> bool:
@@ -214,3 +223,52 @@ def check_decidable(
         raise ApprovalExpired(
             f"approval {approval.approval_id} expired at {approval.expires_at:%Y-%m-%d %H:%M:%S %Z}"
         )
+
+
+def check_decision(
+    approval: Approval,
+    decision: Decision,
+    *,
+    arguments: JSON = None,
+    answer: JSON = None,
+    for_run: bool = False,
+) -> None:
+    """What a request takes: an approval is approved (with edited
+    ``arguments``, or ``for_run``) or denied; a question is answered (or, by
+    its expiry, denied)."""
+    if approval.kind is RequestKind.INPUT:
+        if decision is Decision.APPROVED or arguments is not None or for_run:
+            raise WrongRequestKind(
+                f"request {approval.approval_id} is a question ({approval.tool_name}); "
+                "answer it (Engine.answer), it takes no approval"
+            )
+        if decision is Decision.ANSWERED and answer is None:
+            raise WrongRequestKind(f"question {approval.approval_id} needs an answer")
+        return
+    if decision is Decision.ANSWERED or answer is not None:
+        raise WrongRequestKind(
+            f"request {approval.approval_id} is an approval of {approval.tool_name}; approve or "
+            "deny it (Engine.respond), it takes no answer"
+        )
+    if decision is not Decision.APPROVED and (arguments is not None or for_run):
+        raise WrongRequestKind(
+            "edited arguments and approving for the rest of the run go with an approval, "
+            "not a denial"
+        )
+
+
+def denial_failure(decided: Approval) -> RunError | None:
+    """The run's failure when a person's denial ends it (``on_deny="fail"``);
+    None when the model is told instead. The engine's own denial (an expiry)
+    follows ``on_expire``, never this."""
+    if (
+        decided.decision is not Decision.DENIED
+        or decided.on_deny is not OnDeny.FAIL
+        or decided.decided_by is None
+    ):
+        return None
+    why = f": {decided.reason}" if decided.reason else ""
+    return RunError(
+        "approval_denied",
+        f"{decided.decided_by} denied {decided.tool_name} (approval {decided.approval_id}){why}",
+    )

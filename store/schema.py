@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
 from store.events import EVENT_IDS, TRIGGERS
-from store.models import EffectOutcome, EffectStatus
+from store.models import Decision, EffectOutcome, EffectStatus
 from store.status import CLAIMABLE, KEY_HOLDING, SETTLED, RunStatus, lit, status_in
 
 metadata = sa.MetaData()
@@ -328,11 +328,27 @@ approvals = sa.Table(
     sa.Column("decided_at", _TS),
     sa.Column("created_at", _TS, nullable=False, server_default=_NOW),
     sa.Column("decided_by", sa.Text),
+    # A request for a person (0014): ``approval`` of a tool call, or ``input``,
+    # a question the model asked (ask_human). ``schema``: what a person's
+    # edited arguments, or their answer, must fit; ``arguments``: the edited
+    # arguments the call ran with (NULL: the model's, ``input``); ``answer``:
+    # a question's answer; ``for_run``: the decision approved the tool for the
+    # rest of the run; ``standing_from``: the approval whose "for this run"
+    # decided this one; ``on_deny``: ``fail`` ends the run on a person's denial.
+    sa.Column("kind", sa.Text, nullable=False, server_default="approval"),
+    sa.Column("schema", sa.JSON),
+    sa.Column("arguments", sa.JSON),
+    sa.Column("answer", sa.JSON),
+    sa.Column("for_run", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("standing_from", sa.Uuid(as_uuid=False)),
+    sa.Column("on_deny", sa.Text, nullable=False, server_default="continue"),
     sa.CheckConstraint(
-        "decision IS NULL OR decision IN ('approved', 'denied', 'withdrawn')",
+        f"decision IS NULL OR decision IN ({', '.join(repr(d.value) for d in Decision)})",
         name="approvals_decision_valid",
     ),
     sa.CheckConstraint("on_expire IN ('deny', 'fail')", name="approvals_on_expire_valid"),
+    sa.CheckConstraint("kind IN ('approval', 'input')", name="approvals_kind_valid"),
+    sa.CheckConstraint("on_deny IN ('continue', 'fail')", name="approvals_on_deny_valid"),
     sa.UniqueConstraint("run_id", "tool_call_id", name="approvals_run_call_key"),
     # Notifications to (re-)send.
     sa.Index(
@@ -353,6 +369,25 @@ approvals = sa.Table(
         "approval_id",
         postgresql_where=sa.text("decision IS NULL"),
     ),
+)
+
+# A tool a person approved for the rest of a run (``respond(..., for_run=True)``):
+# its later calls in the run are approved without asking. A retry drops them
+# unless asked to keep them; a fork copies them only when asked
+# (store/pg/recovery.py). ``approval_id``: the decision that granted it.
+standing_approvals = sa.Table(
+    "standing_approvals",
+    metadata,
+    sa.Column(
+        "run_id",
+        sa.Uuid(as_uuid=False),
+        sa.ForeignKey("runs.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("tool_name", sa.Text, primary_key=True),
+    sa.Column("approval_id", sa.Uuid(as_uuid=False), nullable=False),
+    sa.Column("granted_by", sa.Text),
+    sa.Column("granted_at", _TS, nullable=False, server_default=_NOW),
 )
 
 # Status, execution and approval events, derived by triggers from the rows of

@@ -17,11 +17,14 @@ from store.models import (
     Fence,
     NewApproval,
     NewRun,
+    OnDeny,
     Outcome,
+    RequestKind,
     Run,
     RunStatus,
     StepCommit,
     StepKind,
+    StandingApproval,
     StepRecord,
     TriggerEnvelope,
     Usage,
@@ -124,16 +127,38 @@ def commit(
     )
 
 
-def approval(call_id: str, *, expires_in: float = 3600, notify_in: float = 0) -> NewApproval:
+REFUND_SCHEMA = {
+    "type": "object",
+    "properties": {"amount": {"type": "integer", "maximum": 1000}},
+    "required": ["amount"],
+    "additionalProperties": False,
+}
+
+
+def approval(
+    call_id: str,
+    *,
+    expires_in: float = 3600,
+    notify_in: float = 0,
+    tool: str = "refund",
+    kind: RequestKind = RequestKind.APPROVAL,
+    on_deny: OnDeny = OnDeny.CONTINUE,
+    granted: StandingApproval | None = None,
+) -> NewApproval:
     now = utcnow()
+    question = kind is RequestKind.INPUT
     return NewApproval(
         tool_call_id=call_id,
-        tool_name="refund",
-        input={"amount": 10},
+        tool_name=tool,
+        input={"question": "Which order?"} if question else {"amount": 10},
         expires_at=now + timedelta(seconds=expires_in),
         on_expire="deny",
         token_id="k1",
         next_notify_at=now + timedelta(seconds=notify_in),
+        kind=kind,
+        schema={"type": "string", "minLength": 1} if question else REFUND_SCHEMA,
+        on_deny=on_deny,
+        granted=granted,
     )
 
 
@@ -150,6 +175,7 @@ def snapshot(store: PostgresStore) -> Any:
         "checkpoints": "run_id",
         "effects": "run_id, key",
         "approvals": "approval_id",
+        "standing_approvals": "run_id, tool_name",
     }
     with store.engine.connect() as conn:
         return {

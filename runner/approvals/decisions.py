@@ -9,6 +9,7 @@ import asyncio
 import contextvars
 import functools
 import inspect
+import json
 from collections.abc import Callable
 from concurrent.futures import Executor
 from datetime import timedelta
@@ -19,11 +20,13 @@ from runner.approvals.approval_tokens import Tokens
 from runner.errors import InvalidApprovalInput, InvalidApprovalToken
 from runner.observe import logs
 from runner.steps.history import approval_response
-from store.models import Approval, Decision
+from store.models import Approval, Decision, RequestKind
 from store.pg.approvals import DecisionResult
 from store.postgres import PostgresStore
 
 MAX_REASON_CHARS = 2000
+# The largest edited arguments or answer a person may give, as JSON text.
+MAX_VALUE_CHARS = 64_000
 
 
 def backoff(attempts: int, base: float, cap: float) -> timedelta:
@@ -45,6 +48,9 @@ def request_for(
         expires_at=approval.expires_at,
         token=tokens.sign(approval.approval_id, approval.token_id),
         token_id=approval.token_id,
+        kind=approval.kind.value,
+        question=approval.question,
+        schema=approval.schema,
     )
 
 
@@ -103,6 +109,66 @@ def check_decider(by: object) -> None:
         )
 
 
+def fits(schema: Any, value: Any, what: str) -> None:
+    """Raise ``InvalidApprovalInput`` naming the first place where ``value``
+    does not fit ``schema`` (JSON Schema, as the tool or the question gave it:
+    the standard's own validator, not a check of ours)."""
+    from jsonschema import Draft202012Validator, SchemaError
+
+    if not isinstance(schema, dict):
+        return  # a request stored before schemas were kept: the tool checks on its run
+    try:
+        validator = Draft202012Validator(schema)
+        errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
+    except SchemaError as exc:  # a server's schema gone bad since: the tool checks on its run
+        why = exc.message[:200]
+        raise InvalidApprovalInput(f"refused {what}: its schema is not valid ({why})") from None
+    if errors:
+        first = errors[0]
+        where = "/".join(str(p) for p in first.absolute_path) or "the value"
+        raise InvalidApprovalInput(f"refused {what}: at {where}, {first.message}")
+
+
+def check_value(value: Any, what: str) -> Any:
+    """A person's arguments or answer, as they will be stored and sent: JSON
+    Postgres can hold, of a bounded size. Raises ``InvalidApprovalInput``."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        raise InvalidApprovalInput(f"refused {what}: not JSON (NaN, bytes, or too deep)") from None
+    if len(text) > MAX_VALUE_CHARS:
+        raise InvalidApprovalInput(f"refused {what}: over {MAX_VALUE_CHARS} characters as JSON")
+    if _has_nul(value):
+        raise InvalidApprovalInput(f"refused {what}: a NUL character")
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        raise InvalidApprovalInput(f"refused {what}: a lone surrogate") from None
+    return json.loads(text)
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
+def _authorized(
+    store: PostgresStore, tokens: Tokens, approval_id: str, token: str | None, trusted: bool
+) -> Approval:
+    approval = store.get_approval(approval_id)
+    if not trusted:
+        if not token:
+            raise InvalidApprovalToken("a token is required to decide an approval")
+        if not tokens.verify(approval.approval_id, approval.token_id, token):
+            raise InvalidApprovalToken(f"the token is not valid for approval {approval_id}")
+    return approval
+
+
 def decide(
     store: PostgresStore,
     tokens: Tokens,
@@ -113,18 +179,55 @@ def decide(
     token: str | None,
     trusted: bool,
     by: str | None = None,
+    arguments: Any = None,
+    for_run: bool = False,
 ) -> DecisionResult:
     """Check the token and record the decision, and ``by`` whom; the store
-    checks the rest (decided once, not expired, run still waiting) in one
-    transaction."""
+    checks the rest (decided once, not expired, run still waiting, a request
+    of the kind that takes it) in one transaction. ``arguments``: the edited
+    arguments the call runs with, checked against the tool's schema first;
+    ``for_run``: the tool is approved for the rest of the run."""
     check_reason(reason)
     check_decider(by)
-    approval = store.get_approval(approval_id)
-    if not trusted:
-        if not token:
-            raise InvalidApprovalToken("a token is required to decide an approval")
-        if not tokens.verify(approval.approval_id, approval.token_id, token):
-            raise InvalidApprovalToken(f"the token is not valid for approval {approval_id}")
-    response = approval_response(approval.approval_id, approval.tool_call_id, approve, reason)
+    if not isinstance(approve, bool) or not isinstance(for_run, bool):
+        raise InvalidApprovalInput("approve and for_run are True or False")
+    approval = _authorized(store, tokens, approval_id, token, trusted)
+    if arguments is not None:
+        if not isinstance(arguments, dict):
+            raise InvalidApprovalInput("edited arguments must be a JSON object")
+        arguments = check_value(arguments, "the edited arguments")
+        if approval.kind is RequestKind.APPROVAL:
+            fits(approval.schema, arguments, f"the edited arguments of {approval.tool_name}")
     decision = Decision.APPROVED if approve else Decision.DENIED
-    return store.decide(approval.approval_id, decision, reason, response, by=by)
+    return store.decide(
+        approval.approval_id,
+        decision,
+        reason,
+        approval_response,
+        by=by,
+        arguments=arguments,
+        for_run=for_run,
+    )
+
+
+def answer(
+    store: PostgresStore,
+    tokens: Tokens,
+    request_id: str,
+    value: Any,
+    *,
+    token: str | None,
+    trusted: bool,
+    by: str | None = None,
+) -> DecisionResult:
+    """Check the token and the answer (against the question's schema: text,
+    or the agent's model) and record it, ``by`` whom; the store checks the
+    rest, as for a decision."""
+    check_decider(by)
+    request = _authorized(store, tokens, request_id, token, trusted)
+    value = check_value(value, "the answer")
+    if request.kind is RequestKind.INPUT:
+        fits(request.schema, value, "the answer")
+    return store.decide(
+        request.approval_id, Decision.ANSWERED, None, approval_response, by=by, answer=value
+    )

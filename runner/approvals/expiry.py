@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from store.events import EventType, RunEvent
-from store.models import Approval, Decision
+from store.models import Approval, Decision, RequestKind, RunError
 
 
 def expired(approval: Approval) -> bool:
@@ -75,5 +75,22 @@ def _moment(at: datetime | None) -> str:
 
 
 def expiry_message(approval: Approval) -> str:
-    """What the model is told of a call whose approval expired."""
+    """What the model is told of a call whose approval expired, or of a
+    question nobody answered in time."""
+    if approval.kind is RequestKind.INPUT:
+        return f"not answered: the question expired at {expired_at(approval)} with no answer"
     return f"not approved: the approval expired at {expired_at(approval)} with no decision"
+
+
+def expiry_failure(approval: Approval) -> RunError:
+    """Why a run fails when its request expires and says so (``on_expire="fail"``)."""
+    if approval.kind is RequestKind.INPUT:
+        return RunError(
+            "question_expired",
+            f"question {approval.approval_id} expired at {expired_at(approval)} with no answer",
+        )
+    return RunError(
+        "approval_expired",
+        f"approval {approval.approval_id} for {approval.tool_name} expired "
+        f"at {expired_at(approval)}",
+    )

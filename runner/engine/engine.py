@@ -46,10 +46,11 @@ from store.models import (
     Run,
     RunAttempt,
     RunStatus,
+    StandingApproval,
     Step,
     TriggerEnvelope,
 )
-from store.pg.approvals import CancelResult
+from store.pg.approvals import CancelResult, DecisionResult
 from store.postgres import PostgresStore
 from store.rules import CancelAction
 from store.validate import check_run_id
@@ -362,9 +363,19 @@ class Engine:
         token: str | None = None,
         trusted: bool = False,
         by: str | None = None,
+        arguments: dict[str, Any] | None = None,
+        for_run: bool = False,
     ) -> Run:
         """Decide an approval, recording ``by`` whom (the app's user, "link").
-        With the last decision the run is queued again."""
+        With the last decision the run is queued again.
+
+        ``reason``: on a denial, what the model is told (unless the agent ends
+        the run on a denial: ``on_deny="fail"``). ``arguments``: approve the
+        call with these arguments in place of the model's; they must fit the
+        tool's schema (else :class:`InvalidApprovalInput`, and nothing is
+        decided), and are recorded beside the model's. ``for_run``: approve
+        the tool for the rest of the run: its later calls (and the run's other
+        pending ones) are approved without asking, as decided by ``by``."""
         result = decisions.decide(
             self.deps.store,
             self.deps.tokens,
@@ -374,18 +385,63 @@ class Engine:
             token=token,
             trusted=trusted,
             by=by,
+            arguments=arguments,
+            for_run=for_run,
         )
-        self.deps.observer.approval_decided(result.run, result.approval)
+        return self._decided(result)
+
+    def answer(
+        self,
+        request_id: str,
+        value: Any,
+        *,
+        token: str | None = None,
+        trusted: bool = False,
+        by: str | None = None,
+    ) -> Run:
+        """Answer the model's question (a request of kind ``input``: the agent's
+        ``ask_human`` tool), recording ``by`` whom. ``value`` must fit the
+        question's schema: text, or the agent's answer model (else
+        :class:`InvalidApprovalInput`, and nothing is recorded). The answer is
+        the call's result; with the run's last open request the run is queued
+        again. ``token``/``trusted`` as for :meth:`respond`."""
+        result = decisions.answer(
+            self.deps.store,
+            self.deps.tokens,
+            request_id,
+            value,
+            token=token,
+            trusted=trusted,
+            by=by,
+        )
+        return self._decided(result)
+
+    def _decided(self, result: DecisionResult) -> Run:
+        observer = self.deps.observer
+        for decided in (result.approval, *result.also):
+            observer.approval_decided(result.run, decided)
+        if result.settled is not None:  # a denial that ends the run
+            observer.settled(result.run, 0.0)
+            self.deps.after_settle(result.settled)
         if result.resumed:
             self.deps.send([result.run.id])
         return result.run
 
-    def retry(self, run_id: str, *, extra_steps: int = 0) -> Run:
+    def standing_approvals(self, run_id: str) -> list[StandingApproval]:
+        """The tools a person approved for the rest of the run
+        (``respond(..., for_run=True)``), oldest first."""
+        return self.deps.store.standing_approvals(run_id)
+
+    def retry(self, run_id: str, *, extra_steps: int = 0, keep_standing: bool = False) -> Run:
         """Queue a failed or cancelled run again from its checkpoint, with
         ``extra_steps`` more in its step budget, and enqueue it; its outcome is
         kept as an attempt (:meth:`attempts`). A live run is returned as it is;
-        a completed run raises :class:`InvalidTransition`."""
-        return rerun.retry(self.deps, run_id, extra_steps=extra_steps).run
+        a completed run raises :class:`InvalidTransition`. The tools people
+        approved for the rest of the run (``respond(..., for_run=True)``) ask
+        again, unless ``keep_standing``."""
+        return rerun.retry(
+            self.deps, run_id, extra_steps=extra_steps, keep_standing=keep_standing
+        ).run
 
     def fork(
         self,
@@ -396,6 +452,7 @@ class Engine:
         model: str | None = None,
         id: str | None = None,
         rerun_effects: bool = False,
+        keep_standing: bool = False,
     ) -> Run:
         """Start a new run from ``run_id``'s history as it stood after step
         ``at_step``, of ``agent`` (default: the original's) on ``model``
@@ -405,9 +462,17 @@ class Engine:
         included, under new idempotency keys that downstream deduplication does
         not know: if an effect ran after ``at_step``, it is refused
         (:class:`ForkRepeatsEffects` names them; nothing is written) unless
-        ``rerun_effects=True``."""
+        ``rerun_effects=True``. The tools approved for the rest of the
+        original run are not approved in the fork, unless ``keep_standing``."""
         return rerun.fork(
-            self.deps, run_id, at_step, agent=agent, model=model, id=id, rerun_effects=rerun_effects
+            self.deps,
+            run_id,
+            at_step,
+            agent=agent,
+            model=model,
+            id=id,
+            rerun_effects=rerun_effects,
+            keep_standing=keep_standing,
         )
 
     def workers(self) -> dict[str, WorkerInfo] | None:

@@ -24,11 +24,14 @@ from store.models import NewRun, Run, TriggerEnvelope
 from store.pg.recovery import RetryResult
 
 
-def retry(deps: Deps, run_id: str, *, extra_steps: int = 0) -> RetryResult:
+def retry(
+    deps: Deps, run_id: str, *, extra_steps: int = 0, keep_standing: bool = False
+) -> RetryResult:
     """Queue a failed or cancelled run again, with ``extra_steps`` more in its
     budget, and send it to a worker. A live run is left as it is; a completed
-    one is refused (:class:`InvalidTransition`)."""
-    result = deps.store.retry_run(run_id, extra_steps)
+    one is refused (:class:`InvalidTransition`). The tools people approved for
+    the rest of the run must be approved again, unless ``keep_standing``."""
+    result = deps.store.retry_run(run_id, extra_steps, keep_standing=keep_standing)
     if result.retried:
         deps.send([result.run.id])
     return result
@@ -43,6 +46,7 @@ def fork(
     model: str | None = None,
     id: str | None = None,
     rerun_effects: bool = False,
+    keep_standing: bool = False,
 ) -> Run:
     """A new run that starts from ``run_id``'s history after step ``at_step``,
     sent to a worker. Idempotent on ``id`` (the fork's trigger id). Refused
@@ -71,7 +75,12 @@ def fork(
             trace_context=carrier or None,
         )
         run = deps.store.fork_run(
-            original.id, at_step, new, model=model, rerun_effects=rerun_effects
+            original.id,
+            at_step,
+            new,
+            model=model,
+            rerun_effects=rerun_effects,
+            keep_standing=keep_standing,
         )
     deps.send([run.id])
     return run

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from runner.approvals import decisions
-from runner.approvals.expiry import expired_at
+from runner.approvals.expiry import expiry_failure
 from runner.children import root_of
 from runner.engine.deps import Deps
 from runner.engine.runtime import runtime
@@ -27,7 +27,7 @@ from runner.errors import AgentNotFound, ApprovalError, InvalidTransition, Store
 from runner.observe import TickReport, logs
 from runner.steps.history import approval_response
 from store.leases import TICK_LOCK_KEY
-from store.models import Decision, RunError
+from store.models import Decision
 
 if TYPE_CHECKING:
     from store.leases import Leases
@@ -160,25 +160,15 @@ def _expire_waits(deps: Deps, report: TickReport, now: datetime | None) -> None:
     for approval in deps.store.expired_approvals(deps.settings.tick_batch, now=now):
         try:
             if approval.on_expire == "fail":
-                settled = deps.store.fail_waiting(
-                    approval.run_id,
-                    RunError(
-                        "approval_expired",
-                        f"approval {approval.approval_id} for {approval.tool_name} expired "
-                        f"at {expired_at(approval)}",
-                    ),
-                )
+                settled = deps.store.fail_waiting(approval.run_id, expiry_failure(approval))
                 deps.after_settle(settled)
                 deps.observer.settled(settled.run, 0.0)
             else:
-                response = approval_response(
-                    approval.approval_id, approval.tool_call_id, False, "expired"
-                )
                 result = deps.store.decide(
                     approval.approval_id,
                     Decision.DENIED,
                     "expired",
-                    response,
+                    approval_response,
                     allow_expired=True,
                     now=now,
                 )

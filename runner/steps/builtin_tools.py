@@ -1,16 +1,24 @@
 """Tools the engine adds: ``get_state``/``update_state`` for an agent with a
-``state`` model, and ``final_result`` for one with an ``output`` model."""
+``state`` model, ``final_result`` for one with an ``output`` model, and
+``ask_human`` for one that may ask a person (``Agent(ask_human=...)``)."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from datetime import timedelta
+from typing import Any, Literal
 
 import pydantic
 
-from runner.steps.toolcalls import FINAL_RESULT
+from runner.errors import InvalidInput, RunwrightError
 from runner.steps.tools import Tool
+
+FINAL_RESULT = "final_result"
+ASK_HUMAN = "ask_human"
+# The longest question a model may ask, and the longest text answer.
+MAX_QUESTION_CHARS = 4_000
+MAX_TEXT_ANSWER_CHARS = 20_000
 
 
 @dataclass
@@ -76,3 +84,89 @@ def output_tool(model: type[pydantic.BaseModel]) -> Tool:
         ).strip(),
         params=model,
     )
+
+
+@dataclass(frozen=True)
+class AskHuman:
+    """``Agent(ask_human=AskHuman(...))``: the model may ask a person a
+    question (the built-in ``ask_human`` tool) and the run waits for the
+    answer, holding no worker. ``answer``: a pydantic model the answer must
+    fit (a form in the console), else free text; ``expires_in`` and
+    ``on_expire`` as for an :class:`~runner.agent.ApprovalPolicy`: an
+    unanswered question tells the model so (``"deny"``) or fails the run
+    ``question_expired`` (``"fail"``). ``Agent(ask_human=True)`` is
+    ``AskHuman()``, ``Agent(ask_human=Model)`` is ``AskHuman(answer=Model)``."""
+
+    answer: type[pydantic.BaseModel] | None = None
+    # None: the project's default, RUNWRIGHT_APPROVAL_EXPIRES_SECONDS (a day).
+    expires_in: timedelta | float | None = None
+    on_expire: Literal["deny", "fail"] = "deny"
+
+    def __post_init__(self) -> None:
+        if self.answer is not None and not (
+            isinstance(self.answer, type) and issubclass(self.answer, pydantic.BaseModel)
+        ):
+            raise InvalidInput("AskHuman.answer must be a pydantic model class")
+        if self.on_expire not in ("deny", "fail"):
+            raise InvalidInput(f"on_expire must be 'deny' or 'fail', not {self.on_expire!r}")
+        if self.expires_in is not None and self.expires_seconds(1.0) <= 0:
+            raise InvalidInput("AskHuman.expires_in must be positive")
+
+    def expires_seconds(self, default: float) -> float:
+        if self.expires_in is None:
+            return default
+        if isinstance(self.expires_in, timedelta):
+            return self.expires_in.total_seconds()
+        return float(self.expires_in)
+
+    def answer_schema(self) -> dict[str, Any]:
+        """What an answer must fit (JSON Schema): the model's, or text."""
+        if self.answer is None:
+            return {"type": "string", "minLength": 1, "maxLength": MAX_TEXT_ANSWER_CHARS}
+        schema = self.answer.model_json_schema()
+        return schema
+
+
+def ask_human_spec(option: object) -> AskHuman | None:
+    """``Agent(ask_human=...)`` as an :class:`AskHuman` (None: it may not ask)."""
+    if option is None or option is False:
+        return None
+    if option is True:
+        return AskHuman()
+    if isinstance(option, AskHuman):
+        return option
+    if isinstance(option, type) and issubclass(option, pydantic.BaseModel):
+        return AskHuman(answer=option)
+    raise InvalidInput(
+        f"ask_human must be True, a pydantic model class or an AskHuman, not {option!r}"
+    )
+
+
+class _Question(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+    question: str = pydantic.Field(
+        min_length=1,
+        max_length=MAX_QUESTION_CHARS,
+        description="The question, with what the person needs to answer it.",
+    )
+
+
+class AskHumanTool(Tool):
+    """The ``ask_human`` tool: never invoked. A call of it becomes a request
+    of kind ``input`` (runner/steps/toolcalls.py), and its answer, once a
+    person gives it, is the call's result."""
+
+    def __init__(self, spec: AskHuman) -> None:
+        self.spec = spec
+        description = (
+            "Ask a person a question and wait for their answer. Use it when you need "
+            "information or a decision that only a person can give."
+        )
+        if spec.answer is not None:
+            shape = json.dumps(spec.answer_schema(), separators=(",", ":"))
+            description += f" The answer comes back as JSON that fits this schema: {shape}"
+        super().__init__(self._never, name=ASK_HUMAN, description=description, params=_Question)
+
+    @staticmethod
+    def _never(**arguments: Any) -> Any:
+        raise RunwrightError("ask_human is answered by a person, never called")

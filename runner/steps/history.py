@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from store.models import Message, TriggerEnvelope
+from store.models import Approval, Decision, Message, TriggerEnvelope
 
 APPROVAL_REQUEST = "approval_request"
 APPROVAL_RESPONSE = "approval_response"
@@ -37,12 +37,62 @@ def trigger_message(envelope: TriggerEnvelope) -> Message:
 
 def for_model(instructions: str, history: list[Message]) -> list[Message]:
     """The request's messages: the agent's current instructions as the system
-    message (never stored), then the conversation without engine records."""
+    message (never stored), then the conversation without engine records.
+
+    A call whose arguments a person edited before approving it is sent as it
+    ran, with the edited arguments; the history keeps the model's own, and the
+    call's result says a person changed them (:func:`edited_content`)."""
     messages: list[Message] = []
     if instructions:
         messages.append({"role": "system", "content": instructions})
-    messages.extend(m for m in history if m.get("role") not in ENGINE_ROLES)
+    edits = edited_arguments(history)
+    for message in history:
+        if message.get("role") in ENGINE_ROLES:
+            continue
+        if edits and message.get("role") == "assistant" and message.get("tool_calls"):
+            message = _as_ran(message, edits)
+        messages.append(message)
     return messages
+
+
+def edited_arguments(history: Iterable[Message]) -> dict[str, Any]:
+    """The arguments people approved in place of the model's, by call id."""
+    return {
+        m["tool_call_id"]: m["arguments"]
+        for m in history
+        if m.get("role") == APPROVAL_RESPONSE and m.get("arguments") is not None
+    }
+
+
+def _as_ran(message: Message, edits: Mapping[str, Any]) -> Message:
+    calls = []
+    for call in message.get("tool_calls") or ():
+        edited = edits.get(str(call.get("id"))) if isinstance(call, dict) else None
+        if edited is not None and isinstance(call.get("function"), dict):
+            arguments = json.dumps(edited, ensure_ascii=False)
+            call = {**call, "function": {**call["function"], "arguments": arguments}}
+        calls.append(call)
+    return {**message, "tool_calls": calls}
+
+
+def edited_content(content: str, original: Any) -> str:
+    """A call's result, telling the model that a person changed the arguments
+    it asked for before approving the call (which ran with the new ones)."""
+    try:
+        result = json.loads(content)
+    except ValueError:
+        result = content
+    return json.dumps(
+        {
+            "note": (
+                "A person edited the arguments of this call before approving it; it ran "
+                "with the arguments shown in the call, not with the ones you asked for."
+            ),
+            "asked_for": original,
+            "result": result,
+        },
+        ensure_ascii=False,
+    )
 
 
 # What a provider's tool call id may look like for the engine to keep it.
@@ -116,16 +166,27 @@ def approval_request(
     return entry
 
 
-def approval_response(
-    approval_id: str, call_id: str, approved: bool, reason: str | None
-) -> Message:
-    return {
+def approval_response(approval: Approval) -> Message:
+    """The history's record of a decided request (an approval or a question):
+    approved or not, why, the arguments a person edited, a question's answer,
+    and the standing approval that decided it. The next execution reads it
+    (:func:`open_step`): it runs an approved call, with the edited arguments
+    if any, answers a question with its answer, and tells the model of a
+    denial."""
+    entry: Message = {
         "role": APPROVAL_RESPONSE,
-        "approval_id": approval_id,
-        "tool_call_id": call_id,
-        "approved": approved,
-        "reason": reason,
+        "approval_id": approval.approval_id,
+        "tool_call_id": approval.tool_call_id,
+        "approved": approval.decision in (Decision.APPROVED, Decision.ANSWERED),
+        "reason": approval.reason,
     }
+    if approval.arguments is not None:
+        entry["arguments"] = approval.arguments
+    if approval.decision is Decision.ANSWERED:
+        entry["answer"] = approval.answer
+    if approval.standing_from is not None:
+        entry["standing_from"] = approval.standing_from
+    return entry
 
 
 def child_request(call_id: str, tool_name: str, agent: str) -> Message:

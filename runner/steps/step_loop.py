@@ -21,7 +21,13 @@ from runner.agent import Agent
 from runner.engine.deps import Deps
 from runner.errors import InvalidInput
 from runner.observe import ModelCall
-from runner.steps.builtin_tools import StateHolder, initial_state, output_tool, state_tools
+from runner.steps.builtin_tools import (
+    AskHumanTool,
+    StateHolder,
+    initial_state,
+    output_tool,
+    state_tools,
+)
 from runner.steps.history import (
     OpenStep,
     assign_call_ids,
@@ -193,6 +199,8 @@ class StepLoop:
             tools += state_tools(self.agent.state, self.state)
         if self.agent.output is not None:
             tools.append(output_tool(self.agent.output))
+        if self.agent.asks_human is not None:
+            tools.append(AskHumanTool(self.agent.asks_human))
         tools += self.agent.build_tools(self.ctx)
         tools += server_tools
         by_name: dict[str, Tool] = {}
@@ -378,10 +386,13 @@ class StepLoop:
             children=functools.partial(self.x.io, self.store.children, self.run_.id),
             starting=self.deps.observer.starting,
             attempts=functools.partial(self.x.io, self.store.attempts, self.run_.id),
+            standing=functools.partial(self.x.io, self.store.standing_approvals, self.run_.id),
         )
 
     async def _commit(self, k: int, final_text: bool, calls: StepCalls) -> Settled | None:
-        if calls.children_running and not (calls.results or calls.approvals or calls.children):
+        if calls.children_running and not (
+            calls.results or calls.approvals or calls.children or calls.granted
+        ):
             # Resumed while a child it started still runs (a duplicate
             # resume): wait again; the child's settle resumes the run.
             return await self.x.settle(Outcome(RunStatus.WAITING))
@@ -414,7 +425,7 @@ class StepLoop:
             tool_steps=[r.record(k) for r in calls.results],
             state=self.state.value,
             state_changed=self.state.changed,
-            approvals=[approval for approval, _ in calls.approvals],
+            approvals=[approval for approval, _ in calls.approvals] + calls.granted,
             child_calls=[child.call_id for child, _ in calls.children],
             waits=calls.waits,
             outcome=outcome,

@@ -50,10 +50,12 @@ from runner.errors import (
     ToolInputError,
 )
 from runner.observe import ToolCall
+from runner.steps.builtin_tools import ASK_HUMAN, FINAL_RESULT, AskHumanTool
 from runner.steps.history import (
     OpenStep,
     approval_request,
     child_request,
+    edited_content,
     error_content,
     tool_message,
 )
@@ -69,9 +71,12 @@ from store.models import (
     Message,
     NewApproval,
     NewChild,
+    OnDeny,
+    RequestKind,
     Run,
     RunAttempt,
     RunStatus,
+    StandingApproval,
     StepKind,
     StepRecord,
     utcnow,
@@ -85,7 +90,6 @@ MAX_RESULT_CHARS = 100_000
 # How long a running tool call may go on after a cancel or a timeout before it
 # is abandoned (a drain allows more: most of its window).
 ABORT_GRACE_SECONDS = 1.0
-FINAL_RESULT = "final_result"
 OUTCOME_UNKNOWN = (
     "outcome unknown: this effect started in an earlier execution that stopped before "
     "recording its result, and it is not retried automatically; check before repeating it"
@@ -136,7 +140,10 @@ class CallResult:
 @dataclass
 class StepCalls:
     results: list[CallResult] = field(default_factory=list)
+    # What the step asks people (approvals, questions), with their history entries.
     approvals: list[tuple[NewApproval, Message]] = field(default_factory=list)
+    # Calls a standing approval of the run approved: recorded, not asked.
+    granted: list[NewApproval] = field(default_factory=list)
     # Child runs the step's calls start (runner/children.py), with their
     # history entries; and whether a child started before has not settled.
     children: list[tuple[NewChild, Message]] = field(default_factory=list)
@@ -236,8 +243,12 @@ class CallRunner:
         children: Callable[[], Awaitable[list[Run]]] | None = None,
         starting: Callable[[str, dict[str, str]], AbstractContextManager[None]] | None = None,
         attempts: Callable[[], Awaitable[list[RunAttempt]]] | None = None,
+        standing: Callable[[], Awaitable[list[StandingApproval]]] | None = None,
     ) -> None:
         self.clock = clock
+        # The run's standing approvals (read once a call needs approval).
+        self.standing = standing
+        self._grants: dict[str, StandingApproval] | None = None
         # The run the calls are of, and a read of its children (for child
         # tools); ``starting`` puts a child's trace under its call's span.
         self.run_ = run
@@ -268,6 +279,8 @@ class CallRunner:
         out = StepCalls()
         runnable: list[tuple[dict[str, Any], Tool, pydantic.BaseModel, Any]] = []
         delegated: list[tuple[dict[str, Any], ChildTool, Any]] = []
+        # The model's arguments of the calls a person edited, by call id.
+        edited: dict[str, Any] = {}
         for call in step.pending:
             call_id, name = call["id"], call["function"]["name"]
             raw_args = call["function"].get("arguments")
@@ -285,29 +298,48 @@ class CallRunner:
                 continue
             input = clean_json(args.model_dump(mode="json"))
             response = step.responses.get(call_id)
+            if isinstance(tool, AskHumanTool):
+                # A question: the person's answer is its result.
+                if response is not None:
+                    out.results.append(await self._answered(call_id, name, input, response))
+                elif call_id not in step.requests:
+                    out.approvals.append(self._question(call_id, tool, input))
+                continue
             if response is not None:
                 if not response.get("approved"):
                     out.results.append(await self._refused(call_id, name, input, response))
                     continue
+                if response.get("arguments") is not None:
+                    # Approved with the arguments a person edited (checked
+                    # against the tool's schema when they decided; again here).
+                    try:
+                        args = tool.parse(response["arguments"])
+                    except ToolInputError as exc:
+                        message = f"the arguments a person approved do not fit {name}: {exc}"
+                        out.results.append(_error(call_id, name, input, message))
+                        continue
+                    edited[call_id] = input
+                    input = clean_json(args.model_dump(mode="json"))
             elif call_id not in step.requests:
                 policy = self.agent.approval_policy(name, input)
                 if policy is not None:
-                    now = self.clock.now()
-                    approval = NewApproval(
-                        tool_call_id=call_id,
-                        tool_name=name,
-                        input=input,
-                        expires_at=now
-                        + timedelta(seconds=policy.expires_seconds(self.approval_expires_seconds)),
-                        on_expire=policy.on_expire,
-                        token_id=self.token_id,
-                        next_notify_at=now + self.notify_delay if self.notify_delay else None,
+                    grant = (await self._standing()).get(name)
+                    approval = self._request(
+                        call_id,
+                        tool,
+                        input,
+                        policy.expires_seconds(self.approval_expires_seconds),
+                        policy.on_expire,
+                        on_deny=OnDeny(self.agent.denial(policy)),
+                        granted=grant,
                     )
-                    entry = approval_request(
-                        approval.approval_id, call_id, name, input, tool.about()
-                    )
-                    out.approvals.append((approval, entry))
-                    continue
+                    if grant is None:
+                        entry = approval_request(
+                            approval.approval_id, call_id, name, input, tool.about()
+                        )
+                        out.approvals.append((approval, entry))
+                        continue
+                    out.granted.append(approval)  # approved for the rest of the run
             if isinstance(tool, ChildTool):
                 delegated.append((call, tool, input))
                 continue
@@ -322,9 +354,75 @@ class CallRunner:
                 # journaled); the step fails, under the run's retry policy.
                 raise halted[0]
             out.results.extend(result for result in done if isinstance(result, CallResult))
+        for result in out.results:
+            if result.call_id in edited:
+                result.content = edited_content(result.content, edited[result.call_id])
         order = {c["id"]: i for i, c in enumerate(step.calls)}
         out.results.sort(key=lambda r: order.get(r.call_id, 0))
         return out
+
+    def _request(
+        self,
+        call_id: str,
+        tool: Tool,
+        input: Any,
+        expires_seconds: float,
+        on_expire: str,
+        *,
+        kind: RequestKind = RequestKind.APPROVAL,
+        schema: Any = None,
+        on_deny: OnDeny = OnDeny.CONTINUE,
+        granted: StandingApproval | None = None,
+    ) -> NewApproval:
+        """A request for a person about ``call_id``: an approval (``schema``,
+        what edited arguments must fit: the tool's own), or a question."""
+        now = self.clock.now()
+        notify = self.notify_delay is not None and granted is None
+        return NewApproval(
+            tool_call_id=call_id,
+            tool_name=tool.name,
+            input=input,
+            expires_at=now + timedelta(seconds=expires_seconds),
+            on_expire=on_expire,
+            token_id=self.token_id,
+            next_notify_at=now + self.notify_delay if notify and self.notify_delay else None,
+            kind=kind,
+            schema=schema if schema is not None else tool.schema()["function"]["parameters"],
+            on_deny=on_deny,
+            granted=granted,
+        )
+
+    def _question(
+        self, call_id: str, tool: AskHumanTool, input: Any
+    ) -> tuple[NewApproval, Message]:
+        """The model's question to a person: a request of kind ``input``."""
+        spec = tool.spec
+        question = self._request(
+            call_id,
+            tool,
+            input,
+            spec.expires_seconds(self.approval_expires_seconds),
+            spec.on_expire,
+            kind=RequestKind.INPUT,
+            schema=spec.answer_schema(),
+        )
+        return question, approval_request(question.approval_id, call_id, tool.name, input)
+
+    async def _answered(self, call_id: str, name: str, input: Any, response: Message) -> CallResult:
+        """A question's result: the person's answer (text as it is, anything
+        else as JSON), or why there is none (it expired)."""
+        if not response.get("approved"):
+            return await self._refused(call_id, name, input, response)
+        answer = response.get("answer")
+        content = answer if isinstance(answer, str) else json.dumps(answer, ensure_ascii=False)
+        return CallResult(call_id, name, input, content, output={"answer": answer})
+
+    async def _standing(self) -> dict[str, StandingApproval]:
+        """The run's standing approvals by tool, read once per step."""
+        if self._grants is None:
+            found = await self.standing() if self.standing is not None else []
+            self._grants = {grant.tool_name: grant for grant in found}
+        return self._grants
 
     async def _delegate(
         self, step: OpenStep, calls: list[tuple[dict[str, Any], ChildTool, Any]], out: StepCalls
@@ -392,6 +490,9 @@ class CallRunner:
                 if expired(approval):
                     return _error(call_id, name, input, expiry_message(approval))
         reason = response.get("reason") or "no reason given"
+        if name == ASK_HUMAN:
+            return _error(call_id, name, input, "not answered", reason=reason)
+        # A person's refusal, marked as one, with their reason: the model adjusts.
         return _error(call_id, name, input, "denied by a human reviewer", reason=reason)
 
     async def _race(self, work: Coroutine[Any, Any, T]) -> T:

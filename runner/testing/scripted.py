@@ -62,7 +62,7 @@ from typing import Any
 import pydantic
 
 from runner.errors import InvalidInput, RunwrightError
-from runner.steps.toolcalls import FINAL_RESULT
+from runner.steps.builtin_tools import FINAL_RESULT
 from store.models import Message
 
 # Scripted provider errors, by the name of the litellm exception each raises.

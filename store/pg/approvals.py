@@ -5,21 +5,35 @@ decides by ``store.rules``."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from store.db import Tx, dumps
 from store.errors import ApprovalNotFound
-from store.models import Approval, Decision, Message, Outcome, Run, RunError, RunStatus, Settled
+from store.models import (
+    JSON,
+    Approval,
+    Decision,
+    Message,
+    Outcome,
+    RequestKind,
+    Run,
+    RunError,
+    RunStatus,
+    Settled,
+    StandingApproval,
+)
 from store.pg.base import NOW, OPEN_WAITS, OUTCOME_SET, RUN_WITH_WAIT, PgBase, outcome_params
-from store.rows import approval_from_row, run_from_row
+from store.rows import approval_from_row, run_from_row, standing_from_row
 from store.rules import (
     CancelAction,
     cancel_action,
     cancel_outcome,
     check_decidable,
+    check_decision,
     check_fail_waiting,
+    denial_failure,
 )
 from store.statements import Statement
 from store.status import SETTLED, lit, status_in
@@ -88,10 +102,42 @@ DECIDE = Statement(
     "decide",
     """
     UPDATE approvals SET decision = CAST(:decision AS text), reason = CAST(:reason AS text),
-                         decided_at = CAST(:at AS timestamptz), decided_by = CAST(:by AS text)
+                         decided_at = CAST(:at AS timestamptz), decided_by = CAST(:by AS text),
+                         arguments = CAST(:arguments AS json), answer = CAST(:answer AS json),
+                         for_run = CAST(:for_run AS bool)
      WHERE approval_id = CAST(:approval_id AS uuid)
     RETURNING *
     """,
+)
+
+# A tool approved for the rest of the run: the first grant stands.
+GRANT_STANDING = Statement(
+    "grant_standing",
+    """
+    INSERT INTO standing_approvals (run_id, tool_name, approval_id, granted_by, granted_at)
+    VALUES (CAST(:run_id AS uuid), CAST(:tool_name AS text), CAST(:approval_id AS uuid),
+            CAST(:by AS text), CAST(:at AS timestamptz))
+    ON CONFLICT DO NOTHING
+    """,
+)
+
+# The run's other pending calls of a tool approved for the rest of the run
+# (the same step's, decided in any order): approved by that grant.
+DECIDE_BY_STANDING = Statement(
+    "decide_by_standing",
+    f"""
+    UPDATE approvals SET decision = '{Decision.APPROVED.value}',
+                         decided_at = CAST(:at AS timestamptz), decided_by = CAST(:by AS text),
+                         standing_from = CAST(:approval_id AS uuid)
+     WHERE run_id = CAST(:run_id AS uuid) AND tool_name = CAST(:tool_name AS text)
+       AND kind = '{RequestKind.APPROVAL.value}' AND decision IS NULL
+    RETURNING *
+    """,
+)
+
+STANDING_APPROVALS = Statement(
+    "standing_approvals",
+    "SELECT * FROM standing_approvals WHERE run_id = CAST(:run_id AS uuid) ORDER BY granted_at",
 )
 
 LOCK_CHECKPOINT = Statement(
@@ -203,6 +249,11 @@ class DecisionResult:
     approval: Approval
     run: Run
     resumed: bool
+    # The run's other pending calls of the tool that this decision approved
+    # for the rest of the run decided with it.
+    also: tuple[Approval, ...] = ()
+    # The run, failed by a denial its request says ends it (on_deny="fail").
+    settled: Settled | None = None
 
 
 @dataclass(frozen=True)
@@ -314,17 +365,32 @@ class PgApprovals(PgBase):
             raise ApprovalNotFound(f"no approval with id {approval_id!r}")
         return approval_from_row(row)
 
+    def standing_approvals(self, run_id: str) -> list[StandingApproval]:
+        """The tools a person approved for the rest of the run, oldest first."""
+        run_id = check_run_id(run_id)
+        return [standing_from_row(r) for r in self.db.rows(STANDING_APPROVALS, {"run_id": run_id})]
+
     def decide(
         self,
         approval_id: str,
         decision: Decision,
         reason: str | None,
-        response: Message,
+        response: Callable[[Approval], Message],
         *,
         allow_expired: bool = False,
         now: datetime | None = None,
         by: str | None = None,
+        arguments: JSON = None,
+        answer: JSON = None,
+        for_run: bool = False,
     ) -> DecisionResult:
+        """Record a person's (or the engine's) decision of a request, with the
+        history's record of it (``response(decided)``, appended to the
+        checkpoint at its step); with the last one, queue the run again.
+        ``arguments``: the edited arguments an approval runs with; ``answer``:
+        a question's; ``for_run``: the tool is approved for the rest of the
+        run, and its other pending calls with it. A denial whose request says
+        ``on_deny="fail"`` fails the run instead (``DecisionResult.settled``)."""
         with self.db.tx() as tx:
             # The run row first, then its approvals (the lock order everywhere).
             # An approval's run never changes, so reading it unlocked first is safe.
@@ -332,45 +398,76 @@ class PgApprovals(PgBase):
             status, at = self._lock_run(tx, run_id, now)
             approval = self._approval(tx, approval_id, lock=True)
             check_decidable(approval, status, at, allow_expired)
-            decided = approval_from_row(
-                _one(
-                    tx.first(
-                        DECIDE,
+            check_decision(approval, decision, arguments=arguments, answer=answer, for_run=for_run)
+            params = {
+                "approval_id": approval_id,
+                "decision": decision.value,
+                "reason": reason,
+                "at": at,
+                "by": by,
+                "arguments": None if arguments is None else dumps(arguments),
+                "answer": None if answer is None else dumps(answer),
+                "for_run": for_run,
+            }
+            decided = approval_from_row(_one(tx.first(DECIDE, params)))
+            failure = denial_failure(decided)
+            if failure is not None:
+                outcome = Outcome(RunStatus.FAILED, error=failure)
+                self._settle_by_id(tx, run_id, outcome, cancel=False)
+            else:
+                also = self._grant(tx, decided, at) if for_run else []
+                self._append_responses(tx, run_id, [response(a) for a in (decided, *also)])
+                still_open = bool(_one(tx.first(STILL_OPEN, {"run_id": run_id}))["open"])
+                if not still_open:
+                    tx.execute(
+                        FINISH_WAIT,
                         {
-                            "approval_id": approval_id,
-                            "decision": decision.value,
-                            "reason": reason,
+                            "run_id": run_id,
+                            "index": approval.step_index,
                             "at": at,
-                            "by": by,
+                            "output": dumps({"resumed": True}),
                         },
                     )
-                )
-            )
-            cp = _one(tx.first(LOCK_CHECKPOINT, {"run_id": run_id}))
+                    tx.execute(
+                        RESUME, {"run_id": run_id, "status": RunStatus.QUEUED.value, "at": at}
+                    )
+                run = self._get_run(tx, run_id)
+        self._committed(run_id)
+        if failure is not None:
+            settled = self._after_settle(run_id, outcome)
+            assert settled is not None
+            return DecisionResult(decided, settled.run, resumed=False, settled=settled)
+        return DecisionResult(decided, run, resumed=not still_open, also=tuple(also))
+
+    def _grant(self, tx: Tx, decided: Approval, at: datetime) -> list[Approval]:
+        """``decided``'s tool approved for the rest of its run, by whom decided
+        it; the run's other pending calls of the tool, decided by that grant."""
+        grant = {
+            "run_id": decided.run_id,
+            "tool_name": decided.tool_name,
+            "approval_id": decided.approval_id,
+            "at": at,
+            "by": decided.decided_by,
+        }
+        tx.execute(GRANT_STANDING, grant)
+        return [approval_from_row(row) for row in tx.rows(DECIDE_BY_STANDING, grant)]
+
+    def _append_responses(self, tx: Tx, run_id: str, responses: list[Message]) -> None:
+        """The decisions' records, appended to the checkpoint at its step index
+        (the seed's replace rule: an equal index replaces)."""
+        cp = _one(tx.first(LOCK_CHECKPOINT, {"run_id": run_id}))
+        count = cp["message_count"]
+        assert isinstance(count, int)
+        for offset, body in enumerate(responses):
             tx.execute(
                 APPEND_MESSAGE,
                 {
                     "run_id": run_id,
-                    "seq": cp["message_count"],
-                    "body": dumps(response),
+                    "seq": count + offset,
+                    "body": dumps(body),
                     "step_index": cp["step_index"],
                 },
             )
-            still_open = bool(_one(tx.first(STILL_OPEN, {"run_id": run_id}))["open"])
-            if not still_open:
-                tx.execute(
-                    FINISH_WAIT,
-                    {
-                        "run_id": run_id,
-                        "index": approval.step_index,
-                        "at": at,
-                        "output": dumps({"resumed": True}),
-                    },
-                )
-                tx.execute(RESUME, {"run_id": run_id, "status": RunStatus.QUEUED.value, "at": at})
-            run = self._get_run(tx, run_id)
-        self._committed(run_id)
-        return DecisionResult(approval=decided, run=run, resumed=not still_open)
 
     def record_notification(
         self, approval_id: str, *, accepted: bool, retry_at: datetime | None

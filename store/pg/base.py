@@ -117,10 +117,11 @@ RESUME_IF_DONE = Statement(
 RUN_WITH_WAIT = f"""
     SELECT r.*, w.approval_id AS w_approval_id, w.tool_name AS w_tool_name,
            w.input AS w_input, w.expires_at AS w_expires_at, w.token_id AS w_token_id,
-           w.notified_at AS w_notified_at
+           w.notified_at AS w_notified_at, w.kind AS w_kind
       FROM runs AS r
       LEFT JOIN LATERAL (
-           SELECT a.approval_id, a.tool_name, a.input, a.expires_at, a.token_id, a.notified_at
+           SELECT a.approval_id, a.tool_name, a.input, a.expires_at, a.token_id, a.notified_at,
+                  a.kind
              FROM approvals AS a
             WHERE a.run_id = r.id AND a.decision IS NULL
               AND r.status = {lit(RunStatus.WAITING)}

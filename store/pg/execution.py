@@ -18,11 +18,14 @@ from typing import Any
 from store.db import Tx, dumps
 from store.errors import ConstraintViolation, InvalidTransition, LeaseLostError
 from store.models import (
+    Decision,
     Effect,
     EffectStatus,
     Fence,
     Interruption,
+    NewApproval,
     Outcome,
+    RequestKind,
     RetryWait,
     Run,
     RunError,
@@ -47,6 +50,7 @@ from store.rules import (
     check_checkpoint,
     check_settle,
     commit_outcome,
+    commit_waits,
     crashed_error,
     retry_outcome,
     unpriced_call,
@@ -200,12 +204,18 @@ _WAITS_COUNTED = "+ (SELECT count(*) FROM a) + (SELECT count(*) FROM w)"
 _WAITS = """
     ), a AS (
         INSERT INTO approvals (approval_id, run_id, step_index, tool_call_id, tool_name, input,
-                               expires_at, on_expire, token_id, next_notify_at)
+                               expires_at, on_expire, token_id, next_notify_at, kind, schema,
+                               on_deny, decision, decided_at, decided_by, standing_from)
         SELECT a.approval_id, cp.run_id, CAST(:step_index AS int), a.tool_call_id, a.tool_name,
-               a.input, a.expires_at, a.on_expire, a.token_id, a.next_notify_at
+               a.input, a.expires_at, a.on_expire, a.token_id, a.next_notify_at, a.kind,
+               a.schema, a.on_deny, a.decision,
+               CASE WHEN a.decision IS NULL THEN NULL ELSE now() END, a.decided_by,
+               a.standing_from
           FROM cp, json_to_recordset(CAST(:approvals AS json)) AS a(
                approval_id uuid, tool_call_id text, tool_name text, input json,
-               expires_at timestamptz, on_expire text, token_id text, next_notify_at timestamptz)
+               expires_at timestamptz, on_expire text, token_id text, next_notify_at timestamptz,
+               kind text, schema json, on_deny text, decision text, decided_by text,
+               standing_from uuid)
         ON CONFLICT DO NOTHING
         RETURNING 1
     ), w AS (
@@ -402,6 +412,35 @@ def _lost(fence: Fence) -> LeaseLostError:
     return LeaseLostError(f"run {fence.run_id} is no longer claimed by this execution")
 
 
+def _approval_json(a: NewApproval) -> dict[str, Any]:
+    granted = a.granted
+    return {
+        "approval_id": a.approval_id,
+        "tool_call_id": a.tool_call_id,
+        "tool_name": a.tool_name,
+        "input": a.input,
+        "expires_at": a.expires_at,
+        "on_expire": a.on_expire,
+        "token_id": a.token_id,
+        "next_notify_at": a.next_notify_at if granted is None else None,
+        "kind": a.kind.value,
+        "schema": a.schema,
+        "on_deny": a.on_deny.value,
+        # A call a standing approval decides is recorded decided, by its grant.
+        "decision": None if granted is None else Decision.APPROVED.value,
+        "decided_by": None if granted is None else granted.granted_by,
+        "standing_from": None if granted is None else granted.approval_id,
+    }
+
+
+def _wait_name(asked: list[NewApproval]) -> str:
+    """The wait step's name: ``approval``, or ``input`` when the step asks
+    only questions."""
+    if all(a.kind is RequestKind.INPUT for a in asked):
+        return RequestKind.INPUT.value
+    return RequestKind.APPROVAL.value
+
+
 def _step_json(step: StepRecord) -> dict[str, Any]:
     return {
         "kind": step.kind.value,
@@ -514,21 +553,10 @@ class PgExecution(PgBase):
 
     def commit_step(self, fence: Fence, commit: StepCommit) -> Settled | None:
         outcome = commit_outcome(commit)
-        approvals = [
-            {
-                "approval_id": a.approval_id,
-                "tool_call_id": a.tool_call_id,
-                "tool_name": a.tool_name,
-                "input": a.input,
-                "expires_at": a.expires_at,
-                "on_expire": a.on_expire,
-                "token_id": a.token_id,
-                "next_notify_at": a.next_notify_at,
-            }
-            for a in commit.approvals
-        ]
-        waits = bool(commit.approvals or commit.waits)
-        wait_input: dict[str, Any] = {"approval_ids": [a.approval_id for a in commit.approvals]}
+        approvals = [_approval_json(a) for a in commit.approvals]
+        waits = commit_waits(commit)
+        asked = [a for a in commit.approvals if a.pending]
+        wait_input: dict[str, Any] = {"approval_ids": [a.approval_id for a in asked]}
         if commit.child_calls:
             wait_input["child_calls"] = list(commit.child_calls)
         params: dict[str, Any] = {
@@ -544,16 +572,20 @@ class PgExecution(PgBase):
             "state": dumps(commit.state) if commit.state_changed else None,
             "approvals": dumps(approvals) if approvals else None,
             "wait_input": dumps(wait_input) if waits else None,
-            "wait_name": "approval" if commit.approvals else "children",
+            "wait_name": _wait_name(asked) if asked else "children",
         }
+        # The approvals (and the wait step) are written by the statement that
+        # waits: a plain step does not pay for those inserts.
+        writes_waits = waits or bool(commit.approvals)
         with self.db.tx() as tx:
-            if not self._commit(tx, fence, COMMIT_STEP_WAIT if waits else COMMIT_STEP, params):
+            statement = COMMIT_STEP_WAIT if writes_waits else COMMIT_STEP
+            if not self._commit(tx, fence, statement, params):
                 # Not an append: raise the rule's error, or replace stored messages.
                 tx.rollback()
                 stored = tx.first(CHECKPOINT_AT, {"run_id": fence.run_id})
                 at = None if stored is None else (stored["step_index"], stored["message_count"])
                 check_checkpoint(fence.run_id, at, commit)
-                replace = COMMIT_STEP_REPLACE_WAIT if waits else COMMIT_STEP_REPLACE
+                replace = COMMIT_STEP_REPLACE_WAIT if writes_waits else COMMIT_STEP_REPLACE
                 if not self._commit(tx, fence, replace, params):
                     raise AssertionError("the commit refused a checkpoint that the rule allows")
         self._committed(fence.run_id)

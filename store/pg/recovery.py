@@ -72,6 +72,7 @@ REOPEN_APPROVALS = Statement(
     """
     UPDATE approvals AS a
        SET decision = NULL, reason = NULL, decided_at = NULL, decided_by = NULL,
+           arguments = NULL, answer = NULL, for_run = false, standing_from = NULL,
            expires_at = now() + (a.expires_at - a.created_at), created_at = now(),
            notified_at = NULL, attempts = 0,
            next_notify_at = CASE WHEN a.next_notify_at IS NULL THEN NULL ELSE now() END
@@ -79,6 +80,22 @@ REOPEN_APPROVALS = Statement(
      WHERE a.run_id = CAST(:run_id AS uuid) AND c.run_id = a.run_id
        AND a.step_index = c.step_index
        AND (a.decision IS NULL OR a.decision = CAST(:withdrawn AS text))
+    """,
+)
+
+# A retry starts without the tools people approved for the rest of the run,
+# unless the one retrying keeps them: they asked afresh who approves what.
+DROP_STANDING = Statement(
+    "drop_standing", "DELETE FROM standing_approvals WHERE run_id = CAST(:run_id AS uuid)"
+)
+
+# A fork takes its origin's standing approvals only when asked to.
+COPY_STANDING = Statement(
+    "copy_standing",
+    """
+    INSERT INTO standing_approvals (run_id, tool_name, approval_id, granted_by, granted_at)
+    SELECT CAST(:new_id AS uuid), tool_name, approval_id, granted_by, granted_at
+      FROM standing_approvals WHERE run_id = CAST(:run_id AS uuid)
     """,
 )
 
@@ -232,7 +249,12 @@ class RetryResult:
 
 
 class PgRecovery(PgBase):
-    def retry_run(self, run_id: str, extra_steps: int = 0) -> RetryResult:
+    def retry_run(
+        self, run_id: str, extra_steps: int = 0, *, keep_standing: bool = False
+    ) -> RetryResult:
+        """Queue a settled run again from its checkpoint (``store/recovery.py``
+        says which); ``keep_standing``: the tools approved for the rest of the
+        run stay approved (by default the retry asks again)."""
         run_id = check_run_id(run_id)
         extra_steps = check_extra_steps(extra_steps)
         with self.db.tx() as tx:
@@ -247,6 +269,8 @@ class PgRecovery(PgBase):
             attempt = attempt_of(run, int(count["n"]) + 1, extra_steps, row["now"])
             tx.execute(ADD_ATTEMPT, _attempt_params(run_id, attempt))
             tx.execute(REOPEN_APPROVALS, {"run_id": run_id, "withdrawn": Decision.WITHDRAWN.value})
+            if not keep_standing:
+                tx.execute(DROP_STANDING, {"run_id": run_id})
             tx.execute(REQUEUE, {"run_id": run_id, "extra_steps": extra_steps})
             retried = self._get_run(tx, run_id)
         self._committed(run_id)
@@ -273,7 +297,11 @@ class PgRecovery(PgBase):
         *,
         model: str | None,
         rerun_effects: bool = False,
+        keep_standing: bool = False,
     ) -> Run:
+        """A new run from ``run_id``'s history after ``at_step``; with
+        ``keep_standing``, the tools approved for the rest of the original
+        stay approved in the fork."""
         run_id = check_run_id(run_id)
         check_new_run(new, self.max_payload_bytes)
         model = check_model(model)
@@ -342,6 +370,8 @@ class PgRecovery(PgBase):
                     ),
                 },
             )
+            if keep_standing:
+                tx.execute(COPY_STANDING, {"new_id": new.id, "run_id": run_id})
         fork = run_from_row(row)
         self._committed(fork.id)
         return fork

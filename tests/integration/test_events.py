@@ -201,7 +201,7 @@ def _decide(store: PostgresStore, run_id: str) -> None:
     waiting = store.get_run(run_id).waiting
     assert waiting is not None
     response = {"role": "approval_response", "approval_id": waiting.approval_id}
-    store.decide(waiting.approval_id, Decision.APPROVED, "ok", response)
+    store.decide(waiting.approval_id, Decision.APPROVED, "ok", lambda _: response)
 
 
 def _decide_quietly(engine: Engine, run_id: str) -> None:

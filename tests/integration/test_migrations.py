@@ -104,6 +104,7 @@ def test_downgrade_to_base_and_up_again(empty_databases: tuple[str, str]) -> Non
         "run_attempts",
         "run_events",
         "tick_mark",
+        "standing_approvals",
     }
 
 
@@ -243,5 +244,65 @@ def test_0012_keeps_the_rows_0011_stored_and_goes_back(empty_databases: tuple[st
                 _KEY_ORDER_COLUMNS, "jsonb"
             )
             assert _values(conn) == sorted_by_jsonb
+    finally:
+        engine.dispose()
+
+
+def test_0014_keeps_a_waiting_approval_decidable_and_goes_back(
+    empty_databases: tuple[str, str],
+) -> None:
+    """An approval that waits under 0013 is, after 0014, an approval (not a
+    question) that continues on a denial, and a decision of it makes an event
+    with the new fields; going back to 0013 keeps an answered question as an
+    approval 0013 can read."""
+    url, _ = empty_databases
+    upgrade(url, "0013")
+    engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg2://"))
+    try:
+        with engine.begin() as conn:
+            run_id = conn.execute(
+                sa.text(
+                    "INSERT INTO runs (id, agent, status, trigger, trigger_id)"
+                    " VALUES (gen_random_uuid(), 'a', 'waiting', '{}', 't') RETURNING id"
+                )
+            ).scalar_one()
+            approval_id = conn.execute(
+                sa.text(
+                    "INSERT INTO approvals (approval_id, run_id, step_index, tool_call_id,"
+                    " tool_name, input, expires_at, on_expire, token_id) VALUES"
+                    " (gen_random_uuid(), :run_id, 1, 'c', 'refund', '{\"amount\": 5}',"
+                    " now() + interval '1 hour', 'deny', 't') RETURNING approval_id"
+                ),
+                {"run_id": run_id},
+            ).scalar_one()
+        upgrade(url)
+        with engine.begin() as conn:
+            row = conn.execute(
+                sa.text("SELECT kind, on_deny, for_run, decision FROM approvals")
+            ).one()
+            assert tuple(row) == ("approval", "continue", False, None)
+            conn.execute(
+                sa.text(
+                    "UPDATE approvals SET decision = 'approved', decided_by = 'ada',"
+                    " arguments = '{\"amount\": 4}' WHERE approval_id = :id"
+                ),
+                {"id": approval_id},
+            )
+            data = conn.execute(
+                sa.text(
+                    "SELECT data FROM run_events WHERE type = 'approval' ORDER BY id DESC LIMIT 1"
+                )
+            ).scalar_one()
+            assert (data["edited"], data["arguments"], data["input"]) == (
+                True,
+                {"amount": 4},
+                {"amount": 5},
+            )
+            conn.execute(sa.text("UPDATE approvals SET decision = 'answered'"))
+        downgrade(url, "0013")
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT decision FROM approvals")).scalar_one() == (
+                "approved"
+            )
     finally:
         engine.dispose()

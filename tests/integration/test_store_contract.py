@@ -25,6 +25,7 @@ from store.errors import (
     LeaseLostError,
     PayloadTooLarge,
     RunNotFound,
+    WrongRequestKind,
 )
 from store.models import (
     Decision,
@@ -33,7 +34,9 @@ from store.models import (
     Fence,
     Interruption,
     NewChild,
+    OnDeny,
     Outcome,
+    RequestKind,
     RetryWait,
     RunError,
     RunStatus,
@@ -45,6 +48,7 @@ from store.models import (
 )
 from store.postgres import PostgresStore
 from tests.helpers import (
+    REFUND_SCHEMA,
     approval,
     claimed,
     commit,
@@ -450,15 +454,15 @@ def test_waiting_run_and_decisions(store: PostgresStore) -> None:
     assert [s.kind for s in store.steps(fence.run_id)][-1] is StepKind.WAIT
 
     response = {"role": "approval_response", "approval_id": first.approval_id, "approved": True}
-    result = store.decide(first.approval_id, Decision.APPROVED, "ok", response)
+    result = store.decide(first.approval_id, Decision.APPROVED, "ok", lambda _: response)
     assert not result.resumed and result.run.status is RunStatus.WAITING
     assert result.run.waiting is not None
     assert result.run.waiting.approval_id == second.approval_id
     with pytest.raises(ApprovalError, match="already approved"):
-        store.decide(first.approval_id, Decision.DENIED, None, response)
+        store.decide(first.approval_id, Decision.DENIED, None, lambda _: response)
 
     response2 = {"role": "approval_response", "approval_id": second.approval_id}
-    result = store.decide(second.approval_id, Decision.DENIED, "too much", response2)
+    result = store.decide(second.approval_id, Decision.DENIED, "too much", lambda _: response2)
     assert result.resumed and result.run.status is RunStatus.QUEUED
     cp = store.checkpoint(fence.run_id)
     assert cp is not None and cp.step_index == 2  # same index: the seed's replace rule
@@ -467,17 +471,181 @@ def test_waiting_run_and_decisions(store: PostgresStore) -> None:
         store.get_approval(str(uuid.uuid4()))
 
 
+def _record(decided: Any) -> dict[str, Any]:
+    """A decision's history entry, as the engine writes it (runner/steps/history.py)."""
+    return {
+        "role": "approval_response",
+        "approval_id": decided.approval_id,
+        "arguments": decided.arguments,
+        "answer": decided.answer,
+    }
+
+
+def test_edits_answers_and_a_tool_approved_for_the_run(store: PostgresStore) -> None:
+    """Three calls of one tool and a question in one step: the first approved
+    with edited arguments and for the rest of the run, which approves the
+    second and third with it (by that person's grant); the question takes an
+    answer only, and its answer resumes the run."""
+    fence = claimed(store)
+    assert store.record_llm_step(fence, llm_record(1))
+    first, second, third = approval("c1"), approval("c2"), approval("c3")
+    other_tool = approval("c4", tool="lookup")
+    question = approval("q1", tool="ask_human", kind=RequestKind.INPUT)
+    asked = [first, second, third, other_tool, question]
+    store.commit_step(fence, commit(1, 0, [msg(0), msg(1)], approvals=asked))
+    assert store.get_approval(question.approval_id).kind is RequestKind.INPUT
+    assert store.get_approval(first.approval_id).schema == REFUND_SCHEMA
+    assert store.standing_approvals(fence.run_id) == []
+
+    before = snapshot(store)
+    with pytest.raises(WrongRequestKind, match="is a question"):
+        store.decide(question.approval_id, Decision.APPROVED, None, _record)
+    with pytest.raises(WrongRequestKind, match="takes no answer"):
+        store.decide(first.approval_id, Decision.ANSWERED, None, _record, answer="yes")
+    with pytest.raises(WrongRequestKind, match="not a denial"):
+        store.decide(first.approval_id, Decision.DENIED, None, _record, for_run=True)
+    assert snapshot(store) == before
+
+    result = store.decide(
+        first.approval_id,
+        Decision.APPROVED,
+        None,
+        _record,
+        by="ada",
+        arguments={"amount": 5},
+        for_run=True,
+    )
+    assert result.approval.arguments == {"amount": 5} and result.approval.edited
+    assert result.approval.input == {"amount": 10}  # the model's, kept
+    assert result.approval.for_run
+    assert {a.approval_id for a in result.also} == {second.approval_id, third.approval_id}
+    for also in result.also:
+        assert also.decision is Decision.APPROVED and also.decided_by == "ada"
+        assert also.standing_from == first.approval_id and not also.for_run
+    [grant] = store.standing_approvals(fence.run_id)
+    assert (grant.tool_name, grant.approval_id, grant.granted_by) == (
+        "refund",
+        first.approval_id,
+        "ada",
+    )
+    # The other tool and the question still wait.
+    assert not result.resumed and result.run.status is RunStatus.WAITING
+    assert store.get_approval(other_tool.approval_id).pending
+    store.decide(other_tool.approval_id, Decision.DENIED, "no", _record, by="bo")
+
+    answered = store.decide(
+        question.approval_id, Decision.ANSWERED, None, _record, by="cy", answer="order 7"
+    )
+    assert answered.resumed and answered.run.status is RunStatus.QUEUED
+    assert answered.approval.answer == "order 7" and answered.approval.decided_by == "cy"
+    cp = store.checkpoint(fence.run_id)
+    assert cp is not None
+    assert [m["approval_id"] for m in cp.messages[2:]] == [
+        first.approval_id,
+        second.approval_id,
+        third.approval_id,
+        other_tool.approval_id,
+        question.approval_id,
+    ]
+    assert cp.messages[2]["arguments"] == {"amount": 5}
+    # The event feed says what each person did.
+    decided = {
+        e.data["approval_id"]: e.data
+        for e in store.events(fence.run_id)
+        if e.type.value == "approval" and e.data["action"] == "decided"
+    }
+    edit = decided[first.approval_id]
+    assert (edit["edited"], edit["input"], edit["arguments"], edit["decided_by"]) == (
+        True,
+        {"amount": 10},
+        {"amount": 5},
+        "ada",
+    )
+    assert edit["for_run"] is True and edit["kind"] == "approval"
+    assert decided[second.approval_id]["standing_from"] == first.approval_id
+    assert decided[question.approval_id]["answer"] == "order 7"
+    assert decided[question.approval_id]["kind"] == "input"
+
+
+def test_a_step_a_standing_approval_decides_does_not_wait(store: PostgresStore) -> None:
+    """A later call of a tool approved for the run: its approval row is
+    written decided by the grant, and the step goes on without waiting."""
+    fence = claimed(store)
+    first = approval("c1")
+    store.commit_step(fence, commit(1, 0, [msg(0)], approvals=[first]))
+    store.decide(first.approval_id, Decision.APPROVED, None, _record, by="ada", for_run=True)
+    claim = try_claim(store, fence.run_id, "w2", 30)
+    assert claim is not None
+    again = Fence(fence.run_id, "w2", claim.epoch)
+    [grant] = store.standing_approvals(fence.run_id)
+    later = approval("c2", granted=grant)
+    settled = store.commit_step(again, commit(2, 2, [msg(2)], approvals=[later]))
+    assert settled is None and store.get_run(fence.run_id).status is RunStatus.RUNNING
+    recorded = store.get_approval(later.approval_id)
+    assert recorded.decision is Decision.APPROVED and recorded.decided_by == "ada"
+    assert recorded.standing_from == first.approval_id and recorded.decided_at is not None
+    assert recorded.next_notify_at is None  # nobody is asked
+    assert [s.kind for s in store.steps(fence.run_id)].count(StepKind.WAIT) == 1
+
+
+def test_a_denial_that_ends_the_run(store: PostgresStore) -> None:
+    """``on_deny="fail"``: a person's denial fails the run (the step's other
+    approvals withdrawn); the engine's own denial of an expiry does not."""
+    fence = claimed(store)
+    strict, other = approval("c1", on_deny=OnDeny.FAIL), approval("c2")
+    store.commit_step(fence, commit(1, 0, [msg(0)], approvals=[strict, other]))
+    result = store.decide(strict.approval_id, Decision.DENIED, "not today", _record, by="bo")
+    assert result.settled is not None and not result.resumed
+    run = store.get_run(fence.run_id)
+    assert run.status is RunStatus.FAILED and run.error is not None
+    assert run.error.code == "approval_denied"
+    assert "bo denied refund" in run.error.message and "not today" in run.error.message
+    assert store.get_approval(other.approval_id).decision is Decision.WITHDRAWN
+
+    expiring = claimed(store)
+    late = approval("c1", on_deny=OnDeny.FAIL, expires_in=-1)
+    store.commit_step(expiring, commit(1, 0, [msg(0)], approvals=[late]))
+    expired = store.decide(
+        late.approval_id, Decision.DENIED, "expired", _record, allow_expired=True
+    )
+    assert expired.settled is None and expired.resumed
+
+
+def test_a_retry_asks_again_unless_it_keeps_the_standing_approvals(store: PostgresStore) -> None:
+    fence = claimed(store)
+    first = approval("c1")
+    store.commit_step(fence, commit(1, 0, [msg(0)], approvals=[first]))
+    store.decide(first.approval_id, Decision.APPROVED, None, _record, by="ada", for_run=True)
+    store.request_cancel(fence.run_id)  # queued: settled cancelled at once
+    assert store.retry_run(fence.run_id, keep_standing=True).retried
+    assert [g.tool_name for g in store.standing_approvals(fence.run_id)] == ["refund"]
+    new = new_run(trigger_id="fork-keeps-" + fence.run_id)
+    fork = store.fork_run(fence.run_id, 1, new, model=None, keep_standing=True)
+    assert [g.granted_by for g in store.standing_approvals(fork.id)] == ["ada"]
+    plain = store.fork_run(
+        fence.run_id, 1, new_run(trigger_id="fork-of-" + fence.run_id), model=None
+    )
+    assert store.standing_approvals(plain.id) == []
+    store.request_cancel(fence.run_id)
+    assert store.retry_run(fence.run_id).retried
+    assert store.standing_approvals(fence.run_id) == []
+
+
 def test_expired_approval_cannot_be_decided_but_expiry_can(store: PostgresStore) -> None:
     fence = claimed(store)
     expiring = approval("c1", expires_in=-1)
     store.commit_step(fence, commit(1, 0, [msg(0)], approvals=[expiring]))
     before = snapshot(store)
     with pytest.raises(ApprovalError, match="expired"):
-        store.decide(expiring.approval_id, Decision.APPROVED, None, {"role": "x"})
+        store.decide(expiring.approval_id, Decision.APPROVED, None, lambda _: {"role": "x"})
     assert snapshot(store) == before
     assert [a.approval_id for a in store.expired_approvals(10)] == [expiring.approval_id]
     result = store.decide(
-        expiring.approval_id, Decision.DENIED, "expired", {"role": "x"}, allow_expired=True
+        expiring.approval_id,
+        Decision.DENIED,
+        "expired",
+        lambda _: {"role": "x"},
+        allow_expired=True,
     )
     assert result.resumed
     assert store.expired_approvals(10) == []
@@ -724,7 +892,7 @@ def test_a_second_wait_at_the_same_step_is_recorded_once(store: PostgresStore) -
     first = approval("c1")
     store.commit_step(fence, commit(1, 0, [msg(0)], approvals=[first]))
     response = {"role": "approval_response", "approval_id": first.approval_id}
-    assert store.decide(first.approval_id, Decision.APPROVED, None, response).resumed
+    assert store.decide(first.approval_id, Decision.APPROVED, None, lambda _: response).resumed
     claim = try_claim(store, fence.run_id, "worker-b", 30)
     assert claim is not None
     again = Fence(fence.run_id, "worker-b", claim.epoch)
@@ -842,7 +1010,7 @@ def test_approval_backlog_counts_the_pending_and_finds_the_oldest(store: Postgre
     assert store.approval_backlog() == (3, min(created))
 
     response = {"role": "approval_response", "approval_id": first.approval_id, "approved": True}
-    store.decide(first.approval_id, Decision.APPROVED, None, response)
+    store.decide(first.approval_id, Decision.APPROVED, None, lambda _: response)
     store.fail_waiting(other.run_id, RunError("approval_expired", "too late"))
     left = store.get_approval(second.approval_id)
     assert store.approval_backlog() == (1, left.created_at)
@@ -915,7 +1083,7 @@ def test_events_are_derived_from_every_write_in_commit_order(store: PostgresStor
     waiting = store.get_run(run_id)
     assert waiting.waiting is not None
     response = {"role": "approval_response", "approval_id": waiting.waiting.approval_id}
-    store.decide(waiting.waiting.approval_id, Decision.APPROVED, "ok", response)
+    store.decide(waiting.waiting.approval_id, Decision.APPROVED, "ok", lambda _: response)
     again = try_claim(store, run_id, "worker-c", 30)
     assert again is not None
     final = Fence(run_id, "worker-c", again.epoch)
@@ -997,7 +1165,9 @@ def test_listing_pages_counts_and_the_inbox(store: PostgresStore) -> None:
     assert (contexts[other.id].messages, contexts[other.id].approvals) == ([], [])
     assert store.runs_for_review([]) == {}
     response = {"role": "approval_response", "approval_id": first.approval_id}
-    result = store.decide(first.approval_id, Decision.APPROVED, "fine", response, by="ada")
+    result = store.decide(
+        first.approval_id, Decision.APPROVED, "fine", lambda _: response, by="ada"
+    )
     assert result.approval.decided_by == "ada"
     assert store.get_approval(first.approval_id).decided_by == "ada"
     assert [a.approval_id for a in store.pending_approvals(agent="asker")] == [second.approval_id]

@@ -294,7 +294,7 @@ def test_a_run_cancelled_while_waiting_waits_again_for_the_same_approvals(
     decided, open_ = approval("c1", notify_in=60), approval("c2", notify_in=60)
     store.commit_step(fence, commit(1, 0, [{"role": "user"}], approvals=[decided, open_]))
     response = {"role": "approval_response", "approval_id": decided.approval_id}
-    store.decide(decided.approval_id, Decision.APPROVED, "ok", response)
+    store.decide(decided.approval_id, Decision.APPROVED, "ok", lambda _: response)
     store.record_notification(open_.approval_id, accepted=True, retry_at=None)
     store.request_cancel(fence.run_id)
     assert store.get_approval(open_.approval_id).decision is Decision.WITHDRAWN
@@ -320,7 +320,7 @@ def test_a_run_cancelled_while_waiting_waits_again_for_the_same_approvals(
     due = store.claim_due_notifications(10, 5, 60)
     assert [n.approval.approval_id for n in due] == [open_.approval_id]
     answer = {"role": "approval_response", "approval_id": open_.approval_id}
-    assert store.decide(open_.approval_id, Decision.DENIED, "no", answer).resumed
+    assert store.decide(open_.approval_id, Decision.DENIED, "no", lambda _: answer).resumed
     [attempt] = store.attempts(fence.run_id)
     assert attempt.status is RunStatus.CANCELLED
 
@@ -350,7 +350,7 @@ def test_only_the_last_steps_approvals_open_again(store: PostgresStore) -> None:
     first = approval("c1")
     store.commit_step(fence, commit(1, 0, [{"role": "user"}], approvals=[first]))
     response = {"role": "approval_response", "approval_id": first.approval_id}
-    store.decide(first.approval_id, Decision.DENIED, "no", response)
+    store.decide(first.approval_id, Decision.DENIED, "no", lambda _: response)
     claim = try_claim(store, fence.run_id, "w", 30)
     assert claim is not None
     again = Fence(fence.run_id, "w", claim.epoch)
@@ -555,7 +555,7 @@ def test_a_fork_leaves_every_row_of_the_original_as_it_was(pg_store: PostgresSto
     asked = approval("c4-refund")
     pg_store.commit_step(fence, commit(4, 6, [call], approvals=[asked]))
     answer = {"role": "approval_response", "approval_id": asked.approval_id}
-    pg_store.decide(asked.approval_id, Decision.APPROVED, "ok", answer)
+    pg_store.decide(asked.approval_id, Decision.APPROVED, "ok", lambda _: answer)
     pg_store.request_cancel(fence.run_id)
     pg_store.retry_run(fence.run_id)
     pg_store.request_cancel(fence.run_id)

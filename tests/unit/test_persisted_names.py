@@ -14,7 +14,8 @@ TABLES = {
     "approvals": [
         "approval_id", "run_id", "step_index", "tool_call_id", "tool_name", "input",
         "expires_at", "on_expire", "token_id", "notified_at", "next_notify_at", "attempts",
-        "decision", "reason", "decided_at", "created_at", "decided_by",
+        "decision", "reason", "decided_at", "created_at", "decided_by", "kind", "schema",
+        "arguments", "answer", "for_run", "standing_from", "on_deny",
     ],
     "checkpoints": ["run_id", "step_index", "message_count", "finish_reason", "created_at"],
     "effects": [
@@ -44,6 +45,7 @@ TABLES = {
         "run_id", "id", "kind", "index", "name", "tool_call_id", "input", "output", "error",
         "input_tokens", "output_tokens", "cost_usd", "started_at", "finished_at",
     ],
+    "standing_approvals": ["run_id", "tool_name", "approval_id", "granted_by", "granted_at"],
     "tick_mark": ["id", "finished_at"],
 }  # fmt: skip
 
@@ -57,7 +59,7 @@ def test_stored_enum_values_keep_their_spelling() -> None:
         "queued", "running", "waiting", "completed", "failed", "cancelled", "interrupted",
     ]  # fmt: skip
     assert [k.value for k in StepKind] == ["llm", "tool", "wait", "state"]
-    assert [d.value for d in Decision] == ["approved", "denied", "withdrawn"]
+    assert [d.value for d in Decision] == ["approved", "denied", "withdrawn", "answered"]
     assert [i.value for i in Interruption] == ["drain", "agent_missing"]
     assert [e.value for e in EffectStatus] == ["started", "completed", "failed", "unknown"]
 
