@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
-from store.models import Interruption, Run
+from store.jsonsafe import clip
+from store.models import Interruption, RequestKind, Run
 from store.status import RunStatus
 from store.workers import WorkerInfo, serving, worker_of
 
@@ -49,6 +50,13 @@ def _waiting(run: Run, children: Sequence[Run]) -> str:
         return f"waiting for its child runs: {listed}{more}"
     if wait is None:
         return "waiting for a decision"
+    if wait.kind == RequestKind.INPUT.value:
+        question = wait.input.get("question") if isinstance(wait.input, dict) else None
+        asked = f": {clip(question, 200)!r}" if isinstance(question, str) else ""
+        return (
+            f"waiting for a person's answer to question {wait.approval_id}{asked}, "
+            f"which expires at {at(wait.expires_at)}"
+        )
     return (
         f"waiting for a decision on approval {wait.approval_id} ({wait.tool_name}), "
         f"which expires at {at(wait.expires_at)}"

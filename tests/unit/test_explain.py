@@ -91,6 +91,15 @@ def test_a_waiting_run_names_its_approval_and_when_it_expires() -> None:
     )
 
 
+def test_a_run_waiting_for_an_answer_names_the_question() -> None:
+    asked = {"question": "Which order?"}
+    wait = WaitPoint("q1", "ask_human", asked, NOW + timedelta(hours=1), "k1", kind="input")
+    assert explain(run(RunStatus.WAITING, waiting=wait), None) == (
+        "waiting for a person's answer to question q1: 'Which order?', which expires at "
+        "2026-12-01 21:00:00 UTC"
+    )
+
+
 @pytest.mark.parametrize(
     "status", [RunStatus.RUNNING, RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED]
 )
