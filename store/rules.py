@@ -232,15 +232,16 @@ def check_decision(
     arguments: JSON = None,
     answer: JSON = None,
     for_run: bool = False,
+    expiry: bool = False,
 ) -> None:
     """What a request takes: an approval is approved (with edited
-    ``arguments``, or ``for_run``) or denied; a question is answered (or, by
-    its expiry, denied)."""
+    ``arguments``, or ``for_run``) or denied; a question is answered, and
+    denied only by its ``expiry`` (tick()'s)."""
     if approval.kind is RequestKind.INPUT:
-        if decision is Decision.APPROVED or arguments is not None or for_run:
+        if decision is not Decision.ANSWERED and not (expiry and decision is Decision.DENIED):
             raise WrongRequestKind(
                 f"request {approval.approval_id} is a question ({approval.tool_name}); "
-                "answer it (Engine.answer), it takes no approval"
+                "answer it (Engine.answer): it takes no approval or denial"
             )
         if decision is Decision.ANSWERED and answer is None:
             raise WrongRequestKind(f"question {approval.approval_id} needs an answer")
@@ -257,18 +258,14 @@ def check_decision(
         )
 
 
-def denial_failure(decided: Approval) -> RunError | None:
+def denial_failure(decided: Approval, *, expiry: bool = False) -> RunError | None:
     """The run's failure when a person's denial ends it (``on_deny="fail"``);
-    None when the model is told instead. The engine's own denial (an expiry)
-    follows ``on_expire``, never this."""
-    if (
-        decided.decision is not Decision.DENIED
-        or decided.on_deny is not OnDeny.FAIL
-        or decided.decided_by is None
-    ):
+    None when the model is told instead. The engine's own denial of an
+    ``expiry`` follows ``on_expire``, never this."""
+    if expiry or decided.decision is not Decision.DENIED or decided.on_deny is not OnDeny.FAIL:
         return None
     why = f": {decided.reason}" if decided.reason else ""
+    who = decided.decided_by or "a person"
     return RunError(
-        "approval_denied",
-        f"{decided.decided_by} denied {decided.tool_name} (approval {decided.approval_id}){why}",
+        "approval_denied", f"{who} denied {decided.tool_name} (approval {decided.approval_id}){why}"
     )

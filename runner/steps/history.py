@@ -49,7 +49,7 @@ def for_model(instructions: str, history: list[Message]) -> list[Message]:
     for message in history:
         if message.get("role") in ENGINE_ROLES:
             continue
-        if edits and message.get("role") == "assistant" and message.get("tool_calls"):
+        if edits and message.get("role") == "assistant":
             message = _as_ran(message, edits)
         messages.append(message)
     return messages
@@ -65,6 +65,9 @@ def edited_arguments(history: Iterable[Message]) -> dict[str, Any]:
 
 
 def _as_ran(message: Message, edits: Mapping[str, Any]) -> Message:
+    """``message`` with the calls people edited as they ran (a copy)."""
+    if not message.get("tool_calls"):
+        return dict(message)
     calls = []
     for call in message.get("tool_calls") or ():
         edited = edits.get(str(call.get("id"))) if isinstance(call, dict) else None
@@ -246,7 +249,13 @@ def continue_thread(history: list[Message]) -> list[Message]:
     """A previous run's history, fit to start a new run on the same thread:
     engine records dropped, and calls that never got a result closed off so the
     conversation stays valid for any provider."""
-    kept = [dict(m) for m in history if m.get("role") not in ENGINE_ROLES]
+    # The calls people edited read as they ran: the records that say so go.
+    edits = edited_arguments(history)
+    kept = [
+        _as_ran(m, edits) if edits and m.get("role") == "assistant" else dict(m)
+        for m in history
+        if m.get("role") not in ENGINE_ROLES
+    ]
     step = open_step(kept)
     if step is not None:
         position = step.index + 1 + len(step.results)

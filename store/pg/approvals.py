@@ -122,7 +122,8 @@ GRANT_STANDING = Statement(
 )
 
 # The run's other pending calls of a tool approved for the rest of the run
-# (the same step's, decided in any order): approved by that grant.
+# (the same step's, decided in any order): approved by that grant. One that
+# expired meanwhile is left to its expiry, as a person's decision would be.
 DECIDE_BY_STANDING = Statement(
     "decide_by_standing",
     f"""
@@ -131,6 +132,7 @@ DECIDE_BY_STANDING = Statement(
                          standing_from = CAST(:approval_id AS uuid)
      WHERE run_id = CAST(:run_id AS uuid) AND tool_name = CAST(:tool_name AS text)
        AND kind = '{RequestKind.APPROVAL.value}' AND decision IS NULL
+       AND expires_at > CAST(:at AS timestamptz)
     RETURNING *
     """,
 )
@@ -398,7 +400,14 @@ class PgApprovals(PgBase):
             status, at = self._lock_run(tx, run_id, now)
             approval = self._approval(tx, approval_id, lock=True)
             check_decidable(approval, status, at, allow_expired)
-            check_decision(approval, decision, arguments=arguments, answer=answer, for_run=for_run)
+            check_decision(
+                approval,
+                decision,
+                arguments=arguments,
+                answer=answer,
+                for_run=for_run,
+                expiry=allow_expired,
+            )
             params = {
                 "approval_id": approval_id,
                 "decision": decision.value,
@@ -410,7 +419,7 @@ class PgApprovals(PgBase):
                 "for_run": for_run,
             }
             decided = approval_from_row(_one(tx.first(DECIDE, params)))
-            failure = denial_failure(decided)
+            failure = denial_failure(decided, expiry=allow_expired)
             if failure is not None:
                 outcome = Outcome(RunStatus.FAILED, error=failure)
                 self._settle_by_id(tx, run_id, outcome, cancel=False)

@@ -260,6 +260,41 @@ def test_on_deny_fail_ends_the_run_on_a_persons_denial(
     assert ledger.refunds == [] and ledger.lookups == ["7"]  # the step's other call ran
 
 
+def test_a_denial_without_a_name_still_ends_a_run_that_fails_on_denials(
+    approvals_engine: Engine,
+) -> None:
+    engine = approvals_engine
+    name, _, ledger = agent(steps_of(tools(call("refund", {"amount": 40}))), on_deny="fail")
+    run = engine.start(name)
+    engine.execute(run.id)
+    [asked] = engine.approvals(run.id)
+    after = engine.respond(asked.approval_id, False, trusted=True)
+    assert after.status is RunStatus.FAILED and after.error is not None
+    assert after.error.message.startswith("a person denied refund")
+    assert ledger.refunds == []
+
+
+def test_the_next_run_of_a_thread_sees_an_edited_call_as_it_ran(approvals_engine: Engine) -> None:
+    engine = approvals_engine
+    name, model, _ = agent(
+        lambda request: (
+            tools(call("refund", {"amount": 125})) if request.step == 1 else text("done")
+        )
+    )
+    thread = unique("thread")
+    first = engine.start(name, thread=thread)
+    engine.execute(first.id)
+    [asked] = engine.approvals(first.id)
+    engine.respond(asked.approval_id, True, trusted=True, arguments={"amount": 100})
+    engine.execute(first.id)
+    second = engine.start(name, thread=thread)
+    engine.execute(second.id)
+    assert calls_in(model.calls[2])[asked.tool_call_id] == {"amount": 100}
+    assert all(
+        m["role"] not in ("approval_request", "approval_response") for m in model.calls[2].messages
+    )
+
+
 def test_on_deny_must_be_continue_or_fail() -> None:
     with pytest.raises(Exception, match="on_deny must be 'continue' or 'fail'"):
         Agent(name=unique("bad"), model="scripted/x", on_deny="explode", register=False)  # type: ignore[arg-type]
@@ -306,6 +341,8 @@ def test_a_question_waits_for_a_person_and_the_answer_is_its_result(
 
     refused(WrongRequestKind, "is a question", lambda: engine.respond(question.approval_id, True,
             trusted=True))  # fmt: skip
+    refused(WrongRequestKind, "no approval or denial", lambda: engine.respond(
+            question.approval_id, False, "no", trusted=True))  # fmt: skip
     refused(InvalidApprovalInput, "should be non-empty|too short",
             lambda: engine.answer(question.approval_id, "", trusted=True))  # fmt: skip
     refused(InvalidApprovalInput, "is not of type 'string'",

@@ -567,6 +567,16 @@ def test_edits_answers_and_a_tool_approved_for_the_run(store: PostgresStore) -> 
     assert decided[question.approval_id]["kind"] == "input"
 
 
+def test_a_grant_leaves_an_expired_call_to_its_expiry(store: PostgresStore) -> None:
+    fence = claimed(store)
+    first, late = approval("c1"), approval("c2", expires_in=-1)
+    store.commit_step(fence, commit(1, 0, [msg(0)], approvals=[first, late]))
+    result = store.decide(first.approval_id, Decision.APPROVED, None, _record, for_run=True)
+    assert result.also == () and not result.resumed
+    assert store.get_approval(late.approval_id).pending
+    assert [a.approval_id for a in store.expired_approvals(10)] == [late.approval_id]
+
+
 def test_a_step_a_standing_approval_decides_does_not_wait(store: PostgresStore) -> None:
     """A later call of a tool approved for the run: its approval row is
     written decided by the grant, and the step goes on without waiting."""
