@@ -141,6 +141,10 @@ class WrongRequestKind(InvalidApprovalInput):
     denied, a question is answered."""
 
 
+class ScheduleNotFound(InvalidInput):
+    """No schedule has that name."""
+
+
 class StoreUnavailable(RunwrightError):
     """The database or Redis could not be reached."""
 

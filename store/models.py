@@ -407,6 +407,70 @@ class Effect:
         return self.key.split(":", 1)[1] if ":" in self.key else self.key
 
 
+class Overlap(enum.StrEnum):
+    """What a schedule's firing does while a run an earlier firing started
+    has not settled (runner/schedules/)."""
+
+    # The firing is skipped, and recorded so.
+    SKIP = "skip"
+    # One firing waits for the earlier run to settle, then starts; more are skipped.
+    BUFFER_ONE = "buffer_one"
+    # Every firing starts a run, whatever runs already.
+    ALLOW_ALL = "allow_all"
+    # The earlier runs are cancelled, and the firing starts its run.
+    CANCEL_OTHER = "cancel_other"
+
+
+class FiringOutcome(enum.StrEnum):
+    """What became of one of a schedule's firings."""
+
+    STARTED = "started"
+    SKIPPED = "skipped"
+    # Waiting for the schedule's earlier run to settle (``buffer_one``).
+    BUFFERED = "buffered"
+    # Older than the catch-up window when tick() came to it (beat was down).
+    MISSED = "missed"
+    # Started by hand (``schedules.trigger``), outside the schedule.
+    TRIGGERED = "triggered"
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A stored schedule: which agent it starts, with what, and when. Exactly
+    one of ``cron`` (in ``timezone``) and ``every_seconds`` is set."""
+
+    name: str
+    agent: str
+    cron: str | None
+    timezone: str
+    every_seconds: float | None
+    payload: JSON
+    thread: str | None
+    keys: dict[str, str]
+    overlap: Overlap
+    catchup_window_seconds: float
+    jitter_seconds: float
+    paused: bool
+    # The next scheduled time, and when tick() fires it (its jitter added).
+    next_at: datetime
+    next_due_at: datetime
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class Firing:
+    """One of a schedule's firings: its scheduled time, when it was recorded
+    (for a started one, its run's start), its run, or why it has none."""
+
+    schedule: str
+    scheduled_at: datetime
+    outcome: FiringOutcome
+    fired_at: datetime
+    run_id: str | None = None
+    reason: str | None = None
+
+
 # ---------------------------------------------------------------- write inputs
 
 

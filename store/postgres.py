@@ -3,8 +3,8 @@ statements that decide them, beside the code that runs them in ``store/pg/``).
 
 The class is assembled from one part per concern (``store/pg/``): runs, claims
 and fenced execution writes, child runs, effects of unknown outcome, approvals, tick
-maintenance, retry and fork, and what the metrics endpoint reads. Each part holds its statements;
-:class:`store.db.Executor` runs them.
+maintenance, retry and fork, what the metrics endpoint reads, and schedules.
+Each part holds its statements; :class:`store.db.Executor` runs them.
 
 Methods taking a :class:`~store.models.Fence` are the writes of a running run:
 each is conditional on ``claim_owner``, ``claim_epoch`` and ``status =
@@ -29,11 +29,20 @@ from store.pg.maintenance import PgMaintenance
 from store.pg.observe import PgObserve
 from store.pg.recovery import PgRecovery
 from store.pg.runs import PgRuns
+from store.pg.schedules import PgSchedules
 from store.validate import DEFAULT_MAX_PAYLOAD_BYTES
 
 
 class PostgresStore(
-    PgRuns, PgChildren, PgExecution, PgEffects, PgApprovals, PgMaintenance, PgRecovery, PgObserve
+    PgRuns,
+    PgChildren,
+    PgExecution,
+    PgEffects,
+    PgApprovals,
+    PgMaintenance,
+    PgRecovery,
+    PgObserve,
+    PgSchedules,
 ):
     """The store: what the engine, the console and the command line call."""
 

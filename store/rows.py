@@ -14,14 +14,18 @@ from store.models import (
     Effect,
     EffectOutcome,
     EffectStatus,
+    Firing,
+    FiringOutcome,
     Interruption,
     OnDeny,
+    Overlap,
     RequestKind,
     RetryWait,
     Run,
     RunAttempt,
     RunError,
     RunStatus,
+    Schedule,
     StandingApproval,
     Step,
     StepKind,
@@ -220,4 +224,38 @@ def event_from_row(row: Mapping[str, Any]) -> RunEvent:
         data=dict(row["data"]),
         id=int(row["id"]),
         at=row["at"],
+    )
+
+
+def schedule_from_row(row: Mapping[str, Any]) -> Schedule:
+    m = row
+    return Schedule(
+        name=m["name"],
+        agent=m["agent"],
+        cron=m["cron"],
+        timezone=m["timezone"],
+        every_seconds=m["every_seconds"],
+        payload=m["payload"],
+        thread=m["thread"],
+        keys=dict(m["keys"] or {}),
+        overlap=Overlap(m["overlap"]),
+        catchup_window_seconds=float(m["catchup_window_seconds"]),
+        jitter_seconds=float(m["jitter_seconds"]),
+        paused=bool(m["paused"]),
+        next_at=m["next_at"],
+        next_due_at=m["next_due_at"],
+        created_at=m["created_at"],
+        updated_at=m["updated_at"],
+    )
+
+
+def firing_from_row(row: Mapping[str, Any]) -> Firing:
+    m = row
+    return Firing(
+        schedule=m["schedule"],
+        scheduled_at=m["scheduled_at"],
+        outcome=FiringOutcome(m["outcome"]),
+        fired_at=m["fired_at"],
+        run_id=None if m["run_id"] is None else str(m["run_id"]),
+        reason=m["reason"],
     )

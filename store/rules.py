@@ -32,6 +32,7 @@ from store.models import (
     Interruption,
     OnDeny,
     Outcome,
+    Overlap,
     RequestKind,
     RetryWait,
     RunError,
@@ -269,3 +270,25 @@ def denial_failure(decided: Approval, *, expiry: bool = False) -> RunError | Non
     return RunError(
         "approval_denied", f"{who} denied {decided.tool_name} (approval {decided.approval_id}){why}"
     )
+
+
+# ---------------------------------------------------------------- schedules
+
+
+class OverlapAction(enum.StrEnum):
+    START = "start"
+    SKIP = "skip"
+    BUFFER = "buffer"
+    CANCEL_AND_START = "cancel_and_start"
+
+
+def overlap_action(policy: Overlap, runs_open: bool, buffered: bool) -> OverlapAction:
+    """What a schedule's firing does (docs/triggers.md): with no earlier run
+    still open it starts; otherwise its ``policy`` decides."""
+    if not runs_open or policy is Overlap.ALLOW_ALL:
+        return OverlapAction.START
+    if policy is Overlap.CANCEL_OTHER:
+        return OverlapAction.CANCEL_AND_START
+    if policy is Overlap.BUFFER_ONE and not buffered:
+        return OverlapAction.BUFFER
+    return OverlapAction.SKIP

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
 from store.events import EVENT_IDS, TRIGGERS
-from store.models import Decision, EffectOutcome, EffectStatus
+from store.models import Decision, EffectOutcome, EffectStatus, FiringOutcome, Overlap
 from store.status import CLAIMABLE, KEY_HOLDING, SETTLED, RunStatus, lit, status_in
 
 metadata = sa.MetaData()
@@ -388,6 +388,71 @@ standing_approvals = sa.Table(
     sa.Column("approval_id", sa.Uuid(as_uuid=False), nullable=False),
     sa.Column("granted_by", sa.Text),
     sa.Column("granted_at", _TS, nullable=False, server_default=_NOW),
+)
+
+# Schedules (runner/schedules/): an agent started by cron (in an IANA time
+# zone) or every ``every_seconds``, fired by tick() (0015). ``next_at`` is the
+# next scheduled time; ``next_due_at`` adds its jitter: when tick() fires it.
+schedules = sa.Table(
+    "schedules",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("agent", sa.Text, nullable=False),
+    sa.Column("cron", sa.Text),
+    sa.Column("timezone", sa.Text, nullable=False, server_default="UTC"),
+    sa.Column("every_seconds", sa.Float),
+    sa.Column("payload", sa.JSON),
+    sa.Column("thread", sa.Text),
+    sa.Column("keys", sa.JSON),
+    sa.Column("overlap", sa.Text, nullable=False, server_default=Overlap.SKIP.value),
+    sa.Column("catchup_window_seconds", sa.Float, nullable=False, server_default="300"),
+    sa.Column("jitter_seconds", sa.Float, nullable=False, server_default="0"),
+    sa.Column("paused", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("next_at", _TS, nullable=False),
+    sa.Column("next_due_at", _TS, nullable=False),
+    sa.Column("created_at", _TS, nullable=False, server_default=_NOW),
+    sa.Column("updated_at", _TS, nullable=False, server_default=_NOW),
+    sa.CheckConstraint("(cron IS NULL) <> (every_seconds IS NULL)", name="schedules_one_spec"),
+    sa.CheckConstraint(
+        f"overlap IN ({', '.join(repr(o.value) for o in Overlap)})", name="schedules_overlap_valid"
+    ),
+    # What tick() fires: the due schedules that are not paused.
+    sa.Index("schedules_due_idx", "next_due_at", postgresql_where=sa.text("NOT paused")),
+)
+
+# What became of each firing: its run, or why none (skipped, missed, buffered).
+# The key is the schedule and the scheduled time: a firing is recorded once,
+# and its run's trigger id is derived from the same two (runner/schedules/).
+schedule_firings = sa.Table(
+    "schedule_firings",
+    metadata,
+    sa.Column(
+        "schedule",
+        sa.Text,
+        sa.ForeignKey("schedules.name", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("scheduled_at", _TS, primary_key=True),
+    sa.Column("outcome", sa.Text, nullable=False),
+    sa.Column(
+        "run_id",
+        sa.Uuid(as_uuid=False),
+        sa.ForeignKey("runs.id", name="schedule_firings_run_id_fkey", ondelete="SET NULL"),
+    ),
+    sa.Column("reason", sa.Text),
+    sa.Column("fired_at", _TS, nullable=False, server_default=_NOW),
+    sa.CheckConstraint(
+        f"outcome IN ({', '.join(repr(o.value) for o in FiringOutcome)})",
+        name="schedule_firings_outcome_valid",
+    ),
+    # The buffered firings tick() starts once their schedule's run settles.
+    sa.Index(
+        "schedule_firings_buffered_idx",
+        "schedule",
+        postgresql_where=sa.text("outcome = 'buffered'"),
+    ),
+    # A pruned run's firings are found by it.
+    sa.Index("schedule_firings_run_idx", "run_id", postgresql_where=sa.text("run_id IS NOT NULL")),
 )
 
 # Status, execution and approval events, derived by triggers from the rows of

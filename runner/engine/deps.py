@@ -26,11 +26,14 @@ from runner.observe import Observer, Observers
 from runner.observe.logs import LogObserver
 from runner.retry import RetryPolicy
 from runner.settings import Settings
+from runner.steps.run_context import AbortReason
 from store.claims import Claims
 from store.errors import StoreUnavailable
 from store.leases import Leases
 from store.models import NewApproval, Run, RunStatus, Settled
+from store.pg.approvals import CancelResult
 from store.postgres import PostgresStore
+from store.rules import CancelAction
 
 log = logging.getLogger("runner.deps")  # the name log lines carry: kept stable for filters
 
@@ -158,6 +161,26 @@ class Deps:
             self.enqueue(run_id, eta=at)  # type: ignore[call-arg]
         except Exception as exc:
             log.warning("could not enqueue run %s for %s (%s); tick() will", run_id, at, exc)
+
+    def cancel(self, run_id: str, *, by: str | None = None) -> CancelResult:
+        """Cancel the run (``Engine.cancel``; a schedule's ``cancel_other``):
+        settled now, or its execution, and its children's, told to stop."""
+        result = self.store.request_cancel(run_id, by=by)
+        if result.action is CancelAction.CANCELLED:
+            self.observer.settled(result.run, 0.0)
+        # Its own execution, and its children's (runner/children.py), stop.
+        stopping = [run_id] if result.action is CancelAction.REQUESTED else []
+        for stop in [*stopping, *result.stopping]:
+            runtime().abort(stop, AbortReason.CANCEL)
+            if self.leases is not None:
+                try:
+                    self.leases.publish_cancel(stop)
+                except StoreUnavailable as exc:
+                    log.warning("cancel of %s not published (%s); heartbeat will see it", stop, exc)
+        if result.action is CancelAction.CANCELLED:
+            again = [result.next_in_key] if result.next_in_key else []
+            self.send(again + list(result.resumed))  # a parent it let out of its wait
+        return result
 
     def enqueue_ids(self, run_ids: list[str]) -> None:
         """Mark runs enqueued now and send them."""

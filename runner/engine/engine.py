@@ -33,6 +33,7 @@ from runner.events.feed import Until, statuses
 from runner.layout import require_own_modules
 from runner.observe import Observer, TickReport
 from runner.retry import RetryPolicy
+from runner.schedules.book import Schedules
 from runner.settings import Settings
 from runner.steps.run_context import AbortReason
 from store.claims import NotClaimed
@@ -52,7 +53,6 @@ from store.models import (
 )
 from store.pg.approvals import CancelResult, DecisionResult
 from store.postgres import PostgresStore
-from store.rules import CancelAction
 from store.validate import check_run_id
 from store.workers import WorkerInfo
 
@@ -167,6 +167,12 @@ class Engine:
     @property
     def settings(self) -> Settings:
         return self.deps.settings
+
+    @property
+    def schedules(self) -> Schedules:
+        """The deployment's schedules: make, change, pause and look at them;
+        ``tick()`` fires them (docs/triggers.md)."""
+        return Schedules(self.deps)
 
     def close(self) -> None:
         self._stop_waking()
@@ -337,22 +343,7 @@ class Engine:
         """Cancel from any process, recording ``by`` whom (the app's user, a
         console login). A running run's owner aborts within about a second
         (pub/sub; heartbeat polling covers a missed message)."""
-        result = self.deps.store.request_cancel(run_id, by=by)
-        if result.action is CancelAction.CANCELLED:
-            self.deps.observer.settled(result.run, 0.0)
-        # Its own execution, and its children's (runner/children.py), stop.
-        stopping = [run_id] if result.action is CancelAction.REQUESTED else []
-        for stop in [*stopping, *result.stopping]:
-            runtime().abort(stop, AbortReason.CANCEL)
-            if self.leases is not None:
-                try:
-                    self.leases.publish_cancel(stop)
-                except StoreUnavailable as exc:
-                    log.warning("cancel of %s not published (%s); heartbeat will see it", stop, exc)
-        if result.action is CancelAction.CANCELLED:
-            again = [result.next_in_key] if result.next_in_key else []
-            self.deps.send(again + list(result.resumed))  # a parent it let out of its wait
-        return result
+        return self.deps.cancel(run_id, by=by)
 
     def respond(
         self,

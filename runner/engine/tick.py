@@ -1,4 +1,7 @@
-"""``tick()``: the periodic housekeeping that Celery beat runs (docs/operations.md).
+"""``tick()``: the periodic housekeeping that Celery beat runs (docs/operations.md):
+it fires the schedules that are due, re-sends approval notifications, expires
+waits, recovers runs whose claims lapsed, re-enqueues lost messages, starts
+the head of every free concurrency key and resumes stranded parents.
 
 It is idempotent and safe to run twice at once: a Redis lock keeps two ticks
 apart, and each job claims its rows with ``FOR UPDATE SKIP LOCKED`` or a
@@ -25,6 +28,7 @@ from runner.engine.deps import Deps
 from runner.engine.runtime import runtime
 from runner.errors import AgentNotFound, ApprovalError, InvalidTransition, StoreUnavailable
 from runner.observe import TickReport, logs
+from runner.schedules import book as schedules
 from runner.steps.history import approval_response
 from store.leases import TICK_LOCK_KEY
 from store.models import Decision
@@ -225,7 +229,16 @@ def _resume_parents(deps: Deps, report: TickReport, now: datetime | None) -> Non
     deps.send(resumed)
 
 
+def _fire_schedules(deps: Deps, report: TickReport, now: datetime | None) -> None:
+    """The schedules that are due (runner/schedules/): each firing recorded
+    once, with its run, or why it has none."""
+    fired = schedules.fire(deps, now)
+    report.firings += len(fired.firings)
+    report.fired += fired.started
+
+
 _JOBS: tuple[Job, ...] = (
+    _fire_schedules,
     _resend_notifications,
     _expire_waits,
     _recover_lapsed,

@@ -72,6 +72,10 @@ class TickReport:
     key_heads: list[str] = field(default_factory=list)
     # Parents whose children had all settled with no resume (a wake-up lost).
     resumed: list[str] = field(default_factory=list)
+    # Schedules' firings recorded (started, skipped, buffered, missed), and
+    # the runs they started (runner/schedules/).
+    firings: int = 0
+    fired: list[str] = field(default_factory=list)
     # Approvals a job could not handle (logged, left for a later tick), and the
     # jobs that failed as a whole; the other jobs ran regardless.
     item_errors: int = 0

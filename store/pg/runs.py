@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from store.db import dumps
+from store.db import Tx, dumps
 from store.events import RunEvent
 from store.models import Checkpoint, Effect, Message, NewRun, Run, RunStatus, Step
 from store.pg.base import RUN_WITH_WAIT, PgBase, checkpoint_from_row
@@ -166,27 +166,35 @@ class ThreadStart:
     state: object
 
 
+def insert_run(tx: Tx, new: NewRun) -> tuple[Run, bool]:
+    """Create the run in ``tx`` (checked already: ``check_new_run``), or find
+    the one its trigger id names for its agent; whether it was created. The
+    one way a new run is written (a start, a schedule's firing)."""
+    params = {
+        "id": new.id,
+        "agent": new.agent,
+        "trigger": dumps(new.trigger.model_dump(mode="json")),
+        "trigger_id": new.trigger.id,
+        "key": new.concurrency_key,
+        "thread": new.thread,
+        "trace_context": dumps(new.trace_context) if new.trace_context else None,
+    }
+    row = tx.first(CREATE_RUN, params)
+    if row is None:
+        existing = tx.first(RUN_BY_TRIGGER, params)
+        assert existing is not None  # the conflict was on (agent, trigger_id)
+        return run_from_row(existing), False
+    return run_from_row(row), True
+
+
 class PgRuns(PgBase):
     def create_run(self, new: NewRun) -> tuple[Run, bool]:
         check_new_run(new, self.max_payload_bytes)
-        params = {
-            "id": new.id,
-            "agent": new.agent,
-            "trigger": dumps(new.trigger.model_dump(mode="json")),
-            "trigger_id": new.trigger.id,
-            "key": new.concurrency_key,
-            "thread": new.thread,
-            "trace_context": dumps(new.trace_context) if new.trace_context else None,
-        }
         with self.db.tx() as tx:
-            row = tx.first(CREATE_RUN, params)
-            if row is None:
-                existing = tx.first(RUN_BY_TRIGGER, params)
-                assert existing is not None  # the conflict was on (agent, trigger_id)
-                return run_from_row(existing), False
-        run = run_from_row(row)
-        self._committed(run.id)
-        return run, True
+            run, created = insert_run(tx, new)
+        if created:
+            self._committed(run.id)
+        return run, created
 
     def list_runs(
         self,

@@ -105,6 +105,8 @@ def test_downgrade_to_base_and_up_again(empty_databases: tuple[str, str]) -> Non
         "run_events",
         "tick_mark",
         "standing_approvals",
+        "schedules",
+        "schedule_firings",
     }
 
 

@@ -16,7 +16,9 @@ from store.models import (
     Decision,
     EffectOutcome,
     EffectStatus,
+    FiringOutcome,
     OnDeny,
+    Overlap,
     RequestKind,
     RunStatus,
     StepKind,
@@ -39,6 +41,14 @@ def test_status_values() -> None:
     assert [d.value for d in Decision] == ["approved", "denied", "withdrawn", "answered"]
     assert [k.value for k in RequestKind] == ["approval", "input"]
     assert [d.value for d in OnDeny] == ["continue", "fail"]
+    assert [o.value for o in Overlap] == ["skip", "buffer_one", "allow_all", "cancel_other"]
+    assert [o.value for o in FiringOutcome] == [
+        "started",
+        "skipped",
+        "buffered",
+        "missed",
+        "triggered",
+    ]
 
 
 def test_what_a_runs_user_writes_is_json_not_jsonb() -> None:
@@ -66,6 +76,8 @@ def test_what_a_runs_user_writes_is_json_not_jsonb() -> None:
         ("approvals", "schema"): "JSON",
         ("approvals", "arguments"): "JSON",
         ("approvals", "answer"): "JSON",
+        ("schedules", "payload"): "JSON",
+        ("schedules", "keys"): "JSON",
         ("run_events", "data"): "JSONB",
     }
 

@@ -46,6 +46,12 @@ TABLES = {
         "input_tokens", "output_tokens", "cost_usd", "started_at", "finished_at",
     ],
     "standing_approvals": ["run_id", "tool_name", "approval_id", "granted_by", "granted_at"],
+    "schedules": [
+        "name", "agent", "cron", "timezone", "every_seconds", "payload", "thread", "keys",
+        "overlap", "catchup_window_seconds", "jitter_seconds", "paused", "next_at",
+        "next_due_at", "created_at", "updated_at",
+    ],
+    "schedule_firings": ["schedule", "scheduled_at", "outcome", "run_id", "reason", "fired_at"],
     "tick_mark": ["id", "finished_at"],
 }  # fmt: skip
 

@@ -1,0 +1,325 @@
+"""The schedules of a deployment (``engine.schedules``), and their firing by
+``tick()``.
+
+A schedule is a row in Postgres, made and changed at run time; beat only runs
+``tick()``, which fires what is due (store/pg/schedules.py says why a
+scheduled time starts one run at most). A firing's run is a run like any
+other: its trigger is ``source="schedule"``, ``trigger=<the schedule's
+name>``, its id derived from the schedule and the scheduled time, its payload,
+thread and keys the schedule's (``keys["scheduled_at"]`` says which time it is
+for, unless the schedule sets that key itself).
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import logging
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from runner.engine.deps import Deps
+from runner.errors import AgentNotFound, InvalidInput
+from runner.schedules.times import (
+    MAX_JITTER_SECONDS,
+    When,
+    check_name,
+    first_time,
+    plan,
+    seconds,
+    trigger_id,
+)
+from store.models import Firing, NewRun, Overlap, Schedule, TriggerEnvelope
+from store.pg.schedules import Fired, FiringPlan
+from store.validate import check_new_run
+
+log = logging.getLogger("runner.schedules")  # the name log lines carry: kept stable for filters
+
+DEFAULT_CATCHUP_SECONDS = 300.0
+SCHEDULED_AT_KEY = "scheduled_at"
+_UNSET: Any = object()
+MAX_FIRINGS_LISTED = 1000
+
+
+def _overlap(value: object) -> Overlap:
+    try:
+        return Overlap(str(value))
+    except ValueError:
+        known = ", ".join(o.value for o in Overlap)
+        raise InvalidInput(f"overlap must be one of {known}, not {value!r}") from None
+
+
+def _keys(keys: object) -> dict[str, str]:
+    if keys is None:
+        return {}
+    if not isinstance(keys, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in keys.items()
+    ):
+        raise InvalidInput("a schedule's keys are a mapping of text to text")
+    return dict(keys)
+
+
+class Schedules:
+    """``engine.schedules``: make, change and look at schedules (docs/triggers.md)."""
+
+    def __init__(self, deps: Deps) -> None:
+        self.deps = deps
+
+    # ------------------------------------------------------------ managing
+
+    def create(
+        self,
+        name: str,
+        agent: str,
+        *,
+        cron: str | None = None,
+        every: float | timedelta | None = None,
+        timezone: str = "UTC",
+        payload: Any = None,
+        thread: str | None = None,
+        keys: Mapping[str, str] | None = None,
+        overlap: Overlap | str = Overlap.SKIP,
+        catchup_window: float | timedelta = DEFAULT_CATCHUP_SECONDS,
+        jitter: float | timedelta = 0.0,
+        paused: bool = False,
+    ) -> Schedule:
+        """A new schedule of ``agent``: by ``cron`` (five fields, read in the
+        IANA ``timezone``) or ``every`` seconds. ``overlap`` says what a firing
+        does while an earlier one's run has not settled (``skip``,
+        ``buffer_one``, ``allow_all``, ``cancel_other``); firings that
+        ``tick()`` comes to later than ``catchup_window`` (beat was down) are
+        recorded missed; ``jitter`` delays each firing by up to that long. A bad
+        expression, zone, interval or payload is one :class:`InvalidInput`, and
+        nothing is stored."""
+        now = datetime.now(UTC)
+        draft = Schedule(
+            name=check_name(name),
+            agent=agent,
+            cron=None,
+            timezone="UTC",
+            every_seconds=None,
+            payload={} if payload is None else payload,
+            thread=thread,
+            keys=_keys(keys),
+            overlap=_overlap(overlap),
+            catchup_window_seconds=0.0,
+            jitter_seconds=0.0,
+            paused=bool(paused),
+            next_at=now,
+            next_due_at=now,
+            created_at=now,
+            updated_at=now,
+        )
+        return self.deps.store.create_schedule(
+            self._checked(draft, cron, timezone, every, catchup_window, jitter, now)
+        )
+
+    def get(self, name: str) -> Schedule:
+        return self.deps.store.get_schedule(name)
+
+    def list(self) -> list[Schedule]:
+        return self.deps.store.list_schedules()
+
+    def update(
+        self,
+        name: str,
+        *,
+        agent: str = _UNSET,
+        cron: str | None = _UNSET,
+        every: float | timedelta | None = _UNSET,
+        timezone: str = _UNSET,
+        payload: Any = _UNSET,
+        thread: str | None = _UNSET,
+        keys: Mapping[str, str] | None = _UNSET,
+        overlap: Overlap | str = _UNSET,
+        catchup_window: float | timedelta = _UNSET,
+        jitter: float | timedelta = _UNSET,
+    ) -> Schedule:
+        """Change what is given, keeping the rest. A change of its times (cron,
+        interval, zone, jitter) moves the next firing to the first new time
+        from now; giving ``cron`` replaces an interval and the other way round."""
+
+        def change(current: Schedule) -> Schedule:
+            now = datetime.now(UTC)
+            spec = (cron, every, timezone, jitter)
+            new_cron: object = current.cron
+            new_every: object = current.every_seconds
+            if cron is not _UNSET:
+                new_cron, new_every = cron, None if cron is not None else new_every
+            if every is not _UNSET:
+                new_every, new_cron = every, None if every is not None else new_cron
+            changed = dataclasses.replace(
+                current,
+                agent=current.agent if agent is _UNSET else agent,
+                payload=current.payload if payload is _UNSET else payload,
+                thread=current.thread if thread is _UNSET else thread,
+                keys=current.keys if keys is _UNSET else _keys(keys),
+                overlap=current.overlap if overlap is _UNSET else _overlap(overlap),
+            )
+            checked = self._checked(
+                changed,
+                new_cron,
+                current.timezone if timezone is _UNSET else timezone,
+                new_every,
+                current.catchup_window_seconds if catchup_window is _UNSET else catchup_window,
+                current.jitter_seconds if jitter is _UNSET else jitter,
+                now,
+            )
+            if all(part is _UNSET for part in spec):
+                # Same times: the next firing stays where it was.
+                checked = dataclasses.replace(
+                    checked, next_at=current.next_at, next_due_at=current.next_due_at
+                )
+            return checked
+
+        return self.deps.store.change_schedule(check_name(name), change)
+
+    def pause(self, name: str) -> Schedule:
+        """Stop firing it; a paused schedule's times pass unrecorded."""
+        return self.deps.store.change_schedule(
+            check_name(name), lambda s: dataclasses.replace(s, paused=True)
+        )
+
+    def resume(self, name: str) -> Schedule:
+        """Fire it again, from its first time after now (the times that passed
+        while it was paused are not caught up)."""
+
+        def resumed(current: Schedule) -> Schedule:
+            if not current.paused:
+                return current
+            at, due = first_time(
+                When.of(current), current.name, current.jitter_seconds, datetime.now(UTC)
+            )
+            return dataclasses.replace(current, paused=False, next_at=at, next_due_at=due)
+
+        return self.deps.store.change_schedule(check_name(name), resumed)
+
+    def delete(self, name: str) -> None:
+        """Delete it and its firings' records; the runs it started stay."""
+        self.deps.store.delete_schedule(check_name(name))
+
+    def trigger(self, name: str) -> Firing:
+        """Start the schedule's run now, outside its times and whatever its
+        overlap policy (a person asks for it); recorded as ``triggered``."""
+        firing = self.deps.store.trigger_schedule(check_name(name), self.new_run)
+        if firing.run_id is not None:
+            self.deps.send([firing.run_id])
+        return firing
+
+    def firings(self, name: str, limit: int = 50) -> builtins.list[Firing]:
+        """Its firings, newest first: each scheduled time, what became of it
+        (``started``, ``skipped``, ``buffered``, ``missed``, ``triggered``),
+        its run and why."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise InvalidInput(f"limit must be a whole number from 1 to {MAX_FIRINGS_LISTED}")
+        return self.deps.store.firings(check_name(name), limit)
+
+    def next_firings(
+        self, name: str, after: datetime | None = None, count: int = 5
+    ) -> builtins.list[datetime]:
+        """Its next ``count`` scheduled times after ``after`` (default: now),
+        in UTC, computed from its cron or interval: nothing is started."""
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 1000:
+            raise InvalidInput("count must be a whole number from 1 to 1000")
+        when = When.of(self.get(name))
+        start = after if after is not None else datetime.now(UTC)
+        if start.tzinfo is None:
+            raise InvalidInput("after must be an aware datetime (with its time zone)")
+        times = when.times(start)
+        return [next(times) for _ in range(count)]
+
+    # ----------------------------------------------------------- its runs
+
+    def new_run(self, schedule: Schedule, scheduled_at: datetime) -> NewRun:
+        """The run a firing starts (AgentNotFound if this process lacks the agent)."""
+        spec = self.deps.registry.get(schedule.agent)
+        keys = dict(schedule.keys)
+        keys.setdefault(SCHEDULED_AT_KEY, scheduled_at.astimezone(UTC).isoformat())
+        envelope = TriggerEnvelope(
+            id=trigger_id(schedule.name, scheduled_at),
+            source="schedule",
+            trigger=schedule.name,
+            payload=schedule.payload,
+            keys=keys,
+            thread=schedule.thread,
+        )
+        return NewRun(agent=spec.name, trigger=envelope, concurrency_key=spec.key_for(envelope))
+
+    def _checked(
+        self,
+        draft: Schedule,
+        cron: object,
+        timezone: object,
+        every: object,
+        catchup_window: object,
+        jitter: object,
+        now: datetime,
+    ) -> Schedule:
+        """``draft`` with its times checked and its next time set; its agent
+        and what its runs would carry checked as a start would."""
+        when = When.checked(cron, timezone, every)
+        window = seconds(catchup_window, "catchup_window")
+        if window < 0:
+            raise InvalidInput("catchup_window must be 0 or more seconds")
+        delay = seconds(jitter, "jitter")
+        if not 0 <= delay <= MAX_JITTER_SECONDS:
+            raise InvalidInput(f"jitter must be from 0 to {MAX_JITTER_SECONDS:g} seconds")
+        if when.every_seconds is not None and delay >= when.every_seconds:
+            raise InvalidInput("jitter must be shorter than the interval")
+        at, due = first_time(when, draft.name, delay, now)
+        schedule = dataclasses.replace(
+            draft,
+            cron=when.cron,
+            timezone=when.timezone,
+            every_seconds=when.every_seconds,
+            catchup_window_seconds=window,
+            jitter_seconds=delay,
+            next_at=at,
+            next_due_at=due,
+        )
+        try:
+            sample = self.new_run(schedule, at)  # AgentNotFound for an unknown agent
+        except ValueError as exc:  # the envelope's own checks (pydantic)
+            raise InvalidInput(f"invalid schedule: {exc}") from None
+        check_new_run(sample, self.deps.store.max_payload_bytes)
+        return schedule
+
+
+# ------------------------------------------------------------------ firing
+
+
+def fire(deps: Deps, now: datetime | None = None) -> Fired:
+    """What tick() does for schedules: fire the due ones (their runs sent,
+    the earlier runs ``cancel_other`` names cancelled) and start the buffered
+    firings whose schedule's run has settled."""
+    book = Schedules(deps)
+    floor = 2 * deps.settings.tick_seconds
+
+    def planned(schedule: Schedule, at: datetime) -> FiringPlan | None:
+        try:
+            return plan(schedule, at, book.new_run, window_floor=floor)
+        except AgentNotFound:
+            # Another worker's tick() may have it: the schedule stays due.
+            log.info(
+                "schedule %s: agent %s is not loaded here; its firing is left to a tick() "
+                "on a worker that has it",
+                schedule.name,
+                schedule.agent,
+            )
+            return None
+
+    def built(schedule: Schedule, at: datetime) -> NewRun | None:
+        try:
+            return book.new_run(schedule, at)
+        except AgentNotFound:
+            return None  # left buffered for a tick() on a worker that has it
+
+    batch = deps.settings.tick_batch
+    fired = deps.store.fire_due_schedules(planned, limit=batch, now=now)
+    buffered = deps.store.start_buffered(built, limit=batch)
+    for run_id in fired.cancel:
+        deps.cancel(run_id, by="schedule (overlap: cancel_other)")
+    started = fired.started + buffered.started
+    deps.send(started)
+    return Fired(fired.firings + buffered.firings, started, fired.cancel)

@@ -1,0 +1,404 @@
+"""Schedules (runner/schedules/): stored, managed at run time, and fired by
+``tick()`` exactly once per scheduled time.
+
+A firing is one transaction: the schedule's row is locked (``FOR UPDATE SKIP
+LOCKED``, so two ticks never fire one schedule at once), its due firings are
+recorded (the key is the schedule and the scheduled time), their runs created
+(a run's trigger id is derived from the same two, unique per agent), and the
+schedule moved on to its next time. Whatever interleaving of ticks, beats and
+crashes, a scheduled time starts at most one run. When to fire and what each
+run's trigger is are the caller's to compute (the cron library is the
+runner's); what an overlapping firing does is ``store.rules.overlap_action``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from store.db import Tx, dumps
+from store.errors import InvalidInput, ScheduleNotFound
+from store.models import Firing, FiringOutcome, NewRun, Schedule
+from store.pg.base import NOW, PgBase
+from store.pg.runs import insert_run
+from store.rows import firing_from_row, schedule_from_row
+from store.rules import OverlapAction, overlap_action
+from store.statements import Statement
+from store.status import SETTLED, status_in
+from store.validate import check_new_run
+
+_COLUMNS = (
+    "name, agent, cron, timezone, every_seconds, payload, thread, keys, overlap,"
+    " catchup_window_seconds, jitter_seconds, paused, next_at, next_due_at"
+)
+_VALUES = """
+    CAST(:name AS text), CAST(:agent AS text), CAST(:cron AS text), CAST(:timezone AS text),
+    CAST(:every_seconds AS float8), CAST(:payload AS json), CAST(:thread AS text),
+    CAST(:keys AS json), CAST(:overlap AS text), CAST(:catchup_window_seconds AS float8),
+    CAST(:jitter_seconds AS float8), CAST(:paused AS bool), CAST(:next_at AS timestamptz),
+    CAST(:next_due_at AS timestamptz)"""
+
+CREATE_SCHEDULE = Statement(
+    "create_schedule",
+    f"INSERT INTO schedules ({_COLUMNS}) VALUES ({_VALUES})"
+    " ON CONFLICT (name) DO NOTHING RETURNING *",
+)
+
+# Everything but the name and the creation time, as the caller recomputed it.
+REPLACE_SCHEDULE = Statement(
+    "replace_schedule",
+    f"UPDATE schedules SET ({_COLUMNS}, updated_at) = ({_VALUES}, now())"
+    " WHERE name = CAST(:name AS text) RETURNING *",
+)
+
+SCHEDULE = Statement("schedule", "SELECT * FROM schedules WHERE name = CAST(:name AS text)")
+
+# The transaction's clock (or the caller's ``now``): one time for what a firing writes.
+CLOCK = Statement("schedule_clock", f"SELECT {NOW} AS now")
+
+LOCK_SCHEDULE = Statement(
+    "lock_schedule", "SELECT * FROM schedules WHERE name = CAST(:name AS text) FOR UPDATE"
+)
+
+SCHEDULES = Statement("schedules", "SELECT * FROM schedules ORDER BY name")
+
+DELETE_SCHEDULE = Statement(
+    "delete_schedule", "DELETE FROM schedules WHERE name = CAST(:name AS text) RETURNING name"
+)
+
+FIRINGS = Statement(
+    "firings",
+    """
+    SELECT * FROM schedule_firings WHERE schedule = CAST(:name AS text)
+     ORDER BY scheduled_at DESC LIMIT CAST(:limit AS int)
+    """,
+)
+
+# The next schedule that is due, locked for this transaction; one another tick
+# holds is skipped, as are those this tick already looked at.
+NEXT_DUE = Statement(
+    "next_due_schedule",
+    f"""
+    SELECT * FROM schedules
+     WHERE NOT paused AND next_due_at <= {NOW} AND name <> ALL(CAST(:seen AS text[]))
+     ORDER BY next_due_at LIMIT 1
+       FOR UPDATE SKIP LOCKED
+    """,
+)
+
+# The runs of a schedule's firings that have not settled, oldest first.
+OPEN_RUNS = Statement(
+    "schedule_open_runs",
+    f"""
+    SELECT r.id FROM schedule_firings AS f JOIN runs AS r ON r.id = f.run_id
+     WHERE f.schedule = CAST(:name AS text) AND NOT {status_in(SETTLED, "r.status")}
+     ORDER BY f.scheduled_at
+    """,
+)
+
+BUFFERED = Statement(
+    "schedule_buffered",
+    f"""
+    SELECT scheduled_at FROM schedule_firings
+     WHERE schedule = CAST(:name AS text) AND outcome = '{FiringOutcome.BUFFERED.value}'
+    """,
+)
+
+RECORD_FIRING = Statement(
+    "record_firing",
+    """
+    INSERT INTO schedule_firings (schedule, scheduled_at, outcome, run_id, reason, fired_at)
+    VALUES (CAST(:name AS text), CAST(:scheduled_at AS timestamptz), CAST(:outcome AS text),
+            CAST(:run_id AS uuid), CAST(:reason AS text), now())
+    ON CONFLICT DO NOTHING
+    RETURNING *
+    """,
+)
+
+MOVE_ON = Statement(
+    "schedule_move_on",
+    """
+    UPDATE schedules SET next_at = CAST(:next_at AS timestamptz),
+                         next_due_at = CAST(:next_due_at AS timestamptz), updated_at = now()
+     WHERE name = CAST(:name AS text)
+    """,
+)
+
+# A buffered firing whose schedule has no open run any more: the next to
+# start (locked, so two ticks start it once).
+READY_BUFFERED = Statement(
+    "ready_buffered_firing",
+    f"""
+    SELECT f.* FROM schedule_firings AS f
+     WHERE f.outcome = '{FiringOutcome.BUFFERED.value}'
+       AND NOT EXISTS (
+           SELECT 1 FROM schedule_firings AS o JOIN runs AS r ON r.id = o.run_id
+            WHERE o.schedule = f.schedule AND NOT {status_in(SETTLED, "r.status")})
+       AND f.schedule <> ALL(CAST(:seen AS text[]))
+     ORDER BY f.scheduled_at LIMIT 1
+       FOR UPDATE OF f SKIP LOCKED
+    """,
+)
+
+START_BUFFERED = Statement(
+    "start_buffered_firing",
+    f"""
+    UPDATE schedule_firings SET outcome = '{FiringOutcome.STARTED.value}',
+           run_id = CAST(:run_id AS uuid), fired_at = now(), reason = NULL
+     WHERE schedule = CAST(:name AS text) AND scheduled_at = CAST(:scheduled_at AS timestamptz)
+    RETURNING *
+    """,
+)
+
+
+@dataclass(frozen=True)
+class DueFiring:
+    """A scheduled time the caller found due: the run it starts, or None when
+    it is older than the catch-up window (recorded missed, with ``reason``)."""
+
+    scheduled_at: datetime
+    run: NewRun | None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class FiringPlan:
+    """A due schedule's firings, oldest first, and where it moves on to."""
+
+    firings: Sequence[DueFiring]
+    next_at: datetime
+    next_due_at: datetime
+
+
+@dataclass
+class Fired:
+    """What one round of firing recorded: the firings, the runs it created
+    (to be sent), and the earlier runs ``cancel_other`` asks to cancel."""
+
+    firings: list[Firing] = field(default_factory=list)
+    started: list[str] = field(default_factory=list)
+    cancel: list[str] = field(default_factory=list)
+
+
+# Given a due schedule and the time, its firings (None: not now, leave it due).
+Plan = Callable[[Schedule, datetime], "FiringPlan | None"]
+# A firing's run, built when it starts (None: not here, leave it for another tick).
+Build = Callable[[Schedule, datetime], "NewRun | None"]
+
+
+def _params(schedule: Schedule) -> dict[str, Any]:
+    return {
+        "name": schedule.name,
+        "agent": schedule.agent,
+        "cron": schedule.cron,
+        "timezone": schedule.timezone,
+        "every_seconds": schedule.every_seconds,
+        "payload": dumps(schedule.payload),
+        "thread": schedule.thread,
+        "keys": dumps(schedule.keys),
+        "overlap": schedule.overlap.value,
+        "catchup_window_seconds": schedule.catchup_window_seconds,
+        "jitter_seconds": schedule.jitter_seconds,
+        "paused": schedule.paused,
+        "next_at": schedule.next_at,
+        "next_due_at": schedule.next_due_at,
+    }
+
+
+class PgSchedules(PgBase):
+    def create_schedule(self, schedule: Schedule) -> Schedule:
+        """Store a new schedule; :class:`InvalidInput` if the name is taken."""
+        row = self.db.first(CREATE_SCHEDULE, _params(schedule))
+        if row is None:
+            raise InvalidInput(f"a schedule named {schedule.name!r} exists already")
+        return schedule_from_row(row)
+
+    def get_schedule(self, name: str) -> Schedule:
+        row = self.db.first(SCHEDULE, {"name": name})
+        if row is None:
+            raise ScheduleNotFound(f"no schedule named {name!r}")
+        return schedule_from_row(row)
+
+    def list_schedules(self) -> list[Schedule]:
+        return [schedule_from_row(row) for row in self.db.rows(SCHEDULES, {})]
+
+    def change_schedule(self, name: str, change: Callable[[Schedule], Schedule]) -> Schedule:
+        """Replace the schedule with ``change(current)`` (the caller recomputes
+        its next time), the row locked meanwhile so that a tick firing it
+        waits; the name stays."""
+        with self.db.tx() as tx:
+            row = tx.first(LOCK_SCHEDULE, {"name": name})
+            if row is None:
+                raise ScheduleNotFound(f"no schedule named {name!r}")
+            changed = change(schedule_from_row(row))
+            if changed.name != name:
+                raise InvalidInput("a schedule's name cannot change; create another")
+            updated = tx.first(REPLACE_SCHEDULE, _params(changed))
+            assert updated is not None  # locked above
+            return schedule_from_row(updated)
+
+    def delete_schedule(self, name: str) -> None:
+        """Delete the schedule and its firings' records (their runs stay)."""
+        if self.db.first(DELETE_SCHEDULE, {"name": name}) is None:
+            raise ScheduleNotFound(f"no schedule named {name!r}")
+
+    def firings(self, name: str, limit: int = 50) -> list[Firing]:
+        """The schedule's firings, newest first."""
+        self.get_schedule(name)  # ScheduleNotFound
+        rows = self.db.rows(FIRINGS, {"name": name, "limit": limit})
+        return [firing_from_row(row) for row in rows]
+
+    def fire_due_schedules(self, plan: Plan, *, limit: int, now: datetime | None = None) -> Fired:
+        """Fire up to ``limit`` due schedules, one transaction each."""
+        fired = Fired()
+        seen: list[str] = []
+        while len(seen) < limit:
+            with self.db.tx() as tx:
+                row = tx.first(NEXT_DUE, {"seen": seen, "now": now})
+                if row is None:
+                    break
+                schedule = schedule_from_row(row)
+                seen.append(schedule.name)
+                chosen = plan(schedule, _clock(tx, now))
+                if chosen is None:
+                    continue  # not now (its agent is not known here): another tick fires it
+                for due in chosen.firings:
+                    self._fire(tx, schedule, due, fired)
+                tx.execute(
+                    MOVE_ON,
+                    {
+                        "name": schedule.name,
+                        "next_at": chosen.next_at,
+                        "next_due_at": chosen.next_due_at,
+                    },
+                )
+        for run_id in fired.started:
+            self._committed(run_id)
+        return fired
+
+    def _fire(self, tx: Tx, schedule: Schedule, due: DueFiring, fired: Fired) -> None:
+        if due.run is None:
+            self._record(
+                tx, schedule, due.scheduled_at, FiringOutcome.MISSED, None, due.reason, fired
+            )
+            return
+        open_runs = [str(r["id"]) for r in tx.rows(OPEN_RUNS, {"name": schedule.name})]
+        buffered = tx.first(BUFFERED, {"name": schedule.name}) is not None
+        action = overlap_action(schedule.overlap, bool(open_runs), buffered)
+        if action is OverlapAction.SKIP:
+            why = (
+                "a firing already waits for the schedule's run to settle"
+                if buffered
+                else f"the schedule's run {open_runs[0]} has not settled (overlap: skip)"
+            )
+            self._record(tx, schedule, due.scheduled_at, FiringOutcome.SKIPPED, None, why, fired)
+            return
+        if action is OverlapAction.BUFFER:
+            why = f"waits for the schedule's run {open_runs[0]} to settle (overlap: buffer_one)"
+            self._record(tx, schedule, due.scheduled_at, FiringOutcome.BUFFERED, None, why, fired)
+            return
+        if action is OverlapAction.CANCEL_AND_START:
+            fired.cancel += [r for r in open_runs if r not in fired.cancel]
+        self._start(tx, schedule, due.scheduled_at, due.run, FiringOutcome.STARTED, fired)
+
+    def _start(
+        self,
+        tx: Tx,
+        schedule: Schedule,
+        scheduled_at: datetime,
+        new: NewRun,
+        outcome: FiringOutcome,
+        fired: Fired,
+    ) -> None:
+        """The firing's run (created, or the one its trigger id already
+        names), recorded with it."""
+        check_new_run(new, self.max_payload_bytes)
+        run, created = insert_run(tx, new)
+        if self._record(tx, schedule, scheduled_at, outcome, run.id, None, fired) and created:
+            fired.started.append(run.id)
+
+    @staticmethod
+    def _record(
+        tx: Tx,
+        schedule: Schedule,
+        scheduled_at: datetime,
+        outcome: FiringOutcome,
+        run_id: str | None,
+        reason: str | None,
+        fired: Fired,
+    ) -> bool:
+        row = tx.first(
+            RECORD_FIRING,
+            {
+                "name": schedule.name,
+                "scheduled_at": scheduled_at,
+                "outcome": outcome.value,
+                "run_id": run_id,
+                "reason": reason,
+            },
+        )
+        if row is None:
+            return False  # recorded already: this scheduled time fired
+        fired.firings.append(firing_from_row(row))
+        return True
+
+    def start_buffered(self, build: Build, *, limit: int) -> Fired:
+        """Start the buffered firings whose schedule's run has settled, one
+        per schedule and transaction."""
+        fired = Fired()
+        seen: list[str] = []
+        while len(seen) < limit:
+            with self.db.tx() as tx:
+                row = tx.first(READY_BUFFERED, {"seen": seen})
+                if row is None:
+                    break
+                name, scheduled_at = row["schedule"], row["scheduled_at"]
+                seen.append(name)
+                schedule = schedule_from_row(_one(tx.first(LOCK_SCHEDULE, {"name": name})))
+                new = build(schedule, scheduled_at)
+                if new is None:
+                    continue
+                check_new_run(new, self.max_payload_bytes)
+                run, created = insert_run(tx, new)
+                started = tx.first(
+                    START_BUFFERED,
+                    {"name": name, "scheduled_at": scheduled_at, "run_id": run.id},
+                )
+                fired.firings.append(firing_from_row(_one(started)))
+                if created:
+                    fired.started.append(run.id)
+        for run_id in fired.started:
+            self._committed(run_id)
+        return fired
+
+    def trigger_schedule(self, name: str, build: Build) -> Firing:
+        """Start the schedule's run now, outside its times and whatever its
+        overlap (a person asked for it), recorded as ``triggered``."""
+        fired = Fired()
+        with self.db.tx() as tx:
+            row = tx.first(LOCK_SCHEDULE, {"name": name})
+            if row is None:
+                raise ScheduleNotFound(f"no schedule named {name!r}")
+            schedule = schedule_from_row(row)
+            at = _clock(tx, None)
+            new = build(schedule, at)
+            if new is None:
+                raise InvalidInput(f"schedule {name!r} cannot start its agent here")
+            self._start(tx, schedule, at, new, FiringOutcome.TRIGGERED, fired)
+        for run_id in fired.started:
+            self._committed(run_id)
+        [firing] = fired.firings
+        return firing
+
+
+def _clock(tx: Tx, now: datetime | None) -> datetime:
+    at = _one(tx.first(CLOCK, {"now": now}))["now"]
+    assert isinstance(at, datetime)
+    return at
+
+
+def _one(row: dict[str, Any] | None) -> dict[str, Any]:
+    assert row is not None  # locked or written earlier in this transaction
+    return row
