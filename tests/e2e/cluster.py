@@ -156,9 +156,11 @@ class Cluster:
             proc.wait_for(" ready.", timeout=90)
         return proc
 
-    def beat(self) -> Proc:
+    def beat(self, name: str = "beat", **env: str) -> Proc:
+        """A ``celery beat``; ``name`` keeps two of them apart (each has its own
+        schedule file, as two hosts would)."""
         proc = Proc(
-            "beat",
+            name,
             [
                 sys.executable,
                 "-m",
@@ -169,9 +171,9 @@ class Cluster:
                 "-l",
                 "INFO",
                 "-s",
-                str(self.workdir / "beat-schedule"),
+                str(self.workdir / f"{name}-schedule"),
             ],
-            self.env(),
+            self.env(**env),
             self.workdir,
         )
         self.procs.append(proc)
