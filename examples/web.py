@@ -10,11 +10,17 @@ shape that ``runner.sse`` streams by default.
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
 from runner.errors import InvalidInput, RunNotFound, RunwrightError, StoreUnavailable
+from runner.webhooks import Delivery, Mapped, WebhookReceiver, new_secret
 from store.jsonsafe import loads_strict
+
+if TYPE_CHECKING:
+    from runner.engine.engine import Engine
 
 
 def status_for(exc: RunwrightError, *, missing: int = 404) -> int:
@@ -59,3 +65,36 @@ LIVE_KEEPALIVE_SECONDS = 15.0
 # A stream ends after this long, and the page's EventSource reconnects after
 # the last event it saw: a waiting run does not hold a server thread for days.
 LIVE_TIMEOUT_SECONDS = 600.0
+
+
+# ------------------------------------------------------------------ webhooks
+
+# The route both apps mount at /hooks/<route>: a support tool POSTs a ticket
+# as a Standard Webhooks delivery, signed with EXAMPLE_WEBHOOK_SECRET (make one
+# with `runwright webhook secret`), and each delivery starts one run.
+WEBHOOK_ROUTE = "tickets"
+WEBHOOK_SECRET_VARIABLE = "EXAMPLE_WEBHOOK_SECRET"
+
+
+def ticket_from(delivery: Delivery) -> Mapped:
+    """A delivery ``{"message": "...", "customer": "..."}`` as the agent's payload,
+    on the customer's thread when it names one."""
+    body = delivery.payload
+    if not isinstance(body, dict) or not isinstance(body.get("message"), str):
+        raise InvalidInput('a ticket is a JSON object with a "message" string')
+    customer = body.get("customer")
+    thread = f"customer-{customer}" if isinstance(customer, str) and customer else None
+    return Mapped({"message": body["message"]}, thread=thread)
+
+
+def webhook_receiver(engine: Callable[[], Engine], agent: str) -> WebhookReceiver:
+    """The example's receiver: the route ``tickets`` starts ``agent``. Without
+    EXAMPLE_WEBHOOK_SECRET the route has a secret of this process only, so
+    every delivery is refused (401) until one is set."""
+    secret = os.environ.get(WEBHOOK_SECRET_VARIABLE) or new_secret()
+    return WebhookReceiver(
+        engine,
+        routes={WEBHOOK_ROUTE: agent},
+        secrets={WEBHOOK_ROUTE: [secret]},
+        mapper=ticket_from,
+    )

@@ -150,10 +150,16 @@ def django_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "examples.django_app.settings")
     os.environ["EXAMPLE_DJANGO_DB"] = str(tmp_path_factory.mktemp("django") / "db.sqlite3")
+    # Read when the project's URLs are first loaded (its webhook route).
+    os.environ["EXAMPLE_WEBHOOK_SECRET"] = EXAMPLE_WEBHOOK_SECRET
     django.setup()
     call_command("migrate", verbosity=0)
     yield
     connections.close_all()
+
+
+# The example apps' webhook secret in the tests (examples/web.py).
+EXAMPLE_WEBHOOK_SECRET = "whsec_" + "dGVzdC1vbmx5LXdlYmhvb2stc2VjcmV0LWZvci1leGFtcGxlcw=="
 
 
 @pytest.fixture

@@ -9,6 +9,11 @@ Run it (with a worker started with ``RUNWRIGHT_AGENTS=examples.agents``)::
     curl -X POST localhost:5000/runs -H 'content-type: application/json' \\
          -d '{"agent": "support_triage", "payload": {"message": "A-1001 arrived broken"}}'
 
+A support tool can start runs by webhook: ``POST /hooks/tickets`` takes a
+Standard Webhooks delivery ``{"message": ...}`` signed with
+``EXAMPLE_WEBHOOK_SECRET`` (``runwright webhook secret`` makes one), one run per
+delivery however often it is redelivered (docs/triggers.md).
+
 The console is at ``/console``: sign in at ``/login``, then the runs, a run's
 live timeline and the approvals inbox. The notifier also puts each approval's
 link in the example inbox (see ``examples.agents``): the link opens that one
@@ -43,12 +48,13 @@ from typing import Any
 from flask import Flask, jsonify, redirect, request, session
 from flask.typing import ResponseReturnValue
 
-import examples.agents  # noqa: F401  (registers support_triage)
+import examples.agents  # registers support_triage, which the webhook route starts
 from examples.web import (
     LIVE_KEEPALIVE_SECONDS,
     LIVE_TIMEOUT_SECONDS,
     json_body,
     status_for,
+    webhook_receiver,
 )
 from runner import Engine, Run, RunwrightError, default_engine
 from runner.console.assets import PAGE_HEADERS
@@ -57,6 +63,7 @@ from runner.console.render import e, hidden, page
 from runner.console.sessions import Session
 from runner.console.signin import SignedIn, SignIn, local_next
 from runner.sse import flask_response
+from runner.webhooks.flask import webhook_blueprint
 
 CONSOLE = "/console"
 # The field of Flask's session that holds the console's signed session.
@@ -133,6 +140,9 @@ def create_app(engine: Engine | None = None) -> Flask:
     app.register_blueprint(
         console_blueprint(runwright, guard=signed_in, login_url="/login"), url_prefix=CONSOLE
     )
+    # Signed deliveries to /hooks/tickets start runs (examples/web.py).
+    receiver = webhook_receiver(runwright, examples.agents.AGENT)
+    app.register_blueprint(webhook_blueprint(receiver), url_prefix="/hooks")
 
     @app.errorhandler(RunwrightError)
     def refuse(exc: RunwrightError) -> ResponseReturnValue:
