@@ -265,6 +265,8 @@ def tick_result(report: TickReport) -> dict[str, int]:
     tick that did nothing, or was skipped because another held the lock, is
     all zeros and logs nothing."""
     counts = {
+        "firings": report.firings,
+        "fired": len(report.fired),
         "notified": report.notified,
         "notify_failed": report.notify_failed,
         "expired": report.expired,

@@ -206,9 +206,11 @@ def test_a_tick_logs_one_line_only_when_it_did_something(
     busy = TickReport(expired=2, reenqueued=["r1"], key_heads=["r2", "r3"])
     assert tick_result(busy)["started"] == 2
     assert tick_result(TickReport(resumed=["a"]))["resumed"] == 1
+    assert tick_result(TickReport(firings=3, fired=["r4"]))["fired"] == 1
     assert [r.getMessage() for r in caplog.records] == [
         "tick: expired 2, reenqueued 1, started 2",
         "tick: resumed 1",
+        "tick: firings 3, fired 1",
     ]
 
 
