@@ -114,15 +114,19 @@ def fits(schema: Any, value: Any, what: str) -> None:
     does not fit ``schema`` (JSON Schema, as the tool or the question gave it:
     the standard's own validator, not a check of ours)."""
     from jsonschema import Draft202012Validator, SchemaError
+    from referencing.exceptions import Unresolvable
 
     if not isinstance(schema, dict):
         return  # a request stored before schemas were kept: the tool checks on its run
     try:
+        Draft202012Validator.check_schema(schema)
         validator = Draft202012Validator(schema)
         errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
-    except SchemaError as exc:  # a server's schema gone bad since: the tool checks on its run
+    except SchemaError as exc:
         why = exc.message[:200]
         raise InvalidApprovalInput(f"refused {what}: its schema is not valid ({why})") from None
+    except Unresolvable:  # a $ref to elsewhere: nothing is fetched to check it
+        raise InvalidApprovalInput(f"refused {what}: its schema refers outside itself") from None
     if errors:
         first = errors[0]
         where = "/".join(str(p) for p in first.absolute_path) or "the value"

@@ -102,9 +102,16 @@ class MCPTool(Tool):
         }
 
     def parse(self, arguments: str | dict[str, Any] | None) -> pydantic.BaseModel:
+        from referencing.exceptions import Unresolvable
+
         parsed = super().parse(arguments)
         data = parsed.model_dump()
-        errors = sorted(self._validator.iter_errors(data), key=lambda e: list(e.path))
+        try:
+            errors = sorted(self._validator.iter_errors(data), key=lambda e: list(e.path))
+        except Unresolvable:  # a $ref outside the schema: nothing is fetched to check it
+            raise ToolInputError(
+                f"the arguments of {self.name} cannot be checked: its schema refers outside itself"
+            ) from None
         if errors:
             first = errors[0]
             where = "/".join(str(p) for p in first.path) or "the arguments"
