@@ -8,6 +8,11 @@ The webhook notifier POSTs the approval request as JSON and signs it::
 A receiver recomputes the HMAC over the raw body with the shared secret,
 compares in constant time, and refuses timestamps older than a few minutes
 (:func:`verify_signature` does all three).
+
+The body (:func:`request_body`) says what the person is asked: ``type`` is
+``approval.requested`` (approve or deny ``tool_name`` with ``input``; an edit
+must fit ``schema``) or ``input.requested`` (answer ``question``; the answer
+must fit ``schema``); ``kind`` is ``approval`` or ``input`` to match.
 """
 
 from __future__ import annotations
@@ -64,13 +69,18 @@ def verify_signature(
 
 
 def request_body(request: ApprovalRequest) -> dict[str, Any]:
+    """The JSON a webhook receives; fields are only ever added, since
+    receivers parse it. ``question`` is null for an approval."""
     return {
-        "type": "approval.requested",
+        "type": "input.requested" if request.kind == "input" else "approval.requested",
+        "kind": request.kind,
         "run_id": request.run_id,
         "agent": request.agent,
         "approval_id": request.approval_id,
         "tool_name": request.tool_name,
         "input": request.input,
+        "question": request.question,
+        "schema": request.schema,
         "expires_at": request.expires_at.isoformat()
         if hasattr(request.expires_at, "isoformat")
         else request.expires_at,

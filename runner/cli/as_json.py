@@ -25,13 +25,24 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from runner.approvals.expiry import expired
 from runner.costs import Cost, listed_cost, run_cost
 from store.events import step_data
+from store.models import RequestKind
 from store.status import RunStatus
 
 if TYPE_CHECKING:
     from store.migrate import Migrated, Revision
-    from store.models import Checkpoint, Effect, Run, RunAttempt, RunError, Step
+    from store.models import (
+        Approval,
+        Checkpoint,
+        Effect,
+        Run,
+        RunAttempt,
+        RunError,
+        StandingApproval,
+        Step,
+    )
     from store.workers import WorkerInfo
 
 Document = dict[str, Any]
@@ -128,6 +139,7 @@ def run_json(run: Run, known: Cost | None = None) -> Document:
             "approval_id": waiting.approval_id,
             "tool_name": waiting.tool_name,
             "input": waiting.input,
+            "question": _question(waiting.kind, waiting.input),
             "expires_at": when(waiting.expires_at),
             "notified_at": when(waiting.notified_at),
         },
@@ -167,6 +179,57 @@ def run_json(run: Run, known: Cost | None = None) -> Document:
             "thread": trigger.thread,
             "received_at": when(trigger.received_at),
         },
+    }
+
+
+def _question(kind: str, asked: Any) -> str | None:
+    """What a question (a request of kind ``input``) asks; None for an approval."""
+    if kind != RequestKind.INPUT.value or not isinstance(asked, dict):
+        return None
+    question = asked.get("question")
+    return question if isinstance(question, str) else None
+
+
+def approval_json(approval: Approval) -> Document:
+    """An approval or a question, under its ``approval`` event's names
+    (docs/events.md): what the model asked (``input``), what a person
+    changed (``arguments``, ``edited``) or answered (``answer``), who decided,
+    and whether the tool was approved for the rest of the run (``for_run``) or
+    by such an approval (``standing_from``). ``expired``: denied by its
+    expiry, not by a person. Never its token."""
+    return {
+        "approval_id": approval.approval_id,
+        "kind": approval.kind.value,
+        "step_index": approval.step_index,
+        "tool_call_id": approval.tool_call_id,
+        "tool_name": approval.tool_name,
+        "input": approval.input,
+        "question": approval.question,
+        "schema": approval.schema,
+        "decision": None if approval.decision is None else approval.decision.value,
+        "reason": approval.reason,
+        "decided_by": approval.decided_by,
+        "decided_at": when(approval.decided_at),
+        "expired": expired(approval),
+        "arguments": approval.arguments,
+        "edited": approval.edited,
+        "answer": approval.answer,
+        "for_run": approval.for_run,
+        "standing_from": approval.standing_from,
+        "on_deny": approval.on_deny.value,
+        "created_at": when(approval.created_at),
+        "expires_at": when(approval.expires_at),
+    }
+
+
+def standing_json(standing: StandingApproval) -> Document:
+    """A tool approved for the rest of the run: by whom, when, and the
+    approval whose decision granted it."""
+    return {
+        "tool_name": standing.tool_name,
+        "approval_id": standing.approval_id,
+        "granted_by": standing.granted_by,
+        "granted_at": when(standing.granted_at),
     }
 
 
@@ -260,14 +323,19 @@ def show_json(
     messages: bool,
     why: str | None = None,
     children: list[Run] | None = None,
+    approvals: list[Approval] | None = None,
+    standing: list[StandingApproval] | None = None,
 ) -> Document:
-    """``runwright show --json``: the run, its child runs, its steps, earlier
+    """``runwright show --json``: the run, its child runs, its approvals and
+    questions, the tools approved for the rest of it, its steps, earlier
     attempts, effects of unknown outcome, its checkpoint and (unless
     ``messages`` is False, then null) the checkpoint's messages; ``why``: why
     the run is where it is (runner/engine/explain.py)."""
     return {
         "run": {**run_json(shown_run, run_cost(shown_run.cost_usd, steps)), "why": why},
         "children": [run_json(c) for c in children or ()],
+        "approvals": [approval_json(a) for a in approvals or ()],
+        "standing_approvals": [standing_json(s) for s in standing or ()],
         "attempts": [attempt_json(a) for a in attempts],
         "unknown_effects": [effect_json(e) for e in unknown],
         "steps": [step_json(s) for s in steps],

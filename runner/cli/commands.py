@@ -32,15 +32,17 @@ from runner.cli.args import (
 )
 from runner.cli.as_json import (
     Document,
+    approval_json,
     effect_json,
     json_option,
     migration_json,
     run_json,
     runs_json,
     show_json,
+    standing_json,
 )
 from runner.cli.console import console as console_command
-from runner.cli.describe import describe, status_cell, when
+from runner.cli.describe import describe, requests_lines, status_cell, when
 from runner.cli.step_lines import clip as _clip
 from runner.cli.step_lines import cost_text
 from runner.cli.step_lines import step_line as _step_line
@@ -49,12 +51,13 @@ from runner.cli.workers import workers as workers_command
 from runner.costs import listed_cost
 from runner.settings import Settings
 from store.errors import ForkRepeatsEffects, InvalidInput, RunwrightError
-from store.models import Effect, EffectOutcome
+from store.models import Effect, EffectOutcome, RequestKind
 from store.rules import CancelAction
 from store.status import RunStatus
 
 if TYPE_CHECKING:
     from runner.engine.engine import Engine
+    from store.models import Run
     from store.workers import WorkerInfo
 
 
@@ -247,6 +250,8 @@ def show(run_id: str, messages: bool, as_json: bool) -> Document | None:
     run = store.get_run(run_id)
     steps = store.steps(run_id)
     children = store.children(run_id)
+    approvals = store.approvals(run_id)
+    standing = store.standing_approvals(run_id)
     why = explain(
         run,
         _live_workers(settings),
@@ -263,8 +268,12 @@ def show(run_id: str, messages: bool, as_json: bool) -> Document | None:
             messages=messages,
             why=why,
             children=children,
+            approvals=approvals,
+            standing=standing,
         )
     for line in describe(run, store.attempts(run_id), steps, why, children):
+        say(line)
+    for line in requests_lines(approvals, standing):
         say(line)
     unknown = store.unknown_effects(run_id)
     if unknown:
@@ -346,36 +355,209 @@ def _unknown_line(effect: Effect) -> str:
 # ------------------------------------------------------------- control
 
 
+def _operator(by: str | None) -> str:
+    """Who a command acts as: ``--by``, else the login name."""
+    if by is not None:
+        return by
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a bare container)
+        raise InvalidInput("cannot tell your login name: say who you are with --by NAME") from None
+
+
+# The options every deciding command shares.
+_token_option = click.option(
+    "--token",
+    default=None,
+    help="The token from the notification. Without it you decide as the operator "
+    "(you can reach the database).",
+)
+_tool_option = click.option(
+    "--tool", default=None, help="With a run id: the pending request of this tool."
+)
+_call_option = click.option(
+    "--call", "call_id", default=None, help="With a run id: the pending request of this call."
+)
+_by_option = click.option("--by", default=None, help="Who decides (default: your login name).")
+
+
+def _after(run: Run) -> str:
+    """Where a decision left the run, in words."""
+    if run.status is RunStatus.QUEUED:
+        return "queued again"
+    if run.status is RunStatus.WAITING:
+        return "still waiting (for another decision)"
+    if run.settled and run.error is not None:
+        return f"{run.status.value} ({run.error.code}: {run.error.message})"
+    return run.status.value
+
+
 def _decide(
-    approval_id: str, approve: bool, token: str, reason: str | None, as_json: bool
+    given: str,
+    approve: bool,
+    *,
+    token: str | None,
+    reason: str | None,
+    tool: str | None,
+    call_id: str | None,
+    by: str | None,
+    as_json: bool,
+    arguments: str | None = None,
+    for_run: bool = False,
 ) -> Document | None:
-    run = _engine().respond(approval_id, approve, reason, token=token)
-    verb = "approved" if approve else "denied"
+    from runner.cli.pending import arguments_value, chosen
+
+    edited = None if arguments is None else arguments_value(arguments)
+    who = _operator(by)
+    engine = _engine()
+    asked = chosen(engine.store, given, RequestKind.APPROVAL, tool=tool, call=call_id)
+    run = engine.respond(
+        asked.approval_id,
+        approve,
+        reason,
+        token=token,
+        trusted=token is None,
+        by=who,
+        arguments=edited,
+        for_run=for_run,
+    )
+    decided = engine.store.get_approval(asked.approval_id)
+    # The run's other pending calls of the tool, approved with it (``--for-run``).
+    also = [a for a in engine.store.approvals(run.id) if a.standing_from == asked.approval_id]
     if as_json:
-        return {"approval_id": approval_id, "decision": verb, "run": run_json(run)}
-    after = "queued again" if run.status is RunStatus.QUEUED else f"still {run.status.value}"
-    say(f"{verb} {approval_id}; run {run.id} is {after}")
+        return {
+            "approval_id": decided.approval_id,
+            "decision": "approved" if approve else "denied",
+            "approval": approval_json(decided),
+            "also": [approval_json(a) for a in also],
+            "run": run_json(run),
+        }
+    verb = "approved" if approve else "denied"
+    what = f"{verb} {decided.approval_id} ({decided.tool_name}) as {who}"
+    say(f"{what}; run {run.id} is {_after(run)}")
+    if decided.edited:
+        say(f"  with edited arguments: {_clip(json.dumps(decided.arguments), 200)}")
+    if decided.for_run:
+        with_it = f", and its {len(also)} other pending call(s) with it" if also else ""
+        say(f"  {decided.tool_name} is approved for the rest of the run{with_it}")
     return None
 
 
 @main.command()
-@click.argument("approval_id")
-@click.option("--token", required=True, help="The token from the notification.")
-@click.option("--reason", default=None, help="Why (the model sees it).")
+@click.argument("approval_id", metavar="ID")
+@_token_option
+@click.option("--reason", default=None, help="Why (kept with the decision).")
+@click.option(
+    "--arguments",
+    default=None,
+    help="Approve the call with these arguments instead of the model's: a JSON object "
+    "that fits the tool's schema.",
+)
+@click.option(
+    "--for-run",
+    is_flag=True,
+    help="Approve the tool for the rest of the run: its later calls do not ask.",
+)
+@_tool_option
+@_call_option
+@_by_option
 @json_option
-def approve(approval_id: str, token: str, reason: str | None, as_json: bool) -> Document | None:
-    """Approve a pending tool call."""
-    return _decide(approval_id, True, token, reason, as_json)
+def approve(
+    approval_id: str,
+    token: str | None,
+    reason: str | None,
+    arguments: str | None,
+    for_run: bool,
+    tool: str | None,
+    call_id: str | None,
+    by: str | None,
+    as_json: bool,
+) -> Document | None:
+    """Approve a pending tool call. ID is the approval's id or its run's id."""
+    return _decide(
+        approval_id,
+        True,
+        token=token,
+        reason=reason,
+        tool=tool,
+        call_id=call_id,
+        by=by,
+        as_json=as_json,
+        arguments=arguments,
+        for_run=for_run,
+    )
 
 
 @main.command()
-@click.argument("approval_id")
-@click.option("--token", required=True, help="The token from the notification.")
+@click.argument("approval_id", metavar="ID")
+@_token_option
 @click.option("--reason", default=None, help="Why (the model sees it).")
+@_tool_option
+@_call_option
+@_by_option
 @json_option
-def deny(approval_id: str, token: str, reason: str | None, as_json: bool) -> Document | None:
-    """Deny a pending tool call."""
-    return _decide(approval_id, False, token, reason, as_json)
+def deny(
+    approval_id: str,
+    token: str | None,
+    reason: str | None,
+    tool: str | None,
+    call_id: str | None,
+    by: str | None,
+    as_json: bool,
+) -> Document | None:
+    """Deny a pending tool call. ID is the approval's id or its run's id."""
+    return _decide(
+        approval_id,
+        False,
+        token=token,
+        reason=reason,
+        tool=tool,
+        call_id=call_id,
+        by=by,
+        as_json=as_json,
+    )
+
+
+@main.command()
+@click.argument("request_id", metavar="ID")
+@click.argument("value")
+@_token_option
+@_tool_option
+@_call_option
+@_by_option
+@json_option
+def answer(
+    request_id: str,
+    value: str,
+    token: str | None,
+    tool: str | None,
+    call_id: str | None,
+    by: str | None,
+    as_json: bool,
+) -> Document | None:
+    """Answer a question the model asked (its ask_human tool).
+
+    ID is the question's id or its run's id. VALUE is the answer: the text
+    itself when the question wants text, else JSON that fits its schema."""
+    from runner.cli.pending import answer_value, chosen
+
+    who = _operator(by)
+    engine = _engine()
+    question = chosen(engine.store, request_id, RequestKind.INPUT, tool=tool, call=call_id)
+    given = answer_value(question, value)
+    run = engine.answer(question.approval_id, given, token=token, trusted=token is None, by=who)
+    answered = engine.store.get_approval(question.approval_id)
+    if as_json:
+        return {
+            "approval_id": answered.approval_id,
+            "decision": "answered",
+            "approval": approval_json(answered),
+            "run": run_json(run),
+        }
+    say(f"answered {answered.approval_id} as {who}; run {run.id} is {_after(run)}")
+    return None
 
 
 @main.command()
@@ -393,9 +575,7 @@ def resolve(
     An effect is of unknown outcome when its worker died after starting it and
     before recording its result; `runwright show RUN` lists them with their
     call ids, and `runwright runs --needs-attention` the runs that have one."""
-    import getpass
-
-    who = by or getpass.getuser()
+    who = _operator(by)
     engine = _engine()
     effect = engine.resolve_effect(run_id, call_id, outcome, note=note, by=who)
     run = engine.get_run(run_id)
@@ -412,9 +592,7 @@ def resolve(
 @json_option
 def cancel(run_id: str, by: str | None, as_json: bool) -> Document | None:
     """Cancel a run, from any machine."""
-    import getpass
-
-    who = by or getpass.getuser()
+    who = _operator(by)
     result = _engine().cancel(run_id, by=who)
     if as_json:
         return {"action": result.action.value, "by": who, "run": run_json(result.run)}
@@ -427,18 +605,29 @@ def cancel(run_id: str, by: str | None, as_json: bool) -> Document | None:
     return None
 
 
+_keep_standing_option = click.option(
+    "--keep-standing",
+    is_flag=True,
+    help="Keep the tools people approved for the rest of the run approved "
+    "(by default they ask again).",
+)
+
+
 @main.command()
 @click.argument("run_id")
 @click.option("--extra-steps", default="0", help="Steps to add to the run's budget.")
+@_keep_standing_option
 @json_option
-def retry(run_id: str, extra_steps: str, as_json: bool) -> Document | None:
+def retry(run_id: str, extra_steps: str, keep_standing: bool, as_json: bool) -> Document | None:
     """Queue a failed or cancelled run again, from its last checkpoint."""
     from runner.engine.rerun import retry as retry_run
     from store.recovery import MAX_EXTRA_STEPS
 
     extra = parse_count(extra_steps, "--extra-steps", 0, MAX_EXTRA_STEPS)
     engine = _engine()
-    result = retry_run(engine.deps, run_id, extra_steps=extra)
+    # What the retry keeps or drops, read before it: afterwards a drop is gone.
+    granted = [s.tool_name for s in engine.store.standing_approvals(run_id)]
+    result = retry_run(engine.deps, run_id, extra_steps=extra, keep_standing=keep_standing)
     run = result.run
     number = engine.store.attempt_count(run.id) + 1 if result.retried else None
     if as_json:
@@ -446,6 +635,10 @@ def retry(run_id: str, extra_steps: str, as_json: bool) -> Document | None:
             "retried": result.retried,
             "attempt": number,
             "extra_steps": extra if result.retried else 0,
+            "keep_standing": keep_standing,
+            "standing_approvals": [
+                standing_json(s) for s in engine.store.standing_approvals(run.id)
+            ],
             "run": run_json(run),
         }
     if not result.retried:
@@ -453,6 +646,13 @@ def retry(run_id: str, extra_steps: str, as_json: bool) -> Document | None:
         return None
     more = f", {extra} more steps" if extra else ""
     say(f"run {run.id} retried and queued (attempt {number}{more})")
+    if granted and keep_standing:
+        say(f"  still approved for the rest of the run: {', '.join(granted)}")
+    elif granted:
+        say(
+            f"  no longer approved for the rest of the run: {', '.join(granted)} "
+            "(they ask again; --keep-standing keeps them)"
+        )
     return None
 
 
@@ -467,6 +667,7 @@ def retry(run_id: str, extra_steps: str, as_json: bool) -> Document | None:
     is_flag=True,
     help="Fork even though effects ran after the step: the fork may run them again.",
 )
+@_keep_standing_option
 @json_option
 def fork(
     run_id: str,
@@ -475,6 +676,7 @@ def fork(
     model: str | None,
     trigger_id: str | None,
     rerun_effects: bool,
+    keep_standing: bool,
     as_json: bool,
 ) -> Document | None:
     """Start a new run from RUN_ID's history after a step.
@@ -484,19 +686,42 @@ def fork(
     deduplication will not catch them: a charge made after the step may be made
     again. If an effect ran after the step (completed, or with an unknown
     outcome), fork refuses and names those effects, unless --rerun-effects.
+
+    The tools people approved for the rest of RUN_ID ask again in the fork,
+    unless --keep-standing.
     """
     step = parse_count(at_step, "--at-step", 1, MAX_STEP)
+    engine = _engine()
     try:
-        run = _engine().fork(
-            run_id, step, agent=agent, model=model, id=trigger_id, rerun_effects=rerun_effects
+        run = engine.fork(
+            run_id,
+            step,
+            agent=agent,
+            model=model,
+            id=trigger_id,
+            rerun_effects=rerun_effects,
+            keep_standing=keep_standing,
         )
     except ForkRepeatsEffects as exc:
         raise ForkRepeatsEffects(
             exc.run_id, exc.at_step, exc.effects, how="add --rerun-effects"
         ) from None
+    standing = engine.store.standing_approvals(run.id)
     if as_json:
-        return {"forked_from": run_id, "at_step": step, "run": run_json(run)}
+        return {
+            "forked_from": run_id,
+            "at_step": step,
+            "keep_standing": keep_standing,
+            "standing_approvals": [standing_json(s) for s in standing],
+            "run": run_json(run),
+        }
     say(f"run {run.id} ({run.agent}) is {run.status.value}; forked from {run_id} at step {step}")
+    if standing:
+        say(f"  approved for the rest of the fork too: {', '.join(s.tool_name for s in standing)}")
+    elif not keep_standing:
+        dropped = [s.tool_name for s in engine.store.standing_approvals(run_id)]
+        if dropped:
+            say(f"  not approved in the fork: {', '.join(dropped)} (--keep-standing keeps them)")
     return None
 
 

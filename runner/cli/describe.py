@@ -1,6 +1,7 @@
 """How a run reads in ``runwright show`` and ``runwright runs``: its status,
-a retry wait, earlier attempts, where a fork came from. The lines hold stored
-(possibly hostile) text: print them through :func:`runner.cli.terminal.inert`."""
+a retry wait, earlier attempts, where a fork came from, what people were asked
+and what they decided. The lines hold stored (possibly hostile) text: print
+them through :func:`runner.cli.terminal.inert`."""
 
 from __future__ import annotations
 
@@ -9,13 +10,15 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from runner.approvals.expiry import expired
 from runner.cli.step_lines import ESTIMATED, clip, cost_text
 from runner.costs import listed_cost, run_cost
+from store.models import Decision, RequestKind
 from store.status import Interruption, RunStatus
 from store.workers import WorkerInfo, serving
 
 if TYPE_CHECKING:
-    from store.models import Run, RunAttempt, Step
+    from store.models import Approval, Run, RunAttempt, StandingApproval, Step
 
 
 def when(value: datetime | None) -> str:
@@ -65,10 +68,17 @@ def describe(
         if run.retry_at is not None:
             line += f", next attempt at {when(run.retry_at)}"
         lines.append(line)
-    if run.waiting:
+    wait = run.waiting
+    if wait and wait.kind == RequestKind.INPUT.value:
+        question = wait.input.get("question") if isinstance(wait.input, dict) else None
         lines.append(
-            f"waiting  approval {run.waiting.approval_id} for {run.waiting.tool_name}"
-            f"({json.dumps(run.waiting.input)}), expires {when(run.waiting.expires_at)}"
+            f"waiting  for an answer to {_quoted(question, 200)} (question {wait.approval_id}), "
+            f"expires {when(wait.expires_at)}"
+        )
+    elif wait:
+        lines.append(
+            f"waiting  approval {wait.approval_id} for {wait.tool_name}"
+            f"({json.dumps(wait.input)}), expires {when(wait.expires_at)}"
         )
     if run.error:
         lines.append(f"error    {run.error.code}: {run.error.message}")
@@ -81,6 +91,92 @@ def describe(
         lines.append("attempts (earlier, retried)")
         lines.extend("  " + attempt_line(a) for a in attempts)
     return lines
+
+
+def requests_lines(approvals: list[Approval], standing: list[StandingApproval]) -> list[str]:
+    """``runwright show``'s approvals and questions, each with what became of
+    it and by whom, then the tools approved for the rest of the run."""
+    lines = []
+    if approvals:
+        lines.append("approvals and questions")
+        lines.extend("  " + request_line(a) for a in approvals)
+    if standing:
+        lines.append(
+            "approved for the rest of the run (a retry or fork asks again, unless --keep-standing)"
+        )
+        lines.extend(
+            f"  {s.tool_name}  by {s.granted_by or 'someone'} at {when(s.granted_at)}"
+            f" (approval {s.approval_id})"
+            for s in standing
+        )
+    return lines
+
+
+def request_line(approval: Approval) -> str:
+    """One approval or question: what was asked, at which step, and its decision."""
+    if approval.kind is RequestKind.INPUT:
+        asked = f"question {_quoted(approval.question, 120)}"
+    else:
+        asked = f"{approval.tool_name}({clip(json.dumps(approval.input))})"
+    words = decision_words(
+        kind=approval.kind,
+        decision=approval.decision,
+        decided_by=approval.decided_by,
+        reason=approval.reason,
+        input=approval.input,
+        arguments=approval.arguments,
+        answer=approval.answer,
+        for_run=approval.for_run,
+        standing_from=approval.standing_from,
+        expired=expired(approval),
+        expires_at=approval.expires_at,
+    )
+    return f"{approval.approval_id}  step {approval.step_index}  {asked}: {words}"
+
+
+def decision_words(
+    *,
+    kind: RequestKind | str | None,
+    decision: Decision | str | None,
+    decided_by: str | None,
+    reason: str | None,
+    input: Any,
+    arguments: Any,
+    answer: Any,
+    for_run: bool,
+    standing_from: str | None,
+    expired: bool,
+    expires_at: datetime | None,
+) -> str:
+    """What became of a request, in words: for ``show`` (from the approval)
+    and ``watch`` (from its ``approval`` event, which has the same fields)."""
+    if decision is None:
+        return f"pending, expires {when(expires_at)}"
+    who = decided_by or "someone"
+    question = kind == RequestKind.INPUT
+    if decision == Decision.WITHDRAWN:
+        return "withdrawn: the run ended before anyone decided"
+    if expired:  # the engine's own denial, never a person's (runner/approvals/expiry.py)
+        return f"{'not answered' if question else 'not approved'}: expired at {when(expires_at)}"
+    if decision == Decision.ANSWERED:
+        return f"answered by {who}: {_quoted(answer, 120)}"
+    if decision == Decision.DENIED:
+        return f"denied by {who}" + (f": {clip(reason, 120)}" if reason else "")
+    if standing_from:
+        words = f"approved by the standing approval of {who} (approval {standing_from})"
+    else:
+        words = f"approved by {who}"
+    if arguments is not None:
+        words += f", edited: {clip(json.dumps(input), 60)} -> {clip(json.dumps(arguments), 60)}"
+    if for_run:
+        words += ", for the rest of the run"
+    return words
+
+
+def _quoted(value: Any, width: int) -> str:
+    """Text as a quoted string, anything else as JSON: a question or an
+    answer reads as what was said, and an empty or missing one shows."""
+    return clip(json.dumps(value, ensure_ascii=False), width)
 
 
 def child_line(child: Run) -> str:

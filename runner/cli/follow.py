@@ -4,17 +4,21 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
+from typing import Any
 
 import click
 
+from runner.approvals.expiry import marked_event
 from runner.children import child_event_title
+from runner.cli.describe import decision_words
 from runner.cli.step_lines import clip, step_line
 from runner.cli.terminal import inert
 from runner.events.feed import Feed
 from runner.settings import Settings, open_store
 from store.events import EventType, RunEvent, step_of
 from store.leases import connect
-from store.models import Run, RunStatus
+from store.models import RequestKind, Run, RunStatus
 from store.postgres import PostgresStore
 
 
@@ -24,8 +28,12 @@ def _say(text: str, *, nl: bool = True) -> None:
 
 def _status_line(event: RunEvent, run: Run) -> str:
     extra = ""
-    if event.status is RunStatus.WAITING and run.waiting is not None:
-        extra = f": approval {run.waiting.approval_id} for {run.waiting.tool_name}"
+    wait = run.waiting
+    if event.status is RunStatus.WAITING and wait is not None:
+        if wait.kind == RequestKind.INPUT.value:
+            extra = f": an answer to question {wait.approval_id}"
+        else:
+            extra = f": approval {wait.approval_id} for {wait.tool_name}"
     elif event.data.get("retry_at"):
         extra = f": retrying at {event.data['retry_at']}"
     elif event.settles and run.error is not None:
@@ -41,13 +49,42 @@ def _line(event: RunEvent, store: PostgresStore) -> str:
         how = "taken over" if data.get("takeover") else "started"
         return f"-- execution {data.get('epoch')} {how} by {data.get('owner')}"
     if event.type is EventType.APPROVAL:
-        if data.get("action") == "requested":
-            return f"-- approval {data.get('approval_id')} requested for {data.get('tool_name')}"
-        reason = f": {data['reason']}" if data.get("reason") else ""
-        return f"-- approval {data.get('approval_id')} {data.get('decision')}{reason}"
+        return _approval_line(event)
     if event.type is EventType.CHILD:
         return f"-- {child_event_title(data)} ({data.get('agent')})"
     return _status_line(event, store.get_run(event.run_id))
+
+
+def _approval_line(event: RunEvent) -> str:
+    data = marked_event(event)["data"]  # an expiry marked, as the console reads it
+    question = data.get("kind") == RequestKind.INPUT.value
+    asked = data.get("input")
+    if data.get("action") == "requested":
+        if question:
+            words = asked.get("question") if isinstance(asked, dict) else None
+            return f"-- question {data.get('approval_id')} asked: {json.dumps(words)}"
+        return f"-- approval {data.get('approval_id')} requested for {data.get('tool_name')}"
+    words = decision_words(
+        kind=data.get("kind"),
+        decision=data.get("decision"),
+        decided_by=data.get("decided_by"),
+        reason=data.get("reason"),
+        input=asked,
+        arguments=data.get("arguments"),
+        answer=data.get("answer"),
+        for_run=bool(data.get("for_run")),
+        standing_from=data.get("standing_from"),
+        expired=bool(data.get("expired")),
+        expires_at=_time(data.get("expires_at")),
+    )
+    return f"-- {'question' if question else 'approval'} {data.get('approval_id')} {words}"
+
+
+def _time(value: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
 
 
 class _Text:

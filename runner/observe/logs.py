@@ -8,7 +8,9 @@ the model adapter's retries): it sits on the handlers, so records of every
 logger pass it. Tool threads and the I/O pool run in a copy of the context, and
 so do approval notifiers, on the first send and on tick()'s re-sends
 (``deliver`` in runner/approvals/decisions.py).
-``RUNWRIGHT_LOG_FORMAT=json`` makes every line one JSON object.
+``RUNWRIGHT_LOG_FORMAT=json`` makes every line one JSON object; a line that
+carries facts of its own (a decision: its kind, whether it was edited) has
+them as fields of that object (:data:`LINE_FIELDS`).
 """
 
 from __future__ import annotations
@@ -23,12 +25,16 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+from runner.approvals.expiry import expired
 from runner.observe import Observer
-from store.models import Fence, Run, RunStatus
+from store.models import Approval, Fence, RequestKind, Run, RunStatus
 
 log = logging.getLogger("runner.runs")
 
 FIELDS = ("run_id", "agent", "step", "epoch", "worker")
+# The record attribute (``extra={LINE_FIELDS: {...}}``) holding a line's own
+# fields, which the JSON format writes beside the run context.
+LINE_FIELDS = "runwright_fields"
 
 _context: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "runwright_log_context", default=None
@@ -93,6 +99,10 @@ class JsonFormatter(logging.Formatter):
             value = getattr(record, name, None)
             if value is not None:
                 entry[name] = value
+        own = getattr(record, LINE_FIELDS, None)
+        if isinstance(own, dict):
+            for name, value in own.items():
+                entry.setdefault(name, value)  # never over the standard fields
         if record.exc_info:
             entry["exception"] = "".join(traceback.format_exception(*record.exc_info))
         elif record.exc_text:
@@ -149,6 +159,56 @@ class LogObserver(Observer):
             log.info("%s; retrying at %s: %s", summary, f"{run.retry_at:%H:%M:%S}", run.retry.error)
         else:
             log.info("%s", summary)
+
+    def approval_decided(self, run: Run, approval: Approval) -> None:
+        """One INFO line per decision, in the deciding process (a web request,
+        the CLI, tick's expiry), which runs outside any execution: the run is
+        named on the record itself. Who decided and how; never what the model
+        asked, the person's arguments, reason or answer (run content)."""
+        if approval.decision is None:
+            return
+        question = approval.kind is RequestKind.INPUT
+        noun = (
+            f"question {approval.approval_id}"
+            if question
+            else (f"approval {approval.approval_id} of {approval.tool_name}")
+        )
+        by_expiry = expired(approval)
+        if by_expiry:
+            words = "not answered: it expired" if question else "not approved: it expired"
+        else:
+            words = f"{approval.decision.value} by {approval.decided_by or 'someone unnamed'}"
+            if approval.standing_from is not None:
+                words += f" (standing approval from {approval.standing_from})"
+            if approval.edited:
+                words += ", with edited arguments"
+            if approval.for_run:
+                words += ", for the rest of the run"
+        log.info(
+            "run %s (%s): %s %s",
+            run.id,
+            run.agent,
+            noun,
+            words,
+            extra={
+                "run_id": run.id,
+                "agent": run.agent,
+                "step": approval.step_index,  # the step that asked
+                LINE_FIELDS: {
+                    "event": "approval_decided",
+                    "approval_id": approval.approval_id,
+                    "kind": approval.kind.value,
+                    "tool": approval.tool_name,
+                    "decision": approval.decision.value,
+                    "expired": by_expiry,
+                    "decided_by": approval.decided_by,
+                    "edited": approval.edited,
+                    "for_run": approval.for_run,
+                    "standing": approval.standing_from is not None,
+                    "standing_from": approval.standing_from,
+                },
+            },
+        )
 
     def taken_over(self, run: Run, previous_epoch: int) -> None:
         epoch = run.claim.epoch if run.claim else None

@@ -37,9 +37,10 @@ from typing import TYPE_CHECKING, TypeVar
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from runner.approvals.expiry import expired
 from runner.errors import ConfigurationError
 from runner.observe import ModelCall, Observer, TickReport, ToolCall
-from store.models import Fence, RetryWait, Run, utcnow
+from store.models import Approval, Fence, RetryWait, Run, utcnow
 
 if TYPE_CHECKING:
     from runner.settings import Settings
@@ -138,6 +139,13 @@ class Metrics:
             "Effects found of unknown outcome: started by an execution that died before "
             "recording their result; each needs a person (or its reconcile) to resolve it.",
             ("agent", "tool"),
+        )
+        self.decisions = counter(
+            "runwright_approval_decisions_total",
+            "Approvals and questions decided in this process, by decision: approved, "
+            "denied, answered, or expired (nobody decided in time); edited: a person "
+            "changed the call's arguments before approving it.",
+            ("agent", "tool", "decision", "edited"),
         )
         self.notification_failures = counter(
             "runwright_notification_failures_total",
@@ -245,6 +253,15 @@ class MetricsObserver(Observer):
 
     def retry_scheduled(self, run: Run, wait: RetryWait) -> None:
         self.metrics.retries.labels(self.agent(run.agent)).inc()
+
+    def approval_decided(self, run: Run, approval: Approval) -> None:
+        if approval.decision is None:
+            return
+        # An expiry is the engine's denial: counted apart from a person's.
+        decision = "expired" if expired(approval) else approval.decision.value
+        edited = "true" if approval.edited else "false"
+        agent, tool = self.agent(run.agent), self.tool(approval.tool_name)
+        self.metrics.decisions.labels(agent, tool, decision, edited).inc()
 
     def tick(self, report: TickReport, seconds: float) -> None:
         if not report.skipped:

@@ -7,11 +7,14 @@ late (after an approval, after a crash), opens its span under that context.
 Below it: a span per step, a model-call span and a tool span per call, named
 and described in the OpenTelemetry GenAI conventions (``chat {model}``,
 ``execute_tool {tool}``, ``gen_ai.*`` attributes). Approvals, retries,
-takeovers and lost leases are span events; exceptions and failed runs set the
-span's status to ERROR.
+takeovers and lost leases are span events; a decision is also a short span of
+its own (``runwright.approval {tool}``) saying what kind it was: an approval or
+a question's answer, edited, for the rest of the run, or by a standing
+approval. Exceptions and failed runs set the span's status to ERROR.
 
 Nothing a run carries (its payload, the messages, tool arguments and results,
-an approval's input or reason, the output) goes into a span unless
+an approval's input, a person's edited arguments, reason or answer, the
+output) goes into a span unless
 ``RUNWRIGHT_OTEL_CAPTURE_CONTENT`` is on: traces often go to a service with
 wider access than the run store.
 
@@ -96,6 +99,14 @@ APPROVAL_DECISION = "runwright.approval.decision"
 APPROVAL_EXPIRES = "runwright.approval.expires_at"
 APPROVAL_WAITED = "runwright.approval.waited_seconds"
 APPROVAL_REASON = "runwright.approval.reason"
+APPROVAL_KIND = "runwright.approval.kind"  # approval, or input (a question)
+APPROVAL_EDITED = "runwright.approval.edited"
+APPROVAL_FOR_RUN = "runwright.approval.for_run"
+# Decided by a standing approval (another decision's "for the rest of the run").
+APPROVAL_STANDING = "runwright.approval.standing"
+APPROVAL_STANDING_FROM = "runwright.approval.standing_from"
+APPROVAL_ARGUMENTS = "runwright.approval.arguments"  # the person's, in place of the model's
+APPROVAL_ANSWER = "runwright.approval.answer"
 RETRY_ATTEMPTS = "runwright.retry.attempts"
 RETRY_AT = "runwright.retry.at"
 RETRY_ERROR = "runwright.retry.error"
@@ -155,26 +166,41 @@ class OtelObserver(Observer):
         here = trace.get_current_span().get_span_context()
         parent = _parent(run)
         links = [Link(here)] if parent is not None and here.is_valid else None
+        # What kind of decision it was is on the span as well as its event:
+        # backends filter spans by their attributes far more readily.
+        how: dict[str, Any] = {
+            APPROVAL_KIND: approval.kind.value,
+            APPROVAL_EDITED: approval.edited,
+            APPROVAL_FOR_RUN: approval.for_run,
+            APPROVAL_STANDING: approval.standing_from is not None,
+        }
+        if approval.decision is not None:
+            how[APPROVAL_DECISION] = approval.decision.value
         span = self.tracer.start_span(
             f"runwright.approval {approval.tool_name}",
             context=parent,
             links=links,
-            attributes={RUN_ID: run.id, AGENT: run.agent},
+            attributes={RUN_ID: run.id, AGENT: run.agent, **how},
         )
         event: dict[str, Any] = {
             APPROVAL_ID: approval.approval_id,
             TOOL_NAME: approval.tool_name,
             TOOL_CALL_ID: approval.tool_call_id,
             STEP: approval.step_index,
+            **how,
         }
-        if approval.decision is not None:
-            event[APPROVAL_DECISION] = approval.decision.value
+        if approval.standing_from is not None:
+            event[APPROVAL_STANDING_FROM] = approval.standing_from
         if approval.decided_at is not None:
             event[APPROVAL_WAITED] = (approval.decided_at - approval.created_at).total_seconds()
         if self.capture:
             event[TOOL_ARGUMENTS] = _content(approval.input)
             if approval.reason is not None:
                 event[APPROVAL_REASON] = _clip(approval.reason, MAX_CONTENT_CHARS)
+            if approval.arguments is not None:
+                event[APPROVAL_ARGUMENTS] = _content(approval.arguments)
+            if approval.answer is not None:
+                event[APPROVAL_ANSWER] = _content(approval.answer)
         span.add_event(APPROVAL_DECIDED, event)
         span.end()
 
@@ -298,6 +324,7 @@ class OtelObserver(Observer):
                 APPROVAL_ID: approval.approval_id,
                 TOOL_NAME: approval.tool_name,
                 TOOL_CALL_ID: approval.tool_call_id,
+                APPROVAL_KIND: approval.kind.value,
                 APPROVAL_EXPIRES: approval.expires_at.isoformat(),
             }
             if self.capture:

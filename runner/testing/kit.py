@@ -8,7 +8,10 @@ What a test does with it (docs/testing-your-agents.md):
 
 - start and run: :meth:`TestEngine.run`, :meth:`TestEngine.start`,
   :meth:`TestEngine.run_until_settled`;
-- decide: :meth:`TestEngine.approve` and :meth:`TestEngine.deny`, by tool name;
+- decide: :meth:`TestEngine.approve` (with edited arguments, or for the rest
+  of the run) and :meth:`TestEngine.deny`, by tool name; answer the model's
+  question: :meth:`TestEngine.answer`; see what waits:
+  :meth:`TestEngine.pending`, :meth:`TestEngine.questions`;
 - read: :meth:`TestEngine.steps`, :meth:`TestEngine.tool_calls`,
   :meth:`TestEngine.effects`, :meth:`TestEngine.messages`,
   :meth:`TestEngine.invocations`;
@@ -29,6 +32,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import pydantic
+
 from runner import faults
 from runner.agent import Agent, Registry
 from runner.engine.engine import Engine
@@ -38,7 +43,7 @@ from runner.observe import Observer, TickReport, ToolCall
 from runner.settings import Settings
 from runner.testing.clock import ManualClock
 from store.db import make_engine
-from store.models import Approval, Effect, Message, Run, RunStatus, Step, StepKind
+from store.models import Approval, Effect, Message, RequestKind, Run, RunStatus, Step, StepKind
 from store.postgres import PostgresStore
 
 # A key for the approval links of test runs: never one of a deployment's.
@@ -203,40 +208,107 @@ class TestEngine:
     # -------------------------------------------------------- deciding
 
     def approve(
-        self, run_id: str, tool: str | None = None, *, reason: str | None = None, by: str = "test"
+        self,
+        run_id: str,
+        tool: str | None = None,
+        *,
+        reason: str | None = None,
+        by: str = "test",
+        arguments: dict[str, Any] | None = None,
+        for_run: bool = False,
     ) -> Run:
         """Approve the run's pending approvals of ``tool`` (or its one pending
-        approval), then run it on to its next settle or wait."""
-        return self._decide(run_id, tool, True, reason, by)
+        approval), then run it on to its next settle or wait.
+
+        ``arguments``: approve the call with these in place of the model's (they
+        must fit the tool's schema; one call only, so ``tool`` must name just
+        one pending call). ``for_run``: approve the tool for the rest of the
+        run, so its later calls do not ask."""
+        return self._decide(run_id, tool, True, reason, by, arguments, for_run)
 
     def deny(
         self, run_id: str, tool: str | None = None, *, reason: str | None = None, by: str = "test"
     ) -> Run:
         """Deny them, with ``reason`` for the model; then run it on."""
-        return self._decide(run_id, tool, False, reason, by)
+        return self._decide(run_id, tool, False, reason, by, None, False)
+
+    def answer(self, run_id: str, value: Any, *, by: str = "test") -> Run:
+        """Answer the run's one pending question (the model's ``ask_human``)
+        with ``value``: text, or what fits the agent's answer model (a dict or
+        the model itself); then run it on to its next settle or wait."""
+        questions = self.questions(run_id)
+        if not questions:
+            raise InvalidInput(
+                f"run {run_id} has no pending question (pending approvals: "
+                f"{_tools(self.pending(run_id))})"
+            )
+        if len(questions) > 1:
+            asked = "; ".join(repr(q.question) for q in questions)
+            raise InvalidInput(
+                f"run {run_id} waits for {len(questions)} answers ({asked}): answer each "
+                "with engine.answer(question.approval_id, ...), then run_until_settled()"
+            )
+        if isinstance(value, pydantic.BaseModel):
+            value = value.model_dump(mode="json")
+        self.engine.answer(questions[0].approval_id, value, trusted=True, by=by)
+        return self.run_until_settled(run_id)
 
     def pending(self, run_id: str) -> list[Approval]:
-        """The run's approvals nobody has decided yet."""
+        """The run's approvals nobody has decided yet (its questions:
+        :meth:`questions`)."""
+        return [a for a in self._open(run_id) if a.kind is RequestKind.APPROVAL]
+
+    def questions(self, run_id: str) -> list[Approval]:
+        """The run's questions nobody has answered yet; each one's
+        ``question`` is what the model asked."""
+        return [a for a in self._open(run_id) if a.kind is RequestKind.INPUT]
+
+    def _open(self, run_id: str) -> list[Approval]:
         return [a for a in self.engine.approvals(run_id) if a.pending]
 
     def _decide(
-        self, run_id: str, tool: str | None, approve: bool, reason: str | None, by: str
+        self,
+        run_id: str,
+        tool: str | None,
+        approve: bool,
+        reason: str | None,
+        by: str,
+        arguments: dict[str, Any] | None,
+        for_run: bool,
     ) -> Run:
         pending = self.pending(run_id)
         chosen = [a for a in pending if tool is None or a.tool_name == tool]
-        waiting_for = ", ".join(sorted({a.tool_name for a in pending})) or "none"
+        waiting_for = _tools(pending)
         if not chosen:
+            asked = " (it waits for an answer: use answer())" if self.questions(run_id) else ""
             raise InvalidInput(
                 f"run {run_id} has no pending approval"
                 + (f" of {tool!r}" if tool else "")
-                + f" (pending: {waiting_for})"
+                + f" (pending: {waiting_for}){asked}"
             )
         if tool is None and len({a.tool_name for a in chosen}) > 1:
             raise InvalidInput(
                 f"run {run_id} waits for approvals of {waiting_for}: name the tool to decide"
             )
+        if arguments is not None and len(chosen) > 1:
+            raise InvalidInput(
+                f"run {run_id} has {len(chosen)} pending calls of {chosen[0].tool_name}: "
+                "edited arguments are for one call (decide each with "
+                "engine.respond(approval.approval_id, True, arguments=..., trusted=True))"
+            )
         for approval in chosen:
-            self.engine.respond(approval.approval_id, approve, reason, trusted=True, by=by)
+            # Approving one for the rest of the run approves the others with it.
+            if not self.engine.store.get_approval(approval.approval_id).pending:
+                continue
+            self.engine.respond(
+                approval.approval_id,
+                approve,
+                reason,
+                trusted=True,
+                by=by,
+                arguments=arguments,
+                for_run=for_run,
+            )
         return self.run_until_settled(run_id)
 
     # ---------------------------------------------------------- reading
@@ -358,6 +430,10 @@ class TestEngine:
         if run.status is RunStatus.FAILED and error is not None and blocked_call(error.message):
             raise ModelRequestsBlocked(error.message)
         return run
+
+
+def _tools(requests: list[Approval]) -> str:
+    return ", ".join(sorted({a.tool_name for a in requests})) or "none"
 
 
 def _history_gaps(messages: list[Message], run: Run) -> list[str]:

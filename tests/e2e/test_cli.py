@@ -37,7 +37,8 @@ def test_start_runs_show_watch_approve(cli_env: dict[str, str], engine: Engine) 
     approval_id = waiting.waiting.approval_id
     assert "not valid" in refused(cli_env, "approve", approval_id, "--token", "forged")
     out = rw(cli_env, "approve", approval_id, "--token", engine.token(approval_id)).stdout
-    assert f"approved {approval_id}; run {run_id} is queued again" in out
+    assert f"approved {approval_id} (refund) as " in out
+    assert f"; run {run_id} is queued again" in out
     assert "already approved" in refused(
         cli_env, "approve", approval_id, "--token", engine.token(approval_id)
     )
@@ -134,7 +135,8 @@ def test_bad_input_is_one_clear_line(cli_env: dict[str, str]) -> None:
     assert "no run with id" in refused(cli_env, "show", "not-a-run")
     assert "no run with id" in refused(cli_env, "watch", unknown)
     assert "no run with id" in refused(cli_env, "cancel", unknown)
-    assert "no approval with id" in refused(cli_env, "approve", unknown, "--token", "t")
+    assert "no approval or run with id" in refused(cli_env, "approve", unknown, "--token", "t")
+    assert "no question or run with id" in refused(cli_env, "answer", unknown, "yes")
     assert "unknown status 'bogus'" in refused(cli_env, "runs", "--status", "bogus")
     bad_env = {**cli_env, "RUNWRIGHT_LEASE_TTL_SECONDS": "fast"}
     assert "RUNWRIGHT_LEASE_TTL_SECONDS must be a number" in refused(bad_env, "cancel", unknown)

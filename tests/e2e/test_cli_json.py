@@ -178,13 +178,24 @@ def test_start_runs_show_approve_deny_as_json(env: dict[str, str], engine: Engin
     assert set(shown) == {
         "run",
         "children",
+        "approvals",
+        "standing_approvals",
         "steps",
         "attempts",
         "unknown_effects",
         "checkpoint",
         "messages",
     }
-    assert shown["children"] == []
+    assert shown["children"] == [] and shown["standing_approvals"] == []
+    [pending] = shown["approvals"]
+    assert (pending["approval_id"], pending["kind"], pending["tool_name"]) == (
+        approval_id,
+        "approval",
+        "refund",
+    )
+    assert pending["decision"] is None and pending["edited"] is False
+    assert pending["input"] == {"amount": 150} and pending["arguments"] is None
+    utc(pending["expires_at"])
     assert shown["run"]["status"] == "waiting" and shown["run"]["steps_used"] == 3
     assert shown["run"]["why"].startswith(f"waiting for a decision on approval {approval_id}")
     assert shown["run"]["waiting"]["approval_id"] == approval_id
@@ -208,6 +219,8 @@ def test_start_runs_show_approve_deny_as_json(env: dict[str, str], engine: Engin
     approved = document(env, "approve", approval_id, "--token", engine.token(approval_id))
     assert approved["decision"] == "approved" and approved["approval_id"] == approval_id
     assert approved["run"]["id"] == run["id"] and approved["run"]["status"] == "queued"
+    assert approved["approval"]["decision"] == "approved" and approved["also"] == []
+    assert approved["approval"]["decided_by"] and approved["approval"]["for_run"] is False
 
     other = engine.start("fleet", {"amount": 500})
     asked = engine.execute(other.id)
@@ -341,6 +354,8 @@ def test_errors_stay_one_line_on_stderr_with_nothing_on_stdout(env: dict[str, st
         ["retry", unknown],
         ["fork", unknown, "--at-step", "1"],
         ["approve", unknown, "--token", "t"],
+        ["approve", unknown, "--arguments", "[1]"],
+        ["answer", unknown, "yes"],
         ["start", "nope"],
         ["runs", "--status", "bogus"],
     ):

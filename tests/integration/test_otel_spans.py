@@ -1,12 +1,14 @@
 """OpenTelemetry spans of runs, in process: the tree from the
 caller's request span through the executions, steps, model and tool calls;
-the GenAI attributes; approval, retry and failure on the spans; no content
-unless asked. Spans go to an in-memory exporter of a provider of the test's
+the GenAI attributes; approval, retry and failure on the spans; what kind of
+decision a person made (edited, for the run, an answer); no content unless
+asked. Spans go to an in-memory exporter of a provider of the test's
 own (the global one is left alone)."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import threading
 import uuid
@@ -22,13 +24,23 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 import tests.agents_otel as agents_otel
+import tests.agents_planned as planned
 from runner import Agent, Engine
 from runner.observe import ModelCall, ToolCall
 from runner.observe.otel import OtelObserver
 from runner.settings import Settings
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
 from store.leases import Leases, lease_key
-from store.models import Fence, Run, RunStatus, StepKind, TriggerEnvelope, Usage, utcnow
+from store.models import (
+    Approval,
+    Fence,
+    Run,
+    RunStatus,
+    StepKind,
+    TriggerEnvelope,
+    Usage,
+    utcnow,
+)
 from store.postgres import PostgresStore
 from tests.helpers import run_in_thread, wait_for
 
@@ -532,3 +544,89 @@ def test_a_child_runs_spans_are_under_its_parents_tool_call(traced: Traced) -> N
         parent = by_id[parent.span_id].parent
     assert chain[:2] == [f"runwright.start {child.name}", f"execute_tool {child.name}"], chain
     assert dict(child_execution.attributes or {})["runwright.run_id"] == kid.id
+
+
+def decide_what_people_do(engine: Engine, marker: str) -> list[Approval]:
+    """A step of the ``planned`` agent asks for three refunds and a question;
+    a person approves the first with an edit, the second for the rest of the
+    run (which approves the third with it), and answers the question. Its
+    requests, decided: the edited, the granting, the question, the standing."""
+    run = engine.start(
+        planned.PEOPLE,
+        planned.plan(
+            [
+                ("refund", {"amount": 5}),
+                ("lookup", {"order": "7"}),
+                ("refund", {"amount": 6}),
+                ("ask_human", {"question": f"Which colour? {marker}"}),
+                ("refund", {"amount": 7}),
+            ]
+        ),
+    )
+    assert engine.execute(run.id) is not None
+    edited, granting, question, _ = engine.approvals(run.id)
+    engine.respond(edited.approval_id, True, trusted=True, by="ada", arguments={"amount": 4})
+    engine.respond(granting.approval_id, True, trusted=True, by="ada", for_run=True)
+    engine.answer(question.approval_id, f"blue {marker}", trusted=True, by="cy")
+    done = engine.execute(run.id)
+    assert done is not None and done.status is RunStatus.COMPLETED, done
+    return engine.approvals(run.id)
+
+
+def decisions(spans: list[ReadableSpan]) -> dict[str, ReadableSpan]:
+    """The decision spans by the tool call each decided."""
+    found = {}
+    for span in spans:
+        if span.name.startswith("runwright.approval "):
+            call_id = event(span, "runwright.approval.decided")["gen_ai.tool.call.id"]
+            found[call_id] = span
+    return found
+
+
+def test_a_decision_says_whether_it_was_edited_for_the_run_standing_or_an_answer(
+    traced: Traced,
+) -> None:
+    marker = secret()
+    edited, granting, question, standing = decide_what_people_do(traced.engine, marker)
+    spans = decisions(traced.spans())
+    # Each decision, the one the grant made with it too.
+    assert set(spans) == {a.tool_call_id for a in (edited, granting, question, standing)}
+
+    def how(approval: Approval) -> tuple[Any, ...]:
+        span = spans[approval.tool_call_id]
+        on_event = event(span, "runwright.approval.decided")
+        keys = (
+            "runwright.approval.kind",
+            "runwright.approval.decision",
+            "runwright.approval.edited",
+            "runwright.approval.for_run",
+            "runwright.approval.standing",
+        )
+        assert {k: attrs(span)[k] for k in keys} == {k: on_event[k] for k in keys}
+        return tuple(on_event[k] for k in keys)
+
+    assert how(edited) == ("approval", "approved", True, False, False)
+    assert how(granting) == ("approval", "approved", False, True, False)
+    assert how(standing) == ("approval", "approved", False, False, True)
+    assert how(question) == ("input", "answered", False, False, False)
+    assert spans[question.tool_call_id].name == "runwright.approval ask_human"
+    granted = event(spans[standing.tool_call_id], "runwright.approval.decided")
+    assert granted["runwright.approval.standing_from"] == granting.approval_id
+    # No content without capture: not the edit, the answer or the question.
+    assert not [t for t in every_text(traced.spans()) if marker in t]
+    captured = ("runwright.approval.arguments", "runwright.approval.answer")
+    assert not [
+        k for s in spans.values() for k in event(s, "runwright.approval.decided") if k in captured
+    ]
+
+
+def test_the_edit_and_the_answer_are_on_the_span_only_when_asked(traced_content: Traced) -> None:
+    marker = secret()
+    edited, _, question, _ = decide_what_people_do(traced_content.engine, marker)
+    spans = decisions(traced_content.spans())
+    on_edit = event(spans[edited.tool_call_id], "runwright.approval.decided")
+    assert json.loads(on_edit["runwright.approval.arguments"]) == {"amount": 4}
+    assert json.loads(on_edit["gen_ai.tool.call.arguments"]) == {"amount": 5}  # the model's
+    on_answer = event(spans[question.tool_call_id], "runwright.approval.decided")
+    assert on_answer["runwright.approval.answer"] == f"blue {marker}"
+    assert marker in on_answer["gen_ai.tool.call.arguments"]  # what the model asked

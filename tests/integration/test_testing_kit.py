@@ -1,6 +1,7 @@
 """The testing kit as a user meets it: the ``runwright_engine`` fixture of the
 pytest plugin (found through its entry point), running agents in-process on a
-database of the test's own, deciding approvals by tool name, moving the clock
+database of the test's own, deciding approvals by tool name (with edited
+arguments, or for the rest of the run), answering the model's questions, moving the clock
 instead of sleeping, and crashing a run at each named point to prove that its
 effects ran at most once and its history is whole."""
 
@@ -14,8 +15,9 @@ import pydantic
 import pytest
 
 from runner import Agent, ApprovalPolicy, effect, tool
-from runner.errors import InvalidInput, ModelRequestsBlocked
+from runner.errors import InvalidApprovalInput, InvalidInput, ModelRequestsBlocked
 from runner.testing import (
+    Request,
     ScriptedModel,
     TestEngine,
     call,
@@ -25,6 +27,7 @@ from runner.testing import (
     tools,
 )
 from store.models import EffectStatus, RunStatus
+from tests.helpers import snapshot
 
 
 class Refund(pydantic.BaseModel):
@@ -234,3 +237,119 @@ def test_a_crash_point_the_run_never_reaches_fails_the_test(runwright_engine: Te
         runwright_engine.crash(run.id, at="after_effect_start")
     with pytest.raises(InvalidInput, match="unknown crash point"):
         runwright_engine.crash(run.id, at="before_breakfast")
+
+
+def test_approve_with_edited_arguments_then_for_the_rest_of_the_run(
+    runwright_engine: TestEngine,
+) -> None:
+    kit = runwright_engine
+    shop = Shop(
+        approval=True,
+        script=[
+            tools(call("refund", {"order": "A1"})),
+            tools(call("refund", {"order": "B2"})),
+            tools(call("refund", {"order": "C3"})),
+            output(Refund(order="A1", refunded=True)),
+        ],
+    )
+    with shop.agent.override(model=shop.model):
+        run = kit.run(shop.agent)
+        before = snapshot(kit.store)
+        with pytest.raises(InvalidApprovalInput, match="'order' is a required property"):
+            kit.approve(run.id, "refund", arguments={})
+        assert snapshot(kit.store) == before and shop.refunds == []
+
+        waiting = kit.approve(run.id, "refund", arguments={"order": "A9"}, by="ada")
+        assert waiting.status is RunStatus.WAITING and shop.refunds == ["A9"]  # the edit ran
+        [first] = [a for a in kit.engine.approvals(run.id) if not a.pending]
+        assert (first.input, first.arguments, first.decided_by) == (
+            {"order": "A1"},
+            {"order": "A9"},
+            "ada",
+        )
+        done = kit.approve(run.id, for_run=True)  # B2 now, and C3 without asking
+    assert done.status is RunStatus.COMPLETED and shop.refunds == ["A9", "B2", "C3"]
+    [grant] = kit.engine.standing_approvals(run.id)
+    assert (grant.tool_name, grant.granted_by) == ("refund", "test")
+    assert [a.standing_from is not None for a in kit.engine.approvals(run.id)] == [
+        False,
+        False,
+        True,
+    ]
+
+
+def test_edited_arguments_are_for_one_call(runwright_engine: TestEngine) -> None:
+    shop = Shop(
+        approval=True,
+        script=[
+            tools(call("refund", {"order": "A1"}), call("refund", {"order": "B2"})),
+            output(Refund(order="A1", refunded=True)),
+        ],
+    )
+    with shop.agent.override(model=shop.model):
+        run = runwright_engine.run(shop.agent)
+        before = snapshot(runwright_engine.store)
+        with pytest.raises(InvalidInput, match="2 pending calls of refund: edited arguments"):
+            runwright_engine.approve(run.id, "refund", arguments={"order": "A2"})
+        assert snapshot(runwright_engine.store) == before
+        # For the rest of the run: one decision approves both calls.
+        done = runwright_engine.approve(run.id, "refund", for_run=True)
+    assert done.status is RunStatus.COMPLETED and sorted(shop.refunds) == ["A1", "B2"]
+
+
+class Choice(pydantic.BaseModel):
+    action: str
+
+
+def asking(answer: object = True, questions: int = 1) -> tuple[Agent, ScriptedModel]:
+    """An agent whose model asks ``questions`` questions in its first step,
+    then says what it was told."""
+    name = unique("asking")
+
+    def script(request: Request) -> object:
+        if request.step == 1:
+            return tools(
+                *(call("ask_human", {"question": f"Question {n}?"}) for n in range(questions))
+            )
+        return text("told " + " | ".join(r["content"] for r in request.tool_results()))
+
+    model = ScriptedModel(name, script)
+    return Agent(name=name, model=model.model, ask_human=answer), model  # type: ignore[arg-type]
+
+
+def test_answer_the_models_question(runwright_engine: TestEngine) -> None:
+    kit = runwright_engine
+    agent, _ = asking()
+    run = kit.run(agent)
+    assert run.status is RunStatus.WAITING
+    [question] = kit.questions(run.id)
+    assert question.question == "Question 0?" and kit.pending(run.id) == []
+    with pytest.raises(InvalidInput, match=r"no pending approval \(pending: none\) \(it waits"):
+        kit.approve(run.id)
+    before = snapshot(kit.store)
+    with pytest.raises(InvalidApprovalInput, match=r"should be non-empty|too short"):
+        kit.answer(run.id, "")
+    assert snapshot(kit.store) == before
+
+    done = kit.answer(run.id, "order A1", by="cy")
+    assert done.status is RunStatus.COMPLETED and done.output == "told order A1"
+    assert kit.engine.approvals(run.id)[0].decided_by == "cy"
+    assert kit.questions(run.id) == []
+    with pytest.raises(InvalidInput, match="has no pending question"):
+        kit.answer(run.id, "again")
+
+
+def test_a_structured_answer_and_several_questions(runwright_engine: TestEngine) -> None:
+    kit = runwright_engine
+    agent, _ = asking(Choice)
+    run = kit.run(agent)
+    done = kit.answer(run.id, Choice(action="replace"))  # the model, or its dict
+    assert done.output == 'told {"action": "replace"}'
+
+    agent, _ = asking(questions=2)
+    run = kit.run(agent)
+    assert [q.question for q in kit.questions(run.id)] == ["Question 0?", "Question 1?"]
+    before = snapshot(kit.store)
+    with pytest.raises(InvalidInput, match="waits for 2 answers"):
+        kit.answer(run.id, "both")
+    assert snapshot(kit.store) == before

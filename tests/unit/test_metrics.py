@@ -14,6 +14,7 @@ import prometheus_client
 import pytest
 from prometheus_client import CollectorRegistry
 
+import tests.agents_planned as planned
 from runner import Agent, Budget, Engine, RunContext, tool
 from runner.errors import ConfigurationError
 from runner.observe import ModelCall, TickReport, ToolCall
@@ -25,7 +26,7 @@ from store.local import free_port
 from store.models import Fence, RunStatus, StepKind, Usage, utcnow
 from store.postgres import PostgresStore
 from tests.agents import lookup
-from tests.helpers import unique
+from tests.helpers import expire_approval, unique
 
 
 @pytest.fixture
@@ -399,3 +400,41 @@ def test_an_mcp_tools_calls_are_counted_under_its_prefixed_name(
         )
         assert count == 1, tool_name
     assert value(registry, "runwright_steps_total", agent=name, kind="tool") == 2
+
+
+def test_decisions_are_counted_by_kind_and_whether_they_were_edited(
+    engine: Engine, registry: CollectorRegistry
+) -> None:
+    step = [("refund", {"amount": n}) for n in (1, 2, 3)]
+    run = engine.start(
+        planned.PEOPLE, planned.plan([*step, ("ask_human", {"question": "Which colour?"})])
+    )
+    engine.execute(run.id)
+    edited, denied, expiring, question = engine.approvals(run.id)
+    engine.respond(edited.approval_id, True, trusted=True, by="ada", arguments={"amount": 5})
+    engine.respond(denied.approval_id, False, "no", trusted=True, by="bo")
+    engine.answer(question.approval_id, "blue", trusted=True, by="cy")
+    expire_approval(engine.store, expiring.approval_id)
+    assert engine.tick().expired == 1
+    # Approved for the rest of the run: its other pending call is counted too.
+    granted = engine.start(planned.PEOPLE, planned.plan(step[:2]))
+    engine.execute(granted.id)
+    first, _ = engine.approvals(granted.id)
+    engine.respond(first.approval_id, True, trusted=True, by="ada", for_run=True)
+
+    def decisions(tool: str, decision: str, edited: str) -> float:
+        labels = {"agent": planned.PEOPLE, "tool": tool, "decision": decision, "edited": edited}
+        return value(registry, "runwright_approval_decisions_total", **labels)
+
+    assert decisions("refund", "approved", "true") == 1
+    assert decisions("refund", "approved", "false") == 2
+    assert decisions("refund", "denied", "false") == 1
+    assert decisions("refund", "expired", "false") == 1  # not a person's denial
+    assert decisions("ask_human", "answered", "false") == 1
+    total = sum(
+        s.value
+        for family in registry.collect()
+        for s in family.samples
+        if s.name == "runwright_approval_decisions_total"
+    )
+    assert total == 6
