@@ -24,10 +24,12 @@ RUN_SUMMARIES = Statement(
            cost_usd, error_code, error_message, concurrency_key, created_at, updated_at,
            finished_at, retry_at, retry_attempts, needs_attention, cost_unpriced,
            interrupted_reason,
-           (SELECT a.tool_name FROM approvals a
-             WHERE a.run_id = runs.id AND a.decision IS NULL
-             ORDER BY a.created_at LIMIT 1) AS waiting_on
+           w.tool_name AS waiting_on, w.kind AS waiting_kind
       FROM runs
+      LEFT JOIN LATERAL (
+           SELECT a.tool_name, a.kind FROM approvals a
+            WHERE a.run_id = runs.id AND a.decision IS NULL
+            ORDER BY a.created_at LIMIT 1) AS w ON true
      WHERE (CAST(:status AS text) IS NULL OR status = CAST(:status AS text))
        AND (CAST(:agent AS text) IS NULL OR agent = CAST(:agent AS text))
        AND (NOT CAST(:attention AS bool) OR needs_attention)

@@ -260,6 +260,7 @@ def listed_run_json(row: Mapping[str, Any]) -> Document:
         if status == RunStatus.INTERRUPTED
         else None,
         "waiting_on": row["waiting_on"] if status == RunStatus.WAITING else None,
+        "waiting_kind": row["waiting_kind"] if status == RunStatus.WAITING else None,
     }
 
 

@@ -208,6 +208,8 @@ def status_cell(row: dict[str, Any], workers: Mapping[str, WorkerInfo] | None = 
     if status == RunStatus.QUEUED and at is not None and row.get("retry_attempts"):
         return f"{status} (retry {row['retry_attempts']} at {at:%H:%M:%S})"
     if status == RunStatus.WAITING and row.get("waiting_on"):
+        if row.get("waiting_kind") == "input":
+            return f"{status} (a person's answer)"
         return f"{status} (approval of {row['waiting_on']})"
     reason = None
     if status == RunStatus.INTERRUPTED:

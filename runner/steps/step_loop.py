@@ -438,6 +438,10 @@ class StepLoop:
         self.saved = len(self.messages)
         self.index = k
         self.state.changed = False
+        for granted in calls.granted:
+            # Decided by a standing approval in this commit: told as any decision is.
+            decided = await self.x.io(self.store.get_approval, granted.approval_id)
+            self.deps.observer.approval_decided(settled.run if settled else self.run_, decided)
         if calls.approvals and settled is not None:
             asked = [approval for approval, _ in calls.approvals]
             self.deps.observer.approvals_requested(settled.run, asked)

@@ -265,6 +265,10 @@ def test_answer_a_question_and_show_and_watch_say_who(
     ) in shown
     waiting = document(env, "show", run_id)["run"]["waiting"]
     assert waiting["kind"] == "input" and waiting["question"] == asking
+    listed = rw(env, "runs").stdout
+    assert "waiting (a person's answer)" in listed
+    [row] = [r for r in document(env, "runs")["runs"] if r["id"] == run_id]
+    assert (row["waiting_on"], row["waiting_kind"]) == ("ask_human", "input")
 
     line = refused_unchanged(pg_store, env, "approve", run_id)
     assert f"run {run_id} waits for questions, not approvals: use runwright answer" in line

@@ -26,9 +26,13 @@ from runner import (
     tool,
 )
 from runner.errors import WrongRequestKind
+from runner.observe import Observer
+from runner.settings import Settings
 from runner.testing import Request, ScriptedModel, call, text, tools
 from store.events import EventType
-from store.models import Decision, RequestKind, RunStatus, StepKind
+from store.leases import Leases
+from store.models import Approval, Decision, RequestKind, Run, RunStatus, StepKind
+from store.postgres import PostgresStore
 from tests.helpers import expire_approval, snapshot
 
 
@@ -477,6 +481,36 @@ def test_approved_for_the_run_later_calls_run_without_asking_and_a_retry_asks_ag
     assert again is not None and again.status is RunStatus.WAITING
     assert again.waiting is not None and again.waiting.input == {"amount": 40}
     assert [amount for amount, _ in ledger.refunds] == [10, 20, 30]
+
+
+def test_a_call_a_standing_approval_decides_is_told_to_the_observers(
+    pg_store: PostgresStore, leases: Leases, settings: Settings
+) -> None:
+    class Decisions(Observer):
+        def __init__(self) -> None:
+            self.seen: list[Approval] = []
+
+        def approval_decided(self, run: Run, approval: Approval) -> None:
+            self.seen.append(approval)
+
+    told = Decisions()
+    engine = Engine(pg_store, leases=leases, settings=settings, enqueue=None, observers=[told])
+    try:
+        name, _, ledger = agent(
+            steps_of(tools(call("refund", {"amount": 1})), tools(call("refund", {"amount": 2})))
+        )
+        run = engine.start(name)
+        engine.execute(run.id)
+        [first] = engine.approvals(run.id)
+        engine.respond(first.approval_id, True, trusted=True, by="ada", for_run=True)
+        engine.execute(run.id)
+        assert [(a.input, a.decided_by, a.standing_from) for a in told.seen] == [
+            ({"amount": 1}, "ada", None),
+            ({"amount": 2}, "ada", first.approval_id),
+        ]
+        assert [amount for amount, _ in ledger.refunds] == [1, 2]
+    finally:
+        engine.close()
 
 
 def test_a_retry_that_keeps_the_standing_approvals_does_not_ask(approvals_engine: Engine) -> None:
