@@ -95,6 +95,11 @@ class MCPToolError(RunwrightError):
     """An MCP server answered a tool call with an error; the model is told it."""
 
 
+class NotifierGone(RunwrightError):
+    """A notifier's endpoint said it wants no more (HTTP 410 Gone): the
+    request is not re-sent. A notifier of your own may raise it too."""
+
+
 class ToolDefinitionError(RunwrightError):
     """The tool cannot be built from that function."""
 
@@ -128,6 +133,7 @@ __all__ = [
     "LoopMisuse",
     "ModelError",
     "ModelRequestsBlocked",
+    "NotifierGone",
     "PayloadTooLarge",
     "RanEffect",
     "RunNotFound",

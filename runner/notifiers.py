@@ -24,10 +24,12 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from runner.agent import ApprovalRequest
-from runner.errors import ConfigurationError, RunwrightError
+from runner.errors import ConfigurationError, NotifierGone, RunwrightError
+from runner.webhooks.receiver import SECRET_PREFIX, check_secret
 
 SIGNATURE_HEADER = "X-Runwright-Signature"
 TIMESTAMP_HEADER = "X-Runwright-Timestamp"
@@ -91,7 +93,16 @@ def request_body(request: ApprovalRequest) -> dict[str, Any]:
 
 class WebhookNotifier:
     """``notifier=WebhookNotifier(url, secret)`` on an agent: a 2xx answer means
-    accepted; anything else (or no answer) means ``tick()`` re-sends later."""
+    accepted; anything else (or no answer) means ``tick()`` re-sends later.
+
+    A ``whsec_`` secret (``runwright webhook secret``) signs each request as a
+    Standard Webhooks delivery, with the ``standardwebhooks`` package
+    (``webhook-id``: the request's id, the same on every re-send;
+    ``webhook-timestamp``; ``webhook-signature``), so the receiver verifies it
+    with any Standard Webhooks library; another secret signs it with
+    ``X-Runwright-Signature`` (:func:`verify_signature`), as before. An endpoint
+    that answers 410 Gone is disabled: that request is not re-sent, and this
+    notifier sends it nothing more (:class:`~runner.errors.NotifierGone`)."""
 
     def __init__(
         self,
@@ -107,10 +118,18 @@ class WebhookNotifier:
         self.secret = secret
         self.timeout = timeout
         self.headers = dict(headers or {})
+        self._standard = None
+        if isinstance(secret, str) and secret.startswith(SECRET_PREFIX):
+            from standardwebhooks import Webhook
+
+            self._standard = Webhook(check_secret(secret, f"the webhook notifier of {url}"))
+        # Set once the endpoint answers 410: it wants nothing more.
+        self.gone = False
 
     def __call__(self, request: ApprovalRequest) -> None:
+        if self.gone:
+            raise NotifierGone(f"webhook {self.url} answered 410 Gone before: it is disabled")
         body = json.dumps(request_body(request), separators=(",", ":"), default=str).encode()
-        timestamp = str(int(time.time()))
         http_request = urllib.request.Request(
             self.url,
             data=body,
@@ -119,16 +138,33 @@ class WebhookNotifier:
                 **self.headers,
                 "Content-Type": "application/json",
                 "User-Agent": "runwright-webhook",
-                TIMESTAMP_HEADER: timestamp,
-                SIGNATURE_HEADER: "sha256=" + sign(self.secret, timestamp, body),
+                **self._signed(request.approval_id, body),
             },
         )
         try:
             with urllib.request.urlopen(http_request, timeout=self.timeout) as response:
                 status = response.status
         except urllib.error.HTTPError as exc:
+            if exc.code == 410:
+                self.gone = True
+                raise NotifierGone(f"webhook {self.url} answered 410 Gone: disabled") from exc
             raise NotificationError(f"webhook answered {exc.code}") from exc
         except (urllib.error.URLError, TimeoutError, OSError) as exc:
             raise NotificationError(f"webhook unreachable: {exc}") from exc
         if not 200 <= status < 300:
             raise NotificationError(f"webhook answered {status}")
+
+    def _signed(self, message_id: str, body: bytes) -> dict[str, str]:
+        """The signature headers: Standard Webhooks' for a ``whsec_`` secret."""
+        now = datetime.now(UTC)
+        if self._standard is None:
+            timestamp = str(int(now.timestamp()))
+            return {
+                TIMESTAMP_HEADER: timestamp,
+                SIGNATURE_HEADER: "sha256=" + sign(self.secret, timestamp, body),
+            }
+        return {
+            "webhook-id": message_id,
+            "webhook-timestamp": str(int(now.timestamp())),
+            "webhook-signature": self._standard.sign(message_id, now, body.decode()),
+        }

@@ -21,6 +21,7 @@ from runner.approvals.approval_tokens import Tokens
 from runner.children import root_of
 from runner.clock import SYSTEM, Clock
 from runner.engine.runtime import in_io, runtime
+from runner.errors import NotifierGone
 from runner.events.feed import Feed
 from runner.observe import Observer, Observers
 from runner.observe.logs import LogObserver
@@ -221,11 +222,14 @@ class Deps:
                     "notifier of %s failed for %s: %s", agent.name, approval.approval_id, exc
                 )
                 self.observer.notification_failed(agent.name)
-                retry_at = self.clock.now() + decisions.backoff(
-                    1,
-                    self.settings.notify_backoff_seconds,
-                    self.settings.notify_backoff_cap_seconds,
-                )
+                # An endpoint that is gone gets no re-send (NULL: never due).
+                retry_at = None
+                if not isinstance(exc, NotifierGone):
+                    retry_at = self.clock.now() + decisions.backoff(
+                        1,
+                        self.settings.notify_backoff_seconds,
+                        self.settings.notify_backoff_cap_seconds,
+                    )
                 await in_io(
                     self.store.record_notification,
                     approval.approval_id,

@@ -26,7 +26,13 @@ from runner.approvals.expiry import expiry_failure
 from runner.children import root_of
 from runner.engine.deps import Deps
 from runner.engine.runtime import runtime
-from runner.errors import AgentNotFound, ApprovalError, InvalidTransition, StoreUnavailable
+from runner.errors import (
+    AgentNotFound,
+    ApprovalError,
+    InvalidTransition,
+    NotifierGone,
+    StoreUnavailable,
+)
 from runner.observe import TickReport, logs
 from runner.schedules import book as schedules
 from runner.steps.history import approval_response
@@ -154,6 +160,8 @@ def _resend_notifications(deps: Deps, report: TickReport, now: datetime | None) 
                 log.warning("re-sent notification for %s failed: %s", approval.approval_id, result)
             report.notify_failed += 1
             deps.observer.notification_failed(agent_name)
+            if isinstance(result, NotifierGone):  # its endpoint wants no more: no re-send
+                deps.store.record_notification(approval.approval_id, accepted=False, retry_at=None)
         else:
             accepted.append(approval.approval_id)
     deps.store.mark_notified(accepted)

@@ -53,19 +53,18 @@ def new_secret() -> str:
     return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(32)).decode()
 
 
-def check_secret(secret: object, route: str) -> str:
-    """A ``whsec_`` secret of at least :data:`MIN_SECRET_BYTES` bytes."""
+def check_secret(secret: object, owner: str) -> str:
+    """A ``whsec_`` secret of at least :data:`MIN_SECRET_BYTES` bytes;
+    ``owner`` names who holds it, for the error."""
     if not isinstance(secret, str) or not secret.startswith(SECRET_PREFIX):
-        raise ConfigurationError(f"webhook route {route!r}: a secret is 'whsec_' and base64")
+        raise ConfigurationError(f"{owner}: a secret is 'whsec_' and base64")
     try:
         raw = base64.b64decode(secret[len(SECRET_PREFIX) :], validate=True)
     except (binascii.Error, ValueError):
-        raise ConfigurationError(
-            f"webhook route {route!r}: a secret after 'whsec_' must be base64"
-        ) from None
+        raise ConfigurationError(f"{owner}: a secret after 'whsec_' must be base64") from None
     if len(raw) < MIN_SECRET_BYTES:
         raise ConfigurationError(
-            f"webhook route {route!r}: a secret must hold at least {MIN_SECRET_BYTES} bytes "
+            f"{owner}: a secret must hold at least {MIN_SECRET_BYTES} bytes "
             "(runwright webhook secret makes one)"
         )
     return secret
@@ -150,7 +149,8 @@ class WebhookReceiver:
                 raise ConfigurationError(f"webhook route {route!r}: give its secrets as a list")
             if not given:
                 raise ConfigurationError(f"webhook route {route!r} has no secret")
-            self._verifiers[route] = [Webhook(check_secret(s, route)) for s in given]
+            owner = f"webhook route {route!r}"
+            self._verifiers[route] = [Webhook(check_secret(s, owner)) for s in given]
         unknown = sorted(set(secrets) - set(self.routes))
         if unknown:
             raise ConfigurationError(f"secrets given for routes that do not exist: {unknown}")
