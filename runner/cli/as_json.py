@@ -37,9 +37,11 @@ if TYPE_CHECKING:
         Approval,
         Checkpoint,
         Effect,
+        Firing,
         Run,
         RunAttempt,
         RunError,
+        Schedule,
         StandingApproval,
         Step,
     )
@@ -393,4 +395,37 @@ def workers_json(workers: Iterable[WorkerInfo]) -> Document:
             }
             for info in workers
         ]
+    }
+
+
+def schedule_json(schedule: Schedule, next_times: Iterable[datetime] = ()) -> Document:
+    return {
+        "name": schedule.name,
+        "agent": schedule.agent,
+        "cron": schedule.cron,
+        "timezone": schedule.timezone,
+        "every_seconds": schedule.every_seconds,
+        "payload": schedule.payload,
+        "thread": schedule.thread,
+        "keys": schedule.keys,
+        "overlap": schedule.overlap.value,
+        "catchup_window_seconds": schedule.catchup_window_seconds,
+        "jitter_seconds": schedule.jitter_seconds,
+        "paused": schedule.paused,
+        "next_at": None if schedule.paused else when(schedule.next_at),
+        "next_firings": [when(t) for t in next_times],
+        "created_at": when(schedule.created_at),
+        "updated_at": when(schedule.updated_at),
+    }
+
+
+def firing_json(firing: Firing, run_status: str | None = None) -> Document:
+    return {
+        "schedule": firing.schedule,
+        "scheduled_at": when(firing.scheduled_at),
+        "outcome": firing.outcome.value,
+        "fired_at": when(firing.fired_at),
+        "run_id": firing.run_id,
+        "run_status": run_status,
+        "reason": firing.reason,
     }

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from runner.cli.args import (
     PRUNE_MAX,
     PRUNE_MIN,
-    is_text,
     parse_count,
     parse_duration,
     parse_payload,
@@ -46,7 +45,9 @@ from runner.cli.describe import describe, requests_lines, status_cell, when
 from runner.cli.step_lines import clip as _clip
 from runner.cli.step_lines import cost_text
 from runner.cli.step_lines import step_line as _step_line
-from runner.cli.terminal import inert
+from runner.cli.terminal import Group, fail, inert, say
+from runner.cli.triggers import schedule as schedule_command
+from runner.cli.triggers import webhook as webhook_command
 from runner.cli.workers import workers as workers_command
 from runner.costs import listed_cost
 from runner.settings import Settings
@@ -61,46 +62,7 @@ if TYPE_CHECKING:
     from store.workers import WorkerInfo
 
 
-ERROR_CHARS = 300  # an error quoting a 20 KB argument still fits a few lines
 MAX_STEP = 2**31 - 1  # a step index is an int column
-
-
-def say(text: str) -> None:
-    """Print one line of (possibly stored, hostile) text, inert."""
-    click.echo(inert(text))
-
-
-def fail(message: str) -> NoReturn:
-    if len(message) > ERROR_CHARS:
-        message = message[: ERROR_CHARS - 3] + "..."
-    click.echo(f"error: {inert(message)}", err=True)
-    sys.exit(1)
-
-
-class Command(click.Command):
-    """Refuses arguments that are not text before the command runs."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        for param in self.params:
-            value = ctx.params.get(param.name or "")
-            for item in value if isinstance(value, tuple) else (value,):
-                if isinstance(item, str) and not is_text(item):
-                    label = param.opts[0] if isinstance(param, click.Option) else param.name
-                    raise InvalidInput(f"{label} is not valid UTF-8 text")
-        return super().invoke(ctx)
-
-
-class Group(click.Group):
-    """Turns Runwright's errors into one clear line and a non-zero exit."""
-
-    command_class = Command
-    group_class = type  # subgroups (``local``) are Groups too
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except RunwrightError as exc:
-            fail(exc.message)
 
 
 def _settings() -> Settings:
@@ -727,12 +689,13 @@ def fork(
 
 @main.command()
 def tick() -> None:
-    """Run tick() once: notifications, expiries, recovery, re-enqueue."""
+    """Run tick() once: schedules, notifications, expiries, recovery, re-enqueue."""
     report = _engine().tick()
     if report.skipped:
         say("another tick is running; skipped")
         return
     say(
+        f"fired {len(report.fired)} ({report.firings} firings), "
         f"notified {report.notified} (failed {report.notify_failed}), expired {report.expired}, "
         f"recovered {len(report.recovered)}, re-enqueued "
         f"{len(report.reenqueued) + len(report.key_heads)}, resumed {len(report.resumed)}"
@@ -833,3 +796,5 @@ def demo(keep: bool) -> None:
 
 main.add_command(console_command)
 main.add_command(workers_command)
+main.add_command(schedule_command)
+main.add_command(webhook_command)

@@ -4,12 +4,20 @@ Model output, tool output, error messages and trigger payloads are written by
 whoever controls the model, the tools or the trigger. Printed raw, an ESC or C1
 sequence in them can retitle the terminal, clear it, move the cursor over what
 was already printed, or (in some terminals) write files or answer back. The CLI
-therefore prints stored text only through :func:`inert`.
+therefore prints stored text only through :func:`inert` (:func:`say`), and
+Runwright's errors as one line (:func:`fail`, :class:`Group`).
 """
 
 from __future__ import annotations
 
+import sys
 import unicodedata
+from typing import Any, NoReturn
+
+import click
+
+from runner.cli.args import Command
+from store.errors import RunwrightError
 
 # Bidirectional overrides and isolates reorder what a reader sees without being
 # control characters (they are format characters, Unicode category Cf); line and
@@ -49,3 +57,32 @@ def inert(text: object, *, keep: str = "\t") -> str:
     if value.isprintable():  # the common case: no control, format or separator character
         return value
     return "".join(_escape(c) if _unsafe(c, keep) else c for c in value)
+
+
+ERROR_CHARS = 300  # an error quoting a 20 KB argument still fits a few lines
+
+
+def say(text: str) -> None:
+    """Print one line of (possibly stored, hostile) text, inert."""
+    click.echo(inert(text))
+
+
+def fail(message: str) -> NoReturn:
+    if len(message) > ERROR_CHARS:
+        message = message[: ERROR_CHARS - 3] + "..."
+    click.echo(f"error: {inert(message)}", err=True)
+    sys.exit(1)
+
+
+class Group(click.Group):
+    """Turns Runwright's errors into one clear line and a non-zero exit; its
+    commands refuse arguments that are not text (:class:`Command`)."""
+
+    command_class = Command
+    group_class = type  # subgroups (``local``) are Groups too
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except RunwrightError as exc:
+            fail(exc.message)
