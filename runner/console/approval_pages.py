@@ -4,6 +4,11 @@ An approver judges a call by what led to it: which agent asks, what it was
 asked to do (the trigger payload), the model's message that made the call,
 the tool results the run had seen by then, and the call's arguments. Approvals
 of one step are shown together, with one form for each and one for all.
+
+A person does more than approve or deny (docs/approvals.md): they may edit
+the call's arguments before approving it, approve its tool for the rest of
+the run, or answer a question the model asked (a request of kind ``input``),
+in a form made from the answer's schema (runner/console/answer_form.py).
 """
 
 from __future__ import annotations
@@ -13,24 +18,88 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from runner.console.render import e, expires, hidden, json_block, parsed, when
-from runner.console.timeline import assistant_message, decision_line
-from store.models import Approval, Run
+from runner.console import answer_form
+from runner.console.render import (
+    e,
+    expires,
+    hidden,
+    json_block,
+    json_field,
+    json_text,
+    parsed,
+    text_block,
+    when,
+)
+from runner.console.timeline import answer_block, assistant_message, decision_line
+from store.models import Approval, RequestKind, Run
 
 if TYPE_CHECKING:
     from runner.approvals.inbox import InboxItem, SeenResult
 
 MAX_REASON = 2000
+# Arguments longer than this (as pretty JSON) are not offered for editing: a
+# form is at most 64 KiB URL-encoded (runner/console/forms.py), and every
+# approve or deny sends the box back whole.
+MAX_EDIT_CHARS = 16_000
 
 
-def _decision_form(action: str, csrf: str, extra: str = "", *, label: str = "") -> str:
+def _decision_form(
+    action: str, csrf: str, extra: str = "", *, label: str = "", approval: Approval | None = None
+) -> str:
+    """Approve or deny, with a reason; for one ``approval``, also its
+    arguments to edit and its tool to approve for the rest of the run."""
+    beyond = "" if approval is None else _edit_fields(approval) + _for_run_box(approval)
     return (
         f'<form class="once" method="post" action="{e(action)}">'
-        f"{hidden('csrf_token', csrf)}{extra}"
+        f"{hidden('csrf_token', csrf)}{extra}{beyond}"
         f'<label>Reason{e(label)}<br><textarea name="reason" maxlength="{MAX_REASON}">'
         "</textarea></label><br>"
         '<button class="approve" name="decision" value="approve">Approve</button> '
         '<button class="deny" name="decision" value="deny">Deny</button></form>'
+    )
+
+
+def _edit_fields(approval: Approval) -> str:
+    """The call's arguments in a box to edit, folded away until wanted. The
+    box goes back with every decision; the server takes it as an edit only
+    when it differs from the model's arguments."""
+    if not isinstance(approval.input, dict):
+        return ""  # the engine takes edited arguments of an object only
+    text = json_text(approval.input)
+    if len(text) > MAX_EDIT_CHARS:
+        return '<p class="meta">These arguments are too long to edit here.</p>'
+    box = json_field(
+        "arguments",
+        text,
+        ident=f"args-{approval.approval_id}",
+        label="Arguments (JSON)",
+        want_object=True,
+    )
+    return (
+        '<details class="edit"><summary>Edit the arguments</summary>'
+        + box
+        + '<p class="meta">Approve runs the call with these arguments; they must fit the '
+        "tool's schema. The model is told what you changed.</p></details>"
+    )
+
+
+def _for_run_box(approval: Approval) -> str:
+    return (
+        '<label class="check"><input type="checkbox" name="for_run" value="1"> '
+        f"Approve {e(approval.tool_name)} for the rest of this run</label>"
+        '<p class="meta">Its later calls in this run are approved without asking, '
+        "as decided by you (a retry asks again).</p>"
+    )
+
+
+def _answer_form(action: str, csrf: str, approval: Approval, extra: str = "") -> str:
+    """The form that answers a question, made from its schema."""
+    made = answer_form.plan(approval.schema)
+    fields = answer_form.fields_html(made, approval.schema, ident=f"answer-{approval.approval_id}")
+    return (
+        f'<form class="once" method="post" action="{e(action)}">'
+        f"{hidden('csrf_token', csrf)}{extra}{fields}"
+        '<button class="answer" name="decision" value="answer">Answer</button></form>'
     )
 
 
@@ -66,8 +135,7 @@ def _card(group: Sequence[InboxItem], *, base: str, csrf: str, now: datetime) ->
     run = first.run
     run_link = f'<a href="{e(base)}/runs/{e(run.id)}">{e(run.id)}</a>'
     parts = [
-        f'<article class="ask"><h2>{e(run.agent)} asks to call '
-        f"{e(', '.join(sorted({i.approval.tool_name for i in group})))}</h2>",
+        f'<article class="ask"><h2>{e(run.agent)} {_asks(group)}</h2>',
         f'<p class="meta">Run {run_link}, step {first.approval.step_index}, '
         f"asked {when(first.approval.created_at)}</p>",
         parent_chain(first.parents, base),
@@ -78,10 +146,14 @@ def _card(group: Sequence[InboxItem], *, base: str, csrf: str, now: datetime) ->
     if first.seen:
         parts.append(f"<h3>Results it had seen ({len(first.seen)})</h3>" + seen_list(first.seen))
     for item in group:
-        parts.append(
-            _approval_section(item.approval, base=base, csrf=csrf, now=now, about=item.about)
-        )
-    pending = [a for a in first.step_approvals if a.pending]
+        if item.approval.kind is RequestKind.INPUT:
+            parts.append(_question_section(item.approval, base=base, csrf=csrf, now=now))
+        else:
+            parts.append(
+                _approval_section(item.approval, base=base, csrf=csrf, now=now, about=item.about)
+            )
+    # Questions are answered one by one: "all" decides approvals only.
+    pending = [a for a in first.step_approvals if a.pending and a.kind is RequestKind.APPROVAL]
     if len(pending) > 1:
         action = f"{base}/runs/{run.id}/steps/{first.approval.step_index}/decide"
         parts.append(
@@ -91,6 +163,16 @@ def _card(group: Sequence[InboxItem], *, base: str, csrf: str, now: datetime) ->
         )
     parts.append("</article>")
     return "\n".join(parts)
+
+
+def _asks(group: Sequence[InboxItem]) -> str:
+    """ "asks to call refund", "asks a question", or both."""
+    tools = sorted({i.approval.tool_name for i in group if i.approval.kind is RequestKind.APPROVAL})
+    questions = sum(1 for i in group if i.approval.kind is RequestKind.INPUT)
+    said = [f"asks to call {e(', '.join(tools))}"] if tools else []
+    if questions:
+        said.append("asks a question" if questions == 1 else f"asks {questions} questions")
+    return ", and ".join(said)
 
 
 def parent_chain(parents: Sequence[Run], base: str) -> str:
@@ -113,15 +195,39 @@ def _approval_section(
     about: Mapping[str, Any] | None = None,
 ) -> str:
     action = f"{base}/approvals/{approval.approval_id}"
-    extra = hidden("next", "inbox")
+    extra = _back_to_inbox(approval)
     return (
         f'<section class="approval" id="a-{e(approval.approval_id)}">'
         f"<h3>{e(approval.tool_name)} {expires(approval.expires_at, now)}</h3>"
         + tool_about(about)
         + json_block(approval.input, "arguments")
-        + _decision_form(action, csrf, extra)
+        + _decision_form(action, csrf, extra, approval=approval)
         + "</section>"
     )
+
+
+def _question_section(approval: Approval, *, base: str, csrf: str, now: datetime) -> str:
+    action = f"{base}/approvals/{approval.approval_id}"
+    return (
+        f'<section class="approval question" id="a-{e(approval.approval_id)}">'
+        f"<h3>Question {expires(approval.expires_at, now)}</h3>"
+        + _question_text(approval)
+        + _answer_form(action, csrf, approval, _back_to_inbox(approval))
+        + "</section>"
+    )
+
+
+def _back_to_inbox(approval: Approval) -> str:
+    """The form's way back to the inbox, and its run: the console reads the
+    request from its run to take an edit or an answer (views.py)."""
+    return hidden("next", "inbox") + hidden("run", approval.run_id)
+
+
+def _question_text(approval: Approval) -> str:
+    question = approval.question
+    if question is None:  # the model's arguments were not a question: show them
+        return json_block(approval.input, "question")
+    return text_block(question)
 
 
 def tool_about(about: Mapping[str, Any] | None) -> str:
@@ -151,18 +257,38 @@ def seen_list(seen: Sequence[SeenResult]) -> str:
     return f"<ol>{''.join(items)}</ol>"
 
 
+def link_title(approval: Approval) -> str:
+    if approval.kind is RequestKind.INPUT:
+        return "A question for you"
+    return f"Approve {approval.tool_name}?"
+
+
 def link_body(approval: Approval, *, action: str, token: str, csrf: str, now: datetime) -> str:
-    """The page of an approval link: that approval, and nothing else of its run."""
-    parts = [
-        f"<h1>Approve {e(approval.tool_name)}?</h1>",
-        f"<p>A run asks to call <b>{e(approval.tool_name)}</b> with:</p>",
-        json_block(approval.input, "arguments"),
-    ]
+    """The page of an approval link: that approval (or question), and
+    nothing else of its run."""
+    question = approval.kind is RequestKind.INPUT
+    parts = [f"<h1>{e(link_title(approval))}</h1>"]
+    if question:
+        parts += ["<p>A run asks you:</p>", _question_text(approval)]
+    else:
+        parts += [
+            f"<p>A run asks to call <b>{e(approval.tool_name)}</b> with:</p>",
+            json_block(approval.input, "arguments"),
+        ]
     if approval.decision is not None:
         parts.append(decision_line(approval))
+        if question and approval.answer is not None:
+            parts.append("<p>The answer:</p>" + answer_block(approval.answer))
+        elif approval.edited:
+            parts.append("<p>Approved with these arguments:</p>")
+            parts.append(json_block(approval.arguments, "arguments"))
     else:
         parts.append(f"<p>{expires(approval.expires_at, now)}</p>")
-        parts.append(_decision_form(action, csrf, hidden("token", token)))
+        if question:
+            parts.append(_answer_form(action, csrf, approval, hidden("token", token)))
+        else:
+            form = _decision_form(action, csrf, hidden("token", token), approval=approval)
+            parts.append(form)
     return "\n".join(parts)
 
 

@@ -56,16 +56,71 @@ button{font:inherit;padding:.25rem .8rem;cursor:pointer}
 button.approve{background:#2f7d46;color:#fff;border:1px solid #25663a}
 button.deny{background:#a33a3a;color:#fff;border:1px solid #8a2f2f}
 .expires{color:#8a5a00}
+button.answer{background:#34577e;color:#fff;border:1px solid #2a4766}
+textarea.json{font-family:ui-monospace,monospace;font-size:.9em;min-height:6rem}
+.invalid{color:#a33a3a;font-weight:600;margin:.2rem 0}
+label.check{display:block;margin:.5rem 0 0}
+label.field{display:block;margin:.4rem 0}
+details.edit{margin:.4rem 0}
+table.standing{margin-bottom:.3rem}
 """
 
 SCRIPT = """
 "use strict";
 
+// Why a box of JSON (edited arguments, an answer) would be refused, or "".
+// The server checks it again, and the engine checks it against its schema.
+function jsonProblem(box) {
+  let value;
+  try {
+    value = JSON.parse(box.value);
+  } catch (error) {
+    return "This is not JSON: " + error.message;
+  }
+  const object = value !== null && typeof value === "object" && !Array.isArray(value);
+  if (box.dataset.json === "object" && !object) return "This must be a JSON object: { ... }.";
+  return "";
+}
+
+// Every box of JSON in the form is checked before it is sent: a bad one
+// stops the submit and says why beside it, and nothing reaches the server.
+function jsonChecked(form) {
+  let good = true;
+  for (const box of form.querySelectorAll("textarea[data-json]")) {
+    const problem = jsonProblem(box);
+    const shown = document.getElementById(box.getAttribute("aria-describedby"));
+    if (shown) {
+      shown.textContent = problem;
+      shown.hidden = !problem;
+    }
+    box.setAttribute("aria-invalid", problem ? "true" : "false");
+    if (problem && good) {
+      const folded = box.closest("details");
+      if (folded) folded.open = true;
+      box.focus();
+    }
+    if (problem) good = false;
+  }
+  return good;
+}
+
+for (const box of document.querySelectorAll("textarea[data-json]")) {
+  box.addEventListener("input", () => {
+    box.setAttribute("aria-invalid", "false");
+    const shown = document.getElementById(box.getAttribute("aria-describedby"));
+    if (shown) shown.hidden = true;
+  });
+}
+
 // A form decides once: a second submit (a double click) is dropped here, and
-// the server answers a second POST "already decided" in any case.
+// the server answers a second POST "already decided" in any case. A form
+// stopped for its JSON is not sent, so it may be sent once corrected.
 for (const form of document.querySelectorAll("form.once")) {
   form.addEventListener("submit", (event) => {
-    if (form.dataset.sent) event.preventDefault();
+    if (!jsonChecked(form) || form.dataset.sent) {
+      event.preventDefault();
+      return;
+    }
     form.dataset.sent = "1";
   });
 }
@@ -146,13 +201,66 @@ function stepItem(li, d) {
     const outcome = d.error ? "error" : "result";
     li.append(el("div", "meta", outcome), block(d.error || d.output, outcome));
   } else if (d.kind === "wait") {
-    const what = d.name === "children" ? "waits for its children" : "waits for approval";
-    head(li, d.index, what, null, null);
+    head(li, d.index, WAITS[d.name] || "waits for approval", null, null);
   } else {
     head(li, d.index, d.kind, d.name, took);
     li.append(block(d.output, d.kind));
   }
   if (d.error && d.kind !== "tool") li.append(block(d.error, "error"));
+}
+
+// What a wait step's name says it waits for (timeline.py's _WAITS).
+const WAITS = { children: "waits for its children", input: "waits for a person's answer" };
+
+// Who decided, and how beyond yes or no (timeline.py's decided_how).
+function decidedHow(d) {
+  let said;
+  if (d.standing_from) {
+    said = "by a standing approval" + (d.decided_by ? " from " + d.decided_by : "");
+  } else if (d.decided_by) {
+    said = "by " + d.decided_by + (d.edited ? " with edited arguments" : "");
+  } else {
+    said = d.edited ? "with edited arguments" : "";
+  }
+  if (d.for_run) said += (said ? ", " : "") + "approved for the rest of the run";
+  return said;
+}
+
+// An approval or a question, requested or decided (timeline.py's _approval_event).
+function approvalItem(li, d) {
+  const question = d.kind === "input";
+  const noun = question ? "question" : "approval";
+  const name = question ? null : d.tool_name;
+  const input = question && d.input ? d.input : {};
+  const asked = typeof input.question === "string" ? input.question : null;
+  const said = () => {
+    if (asked !== null) li.append(el("div", "meta", "question"), el("pre", "text", asked));
+  };
+  if (d.expired) {
+    // Marked by the server (runner/approvals/expiry.py), as the page renders it.
+    head(li, d.step_index, noun + " expired", name, "at " + d.expired_at + " with no decision");
+    said();
+    return;
+  }
+  if (d.action === "requested") {
+    head(li, d.step_index, question ? "question asked" : "approval requested", name, null);
+    said();
+    return;
+  }
+  const meta = [decidedHow(d), d.reason ? "reason: " + d.reason : ""];
+  const how = meta.filter((part) => part).join(" \u00b7 ");
+  head(li, d.step_index, noun + " " + d.decision, name, how);
+  if (question && d.decision === "answered") {
+    said();
+    const answer =
+      typeof d.answer === "string" ? el("pre", "text", d.answer) : block(d.answer, "answer");
+    li.append(el("div", "meta", "answer"), answer);
+  }
+  if (d.edited === true) {
+    li.append(el("div", "meta", "the model asked for"), block(d.input, "arguments"));
+    const who = (d.decided_by || "a person") + " approved";
+    li.append(el("div", "meta", who), block(d.arguments, "arguments"));
+  }
 }
 
 function item(event) {
@@ -172,15 +280,7 @@ function item(event) {
       : "child " + d.run_id + " " + d.status + code;
     head(li, null, title, d.agent || null, null);
   } else if (event.type === "approval") {
-    if (d.expired) {
-      // Marked by the server (runner/approvals/expiry.py), as the page renders it.
-      const meta = "at " + d.expired_at + " with no decision";
-      head(li, d.step_index, "approval expired", d.tool_name, meta);
-      return li;
-    }
-    const what = d.action === "requested" ? "approval requested" : "approval " + d.decision;
-    const meta = [d.decided_by ? "by " + d.decided_by : "", d.reason ? "reason: " + d.reason : ""];
-    head(li, d.step_index, what, d.tool_name, meta.filter((part) => part).join(" \u00b7 "));
+    approvalItem(li, d);
   }
   return li;
 }

@@ -1,12 +1,15 @@
 """The console's forms, decoded strictly and the same way by every adapter:
 URL-encoded, UTF-8, small. Frameworks decode bad bytes leniently into text the
-browser never sent; the console refuses them instead, before anything runs."""
+browser never sent; the console refuses them instead, before anything runs.
+A field a person writes as JSON is parsed here too, as strictly."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
 from urllib.parse import parse_qsl
 
-from runner.errors import InvalidInput
+from runner.errors import InvalidApprovalInput, InvalidInput
 
 MAX_FORM_BYTES = 64 * 1024
 MAX_FORM_FIELDS = 20
@@ -54,3 +57,20 @@ def parse_form(body: bytes) -> dict[str, str]:
     for key, value in pairs:
         form.setdefault(key, value)
     return form
+
+
+def parse_json(raw: str, what: str) -> Any:
+    """A field a person wrote as JSON (edited arguments, an answer), parsed:
+    NaN and Infinity are refused, as the engine stores neither. Else
+    :class:`InvalidApprovalInput` saying where it breaks, and that it was
+    ``what`` that was refused."""
+
+    def refuse(constant: str) -> Any:
+        raise InvalidApprovalInput(f"refused {what}: not JSON ({constant} is not JSON)")
+
+    try:
+        return json.loads(raw, parse_constant=refuse)
+    except RecursionError:
+        raise InvalidApprovalInput(f"refused {what}: nested too deep") from None
+    except ValueError as exc:
+        raise InvalidApprovalInput(f"refused {what}: not JSON ({exc})") from None

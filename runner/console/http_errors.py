@@ -32,6 +32,10 @@ class NoSuchStep(RunNotFound):
     """The run asked for no approval at that step."""
 
 
+class NoSuchApproval(ApprovalNotFound):
+    """The run named by the form has no such approval."""
+
+
 def status_for(exc: RunwrightError) -> tuple[int, str]:
     """The HTTP status and page title for an error. Order matters: an error
     can be of two kinds (an invalid approval id is both bad input and "no such

@@ -141,6 +141,22 @@ def hidden(name: str, value: str) -> str:
     return f'<input type="hidden" name="{e(name)}" value="{e(value)}">'
 
 
+def json_field(name: str, text: str, *, ident: str, label: str, want_object: bool) -> str:
+    """A box of JSON a person writes (edited arguments, an answer), which
+    the page's script checks before the form is sent (``data-json``: JSON,
+    or a JSON object) and says why next to it; the server checks it again."""
+    problem = f"{ident}-problem"
+    rows = min(max(text.count("\n") + 2, 4), 24)
+    return (
+        f'<label for="{e(ident)}">{e(label)}</label><br>'
+        f'<textarea class="json" id="{e(ident)}" name="{e(name)}" rows="{rows}" spellcheck="false"'
+        f' data-json="{"object" if want_object else "any"}" aria-describedby="{e(problem)}">'
+        # The parser drops one newline right after <textarea>: this one, so
+        # that the text is kept as it is.
+        f'\n{e(text)}</textarea><p class="invalid" id="{e(problem)}" hidden></p>'
+    )
+
+
 def sign_out_form(action: str, field: str, token: str) -> str:
     """The header's sign-out button, for a console that signs its users in itself."""
     return (

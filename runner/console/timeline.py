@@ -1,9 +1,12 @@
 """A run's page: what it was asked, what it did step by step, and how it stands.
 
 The timeline is the run's event feed as the engine replays it (steps, status
-changes, executions and takeovers, approvals requested and decided) in commit
-order; the page's script appends the events that follow over the run's SSE
-stream, in the same markup.
+changes, executions and takeovers, approvals and questions requested and
+decided) in commit order; the page's script appends the events that follow
+over the run's SSE stream, in the same markup. A decision says what a person
+did beyond yes or no: the arguments they edited beside the model's, the
+answer they gave, a tool they approved for the rest of the run, and the
+calls such a standing approval decided.
 """
 
 from __future__ import annotations
@@ -30,7 +33,18 @@ from runner.console.render import (
 )
 from runner.costs import listed_cost, run_cost, unpriced
 from store.events import EventType, RunEvent, step_of
-from store.models import Approval, Effect, Run, RunAttempt, RunStatus, Step, StepKind, Usage
+from store.models import (
+    Approval,
+    Effect,
+    RequestKind,
+    Run,
+    RunAttempt,
+    RunStatus,
+    StandingApproval,
+    Step,
+    StepKind,
+    Usage,
+)
 
 RETRYABLE = frozenset({RunStatus.FAILED, RunStatus.CANCELLED})
 
@@ -47,12 +61,14 @@ def run_body(
     unknown: Sequence[Effect] = (),
     why: str | None = None,
     children: Sequence[Run] = (),
+    standing: Sequence[StandingApproval] = (),
 ) -> str:
     """The page of ``run`` (HTML inside <main>). ``live``: the timeline
     follows the run's event stream (the events were replayed, not rebuilt).
     ``unknown``: its effects of unknown outcome, each with its resolution or
     a form to record one. ``why``: why the run is queued, interrupted or
-    waiting (runner/engine/explain.py)."""
+    waiting (runner/engine/explain.py). ``standing``: the tools a person
+    approved for the rest of the run."""
     by_id = {a.approval_id: a for a in approvals}
     parts = [
         f"<h1>{e(run.agent)} {status_badge(run.status.value, id='status')}{attention(run)}</h1>",
@@ -65,18 +81,15 @@ def run_body(
         )
     pending = [a for a in approvals if a.pending]
     if pending and run.status is RunStatus.WAITING:
-        links = ", ".join(
-            f'<a href="{e(base)}/approvals/{e(a.approval_id)}">{e(a.tool_name)}</a>'
-            f" (expires {when(a.expires_at)})"
-            for a in pending
-        )
-        parts.append(f'<p class="note" id="why">Waits for a decision on {links}.</p>')
+        parts.append(f'<p class="note" id="why">Waits for {_waits_for(pending, base)}.</p>')
     elif why:
         parts.append(f'<p class="note" id="why">{e(why[:1].upper() + why[1:])}.</p>')
     if unknown:
         parts.append(_unknown_effects(run, unknown, base=base, csrf=csrf))
     if children:
         parts.append(_children(children, base))
+    if standing:
+        parts.append(_standing(standing))
     if run.output is not None:
         parts.append("<h2>Output</h2>" + json_block(run.output, "output"))
     parts.append("<h2>Trigger</h2>" + trigger_block(run))
@@ -168,6 +181,45 @@ def _children(children: Sequence[Run], base: str) -> str:
         "<th>agent</th><th>status</th><th>call</th><th>tokens</th><th>cost</th></tr></thead>"
         f"<tbody>{rows}</tbody></table>"
         '<p class="meta">Their tokens and cost count in this run\'s.</p>'
+    )
+
+
+def _waits_for(pending: Sequence[Approval], base: str) -> str:
+    """ "a decision on refund (expires ...) and an answer to its question (...)"."""
+
+    def links(asked: Sequence[Approval]) -> str:
+        return ", ".join(
+            f'<a href="{e(base)}/approvals/{e(a.approval_id)}">{e(_label(a))}</a>'
+            f" (expires {when(a.expires_at)})"
+            for a in asked
+        )
+
+    approvals = [a for a in pending if a.kind is RequestKind.APPROVAL]
+    questions = [a for a in pending if a.kind is RequestKind.INPUT]
+    said = [f"a decision on {links(approvals)}"] if approvals else []
+    if questions:
+        said.append(f"an answer to {links(questions)}")
+    return " and ".join(said)
+
+
+def _label(approval: Approval) -> str:
+    return "its question" if approval.kind is RequestKind.INPUT else approval.tool_name
+
+
+def _standing(standing: Sequence[StandingApproval]) -> str:
+    """The tools a person approved for the rest of the run: their later
+    calls are approved without asking, as decided by that person."""
+    rows = "".join(
+        f"<tr><td>{e(s.tool_name)}</td><td>{e(s.granted_by or 'someone')}</td>"
+        f"<td>{when(s.granted_at)}</td><td>{e(s.approval_id)}</td></tr>"
+        for s in standing
+    )
+    return (
+        '<h2>Standing approvals</h2><table class="standing" id="standing"><thead><tr>'
+        "<th>tool</th><th>approved by</th><th>when</th><th>approval</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>"
+        '<p class="meta">Their later calls in this run are approved without asking; '
+        "a retry asks again.</p>"
     )
 
 
@@ -314,11 +366,15 @@ def _step(step: Step, approvals: Mapping[str, Approval]) -> str:
     if step.kind is StepKind.WAIT:
         ids = step.input.get("approval_ids") if isinstance(step.input, dict) else None
         asked = [approvals[i] for i in ids or () if isinstance(i, str) and i in approvals]
-        what = "waits for its children" if step.name == "children" else "waits for approval"
+        what = _WAITS.get(step.name or "", "waits for approval")
         return _head(step.index, what, None, None) + "".join(decision_line(a) for a in asked)
     return _head(step.index, step.kind.value, step.name, timing) + json_block(
         step.output, step.kind.value
     )
+
+
+# What a wait step's name says it waits for (the script's stepItem says the same).
+_WAITS = {"children": "waits for its children", "input": "waits for a person's answer"}
 
 
 def _step_cost(usd: float | None) -> str:
@@ -353,35 +409,91 @@ def assistant_message(message: Mapping[str, Any]) -> str:
 
 
 def decision_line(approval: Approval) -> str:
-    """How an approval stands: pending until when, or who decided what and why."""
+    """How an approval (or a question) stands: pending until when, or who
+    decided what and why."""
+    label = "question" if approval.kind is RequestKind.INPUT else approval.tool_name
     if approval.decision is None:
-        return f'<div class="call">{e(approval.tool_name)}: pending</div>'
+        return f'<div class="call">{e(label)}: pending</div>'
     if expired(approval):
         return (
-            f'<div class="call">{e(approval.tool_name)}: <b>expired</b>'
+            f'<div class="call">{e(label)}: <b>expired</b>'
             f" at {e(expired_at(approval))} with no decision</div>"
         )
-    by = approval.decided_by
-    who = f" by {e(by)}" if by else ""
+    how = decided_how(
+        approval.decided_by,
+        edited=approval.edited,
+        for_run=approval.for_run,
+        standing=approval.standing_from is not None,
+    )
     reason = f": {e(approval.reason)}" if approval.reason else ""
     return (
-        f'<div class="call">{e(approval.tool_name)}: <b>{e(approval.decision.value)}</b>'
-        f"{who} at {when(approval.decided_at)}{reason}</div>"
+        f'<div class="call">{e(label)}: <b>{e(approval.decision.value)}</b>'
+        f"{e(' ' + how if how else '')} at {when(approval.decided_at)}{reason}</div>"
     )
+
+
+def decided_how(by: object, *, edited: bool, for_run: bool, standing: bool) -> str:
+    """Who decided, and how beyond yes or no: "by ada with edited arguments,
+    approved for the rest of the run", or "by a standing approval from ada".
+    The script's ``decidedHow`` says the same of a live event."""
+    if standing:
+        said = "by a standing approval" + (f" from {by}" if by else "")
+    elif by:
+        said = f"by {by}" + (" with edited arguments" if edited else "")
+    else:
+        said = "with edited arguments" if edited else ""
+    if for_run:
+        said += (", " if said else "") + "approved for the rest of the run"
+    return said
+
+
+def answer_block(answer: object) -> str:
+    """A person's answer: text as text, a structured one as JSON."""
+    return text_block(answer) if isinstance(answer, str) else json_block(answer, "answer")
+
+
+def question_of(data: Mapping[str, Any]) -> str | None:
+    """The question of an ``approval`` event of kind ``input``."""
+    asked = data.get("input")
+    question = asked.get("question") if isinstance(asked, dict) else None
+    return question if isinstance(question, str) else None
 
 
 def _approval_event(data: Mapping[str, Any], approvals: Mapping[str, Approval]) -> str:
     index = data.get("step_index")
     index = index if isinstance(index, int) else None
+    # Events written before requests had kinds are approvals.
+    question = data.get("kind") == RequestKind.INPUT.value
+    noun = "question" if question else "approval"
+    name = None if question else data.get("tool_name")
+    asked = question_of(data) if question else None
+    said = "" if asked is None else '<div class="meta">question</div>' + text_block(asked)
     if data.get("action") == "requested":
-        return _head(index, "approval requested", data.get("tool_name"), None)
+        return (
+            _head(index, "question asked" if question else "approval requested", name, None) + said
+        )
     approval = approvals.get(str(data.get("approval_id")))
     if approval is not None and expired(approval):
         meta = f"at {expired_at(approval)} with no decision"
-        return _head(index, "approval expired", data.get("tool_name"), meta)
-    by = data.get("decided_by")
-    reason = data.get("reason")
-    meta = " · ".join(
-        str(x) for x in (f"by {by}" if by else None, f"reason: {reason}" if reason else None) if x
+        return _head(index, f"{noun} expired", name, meta) + said
+    edited = data.get("edited") is True
+    how = decided_how(
+        data.get("decided_by"),
+        edited=edited,
+        for_run=data.get("for_run") is True,
+        standing=bool(data.get("standing_from")),
     )
-    return _head(index, f"approval {data.get('decision')}", data.get("tool_name"), meta)
+    reason = data.get("reason")
+    meta = " · ".join(x for x in (how, f"reason: {reason}" if reason else "") if x)
+    body = _head(index, f"{noun} {data.get('decision')}", name, meta)
+    if question and data.get("decision") == "answered":
+        body += said + '<div class="meta">answer</div>' + answer_block(data.get("answer"))
+    if edited:
+        who = data.get("decided_by") or "a person"
+        body += (
+            '<div class="meta">the model asked for</div>'
+            + json_block(data.get("input"), "arguments")
+            + f'<div class="meta">{e(who)} approved</div>'
+            + json_block(data.get("arguments"), "arguments")
+        )
+    return body

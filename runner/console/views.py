@@ -7,28 +7,33 @@ Django one only translate; the rules are here, once:
 - every POST wants :attr:`Request.csrf_ok`, checked before anything else;
 - whatever the engine refuses is one clear answer (4xx, or 503 when the store
   is down), never a 500;
-- approve and deny are idempotent: a second POST answers "already decided"
-  with a 409 and changes nothing.
+- approve, deny and answer are idempotent: a second POST answers "already
+  decided" with a 409 and changes nothing;
+- an edit or an answer the engine refuses (it checks them against the
+  request's schema) is one 400 that says where it fails, and decides nothing.
 
 The console is a client of the public engine API, never of the store.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from runner.approvals.expiry import marked_event
-from runner.console import http_errors
-from runner.console.approval_pages import decided_text, inbox_body, link_body
+from runner.console import answer_form, http_errors
+from runner.console.approval_pages import decided_text, inbox_body, link_body, link_title
 from runner.console.assets import PAGE_HEADERS
+from runner.console.forms import parse_json
 from runner.console.listing import runs_body
 from runner.console.render import message_page, page, sign_out_form, url
 from runner.console.timeline import RETRYABLE, run_body
 from runner.errors import (
     ApprovalAlreadyDecided,
+    InvalidApprovalInput,
     InvalidInput,
     RunwrightError,
     StoreUnavailable,
@@ -36,7 +41,7 @@ from runner.errors import (
 from runner.sse import HEADERS as SSE_HEADERS
 from runner.sse import sse_stream
 from store.events import RunEvent, step_event
-from store.models import Approval
+from store.models import Approval, RequestKind, Run
 from store.rules import CancelAction
 
 if TYPE_CHECKING:
@@ -53,7 +58,10 @@ MAX_PAGE = 1000
 # client writes in the URL reaches the page.
 NOTES = {
     "approved": "Approved.",
+    "edited": "Approved with your edited arguments.",
+    "for_run": "Approved for the rest of the run.",
     "denied": "Denied.",
+    "answered": "Answered.",
     "cancel": "The run is cancelled.",
     "cancel_requested": "Cancel requested: the run stops within a second or so.",
     "retried": "The run is queued again from its checkpoint.",
@@ -244,6 +252,7 @@ class Console:
             unknown=unknown,
             why=self.engine.explain(run),
             children=engine.children(run.id),
+            standing=engine.standing_approvals(run.id),
         )
         if note:
             body = f'<p class="note">{note}</p>' + body
@@ -323,7 +332,7 @@ class Console:
         body = link_body(
             approval, action=action, token=token, csrf=request.csrf_token, now=self.now()
         )
-        return self._html(f"Approve {approval.tool_name}?", body, link)
+        return self._html(link_title(approval), body, link)
 
     def _by_token(self, approval_id: str, token: str) -> Approval:
         try:
@@ -336,37 +345,119 @@ class Console:
             raise http_errors.BadLink() from None
 
     def _decide(self, request: Request) -> Response:
+        """Approve or deny an approval (with edited ``arguments``, or
+        ``for_run``), or ``answer`` a question; by its link's ``token``, or
+        as the signed-in user."""
         approval_id = request.params["approval_id"]
-        approve = _decision(request.form)
-        reason = _reason(request.form)
-        token = request.form.get("token")
+        form = request.form
+        decision = _decision(form, answers=True)
+        token = form.get("token")
         if token:
+            # The token first: a forged link with an edit or an answer gets
+            # the answer any forged link gets, whatever else it carries.
             approval = self._by_token(approval_id, token)
             link = Request("POST")
+            if not approval.pending:
+                return self._already(approval, link)
             try:
-                self.engine.respond(approval_id, approve, reason, token=token, by="link")
+                _run, note = self._record(
+                    approval_id, approval, decision, form, by="link", token=token
+                )
             except ApprovalAlreadyDecided:
-                decided = self._by_token(approval_id, token)
-                message = f"This approval was already {decided_text(decided)}; nothing changed."
-                return self.error(409, "Already decided", message, link)
-            done = "Approved" if approve else "Denied"
-            return self.error(200, done, f"{done}: {approval.tool_name}. Thank you.", link)
+                return self._already(self._by_token(approval_id, token), link)
+            except InvalidApprovalInput as exc:
+                return self._not_decided(exc, link)
+            return self.error(200, _LINK_DONE[note], _link_thanks(note, approval), link)
         if request.user is None:
             return self._forbidden(request)
+        asked = self._asked(approval_id, decision, form)
+        if asked is not None and not asked.pending:
+            return self._already(asked, request)
         try:
-            run = self.engine.respond(approval_id, approve, reason, trusted=True, by=request.user)
+            run, note = self._record(approval_id, asked, decision, form, by=request.user)
         except ApprovalAlreadyDecided as exc:
             return self.error(409, "Already decided", exc.message + "; nothing changed.", request)
-        target = "/approvals" if request.form.get("next") == "inbox" else f"/runs/{run.id}"
-        return self._redirect(target, "approved" if approve else "denied")
+        except InvalidApprovalInput as exc:
+            return self._not_decided(exc, request)
+        target = "/approvals" if form.get("next") == "inbox" else f"/runs/{run.id}"
+        return self._redirect(target, note)
+
+    def _asked(self, approval_id: str, decision: str, form: Mapping[str, str]) -> Approval | None:
+        """The request a signed-in user's form decides, when the console needs
+        it: to read an answer by its schema, or to tell an edit from the
+        model's own arguments. The console's forms name its run (``run``)."""
+        run_id = form.get("run")
+        if run_id is None:
+            if decision == "answer" or "arguments" in form:
+                raise InvalidInput("a form that edits or answers names its run (the field run)")
+            return None  # a plain approve or deny: the engine needs no more
+        found = [a for a in self.engine.approvals(run_id) if a.approval_id == approval_id]
+        if not found:
+            raise http_errors.NoSuchApproval(f"run {run_id} has no approval {approval_id}")
+        return found[0]
+
+    def _record(
+        self,
+        approval_id: str,
+        approval: Approval | None,
+        decision: str,
+        form: Mapping[str, str],
+        *,
+        by: str,
+        token: str | None = None,
+    ) -> tuple[Run, str]:
+        """Hand the decision to the engine (``approval``: the request, when the
+        console read it); the run, and the note that says what was done."""
+        engine = self.engine
+        trusted = token is None
+        if decision == "answer":
+            # A request that is no question gets the engine's own refusal
+            # (WrongRequestKind), so the form is not read by a schema of a tool.
+            if approval is not None and approval.kind is RequestKind.INPUT:
+                value = answer_form.read(answer_form.plan(approval.schema), form)
+            else:
+                value = form.get(answer_form.ANSWER)
+            run = engine.answer(approval_id, value, token=token, trusted=trusted, by=by)
+            return run, "answered"
+        approve = decision == "approve"
+        arguments = _arguments(form, approval)
+        for_run = _for_run(form)
+        run = engine.respond(
+            approval_id,
+            approve,
+            _reason(form),
+            token=token,
+            trusted=trusted,
+            by=by,
+            arguments=arguments,
+            for_run=for_run,
+        )
+        if not approve:
+            return run, "denied"
+        return run, "for_run" if for_run else "edited" if arguments is not None else "approved"
+
+    def _already(self, approval: Approval, request: Request) -> Response:
+        noun = "question" if approval.kind is RequestKind.INPUT else "approval"
+        message = f"This {noun} was already {decided_text(approval)}; nothing changed."
+        return self.error(409, "Already decided", message, request)
+
+    def _not_decided(self, exc: InvalidApprovalInput, request: Request) -> Response:
+        said = exc.message.rstrip(".")
+        message = f"{said}. Nothing was decided: go back, correct it and send it again."
+        return self.error(400, "Not decided", message, request)
 
     def _decide_step(self, request: Request) -> Response:
         run_id = request.params["run_id"]
         step = _step_index(request.params["step"])
-        approve = _decision(request.form)
+        approve = _decision(request.form) == "approve"
         reason = _reason(request.form)
         engine = self.engine
-        of_step = [a for a in engine.approvals(run_id) if a.step_index == step]
+        # Questions are answered one by one, never with the step's approvals.
+        of_step = [
+            a
+            for a in engine.approvals(run_id)
+            if a.step_index == step and a.kind is RequestKind.APPROVAL
+        ]
         if not of_step:
             raise http_errors.NoSuchStep(f"run {run_id} asked for no approval at step {step}")
         decided = 0
@@ -423,15 +514,63 @@ def _moment(raw: str | None, name: str) -> datetime | None:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-def _decision(form: Mapping[str, str]) -> bool:
-    decision = form.get("decision")
-    if decision not in ("approve", "deny"):
-        raise InvalidInput("decision must be approve or deny")
-    return decision == "approve"
+def _decision(form: Mapping[str, str], *, answers: bool = False) -> str:
+    """``approve`` or ``deny`` (or, where a question may be answered, ``answer``)."""
+    decision = form.get("decision", "")
+    if decision in ("approve", "deny") or (answers and decision == "answer"):
+        return decision
+    raise InvalidInput("decision must be approve, deny" + (" or answer" if answers else ""))
+
+
+def _arguments(form: Mapping[str, str], approval: Approval | None) -> dict[str, Any] | None:
+    """The edited arguments a form carries, or None: no box, or the model's
+    own arguments sent back as they were (every decision sends the box)."""
+    raw = form.get("arguments")
+    if raw is None:
+        return None
+    edited = parse_json(raw, "the edited arguments")
+    if not isinstance(edited, dict):
+        raise InvalidApprovalInput("refused the edited arguments: they must be a JSON object")
+    if approval is not None and _same_json(edited, approval.input):
+        return None
+    return edited
+
+
+def _same_json(a: object, b: object) -> bool:
+    # As JSON text, where 1, 1.0 and true differ (Python's == holds them equal).
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def _for_run(form: Mapping[str, str]) -> bool:
+    raw = form.get("for_run", "")
+    if raw not in ("", "1", "on"):
+        raise InvalidApprovalInput("for_run is 1 (a ticked box) or left out")
+    return raw != ""
 
 
 def _reason(form: Mapping[str, str]) -> str | None:
     return form.get("reason", "").strip() or None
+
+
+_LINK_DONE = {
+    "approved": "Approved",
+    "edited": "Approved",
+    "for_run": "Approved",
+    "denied": "Denied",
+    "answered": "Answered",
+}
+
+
+def _link_thanks(note: str, approval: Approval) -> str:
+    """What a link's holder reads once they decided."""
+    if note == "answered":
+        return "Answered. Thank you."
+    said = f"{_LINK_DONE[note]}: {approval.tool_name}"
+    if note == "edited":
+        said += ", with your arguments"
+    elif note == "for_run":
+        said += ", for the rest of the run"
+    return said + ". Thank you."
 
 
 def _step_index(raw: str) -> int:

@@ -1,14 +1,18 @@
 """The console mounted in a Flask app, on an engine of the test's own, with
-agents that ask for approvals and agents whose model and tools write hostile text."""
+agents that ask for approvals, agents that ask questions, and agents whose
+model and tools write hostile text."""
 
 from __future__ import annotations
 
+import enum
+import json
 import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
+import pydantic
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
@@ -194,3 +198,76 @@ def waiting_run(
     execute_all(engine, queued)
     [approval] = engine.approvals(run.id)
     return agent, run, approval
+
+
+class Colour(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+class Resolution(pydantic.BaseModel):
+    """A structured answer with one field of each kind the console's form
+    makes an input for (runner/console/answer_form.py)."""
+
+    action: Literal["refund", "replace"]
+    amount: int = pydantic.Field(ge=0, le=1000, description="in euros")
+    ratio: float = 1.0
+    urgent: bool = False
+    colour: Colour = Colour.RED  # a $ref into $defs
+    note: str = ""
+    courier: str | None = None
+
+
+class Parcel(pydantic.BaseModel):
+    """An answer no plain form fits (a list): one JSON box."""
+
+    items: list[str]
+
+
+def question_agent(
+    *, question: str = "Which order is it about?", ask_human: Any = True, refunds: int = 0
+) -> str:
+    """Step 1 asks ``question`` through ask_human (and, with ``refunds``,
+    asks to refund that many times in the same step); step 2 answers with
+    what it was told, as JSON of each result by call id."""
+    name = unique("question")
+
+    @effect
+    def refund(amount: int, idempotency_key: str, note: str = "") -> dict[str, Any]:
+        """Refund money."""
+        return {"refunded": amount}
+
+    def script(request: Request) -> Any:
+        if request.step == 1:
+            asks = [call("refund", {"amount": 10 + i}) for i in range(refunds)]
+            return Reply("I need to ask.", [call("ask_human", {"question": question}), *asks])
+        told = {m["tool_call_id"]: m["content"] for m in request.tool_results()}
+        return text(json.dumps(told))
+
+    model = ScriptedModel(name, script)
+    Agent(
+        name=name,
+        model=model.model,
+        tools=[refund],
+        approvals={"refund": True},
+        ask_human=ask_human,
+    )
+    return name
+
+
+def waiting_question(
+    engine: Engine, queued: list[str], payload: dict[str, Any] | None = None, **asks: Any
+) -> tuple[Run, Approval]:
+    """A run of a new :func:`question_agent`, executed until it waits; the
+    run and its question."""
+    run = engine.start(question_agent(**asks), payload or {})
+    execute_all(engine, queued)
+    [question] = [a for a in engine.approvals(run.id) if a.kind.value == "input"]
+    return run, question
+
+
+def told(engine: Engine, run_id: str, call_id: str) -> Any:
+    """What the model of a :func:`question_agent` was sent for ``call_id``."""
+    output = engine.get_run(run_id).output
+    assert isinstance(output, str), output
+    return json.loads(output)[call_id]

@@ -73,8 +73,9 @@ def test_the_live_stream_marks_an_expiry_as_the_page_reads_it(
     ]
     assert len(decided) == 1 and decided[0]["expired"] is True, decided
     assert decided[0]["expired_at"] == f"{approval.expires_at:%Y-%m-%d %H:%M:%S} UTC"
-    # The script renders what the server marked (runner/console/assets.py).
-    assert "if (d.expired)" in SCRIPT and '"approval expired"' in SCRIPT
+    # The script renders what the server marked (runner/console/assets.py),
+    # "approval expired" or "question expired".
+    assert "if (d.expired)" in SCRIPT and 'noun + " expired"' in SCRIPT
 
 
 def test_a_reviewer_who_types_expired_reads_as_a_denial(

@@ -18,10 +18,12 @@ from store.models import Decision
 from tests.console.conftest import (
     HOSTILE_IMG,
     HOSTILE_SCRIPT,
+    Resolution,
     approval_agent,
     csrf_of,
     execute_all,
     hostile_agent,
+    waiting_question,
 )
 from tests.console.django_support import (
     BASE,
@@ -144,6 +146,67 @@ def test_deciding_a_whole_step(staff: Any, console: Engine, queued: list[str]) -
     assert {(a.decision, a.decided_by, a.reason) for a in decided} == {
         (Decision.DENIED, staff.username, "not this customer")
     }
+
+
+def test_an_edit_and_an_answer_go_through_django(
+    staff: Any, console: Engine, queued: list[str]
+) -> None:
+    run_id, agent = waiting_run(console, queued)
+    [approval] = console.approvals(run_id)
+    edit = {
+        "decision": "approve",
+        "arguments": '{"amount": 12, "note": "from Django"}',
+        "for_run": "1",
+        "next": "inbox",
+        "run": run_id,
+    }
+    before = snapshot(console.store)
+    broken = post(
+        staff,
+        f"{INBOX}/{approval.approval_id}",
+        {**edit, "arguments": '{"amount": "twelve"}'},
+        csrf_from=INBOX,
+    )
+    assert broken.status_code == 400
+    assert "at amount, &#x27;twelve&#x27; is not of type &#x27;integer&#x27;" in text(broken)
+    assert snapshot(console.store) == before
+    answer = post(staff, f"{INBOX}/{approval.approval_id}", edit, csrf_from=INBOX)
+    assert answer.status_code == 303 and location(answer) == f"{INBOX}?note=for_run"
+    [decided] = console.approvals(run_id)
+    assert (decided.arguments, decided.for_run, decided.decided_by) == (
+        {"amount": 12, "note": "from Django"},
+        True,
+        staff.username,
+    )
+    execute_all(console, queued)
+    assert agent.refunds.done == [12]
+
+    run, question = waiting_question(console, queued, ask_human=Resolution)
+    fields = {"answer.action": "refund", "answer.amount": "7", "answer.urgent": "1"}
+    answer = post(
+        staff,
+        f"{INBOX}/{question.approval_id}",
+        {"decision": "answer", "run": run.id, **fields},
+        csrf_from=INBOX,
+    )
+    assert answer.status_code == 303 and location(answer) == f"{BASE}/runs/{run.id}?note=answered"
+    [answered] = console.approvals(run.id)
+    assert (answered.answer, answered.decided_by) == (
+        {"action": "refund", "amount": 7, "urgent": True},
+        staff.username,
+    )
+    # A question's link answers it too, without a Django user.
+    linked, asked = waiting_question(console, queued)
+    holder = client_of()
+    token = console.token(asked.approval_id)
+    shown = page(holder, f"{INBOX}/{asked.approval_id}?token={token}")
+    form = {"decision": "answer", "answer": "blue", "token": token, "csrf_token": csrf_of(shown)}
+    done = send(holder, f"{INBOX}/{asked.approval_id}", form)
+    assert done.status_code == 200 and "Answered. Thank you." in text(done)
+    assert (console.approvals(linked.id)[0].answer, console.approvals(linked.id)[0].decided_by) == (
+        "blue",
+        "link",
+    )
 
 
 def test_cancel_then_retry(staff: Any, console: Engine, queued: list[str]) -> None:

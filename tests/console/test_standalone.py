@@ -26,7 +26,14 @@ from runner.console.sessions import (
 from runner.console.standalone import StandaloneConsole
 from runner.settings import Settings
 from store.models import Decision
-from tests.console.conftest import approval_agent, csrf_of, execute_all
+from tests.console.conftest import (
+    Parcel,
+    approval_agent,
+    csrf_of,
+    execute_all,
+    waiting_question,
+)
+from tests.helpers import snapshot
 
 BASE = "/console"
 ALICE = ("alice", "alice's password")
@@ -394,6 +401,51 @@ def test_an_approval_records_who_decided(
     assert decided[second.approval_id].decision is Decision.DENIED
     execute_all(engine, queued)
     assert agent.refunds.done == [30]
+
+
+def test_an_edit_and_an_answer_go_through_the_standalone_console(
+    client: Client, engine: Engine, queued: list[str]
+) -> None:
+    agent = approval_agent()
+    run = engine.start(agent.name, {})
+    execute_all(engine, queued)
+    [approval] = engine.approvals(run.id)
+    signed_in(client)
+    token = csrf_of(client.get(f"{BASE}/approvals").text)
+    path = f"{BASE}/approvals/{approval.approval_id}"
+    edit = {"decision": "approve", "run": run.id, "csrf_token": token}
+    before = snapshot(engine.store)
+    for bad, says in (("[12]", "must be a JSON object"), ("{", "not JSON")):
+        refused = client.post(path, data={**edit, "arguments": bad})
+        assert refused.status_code == 400 and says in refused.text
+    assert snapshot(engine.store) == before
+    # Past 64 KiB the form is refused before anything reads it.
+    huge = client.post(path, data={**edit, "arguments": '{"note": "' + "x" * 70_000 + '"}'})
+    assert huge.status_code == 413 and snapshot(engine.store) == before
+
+    answer = client.post(path, data={**edit, "arguments": '{"amount": 9, "note": "standalone"}'})
+    assert answer.status_code == 303
+    assert answer.headers["Location"] == f"{BASE}/runs/{run.id}?note=edited"
+    [decided] = engine.approvals(run.id)
+    assert (decided.arguments, decided.decided_by) == ({"amount": 9, "note": "standalone"}, "alice")
+    execute_all(engine, queued)
+    assert agent.refunds.done == [9]
+
+    asked_run, question = waiting_question(engine, queued, ask_human=Parcel)
+    answer = client.post(
+        f"{BASE}/approvals/{question.approval_id}",
+        data={
+            "decision": "answer",
+            "answer": '{"items": ["mug"]}',
+            "run": asked_run.id,
+            "next": "inbox",
+            "csrf_token": token,
+        },
+    )
+    assert answer.status_code == 303
+    assert answer.headers["Location"] == f"{BASE}/approvals?note=answered"
+    [answered] = engine.approvals(asked_run.id)
+    assert (answered.answer, answered.decided_by) == ({"items": ["mug"]}, "alice")
 
 
 def test_a_token_link_opens_its_approval_and_nothing_else(
