@@ -203,7 +203,9 @@ class WebhookReceiver:
         except (InvalidInput, ValueError, TypeError, KeyError) as exc:
             raise Refused(422, f"the delivery cannot be mapped to a run: {exc}") from None
         if not isinstance(mapped, Mapped):
-            raise TypeError(f"the mapper of route {route!r} must return a Mapped, not {mapped!r}")
+            raise ConfigurationError(
+                f"the mapper of route {route!r} must return a Mapped, not {type(mapped).__name__}"
+            )
         try:
             run = self.engine.start(
                 agent,
@@ -287,7 +289,7 @@ def _json(body: bytes) -> Any:
     """The delivery's JSON (a NaN or an infinity is not JSON)."""
 
     def refuse(constant: str) -> Any:
-        raise ValueError(constant)
+        raise Refused(400, f"the body is not JSON ({constant} is not a JSON number)")
 
     try:
         return json.loads(body, parse_constant=refuse)
