@@ -14,6 +14,7 @@ from runner.errors import (
     RunNotFound,
     RunNotWaiting,
     RunwrightError,
+    ScheduleNotFound,
     StoreUnavailable,
 )
 
@@ -48,7 +49,8 @@ def status_for(exc: RunwrightError) -> tuple[int, str]:
         return 409, "Already decided"
     if isinstance(exc, ApprovalExpired | RunNotWaiting | InvalidTransition):
         return 409, "Not done"
-    if isinstance(exc, RunNotFound | ApprovalNotFound | AgentNotFound | EffectNotFound):
+    not_found = RunNotFound | ApprovalNotFound | AgentNotFound | EffectNotFound | ScheduleNotFound
+    if isinstance(exc, not_found):
         return 404, "Not found"
     if isinstance(exc, InvalidInput):
         return 400, "Bad request"

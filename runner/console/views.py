@@ -30,18 +30,20 @@ from runner.console.assets import PAGE_HEADERS
 from runner.console.forms import parse_json
 from runner.console.listing import runs_body
 from runner.console.render import message_page, page, sign_out_form, url
+from runner.console.schedule_pages import schedule_body, schedules_body
 from runner.console.timeline import RETRYABLE, run_body
 from runner.errors import (
     ApprovalAlreadyDecided,
     InvalidApprovalInput,
     InvalidInput,
+    RunNotFound,
     RunwrightError,
     StoreUnavailable,
 )
 from runner.sse import HEADERS as SSE_HEADERS
 from runner.sse import sse_stream
 from store.events import RunEvent, step_event
-from store.models import Approval, RequestKind, Run
+from store.models import Approval, Firing, RequestKind, Run
 from store.rules import CancelAction
 
 if TYPE_CHECKING:
@@ -121,6 +123,8 @@ ROUTES = (
     Route("inbox", "GET", "/approvals"),
     Route("approval", "GET", "/approvals/<approval_id>", public=True),
     Route("decide", "POST", "/approvals/<approval_id>", public=True),
+    Route("schedules", "GET", "/schedules"),
+    Route("schedule", "GET", "/schedules/<name>"),
 )
 _ROUTES = {route.name: route for route in ROUTES}
 
@@ -303,6 +307,35 @@ class Console:
         return self._redirect(f"/runs/{run.id}", "retried")
 
     # -------------------------------------------------------- approvals
+
+    # -------------------------------------------------------- schedules
+
+    def _schedules(self, request: Request) -> Response:
+        book = self.engine.schedules
+        found = book.list()
+        last = {s.name: book.firings(s.name, limit=1) for s in found}
+        runs = self._runs_of([f for firings in last.values() for f in firings])
+        body = schedules_body(found, last, runs, base=self.base)
+        return self._html("Schedules", body, request)
+
+    def _schedule(self, request: Request) -> Response:
+        book = self.engine.schedules
+        found = book.get(request.params["name"])
+        upcoming = [] if found.paused else book.next_firings(found.name, count=5)
+        firings = book.firings(found.name, limit=_limit(request.query.get("limit")))
+        body = schedule_body(found, upcoming, firings, self._runs_of(firings), base=self.base)
+        return self._html(f"Schedule {found.name}", body, request)
+
+    def _runs_of(self, firings: list[Firing]) -> dict[str, Run]:
+        """The firings' runs that still exist (a pruned one is gone)."""
+        runs: dict[str, Run] = {}
+        for firing in firings:
+            if firing.run_id is not None and firing.run_id not in runs:
+                try:
+                    runs[firing.run_id] = self.engine.get_run(firing.run_id)
+                except RunNotFound:
+                    continue
+        return runs
 
     def _inbox(self, request: Request) -> Response:
         agent = _text(request.query, "agent") or None

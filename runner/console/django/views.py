@@ -54,6 +54,8 @@ PERMISSIONS = {
     "inbox": "view_approval",
     "approval": "view_approval",  # without a token: on to the inbox
     "decide": "decide_approval",
+    "schedules": "view_run",
+    "schedule": "view_run",
 }
 _MAY = {
     "view_run": "see runs",
