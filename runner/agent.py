@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol
 
 import pydantic
 
+from runner.approvals.expiry import check_expiry, expiry_seconds
 from runner.children import ChildTool, child_tool
 from runner.errors import AgentNotFound, ConfigurationError, InvalidInput
 from runner.mcp.servers import MCPServer
@@ -80,20 +81,13 @@ class ApprovalPolicy:
     on_deny: OnDenyRule | None = None
 
     def __post_init__(self) -> None:
-        if self.on_expire not in ("deny", "fail"):
-            raise InvalidInput(f"on_expire must be 'deny' or 'fail', not {self.on_expire!r}")
+        check_expiry("ApprovalPolicy", self.expires_in, self.on_expire)
         if self.on_deny is not None and self.on_deny not in _ON_DENY:
             raise InvalidInput(f"on_deny must be 'continue' or 'fail', not {self.on_deny!r}")
-        if self.expires_in is not None and self.expires_seconds(1.0) <= 0:
-            raise InvalidInput("ApprovalPolicy.expires_in must be positive")
 
     def expires_seconds(self, default: float) -> float:
         """Seconds until a request expires; ``default`` if the policy sets none."""
-        if self.expires_in is None:
-            return default
-        if isinstance(self.expires_in, timedelta):
-            return self.expires_in.total_seconds()
-        return float(self.expires_in)
+        return expiry_seconds(self.expires_in, default)
 
 
 ApprovalRule = bool | Callable[[dict[str, Any]], bool] | ApprovalPolicy

@@ -11,11 +11,30 @@ decision is refused once ``expires_at`` has passed (store/rules.py
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
+from runner.errors import InvalidInput
 from store.events import EventType, RunEvent
 from store.models import Approval, Decision, RequestKind, RunError
+
+
+def check_expiry(owner: str, expires_in: timedelta | float | None, on_expire: str) -> None:
+    """An expiry as a policy (``ApprovalPolicy``, ``AskHuman``) sets it:
+    positive, and ``on_expire`` ``"deny"`` or ``"fail"``."""
+    if on_expire not in ("deny", "fail"):
+        raise InvalidInput(f"on_expire must be 'deny' or 'fail', not {on_expire!r}")
+    if expires_in is not None and expiry_seconds(expires_in, 1.0) <= 0:
+        raise InvalidInput(f"{owner}.expires_in must be positive")
+
+
+def expiry_seconds(expires_in: timedelta | float | None, default: float) -> float:
+    """Seconds until a request expires; ``default`` if its policy sets none."""
+    if expires_in is None:
+        return default
+    if isinstance(expires_in, timedelta):
+        return expires_in.total_seconds()
+    return float(expires_in)
 
 
 def expired(approval: Approval) -> bool:

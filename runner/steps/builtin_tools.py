@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 import pydantic
 
+from runner.approvals.expiry import check_expiry, expiry_seconds
 from runner.errors import InvalidInput, RunwrightError
 from runner.steps.tools import Tool
 
@@ -107,17 +108,10 @@ class AskHuman:
             isinstance(self.answer, type) and issubclass(self.answer, pydantic.BaseModel)
         ):
             raise InvalidInput("AskHuman.answer must be a pydantic model class")
-        if self.on_expire not in ("deny", "fail"):
-            raise InvalidInput(f"on_expire must be 'deny' or 'fail', not {self.on_expire!r}")
-        if self.expires_in is not None and self.expires_seconds(1.0) <= 0:
-            raise InvalidInput("AskHuman.expires_in must be positive")
+        check_expiry("AskHuman", self.expires_in, self.on_expire)
 
     def expires_seconds(self, default: float) -> float:
-        if self.expires_in is None:
-            return default
-        if isinstance(self.expires_in, timedelta):
-            return self.expires_in.total_seconds()
-        return float(self.expires_in)
+        return expiry_seconds(self.expires_in, default)
 
     def answer_schema(self) -> dict[str, Any]:
         """What an answer must fit (JSON Schema): the model's, or text."""

@@ -11,7 +11,7 @@ from store.db import Row, Tx, dumps
 from store.errors import RanEffect, RunNotFound
 from store.models import Decision, EffectStatus, NewRun, Run, RunAttempt
 from store.pg.base import PgBase
-from store.pg.runs import LLM_STEP
+from store.pg.runs import LLM_STEP, new_run_params
 from store.recovery import (
     attempt_of,
     check_existing_fork,
@@ -305,17 +305,8 @@ class PgRecovery(PgBase):
         run_id = check_run_id(run_id)
         check_new_run(new, self.max_payload_bytes)
         model = check_model(model)
-        params = {
-            "id": check_new_id(new.id),
-            "agent": new.agent,
-            "trigger": dumps(new.trigger.model_dump(mode="json")),
-            "trigger_id": new.trigger.id,
-            "key": new.concurrency_key,
-            "thread": new.thread,
-            "trace_context": dumps(new.trace_context) if new.trace_context else None,
-            "model": model,
-            "run_id": run_id,
-        }
+        check_new_id(new.id)
+        params = {**new_run_params(new), "model": model, "run_id": run_id}
         with self.db.tx() as tx:
             existing = tx.first(EXISTING_RUN, params)
             if existing is not None:

@@ -166,11 +166,9 @@ class ThreadStart:
     state: object
 
 
-def insert_run(tx: Tx, new: NewRun) -> tuple[Run, bool]:
-    """Create the run in ``tx`` (checked already: ``check_new_run``), or find
-    the one its trigger id names for its agent; whether it was created. The
-    one way a new run is written (a start, a schedule's firing)."""
-    params = {
+def new_run_params(new: NewRun) -> dict[str, Any]:
+    """A new run's columns as statement parameters (a start, a firing, a fork)."""
+    return {
         "id": new.id,
         "agent": new.agent,
         "trigger": dumps(new.trigger.model_dump(mode="json")),
@@ -179,6 +177,13 @@ def insert_run(tx: Tx, new: NewRun) -> tuple[Run, bool]:
         "thread": new.thread,
         "trace_context": dumps(new.trace_context) if new.trace_context else None,
     }
+
+
+def insert_run(tx: Tx, new: NewRun) -> tuple[Run, bool]:
+    """Create the run in ``tx`` (checked already: ``check_new_run``), or find
+    the one its trigger id names for its agent; whether it was created. The
+    one way a new run is written (a start, a schedule's firing)."""
+    params = new_run_params(new)
     row = tx.first(CREATE_RUN, params)
     if row is None:
         existing = tx.first(RUN_BY_TRIGGER, params)

@@ -16,7 +16,7 @@ from typing import Any
 from celery import Celery
 
 import tests.agents  # noqa: F401  (the agents the workers run, known here too)
-from runner import Engine
+from runner import Engine, Run
 from runner.settings import Settings
 from store.leases import Leases
 from store.postgres import PostgresStore
@@ -222,3 +222,15 @@ def wait_until(
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def settled(cluster: Cluster, run_id: str, timeout: float = 90) -> Run:
+    """The run once it settles (an AssertionError after ``timeout`` seconds)."""
+    engine = cluster.engine()
+    found: Run = wait_until(
+        lambda: (r := engine.get_run(run_id)).status.settled and r,
+        timeout,
+        f"run {run_id} to settle",
+        interval=0.2,
+    )
+    return found

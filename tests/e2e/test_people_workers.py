@@ -16,19 +16,9 @@ import pytest
 import tests.agents_people  # noqa: F401  (this process starts the runs by name)
 from store.models import Decision, RequestKind, RunStatus, StepKind
 from tests.agents import read_effect_log
-from tests.e2e.cluster import Cluster, wait_until
+from tests.e2e.cluster import Cluster, settled, wait_until
 
 AGENTS = "tests.agents,tests.agents_people"
-
-
-def settled(cluster: Cluster, run_id: str, timeout: float = 90) -> Any:
-    engine = cluster.engine()
-    return wait_until(
-        lambda: (r := engine.get_run(run_id)).status.settled and r,
-        timeout,
-        f"run {run_id} to settle",
-        interval=0.2,
-    )
 
 
 def ran(cluster: Cluster, tool: str) -> list[dict[str, Any]]:
