@@ -6,6 +6,15 @@ epoch fails fast; anything unclear (a missing key after a Redis restart, a
 claimer that has not reached Postgres yet, Redis down) defers to the Postgres
 fence, which is the authority. A claim refused is explained by ``refusal``:
 who holds the run, or why it is not claimable.
+
+The check answers from this process's memory while the lease is known to be
+its own: Redis confirmed it (the claim's bind, a heartbeat's renewal) less
+than half a TTL ago, by the monotonic clock. Nobody else can hold it then:
+another claim needs the key gone, which only its expiry (a TTL after that
+confirmation) or a lost Redis could do, and a claim after a lost Redis still
+needs the Postgres claim lapsed, which the same heartbeat renewed. A process
+stopped past that (SIGSTOP, a long pause: the monotonic clock runs on) asks
+Redis again, and fails fast as before.
 """
 
 from __future__ import annotations
@@ -13,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -97,6 +107,8 @@ class Claims:
         self.ttl_seconds = ttl_seconds
         # None: a run may be taken over any number of times (store-level tools).
         self.max_takeovers = max_takeovers
+        # Run id -> (epoch, monotonic time) Redis last confirmed this process's lease.
+        self._confirmed: dict[str, tuple[int, float]] = {}
 
     @property
     def ttl_ms(self) -> int:
@@ -128,7 +140,8 @@ class Claims:
         claim = run.claim
         if self.leases is not None:
             try:
-                self.leases.bind(run_id, owner, claim.epoch, self.ttl_ms)
+                if self.leases.bind(run_id, owner, claim.epoch, self.ttl_ms):
+                    self._confirm(run_id, claim.epoch)
             except StoreUnavailable:
                 log.warning("could not record epoch %s in the lease of %s", claim.epoch, run_id)
         return Fence(run_id=run_id, owner=owner, epoch=claim.epoch), run
@@ -171,11 +184,29 @@ class Claims:
             else:
                 if renewal is Renewal.RESTORED:
                     log.info("re-created the lost lease of run %s", fence.run_id)
+                if renewal is Renewal.FOREIGN:
+                    self._confirmed.pop(fence.run_id, None)
+                else:
+                    self._confirm(fence.run_id, fence.epoch)
         return Heartbeat(cancel_requested=cancel, lease=renewal)
 
+    def _confirm(self, run_id: str, epoch: int) -> None:
+        self._confirmed[run_id] = (epoch, time.monotonic())
+
+    def _known_own(self, fence: Fence) -> bool:
+        """Redis confirmed this lease to this epoch less than half a TTL ago."""
+        known = self._confirmed.get(fence.run_id)
+        return (
+            known is not None
+            and known[0] == fence.epoch
+            and time.monotonic() - known[1] < self.ttl_seconds / 2
+        )
+
     def check(self, fence: Fence) -> None:
-        """Fail fast if the lease shows that a newer epoch took the run over."""
-        if self.leases is None:
+        """Fail fast if the lease shows that a newer epoch took the run over
+        (from memory while the lease is known to be this fence's: the module's
+        docstring says why that is the same answer)."""
+        if self.leases is None or self._known_own(fence):
             return
         try:
             holder = self.leases.holder(fence.run_id)
@@ -187,6 +218,8 @@ class Claims:
             )
 
     def release(self, fence: Fence) -> None:
+        if self._confirmed.get(fence.run_id, (None, 0.0))[0] == fence.epoch:
+            self._confirmed.pop(fence.run_id, None)
         if self.leases is None:
             return
         with contextlib.suppress(StoreUnavailable):  # the TTL removes it

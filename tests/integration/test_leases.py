@@ -72,7 +72,7 @@ def test_heartbeat_recreates_a_lost_lease_only_for_the_postgres_owner(
 
 
 def test_check_fails_fast_on_a_newer_epoch_and_defers_otherwise(
-    pg_store: PostgresStore, leases: Leases
+    pg_store: PostgresStore, leases: Leases, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     claims = Claims(pg_store, leases, ttl_seconds=30)
     run, _ = pg_store.create_run(new_run())
@@ -80,11 +80,51 @@ def test_check_fails_fast_on_a_newer_epoch_and_defers_otherwise(
     assert isinstance(claimed, tuple)
     fence, _ = claimed
     claims.check(fence)
+    # Past half a TTL since Redis confirmed the lease (a process stopped that
+    # long), the check asks Redis again.
+    later = time.monotonic() + 16
+    monkeypatch.setattr("store.claims.time.monotonic", lambda: later)
     leases.redis.delete(lease_key(run.id))
     claims.check(fence)  # missing key: Postgres decides
     leases.redis.set(lease_key(run.id), Holder("worker-b", 0).encode())
     claims.check(fence)  # a claimer that has not reached Postgres
     leases.redis.set(lease_key(run.id), Holder("worker-b", 2).encode())
+    with pytest.raises(LeaseLostError, match="taken over"):
+        claims.check(fence)
+
+
+def test_a_lease_redis_confirmed_lately_is_checked_from_memory(
+    pg_store: PostgresStore, leases: Leases, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Within half a TTL of the claim's bind or a heartbeat's renewal, nobody
+    else can hold the lease (its key cannot be gone): the check asks Redis
+    nothing; a renewal Redis refuses ends that at once."""
+    claims = Claims(pg_store, leases, ttl_seconds=30)
+    run, _ = pg_store.create_run(new_run())
+    claimed = claims.acquire_run(run.id, "worker-a")
+    assert isinstance(claimed, tuple)
+    fence, _ = claimed
+    asked: list[str] = []
+    real_holder = leases.holder
+
+    def holder(run_id: str) -> Holder | None:
+        asked.append(run_id)
+        return real_holder(run_id)
+
+    monkeypatch.setattr(leases, "holder", holder)
+    for _ in range(5):
+        claims.check(fence)
+    assert asked == []
+    claims.heartbeat(fence)
+    claims.check(fence)
+    assert asked == []
+    # An older fence of the run (a zombie's) is not the one Redis confirmed.
+    with pytest.raises(LeaseLostError):
+        claims.check(Fence(run.id, "worker-old", fence.epoch - 1))
+    assert asked == [run.id]
+    # A renewal that finds the key another's: the next check asks Redis.
+    leases.redis.set(lease_key(run.id), Holder("worker-b", fence.epoch + 1).encode())
+    assert claims.heartbeat(fence).lease is Renewal.FOREIGN
     with pytest.raises(LeaseLostError, match="taken over"):
         claims.check(fence)
 
