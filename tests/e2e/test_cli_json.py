@@ -166,7 +166,7 @@ def test_start_runs_show_approve_deny_as_json(env: dict[str, str], engine: Engin
     assert set(listed) == {"runs"}
     [row] = listed["runs"]
     # What a listing adds to a run's fields: the approval a waiting run waits on.
-    assert row.pop("waiting_on") is None
+    assert row.pop("waiting_on") is None and row.pop("waiting_kind") is None
     assert set(row) == LISTED_FIELDS, set(row) ^ LISTED_FIELDS
     assert {key: row[key] for key in LISTED_FIELDS} == {key: run[key] for key in LISTED_FIELDS}
     assert document(env, "runs", "--status", "completed") == {"runs": []}
