@@ -21,6 +21,10 @@ import pytest
 
 from tests.services import ROOT, Services
 
+# The module's virtualenv is made once, in its first test's setup: installing
+# the lock into a new venv takes a minute or two (more on a busy machine).
+pytestmark = pytest.mark.timeout(900)
+
 AGENTS = '''
 from datetime import timedelta
 
