@@ -33,9 +33,16 @@ def test_a_lead_hands_two_tasks_to_children_that_run_side_by_side(cluster: Clust
     engine = cluster.engine()
     run = engine.start("kids_lead")
     wait_until(lambda: len(engine.children(run.id)) == 2, 60, "the lead to start its children")
-    # While they run, the lead waits and holds no claim.
-    waiting = engine.get_run(run.id)
-    assert waiting.status is RunStatus.WAITING and waiting.claim is None
+    # While they run (3 s each), the lead waits and holds no claim. The
+    # children exist a moment before the lead's step commits its wait.
+    waiting = wait_until(
+        lambda: (r := engine.get_run(run.id)).status is RunStatus.WAITING and r,
+        2,
+        "the lead to wait",
+        interval=0.02,
+    )
+    assert waiting.claim is None
+    assert any(not c.status.settled for c in engine.children(run.id))
     done = settled(cluster, run.id)
     assert done.status is RunStatus.COMPLETED, done.error
     children = engine.children(run.id)

@@ -25,6 +25,7 @@ from store.errors import (
     LeaseLostError,
     PayloadTooLarge,
     RunNotFound,
+    ScheduleNotFound,
     WrongRequestKind,
 )
 from store.models import (
@@ -32,20 +33,25 @@ from store.models import (
     EffectOutcome,
     EffectStatus,
     Fence,
+    FiringOutcome,
     Interruption,
     NewChild,
+    NewRun,
     OnDeny,
     Outcome,
+    Overlap,
     RequestKind,
     RetryWait,
     RunError,
     RunStatus,
+    Schedule,
     Settled,
     StepKind,
     TriggerEnvelope,
     Usage,
     utcnow,
 )
+from store.pg.schedules import DueFiring, FiringPlan
 from store.postgres import PostgresStore
 from tests.helpers import (
     REFUND_SCHEMA,
@@ -1005,6 +1011,73 @@ def test_retry_and_fork(store: PostgresStore) -> None:
     assert checkpoint is not None and checkpoint.step_index == 1
     assert checkpoint.messages == [msg(0), msg(1)]
     assert store.attempts(fork.id) == [] and store.attempt_count(fork.id) == 0
+
+
+def _schedule(name: str, at: Any, **fields: Any) -> Schedule:
+    base: dict[str, Any] = {
+        "name": name,
+        "agent": "triage",
+        "cron": None,
+        "timezone": "UTC",
+        "every_seconds": 60.0,
+        "payload": {"n": 1},
+        "thread": None,
+        "keys": {},
+        "overlap": Overlap.BUFFER_ONE,
+        "catchup_window_seconds": 300.0,
+        "jitter_seconds": 0.0,
+        "paused": False,
+        "next_at": at,
+        "next_due_at": at,
+        "created_at": at,
+        "updated_at": at,
+    }
+    return Schedule(**{**base, **fields})
+
+
+def _firing_run(schedule: Schedule, at: Any) -> NewRun:
+    return new_run(trigger_id=f"schedule:{schedule.name}:{at.isoformat()}")
+
+
+def test_schedules_are_stored_fired_once_buffered_and_triggered(store: PostgresStore) -> None:
+    """The store's part of schedules (runner/schedules/ decides the times):
+    a firing recorded once with its run, a second due one buffered behind
+    it (buffer_one) and started once that run settles, a trigger outside the
+    times; a name taken once, a missing one refused."""
+    at = utcnow().replace(microsecond=0) - timedelta(seconds=5)
+    made = store.create_schedule(_schedule("nightly", at))
+    assert store.get_schedule("nightly") == made and store.list_schedules() == [made]
+    with pytest.raises(InvalidInput, match="exists already"):
+        store.create_schedule(_schedule("nightly", at))
+    later = at + timedelta(seconds=60)
+
+    def plan(schedule: Schedule, now: Any) -> FiringPlan:
+        due = [DueFiring(t, _firing_run(schedule, t)) for t in (at, later) if t <= now]
+        return FiringPlan(due, now + timedelta(hours=1), now + timedelta(hours=1))
+
+    fired = store.fire_due_schedules(plan, limit=10, now=later)
+    assert [f.outcome for f in fired.firings] == [FiringOutcome.STARTED, FiringOutcome.BUFFERED]
+    assert len(fired.started) == 1 and fired.cancel == []
+    assert store.fire_due_schedules(plan, limit=10, now=later).firings == []  # moved on
+    assert store.start_buffered(_firing_run, limit=10).firings == []  # its run is open
+    claim = try_claim(store, fired.started[0], "w", 30)
+    assert claim is not None
+    fence = Fence(fired.started[0], "w", claim.epoch)
+    store.settle(fence, Outcome(RunStatus.COMPLETED, output="ok"))
+    buffered = store.start_buffered(_firing_run, limit=10)
+    assert [(f.scheduled_at, f.outcome) for f in buffered.firings] == [
+        (later, FiringOutcome.STARTED)
+    ]
+    triggered = store.trigger_schedule("nightly", _firing_run)
+    assert triggered.outcome is FiringOutcome.TRIGGERED and triggered.run_id is not None
+    assert len(store.firings("nightly")) == 3
+    paused = store.change_schedule("nightly", lambda s: dataclasses.replace(s, paused=True))
+    assert paused.paused and paused.created_at == made.created_at
+    store.delete_schedule("nightly")
+    with pytest.raises(ScheduleNotFound):
+        store.get_schedule("nightly")
+    with pytest.raises(ScheduleNotFound):
+        store.change_schedule("nightly", lambda s: s)
 
 
 def test_approval_backlog_counts_the_pending_and_finds_the_oldest(store: PostgresStore) -> None:
