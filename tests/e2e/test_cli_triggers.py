@@ -59,10 +59,12 @@ def test_a_schedule_through_the_command_line(env: dict[str, str]) -> None:
         "buffer_one",
     )
     assert made["payload"] == {"report": "daily"} and made["keys"] == {"team": "ops"}
-    rw(env, "schedule", "add", "pulse", "--agent", "triggered_quick", "--every", "60")
+    # A week, counted from the epoch: no firing falls due while this test runs
+    # (a minute could, on a busy machine, between the add and the tick below).
+    rw(env, "schedule", "add", "pulse", "--agent", "triggered_quick", "--every", "604800")
     listed = rw(env, "schedule", "list").stdout
     assert "nightly  triggered_quick  cron '30 2 * * *' (Europe/Berlin)  buffer_one  next" in listed
-    assert "pulse  triggered_quick  every 60 s  skip  next" in listed
+    assert "pulse  triggered_quick  every 604800 s  skip  next" in listed
 
     shown = document(env, "schedule", "show", "nightly", "--count", "3")
     upcoming = shown["schedule"]["next_firings"]
