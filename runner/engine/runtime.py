@@ -33,11 +33,18 @@ class Abortable(Protocol):
 
 
 class DaemonThreadPool(concurrent.futures.Executor):
-    """A thread pool whose threads do not hold the process open at exit.
+    """A thread pool whose threads do not hold the process open at exit, and
+    that hands results straight back to an event loop.
 
     ``ThreadPoolExecutor`` joins its threads when the interpreter exits, so a
     sync tool that an abort abandoned would keep a draining worker alive until
     the tool returned. Here an abandoned call's thread is simply left behind.
+
+    :meth:`call` is the loop's way in: the result comes back with one
+    ``call_soon_threadsafe``, with no ``concurrent.futures.Future`` chained
+    to an asyncio one as ``run_in_executor`` makes (a step makes two store
+    calls and a sync tool's: issue 31). :meth:`submit` is the ``Executor``
+    API, for whatever takes one.
     """
 
     def __init__(self, max_workers: int, thread_name_prefix: str) -> None:
@@ -53,36 +60,77 @@ class DaemonThreadPool(concurrent.futures.Executor):
         self, fn: Callable[..., T], /, *args: Any, **kwargs: Any
     ) -> concurrent.futures.Future[T]:
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._put((None, future, functools.partial(fn, *args, **kwargs)))
+        return future
+
+    def call(self, loop: asyncio.AbstractEventLoop, fn: Callable[[], T]) -> asyncio.Future[T]:
+        """``fn()`` on a thread of the pool, as a future of ``loop``."""
+        future: asyncio.Future[T] = loop.create_future()
+        self._put((loop, future, fn))
+        return future
+
+    def _put(self, item: tuple[Any, Any, Callable[[], Any]]) -> None:
         with self._lock:
             self._waiting += 1
             spawn = self._waiting > self._idle and self._threads < self._max
             if spawn:
                 self._threads += 1
                 number = self._threads
-        self._work.put((future, fn, args, kwargs))
+        self._work.put(item)
         if spawn:
             threading.Thread(
                 target=self._serve, name=f"{self._prefix}_{number}", daemon=True
             ).start()
-        return future
 
     def _serve(self) -> None:
         while True:
             with self._lock:
                 self._idle += 1
-            future, fn, args, kwargs = self._work.get()
+            loop, future, fn = self._work.get()
             with self._lock:
                 self._idle -= 1
                 self._waiting -= 1
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                result = fn(*args, **kwargs)
-            except BaseException as exc:
-                future.set_exception(exc)
+            if loop is None:
+                _run_for_executor(future, fn)
             else:
-                future.set_result(result)
-            del future, fn, args, kwargs
+                _run_for_loop(loop, future, fn)
+            del loop, future, fn
+
+
+def _run_for_executor(future: concurrent.futures.Future[Any], fn: Callable[[], Any]) -> None:
+    if not future.set_running_or_notify_cancel():
+        return
+    try:
+        result = fn()
+    except BaseException as exc:
+        future.set_exception(exc)
+    else:
+        future.set_result(result)
+
+
+def _run_for_loop(
+    loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], fn: Callable[[], Any]
+) -> None:
+    try:
+        result = fn()
+    except BaseException as exc:
+        settle, value = _fail, exc
+    else:
+        settle, value = _succeed, result
+    try:
+        loop.call_soon_threadsafe(settle, future, value)
+    except RuntimeError:  # the loop closed while an abandoned call ran: nobody waits
+        pass
+
+
+def _succeed(future: asyncio.Future[Any], result: Any) -> None:
+    if not future.done():  # the awaiting task may have been cancelled meanwhile
+        future.set_result(result)
+
+
+def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)
 
 
 class Runtime:
@@ -91,9 +139,11 @@ class Runtime:
         settings = Settings.from_env()
         # Database and Redis calls; tools run in their own pool so that slow
         # sync tools cannot starve the writes of other runs.
+        self.calls = DaemonThreadPool(settings.io_threads, "runwright-io")
+        # The loop's default executor, for what libraries hand it (a DNS lookup).
         self.io = concurrent.futures.ThreadPoolExecutor(
             max_workers=settings.io_threads,
-            thread_name_prefix="runwright-io",
+            thread_name_prefix="runwright-executor",
         )
         self.tools = DaemonThreadPool(
             max_workers=settings.tool_threads,
@@ -164,9 +214,8 @@ async def in_io(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run a blocking call (database, Redis) in this process's I/O pool."""
     # In a copy of the caller's context, so that log records name the run.
     context = contextvars.copy_context()
-    return await asyncio.get_running_loop().run_in_executor(
-        runtime().io, functools.partial(context.run, fn, *args, **kwargs)
-    )
+    call = functools.partial(context.run, fn, *args, **kwargs)
+    return await runtime().calls.call(asyncio.get_running_loop(), call)
 
 
 _runtime: Runtime | None = None

@@ -35,17 +35,21 @@ def trigger_message(envelope: TriggerEnvelope) -> Message:
     return {"role": "user", "content": render_trigger(envelope)}
 
 
-def for_model(instructions: str, history: list[Message]) -> list[Message]:
+def for_model(
+    instructions: str, history: list[Message], edits: Mapping[str, Any] | None = None
+) -> list[Message]:
     """The request's messages: the agent's current instructions as the system
     message (never stored), then the conversation without engine records.
 
     A call whose arguments a person edited before approving it is sent as it
     ran, with the edited arguments; the history keeps the model's own, and the
-    call's result says a person changed them (:func:`edited_content`)."""
+    call's result says a person changed them (:func:`edited_content`).
+    ``edits``: :func:`edited_arguments` of ``history``, if the caller has them."""
     messages: list[Message] = []
     if instructions:
         messages.append({"role": "system", "content": instructions})
-    edits = edited_arguments(history)
+    if edits is None:
+        edits = edited_arguments(history)
     for message in history:
         if message.get("role") in ENGINE_ROLES:
             continue

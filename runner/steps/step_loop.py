@@ -33,6 +33,7 @@ from runner.steps.history import (
     assign_call_ids,
     call_ids,
     continue_thread,
+    edited_arguments,
     for_model,
     open_step,
     trigger_message,
@@ -106,6 +107,7 @@ class StepLoop:
         # What the next model step records of the MCP tools it offers (None: nothing new).
         self._mcp_record: dict[str, Any] | None = None
         self.call_ids: set[str] = set()  # every tool call id of the history
+        self.edits: dict[str, Any] = {}  # arguments people edited, by call id
         self._start = start
         self._journaled: Step | None = None
         # The run's failed attempts at its current model step; progress clears them.
@@ -174,6 +176,8 @@ class StepLoop:
         if self.agent.state is not None:
             self.state = StateHolder(initial_state(self.agent.state) if state is None else state)
         self.call_ids = call_ids(self.messages)
+        # People's edits come with decisions, between executions: read once.
+        self.edits = edited_arguments(self.messages)
 
     async def _server_tools(self) -> list[Tool]:
         """The tools of the agent's MCP servers, listed over this process's
@@ -330,7 +334,7 @@ class StepLoop:
         call = asyncio.create_task(
             model.complete(
                 model_name,
-                for_model(self.agent.instructions, self.messages),
+                for_model(self.agent.instructions, self.messages, self.edits),
                 [t.schema() for t in self.tools.values()],
                 self.agent.model_settings,
                 retries=_first(self.agent.model_retries, self.deps.model_retries),

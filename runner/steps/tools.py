@@ -28,6 +28,7 @@ from typing import Any, Literal, overload
 
 import pydantic
 
+from runner.engine.runtime import DaemonThreadPool
 from runner.errors import InvalidInput, ToolDefinitionError, ToolInputError
 from runner.retry import RetryPolicy
 from runner.steps.run_context import RunContext
@@ -207,6 +208,8 @@ class Tool:
             return await self.fn(**kwargs)
         loop = asyncio.get_running_loop()
         call = functools.partial(contextvars.copy_context().run, self.fn, **kwargs)
+        if isinstance(executor, DaemonThreadPool):
+            return await executor.call(loop, call)  # the runtime's tool pool: one hop
         return await loop.run_in_executor(executor, call)
 
 

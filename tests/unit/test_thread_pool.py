@@ -1,0 +1,80 @@
+"""The runtime's thread pool: results, errors and cancellations reach the
+event loop, and a call abandoned by a loop that has since closed costs the
+pool no thread."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from runner.engine.runtime import DaemonThreadPool
+
+
+def test_a_call_hands_its_result_and_its_error_to_the_loop() -> None:
+    pool = DaemonThreadPool(2, "test-pool")
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        assert await pool.call(loop, lambda: threading.current_thread().name) == "test-pool_1"
+
+        def boom() -> None:
+            raise KeyError("nope")
+
+        with pytest.raises(KeyError, match="nope"):
+            await pool.call(loop, boom)
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_waiter_leaves_the_call_to_finish_quietly() -> None:
+    pool = DaemonThreadPool(1, "test-pool")
+    release = threading.Event()
+    finished = threading.Event()
+
+    def slow() -> int:
+        release.wait(5)
+        finished.set()
+        return 1
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        waiter = asyncio.ensure_future(pool.call(loop, slow))
+        await asyncio.sleep(0.01)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        release.set()
+        assert await asyncio.to_thread(finished.wait, 5)
+        assert await pool.call(loop, lambda: 2) == 2  # the same thread serves again
+
+    asyncio.run(main())
+
+
+def test_a_loop_that_closed_before_its_call_returned_costs_no_thread() -> None:
+    pool = DaemonThreadPool(1, "test-pool")
+    release = threading.Event()
+    done = threading.Event()
+
+    def abandoned() -> int:
+        release.wait(5)
+        return 1
+
+    loop = asyncio.new_event_loop()
+    pool.call(loop, abandoned)  # never awaited: its loop goes away first
+    loop.close()
+    release.set()
+
+    async def main() -> int:
+        return await asyncio.wait_for(
+            pool.call(asyncio.get_running_loop(), lambda: done.set() or 3), 5
+        )
+
+    assert asyncio.run(main()) == 3  # the one thread outlived the closed loop
+    assert done.is_set()
+
+
+def test_submit_is_still_an_executor() -> None:
+    pool = DaemonThreadPool(1, "test-pool")
+    assert pool.submit(lambda x: x * 2, 21).result(timeout=5) == 42
