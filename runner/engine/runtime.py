@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import functools
 import os
@@ -111,16 +112,15 @@ def _run_for_executor(future: concurrent.futures.Future[Any], fn: Callable[[], A
 def _run_for_loop(
     loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], fn: Callable[[], Any]
 ) -> None:
+    settle: Callable[[asyncio.Future[Any], Any], None]
     try:
-        result = fn()
+        value = fn()
+        settle = _succeed
     except BaseException as exc:
-        settle, value = _fail, exc
-    else:
-        settle, value = _succeed, result
-    try:
+        value, settle = exc, _fail
+    # RuntimeError: the loop closed while an abandoned call ran; nobody waits.
+    with contextlib.suppress(RuntimeError):
         loop.call_soon_threadsafe(settle, future, value)
-    except RuntimeError:  # the loop closed while an abandoned call ran: nobody waits
-        pass
 
 
 def _succeed(future: asyncio.Future[Any], result: Any) -> None:
