@@ -7,6 +7,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # Importing litellm must never reach the network.
 export LITELLM_LOCAL_MODEL_COST_MAP := True
+# Test processes (pytest-xdist); a file's tests stay together on one. 0: in this process.
+TEST_PROCESSES ?= 2
 
 .PHONY: help install browser demo test screenshots lint fmt bench soak lock worker beat flower local-up local-down clean
 
@@ -29,7 +31,7 @@ demo: install ## Run the demo end to end (local stack, worker, beat, approval, a
 	$(BIN)/runwright demo
 
 test: install browser ## Run the tests (Postgres from RUNWRIGHT_DATABASE_URL, else the local stack; a Redis of their own: docs/testing.md)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadfile
 
 screenshots: install browser ## Retake the console's screenshots in docs/images/ (browser tests, real workers)
 	RUNWRIGHT_SCREENSHOTS=$(CURDIR)/docs/images $(BIN)/python -m pytest -q tests/e2e/test_console_browser.py
