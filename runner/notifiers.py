@@ -145,6 +145,7 @@ class WebhookNotifier:
             with urllib.request.urlopen(http_request, timeout=self.timeout) as response:
                 status = response.status
         except urllib.error.HTTPError as exc:
+            exc.close()  # the answer holds the connection's socket
             if exc.code == 410:
                 self.gone = True
                 raise NotifierGone(f"webhook {self.url} answered 410 Gone: disabled") from exc

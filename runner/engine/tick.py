@@ -245,12 +245,14 @@ def _fire_schedules(deps: Deps, report: TickReport, now: datetime | None) -> Non
     report.fired += fired.started
 
 
+# The schedules fire last: the runs they start are sent as they start, and
+# the jobs before them (the re-enqueue's "queued too long") never see them.
 _JOBS: tuple[Job, ...] = (
-    _fire_schedules,
     _resend_notifications,
     _expire_waits,
     _recover_lapsed,
     _reenqueue,
     _start_key_heads,
     _resume_parents,
+    _fire_schedules,
 )

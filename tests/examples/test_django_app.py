@@ -245,7 +245,8 @@ def test_a_server_error_shows_no_secrets(tmp_path: Path) -> None:
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/tickets/1/", timeout=5)
             except urllib.error.HTTPError as exc:
-                status, body = exc.code, exc.read().decode(errors="replace")
+                with exc:
+                    status, body = exc.code, exc.read().decode(errors="replace")
                 break
             except OSError:
                 assert server.poll() is None and time.monotonic() < deadline, "no server"

@@ -5,6 +5,8 @@ with the standard's own library; a re-send by tick() carries the same
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 import uuid
 from collections.abc import Iterator
@@ -16,7 +18,9 @@ import pytest
 from standardwebhooks import Webhook, WebhookVerificationError
 
 from runner import Agent, Engine, effect
-from runner.notifiers import WebhookNotifier
+from runner.agent import ApprovalRequest
+from runner.errors import NotifierGone
+from runner.notifiers import NotificationError, WebhookNotifier
 from runner.testing import ScriptedModel, call, text, tools
 from runner.webhooks import new_secret
 from store.models import utcnow
@@ -142,3 +146,37 @@ def test_a_bad_whsec_secret_is_refused_when_the_notifier_is_made() -> None:
         WebhookNotifier("https://ops.example.com/hooks", "whsec_@@@")
     with pytest.raises(ConfigurationError, match="at least 16 bytes"):
         WebhookNotifier("https://ops.example.com/hooks", "whsec_c2hvcnQ=")
+
+
+def sockets_to(port: int) -> int:
+    """This process's open sockets connected to ``port`` on loopback (Linux's /proc)."""
+    inodes = set()
+    with open("/proc/net/tcp") as table:
+        for line in list(table)[1:]:
+            fields = line.split()
+            if int(fields[2].split(":")[1], 16) == port:
+                inodes.add(fields[9])
+    mine = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            mine += target.startswith("socket:[") and target[8:-1] in inodes
+    return mine
+
+
+@pytest.mark.parametrize("status", [410, 503])
+def test_a_refusing_endpoint_leaves_no_socket_open(service: Service, status: int) -> None:
+    """An HTTP error answer holds its connection's socket until it is closed:
+    the notifier closes it, rather than leaving it to the garbage collector
+    (which warns of the socket, in whatever test runs then)."""
+    service.status = status
+    request = ApprovalRequest(
+        run_id=str(uuid.uuid4()), agent="a", approval_id=str(uuid.uuid4()), tool_name="refund",
+        input={"amount": 5}, expires_at=None, token="t", token_id="t",
+    )  # fmt: skip
+    with pytest.raises((NotificationError, NotifierGone)) as refused:
+        WebhookNotifier(service.url, SECRET)(request)
+    # The error (and its cause, the HTTP answer) is still held here: nothing was
+    # collected, so an open socket would show.
+    assert refused.value.__cause__ is not None
+    assert sockets_to(service.server.server_port) == 0

@@ -185,6 +185,19 @@ def test_tick_fires_each_scheduled_time_once_with_its_trigger(
     assert engine.schedules.get("minutely").next_at == at + timedelta(seconds=60)
 
 
+def test_a_tick_sends_the_run_of_a_firing_once(
+    engine: Engine, agent: str, queued: list[str]
+) -> None:
+    """The firing's run is sent as it starts; the tick's re-enqueue of runs
+    queued too long, measured against the same ``now``, does not send it
+    again (a tick days ahead of the run's start did, before the schedules
+    fired last)."""
+    made = engine.schedules.create("weekly", agent, every=7 * 86400)
+    report = engine.tick(now=made.next_at + timedelta(seconds=1))
+    assert len(report.fired) == 1 and report.reenqueued == []
+    assert queued == report.fired
+
+
 def test_ticks_at_once_start_each_firing_once(pg_store: PostgresStore, agent: str) -> None:
     engines = [Engine(pg_store, enqueue=None) for _ in range(4)]
     try:
