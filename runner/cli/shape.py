@@ -72,7 +72,8 @@ def worker_shape(
     cores = cores or os.cpu_count() or 1
     found = shape(cores, latency, cpu_ms_per_step, others)
     command = (
-        f"celery multi start {found.processes} -A tasks -l INFO -c {found.threads} "
+        f"celery multi start {found.processes} -A tasks -l INFO -Q runwright -P threads "
+        f"-c {found.threads} --prefetch-multiplier 1 "
         "--pidfile=/var/run/runwright/%n.pid --logfile=/var/log/runwright/%n%I.log"
     )
     if as_json:
