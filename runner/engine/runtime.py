@@ -226,9 +226,21 @@ def runtime() -> Runtime:
     """This process's runtime (a new one after a fork)."""
     global _runtime
     current = _runtime
-    if current is not None and current.pid == os.getpid():
+    if current is not None:  # a forked child forgot its parent's (below)
         return current
     with _runtime_lock:
         if _runtime is None or _runtime.pid != os.getpid():
             _runtime = Runtime()
         return _runtime
+
+
+def _forget_after_fork() -> None:
+    """A forked child has none of its parent's threads: its runtime is made
+    afresh on first use. (Asking ``os.getpid()`` on every call instead is a
+    system call per store call and tool call.)"""
+    global _runtime, _runtime_lock
+    _runtime = None
+    _runtime_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)

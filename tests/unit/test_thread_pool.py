@@ -5,7 +5,10 @@ pool no thread."""
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
+import os
 import threading
+from typing import Any
 
 import pytest
 
@@ -78,3 +81,29 @@ def test_a_loop_that_closed_before_its_call_returned_costs_no_thread() -> None:
 def test_submit_is_still_an_executor() -> None:
     pool = DaemonThreadPool(1, "test-pool")
     assert pool.submit(lambda x: x * 2, 21).result(timeout=5) == 42
+
+
+def _in_forked_child(parent_pid: int, out: Any) -> None:
+    from runner.engine.runtime import runtime
+
+    async def answer() -> int:
+        return 7
+
+    made = runtime()
+    out.put((made.pid == os.getpid() != parent_pid, made.run(answer())))
+
+
+def test_a_forked_child_gets_a_runtime_of_its_own() -> None:
+    """The parent's runtime threads do not exist in a forked child: the child
+    makes its own on first use, and its loop runs."""
+    from runner.engine.runtime import runtime
+
+    parent = runtime()
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    child = context.Process(target=_in_forked_child, args=(parent.pid, out))
+    child.start()
+    fresh, value = out.get(timeout=30)
+    child.join(30)
+    assert child.exitcode == 0 and fresh and value == 7
+    assert runtime() is parent  # the parent's is untouched
