@@ -17,6 +17,8 @@ BENCHMARKS = [
     "bench.console",
     "bench.mcp_call",
     "bench.children",
+    "bench.throughput",
+    "bench.store_ceiling",
 ]
 
 

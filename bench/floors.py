@@ -1,8 +1,9 @@
 """What the hot path's targets are up against: litellm alone, and Runwright
 without litellm (issue 16).
 
-    python -m bench.floors litellm [--runs 200]   # litellm alone, concurrently
-    python -m bench.floors engine [--repeats 3]   # the engine, no litellm
+    python -m bench.floors litellm [--runs 200] [--processes 2]   # litellm alone
+    python -m bench.floors engine [--repeats 3]   # the engine, no litellm (Engine.from_env)
+    python -m bench.floors engine-bare            # the same, an engine built by hand
     python -m bench.floors gc                     # a full collection's pause
 
 - ``litellm``: ``runs`` coroutines on one process's runtime loop, each making
@@ -63,7 +64,33 @@ def in_fresh_process(kind: str, *args: str) -> dict[str, Any]:
 # ----------------------------------------------------------- litellm alone
 
 
-def litellm_alone(runs: int) -> dict[str, Any]:
+def litellm_processes(runs: int, processes: int) -> dict[str, Any]:
+    """:func:`litellm_alone` in ``processes`` fresh processes at once, ``runs``
+    each: the floor of a machine's worker processes doing the same calls."""
+    start_at = time.time() + 25  # after every process has imported litellm and warmed up
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "bench.floors", "litellm", "--json", "--runs", str(runs),
+             "--start-at", str(start_at)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(processes)
+    ]  # fmt: skip
+    figures = [json.loads(p.communicate(timeout=900)[0].strip().splitlines()[-1]) for p in procs]
+    wall = max(f["wall_seconds"] for f in figures)
+    ideal = STEPS_PER_RUN * LATENCY
+    return {
+        "processes": processes,
+        "runs": runs * processes,
+        "model_calls_per_run": STEPS_PER_RUN,
+        "wall_seconds": wall,
+        "ratio_to_ideal": round(wall / ideal, 3),
+        "cpu_ms_per_call": round(statistics.mean(f["cpu_ms_per_call"] for f in figures), 3),
+    }
+
+
+def litellm_alone(runs: int, start_at: float | None = None) -> dict[str, Any]:
     from runner import model
     from runner.engine.runtime import runtime
     from runner.testing import Reply, Request, ScriptedModel, call, text, tools
@@ -93,6 +120,8 @@ def litellm_alone(runs: int) -> dict[str, Any]:
 
     async def all_runs() -> tuple[float, float]:
         await one(-1)  # the scripted provider's first call loads a tokenizer
+        if start_at is not None:  # with other processes, at one moment
+            await asyncio.sleep(max(0.0, start_at - time.time()))
         wall, cpu = time.perf_counter(), time.process_time()
         await asyncio.gather(*(one(n) for n in range(runs)))
         return time.perf_counter() - wall, time.process_time() - cpu
@@ -112,7 +141,21 @@ def litellm_alone(runs: int) -> dict[str, Any]:
 # ------------------------------------------------------- engine, no litellm
 
 
-def engine_alone(repeats: int) -> dict[str, Any]:
+def _production_engine(url: str) -> Any:
+    """``Engine.from_env()``, as a worker builds it: the settings from the
+    environment (its defaults), the store on the process's shared pool, Redis
+    leases, the observers the settings ask for (the log listener)."""
+    from bench.common import settings
+    from runner.engine.engine import Engine
+
+    os.environ["RUNWRIGHT_DATABASE_URL"] = url
+    os.environ["RUNWRIGHT_REDIS_URL"] = settings().redis_url or ""
+    os.environ.setdefault("RUNWRIGHT_SECRET_KEY", "bench:" + "b" * 40)
+    os.environ["RUNWRIGHT_AGENTS"] = ""
+    return Engine.from_env(enqueue=None)
+
+
+def engine_alone(repeats: int, production: bool = True) -> dict[str, Any]:
     from bench.common import bench_database, durable_engine
     from runner import Agent, Budget, model, tool
     from runner.model import ModelReply
@@ -159,7 +202,7 @@ def engine_alone(repeats: int) -> dict[str, Any]:
     walls, cpus, flatness = [], [], []
     with bench_database() as url:
         db = make_engine(url, pool_size=10)
-        engine = durable_engine(PostgresStore(db))
+        engine = _production_engine(url) if production else durable_engine(PostgresStore(db))
         for n in range(repeats + 1):  # the first warms pools and prepared plans
             run = engine.start(name, {"n": n})
             stamps.clear()
@@ -177,6 +220,7 @@ def engine_alone(repeats: int) -> dict[str, Any]:
     return {
         "steps": ENGINE_STEPS,
         "repeats": repeats,
+        "engine": "Engine.from_env()" if production else "Engine(store, leases=...) by hand",
         "wall_ms_per_step": round(statistics.median(walls), 3),
         "cpu_ms_per_step": round(statistics.median(cpus), 3),
         "flatness_last10_vs_first10": round(statistics.median(flatness), 3),
@@ -215,17 +259,21 @@ def gc_pause(samples: int) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("kind", choices=["litellm", "engine", "gc"])
+    parser.add_argument("kind", choices=["litellm", "engine", "engine-bare", "gc"])
     parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--processes", type=int, default=1, help="litellm: this many at once")
+    parser.add_argument("--start-at", type=float, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", action="store_true", help="print one line of JSON")
     args = parser.parse_args()
-    if args.kind == "litellm":
-        result = litellm_alone(args.runs)
+    if args.kind == "litellm" and args.processes > 1:
+        result = litellm_processes(args.runs, args.processes)
+    elif args.kind == "litellm":
+        result = litellm_alone(args.runs, args.start_at)
     elif args.kind == "gc":
         result = gc_pause(max(args.repeats, 5))
     else:
-        result = engine_alone(args.repeats)
+        result = engine_alone(args.repeats, production=args.kind == "engine")
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))
 
 

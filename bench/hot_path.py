@@ -1,4 +1,4 @@
-"""The hot path of a durable step, against its targets (issue 16).
+"""The hot path of a durable step, against its targets (issues 16 and 31).
 
     python -m bench.hot_path [--repeats N] [--skip-concurrency]   # or: make bench
 
@@ -19,8 +19,20 @@ is a median of the same run, so that the machine's drift hits them alike:
   those steps' times, and on a line fitted to every step's time, which a noisy
   step does not move);
 - commits, statements and bytes stored per step;
-- concurrency: 200 and 500 runs of 5 steps with 1 s of model latency on one
-  ``celery worker`` process (``bench.workers``).
+- a durable step over HTTP (litellm's OpenAI provider, a loopback server in a
+  process of its own, ``bench.model_server``) against its floor measured in
+  the same run: a bare ``litellm.acompletion`` to the same server with
+  Runwright's litellm settings, plus the two commits (target <= 1.2);
+- the engine alone on the production path (``Engine.from_env()``, the model
+  stubbed: ``bench.floors engine``; targets <= 2.0 ms wall, <= 1.2 ms CPU);
+- concurrency: 200 runs of 5 steps with 1 s of model latency on one
+  ``celery worker`` process (<= 1.5x the ideal), and 500 on two processes,
+  against the ideal (<= 2x) and against litellm alone making the same calls
+  from two processes (<= 1.2x; ``bench.workers``, ``bench.floors``).
+
+The scripted path's wall time, CPU and adapter overhead are figures without
+targets: their targets asked for less than litellm alone costs, and issue 31
+withdrew them.
 
 Each target is printed with its figure and met / not met; below them, what
 they are up against (``bench.floors``): the engine's own cost with litellm
@@ -49,6 +61,7 @@ import sqlalchemy as sa
 
 from bench.common import bench_database, durable_engine, report
 from bench.floors import in_fresh_process
+from bench.model_server import serving
 from runner import Agent, Budget, Engine, model, tool
 from runner.engine.runtime import runtime
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
@@ -249,6 +262,43 @@ async def _adapter_http(history: int, calls: int) -> dict[str, float]:
 _JSON = {"Content-Type": "application/json"}
 
 
+# ------------------------------------------- a durable step over HTTP, its floor
+
+
+def _durable_run_http(engine: Engine, agent: str) -> float:
+    """Wall ms per step of a durable run whose model is the loopback server
+    over HTTP (litellm's OpenAI provider), as production calls a provider."""
+    run = engine.start(agent, {"steps": STEPS, "nonce": uuid.uuid4().hex})
+    wall = time.perf_counter()
+    done = engine.execute(run.id)
+    wall = time.perf_counter() - wall
+    assert done is not None and done.status.value == "completed", done
+    assert done.steps_used == STEPS, done.steps_used
+    return wall * 1000 / STEPS
+
+
+async def _litellm_http(base_url: str, history: int, calls: int) -> float:
+    """Median ms of a bare ``litellm.acompletion`` to the same server, with
+    Runwright's own litellm settings (runner/model.py), at ``history`` steps:
+    what the model call of a step costs with nothing of the engine around it."""
+    litellm = model._load()
+    messages = _history(history)
+    schemas = [fetch.schema()]
+    times = []
+    for _ in range(calls):
+        started = time.perf_counter()
+        await litellm.acompletion(
+            model="openai/bench",
+            messages=messages,
+            tools=schemas,
+            api_base=base_url,
+            api_key="sk-loopback",
+        )
+        await asyncio.sleep(0)  # litellm's success handling runs as a task: let it
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times)
+
+
 # --------------------------------------------------------------------- run
 
 
@@ -259,16 +309,28 @@ def run(repeats: int, concurrency: bool) -> dict[str, Any]:
         name=timed.name, model=timed.model, tools=[fetch], budget=Budget(max_steps=STEPS + 10)
     )
     rounds: dict[str, list[float]] = {}
-    with bench_database() as url:
+    with bench_database() as url, serving(STEPS) as base_url:
+        over_http = Agent(
+            name=f"{timed.name}-http",
+            model="openai/bench",
+            tools=[fetch],
+            model_settings={"api_base": base_url, "api_key": "sk-loopback", "timeout": 30},
+            budget=Budget(max_steps=STEPS + 10),
+        )
         db = make_engine(url, pool_size=10)
         store = PostgresStore(db)
         engine = durable_engine(store)
         run_short = engine.start(agent.name, {"steps": 10, "nonce": uuid.uuid4().hex})
         engine.execute(run_short.id)  # warm up: litellm's import, pools, prepared plans
+        _durable_run_http(engine, over_http.name)  # and litellm's HTTP client
         for _ in range(repeats):
             for key, value in _durable_run(engine, store, agent.name, timed).items():
                 rounds.setdefault(key, []).append(value)
             rounds.setdefault("floor_ms", []).append(statistics.median(_floor(db, 50)))
+            rounds.setdefault("http_step_ms", []).append(_durable_run_http(engine, over_http.name))
+            rounds.setdefault("litellm_http_ms", []).append(
+                runtime().run(_litellm_http(base_url, STEPS // 2, 20))
+            )
         for history in (0, STEPS // 2):
             # On the runtime's loop, where the engine's model calls run.
             measured = runtime().run(_adapter(timed, history, 40 * repeats))
@@ -299,15 +361,24 @@ def run(repeats: int, concurrency: bool) -> dict[str, Any]:
         },
         "flatness_last10_vs_first10": round(median["flatness"], 3),
         "flatness_fitted_last10_vs_first10": round(median["flatness_fitted"], 3),
+        # A durable step over HTTP against its floor: a bare litellm call to
+        # the same server (mid-run history, Runwright's litellm settings) plus
+        # the two commits (issue 31).
+        "http_step_ms": round(median["http_step_ms"], 3),
+        "litellm_http_call_ms": round(median["litellm_http_ms"], 3),
+        "http_step_floor_ms": round(median["litellm_http_ms"] + floor, 3),
+        "http_step_vs_floor": round(
+            median["http_step_ms"] / (median["litellm_http_ms"] + floor), 3
+        ),
         "commits_per_step": round(median["commits"], 3),
         "statements_per_step": round(median["statements"], 3),
         "bytes_per_step": round(median["bytes"]),
     }
+    # The scripted path's wall, CPU and adapter figures above had targets
+    # (issue 16) that asked for less than litellm alone costs; issue 31
+    # withdrew them, for the durable step over HTTP against its floor.
     targets = [
-        ("wall time per step (ms)", figures["wall_ms_per_step"], 3.0),
-        ("wall time per step / floor", figures["wall_vs_floor"], 5.0),
-        ("CPU per step (ms)", figures["cpu_ms_per_step"], 2.0),
-        ("adapter overhead per call, mid-run history (ms)", overhead[STEPS // 2], 1.0),
+        ("durable step over HTTP / litellm + two commits", figures["http_step_vs_floor"], 1.2),
         ("last 10 steps / first 10", figures["flatness_last10_vs_first10"], 1.3),
         ("commits per step", figures["commits_per_step"], BEFORE["commits_per_step"]),
         ("bytes stored per step", figures["bytes_per_step"], BEFORE["bytes_per_step"]),
@@ -315,26 +386,52 @@ def run(repeats: int, concurrency: bool) -> dict[str, Any]:
     if concurrency:
         from bench.workers import bench_concurrent
 
-        for runs, limit in ((200, 1.5), (500, 2.0)):
-            result = bench_concurrent(runs)
-            figures[f"concurrent_{runs}"] = result
-            ratio = result["ratio_to_ideal"] if result["all_completed"] else float("inf")
-            targets.append((f"{runs} concurrent runs / ideal", ratio, limit))
+        one = bench_concurrent(200)
+        figures["concurrent_200"] = one
+        ratio = one["ratio_to_ideal"] if one["all_completed"] else float("inf")
+        targets.append(("200 concurrent runs on one process / ideal", ratio, 1.5))
+        # A two-core machine's shape: two processes (docs/scaling.md), against
+        # litellm alone making the same calls from two processes.
+        two = bench_concurrent(500, processes=2)
+        alone = in_fresh_process("litellm", "--runs", "250", "--processes", "2")
+        figures["concurrent_500_two_processes"] = two
+        figures["litellm_alone_500_two_processes"] = alone
+        ratio = two["ratio_to_ideal"] if two["all_completed"] else float("inf")
+        targets.append(("500 concurrent runs on two processes / ideal", ratio, 2.0))
+        targets.append(
+            (
+                "500 concurrent runs on two processes / litellm alone",
+                ratio / alone["ratio_to_ideal"],
+                1.2,
+            )
+        )
+    floors = _floors(concurrency)
+    figures["floors"] = floors
+    # The engine's own cost per step on the production path (Engine.from_env,
+    # the model stubbed out: bench.floors engine), issue 31.
+    targets.append(("engine on the production path, wall ms per step", floors[_ENGINE_WALL], 2.0))
+    targets.append(("engine on the production path, CPU ms per step", floors[_ENGINE_CPU], 1.2))
     figures["targets"] = {
         name: {"figure": round(value, 3), "target": f"<= {limit}", "met": value <= limit}
         for name, value, limit in targets
     }
-    figures["floors"] = _floors(concurrency)
     return figures
+
+
+_ENGINE_WALL = "engine without litellm (Engine.from_env), wall ms per step"
+_ENGINE_CPU = "engine without litellm (Engine.from_env), CPU ms per step"
 
 
 def _floors(concurrency: bool) -> dict[str, Any]:
     """What the targets are up against (``bench.floors``; figures without targets)."""
     engine = in_fresh_process("engine")
+    bare = in_fresh_process("engine-bare")
     floors = {
-        "engine without litellm, wall ms per step": engine["wall_ms_per_step"],
-        "engine without litellm, CPU ms per step": engine["cpu_ms_per_step"],
+        _ENGINE_WALL: engine["wall_ms_per_step"],
+        _ENGINE_CPU: engine["cpu_ms_per_step"],
         "engine without litellm, last 10 steps / first 10": engine["flatness_last10_vs_first10"],
+        "engine without litellm, built by hand, wall ms per step": bare["wall_ms_per_step"],
+        "engine without litellm, built by hand, CPU ms per step": bare["cpu_ms_per_step"],
     }
     paused = in_fresh_process("gc")
     floors["a full GC pass in a warmed worker, ms"] = paused["full_collection_ms"]

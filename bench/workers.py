@@ -173,7 +173,9 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def bench_concurrent(runs: int = 200) -> dict[str, Any]:
+def bench_concurrent(runs: int = 200, processes: int = 1) -> dict[str, Any]:
+    """``runs`` runs of 5 steps with 1 s of model latency on ``processes``
+    worker processes (the runs shared among them)."""
     from runner import Engine
 
     # The default lease TTL, as in production: the cluster's 3 s (for the
@@ -181,30 +183,37 @@ def bench_concurrent(runs: int = 200) -> dict[str, Any]:
     # at 200 runs was a third of this benchmark's time (issue 16).
     default_ttl = str(Settings().lease_ttl_seconds)
     with cluster(RUNWRIGHT_DB_POOL_SIZE="20", RUNWRIGHT_LEASE_TTL_SECONDS=default_ttl) as c:
-        worker = c.worker("big", concurrency=runs + 10)
+        workers = [
+            c.worker(f"big{n}", concurrency=runs // processes + 10) for n in range(processes)
+        ]
         engine = c.engine()
         # A worker that has taken one run, as every worker in production has:
         # litellm loads its scripted-provider path (a tokenizer) on the first call.
-        _wait_all(engine, [engine.start("paced", {"steps": 1, "latency": 0}).id], 60)
+        _wait_all(
+            engine,
+            [engine.start("paced", {"steps": 1, "latency": 0, "w": n}).id for n in range(4)],
+            60,
+        )
         # Five model steps of 1 s each (request.step counts from 1: four tool
         # steps, then the answer). Create the runs first, then send all their
         # tasks at once: the clock measures the worker, not this process
         # creating 200 rows.
         silent = Engine(engine.store, leases=engine.leases, settings=engine.settings)
         ids = [silent.start("paced", {"steps": 5, "latency": 1.0, "n": i}).id for i in range(runs)]
-        cpu = _cpu_seconds(worker.pid)
+        cpu = sum(_cpu_seconds(w.pid) for w in workers)
         started = time.monotonic()
         for run_id in ids:
             assert engine.enqueue is not None
             engine.enqueue(run_id)
         _wait_all(engine, ids, 300)
         wall = time.monotonic() - started
-        cpu = _cpu_seconds(worker.pid) - cpu
+        cpu = sum(_cpu_seconds(w.pid) for w in workers) - cpu
         finished = [engine.get_run(i) for i in ids]
     steps = sum(run.steps_used for run in finished)
     ideal = 5.0
     return {
         "runs": runs,
+        "worker_processes": processes,
         "steps_per_run": 5,
         "model_latency_seconds": 1.0,
         "wall_seconds": round(wall, 2),
