@@ -26,10 +26,11 @@ from runner.cli.as_json import Document, json_option
 from runner.cli.terminal import say
 from store.errors import InvalidInput
 
-# A worker's CPU per durable step over HTTP to a provider, measured on this
-# project's benchmark machine (bench.throughput: litellm's HTTP path, the
-# engine, Postgres and Redis clients); pass your own with --cpu-ms-per-step.
-DEFAULT_CPU_MS_PER_STEP = 3.0
+# A worker's CPU per durable step over HTTP to a provider, as bench.throughput
+# measures it on this project's benchmark machine (7.0-7.3 ms: runs of five
+# short steps, litellm's HTTP path, the engine, each execution's Celery task,
+# claim and lease included); pass your own with --cpu-ms-per-step.
+DEFAULT_CPU_MS_PER_STEP = 7.0
 UTILIZATION = 0.75
 MAX_THREADS = 1000
 

@@ -32,6 +32,10 @@ def test_nonsense_is_refused(args: tuple[int, float, float, int]) -> None:
 
 
 def test_the_command_prints_the_celery_multi_line() -> None:
-    out = CliRunner().invoke(worker_shape, ["--cores", "2", "--latency", "1"]).output
+    out = (
+        CliRunner()
+        .invoke(worker_shape, ["--cores", "2", "--latency", "1", "--cpu-ms-per-step", "3"])
+        .output
+    )
     assert "2 worker process(es), each -c 251" in out
     assert "celery multi start 2 -A tasks -l INFO -Q runwright -P threads -c 251" in out
