@@ -112,6 +112,10 @@ def _run_for_executor(future: concurrent.futures.Future[Any], fn: Callable[[], A
 def _run_for_loop(
     loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], fn: Callable[[], Any]
 ) -> None:
+    if future.cancelled():
+        # Its waiter was cancelled before a thread was free (an aborted run's
+        # queued tool call): it never starts, as with ``run_in_executor``.
+        return
     settle: Callable[[asyncio.Future[Any], Any], None]
     try:
         value = fn()

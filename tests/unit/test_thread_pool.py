@@ -107,3 +107,26 @@ def test_a_forked_child_gets_a_runtime_of_its_own() -> None:
     child.join(30)
     assert child.exitcode == 0 and fresh and value == 7
     assert runtime() is parent  # the parent's is untouched
+
+
+def test_a_call_cancelled_before_a_thread_was_free_never_starts() -> None:
+    """An aborted run's sync tool that waited for a busy pool does not run
+    later: as ``run_in_executor`` skips a cancelled call that had not started."""
+    pool = DaemonThreadPool(1, "test-pool")
+    release = threading.Event()
+    ran: list[str] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        busy = pool.call(loop, lambda: release.wait(5))
+        queued = asyncio.ensure_future(pool.call(loop, lambda: ran.append("effect")))
+        await asyncio.sleep(0.01)
+        queued.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await queued
+        release.set()
+        await busy
+        assert await pool.call(loop, lambda: "after") == "after"  # the pool goes on
+
+    asyncio.run(main())
+    assert ran == []
