@@ -189,9 +189,6 @@ class Tx:
             column.name: value for column, value in zip(self.cursor.description, row, strict=True)
         }
 
-    def rollback(self) -> None:
-        self.cursor.connection.rollback()
-
 
 class Executor:
     """Runs named statements (``store/statements.py``) on pooled connections.
@@ -221,16 +218,37 @@ class Executor:
             finally:
                 self.statements += tx.statements
 
+    @contextmanager
+    def _alone(self) -> Iterator[Tx]:
+        """One statement as its own transaction: Postgres commits it as it
+        ends (autocommit), one round trip where ``BEGIN``, the statement and
+        ``COMMIT`` are three. A statement is atomic by itself, so this changes
+        nothing but the round trips (a step's two writes: issue 31)."""
+        with raw_cursor(self.engine) as cursor:
+            connection = cursor.connection
+            connection.autocommit = True
+            tx = Tx(cursor, self.prepared)
+            try:
+                yield tx
+                self.commits += 1
+            finally:
+                self.statements += tx.statements
+                if not connection.closed:  # a lost connection is discarded as it is
+                    connection.autocommit = False
+
     def rows(self, statement: Statement, params: dict[str, Any] | None = None) -> list[Row]:
-        with self.tx() as tx:
+        """One statement, its own transaction: its rows."""
+        with self._alone() as tx:
             return tx.rows(statement, params)
 
     def first(self, statement: Statement, params: dict[str, Any] | None = None) -> Row | None:
-        with self.tx() as tx:
+        """One statement, its own transaction: its first row."""
+        with self._alone() as tx:
             return tx.first(statement, params)
 
     def execute(self, statement: Statement, params: dict[str, Any] | None = None) -> int:
-        with self.tx() as tx:
+        """One statement, its own transaction: the rows it touched."""
+        with self._alone() as tx:
             return tx.execute(statement, params)
 
 

@@ -5,6 +5,9 @@ clients see it, without touching the server (which may be the machine's).
 their connections reset and new ones refused, as when the server is down;
 ``restore()`` listens on the same port again. One thread serves every
 connection (``selectors``), so a proxy costs its process one thread.
+
+``from_client``, if given, sees every chunk a client sends, on the proxy's
+thread (a test counts the Postgres messages behind a step with it).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import selectors
 import socket
 import struct
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from store.local import free_port
@@ -24,8 +28,16 @@ _CHUNK = 65536
 class TcpProxy:
     """Forwards 127.0.0.1:``port`` to ``target_host``:``target_port``."""
 
-    def __init__(self, target_host: str, target_port: int, port: int | None = None) -> None:
+    def __init__(
+        self,
+        target_host: str,
+        target_port: int,
+        port: int | None = None,
+        from_client: Callable[[socket.socket, bytes], None] | None = None,
+    ) -> None:
         self.target = (target_host, target_port)
+        self._from_client = from_client
+        self._clients: set[socket.socket] = set()
         self.port = port or free_port()
         self._selector = selectors.DefaultSelector()
         self._peers: dict[socket.socket, socket.socket] = {}
@@ -122,6 +134,7 @@ class TcpProxy:
         for sock in (client, upstream):
             sock.setblocking(True)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._clients.add(client)
         self._peers[client] = upstream
         self._peers[upstream] = client
         self._selector.register(client, selectors.EVENT_READ, "data")
@@ -132,6 +145,8 @@ class TcpProxy:
         try:
             data = sock.recv(_CHUNK)
             if data:
+                if self._from_client is not None and sock in self._clients:
+                    self._from_client(sock, data)
                 peer.sendall(data)
                 return
         except OSError:
@@ -144,6 +159,7 @@ class TcpProxy:
             if one is None:
                 continue
             self._peers.pop(one, None)
+            self._clients.discard(one)
             with contextlib.suppress(KeyError, ValueError):
                 self._selector.unregister(one)
             _reset(one)

@@ -187,13 +187,13 @@ RECORD_LLM_STEP = Statement(
 )
 RECORD_LLM_STEP_CHILD = Statement("record_llm_step_child", _record_llm_step_sql(rolls_up=True))
 
-# The step's commit, one code path (``PgExecution.commit_step``): the run update (state,
-# outcome) is the fence. The checkpoint moves only as
-# ``store.rules.check_checkpoint`` allows (not below the stored step index, never
-# from more messages than are stored); when it does not, nothing is saved, and
-# the caller rolls back and raises that rule's error (reading the stored
-# checkpoint: refusals are rare). Tool steps, approvals and the wait step hang
-# off the checkpoint.
+# The step's commit, one code path (``PgExecution.commit_step``): the fence locks
+# the run's row. The checkpoint moves only as ``store.rules.check_checkpoint``
+# allows (not below the stored step index, never from more messages than are
+# stored); when it does not, the statement changes nothing, and the caller
+# raises that rule's error (reading the stored checkpoint: refusals are rare).
+# The run update (progress, state, outcome), tool steps, approvals and the wait
+# step hang off the checkpoint, so each statement is a transaction of its own.
 #
 # Every step appends: the checkpoint moves from exactly ``base_count`` messages,
 # so the new messages are plain inserts. A replace (an equal index from fewer
@@ -248,13 +248,7 @@ def _commit_sql(waits: bool, replace: bool) -> str:
     with ``replace``, it writes over stored messages instead of appending."""
     return f"""
     WITH f AS (
-        UPDATE runs SET
-            {PROGRESS},
-            state = CASE WHEN CAST(:state_changed AS bool) THEN CAST(:state AS json)
-                         ELSE state END,
-            {OUTCOME_SET}
-         WHERE {FENCE}
-        RETURNING id
+        SELECT id FROM runs WHERE {FENCE} FOR UPDATE
     ), cp AS (
         -- The run's first checkpoint only from no messages; a stored one moves
         -- only if the rule holds, checked on the conflicting row itself.
@@ -273,6 +267,14 @@ def _commit_sql(waits: bool, replace: bool) -> str:
          WHERE c.step_index <= EXCLUDED.step_index
            AND {_REPLACE if replace else _APPEND_ONLY}
         RETURNING c.run_id{_DROP_PAST_COUNT if replace else ""}
+    ), r AS (
+        UPDATE runs SET
+            {PROGRESS},
+            state = CASE WHEN CAST(:state_changed AS bool) THEN CAST(:state AS json)
+                         ELSE state END,
+            {OUTCOME_SET}
+          FROM cp WHERE runs.id = cp.run_id
+        RETURNING 1
     ), m AS (
         INSERT INTO messages AS x (run_id, seq, body, step_index)
         SELECT cp.run_id, CAST(:base_count AS int) + m.ord - 1, m.body, CAST(:step_index AS int)
@@ -577,24 +579,23 @@ class PgExecution(PgBase):
         # The approvals (and the wait step) are written by the statement that
         # waits: a plain step does not pay for those inserts.
         writes_waits = waits or bool(commit.approvals)
-        with self.db.tx() as tx:
-            statement = COMMIT_STEP_WAIT if writes_waits else COMMIT_STEP
-            if not self._commit(tx, fence, statement, params):
-                # Not an append: raise the rule's error, or replace stored messages.
-                tx.rollback()
-                stored = tx.first(CHECKPOINT_AT, {"run_id": fence.run_id})
-                at = None if stored is None else (stored["step_index"], stored["message_count"])
-                check_checkpoint(fence.run_id, at, commit)
-                replace = COMMIT_STEP_REPLACE_WAIT if writes_waits else COMMIT_STEP_REPLACE
-                if not self._commit(tx, fence, replace, params):
-                    raise AssertionError("the commit refused a checkpoint that the rule allows")
+        # Each statement is its own transaction, one round trip: one that does
+        # not save the checkpoint changes nothing (everything hangs off it).
+        statement = COMMIT_STEP_WAIT if writes_waits else COMMIT_STEP
+        if not self._commit(fence, statement, params):
+            # Not an append: raise the rule's error, or replace stored messages.
+            stored = self.db.first(CHECKPOINT_AT, {"run_id": fence.run_id})
+            at = None if stored is None else (stored["step_index"], stored["message_count"])
+            check_checkpoint(fence.run_id, at, commit)
+            replace = COMMIT_STEP_REPLACE_WAIT if writes_waits else COMMIT_STEP_REPLACE
+            if not self._commit(fence, replace, params):
+                raise AssertionError("the commit refused a checkpoint that the rule allows")
         self._committed(fence.run_id)
         return self._after_settle(fence.run_id, outcome)
 
-    @staticmethod
-    def _commit(tx: Tx, fence: Fence, statement: Statement, params: dict[str, Any]) -> bool:
+    def _commit(self, fence: Fence, statement: Statement, params: dict[str, Any]) -> bool:
         """Run one of the step's commit statements; whether it saved the checkpoint."""
-        row = tx.first(statement, params)
+        row = self.db.first(statement, params)
         assert row is not None  # the statement always returns its counts
         if not row["fenced"]:
             raise _lost(fence)

@@ -306,6 +306,27 @@ def test_checkpoint_append_replace_and_refuse(store: PostgresStore) -> None:
     assert [(s.kind, s.index, s.tool_call_id) for s in steps] == [(StepKind.TOOL, 1, "c1")]
 
 
+def test_a_refused_commit_changes_nothing_though_it_settles_and_asks(
+    store: PostgresStore,
+) -> None:
+    """Each commit statement is a transaction of its own (issue 31): one the
+    checkpoint rule refuses must not move the run's state or outcome, ask for
+    approvals or write tool steps on its way to refusing."""
+    fence = claimed(store)
+    store.commit_step(fence, commit(1, 0, [msg(0), msg(1)], state={"count": 1}))
+    before = snapshot(store)
+    for refused in (
+        commit(0, 0, [msg(9)], state={"count": 9}, outcome=Outcome(RunStatus.COMPLETED)),
+        commit(2, 5, [msg(9)], tools=[tool_record(2, "c9")], approvals=[approval("c9")]),
+        commit(2, 7, [msg(9)], outcome=Outcome(RunStatus.FAILED, error=RunError("x", "y"))),
+    ):
+        with pytest.raises(CheckpointConflict):
+            store.commit_step(fence, refused)
+        assert snapshot(store) == before
+    run = store.get_run(fence.run_id)
+    assert run.status is RunStatus.RUNNING and run.state == {"count": 1}
+
+
 def test_commit_with_outcome_settles_and_records_state(store: PostgresStore) -> None:
     fence = claimed(store)
     settled = store.commit_step(
