@@ -20,7 +20,8 @@ without litellm (issue 16).
   and after freezing what it loaded (a worker does, ``tasks.app``): for that
   long every run of the worker stands still.
 
-Each runs in a fresh process, warmed as a worker is (``model.warm_up``).
+Each runs in a fresh process, warmed as a worker is (``model.warm_up``), its
+loaded heap then frozen as a worker freezes it (``runner.celery.freeze_heap``).
 ``bench.hot_path`` prints both beside its targets.
 """
 
@@ -92,6 +93,7 @@ def litellm_processes(runs: int, processes: int) -> dict[str, Any]:
 
 def litellm_alone(runs: int, start_at: float | None = None) -> dict[str, Any]:
     from runner import model
+    from runner.celery import freeze_heap
     from runner.engine.runtime import runtime
     from runner.testing import Reply, Request, ScriptedModel, call, text, tools
 
@@ -127,6 +129,7 @@ def litellm_alone(runs: int, start_at: float | None = None) -> dict[str, Any]:
         return time.perf_counter() - wall, time.process_time() - cpu
 
     model.warm_up()
+    freeze_heap()
     wall, cpu = runtime().run(all_runs(), timeout=600)
     ideal = STEPS_PER_RUN * LATENCY
     return {
@@ -158,6 +161,7 @@ def _production_engine(url: str) -> Any:
 def engine_alone(repeats: int, production: bool = True) -> dict[str, Any]:
     from bench.common import bench_database, durable_engine
     from runner import Agent, Budget, model, tool
+    from runner.celery import freeze_heap
     from runner.model import ModelReply
     from store.db import make_engine
     from store.models import Message, Usage
@@ -199,6 +203,7 @@ def engine_alone(repeats: int, production: bool = True) -> dict[str, Any]:
         return ModelReply({"role": "assistant", "content": "done"}, usage, "stop", 1e-6)
 
     model.warm_up()
+    freeze_heap()
     model.complete = stub  # type: ignore[assignment]  (this process only)
     name = f"floor-engine-{uuid.uuid4().hex[:6]}"
     Agent(name=name, model="openai/stub", tools=[fetch], budget=Budget(max_steps=ENGINE_STEPS))
@@ -235,7 +240,7 @@ def engine_alone(repeats: int, production: bool = True) -> dict[str, Any]:
 
 def gc_pause(samples: int) -> dict[str, Any]:
     """How long one full garbage collection stops a warmed worker, before and
-    after it freezes what it loaded (``tasks.app._freeze_heap``)."""
+    after it freezes what it loaded (``runner.celery.freeze_heap``)."""
     import gc
 
     import tasks  # noqa: F401  (what a worker imports: Celery, the engine)

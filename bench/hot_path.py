@@ -3,7 +3,10 @@
     python -m bench.hot_path [--repeats N] [--skip-concurrency]   # or: make bench
 
 One process, Postgres and Redis; an instant scripted model served through
-litellm, one tool call per step and about 1 KB per tool result. Every figure
+litellm, one tool call per step and about 1 KB per tool result. The process
+warms up and then freezes its heap, as a worker does (``runner.celery.freeze_heap``:
+otherwise a full collection of litellm's half a million objects, 150-300 ms,
+lands in whichever run happens to cross the collector's threshold). Every figure
 is a median of the same run, so that the machine's drift hits them alike:
 
 - floor: two 1 KB INSERT + COMMITs (what a durable step cannot go below);
@@ -63,6 +66,7 @@ from bench.common import bench_database, durable_engine, report
 from bench.floors import in_fresh_process
 from bench.model_server import serving
 from runner import Agent, Budget, Engine, model, tool
+from runner.celery import freeze_heap
 from runner.engine.runtime import runtime
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
 from store.db import make_engine, raw_cursor
@@ -323,6 +327,7 @@ def run(repeats: int, concurrency: bool) -> dict[str, Any]:
         run_short = engine.start(agent.name, {"steps": 10, "nonce": uuid.uuid4().hex})
         engine.execute(run_short.id)  # warm up: litellm's import, pools, prepared plans
         _durable_run_http(engine, over_http.name)  # and litellm's HTTP client
+        freeze_heap()  # as a worker does once it has warmed up
         for _ in range(repeats):
             for key, value in _durable_run(engine, store, agent.name, timed).items():
                 rounds.setdefault(key, []).append(value)

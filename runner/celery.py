@@ -450,12 +450,12 @@ def _worker_init(sender: Any = None, **_: Any) -> None:
     try:
         warm_up()
         observe.start_worker(engine().settings, _handlers(), _worker_info(sender))
-        _freeze_heap()
+        freeze_heap()
     except RunwrightError as exc:
         raise SystemExit(f"runwright: the worker cannot start: {exc.message}") from exc
 
 
-def _freeze_heap() -> None:
+def freeze_heap() -> None:
     """Take what the worker has loaded by now (litellm, Celery, the agents:
     about half a million objects) out of the garbage collector's full passes.
     Each full pass otherwise walks all of it, 150-300 ms during which no run
