@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +23,21 @@ from store.postgres import PostgresStore
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SECRET = "bench:bench-secret-bench-secret-bench-secret"
+
+
+def machine_speed() -> float:
+    """CPU milliseconds of a fixed pure-Python loop (the median of three): a
+    ruler for the machine itself. This machine's speed has moved by half within
+    an hour, so a benchmark that records it at its start and end shows which of
+    its figures a slow spell touched, and figures from different hours can be
+    set side by side."""
+    times = []
+    for _ in range(3):
+        started, total = time.process_time(), 0
+        for n in range(2_000_000):
+            total += n * n
+        times.append((time.process_time() - started) * 1000)
+    return round(statistics.median(times), 1)
 
 
 def settings() -> Settings:

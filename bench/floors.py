@@ -159,7 +159,7 @@ def _production_engine(url: str) -> Any:
 
 
 def engine_alone(repeats: int, production: bool = True) -> dict[str, Any]:
-    from bench.common import bench_database, durable_engine
+    from bench.common import bench_database, durable_engine, machine_speed
     from runner import Agent, Budget, model, tool
     from runner.celery import freeze_heap
     from runner.model import ModelReply
@@ -232,6 +232,7 @@ def engine_alone(repeats: int, production: bool = True) -> dict[str, Any]:
         "wall_ms_per_step": round(statistics.median(walls), 3),
         "cpu_ms_per_step": round(statistics.median(cpus), 3),
         "flatness_last10_vs_first10": round(statistics.median(flatness), 3),
+        "machine_speed_ms": machine_speed(),  # bench.common: the machine's own speed now
     }
 
 

@@ -62,7 +62,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import sqlalchemy as sa
 
-from bench.common import bench_database, durable_engine, report
+from bench.common import bench_database, durable_engine, machine_speed, report
 from bench.floors import in_fresh_process
 from bench.model_server import serving
 from runner import Agent, Budget, Engine, model, tool
@@ -308,6 +308,7 @@ async def _litellm_http(base_url: str, history: int, calls: int) -> float:
 
 def run(repeats: int, concurrency: bool) -> dict[str, Any]:
     logging.getLogger("runner").setLevel(logging.ERROR)
+    speed_at_start = machine_speed()
     timed = TimedModel(f"hot-path-{uuid.uuid4().hex[:6]}", _script, price=PRICE)
     agent = Agent(
         name=timed.name, model=timed.model, tools=[fetch], budget=Budget(max_steps=STEPS + 10)
@@ -410,12 +411,23 @@ def run(repeats: int, concurrency: bool) -> dict[str, Any]:
                 1.2,
             )
         )
+        # The same over RabbitMQ (docs/scaling.md, "Past one Postgres"), where
+        # rabbitmq-server is installed: a figure beside the targets, whose
+        # broker is the default's.
+        from tests.rabbitmq import rabbitmq_missing
+
+        if rabbitmq_missing() is None:
+            figures["concurrent_500_two_processes_rabbitmq"] = bench_concurrent(
+                500, processes=2, rabbitmq=True
+            )
     floors = _floors(concurrency)
     figures["floors"] = floors
     # The engine's own cost per step on the production path (Engine.from_env,
     # the model stubbed out: bench.floors engine), issue 31.
     targets.append(("engine on the production path, wall ms per step", floors[_ENGINE_WALL], 2.0))
     targets.append(("engine on the production path, CPU ms per step", floors[_ENGINE_CPU], 1.2))
+    # The machine's own speed at the start and at the end (bench.common).
+    figures["machine_speed_ms"] = {"start": speed_at_start, "end": machine_speed()}
     figures["targets"] = {
         name: {"figure": round(value, 3), "target": f"<= {limit}", "met": value <= limit}
         for name, value, limit in targets

@@ -38,20 +38,35 @@ from runner.settings import Settings
 from store.local import LocalRedis, free_port
 from store.models import RunStatus
 from tests.e2e.cluster import Cluster, wait_until
+from tests.rabbitmq import RabbitNode
 
 TTL, TICK = 3.0, 1.0
 
 
 @contextlib.contextmanager
-def cluster(**overrides: str) -> Iterator[Cluster]:
-    with tempfile.TemporaryDirectory(prefix="rw-bench-") as tmp, bench_database() as url:
+def cluster(rabbitmq: bool = False, **overrides: str) -> Iterator[Cluster]:
+    """A cluster on a fresh database and a Redis of its own; with ``rabbitmq``,
+    its broker is a RabbitMQ node of its own (``tests.rabbitmq``), else that
+    Redis."""
+    with (
+        tempfile.TemporaryDirectory(prefix="rw-bench-") as tmp,
+        bench_database() as url,
+        contextlib.ExitStack() as stack,
+    ):
         workdir = Path(tmp)
         redis_server = LocalRedis(workdir / "redis", free_port())
         redis_server.start()
+        stack.callback(redis_server.kill)
+        broker_url = redis_server.url(1)
+        if rabbitmq:
+            node = RabbitNode(workdir / "rabbitmq")
+            stack.callback(node.close)
+            node.start()
+            broker_url = node.url
         made = Cluster(
             database_url=url,
             redis_url=redis_server.url(0),
-            broker_url=redis_server.url(1),
+            broker_url=broker_url,
             workdir=workdir,
             overrides={
                 "RUNWRIGHT_LEASE_TTL_SECONDS": str(TTL),
@@ -65,7 +80,6 @@ def cluster(**overrides: str) -> Iterator[Cluster]:
             yield made
         finally:
             made.stop()
-            redis_server.kill()
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -173,16 +187,23 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def bench_concurrent(runs: int = 200, processes: int = 1) -> dict[str, Any]:
+def bench_concurrent(runs: int = 200, processes: int = 1, rabbitmq: bool = False) -> dict[str, Any]:
     """``runs`` runs of 5 steps with 1 s of model latency on ``processes``
-    worker processes (the runs shared among them)."""
+    worker processes (the runs shared among them), the broker Redis or, with
+    ``rabbitmq``, a RabbitMQ node.
+
+    Besides the wall time it reports when the runs' executions began, from
+    the first message sent: how long the broker and the workers' consumers
+    took to hand every run to an execution."""
     from runner import Engine
 
     # The default lease TTL, as in production: the cluster's 3 s (for the
     # recovery benchmark) would renew every run's claim every second, which
     # at 200 runs was a third of this benchmark's time (issue 16).
     default_ttl = str(Settings().lease_ttl_seconds)
-    with cluster(RUNWRIGHT_DB_POOL_SIZE="20", RUNWRIGHT_LEASE_TTL_SECONDS=default_ttl) as c:
+    with cluster(
+        rabbitmq, RUNWRIGHT_DB_POOL_SIZE="20", RUNWRIGHT_LEASE_TTL_SECONDS=default_ttl
+    ) as c:
         workers = [
             c.worker(f"big{n}", concurrency=runs // processes + 10) for n in range(processes)
         ]
@@ -201,7 +222,7 @@ def bench_concurrent(runs: int = 200, processes: int = 1) -> dict[str, Any]:
         silent = Engine(engine.store, leases=engine.leases, settings=engine.settings)
         ids = [silent.start("paced", {"steps": 5, "latency": 1.0, "n": i}).id for i in range(runs)]
         cpu = sum(_cpu_seconds(w.pid) for w in workers)
-        started = time.monotonic()
+        started, sent = time.monotonic(), time.time()
         for run_id in ids:
             assert engine.enqueue is not None
             engine.enqueue(run_id)
@@ -209,6 +230,9 @@ def bench_concurrent(runs: int = 200, processes: int = 1) -> dict[str, Any]:
         wall = time.monotonic() - started
         cpu = sum(_cpu_seconds(w.pid) for w in workers) - cpu
         finished = [engine.get_run(i) for i in ids]
+    began = sorted(
+        run.started_at.timestamp() - sent for run in finished if run.started_at is not None
+    )
     steps = sum(run.steps_used for run in finished)
     ideal = 5.0
     return {
@@ -221,6 +245,10 @@ def bench_concurrent(runs: int = 200, processes: int = 1) -> dict[str, Any]:
         "ratio_to_ideal": round(wall / ideal, 3),
         "worker_cpu_seconds": round(cpu, 2),
         "worker_cpu_ms_per_step": round(cpu * 1000 / max(steps, 1), 2),
+        "broker": "rabbitmq" if rabbitmq else "redis",
+        # When the runs' executions began, seconds after the first message.
+        "executions_began_median_seconds": round(statistics.median(began), 2),
+        "executions_began_last_seconds": round(began[-1], 2),
         "lease_ttl_seconds": float(default_ttl),
         "all_completed": {run.status for run in finished} == {RunStatus.COMPLETED}
         and steps == 5 * runs,
