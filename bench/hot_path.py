@@ -416,17 +416,34 @@ def run(repeats: int, concurrency: bool) -> dict[str, Any]:
         ratio = one["ratio_to_ideal"] if one["all_completed"] else float("inf")
         targets.append(("200 concurrent runs on one process / ideal", ratio, 1.5))
         # A two-core machine's shape: two processes (docs/scaling.md), against
-        # litellm alone making the same calls from two processes.
-        two = bench_concurrent(500, processes=2)
-        alone = in_fresh_process("litellm", "--runs", "250", "--processes", "2")
-        figures["concurrent_500_two_processes"] = two
-        figures["litellm_alone_500_two_processes"] = alone
-        ratio = two["ratio_to_ideal"] if two["all_completed"] else float("inf")
-        targets.append(("500 concurrent runs on two processes / ideal", ratio, 2.0))
+        # litellm alone making the same calls from two processes, in three
+        # alternating rounds: the machine's speed moves within minutes, so each
+        # round's ratio sets the two side by side and the target takes the median.
+        rounds_500: list[dict[str, Any]] = []
+        for _ in range(3):
+            two = bench_concurrent(500, processes=2)
+            alone = in_fresh_process("litellm", "--runs", "250", "--processes", "2")
+            ratio = two["ratio_to_ideal"] if two["all_completed"] else float("inf")
+            rounds_500.append(
+                {
+                    "workers": two,
+                    "litellm_alone": alone,
+                    "ratio_to_ideal": ratio,
+                    "ratio_to_litellm_alone": round(ratio / alone["ratio_to_ideal"], 3),
+                }
+            )
+        figures["concurrent_500_two_processes"] = rounds_500
+        targets.append(
+            (
+                "500 concurrent runs on two processes / ideal",
+                statistics.median(r["ratio_to_ideal"] for r in rounds_500),
+                2.0,
+            )
+        )
         targets.append(
             (
                 "500 concurrent runs on two processes / litellm alone",
-                ratio / alone["ratio_to_ideal"],
+                statistics.median(r["ratio_to_litellm_alone"] for r in rounds_500),
                 1.2,
             )
         )
