@@ -247,8 +247,8 @@ def bench_concurrent(runs: int = 200, processes: int = 1, rabbitmq: bool = False
         "worker_cpu_ms_per_step": round(cpu * 1000 / max(steps, 1), 2),
         "broker": "rabbitmq" if rabbitmq else "redis",
         # When the runs' executions began, seconds after the first message.
-        "executions_began_median_seconds": round(statistics.median(began), 2),
-        "executions_began_last_seconds": round(began[-1], 2),
+        "executions_began_median_seconds": round(statistics.median(began), 2) if began else None,
+        "executions_began_last_seconds": round(began[-1], 2) if began else None,
         "lease_ttl_seconds": float(default_ttl),
         "all_completed": {run.status for run in finished} == {RunStatus.COMPLETED}
         and steps == 5 * runs,
