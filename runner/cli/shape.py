@@ -24,6 +24,7 @@ import click
 
 from runner.cli.as_json import Document, json_option
 from runner.cli.terminal import say
+from runner.settings import Settings
 from store.errors import InvalidInput
 
 # A worker's CPU per durable step over HTTP to a provider, as bench.throughput
@@ -33,6 +34,12 @@ from store.errors import InvalidInput
 DEFAULT_CPU_MS_PER_STEP = 7.0
 UTILIZATION = 0.75
 MAX_THREADS = 1000
+# Past this many runs in flight per process, a burst (a schedule firing, the
+# tick re-sending runs after an outage) reaches a busy process slowly through a
+# Redis broker: its consumer awaits a reply per message (docs/scaling.md,
+# "Where 500 runs on two processes wait").
+REDIS_BROKER_BURST = 100
+_REDIS_SCHEMES = ("redis", "rediss", "redis+socket", "sentinel")
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,20 @@ def shape(cores: int, latency: float, cpu_ms_per_step: float, others: int = 0) -
     return Shape(processes, threads, round(rate * processes, 1), threads * processes)
 
 
+def broker_advice(threads: int, broker_url: str | None) -> str | None:
+    """What to say of the broker for ``threads`` runs in flight per process:
+    RabbitMQ where Redis is the broker (``None``: Runwright's default, the
+    leases' Redis) and the processes hold more than a burst's worth."""
+    scheme = (broker_url or "redis://").split("://", 1)[0].lower()
+    if scheme not in _REDIS_SCHEMES or threads <= REDIS_BROKER_BURST:
+        return None
+    return (
+        f"with Redis as the broker, a burst of {threads} runs reaches a busy process slowly "
+        "(its consumer awaits a reply for each message); RabbitMQ hands them over faster: "
+        'RUNWRIGHT_BROKER_URL=amqp://... (docs/scaling.md, "Past one Postgres")'
+    )
+
+
 @click.command("worker-shape")
 @click.option("--cores", type=int, default=None, help="The machine's cores (default: this one's).")
 @click.option("--others", type=int, default=0, show_default=True,
@@ -72,6 +93,8 @@ def worker_shape(
     """Worker processes and threads for a machine, and the command that starts them."""
     cores = cores or os.cpu_count() or 1
     found = shape(cores, latency, cpu_ms_per_step, others)
+    settings = Settings.from_env()
+    advice = broker_advice(found.threads, settings.broker_url or settings.redis_url)
     command = (
         f"celery multi start {found.processes} -A tasks -l INFO -Q runwright -P threads "
         f"-c {found.threads} --prefetch-multiplier 1 "
@@ -88,6 +111,7 @@ def worker_shape(
             "runs_in_flight": found.runs_in_flight,
             "steps_per_second": found.steps_per_second,
             "command": command,
+            "broker_advice": advice,
         }
     say(
         f"{cores} cores ({others} for other services), model calls of {latency:g} s, "
@@ -98,4 +122,6 @@ def worker_shape(
         f"{found.runs_in_flight} runs in flight, about {found.steps_per_second:g} steps/s"
     )
     say(f"  {command}")
+    if advice is not None:
+        say(f"  Note: {advice}")
     return None

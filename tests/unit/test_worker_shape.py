@@ -4,10 +4,12 @@ core three quarters busy while each waits on the model."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from click.testing import CliRunner
 
-from runner.cli.shape import shape, worker_shape
+from runner.cli.shape import REDIS_BROKER_BURST, broker_advice, shape, worker_shape
 from store.errors import InvalidInput
 
 
@@ -39,3 +41,25 @@ def test_the_command_prints_the_celery_multi_line() -> None:
     )
     assert "2 worker process(es), each -c 251" in out
     assert "celery multi start 2 -A tasks -l INFO -Q runwright -P threads -c 251" in out
+
+
+def test_a_redis_broker_past_a_bursts_worth_of_runs_is_told_of_rabbitmq() -> None:
+    advice = broker_advice(251, "redis://127.0.0.1:6379/1")
+    assert advice is not None and "RabbitMQ" in advice and "251 runs" in advice
+    assert broker_advice(251, None) == advice  # the default broker is the leases' Redis
+    assert broker_advice(251, "rediss://cache.example:6380/0") is not None
+    assert broker_advice(251, "amqp://guest:guest@rabbit:5672//") is None
+    assert broker_advice(REDIS_BROKER_BURST, "redis://127.0.0.1:6379/1") is None
+
+
+@pytest.mark.parametrize(
+    ("broker", "told"), [("redis://127.0.0.1:6379/1", True), ("amqp://guest@rabbit//", False)]
+)
+def test_the_command_names_the_broker_it_advises_against(broker: str, told: bool) -> None:
+    args = ["--cores", "2", "--latency", "1", "--cpu-ms-per-step", "3"]
+    env = {"RUNWRIGHT_BROKER_URL": broker}
+    out = CliRunner().invoke(worker_shape, args, env=env).output
+    assert ("Note: with Redis as the broker" in out) is told
+    shown = CliRunner().invoke(worker_shape, [*args, "--json"], env=env)
+    assert shown.exit_code == 0, shown.output
+    assert (json.loads(shown.output)["broker_advice"] is not None) is told
