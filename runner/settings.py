@@ -201,8 +201,14 @@ class Settings:
             )
 
     @property
+    def configured_broker(self) -> str | None:
+        """The broker's URL as configured: ``RUNWRIGHT_BROKER_URL``, else the
+        leases' Redis; None until the settings name one (or are resolved)."""
+        return self.broker_url or self.redis_url
+
+    @property
     def broker(self) -> str:
-        url = self.broker_url or self.redis_url
+        url = self.configured_broker
         if url is None:
             raise ConfigurationError("no broker URL: resolve the settings first")
         return url

@@ -93,8 +93,7 @@ def worker_shape(
     """Worker processes and threads for a machine, and the command that starts them."""
     cores = cores or os.cpu_count() or 1
     found = shape(cores, latency, cpu_ms_per_step, others)
-    settings = Settings.from_env()
-    advice = broker_advice(found.threads, settings.broker_url or settings.redis_url)
+    advice = broker_advice(found.threads, Settings.from_env().configured_broker)
     command = (
         f"celery multi start {found.processes} -A tasks -l INFO -Q runwright -P threads "
         f"-c {found.threads} --prefetch-multiplier 1 "
