@@ -77,9 +77,12 @@ worker_consumer = "tasks.consumer:Consumer"
 # be five minutes at that pace; a worker that gave up would stop for good).
 broker_connection_max_retries = None
 
-# Flower: task events and readable task names.
-worker_send_task_events = True
-task_send_sent_event = True
+# Task events (Flower's task list) are sent while a monitor asks for them:
+# Flower does, every few seconds, unless started with --enable_events=False.
+# RUNWRIGHT_TASK_EVENTS=true sends them always, and the task-sent event with
+# every message (docs/celery.md, "What Flower shows").
+worker_send_task_events = _settings.task_events
+task_send_sent_event = _settings.task_events
 
 # The tick's entry in beat_schedule, and the routes of the two tasks, come
 # with runner.celery.install(app), as on any project's app (tasks/app.py).

@@ -456,6 +456,12 @@ def run(repeats: int, concurrency: bool) -> dict[str, Any]:
             figures["concurrent_500_two_processes_rabbitmq"] = bench_concurrent(
                 500, processes=2, rabbitmq=True
             )
+        # And with Celery's task events on, as while Flower watches
+        # (docs/celery.md): the targets are measured as workers run with no
+        # monitor asking for them, Runwright's default.
+        figures["concurrent_500_two_processes_task_events"] = bench_concurrent(
+            500, processes=2, task_events=True
+        )
     floors = _floors(concurrency)
     figures["floors"] = floors
     # The engine's own cost per step on the production path (Engine.from_env,

@@ -187,10 +187,14 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def bench_concurrent(runs: int = 200, processes: int = 1, rabbitmq: bool = False) -> dict[str, Any]:
+def bench_concurrent(
+    runs: int = 200, processes: int = 1, rabbitmq: bool = False, task_events: bool = False
+) -> dict[str, Any]:
     """``runs`` runs of 5 steps with 1 s of model latency on ``processes``
     worker processes (the runs shared among them), the broker Redis or, with
-    ``rabbitmq``, a RabbitMQ node.
+    ``rabbitmq``, a RabbitMQ node. With ``task_events`` the workers send
+    Celery's task events (``RUNWRIGHT_TASK_EVENTS``), as they do while Flower
+    watches; by default they send none, as with no monitor asking.
 
     Besides the wall time it reports when the runs' executions began, from
     the first message sent: how long the broker and the workers' consumers
@@ -202,7 +206,10 @@ def bench_concurrent(runs: int = 200, processes: int = 1, rabbitmq: bool = False
     # at 200 runs was a third of this benchmark's time (issue 16).
     default_ttl = str(Settings().lease_ttl_seconds)
     with cluster(
-        rabbitmq, RUNWRIGHT_DB_POOL_SIZE="20", RUNWRIGHT_LEASE_TTL_SECONDS=default_ttl
+        rabbitmq,
+        RUNWRIGHT_DB_POOL_SIZE="20",
+        RUNWRIGHT_LEASE_TTL_SECONDS=default_ttl,
+        RUNWRIGHT_TASK_EVENTS=str(task_events).lower(),
     ) as c:
         workers = [
             c.worker(f"big{n}", concurrency=runs // processes + 10) for n in range(processes)
@@ -246,6 +253,7 @@ def bench_concurrent(runs: int = 200, processes: int = 1, rabbitmq: bool = False
         "worker_cpu_seconds": round(cpu, 2),
         "worker_cpu_ms_per_step": round(cpu * 1000 / max(steps, 1), 2),
         "broker": "rabbitmq" if rabbitmq else "redis",
+        "task_events": task_events,
         # When the runs' executions began, seconds after the first message.
         "executions_began_median_seconds": round(statistics.median(began), 2) if began else None,
         "executions_began_last_seconds": round(began[-1], 2) if began else None,

@@ -127,6 +127,11 @@ class Settings:
         "RUNWRIGHT_BROKER_HEARTBEAT_SECONDS", 10.0, minimum=0
     )
     visibility_timeout_seconds: int = _setting("RUNWRIGHT_VISIBILITY_TIMEOUT", 12 * 3600, minimum=1)
+    # Celery's task events from every worker all the time (and the task-sent
+    # event from every enqueue). Off, a worker sends them while a monitor asks
+    # for them, as Flower does by default: a busy worker saves three broker
+    # round trips a run (docs/celery.md, "What Flower shows").
+    task_events: bool = _setting("RUNWRIGHT_TASK_EVENTS", False)
     beat_schedule: Path | None = _setting("RUNWRIGHT_BEAT_SCHEDULE", None)  # noqa: RUF009
     db_pool_size: int = _setting("RUNWRIGHT_DB_POOL_SIZE", 10, minimum=1)
     # Off behind PgBouncer in transaction mode (see docs/operations.md).

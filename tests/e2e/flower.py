@@ -61,9 +61,10 @@ class Flower:
         ]
 
     def follow(self, engine: Engine) -> None:
-        """Wait until Flower records the workers' task events. Those sent before
-        it has bound its queue are lost to it, so probe with runs until one shows
-        (an agent of ``tests.agents``)."""
+        """Wait until Flower records the workers' task events. A worker sends
+        them once Flower has asked (every few seconds), and those sent before
+        it has bound its queue are lost to it, so probe with runs until one
+        shows (an agent of ``tests.agents``)."""
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             probe = engine.start("steady", {"steps": 1, "latency": 0.0, "probe": time.time()})

@@ -48,6 +48,7 @@ def flower(cluster: Cluster) -> Iterator[Flower]:
 def test_flower_sees_execute_with_the_run_id_only(cluster: Cluster, flower: Flower) -> None:
     cluster.worker("w1")
     engine = cluster.engine()
+    flower.follow(engine)  # it has asked the worker for task events
     run = engine.start("fleet", {"amount": 5})
     wait_until(
         lambda: engine.get_run(run.id).status is RunStatus.COMPLETED, 60, "the run to complete"
@@ -103,6 +104,7 @@ def test_a_failed_run_is_a_failed_task_delivered_once(cluster: Cluster, flower: 
     cluster.overrides["RUNWRIGHT_AGENTS"] = "tests.agents,tests.agents_failing"
     worker = cluster.worker("w1")
     engine = cluster.engine()
+    flower.follow(engine)
     failed = engine.start("refused")
     completed = engine.start("fleet", {"amount": 5})
     cancelled = engine.start("hang")
@@ -146,6 +148,7 @@ def test_ticks_stay_out_of_flower_and_the_log_unless_they_did_something(
     worker = cluster.worker("w1")
     beat = cluster.beat()
     engine = cluster.engine()
+    flower.follow(engine)
     # Started but never enqueued: only a tick finds it (it re-enqueues queued
     # runs after RUNWRIGHT_REENQUEUE_SECONDS).
     silent = Engine(engine.store, leases=engine.leases, settings=engine.settings)
