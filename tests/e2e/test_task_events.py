@@ -51,6 +51,11 @@ class Listener:
             }
             return {e["type"] for e in self.events if e.get("uuid") in ids}
 
+    def task_events(self) -> list[str]:
+        """Every task event heard, of any task."""
+        with self._lock:
+            return [e["type"] for e in self.events if e["type"].startswith("task-")]
+
     def heartbeats(self) -> int:
         with self._lock:
             return sum(e["type"] == "worker-heartbeat" for e in self.events)
@@ -87,7 +92,9 @@ def test_a_worker_sends_task_events_while_a_monitor_asks_for_them(
     unasked = _completed(engine, {"n": 1})
     heard = listener.heartbeats()
     wait_until(lambda: listener.heartbeats() > heard, 30, "a later worker-heartbeat event")
-    assert listener.of_run(unasked) == set()  # the run completed; no task event said so
+    # The run completed, and no task event said so, of it or of any task.
+    assert listener.of_run(unasked) == set()
+    assert listener.task_events() == []
 
     # What Flower does every few seconds (its --enable_events).
     replies = app.control.enable_events(reply=True, timeout=5)
