@@ -195,10 +195,15 @@ class Execution:
         A decision can still land between the write's commit and the release:
         its resume then found the lease taken and was dropped. So after a
         pause, look once more and send the run again if it is queued; a
-        decision after this look finds the lease free."""
+        decision after this look finds the lease free. The store reads the
+        paused run back after its commit, so a decision that came first is
+        read as `queued` (not waiting for a retry): that run is looked at too."""
         self.left_running = True
         self._release(fence)
-        if settled.run.status is RunStatus.WAITING:
+        run = settled.run
+        if run.status is RunStatus.WAITING or (
+            run.status is RunStatus.QUEUED and run.retry_at is None
+        ):
             with contextlib.suppress(StoreUnavailable):  # then tick() re-enqueues it
                 if self.deps.store.get_run(self.run_id).status is RunStatus.QUEUED:
                     self.deps.send([self.run_id])

@@ -478,3 +478,35 @@ def test_a_decision_before_the_lease_is_given_up_resumes_without_tick(
         wait_for(lambda: made.get_run(run.id).status is RunStatus.COMPLETED, timeout=5)
     finally:
         threaded.join()
+
+
+def test_a_decision_before_the_pause_is_read_back_resumes_without_tick(
+    pg_store: PostgresStore, leases: Leases, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threaded = ThreadedEngine(pg_store, leases, settings)
+    made = threaded.engine
+    after_settle = pg_store._after_settle
+    decided: list[str] = []
+
+    def decide_before_the_read(run_id: str, outcome: Outcome | None) -> Settled | None:
+        # The store reads the paused run back in a transaction after the
+        # commit's: a decision there is read as `queued`, and its resume is
+        # refused, for the execution still holds the lease. The execution must
+        # send the run once the lease is free, as it does for a run read `waiting`.
+        if outcome is not None and outcome.status is RunStatus.WAITING and not decided:
+            (approval,) = made.approvals(run_id)
+            sent = len(threaded.threads)
+            made.respond(approval.approval_id, True, trusted=True)
+            decided.append(run_id)
+            for thread in threaded.threads[sent:]:
+                thread.join(10)  # the resume has been tried, and refused
+            assert leases.holder(run_id) is not None
+        return after_settle(run_id, outcome)
+
+    monkeypatch.setattr(pg_store, "_after_settle", decide_before_the_read)
+    run = made.start(approval_agent("read-back-approval", None))
+    try:
+        wait_for(lambda: made.get_run(run.id).status is RunStatus.COMPLETED, timeout=5)
+    finally:
+        threaded.join()
+    assert decided == [run.id]
