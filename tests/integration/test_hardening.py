@@ -475,7 +475,8 @@ def test_a_decision_before_the_lease_is_given_up_resumes_without_tick(
     monkeypatch.setattr(pg_store, "commit_step", decide_right_after_the_commit)
     run = made.start(approval_agent("window-approval", None))
     try:
-        wait_for(lambda: made.get_run(run.id).status is RunStatus.COMPLETED, timeout=5)
+        # No tick() runs here: a resume that was lost never completes.
+        wait_for(lambda: made.get_run(run.id).status is RunStatus.COMPLETED, timeout=30)
     finally:
         threaded.join()
 
@@ -506,7 +507,8 @@ def test_a_decision_before_the_pause_is_read_back_resumes_without_tick(
     monkeypatch.setattr(pg_store, "_after_settle", decide_before_the_read)
     run = made.start(approval_agent("read-back-approval", None))
     try:
-        wait_for(lambda: made.get_run(run.id).status is RunStatus.COMPLETED, timeout=5)
+        # No tick() runs here: a resume that was lost never completes.
+        wait_for(lambda: made.get_run(run.id).status is RunStatus.COMPLETED, timeout=30)
     finally:
         threaded.join()
     assert decided == [run.id]
