@@ -410,6 +410,23 @@ class ThreadedEngine:
             thread.join(10)
         self.engine.close()
 
+    def approve_and_wait(self, approval_id: str) -> None:
+        """Approve, and wait until the resume the decision sent has been tried."""
+        sent = len(self.threads)
+        self.engine.respond(approval_id, True, trusted=True)
+        for thread in self.threads[sent:]:
+            thread.join(10)
+
+    def complete(self, agent: str) -> str:
+        """Start a run of ``agent`` and wait for it to complete; its id. No
+        tick() runs here: a resume that was lost never completes."""
+        run = self.engine.start(agent)
+        try:
+            wait_for(lambda: self.engine.get_run(run.id).status is RunStatus.COMPLETED, timeout=30)
+        finally:
+            self.join()
+        return run.id
+
 
 def approval_agent(prefix: str, notifier: Callable[[ApprovalRequest], Any] | None) -> str:
     name = unique(prefix)
@@ -465,20 +482,12 @@ def test_a_decision_before_the_lease_is_given_up_resumes_without_tick(
         # the execution must look again once the lease is free.
         settled = commit_step(fence, commit)
         if settled is not None and settled.run.waiting is not None:
-            sent = len(threaded.threads)
-            made.respond(settled.run.waiting.approval_id, True, trusted=True)
-            for thread in threaded.threads[sent:]:
-                thread.join(10)  # the resume has been tried, and refused
+            threaded.approve_and_wait(settled.run.waiting.approval_id)  # its resume is refused
             assert made.get_run(fence.run_id).status is RunStatus.QUEUED
         return settled
 
     monkeypatch.setattr(pg_store, "commit_step", decide_right_after_the_commit)
-    run = made.start(approval_agent("window-approval", None))
-    try:
-        # No tick() runs here: a resume that was lost never completes.
-        wait_for(lambda: made.get_run(run.id).status is RunStatus.COMPLETED, timeout=30)
-    finally:
-        threaded.join()
+    threaded.complete(approval_agent("window-approval", None))
 
 
 def test_a_decision_before_the_pause_is_read_back_resumes_without_tick(
@@ -496,19 +505,11 @@ def test_a_decision_before_the_pause_is_read_back_resumes_without_tick(
         # send the run once the lease is free, as it does for a run read `waiting`.
         if outcome is not None and outcome.status is RunStatus.WAITING and not decided:
             (approval,) = made.approvals(run_id)
-            sent = len(threaded.threads)
-            made.respond(approval.approval_id, True, trusted=True)
             decided.append(run_id)
-            for thread in threaded.threads[sent:]:
-                thread.join(10)  # the resume has been tried, and refused
+            threaded.approve_and_wait(approval.approval_id)  # its resume is refused
             assert leases.holder(run_id) is not None
         return after_settle(run_id, outcome)
 
     monkeypatch.setattr(pg_store, "_after_settle", decide_before_the_read)
-    run = made.start(approval_agent("read-back-approval", None))
-    try:
-        # No tick() runs here: a resume that was lost never completes.
-        wait_for(lambda: made.get_run(run.id).status is RunStatus.COMPLETED, timeout=30)
-    finally:
-        threaded.join()
-    assert decided == [run.id]
+    run_id = threaded.complete(approval_agent("read-back-approval", None))
+    assert decided == [run_id]
