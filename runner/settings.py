@@ -136,6 +136,10 @@ class Settings:
     db_pool_size: int = _setting("RUNWRIGHT_DB_POOL_SIZE", 10, minimum=1)
     # Off behind PgBouncer in transaction mode (see docs/operations.md).
     db_prepared: bool = _setting("RUNWRIGHT_DB_PREPARED", True)
+    # An execution's fenced writes go to Postgres from the event loop, on
+    # non-blocking connections (store/onloop.py), rather than by a thread of
+    # the I/O pool. Off: every store call takes a thread, as before.
+    store_on_loop: bool = _setting("RUNWRIGHT_STORE_ON_LOOP", True)
     io_threads: int = _setting("RUNWRIGHT_IO_THREADS", 32, minimum=1)
     tool_threads: int = _setting("RUNWRIGHT_TOOL_THREADS", 64, minimum=1)
     model: str | None = _setting("RUNWRIGHT_MODEL", None)

@@ -193,6 +193,10 @@ class Claims:
     def _confirm(self, run_id: str, epoch: int) -> None:
         self._confirmed[run_id] = (epoch, time.monotonic())
 
+    def answers_from_memory(self, fence: Fence) -> bool:
+        """Whether :meth:`check` asks nothing of Redis now."""
+        return self.leases is None or self._known_own(fence)
+
     def _known_own(self, fence: Fence) -> bool:
         """Redis confirmed this lease to this epoch less than half a TTL ago."""
         known = self._confirmed.get(fence.run_id)

@@ -23,6 +23,7 @@ import sqlalchemy.exc
 
 from store.dberrors import LOST, REFUSED, refused, unavailable
 from store.errors import StoreRefused
+from store.onloop import LoopPool, carried, close_pools, loop_cursor, pool_for
 from store.statements import Statement
 
 
@@ -70,16 +71,24 @@ _engines: dict[tuple[int, str, int, bool], sa.Engine] = {}
 _engines_lock = threading.Lock()
 
 
+def setup_statements() -> list[str]:
+    """What a connection runs first, in prepared mode: the hot statements."""
+    # The hot statements' plans do not depend on their parameters: plan once.
+    return ["SET plan_cache_mode = force_generic_plan"] + [
+        f"PREPARE {statement.name} AS {statement.numbered}"
+        for statement in Statement.prepared.values()
+    ]
+
+
 def _prepare_all(dbapi_connection: Any, _record: Any) -> None:
     with dbapi_connection.cursor() as cursor:
-        # The hot statements' plans do not depend on their parameters: plan once.
-        cursor.execute("SET plan_cache_mode = force_generic_plan")
-        for statement in Statement.prepared.values():
-            cursor.execute(f"PREPARE {statement.name} AS {statement.numbered}")
+        for sql in setup_statements():
+            cursor.execute(sql)
     dbapi_connection.commit()
 
 
 DEFAULT_POOL_SIZE = 10  # RUNWRIGHT_DB_POOL_SIZE
+CONNECT_ARGS = {"connect_timeout": 5, "application_name": "runwright"}
 
 # Engines whose connections prepare the hot statements (see make_engine).
 _preparing: weakref.WeakKeyDictionary[sa.Engine, bool] = weakref.WeakKeyDictionary()
@@ -108,7 +117,7 @@ def make_engine(
         # step): _ping_if_idle pings only connections that sat idle.
         pool_recycle=1800,
         json_serializer=dumps,
-        connect_args={"connect_timeout": 5, "application_name": "runwright"},
+        connect_args=CONNECT_ARGS,
     )
     if prepared:
         sa.event.listen(engine, "connect", _prepare_all)
@@ -209,11 +218,14 @@ class Executor:
     @contextmanager
     def tx(self) -> Iterator[Tx]:
         """One transaction: committed when the block ends, rolled back if it raises."""
-        with raw_cursor(self.engine) as cursor:
+        with self._cursor(transaction=True) as cursor:
             tx = Tx(cursor, self.prepared)
             try:
                 yield tx
-                cursor.connection.commit()
+                if carried():
+                    cursor.commit()
+                else:
+                    cursor.connection.commit()
                 self.commits += 1
             finally:
                 self.statements += tx.statements
@@ -224,17 +236,52 @@ class Executor:
         ends (autocommit), one round trip where ``BEGIN``, the statement and
         ``COMMIT`` are three. A statement is atomic by itself, so this changes
         nothing but the round trips (a step's two writes: issue 31)."""
-        with raw_cursor(self.engine) as cursor:
-            connection = cursor.connection
-            connection.autocommit = True
+        with self._cursor(transaction=False) as cursor:
             tx = Tx(cursor, self.prepared)
             try:
                 yield tx
                 self.commits += 1
             finally:
                 self.statements += tx.statements
+
+    @contextmanager
+    def _cursor(self, *, transaction: bool) -> Iterator[Any]:
+        """A cursor of the threads' pool, or of the loop's inside
+        :func:`store.onloop.carry`; ``transaction`` False: each statement
+        commits as it ends."""
+        if carried():
+            with loop_cursor(self._loop_pool(), transaction=transaction) as cursor:
+                yield cursor
+            return
+        with raw_cursor(self.engine) as cursor:
+            if transaction:
+                yield cursor
+                return
+            connection = cursor.connection
+            connection.autocommit = True
+            try:
+                yield cursor
+            finally:
                 if not connection.closed:  # a lost connection is discarded as it is
                     connection.autocommit = False
+
+    def _loop_pool(self) -> LoopPool:
+        engine = self.engine
+        size = engine.pool.size()  # type: ignore[attr-defined]
+        return pool_for(
+            engine,
+            lambda: LoopPool(
+                {**engine.dialect.create_connect_args(engine.url)[1], **CONNECT_ARGS},
+                size=size,
+                setup=";".join(setup_statements()) if self.prepared else "",
+                idle_ping=IDLE_PING_SECONDS,
+            ),
+        )
+
+    def close(self) -> None:
+        """Close the pools' connections: the threads' and every loop's."""
+        close_pools(self.engine)
+        self.engine.dispose()
 
     def rows(self, statement: Statement, params: dict[str, Any] | None = None) -> list[Row]:
         """One statement, its own transaction: its rows."""

@@ -85,6 +85,11 @@ class Publisher:
                 self._on_error(exc)
                 return False
 
+    @property
+    def connected(self) -> bool:
+        """Whether a send needs no connect first."""
+        return self._conn is not None and self._pid == os.getpid()
+
     def close(self) -> None:
         with self._lock:
             self._drop()

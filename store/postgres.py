@@ -66,4 +66,4 @@ class PostgresStore(
         return cls(engine, max_payload_bytes=max_payload_bytes)
 
     def close(self) -> None:
-        self.engine.dispose()
+        self.db.close()

@@ -77,6 +77,8 @@ class Deps:
     feed: Feed
     # Where the executions and tick() read the time (runner/clock.py).
     clock: Clock = SYSTEM
+    # Fenced writes from the loop (RUNWRIGHT_STORE_ON_LOOP, Execution.write).
+    store_on_loop: bool = False
 
     @classmethod
     def build(
@@ -126,6 +128,7 @@ class Deps:
             observer=Observers([LogObserver(), *observers]),
             feed=feed,
             clock=clock,
+            store_on_loop=settings.store_on_loop,
         )
 
     @property

@@ -43,6 +43,7 @@ from store.models import (
     RunStatus,
     Settled,
 )
+from store.onloop import blocking, carry
 from store.pg.runs import StartPoint
 from store.rules import cancel_outcome
 
@@ -98,12 +99,24 @@ class Execution:
     async def write(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """A fenced write: lease check, then the store call with the fence.
 
-        An outage is waited out (:meth:`_through_outage`); a write whose commit
-        was ambiguous is idempotent on retry.
+        Where the lease check answers from memory, the write goes to Postgres
+        from the loop itself (``RUNWRIGHT_STORE_ON_LOOP``, store/onloop.py):
+        no thread hand-off. Otherwise, and through an outage, it takes a
+        thread of the I/O pool. An outage is waited out
+        (:meth:`_through_outage`); a write whose commit was ambiguous is
+        idempotent on retry.
         """
-        assert self.fence is not None
-        result: T = await self._through_outage(
-            "commit a write", self._checked, fn, self.fence, *args, **kwargs
+        fence = self.fence
+        assert fence is not None
+        if self.deps.store_on_loop and self.deps.claims.answers_from_memory(fence):
+            try:
+                result: T = await carry(self._checked, fn, fence, *args, **kwargs)
+            except StoreUnavailable:
+                pass  # waited out on the I/O pool below
+            else:
+                return result
+        result = await self._through_outage(
+            "commit a write", self._checked, fn, fence, *args, **kwargs
         )
         return result
 
@@ -176,14 +189,15 @@ class Execution:
             self.deps.after_settle(self.settled)
 
     def _checked(self, fn: Callable[..., T], fence: Fence, *args: Any, **kwargs: Any) -> T:
-        # One hop to the I/O pool: the lease check, the write, and letting
-        # the run go if the write moved it out of `running`.
+        # One call, on a thread of the I/O pool or carried on the loop: the
+        # lease check, the write, and letting the run go if the write moved
+        # it out of `running` (Redis and the broker: on a thread).
         if self.signal.reason is AbortReason.LEASE_LOST:
             raise LeaseLostError(f"run {self.run_id} was taken over")
         self.deps.claims.check(fence)
         result = fn(fence, *args, **kwargs)
         if isinstance(result, Settled):
-            self._let_go(fence, result)
+            blocking(runtime().calls, self._let_go, fence, result)
         return result
 
     def _let_go(self, fence: Fence, settled: Settled) -> None:

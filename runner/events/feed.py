@@ -28,11 +28,13 @@ from typing import Any
 
 import redis
 
+from runner.engine.runtime import runtime
 from runner.errors import InvalidInput
 from runner.events.eventstream import WAKE, EventStream, Sink, Tail
 from store.live import WAKE as WAKE_MESSAGE
 from store.live import EventListener, Publisher, decode, events_channel, token_payload
 from store.models import Run, RunStatus
+from store.onloop import carried
 from store.postgres import PostgresStore
 from store.status import SETTLED
 from store.validate import check_run_id
@@ -102,8 +104,14 @@ class Feed:
         wake-up find them on the next one or at their resync."""
         if self.client is None:
             self._deliver(run_id, None)
-        else:
-            self._publisher().send(events_channel(run_id), WAKE_MESSAGE)
+            return
+        publisher = self._publisher()
+        if carried() and not publisher.connected:
+            # A write on the loop (store/onloop.py) does not wait for Redis to
+            # connect: a thread connects and sends.
+            runtime().calls.submit(publisher.send, events_channel(run_id), WAKE_MESSAGE)
+            return
+        publisher.send(events_channel(run_id), WAKE_MESSAGE)
 
     def token(self, run_id: str, delta: dict[str, Any]) -> bool:
         """A token delta (``epoch``, ``step``, ``attempt``, ``n``, ``text``);

@@ -1,0 +1,327 @@
+"""The store's statements sent from the event loop (store/onloop.py, issue 31).
+
+An execution's fenced writes run the store's own code on the loop, inside a
+greenlet, over non-blocking connections: the loop is never blocked while
+Postgres works, a cancelled caller leaves the call to finish as a thread
+would, and a lost or refused statement raises the store's errors as on a
+thread. Real Postgres throughout."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from runner import Agent, Budget, Engine, tool
+from runner.engine.runtime import runtime
+from runner.settings import Settings
+from runner.testing import Request, ScriptedModel, call, text, tools
+from store.db import make_engine, raw_cursor
+from store.errors import ConstraintViolation, StoreUnavailable
+from store.leases import Leases
+from store.models import RunStatus
+from store.onloop import LoopPool, _pools, carried, carry
+from store.postgres import PostgresStore
+from store.statements import Statement
+
+PID = Statement("onloop_pid", "SELECT pg_backend_pid() AS pid")
+
+
+@pytest.fixture
+def table(pg_store: PostgresStore) -> Iterator[str]:
+    name = f"onloop_{uuid.uuid4().hex[:8]}"
+    pg_store.db.execute(Statement(f"{name}_create", f"CREATE TABLE {name} (n int PRIMARY KEY)"))
+    yield name
+    pg_store.db.execute(Statement(f"{name}_drop", f"DROP TABLE IF EXISTS {name}"))
+
+
+def _insert(table: str, *, sleep: float = 0.0) -> Statement:
+    return Statement(
+        f"{table}_insert_{int(sleep * 1000)}",
+        f"INSERT INTO {table} SELECT CAST(:n AS int) FROM pg_sleep({sleep})",
+    )
+
+
+def _count(store: PostgresStore, table: str) -> int:
+    row = store.db.first(Statement(f"{table}_count", f"SELECT count(*) AS n FROM {table}"))
+    assert row is not None
+    return int(row["n"])
+
+
+def _pool(store: PostgresStore) -> LoopPool:
+    loop = asyncio.get_running_loop()
+    return _pools[loop][store.db.engine]
+
+
+def _on_loop(make: Callable[[], Any]) -> Any:
+    """Run ``make()``'s coroutine on the runtime's loop, as executions do."""
+
+    async def go() -> Any:
+        return await make()
+
+    return runtime().run(go(), timeout=30)
+
+
+def test_a_carried_statement_leaves_the_loop_free(pg_store: PostgresStore) -> None:
+    sleepy = Statement("onloop_sleepy", "SELECT pg_sleep(0.4) AS slept")
+
+    async def go() -> tuple[int, bool]:
+        ticks = 0
+        stop = False
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while not stop:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        ticking = asyncio.ensure_future(ticker())
+        await asyncio.sleep(0)
+
+        def query() -> bool:
+            pg_store.db.first(sleepy)
+            return carried()
+
+        inside = await carry(query)
+        stop = True
+        await ticking
+        return ticks, inside
+
+    ticks, inside = _on_loop(go)
+    assert inside
+    # 0.4 s of Postgres at 10 ms a tick; a blocking call would allow none.
+    assert ticks >= 15, ticks
+
+
+def test_a_cancelled_caller_leaves_the_carried_call_to_finish(
+    pg_store: PostgresStore, table: str
+) -> None:
+    """As a call on a thread: the write commits, the rest of the call runs,
+    and the connection goes back to the pool once the statement is done."""
+    finished: list[bool] = []
+
+    def write() -> None:
+        pg_store.db.execute(_insert(table, sleep=0.3), {"n": 1})
+        finished.append(carried())
+
+    async def go() -> tuple[int, int]:
+        task = asyncio.ensure_future(carry(write))
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert finished == []  # the caller left before the statement ended
+        deadline = time.monotonic() + 5
+        while not finished and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        pool = _pool(pg_store)
+        return pool._open, len(pool._idle)
+
+    opened, idle = _on_loop(go)
+    assert finished == [True]
+    assert _count(pg_store, table) == 1
+    assert opened == idle == 1
+
+
+def test_a_transaction_on_the_loop_that_raises_rolls_back_on_the_same_connection(
+    pg_store: PostgresStore, table: str
+) -> None:
+    def fails() -> None:
+        with pg_store.db.tx() as tx:
+            tx.execute(_insert(table), {"n": 1})
+            tx.execute(_insert(table), {"n": 2})
+            raise RuntimeError("the block fails after two statements")
+
+    def pid() -> int:
+        row = pg_store.db.first(PID)
+        assert row is not None
+        return int(row["pid"])
+
+    async def go() -> tuple[int, int]:
+        before = await carry(pid)
+        with pytest.raises(RuntimeError):
+            await carry(fails)
+        return before, await carry(pid)
+
+    before, after = _on_loop(go)
+    assert _count(pg_store, table) == 0
+    assert before == after  # rolled back, not thrown away
+
+
+def test_a_refused_statement_on_the_loop_is_the_stores_error(
+    pg_store: PostgresStore, table: str
+) -> None:
+    def twice() -> None:
+        pg_store.db.execute(_insert(table), {"n": 7})
+        pg_store.db.execute(_insert(table), {"n": 7})
+
+    async def go() -> None:
+        with pytest.raises(ConstraintViolation) as refused:
+            await carry(twice)
+        assert refused.value.constraint == f"{table}_pkey"
+        assert "INSERT" not in str(refused.value)  # the statement is not quoted
+        await carry(pg_store.db.execute, _insert(table), {"n": 8})  # the pool goes on
+
+    _on_loop(go)
+    assert _count(pg_store, table) == 2
+
+
+def _terminate(database_url: str, pid: int) -> None:
+    admin = make_engine(database_url, pool_size=1)
+    try:
+        with raw_cursor(admin) as cursor:
+            cursor.connection.autocommit = True
+            cursor.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    finally:
+        admin.dispose()
+
+
+def test_a_lost_connection_on_the_loop_is_unavailable_and_the_next_reconnects(
+    pg_store: PostgresStore, database_url: str
+) -> None:
+    async def go() -> tuple[int, int]:
+        row = await carry(pg_store.db.first, PID)
+        _terminate(database_url, row["pid"])
+        await asyncio.sleep(0.2)
+        # Used a moment ago: sent without a ping, and lost.
+        with pytest.raises(StoreUnavailable, match="Postgres is unavailable"):
+            await carry(pg_store.db.first, PID)
+        again = await carry(pg_store.db.first, PID)
+        pool = _pool(pg_store)
+        return row["pid"], again["pid"], pool._open
+
+    first, second, opened = _on_loop(go)
+    assert first != second and opened == 1
+
+
+def test_a_connection_idle_for_a_while_is_pinged_and_replaced(
+    pg_store: PostgresStore, database_url: str
+) -> None:
+    async def go() -> tuple[int, int]:
+        row = await carry(pg_store.db.first, PID)
+        _terminate(database_url, row["pid"])
+        await asyncio.sleep(0.2)
+        pool = _pool(pg_store)
+        for connection in pool._idle:
+            connection.used_at -= 60  # idle past the ping's threshold
+        again = await carry(pg_store.db.first, PID)  # no error: the ping found it gone
+        return row["pid"], again["pid"]
+
+    first, second = _on_loop(go)
+    assert first != second
+
+
+def test_closing_the_store_closes_its_loop_connections(database_url: str) -> None:
+    store = PostgresStore(make_engine(database_url, pool_size=2))
+    row = _on_loop(lambda: carry(store.db.first, PID))
+    store.close()
+    deadline = time.monotonic() + 5
+    watcher = PostgresStore(make_engine(database_url, pool_size=1))
+    try:
+        alive = Statement(
+            "onloop_alive", "SELECT count(*) AS n FROM pg_stat_activity WHERE pid = :pid"
+        )
+        while watcher.db.first(alive, {"pid": row["pid"]})["n"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert watcher.db.first(alive, {"pid": row["pid"]})["n"] == 0
+    finally:
+        watcher.close()
+
+
+# ----------------------------------------------------------- the engine's writes
+
+
+@tool
+def fetch(n: int) -> str:
+    """Return a short text."""
+    return f"item {n}"
+
+
+def _agent() -> str:
+    name = f"onloop-{uuid.uuid4().hex[:8]}"
+
+    def script(request: Request) -> Any:
+        if request.step < 3:
+            return tools(call("fetch", {"n": request.step}))
+        return text("done")
+
+    Agent(
+        name=name,
+        model=ScriptedModel(name, script).model,
+        tools=[fetch],
+        budget=Budget(max_steps=10),
+    )
+    return name
+
+
+def _carried_writes(store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> dict[str, list[bool]]:
+    """Whether each step write ran carried on the loop."""
+    seen: dict[str, list[bool]] = {"record_llm_step": [], "commit_step": []}
+    for name, calls in seen.items():
+        original = getattr(store, name)
+
+        def spy(
+            *args: Any, _original: Any = original, _calls: list[bool] = calls, **kw: Any
+        ) -> Any:
+            _calls.append(carried())
+            return _original(*args, **kw)
+
+        monkeypatch.setattr(store, name, spy)
+    return seen
+
+
+@pytest.mark.parametrize("on_loop", [True, False])
+def test_the_engine_writes_its_steps_from_the_loop_unless_told_not_to(
+    pg_store: PostgresStore,
+    leases: Leases,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    on_loop: bool,
+) -> None:
+    seen = _carried_writes(pg_store, monkeypatch)
+    engine = Engine(
+        pg_store, leases=leases, settings=dataclasses.replace(settings, store_on_loop=on_loop)
+    )
+    try:
+        run = engine.start(_agent(), {})
+        done = engine.execute(run.id)
+    finally:
+        engine.close()
+    assert done is not None and done.status is RunStatus.COMPLETED and done.steps_used == 3
+    assert seen["record_llm_step"] == [on_loop] * 3
+    # The last commit settles the run: its lease release went to a thread.
+    assert seen["commit_step"] == [on_loop] * 3
+
+
+def test_a_write_the_loop_could_not_make_is_waited_out_on_a_thread(
+    pg_store: PostgresStore,
+    leases: Leases,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Postgres away during a carried write: the write is made again on the
+    I/O pool, through the outage, and the run loses nothing."""
+    calls: list[bool] = []
+    original = pg_store.commit_step
+
+    def flaky(*args: Any, **kwargs: Any) -> Any:
+        calls.append(carried())
+        if len(calls) == 2:
+            raise StoreUnavailable("Postgres is unavailable: injected")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(pg_store, "commit_step", flaky)
+    engine = Engine(pg_store, leases=leases, settings=settings)
+    try:
+        run = engine.start(_agent(), {})
+        done = engine.execute(run.id)
+    finally:
+        engine.close()
+    assert done is not None and done.status is RunStatus.COMPLETED and done.steps_used == 3
+    assert calls == [True, True, False, True]
+    assert [s.name for s in engine.steps(run.id) if s.kind == "tool"] == ["fetch"] * 2
