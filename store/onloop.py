@@ -266,8 +266,13 @@ class LoopPool:
         self._pid = os.getpid()
 
     def take(self) -> LoopConnection | None:
-        """An idle connection used lately, if there is one: no waiting."""
-        if self._idle and time.monotonic() - self._idle[-1].used_at < self._idle_ping:
+        """An idle connection used lately, if there is one and nobody waits
+        for one before this caller: no waiting."""
+        if (
+            self._idle
+            and not self._waiters
+            and time.monotonic() - self._idle[-1].used_at < self._idle_ping
+        ):
             return self._idle.pop()
         return None
 

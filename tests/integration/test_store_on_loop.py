@@ -10,20 +10,24 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import redis
 
 from runner import Agent, Budget, Engine, tool
 from runner.engine.runtime import runtime
+from runner.events.feed import Feed
 from runner.settings import Settings
 from runner.testing import Request, ScriptedModel, call, text, tools
 from store.db import make_engine, raw_cursor
 from store.errors import ConstraintViolation, StoreUnavailable
 from store.leases import Leases
+from store.live import events_channel
 from store.models import RunStatus
 from store.onloop import LoopPool, _pools, carried, carry
 from store.postgres import PostgresStore
@@ -51,6 +55,13 @@ def _count(store: PostgresStore, table: str) -> int:
     row = store.db.first(Statement(f"{table}_count", f"SELECT count(*) AS n FROM {table}"))
     assert row is not None
     return int(row["n"])
+
+
+def _backend(store: PostgresStore) -> int:
+    """The server process of the connection this statement went over."""
+    row = store.db.first(PID)
+    assert row is not None
+    return int(row["pid"])
 
 
 def _pool(store: PostgresStore) -> LoopPool:
@@ -137,16 +148,11 @@ def test_a_transaction_on_the_loop_that_raises_rolls_back_on_the_same_connection
             tx.execute(_insert(table), {"n": 2})
             raise RuntimeError("the block fails after two statements")
 
-    def pid() -> int:
-        row = pg_store.db.first(PID)
-        assert row is not None
-        return int(row["pid"])
-
     async def go() -> tuple[int, int]:
-        before = await carry(pid)
+        before = await carry(_backend, pg_store)
         with pytest.raises(RuntimeError):
             await carry(fails)
-        return before, await carry(pid)
+        return before, await carry(_backend, pg_store)
 
     before, after = _on_loop(go)
     assert _count(pg_store, table) == 0
@@ -184,16 +190,15 @@ def _terminate(database_url: str, pid: int) -> None:
 def test_a_lost_connection_on_the_loop_is_unavailable_and_the_next_reconnects(
     pg_store: PostgresStore, database_url: str
 ) -> None:
-    async def go() -> tuple[int, int]:
-        row = await carry(pg_store.db.first, PID)
-        _terminate(database_url, row["pid"])
+    async def go() -> tuple[int, int, int]:
+        first = await carry(_backend, pg_store)
+        _terminate(database_url, first)
         await asyncio.sleep(0.2)
         # Used a moment ago: sent without a ping, and lost.
         with pytest.raises(StoreUnavailable, match="Postgres is unavailable"):
-            await carry(pg_store.db.first, PID)
-        again = await carry(pg_store.db.first, PID)
-        pool = _pool(pg_store)
-        return row["pid"], again["pid"], pool._open
+            await carry(_backend, pg_store)
+        again = await carry(_backend, pg_store)
+        return first, again, _pool(pg_store)._open
 
     first, second, opened = _on_loop(go)
     assert first != second and opened == 1
@@ -203,14 +208,12 @@ def test_a_connection_idle_for_a_while_is_pinged_and_replaced(
     pg_store: PostgresStore, database_url: str
 ) -> None:
     async def go() -> tuple[int, int]:
-        row = await carry(pg_store.db.first, PID)
-        _terminate(database_url, row["pid"])
+        first = await carry(_backend, pg_store)
+        _terminate(database_url, first)
         await asyncio.sleep(0.2)
-        pool = _pool(pg_store)
-        for connection in pool._idle:
+        for connection in _pool(pg_store)._idle:
             connection.used_at -= 60  # idle past the ping's threshold
-        again = await carry(pg_store.db.first, PID)  # no error: the ping found it gone
-        return row["pid"], again["pid"]
+        return first, await carry(_backend, pg_store)  # no error: the ping found it gone
 
     first, second = _on_loop(go)
     assert first != second
@@ -218,7 +221,7 @@ def test_a_connection_idle_for_a_while_is_pinged_and_replaced(
 
 def test_closing_the_store_closes_its_loop_connections(database_url: str) -> None:
     store = PostgresStore(make_engine(database_url, pool_size=2))
-    row = _on_loop(lambda: carry(store.db.first, PID))
+    backend = _on_loop(lambda: carry(_backend, store))
     store.close()
     deadline = time.monotonic() + 5
     watcher = PostgresStore(make_engine(database_url, pool_size=1))
@@ -226,9 +229,15 @@ def test_closing_the_store_closes_its_loop_connections(database_url: str) -> Non
         alive = Statement(
             "onloop_alive", "SELECT count(*) AS n FROM pg_stat_activity WHERE pid = :pid"
         )
-        while watcher.db.first(alive, {"pid": row["pid"]})["n"] and time.monotonic() < deadline:
+
+        def count() -> int:
+            row = watcher.db.first(alive, {"pid": backend})
+            assert row is not None
+            return int(row["n"])
+
+        while count() and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert watcher.db.first(alive, {"pid": row["pid"]})["n"] == 0
+        assert count() == 0
     finally:
         watcher.close()
 
@@ -325,3 +334,70 @@ def test_a_write_the_loop_could_not_make_is_waited_out_on_a_thread(
     assert done is not None and done.status is RunStatus.COMPLETED and done.steps_used == 3
     assert calls == [True, True, False, True]
     assert [s.name for s in engine.steps(run.id) if s.kind == "tool"] == ["fetch"] * 2
+
+
+def test_carried_statements_beyond_the_pool_wait_their_turn(database_url: str) -> None:
+    """A loop's pool holds at most its size: the statements beyond it wait
+    for a connection, and every one of them runs."""
+    store = PostgresStore(make_engine(database_url, pool_size=2))
+    sleepy = Statement("onloop_turns", "SELECT pg_sleep(0.1) AS slept")
+    most = 0
+
+    async def go() -> float:
+        nonlocal most
+        pool: LoopPool | None = None
+
+        async def one() -> None:
+            nonlocal most, pool
+            await carry(store.db.first, sleepy)
+            pool = _pool(store)
+            most = max(most, pool._open)
+
+        started = time.monotonic()
+        await asyncio.gather(*(one() for _ in range(6)))
+        assert pool is not None
+        most = max(most, pool._open)
+        return time.monotonic() - started
+
+    try:
+        took = _on_loop(go)
+    finally:
+        store.close()
+    assert most == 2
+    assert took >= 0.3  # six statements of 0.1 s, two at a time
+
+
+def test_a_wake_up_from_the_loop_connects_on_a_thread(
+    pg_store: PostgresStore, redis_url: str
+) -> None:
+    """The feed's first wake-up of a carried write needs Redis to connect:
+    a thread connects and sends it, and the loop does not wait for that."""
+    client = redis.Redis.from_url(redis_url)
+    feed = Feed(pg_store, client)
+    run_id = str(uuid.uuid4())
+    listener = client.pubsub()  # type: ignore[no-untyped-call]
+    listener.subscribe(events_channel(run_id))
+    assert listener.get_message(timeout=5) is not None  # the subscription
+    senders: list[str] = []
+    publisher = feed._publisher()
+    send = publisher.send
+
+    def spy(channel: str, payload: bytes | str) -> bool:
+        senders.append(threading.current_thread().name)
+        return send(channel, payload)
+
+    publisher.send = spy  # type: ignore[method-assign]
+    try:
+        assert not publisher.connected
+        _on_loop(lambda: carry(feed.wake, run_id))
+        message = listener.get_message(timeout=5)
+        assert message is not None and message["type"] == "message"
+        assert publisher.connected
+        _on_loop(lambda: carry(feed.wake, run_id))  # connected: sent from the loop
+        assert listener.get_message(timeout=5) is not None
+    finally:
+        listener.close()
+        publisher.close()
+        client.close()
+    assert [name.startswith("runwright-io") for name in senders] == [True, False]
+    assert senders[1] == "runwright-loop"
