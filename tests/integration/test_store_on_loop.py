@@ -28,7 +28,7 @@ from store.db import make_engine, raw_cursor
 from store.errors import ConstraintViolation, StoreUnavailable
 from store.leases import Leases
 from store.live import events_channel
-from store.models import RunStatus
+from store.models import Run, RunStatus
 from store.onloop import LoopPool, _pools, carried, carry
 from store.postgres import PostgresStore
 from store.statements import Statement
@@ -284,6 +284,17 @@ def _carried_writes(store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> di
     return seen
 
 
+def _run_to_completion(engine: Engine) -> Run:
+    """A run of ``_agent()`` executed to its end by ``engine``, which is closed."""
+    try:
+        run = engine.start(_agent(), {})
+        done = engine.execute(run.id)
+    finally:
+        engine.close()
+    assert done is not None and done.status is RunStatus.COMPLETED and done.steps_used == 3
+    return done
+
+
 @pytest.mark.parametrize("on_loop", [True, False])
 def test_the_engine_writes_its_steps_from_the_loop_unless_told_not_to(
     pg_store: PostgresStore,
@@ -296,12 +307,7 @@ def test_the_engine_writes_its_steps_from_the_loop_unless_told_not_to(
     engine = Engine(
         pg_store, leases=leases, settings=dataclasses.replace(settings, store_on_loop=on_loop)
     )
-    try:
-        run = engine.start(_agent(), {})
-        done = engine.execute(run.id)
-    finally:
-        engine.close()
-    assert done is not None and done.status is RunStatus.COMPLETED and done.steps_used == 3
+    _run_to_completion(engine)
     assert seen["record_llm_step"] == [on_loop] * 3
     # The last commit settles the run: its lease release went to a thread.
     assert seen["commit_step"] == [on_loop] * 3
@@ -326,12 +332,7 @@ def test_a_write_the_loop_could_not_make_is_waited_out_on_a_thread(
 
     monkeypatch.setattr(pg_store, "commit_step", flaky)
     engine = Engine(pg_store, leases=leases, settings=settings)
-    try:
-        run = engine.start(_agent(), {})
-        done = engine.execute(run.id)
-    finally:
-        engine.close()
-    assert done is not None and done.status is RunStatus.COMPLETED and done.steps_used == 3
+    run = _run_to_completion(engine)
     assert calls == [True, True, False, True]
     assert [s.name for s in engine.steps(run.id) if s.kind == "tool"] == ["fetch"] * 2
 
