@@ -73,17 +73,33 @@ class Publisher:
     def send(self, channel: str, payload: bytes | str) -> bool:
         """Publish; False if it could not be sent."""
         with self._lock:
-            try:
-                conn = self._connection()
-                if not self._quiet:
-                    self._read_answers(conn, wait=self._pending >= self.MAX_PENDING)
-                    self._pending += 1
-                conn.send_packed_command([_publish_command(channel, payload)], check_health=False)
-                return True
-            except (redis.exceptions.RedisError, OSError) as exc:
-                self._drop()
-                self._on_error(exc)
-                return False
+            return self._send(channel, payload)
+
+    def send_now(self, channel: str, payload: bytes | str) -> bool | None:
+        """:meth:`send` where it need not wait first: for another thread's
+        send, to connect, or for Redis's unread answers; else None, and
+        nothing is tried."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            if not self.connected or (not self._quiet and self._pending >= self.MAX_PENDING):
+                return None
+            return self._send(channel, payload)
+        finally:
+            self._lock.release()
+
+    def _send(self, channel: str, payload: bytes | str) -> bool:
+        try:
+            conn = self._connection()
+            if not self._quiet:
+                self._read_answers(conn, wait=self._pending >= self.MAX_PENDING)
+                self._pending += 1
+            conn.send_packed_command([_publish_command(channel, payload)], check_health=False)
+            return True
+        except (redis.exceptions.RedisError, OSError) as exc:
+            self._drop()
+            self._on_error(exc)
+            return False
 
     @property
     def connected(self) -> bool:

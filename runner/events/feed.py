@@ -105,13 +105,13 @@ class Feed:
         if self.client is None:
             self._deliver(run_id, None)
             return
-        publisher = self._publisher()
-        if carried() and not publisher.connected:
-            # A write on the loop (store/onloop.py) does not wait for Redis to
-            # connect: a thread connects and sends.
-            runtime().calls.submit(publisher.send, events_channel(run_id), WAKE_MESSAGE)
-            return
-        publisher.send(events_channel(run_id), WAKE_MESSAGE)
+        publisher, channel = self._publisher(), events_channel(run_id)
+        if not carried():
+            publisher.send(channel, WAKE_MESSAGE)
+        elif publisher.send_now(channel, WAKE_MESSAGE) is None:
+            # A write on the loop (store/onloop.py) waits neither for Redis to
+            # connect nor for another thread's send: a thread sends it.
+            runtime().calls.submit(publisher.send, channel, WAKE_MESSAGE)
 
     def token(self, run_id: str, delta: dict[str, Any]) -> bool:
         """A token delta (``epoch``, ``step``, ``attempt``, ``n``, ``text``);

@@ -27,7 +27,7 @@ from runner.testing import Request, ScriptedModel, call, text, tools
 from store.db import make_engine, raw_cursor
 from store.errors import ConstraintViolation, StoreUnavailable
 from store.leases import Leases
-from store.live import events_channel
+from store.live import Publisher, events_channel
 from store.models import Run, RunStatus
 from store.onloop import LoopPool, _pools, carried, carry
 from store.postgres import PostgresStore
@@ -368,6 +368,19 @@ def test_carried_statements_beyond_the_pool_wait_their_turn(database_url: str) -
     assert took >= 0.3  # six statements of 0.1 s, two at a time
 
 
+def _senders(publisher: Publisher) -> list[str]:
+    """The threads that make ``publisher``'s sends, in order, from now on."""
+    senders: list[str] = []
+    send = publisher._send
+
+    def spy(channel: str, payload: bytes | str) -> bool:
+        senders.append(threading.current_thread().name)
+        return send(channel, payload)
+
+    publisher._send = spy  # type: ignore[method-assign]
+    return senders
+
+
 def test_a_wake_up_from_the_loop_connects_on_a_thread(
     pg_store: PostgresStore, redis_url: str
 ) -> None:
@@ -379,22 +392,16 @@ def test_a_wake_up_from_the_loop_connects_on_a_thread(
     listener = client.pubsub()  # type: ignore[no-untyped-call]
     listener.subscribe(events_channel(run_id))
     assert listener.get_message(timeout=5) is not None  # the subscription
-    senders: list[str] = []
     publisher = feed._publisher()
-    send = publisher.send
-
-    def spy(channel: str, payload: bytes | str) -> bool:
-        senders.append(threading.current_thread().name)
-        return send(channel, payload)
-
-    publisher.send = spy  # type: ignore[method-assign]
+    senders = _senders(publisher)
     try:
         assert not publisher.connected
         _on_loop(lambda: carry(feed.wake, run_id))
         message = listener.get_message(timeout=5)
         assert message is not None and message["type"] == "message"
-        assert publisher.connected
-        _on_loop(lambda: carry(feed.wake, run_id))  # connected: sent from the loop
+        with publisher._lock:  # the thread that sent it has let go of the publisher
+            assert publisher.connected
+        _on_loop(lambda: carry(feed.wake, run_id))  # connected and free: sent from the loop
         assert listener.get_message(timeout=5) is not None
     finally:
         listener.close()
@@ -402,3 +409,46 @@ def test_a_wake_up_from_the_loop_connects_on_a_thread(
         client.close()
     assert [name.startswith("runwright-io") for name in senders] == [True, False]
     assert senders[1] == "runwright-loop"
+
+
+def test_a_wake_up_from_the_loop_does_not_wait_for_another_threads_send(
+    pg_store: PostgresStore, redis_url: str
+) -> None:
+    """While another thread holds the feed's publisher (a send, a reconnect
+    that may take its 1 s timeout), a carried write's wake-up does not wait
+    for it on the loop: a thread sends it once the publisher is free."""
+    client = redis.Redis.from_url(redis_url)
+    feed = Feed(pg_store, client)
+    run_id = str(uuid.uuid4())
+    listener = client.pubsub()  # type: ignore[no-untyped-call]
+    listener.subscribe(events_channel(run_id))
+    assert listener.get_message(timeout=5) is not None  # the subscription
+    publisher = feed._publisher()
+    assert publisher.send("warm-up", b"")  # connected
+    senders = _senders(publisher)
+    order: list[str] = []
+    held, woke = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with publisher._lock:
+            held.set()
+            woke.wait(timeout=5)  # the wake-up below waits at most this long
+            order.append("released")
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(timeout=5)
+        _on_loop(lambda: carry(feed.wake, run_id))
+        order.append("woken")
+        woke.set()
+        message = listener.get_message(timeout=5)
+        assert message is not None and message["type"] == "message"
+    finally:
+        woke.set()
+        holder.join()
+        listener.close()
+        publisher.close()
+        client.close()
+    assert order == ["woken", "released"]
+    assert len(senders) == 1 and senders[0].startswith("runwright-io")
