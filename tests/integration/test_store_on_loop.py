@@ -368,6 +368,33 @@ def test_carried_statements_beyond_the_pool_wait_their_turn(database_url: str) -
     assert took >= 0.3  # six statements of 0.1 s, two at a time
 
 
+@dataclasses.dataclass
+class _Woken:
+    """A feed on a Redis of the tests, and a listener of one run's wake-ups."""
+
+    feed: Feed
+    run_id: str
+    listener: Any
+    publisher: Publisher
+
+
+@pytest.fixture
+def woken(pg_store: PostgresStore, redis_url: str) -> Iterator[_Woken]:
+    client = redis.Redis.from_url(redis_url)
+    feed = Feed(pg_store, client)
+    run_id = str(uuid.uuid4())
+    listener = client.pubsub()  # type: ignore[no-untyped-call]
+    listener.subscribe(events_channel(run_id))
+    assert listener.get_message(timeout=5) is not None  # the subscription
+    publisher = feed._publisher()
+    try:
+        yield _Woken(feed, run_id, listener, publisher)
+    finally:
+        listener.close()
+        publisher.close()
+        client.close()
+
+
 def _senders(publisher: Publisher) -> list[str]:
     """The threads that make ``publisher``'s sends, in order, from now on."""
     senders: list[str] = []
@@ -381,49 +408,28 @@ def _senders(publisher: Publisher) -> list[str]:
     return senders
 
 
-def test_a_wake_up_from_the_loop_connects_on_a_thread(
-    pg_store: PostgresStore, redis_url: str
-) -> None:
+def test_a_wake_up_from_the_loop_connects_on_a_thread(woken: _Woken) -> None:
     """The feed's first wake-up of a carried write needs Redis to connect:
     a thread connects and sends it, and the loop does not wait for that."""
-    client = redis.Redis.from_url(redis_url)
-    feed = Feed(pg_store, client)
-    run_id = str(uuid.uuid4())
-    listener = client.pubsub()  # type: ignore[no-untyped-call]
-    listener.subscribe(events_channel(run_id))
-    assert listener.get_message(timeout=5) is not None  # the subscription
-    publisher = feed._publisher()
+    publisher = woken.publisher
     senders = _senders(publisher)
-    try:
-        assert not publisher.connected
-        _on_loop(lambda: carry(feed.wake, run_id))
-        message = listener.get_message(timeout=5)
-        assert message is not None and message["type"] == "message"
-        with publisher._lock:  # the thread that sent it has let go of the publisher
-            assert publisher.connected
-        _on_loop(lambda: carry(feed.wake, run_id))  # connected and free: sent from the loop
-        assert listener.get_message(timeout=5) is not None
-    finally:
-        listener.close()
-        publisher.close()
-        client.close()
+    assert not publisher.connected
+    _on_loop(lambda: carry(woken.feed.wake, woken.run_id))
+    message = woken.listener.get_message(timeout=5)
+    assert message is not None and message["type"] == "message"
+    with publisher._lock:  # the thread that sent it has let go of the publisher
+        assert publisher.connected
+    _on_loop(lambda: carry(woken.feed.wake, woken.run_id))  # connected and free: from the loop
+    assert woken.listener.get_message(timeout=5) is not None
     assert [name.startswith("runwright-io") for name in senders] == [True, False]
     assert senders[1] == "runwright-loop"
 
 
-def test_a_wake_up_from_the_loop_does_not_wait_for_another_threads_send(
-    pg_store: PostgresStore, redis_url: str
-) -> None:
+def test_a_wake_up_from_the_loop_does_not_wait_for_another_threads_send(woken: _Woken) -> None:
     """While another thread holds the feed's publisher (a send, a reconnect
     that may take its 1 s timeout), a carried write's wake-up does not wait
     for it on the loop: a thread sends it once the publisher is free."""
-    client = redis.Redis.from_url(redis_url)
-    feed = Feed(pg_store, client)
-    run_id = str(uuid.uuid4())
-    listener = client.pubsub()  # type: ignore[no-untyped-call]
-    listener.subscribe(events_channel(run_id))
-    assert listener.get_message(timeout=5) is not None  # the subscription
-    publisher = feed._publisher()
+    publisher = woken.publisher
     assert publisher.send("warm-up", b"")  # connected
     senders = _senders(publisher)
     order: list[str] = []
@@ -439,16 +445,13 @@ def test_a_wake_up_from_the_loop_does_not_wait_for_another_threads_send(
     holder.start()
     try:
         assert held.wait(timeout=5)
-        _on_loop(lambda: carry(feed.wake, run_id))
+        _on_loop(lambda: carry(woken.feed.wake, woken.run_id))
         order.append("woken")
         woke.set()
-        message = listener.get_message(timeout=5)
+        message = woken.listener.get_message(timeout=5)
         assert message is not None and message["type"] == "message"
     finally:
         woke.set()
         holder.join()
-        listener.close()
-        publisher.close()
-        client.close()
     assert order == ["woken", "released"]
     assert len(senders) == 1 and senders[0].startswith("runwright-io")
