@@ -26,10 +26,9 @@ is a median of the same run, so that the machine's drift hits them alike:
   process of its own, ``bench.model_server``) against its floor measured in
   the same run: a bare ``litellm.acompletion`` to the same server with
   Runwright's litellm settings, plus the two commits (target <= 1.2). The
-  target is measured in pairs: the run's tool makes the floor's two commits
-  and its bare call at every step, so each step has its floor beside it
-  (``_paired_run_http``); the ratio of one window of steps to a later window
-  of bare calls is printed too, without a target;
+  same ratio measured in pairs is printed beside it, without a target: a run
+  whose tool makes the floor's two commits and its bare call at every step,
+  so each step has its floor beside it (``_paired_run_http``);
 - the engine alone on the production path (``Engine.from_env()``, the model
   stubbed: ``bench.floors engine``; targets <= 2.0 ms wall, <= 1.2 ms CPU);
 - concurrency: 200 runs of 5 steps with 1 s of model latency on one
@@ -362,7 +361,9 @@ def _paired_run_http(engine: Engine, agent: str) -> dict[str, float]:
     call over HTTP, its first write), the median floor (a bare call plus the
     two commits, of the same step), and their ratio. Pairs take the
     machine's drift out: a floor measured a few seconds after the run can
-    be 20% quicker or slower than the run was."""
+    be 20% quicker or slower than the run was. They are kind to the engine
+    by a few percent: the commits measure slower inside the tool than alone,
+    and what the loop runs while the tool works counts in neither."""
     run = engine.start(agent, {"steps": STEPS, "nonce": uuid.uuid4().hex})
     _pairs.clear()
     done = engine.execute(run.id)
@@ -462,18 +463,18 @@ def run(repeats: int, concurrency: bool) -> dict[str, Any]:
         "flatness_last10_vs_first10": round(median["flatness"], 3),
         "flatness_fitted_last10_vs_first10": round(median["flatness_fitted"], 3),
         # A durable step over HTTP against its floor: a bare litellm call to
-        # the same server (the step's history, Runwright's litellm settings)
-        # plus the two commits (issue 31). The target: each step against the
-        # floor measured within it, the median of the rounds' ratios
-        # (_paired_run_http; since 2026-12-04).
+        # the same server (Runwright's litellm settings) plus the two commits
+        # (issue 31). Without a target: each step against the floor measured
+        # within it, the median of the rounds' ratios (_paired_run_http;
+        # steadier, and a few percent kind to the engine: docs/scaling.md).
         "http_step_vs_floor_paired": round(median["paired_ratio"], 3),
         "http_step_paired_ms": round(median["paired_step_ms"], 3),
         "http_step_floor_paired_ms": round(median["paired_floor_ms"], 3),
         "litellm_http_call_paired_ms": round(median["paired_litellm_ms"], 3),
         "two_commits_paired_ms": round(median["paired_commits_ms"], 3),
-        # Without a target: a run's median step against a window of bare
-        # calls measured after it (the target's measure until 2026-12-04):
-        # median against medians, and the run's mean against the means.
+        # The target: a run's median step against the medians of a window of
+        # bare calls (mid-run history) and of commits measured after it; and,
+        # without a target, the run's mean against the means.
         "http_step_ms": round(median["http_step_median_ms"], 3),
         "litellm_http_call_ms": round(median["litellm_http_ms"], 3),
         "http_step_floor_ms": round(median["litellm_http_ms"] + floor, 3),
@@ -493,11 +494,7 @@ def run(repeats: int, concurrency: bool) -> dict[str, Any]:
     # (issue 16) that asked for less than litellm alone costs; issue 31
     # withdrew them, for the durable step over HTTP against its floor.
     targets = [
-        (
-            "durable step over HTTP / litellm + two commits",
-            figures["http_step_vs_floor_paired"],
-            1.2,
-        ),
+        ("durable step over HTTP / litellm + two commits", figures["http_step_vs_floor"], 1.2),
         ("last 10 steps / first 10", figures["flatness_last10_vs_first10"], 1.3),
         ("commits per step", figures["commits_per_step"], BEFORE["commits_per_step"]),
         ("bytes stored per step", figures["bytes_per_step"], BEFORE["bytes_per_step"]),
