@@ -383,6 +383,17 @@ def _paired_run_http(engine: Engine, agent: str) -> dict[str, float]:
 # --------------------------------------------------------------------- run
 
 
+def _http_agent(name: str, base_url: str, offered: Tool) -> Agent:
+    """An agent whose model is the loopback server at ``base_url`` over HTTP."""
+    return Agent(
+        name=name,
+        model="openai/bench",
+        tools=[offered],
+        model_settings={"api_base": base_url, "api_key": "sk-loopback", "timeout": 30},
+        budget=Budget(max_steps=STEPS + 10),
+    )
+
+
 def run(repeats: int, concurrency: bool) -> dict[str, Any]:
     logging.getLogger("runner").setLevel(logging.ERROR)
     speed_at_start = machine_speed()
@@ -396,20 +407,8 @@ def run(repeats: int, concurrency: bool) -> dict[str, Any]:
         serving(STEPS) as base_url,
         serving(STEPS, tool=probe.name) as paired_url,
     ):
-        paired = Agent(
-            name=f"{timed.name}-paired",
-            model="openai/bench",
-            tools=[probe],
-            model_settings={"api_base": paired_url, "api_key": "sk-loopback", "timeout": 30},
-            budget=Budget(max_steps=STEPS + 10),
-        )
-        over_http = Agent(
-            name=f"{timed.name}-http",
-            model="openai/bench",
-            tools=[fetch],
-            model_settings={"api_base": base_url, "api_key": "sk-loopback", "timeout": 30},
-            budget=Budget(max_steps=STEPS + 10),
-        )
+        over_http = _http_agent(f"{timed.name}-http", base_url, fetch)
+        paired = _http_agent(f"{timed.name}-paired", paired_url, probe)
         db = make_engine(url, pool_size=10)
         _pairs.base_url, _pairs.db = paired_url, db
         store = PostgresStore(db)
