@@ -215,6 +215,26 @@ def _history(steps: int, tool: str = "fetch") -> list[Message]:
     return messages
 
 
+async def _litellm_done(tasks: int) -> None:
+    """Let litellm's success handling of the call just made run to its end, so
+    that a call's time holds all the work litellm does for it on the caller's
+    loop (its cost calculation and logging payload, built whether or not a
+    callback is registered). litellm hands that work to its logging worker,
+    which starts it a few turns of the loop after the call has returned (the
+    fourth with litellm 1.110; until 2026-12-04 one turn was waited, which left
+    it out), in tasks of its own. So wait for the loop to hold more tasks than
+    ``tasks``, counted before the call (for at most 20 turns), then for those
+    to end (for at most 200)."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+        if len(asyncio.all_tasks()) > tasks:
+            break
+    for _ in range(200):
+        if len(asyncio.all_tasks()) <= tasks:
+            return
+        await asyncio.sleep(0)
+
+
 async def _adapter(timed: TimedModel, history: int, calls: int) -> dict[str, float]:
     """Median ms per call: through the adapter and litellm, and the provider's
     bare return (its reply built into litellm's response), on one loop."""
@@ -223,9 +243,10 @@ async def _adapter(timed: TimedModel, history: int, calls: int) -> dict[str, flo
     schemas = [fetch.schema()]
     through, bare = [], []
     for _ in range(calls):
+        tasks = len(asyncio.all_tasks())
         started = time.perf_counter()
         await model.complete(timed.model, messages, schemas, {})
-        await asyncio.sleep(0)  # litellm's success logging runs as a task: let it
+        await _litellm_done(tasks)
         through.append((time.perf_counter() - started) * 1000)
         started = time.perf_counter()
         reply, step = await timed.respond(messages, schemas)
@@ -250,9 +271,10 @@ async def _adapter_http(history: int, calls: int) -> dict[str, float]:
         host, port = server.server.server_address[:2]
         through, bare = [], []
         for _ in range(calls):
+            tasks = len(asyncio.all_tasks())
             started = time.perf_counter()
             await model.complete("openai/gpt-4o-mini", messages, schemas, settings)
-            await asyncio.sleep(0)
+            await _litellm_done(tasks)
             through.append((time.perf_counter() - started) * 1000)
             started = time.perf_counter()
             connection = http.client.HTTPConnection(str(host), int(port))
@@ -296,24 +318,39 @@ async def _litellm_http(
     base_url: str, history: int, calls: int, offered: Tool = fetch
 ) -> list[float]:
     """Ms of each bare ``litellm.acompletion`` to the same server, with
-    Runwright's own litellm settings (runner/model.py), at ``history`` steps:
-    what the model call of a step costs with nothing of the engine around it."""
+    Runwright's own litellm settings (runner/model.py), at ``history`` steps,
+    its success handling included: what the model call of a step costs with
+    nothing of the engine around it."""
+    times = []
+    for _ in range(calls):
+        tasks, call_ms = await _bare_call(base_url, history, offered)
+        times.append(call_ms + await _handling(tasks))
+    return times
+
+
+async def _bare_call(base_url: str, history: int, offered: Tool) -> tuple[int, float]:
+    """One bare ``litellm.acompletion`` (see :func:`_litellm_http`): the
+    loop's tasks before it, for :func:`_handling`, and its ms until it returned."""
     litellm = model._load()
     messages = _history(history, offered.name)
     schemas = [offered.schema()]
-    times = []
-    for _ in range(calls):
-        started = time.perf_counter()
-        await litellm.acompletion(
-            model="openai/bench",
-            messages=messages,
-            tools=schemas,
-            api_base=base_url,
-            api_key="sk-loopback",
-        )
-        await asyncio.sleep(0)  # litellm's success handling runs as a task: let it
-        times.append((time.perf_counter() - started) * 1000)
-    return times
+    tasks = len(asyncio.all_tasks())
+    started = time.perf_counter()
+    await litellm.acompletion(
+        model="openai/bench",
+        messages=messages,
+        tools=schemas,
+        api_base=base_url,
+        api_key="sk-loopback",
+    )
+    return tasks, (time.perf_counter() - started) * 1000
+
+
+async def _handling(tasks: int) -> float:
+    """Ms until litellm's success handling of the call just made has ended."""
+    started = time.perf_counter()
+    await _litellm_done(tasks)
+    return (time.perf_counter() - started) * 1000
 
 
 # ------------------------------- the same, each step paired with its floor
@@ -340,16 +377,17 @@ _pairs = _Pairs()
 
 @tool
 def probe(n: int) -> str:
-    """Return about a kilobyte, after measuring the step's floor: the two
-    commits, then a bare litellm call on the runtime's loop at the history the
-    run's next model call has. The step is timed from this tool's return to
-    its next call, so neither is in it; the bare call's success handling,
-    which litellm runs after the call returns, falls in the step's time."""
+    """Return about a kilobyte, after measuring the step's floor as one
+    caller would make it: a bare litellm call on the runtime's loop at the
+    history the run's next model call has, then the two commits (litellm's
+    success handling of the call runs on the loop meanwhile, as it would),
+    then what is left of that handling. The step is timed from this tool's
+    return to its next call, so none of it is in the step."""
     _pairs.entered.append(time.perf_counter())
     assert _pairs.db is not None
+    tasks, call_ms = runtime().run(_bare_call(_pairs.base_url, n, probe))
     _pairs.commits_ms.append(_floor(_pairs.db, 1)[0])
-    calls = runtime().run(_litellm_http(_pairs.base_url, n, 1, offered=probe))
-    _pairs.litellm_ms.append(calls[0])
+    _pairs.litellm_ms.append(call_ms + runtime().run(_handling(tasks)))
     _pairs.left.append(time.perf_counter())
     return KB
 
