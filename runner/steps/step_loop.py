@@ -346,14 +346,13 @@ class StepLoop:
                 sleep=self.deps.clock.sleep,
             )
         )
-        aborted = asyncio.create_task(self.x.signal.wait())
-        done, _ = await asyncio.wait({call, aborted}, return_when=asyncio.FIRST_COMPLETED)
+        racers: set[asyncio.Future[Any]] = {call, self.x.signal.fired()}
+        done, _ = await asyncio.wait(racers, return_when=asyncio.FIRST_COMPLETED)
         if call not in done:
             call.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await call
             return None
-        aborted.cancel()
         return call.result()
 
     def _from_journal(self, output: Any) -> Message:

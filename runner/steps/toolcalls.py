@@ -500,9 +500,9 @@ class CallRunner:
         the abort's grace (:class:`Abandoned`)."""
         signal = self.ctx.signal
         task = asyncio.ensure_future(work)
-        stop = asyncio.ensure_future(signal.wait())
+        racers: set[asyncio.Future[Any]] = {task, signal.fired()}
         try:
-            await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(racers, return_when=asyncio.FIRST_COMPLETED)
             if not task.done():
                 # A call about to finish is worth recording rather than
                 # turning into an unknown outcome: give it a short grace.
@@ -510,8 +510,6 @@ class CallRunner:
         except BaseException:
             task.cancel()
             raise
-        finally:
-            stop.cancel()
         if task.done():
             return task.result()
         task.cancel()  # cancels an async tool; a sync tool's thread runs on, ignored
@@ -642,11 +640,7 @@ class CallRunner:
         nothing is recorded, so a later execution runs it afresh."""
         signal = self.ctx.signal
         if not signal.aborted:
-            stop = asyncio.ensure_future(signal.wait())
-            try:
-                await asyncio.wait({stop}, timeout=seconds)
-            finally:
-                stop.cancel()
+            await asyncio.wait({signal.fired()}, timeout=seconds)
         if signal.aborted:
             raise Abandoned
 
