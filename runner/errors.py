@@ -111,8 +111,10 @@ class ToolInputError(InvalidInput):
 
 
 class LoopMisuse(RunwrightError):
-    """A blocking call into the runtime was made from the runtime's own loop,
-    where it would wait for itself; ``await`` the coroutine instead."""
+    """A call made on the wrong loop: a blocking call into the runtime from
+    the runtime's own loop, where it would wait for itself (``await`` the
+    coroutine instead), or an abort signal's future asked for on a loop other
+    than the one it lives on."""
 
 
 __all__ = [

@@ -8,6 +8,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from runner.errors import LoopMisuse
 from store.models import TriggerEnvelope
 
 
@@ -76,7 +77,7 @@ class AbortSignal:
                     self._fired.set_result(self.reason)
             fired = self._fired
         if fired.get_loop() is not loop:
-            raise RuntimeError("AbortSignal.fired() is for the loop it was first called on")
+            raise LoopMisuse("AbortSignal.fired() is for the loop it was first called on")
         return fired
 
 

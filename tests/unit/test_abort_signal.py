@@ -8,6 +8,7 @@ import threading
 
 import pytest
 
+from runner.errors import LoopMisuse
 from runner.steps.run_context import AbortReason, AbortSignal
 
 
@@ -72,7 +73,7 @@ def test_the_future_belongs_to_one_loop() -> None:
         signal.fired()
 
     asyncio.run(first())
-    with pytest.raises(RuntimeError, match="loop it was first called on"):
+    with pytest.raises(LoopMisuse, match="loop it was first called on"):
         asyncio.run(first())
 
 
