@@ -27,10 +27,11 @@ class AbortSignal:
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        self._loop = loop
-        self._event = asyncio.Event()
         self._lock = threading.Lock()
-        self._fired: asyncio.Future[AbortReason] | None = None
+        # Made on ``loop`` now, or by the first fired() on its running loop.
+        self._fired: asyncio.Future[AbortReason] | None = (
+            None if loop is None else loop.create_future()
+        )
         self.reason: AbortReason | None = None
         self.aborted_at: float | None = None  # time.monotonic() of the abort
 
@@ -45,30 +46,22 @@ class AbortSignal:
             self.reason = reason
             self.aborted_at = time.monotonic()
             fired = self._fired
-        if self._loop is not None and self._loop.is_running():
-            if _running() is self._loop:
-                self._event.set()
-            else:
-                self._loop.call_soon_threadsafe(self._event.set)
-        else:
-            self._event.set()
-        if fired is not None:
-            loop = fired.get_loop()
-            if _running() is loop:
-                _resolve(fired, reason)
-            elif not loop.is_closed():
-                loop.call_soon_threadsafe(_resolve, fired, reason)
+        if fired is None:
+            return  # fired() finds the reason when it makes the future
+        loop = fired.get_loop()
+        if _running() is loop:
+            _resolve(fired, reason)
+        elif not loop.is_closed():
+            loop.call_soon_threadsafe(_resolve, fired, reason)
 
     async def wait(self) -> AbortReason:
-        await self._event.wait()
-        assert self.reason is not None
-        return self.reason
+        return await asyncio.shield(self.fired())
 
     def fired(self) -> asyncio.Future[AbortReason]:
         """A future of the abort's reason, done once the run is aborted: one
-        per signal, on the running loop, shared by every caller, so never
-        cancel it. Racing work against it (``asyncio.wait``, first completed)
-        costs no task, where racing against :meth:`wait` costs one a race."""
+        per signal, on its loop, shared by every caller, so never cancel it.
+        Racing work against it (``asyncio.wait``, first completed) costs no
+        task, where racing against :meth:`wait` costs one a race."""
         loop = asyncio.get_running_loop()
         with self._lock:
             if self._fired is None:
