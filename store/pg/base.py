@@ -210,15 +210,15 @@ class PgBase:
         return self.db.engine
 
     def get_run(self, run_id: str) -> Run:
-        run_id = check_run_id(run_id)
-        with self.db.tx() as tx:
-            return self._get_run(tx, run_id)
+        return self._read_run(check_run_id(run_id))
+
+    def _read_run(self, run_id: str) -> Run:
+        """The run, read by one statement that commits as it ends: one round
+        trip, where a transaction around it takes three (BEGIN, the read, COMMIT)."""
+        return _found(self.db.first(GET_RUN, {"id": run_id}), run_id)
 
     def _get_run(self, tx: Tx, run_id: str) -> Run:
-        row = tx.first(GET_RUN, {"id": run_id})
-        if row is None:
-            raise RunNotFound(f"no run with id {run_id!r}")
-        return run_from_row(row)
+        return _found(tx.first(GET_RUN, {"id": run_id}), run_id)
 
     def _require_run(self, tx: Tx, run_id: str) -> None:
         if tx.first(RUN_EXISTS, {"id": run_id}) is None:
@@ -235,8 +235,7 @@ class PgBase:
     def _after_settle(self, run_id: str, outcome: Outcome | None) -> Settled | None:
         if outcome is None:
             return None
-        with self.db.tx() as tx:
-            run = self._get_run(tx, run_id)
+        run = self._read_run(run_id)
         next_id = None
         if run.concurrency_key and wakes_key(run.concurrency_key, run.status):
             next_id = self._next_in_key(run.concurrency_key)
@@ -252,12 +251,17 @@ class PgBase:
         """Queue ``run_id`` again if it waits for children and nothing it
         waits for is open any more; ``[run_id]`` if it did (the caller sends
         it), else ``[]``."""
-        with self.db.tx() as tx:
-            row = tx.first(RESUME_IF_DONE, {"run_id": run_id})
+        row = self.db.first(RESUME_IF_DONE, {"run_id": run_id})  # one statement: atomic alone
         if row is None:
             return []
         self._committed(run_id)
         return [str(row["id"])]
+
+
+def _found(row: dict[str, Any] | None, run_id: str) -> Run:
+    if row is None:
+        raise RunNotFound(f"no run with id {run_id!r}")
+    return run_from_row(row)
 
 
 def checkpoint_from_row(run_id: str, row: dict[str, Any]) -> Checkpoint:
