@@ -611,6 +611,20 @@ class Settled:
     # children: queued again, to be sent (store/pg/base.RESUME_IF_DONE).
     resumed: tuple[str, ...] = ()
 
+    @property
+    def hands_on(self) -> bool:
+        """Whether the settle leaves anything to queue or send
+        (``Deps.after_settle``): the run again (interrupted), the next run of
+        its concurrency key, the parents it resumed, or its retry's delayed
+        message."""
+        run = self.run
+        return (
+            run.status is RunStatus.INTERRUPTED
+            or self.next_in_key is not None
+            or bool(self.resumed)
+            or run.retry_at is not None
+        )
+
 
 @dataclass(frozen=True)
 class DueNotification:

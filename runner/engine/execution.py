@@ -183,6 +183,12 @@ class Execution:
         if self._claimed is not None:
             self.deps.claims.release(self._claimed[0])
 
+    def _finish_left(self) -> bool:
+        """Whether :meth:`_finish` has anything to do, which takes a thread: the
+        lease is still held, or the settle hands something on. A run that
+        completed let its lease go with its last write, so it takes none."""
+        return not self._lease_released or (self.settled is not None and self.settled.hands_on)
+
     def _finish(self, fence: Fence) -> None:
         self._release(fence)  # unless a write let the run go already
         if self.settled is not None:
@@ -271,7 +277,8 @@ class Execution:
                 with contextlib.suppress(asyncio.CancelledError):
                     await heartbeat
                 rt.remove(self)
-                await self.io(self._finish, fence)
+                if self._finish_left():
+                    await self.io(self._finish, fence)
                 if self.settled is not None:
                     observer.settled(self.settled.run, time.monotonic() - began)
 

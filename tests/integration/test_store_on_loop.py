@@ -337,6 +337,59 @@ def test_a_write_the_loop_could_not_make_is_waited_out_on_a_thread(
     assert [s.name for s in engine.steps(run.id) if s.kind == "tool"] == ["fetch"] * 2
 
 
+def _hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """What executions hand to the I/O pool (``Execution.io``), by name, from
+    now on, but for their heartbeats."""
+    from runner.engine.execution import Execution
+
+    hops: list[str] = []
+    io = Execution.io
+
+    async def spy(self: Execution, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        name = getattr(fn, "__name__", repr(fn))
+        if name != "_renew":  # the heartbeat's, every ttl / 3 s: a slow run's timing
+            hops.append(name)
+        return await io(self, fn, *args, **kwargs)
+
+    monkeypatch.setattr(Execution, "io", spy)
+    return hops
+
+
+def test_a_run_that_completes_takes_the_io_pool_for_its_claim_only(
+    pg_store: PostgresStore, leases: Leases, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its last write let its lease go and its settle hands nothing on: the
+    execution's end takes no thread (it took one for nothing before)."""
+    hops = _hops(monkeypatch)
+    run = _run_to_completion(Engine(pg_store, leases=leases, settings=settings))
+    assert hops == ["_claim"]
+    assert leases.holder(run.id) is None
+
+
+def test_a_settle_that_hands_on_the_next_run_of_its_key_takes_the_io_pool_for_it(
+    pg_store: PostgresStore, leases: Leases, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = f"onloop-key-{uuid.uuid4().hex[:8]}"
+    Agent(
+        name=name,
+        model=ScriptedModel(name, lambda request: text("done")).model,
+        concurrency_key=lambda envelope: f"key-{name}",
+        budget=Budget(max_steps=3),
+    )
+    sent: list[str] = []
+    engine = Engine(pg_store, leases=leases, settings=settings, enqueue=sent.append)
+    try:
+        first, second = engine.start(name, {"n": 1}), engine.start(name, {"n": 2})
+        sent.clear()
+        hops = _hops(monkeypatch)
+        done = engine.execute(first.id)
+    finally:
+        engine.close()
+    assert done is not None and done.status is RunStatus.COMPLETED
+    assert hops == ["_claim", "_finish"]
+    assert sent == [second.id]
+
+
 def test_carried_statements_beyond_the_pool_wait_their_turn(database_url: str) -> None:
     """A loop's pool holds at most its size: the statements beyond it wait
     for a connection, and every one of them runs."""
