@@ -2,7 +2,7 @@
 without litellm (issue 16).
 
     python -m bench.floors litellm [--runs 200] [--processes 2]   # litellm alone
-    python -m bench.floors engine [--repeats 3]   # the engine, no litellm (Engine.from_env)
+    python -m bench.floors engine [--repeats 3] [--steps 200]   # no litellm (Engine.from_env)
     python -m bench.floors engine-bare            # the same, an engine built by hand
     python -m bench.floors gc                     # a full collection's pause
 
@@ -15,7 +15,9 @@ without litellm (issue 16).
 - ``engine``: a 200-step durable run (Postgres, Redis, one tool call and
   about 1 KB per step) with the model adapter replaced by a stub that returns
   its reply at once: Runwright's own wall and CPU per step, and its last 10
-  steps against its first 10, litellm taken out.
+  steps against its first 10, litellm taken out. With ``--steps 1`` (and many
+  ``--repeats``), what an execution costs beyond its steps: its claim, start
+  point, settle and end, the step's own cost included once.
 - ``gc``: one full garbage collection in a process warmed as a worker, before
   and after freezing what it loaded (a worker does, ``tasks.app``): for that
   long every run of the worker stands still.
@@ -158,7 +160,9 @@ def _production_engine(url: str) -> Any:
     return Engine.from_env(enqueue=None)
 
 
-def engine_alone(repeats: int, production: bool = True) -> dict[str, Any]:
+def engine_alone(
+    repeats: int, production: bool = True, steps: int = ENGINE_STEPS
+) -> dict[str, Any]:
     from bench.common import bench_database, durable_engine, machine_speed
     from runner import Agent, Budget, model, tool
     from runner.celery import freeze_heap
@@ -186,7 +190,7 @@ def engine_alone(repeats: int, production: bool = True) -> dict[str, Any]:
         # assistant messages cost 0.05 ms a step, charged to the engine).
         step = (len(messages) + 1) // 2
         usage = Usage(input_tokens=10, output_tokens=5)
-        if step < ENGINE_STEPS:
+        if step < steps:
             arguments = json.dumps({"n": step})
             message: Message = {
                 "role": "assistant",
@@ -206,7 +210,7 @@ def engine_alone(repeats: int, production: bool = True) -> dict[str, Any]:
     freeze_heap()
     model.complete = stub  # type: ignore[assignment]  (this process only)
     name = f"floor-engine-{uuid.uuid4().hex[:6]}"
-    Agent(name=name, model="openai/stub", tools=[fetch], budget=Budget(max_steps=ENGINE_STEPS))
+    Agent(name=name, model="openai/stub", tools=[fetch], budget=Budget(max_steps=steps))
     walls, cpus, flatness = [], [], []
     with bench_database() as url:
         db = make_engine(url, pool_size=10)
@@ -217,21 +221,24 @@ def engine_alone(repeats: int, production: bool = True) -> dict[str, Any]:
             wall, cpu = time.perf_counter(), time.process_time()
             done = engine.execute(run.id)
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-            assert done is not None and done.steps_used == ENGINE_STEPS, done
+            assert done is not None and done.steps_used == steps, done
             if n:
-                walls.append(wall * 1000 / ENGINE_STEPS)
-                cpus.append(cpu * 1000 / ENGINE_STEPS)
+                walls.append(wall * 1000 / steps)
+                cpus.append(cpu * 1000 / steps)
                 gaps = [b - a for a, b in itertools.pairwise(stamps)]
-                flatness.append(statistics.median(gaps[-10:]) / statistics.median(gaps[:10]))
+                if len(gaps) >= 20:
+                    flatness.append(statistics.median(gaps[-10:]) / statistics.median(gaps[:10]))
         engine.close()
         db.dispose()
     return {
-        "steps": ENGINE_STEPS,
+        "steps": steps,
         "repeats": repeats,
         "engine": "Engine.from_env()" if production else "Engine(store, leases=...) by hand",
         "wall_ms_per_step": round(statistics.median(walls), 3),
         "cpu_ms_per_step": round(statistics.median(cpus), 3),
-        "flatness_last10_vs_first10": round(statistics.median(flatness), 3),
+        "wall_ms_per_run": round(statistics.median(walls) * steps, 3),
+        "cpu_ms_per_run": round(statistics.median(cpus) * steps, 3),
+        "flatness_last10_vs_first10": round(statistics.median(flatness), 3) if flatness else None,
         "machine_speed_ms": machine_speed(),  # bench.common: the machine's own speed now
     }
 
@@ -273,6 +280,7 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=1, help="litellm: this many at once")
     parser.add_argument("--start-at", type=float, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=ENGINE_STEPS, help="engine: steps a run")
     parser.add_argument("--json", action="store_true", help="print one line of JSON")
     args = parser.parse_args()
     if args.kind == "litellm" and args.processes > 1:
@@ -282,7 +290,7 @@ def main() -> None:
     elif args.kind == "gc":
         result = gc_pause(max(args.repeats, 5))
     else:
-        result = engine_alone(args.repeats, production=args.kind == "engine")
+        result = engine_alone(args.repeats, production=args.kind == "engine", steps=args.steps)
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))
 
 
