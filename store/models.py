@@ -613,10 +613,11 @@ class Settled:
 
     @property
     def hands_on(self) -> bool:
-        """Whether the settle leaves anything to queue or send
-        (``Deps.after_settle``): the run again (interrupted), the next run of
-        its concurrency key, the parents it resumed, or its retry's delayed
-        message."""
+        """Whether the settle leaves anything to queue or send: the run again
+        (interrupted), the next run of its concurrency key, the parents it
+        resumed, or its retry's delayed message. Everything
+        ``Deps.after_settle`` acts on, which an execution skips (and the
+        thread it takes) when this is False."""
         run = self.run
         return (
             run.status is RunStatus.INTERRUPTED

@@ -197,8 +197,6 @@ class Deps:
         """Queue what a settle freed: an interrupted run again, the next run of
         its concurrency key, and a parent its settle let out of its wait (the
         store queued that one already: it is only sent)."""
-        if not settled.hands_on:
-            return
         run = settled.run
         again = [run.id] if run.status is RunStatus.INTERRUPTED else []
         if settled.next_in_key:
