@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg2
+import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from runner import Engine
@@ -87,3 +88,35 @@ def report(name: str, result: dict[str, Any], ok: bool) -> None:
     (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2))
     print(f"== {name} ==")
     print(json.dumps(result, indent=2))
+
+
+def postgres_cpu_seconds(*, exited: bool = True) -> float:
+    """CPU seconds so far (user + system) of every process named postgres on
+    this machine: the server's own (the WAL writer, the checkpointer) and its
+    live backends; with ``exited``, also the backends whose connections have
+    closed (the server's reaped children, counted in its ``cutime``), so that
+    a benchmark whose clients open and close connections sees what they cost
+    Postgres. Only where Postgres runs on this machine."""
+    total = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                head, _, rest = f.read().partition(") ")
+        except OSError:
+            continue
+        if head.endswith("(postgres"):
+            fields = rest.split()
+            total += sum(int(n) for n in fields[11 : 15 if exited else 13])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def postgres_sessions(engine: sa.Engine) -> int:
+    """Connections opened to ``engine``'s database since its statistics began
+    (``pg_stat_database.sessions``)."""
+    with engine.connect() as conn:
+        value = conn.execute(
+            sa.text("SELECT sessions FROM pg_stat_database WHERE datname = current_database()")
+        ).scalar_one()
+    return int(value)

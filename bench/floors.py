@@ -4,6 +4,7 @@ without litellm (issue 16).
     python -m bench.floors litellm [--runs 200] [--processes 2]   # litellm alone
     python -m bench.floors engine [--repeats 3] [--steps 200]   # no litellm (Engine.from_env)
     python -m bench.floors engine-bare            # the same, an engine built by hand
+    python -m bench.floors engine-concurrent [--runs 250] [--repeats 3]  # bursts of runs at once
     python -m bench.floors gc                     # a full collection's pause
 
 - ``litellm``: ``runs`` coroutines on one process's runtime loop, each making
@@ -18,6 +19,11 @@ without litellm (issue 16).
   steps against its first 10, litellm taken out. With ``--steps 1`` (and many
   ``--repeats``), what an execution costs beyond its steps: its claim, start
   point, settle and end, the step's own cost included once.
+- ``engine-concurrent``: ``runs`` runs of 5 steps at once, model stubbed with
+  1 s of latency, in bursts on one process: the engine's wall against the
+  ideal, its CPU per step and its threads', Postgres's CPU per step and the
+  connections each burst opened, litellm, Celery and the broker taken out of
+  ``bench.workers``' case (``--repeats`` bursts, at least 2).
 - ``gc``: one full garbage collection in a process warmed as a worker, before
   and after freezing what it loaded (a worker does, ``tasks.app``): for that
   long every run of the worker stands still.
@@ -160,31 +166,21 @@ def _production_engine(url: str) -> Any:
     return Engine.from_env(enqueue=None)
 
 
-def engine_alone(
-    repeats: int, production: bool = True, steps: int = ENGINE_STEPS
-) -> dict[str, Any]:
-    from bench.common import bench_database, durable_engine, machine_speed
-    from runner import Agent, Budget, model, tool
-    from runner.celery import freeze_heap
+def _stub_model(steps: int, latency: float = 0.0) -> Any:
+    """A stand-in for ``runner.model.complete``: a call of the ``fetch`` tool
+    until the run has made ``steps`` model calls, then a text answer; each
+    after ``latency`` seconds on the caller's loop, as a provider's answer
+    takes."""
     from runner.model import ModelReply
-    from store.db import make_engine
     from store.models import Message, Usage
-    from store.postgres import PostgresStore
 
-    logging.getLogger("runner").setLevel(logging.ERROR)
     numbers = itertools.count()
-
-    stamps: list[float] = []
-
-    @tool
-    def fetch(n: int) -> str:
-        """Return about a kilobyte."""
-        stamps.append(time.perf_counter())
-        return "x" * 1000
 
     async def stub(
         name: str, messages: Sequence[Message], schemas: Sequence[Any], _: Any, **__: Any
     ) -> ModelReply:
+        if latency:
+            await asyncio.sleep(latency)
         # The trigger, then an assistant message and a tool result per step:
         # the stub reads its step from the length (scanning the history for
         # assistant messages cost 0.05 ms a step, charged to the engine).
@@ -206,9 +202,30 @@ def engine_alone(
             return ModelReply(message, usage, "tool_calls", 1e-6)
         return ModelReply({"role": "assistant", "content": "done"}, usage, "stop", 1e-6)
 
+    return stub
+
+
+def engine_alone(
+    repeats: int, production: bool = True, steps: int = ENGINE_STEPS
+) -> dict[str, Any]:
+    from bench.common import bench_database, durable_engine, machine_speed
+    from runner import Agent, Budget, model, tool
+    from runner.celery import freeze_heap
+    from store.db import make_engine
+    from store.postgres import PostgresStore
+
+    logging.getLogger("runner").setLevel(logging.ERROR)
+    stamps: list[float] = []
+
+    @tool
+    def fetch(n: int) -> str:
+        """Return about a kilobyte."""
+        stamps.append(time.perf_counter())
+        return "x" * 1000
+
     model.warm_up()
     freeze_heap()
-    model.complete = stub  # type: ignore[assignment]  (this process only)
+    model.complete = _stub_model(steps)  # type: ignore[assignment]  (this process only)
     name = f"floor-engine-{uuid.uuid4().hex[:6]}"
     Agent(name=name, model="openai/stub", tools=[fetch], budget=Budget(max_steps=steps))
     walls, cpus, flatness = [], [], []
@@ -240,6 +257,104 @@ def engine_alone(
         "cpu_ms_per_run": round(statistics.median(cpus) * steps, 3),
         "flatness_last10_vs_first10": round(statistics.median(flatness), 3) if flatness else None,
         "machine_speed_ms": machine_speed(),  # bench.common: the machine's own speed now
+    }
+
+
+def engine_concurrent(runs: int, bursts: int) -> dict[str, Any]:
+    """``runs`` runs of 5 steps at once, ``bursts`` times over, on one process
+    (``Engine.from_env()``), the model stubbed with 1 s of latency: each run
+    on a caller thread of its own, as Celery's threads call ``execute``.
+    litellm, Celery and the broker taken out of ``bench.workers``' case.
+
+    Per burst: the wall time against the ideal 5 s, the process's CPU per
+    step and its threads' (the event loop's, the I/O pool's), Postgres's CPU
+    per step (where it runs on this machine: ``bench.common``) and the
+    connections the store opened. The first burst opens the connections it
+    needs; the later ones show whether a burst opens and closes them again."""
+    import concurrent.futures
+    import threading
+
+    import sqlalchemy as sa
+
+    from bench.common import bench_database, machine_speed, postgres_cpu_seconds
+    from runner import Agent, Budget, model, tool
+    from runner.celery import freeze_heap
+
+    logging.getLogger("runner").setLevel(logging.ERROR)
+
+    @tool
+    def fetch(n: int) -> str:
+        """Return about a kilobyte."""
+        return "x" * 1000
+
+    def thread_cpu() -> dict[str, float]:
+        """CPU seconds so far of this process's threads, by the name of their
+        group (``runwright-io_3`` is ``runwright-io``)."""
+        names = {thread.native_id: thread.name for thread in threading.enumerate()}
+        groups: dict[str, float] = {}
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/stat") as f:
+                    fields = f.read().partition(") ")[2].split()
+            except OSError:
+                continue
+            name = names.get(int(tid), "other").rstrip("0123456789").rstrip("_")
+            seconds = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            groups[name] = groups.get(name, 0.0) + seconds
+        return groups
+
+    model.warm_up()
+    freeze_heap()
+    model.complete = _stub_model(STEPS_PER_RUN, LATENCY)  # type: ignore[assignment]
+    name = f"floor-concurrent-{uuid.uuid4().hex[:6]}"
+    Agent(name=name, model="openai/stub", tools=[fetch], budget=Budget(max_steps=STEPS_PER_RUN))
+    rounds = []
+    with (
+        bench_database() as url,
+        concurrent.futures.ThreadPoolExecutor(runs) as callers,
+    ):
+        engine = _production_engine(url)
+        opened: list[float] = []  # when the threads' pool opened a connection
+
+        def count_connection(*_: Any) -> None:
+            opened.append(time.monotonic())
+
+        sa.event.listen(engine.store.engine, "connect", count_connection)
+        for n in range(3):  # litellm's and the store's first calls
+            engine.execute(engine.start(name, {"warm": n}).id)
+        for burst in range(bursts):
+            ids = [engine.start(name, {"n": n, "burst": burst}).id for n in range(runs)]
+            connections = len(opened)
+            threads, pg_cpu = thread_cpu(), postgres_cpu_seconds()
+            wall, cpu = time.perf_counter(), time.process_time()
+            done = list(callers.map(engine.execute, ids))
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            pg_cpu = postgres_cpu_seconds() - pg_cpu
+            after = thread_cpu()
+            assert all(d is not None and d.steps_used == STEPS_PER_RUN for d in done), done
+            steps = runs * STEPS_PER_RUN
+            per_thread = {
+                group: round((seconds - threads.get(group, 0.0)) * 1000 / steps, 3)
+                for group, seconds in after.items()
+                if group.startswith("runwright-")
+            }
+            rounds.append(
+                {
+                    "burst": burst + 1,
+                    "ratio_to_ideal": round(wall / (STEPS_PER_RUN * LATENCY), 3),
+                    "cpu_ms_per_step": round(cpu * 1000 / steps, 3),
+                    "threads_cpu_ms_per_step": per_thread,
+                    "postgres_cpu_ms_per_step": round(pg_cpu * 1000 / steps, 3),
+                    "connections_opened": len(opened) - connections,
+                }
+            )
+        engine.close()
+    return {
+        "runs": runs,
+        "steps_per_run": STEPS_PER_RUN,
+        "model_latency_seconds": LATENCY,
+        "bursts": rounds,
+        "machine_speed_ms": machine_speed(),
     }
 
 
@@ -275,8 +390,10 @@ def gc_pause(samples: int) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("kind", choices=["litellm", "engine", "engine-bare", "gc"])
-    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument(
+        "kind", choices=["litellm", "engine", "engine-bare", "engine-concurrent", "gc"]
+    )
+    parser.add_argument("--runs", type=int, default=200, help="litellm, engine-concurrent")
     parser.add_argument("--processes", type=int, default=1, help="litellm: this many at once")
     parser.add_argument("--start-at", type=float, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--repeats", type=int, default=3)
@@ -287,6 +404,8 @@ def main() -> None:
         result = litellm_processes(args.runs, args.processes)
     elif args.kind == "litellm":
         result = litellm_alone(args.runs, args.start_at)
+    elif args.kind == "engine-concurrent":
+        result = engine_concurrent(args.runs, max(args.repeats, 2))
     elif args.kind == "gc":
         result = gc_pause(max(args.repeats, 5))
     else:

@@ -33,7 +33,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import sqlalchemy as sa
 
-from bench.common import bench_database, report
+from bench.common import bench_database, postgres_cpu_seconds, report
 
 STEP_BYTES = 1000  # a tool result of about a kilobyte, as bench.hot_path's
 RUN_STEPS = 100  # a client starts a new run after this many steps
@@ -141,26 +141,6 @@ def _cpu_of(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _postgres_cpu() -> float:
-    """CPU seconds so far of every process named postgres on this machine:
-    the server's own (the WAL writer, the checkpointer); the clients' backends
-    come and go with their connections, and each client reads its own."""
-    total = 0
-    tick = os.sysconf("SC_CLK_TCK")
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                head, _, rest = f.read().partition(") ")
-        except OSError:
-            continue
-        if head.endswith("(postgres"):
-            fields = rest.split()
-            total += int(fields[11]) + int(fields[12])
-    return total / tick
-
-
 def _counters(engine: sa.Engine) -> dict[str, float]:
     with engine.connect() as conn:
         commits = conn.execute(
@@ -201,7 +181,7 @@ def _sample_waits(url: str, stop: threading.Event, found: Counter[str]) -> None:
 def _round(url: str, clients: int, seconds: float, synchronous: bool) -> dict[str, Any]:
     engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg2://"))
     before = _counters(engine)
-    pg_cpu = _postgres_cpu()
+    pg_cpu = postgres_cpu_seconds(exited=False)
     waits: Counter[str] = Counter()
     stop = threading.Event()
     sampler = threading.Thread(target=_sample_waits, args=(url, stop, waits))
@@ -221,7 +201,7 @@ def _round(url: str, clients: int, seconds: float, synchronous: bool) -> dict[st
     sampler.join()
     time.sleep(1.0)  # the counters are published shortly after
     after = _counters(engine)
-    pg_cpu = _postgres_cpu() - pg_cpu
+    pg_cpu = postgres_cpu_seconds(exited=False) - pg_cpu
     engine.dispose()
     steps = sum(s for s, _, _ in results)
     client_cpu = sum(c for _, c, _ in results)

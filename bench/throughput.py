@@ -7,7 +7,9 @@ model is an OpenAI-compatible server on loopback that answers at once
 
 For each K it reports steps per second, the workers' CPU per step (their
 user and system time over the round), Postgres commits per second and per
-step (``pg_stat_database`` of the benchmark's database), and Redis commands
+step (``pg_stat_database`` of the benchmark's database), the connections
+opened to it while the runs went, Postgres's CPU per step (its processes on
+this machine, the backends of closed connections included), and Redis commands
 per step, the leases' Redis and the broker's apart (each its own server). The
 scaling efficiency is the workers' CPU per step at K = 1 over that at K = 2:
 a second process that adds no contention of its own costs what the first did
@@ -34,7 +36,7 @@ import redis
 import sqlalchemy as sa
 
 from bench.agents import STEPS
-from bench.common import bench_database, report
+from bench.common import bench_database, postgres_cpu_seconds, postgres_sessions, report
 from bench.workers import _cpu_seconds, _wait_all
 from store.local import LocalRedis, free_port
 from tests.e2e.cluster import Cluster
@@ -125,6 +127,7 @@ def _round(
             _commands(lease_redis),
             _commands(broker_redis),
         )
+        sessions, pg_cpu = postgres_sessions(engine.store.engine), postgres_cpu_seconds()
         started = time.monotonic()
         assert engine.enqueue is not None
         for run_id in ids:
@@ -132,8 +135,10 @@ def _round(
         _wait_all(engine, ids, 600)
         wall = time.monotonic() - started
         cpu = sum(_cpu_seconds(p.pid) for p in procs) - cpu
+        pg_cpu = postgres_cpu_seconds() - pg_cpu
         time.sleep(1.0)  # Postgres publishes its counters shortly after the commits
         commits = _commits(engine.store.engine) - commits
+        sessions = postgres_sessions(engine.store.engine) - sessions
         leases = _commands(lease_redis) - leases
         broker = _commands(broker_redis) - broker
         with engine.store.engine.connect() as conn:
@@ -159,6 +164,11 @@ def _round(
         "worker_cpu_ms_per_step": round(cpu * 1000 / steps, 3),
         "postgres_commits_per_second": round(commits / wall, 1),
         "postgres_commits_per_step": round(commits / steps, 2),
+        # Connections opened while the runs went (a pool that closes and opens
+        # them in a burst costs Postgres a backend each), and Postgres's CPU
+        # per step (where it runs on this machine; store/db.py make_engine).
+        "postgres_connections_opened": sessions,
+        "postgres_cpu_ms_per_step": round(pg_cpu * 1000 / steps, 3),
         "lease_redis_commands_per_step": round(leases / steps, 2),
         "broker_redis_commands_per_step": round(broker / steps, 2),
     }
@@ -207,7 +217,9 @@ def main() -> None:
             f"{r['postgres_commits_per_step']} commits/step "
             f"({r['postgres_commits_per_second']}/s), "
             f"Redis {r['lease_redis_commands_per_step']} lease + "
-            f"{r['broker_redis_commands_per_step']} broker commands/step"
+            f"{r['broker_redis_commands_per_step']} broker commands/step; Postgres "
+            f"{r['postgres_cpu_ms_per_step']} ms CPU/step, "
+            f"{r['postgres_connections_opened']} connections opened"
         )
     ok = result["scaling_efficiency_k1_over_k2"] >= TARGET_EFFICIENCY
     print(

@@ -33,7 +33,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import sqlalchemy as sa
 
 import tests.agents  # noqa: F401  (the agents the workers run)
-from bench.common import bench_database, report
+from bench.common import bench_database, postgres_cpu_seconds, postgres_sessions, report
 from runner.settings import Settings
 from store.local import LocalRedis, free_port
 from store.models import RunStatus
@@ -229,6 +229,7 @@ def bench_concurrent(
         silent = Engine(engine.store, leases=engine.leases, settings=engine.settings)
         ids = [silent.start("paced", {"steps": 5, "latency": 1.0, "n": i}).id for i in range(runs)]
         cpu = sum(_cpu_seconds(w.pid) for w in workers)
+        sessions, pg_cpu = postgres_sessions(engine.store.engine), postgres_cpu_seconds()
         started, sent = time.monotonic(), time.time()
         for run_id in ids:
             assert engine.enqueue is not None
@@ -236,6 +237,9 @@ def bench_concurrent(
         _wait_all(engine, ids, 300)
         wall = time.monotonic() - started
         cpu = sum(_cpu_seconds(w.pid) for w in workers) - cpu
+        pg_cpu = postgres_cpu_seconds() - pg_cpu
+        time.sleep(1.0)  # Postgres publishes its counters shortly after
+        sessions = postgres_sessions(engine.store.engine) - sessions
         finished = [engine.get_run(i) for i in ids]
     began = sorted(
         run.started_at.timestamp() - sent for run in finished if run.started_at is not None
@@ -252,6 +256,10 @@ def bench_concurrent(
         "ratio_to_ideal": round(wall / ideal, 3),
         "worker_cpu_seconds": round(cpu, 2),
         "worker_cpu_ms_per_step": round(cpu * 1000 / max(steps, 1), 2),
+        # What Postgres spent (where it runs on this machine), and the
+        # connections opened to it while the runs went (store/db.py make_engine).
+        "postgres_cpu_ms_per_step": round(pg_cpu * 1000 / max(steps, 1), 2),
+        "postgres_connections_opened": sessions,
         "broker": "rabbitmq" if rabbitmq else "redis",
         "task_events": task_events,
         # When the runs' executions began, seconds after the first message.

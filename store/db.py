@@ -14,6 +14,7 @@ import time
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
 
@@ -90,19 +91,39 @@ def _prepare_all(dbapi_connection: Any, _record: Any) -> None:
 DEFAULT_POOL_SIZE = 10  # RUNWRIGHT_DB_POOL_SIZE
 CONNECT_ARGS = {"connect_timeout": 5, "application_name": "runwright"}
 
-# Engines whose connections prepare the hot statements (see make_engine).
-_preparing: weakref.WeakKeyDictionary[sa.Engine, bool] = weakref.WeakKeyDictionary()
+
+@dataclass(frozen=True)
+class _Made:
+    """What :func:`make_engine` was asked for."""
+
+    pool_size: int
+    prepared: bool
+
+
+_made: weakref.WeakKeyDictionary[sa.Engine, _Made] = weakref.WeakKeyDictionary()
 
 
 def prepares(engine: sa.Engine) -> bool:
     """Whether ``engine``'s connections hold the prepared statements."""
-    return _preparing.get(engine, False)
+    made = _made.get(engine)
+    return made is not None and made.prepared
+
+
+def pool_size(engine: sa.Engine) -> int:
+    """The pool size ``engine`` was made with (``RUNWRIGHT_DB_POOL_SIZE``)."""
+    made = _made.get(engine)
+    return made.pool_size if made is not None else engine.pool.size()  # type: ignore[attr-defined]
 
 
 def make_engine(
     url: str, *, pool_size: int = DEFAULT_POOL_SIZE, prepared: bool = True
 ) -> sa.Engine:
     """A new engine. Pools are per process: after a fork, call again.
+
+    ``pool_size`` (``RUNWRIGHT_DB_POOL_SIZE``): the threads' pool opens up to
+    twice as many connections as its callers need them and keeps each one;
+    the writes an event loop sends itself take up to ``pool_size`` more
+    (store/onloop.py).
 
     ``prepared`` (``RUNWRIGHT_DB_PREPARED``): each connection prepares the hot
     statements when it connects. Off behind PgBouncer in transaction mode,
@@ -111,8 +132,16 @@ def make_engine(
     """
     engine = sa.create_engine(
         normalize_url(url),
-        pool_size=pool_size,
-        max_overflow=pool_size,
+        # Up to twice pool_size connections for the threads, each kept once
+        # opened. An overflow that closed every connection past pool_size as it
+        # came back opened 30 to 50 in each burst of 250 runs, each a new
+        # Postgres backend with cold caches: a quarter of Postgres's CPU per
+        # step (docs/scaling.md, "Connections opened in a burst"). The last
+        # connection back goes out first, so those a burst added go idle after
+        # it (an idle one is pinged before use: _ping_if_idle).
+        pool_size=2 * pool_size,
+        max_overflow=0,
+        pool_use_lifo=True,
         # No pre-ping on every checkout (a round trip per transaction, twice a
         # step): _ping_if_idle pings only connections that sat idle.
         pool_recycle=1800,
@@ -121,7 +150,7 @@ def make_engine(
     )
     if prepared:
         sa.event.listen(engine, "connect", _prepare_all)
-    _preparing[engine] = prepared
+    _made[engine] = _Made(pool_size=pool_size, prepared=prepared)
     sa.event.listen(engine.pool, "checkout", _ping_if_idle)
     sa.event.listen(engine.pool, "checkin", _mark_used)
     return engine
@@ -267,7 +296,7 @@ class Executor:
 
     def _loop_pool(self) -> LoopPool:
         engine = self.engine
-        size = engine.pool.size()  # type: ignore[attr-defined]
+        size = pool_size(engine)
         return pool_for(
             engine,
             lambda: LoopPool(

@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 
 from runner.settings import Settings, open_store
-from store.db import make_engine, prepares, raw_cursor
+from store.db import make_engine, pool_size, prepares, raw_cursor
 from store.errors import ConfigurationError, StoreUnavailable
 from store.models import Fence
 from store.postgres import PostgresStore
@@ -97,7 +97,7 @@ def test_the_setting_chooses_the_mode(database_url: str, monkeypatch: pytest.Mon
         store = open_store(settings)
         try:
             assert prepares(store.engine) is prepared
-            assert store.engine.pool.size() == 2  # type: ignore[attr-defined]
+            assert pool_size(store.engine) == 2
             _step(store, claimed(store), 1, 0)
             assert (_prepared_names(store) != set()) is prepared
         finally:
