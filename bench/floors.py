@@ -4,7 +4,8 @@ without litellm (issue 16).
     python -m bench.floors litellm [--runs 200] [--processes 2]   # litellm alone
     python -m bench.floors engine [--repeats 3] [--steps 200]   # no litellm (Engine.from_env)
     python -m bench.floors engine-bare            # the same, an engine built by hand
-    python -m bench.floors engine-concurrent [--runs 250] [--repeats 3]  # bursts of runs at once
+    python -m bench.floors engine-concurrent [--runs 250] [--repeats 3] [--processes 2]
+                                             [--through-litellm]   # bursts of runs at once
     python -m bench.floors gc                     # a full collection's pause
 
 - ``litellm``: ``runs`` coroutines on one process's runtime loop, each making
@@ -19,11 +20,12 @@ without litellm (issue 16).
   steps against its first 10, litellm taken out. With ``--steps 1`` (and many
   ``--repeats``), what an execution costs beyond its steps: its claim, start
   point, settle and end, the step's own cost included once.
-- ``engine-concurrent``: ``runs`` runs of 5 steps at once, model stubbed with
-  1 s of latency, in bursts on one process: the engine's wall against the
-  ideal, its CPU per step and its threads', Postgres's CPU per step and the
-  connections each burst opened, litellm, Celery and the broker taken out of
-  ``bench.workers``' case (``--repeats`` bursts, at least 2).
+- ``engine-concurrent``: ``runs`` runs of 5 steps at once, 1 s of model
+  latency, in bursts on one process (or ``--processes`` at once): the
+  engine's wall against the ideal, its CPU per step and its threads',
+  Postgres's CPU per step and the connections each burst opened, Celery and
+  the broker taken out of ``bench.workers``' case, and litellm too unless
+  ``--through-litellm`` (``--repeats`` bursts, at least 2).
 - ``gc``: one full garbage collection in a process warmed as a worker, before
   and after freezing what it loaded (a worker does, ``tasks.app``): for that
   long every run of the worker stands still.
@@ -225,7 +227,7 @@ def engine_alone(
 
     model.warm_up()
     freeze_heap()
-    model.complete = _stub_model(steps)  # type: ignore[assignment]  (this process only)
+    model.complete = _stub_model(steps)  # this process only
     name = f"floor-engine-{uuid.uuid4().hex[:6]}"
     Agent(name=name, model="openai/stub", tools=[fetch], budget=Budget(max_steps=steps))
     walls, cpus, flatness = [], [], []
@@ -260,17 +262,65 @@ def engine_alone(
     }
 
 
-def engine_concurrent(runs: int, bursts: int) -> dict[str, Any]:
+# Seconds between the starts of engine-concurrent's bursts in several processes.
+BURST_SPACING = 25.0
+
+
+def engine_concurrent_processes(
+    runs: int, bursts: int, processes: int, through_litellm: bool
+) -> dict[str, Any]:
+    """:func:`engine_concurrent` in ``processes`` fresh processes, ``runs``
+    each, their bursts begun at the same moments: the shape of
+    ``bench.workers``' 500-run case without Celery and the broker."""
+    start_at = time.time() + 40  # after every process has warmed up
+    extra = ["--through-litellm"] if through_litellm else []
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "bench.floors", "engine-concurrent", "--json",
+             "--runs", str(runs), "--repeats", str(bursts), "--start-at", str(start_at),
+             *extra],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(processes)
+    ]  # fmt: skip
+    figures = [json.loads(p.communicate(timeout=900)[0].strip().splitlines()[-1]) for p in procs]
+    steps = runs * processes * STEPS_PER_RUN
+    rounds = []
+    for burst in range(len(figures[0]["bursts"])):
+        each = [f["bursts"][burst] for f in figures]
+        rounds.append(
+            {
+                "burst": burst + 1,
+                "ratio_to_ideal": max(b["ratio_to_ideal"] for b in each),
+                "cpu_ms_per_step": round(statistics.mean(b["cpu_ms_per_step"] for b in each), 3),
+                # Each process read Postgres's whole CPU over the same seconds.
+                "postgres_cpu_ms_per_step": round(
+                    statistics.median(b["postgres_cpu_seconds"] for b in each) * 1000 / steps, 3
+                ),
+                "connections_opened": sum(b["connections_opened"] for b in each),
+            }
+        )
+    return {**figures[0], "processes": processes, "runs": runs * processes, "bursts": rounds}
+
+
+def engine_concurrent(
+    runs: int, bursts: int, through_litellm: bool = False, start_at: float | None = None
+) -> dict[str, Any]:
     """``runs`` runs of 5 steps at once, ``bursts`` times over, on one process
-    (``Engine.from_env()``), the model stubbed with 1 s of latency: each run
-    on a caller thread of its own, as Celery's threads call ``execute``.
-    litellm, Celery and the broker taken out of ``bench.workers``' case.
+    (``Engine.from_env()``), each model call answered after 1 s: each run on a
+    caller thread of its own, as Celery's threads call ``execute``. The model
+    is stubbed out (``runner.model.complete`` replaced), or with
+    ``through_litellm`` scripted behind litellm, as ``litellm`` calls it:
+    Celery and the broker (and litellm) taken out of ``bench.workers``' case.
+    With ``start_at``, burst k begins at ``start_at + k * BURST_SPACING``.
 
     Per burst: the wall time against the ideal 5 s, the process's CPU per
-    step and its threads' (the event loop's, the I/O pool's), Postgres's CPU
-    per step (where it runs on this machine: ``bench.common``) and the
-    connections the store opened. The first burst opens the connections it
-    needs; the later ones show whether a burst opens and closes them again."""
+    step and its threads' (the event loop's, the I/O pool's, the executor
+    litellm runs its sync half on), Postgres's CPU per step (where it runs on
+    this machine: ``bench.common``) and the connections the store opened.
+    The first burst opens the connections it needs; the later ones show
+    whether a burst opens and closes them again."""
     import concurrent.futures
     import threading
 
@@ -305,9 +355,21 @@ def engine_concurrent(runs: int, bursts: int) -> dict[str, Any]:
 
     model.warm_up()
     freeze_heap()
-    model.complete = _stub_model(STEPS_PER_RUN, LATENCY)  # type: ignore[assignment]
     name = f"floor-concurrent-{uuid.uuid4().hex[:6]}"
-    Agent(name=name, model="openai/stub", tools=[fetch], budget=Budget(max_steps=STEPS_PER_RUN))
+    model_name = "openai/stub"
+    if through_litellm:
+        from runner.testing import Reply, Request, ScriptedModel, call, text, tools
+
+        def script(request: Request) -> Reply:
+            if request.step < STEPS_PER_RUN:
+                return tools(call("fetch", {"n": request.step}), latency=LATENCY)
+            return text("done", latency=LATENCY)
+
+        scripted = ScriptedModel(name, script, price=PRICE)
+        model_name = scripted.model
+    else:
+        model.complete = _stub_model(STEPS_PER_RUN, LATENCY)  # this process only
+    Agent(name=name, model=model_name, tools=[fetch], budget=Budget(max_steps=STEPS_PER_RUN))
     rounds = []
     with (
         bench_database() as url,
@@ -324,6 +386,10 @@ def engine_concurrent(runs: int, bursts: int) -> dict[str, Any]:
             engine.execute(engine.start(name, {"warm": n}).id)
         for burst in range(bursts):
             ids = [engine.start(name, {"n": n, "burst": burst}).id for n in range(runs)]
+            if through_litellm:
+                scripted.calls.clear()  # the transcript is the model's, not the engine's, work
+            if start_at is not None:
+                time.sleep(max(0.0, start_at + burst * BURST_SPACING - time.time()))
             connections = len(opened)
             threads, pg_cpu = thread_cpu(), postgres_cpu_seconds()
             wall, cpu = time.perf_counter(), time.process_time()
@@ -345,12 +411,14 @@ def engine_concurrent(runs: int, bursts: int) -> dict[str, Any]:
                     "cpu_ms_per_step": round(cpu * 1000 / steps, 3),
                     "threads_cpu_ms_per_step": per_thread,
                     "postgres_cpu_ms_per_step": round(pg_cpu * 1000 / steps, 3),
+                    "postgres_cpu_seconds": round(pg_cpu, 3),
                     "connections_opened": len(opened) - connections,
                 }
             )
         engine.close()
     return {
         "runs": runs,
+        "model": "scripted, through litellm" if through_litellm else "stubbed out",
         "steps_per_run": STEPS_PER_RUN,
         "model_latency_seconds": LATENCY,
         "bursts": rounds,
@@ -394,7 +462,12 @@ def main() -> None:
         "kind", choices=["litellm", "engine", "engine-bare", "engine-concurrent", "gc"]
     )
     parser.add_argument("--runs", type=int, default=200, help="litellm, engine-concurrent")
-    parser.add_argument("--processes", type=int, default=1, help="litellm: this many at once")
+    parser.add_argument(
+        "--processes", type=int, default=1, help="litellm, engine-concurrent: this many at once"
+    )
+    parser.add_argument(
+        "--through-litellm", action="store_true", help="engine-concurrent: the model behind litellm"
+    )
     parser.add_argument("--start-at", type=float, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=ENGINE_STEPS, help="engine: steps a run")
@@ -404,8 +477,14 @@ def main() -> None:
         result = litellm_processes(args.runs, args.processes)
     elif args.kind == "litellm":
         result = litellm_alone(args.runs, args.start_at)
+    elif args.kind == "engine-concurrent" and args.processes > 1:
+        result = engine_concurrent_processes(
+            args.runs, max(args.repeats, 2), args.processes, args.through_litellm
+        )
     elif args.kind == "engine-concurrent":
-        result = engine_concurrent(args.runs, max(args.repeats, 2))
+        result = engine_concurrent(
+            args.runs, max(args.repeats, 2), args.through_litellm, args.start_at
+        )
     elif args.kind == "gc":
         result = gc_pause(max(args.repeats, 5))
     else:

@@ -43,7 +43,8 @@ withdrew them.
 
 Each target is printed with its figure and met / not met; below them, what
 they are up against (``bench.floors``): the engine's own cost with litellm
-taken out, and litellm alone at 200 and 500 concurrent runs, in fresh
+taken out, litellm alone at 200 and 500 concurrent runs, and the 500-run
+case with Celery and the broker taken out (``engine-concurrent``), in fresh
 processes.
 """
 
@@ -631,6 +632,16 @@ def _floors(concurrency: bool) -> dict[str, Any]:
     floors["the same, its loaded heap frozen (workers do), ms"] = paused[
         "full_collection_frozen_ms"
     ]
+    if concurrency:
+        # The 500-run case without Celery and the broker: the engine through
+        # litellm on two processes, its second burst (the pools filled).
+        apart = in_fresh_process(
+            "engine-concurrent", "--runs", "250", "--processes", "2", "--through-litellm"
+        )["bursts"][-1]
+        floors["the engine through litellm, 500 runs on two processes, no Celery / ideal"] = apart[
+            "ratio_to_ideal"
+        ]
+        floors["the same, Postgres's CPU ms per step"] = apart["postgres_cpu_ms_per_step"]
     runs = (200, 500) if concurrency else (200,)
     for n in runs:
         alone = in_fresh_process("litellm", "--runs", str(n))
