@@ -120,10 +120,10 @@ def make_engine(
 ) -> sa.Engine:
     """A new engine. Pools are per process: after a fork, call again.
 
-    ``pool_size`` (``RUNWRIGHT_DB_POOL_SIZE``): the threads' pool opens up to
-    twice as many connections as its callers need them and keeps each one;
-    the writes an event loop sends itself take up to ``pool_size`` more
-    (store/onloop.py).
+    ``pool_size`` (``RUNWRIGHT_DB_POOL_SIZE``): the threads' pool opens
+    connections as its callers need them, up to twice ``pool_size``, and
+    keeps each one; the writes an event loop sends itself take up to
+    ``pool_size`` more (store/onloop.py).
 
     ``prepared`` (``RUNWRIGHT_DB_PREPARED``): each connection prepares the hot
     statements when it connects. Off behind PgBouncer in transaction mode,
