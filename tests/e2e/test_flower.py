@@ -55,8 +55,10 @@ def test_flower_sees_execute_with_the_run_id_only(cluster: Cluster, flower: Flow
     )
 
     def execute_task() -> dict[str, Any] | None:
-        for task in flower.tasks().values():
-            if task.get("name") == "runwright.execute" and task.get("state") == "SUCCESS":
+        # This run's execution: follow()'s probe runs have executions too, and
+        # Flower may list one of theirs before this one's success reaches it.
+        for task in flower.tasks("?taskname=runwright.execute").values():
+            if run.id in str(task.get("args")) and task.get("state") == "SUCCESS":
                 return task
         return None
 
