@@ -90,6 +90,21 @@ def report(name: str, result: dict[str, Any], ok: bool) -> None:
     print(json.dumps(result, indent=2))
 
 
+def _stat_cpu(stat: str, children: bool = False) -> float:
+    """User + system CPU seconds in the text of a ``/proc`` stat file; with
+    ``children``, those of the process's reaped children too."""
+    fields = stat.rpartition(")")[2].split()  # after the name, which may hold ")"
+    return sum(int(n) for n in fields[11 : 15 if children else 13]) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int | str, thread: int | str | None = None) -> float:
+    """User + system CPU seconds so far of process ``pid`` (Linux /proc), or
+    of its thread ``thread``."""
+    path = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
+    with open(path) as f:
+        return _stat_cpu(f.read())
+
+
 def postgres_cpu_seconds(*, exited: bool = True) -> float:
     """CPU seconds so far (user + system) of every process named postgres on
     this machine: the server's own (the WAL writer, the checkpointer) and its
@@ -97,19 +112,18 @@ def postgres_cpu_seconds(*, exited: bool = True) -> float:
     closed (the server's reaped children, counted in its ``cutime``), so that
     a benchmark whose clients open and close connections sees what they cost
     Postgres. Only where Postgres runs on this machine."""
-    total = 0
+    total = 0.0
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
             with open(f"/proc/{pid}/stat") as f:
-                head, _, rest = f.read().partition(") ")
+                stat = f.read()
         except OSError:
             continue
-        if head.endswith("(postgres"):
-            fields = rest.split()
-            total += sum(int(n) for n in fields[11 : 15 if exited else 13])
-    return total / os.sysconf("SC_CLK_TCK")
+        if stat.partition(") ")[0].endswith("(postgres"):
+            total += _stat_cpu(stat, children=exited)
+    return total
 
 
 def postgres_sessions(engine: sa.Engine) -> int:

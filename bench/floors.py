@@ -326,7 +326,7 @@ def engine_concurrent(
 
     import sqlalchemy as sa
 
-    from bench.common import bench_database, machine_speed, postgres_cpu_seconds
+    from bench.common import bench_database, cpu_seconds, machine_speed, postgres_cpu_seconds
     from runner import Agent, Budget, model, tool
     from runner.celery import freeze_heap
 
@@ -344,12 +344,10 @@ def engine_concurrent(
         groups: dict[str, float] = {}
         for tid in os.listdir("/proc/self/task"):
             try:
-                with open(f"/proc/self/task/{tid}/stat") as f:
-                    fields = f.read().partition(") ")[2].split()
-            except OSError:
+                seconds = cpu_seconds("self", tid)
+            except OSError:  # the thread ended meanwhile
                 continue
             name = names.get(int(tid), "other").rstrip("0123456789").rstrip("_")
-            seconds = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
             groups[name] = groups.get(name, 0.0) + seconds
         return groups
 

@@ -33,7 +33,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import sqlalchemy as sa
 
-from bench.common import bench_database, postgres_cpu_seconds, report
+from bench.common import bench_database, cpu_seconds, postgres_cpu_seconds, report
 
 STEP_BYTES = 1000  # a tool result of about a kilobyte, as bench.hot_path's
 RUN_STEPS = 100  # a client starts a new run after this many steps
@@ -62,7 +62,7 @@ def _client(url: str, seconds: float, synchronous: bool, out: Any) -> None:
     store = PostgresStore(db)
     with db.connect() as conn:  # the pool's one connection: its server process
         backend = int(conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one())
-    backend_cpu = _cpu_of(backend)
+    backend_cpu = cpu_seconds(backend)
     owner = f"ceiling-{os.getpid()}"
     steps = 0
     cpu = time.process_time()
@@ -130,15 +130,8 @@ def _client(url: str, seconds: float, synchronous: bool, out: Any) -> None:
             if time.monotonic() >= deadline:
                 break
     # The backend's CPU is read while it lives: it exits with the connection.
-    out.put((steps, time.process_time() - cpu, _cpu_of(backend) - backend_cpu))
+    out.put((steps, time.process_time() - cpu, cpu_seconds(backend) - backend_cpu))
     db.dispose()
-
-
-def _cpu_of(pid: int) -> float:
-    """A process's CPU seconds so far (user + system), from /proc."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().partition(") ")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _counters(engine: sa.Engine) -> dict[str, float]:

@@ -36,8 +36,14 @@ import redis
 import sqlalchemy as sa
 
 from bench.agents import STEPS
-from bench.common import bench_database, postgres_cpu_seconds, postgres_sessions, report
-from bench.workers import _cpu_seconds, _wait_all
+from bench.common import (
+    bench_database,
+    cpu_seconds,
+    postgres_cpu_seconds,
+    postgres_sessions,
+    report,
+)
+from bench.workers import _wait_all
 from store.local import LocalRedis, free_port
 from tests.e2e.cluster import Cluster
 from tests.provider import Provider, answer, tool_calls
@@ -121,7 +127,7 @@ def _round(
         _wait_all(engine, warm, 120)
         silent = type(engine)(engine.store, leases=engine.leases, settings=engine.settings)
         ids = [silent.start("throughput", {"k": workers, "n": n}).id for n in range(runs)]
-        cpu = sum(_cpu_seconds(p.pid) for p in procs)
+        cpu = sum(cpu_seconds(p.pid) for p in procs)
         commits, leases, broker = (
             _commits(engine.store.engine),
             _commands(lease_redis),
@@ -134,7 +140,7 @@ def _round(
             engine.enqueue(run_id)
         _wait_all(engine, ids, 600)
         wall = time.monotonic() - started
-        cpu = sum(_cpu_seconds(p.pid) for p in procs) - cpu
+        cpu = sum(cpu_seconds(p.pid) for p in procs) - cpu
         pg_cpu = postgres_cpu_seconds() - pg_cpu
         time.sleep(1.0)  # Postgres publishes its counters shortly after the commits
         commits = _commits(engine.store.engine) - commits

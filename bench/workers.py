@@ -33,7 +33,13 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import sqlalchemy as sa
 
 import tests.agents  # noqa: F401  (the agents the workers run)
-from bench.common import bench_database, postgres_cpu_seconds, postgres_sessions, report
+from bench.common import (
+    bench_database,
+    cpu_seconds,
+    postgres_cpu_seconds,
+    postgres_sessions,
+    report,
+)
 from runner.settings import Settings
 from store.local import LocalRedis, free_port
 from store.models import RunStatus
@@ -180,13 +186,6 @@ def _start_many(
     return [engine.start(agent, payload(i)).id for i in range(count)]
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (Linux /proc)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def bench_concurrent(
     runs: int = 200, processes: int = 1, rabbitmq: bool = False, task_events: bool = False
 ) -> dict[str, Any]:
@@ -228,7 +227,7 @@ def bench_concurrent(
         # creating 200 rows.
         silent = Engine(engine.store, leases=engine.leases, settings=engine.settings)
         ids = [silent.start("paced", {"steps": 5, "latency": 1.0, "n": i}).id for i in range(runs)]
-        cpu = sum(_cpu_seconds(w.pid) for w in workers)
+        cpu = sum(cpu_seconds(w.pid) for w in workers)
         sessions, pg_cpu = postgres_sessions(engine.store.engine), postgres_cpu_seconds()
         started, sent = time.monotonic(), time.time()
         for run_id in ids:
@@ -236,7 +235,7 @@ def bench_concurrent(
             engine.enqueue(run_id)
         _wait_all(engine, ids, 300)
         wall = time.monotonic() - started
-        cpu = sum(_cpu_seconds(w.pid) for w in workers) - cpu
+        cpu = sum(cpu_seconds(w.pid) for w in workers) - cpu
         pg_cpu = postgres_cpu_seconds() - pg_cpu
         time.sleep(1.0)  # Postgres publishes its counters shortly after
         sessions = postgres_sessions(engine.store.engine) - sessions
