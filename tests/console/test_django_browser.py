@@ -113,9 +113,10 @@ def test_a_signed_in_user_who_is_not_staff_gets_403(
         root = f"http://127.0.0.1:{port}"
         browser.get(f"{root}{BASE}/approvals")
         sign_in(browser, outsider.get_username(), password)
-        # The admin's form signs in staff only; it says so and stays put.
+        # The admin's form signs in staff only; it says so and stays put. The
+        # click returns before the form's answer has loaded: wait for it.
+        wait_for(lambda: "staff account" in browser.page_source, 10)
         assert browser.current_url.startswith(f"{root}/admin/login/")
-        assert "staff account" in browser.page_source
 
         # Signed in by the project some other way (its own login view): a session.
         elsewhere = Client()
