@@ -233,6 +233,7 @@ def bench_concurrent(
         for run_id in ids:
             assert engine.enqueue is not None
             engine.enqueue(run_id)
+        sending = time.monotonic() - started
         _wait_all(engine, ids, 300)
         wall = time.monotonic() - started
         cpu = sum(cpu_seconds(w.pid) for w in workers) - cpu
@@ -261,6 +262,8 @@ def bench_concurrent(
         "postgres_connections_opened": sessions,
         "broker": "rabbitmq" if rabbitmq else "redis",
         "task_events": task_events,
+        # How long this process took to send every run's message.
+        "messages_sent_seconds": round(sending, 2),
         # When the runs' executions began, seconds after the first message.
         "executions_began_median_seconds": round(statistics.median(began), 2) if began else None,
         "executions_began_last_seconds": round(began[-1], 2) if began else None,
