@@ -49,6 +49,16 @@ from store.models import (
 RETRYABLE = frozenset({RunStatus.FAILED, RunStatus.CANCELLED})
 
 
+def _ended(run: Run, events: Sequence[RunEvent]) -> bool:
+    """Whether the events shown hold the run's end, so the page has nothing to
+    follow. The events are read before the run (views.py), so a run that
+    settled in between is settled here while its events are not: the page
+    follows it, and its stream brings the rest. A run older than its status
+    events (it has none) counts by its status alone."""
+    moves = [ev for ev in events if ev.status is not None]
+    return run.settled and (not moves or moves[-1].settles)
+
+
 def run_body(
     run: Run,
     events: Sequence[RunEvent],
@@ -95,7 +105,7 @@ def run_body(
     parts.append("<h2>Trigger</h2>" + trigger_block(run))
     last = max((ev.id for ev in events if ev.id is not None), default=0)
     follow = ""
-    if live and not run.settled:
+    if live and not _ended(run, events):
         journaled = max((ev.data["index"] for ev in events if _is_llm(ev)), default=0)
         follow = (
             f' data-events="{e(base)}/runs/{e(run.id)}/events" data-after="{last}"'

@@ -239,8 +239,13 @@ class Console:
 
     def _run(self, request: Request) -> Response:
         engine = self.engine
+        # The events first, then the run: the page's stream resumes after the
+        # last event shown, so whatever the run did after this read reaches
+        # the page, however new the run read below is. Read the other way
+        # round, a run that settled in between showed its old status, with
+        # the event that settled it already behind the stream's cursor.
+        events, live = self._replay(request.params["run_id"])
         run = engine.get_run(request.params["run_id"])
-        events, live = self._replay(run.id)
         approvals = engine.approvals(run.id)
         attempts = engine.attempts(run.id)
         unknown = engine.unknown_effects(run.id)

@@ -8,7 +8,9 @@ import hashlib
 import html
 import json
 import re
+from typing import Any
 
+import pytest
 from flask.testing import FlaskClient
 
 from runner import Engine, RunStatus
@@ -132,6 +134,46 @@ def test_the_live_page_streams_the_events_after_those_it_shows(
     assert "data-events" not in page_text(client, f"{BASE}/runs/{run.id}")
     bad = client.get(events_url, headers={**as_user(), "Last-Event-ID": "x1"})
     assert bad.status_code == 400
+
+
+def test_a_run_that_settles_while_its_page_is_read_still_reaches_the_page(
+    client: FlaskClient, engine: Engine, queued: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker finishes the run between the page's reads of the run and of its
+    events (CI saw it: the page stayed at its old status). Whichever it reads
+    first, the page ends at the run's last status: shown at once, or brought by
+    its stream, which resumes after the last event the page shows."""
+    _agent, run, approval = waiting_run(engine, queued)
+    engine.respond(approval.approval_id, True, trusted=True, by="carol")
+    read_once: list[str] = []
+
+    def then_finish(read: Any) -> Any:
+        def reading(*args: Any, **kwargs: Any) -> Any:
+            got = read(*args, **kwargs)
+            got = list(got) if read.__name__ == "events" else got  # read it now
+            if not read_once:
+                read_once.append(read.__name__)
+                execute_all(engine, queued)  # the worker, right after the page's first read
+            return got
+
+        return reading
+
+    monkeypatch.setattr(engine, "get_run", then_finish(engine.get_run))
+    monkeypatch.setattr(engine, "events", then_finish(engine.events))
+    page = page_text(client, f"{BASE}/runs/{run.id}")
+    monkeypatch.undo()
+    assert read_once and engine.get_run(run.id).status is RunStatus.COMPLETED
+
+    shown = re.search(r'id="status" class="st st-(\w+)"', page)
+    assert shown is not None
+    statuses = [shown.group(1)]
+    follow = re.search(r'data-events="([^"]+)" data-after="(\d+)"', page)
+    if follow is not None:  # what the page's EventSource brings
+        stream = client.get(f"{follow.group(1)}?after={follow.group(2)}", headers=as_user())
+        statuses += re.findall(
+            r'^data: .*"type":"status".*"status":"(\w+)"', stream.get_data(as_text=True), re.M
+        )
+    assert statuses[-1] == "completed", (read_once, statuses)
 
 
 def test_cancel_then_retry_from_the_buttons(
