@@ -72,23 +72,24 @@ def in_fresh_process(kind: str, *args: str) -> dict[str, Any]:
     return figures
 
 
+def _at_once(processes: int, lead_seconds: float, kind: str, *args: str) -> list[dict[str, Any]]:
+    """One floor in ``processes`` new interpreters that begin measuring at the
+    same moment, ``lead_seconds`` from now (once each has warmed up); the
+    figures of each."""
+    start_at = str(time.time() + lead_seconds)
+    command = [sys.executable, "-m", "bench.floors", kind, "--json", *args, "--start-at", start_at]
+    procs = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for _ in range(processes)]
+    return [json.loads(p.communicate(timeout=900)[0].strip().splitlines()[-1]) for p in procs]
+
+
 # ----------------------------------------------------------- litellm alone
 
 
 def litellm_processes(runs: int, processes: int) -> dict[str, Any]:
     """:func:`litellm_alone` in ``processes`` fresh processes at once, ``runs``
     each: the floor of a machine's worker processes doing the same calls."""
-    start_at = time.time() + 25  # after every process has imported litellm and warmed up
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "bench.floors", "litellm", "--json", "--runs", str(runs),
-             "--start-at", str(start_at)],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(processes)
-    ]  # fmt: skip
-    figures = [json.loads(p.communicate(timeout=900)[0].strip().splitlines()[-1]) for p in procs]
+    # Begun after every process has imported litellm and warmed up.
+    figures = _at_once(processes, 25, "litellm", "--runs", str(runs))
     wall = max(f["wall_seconds"] for f in figures)
     ideal = STEPS_PER_RUN * LATENCY
     return {
@@ -272,19 +273,10 @@ def engine_concurrent_processes(
     """:func:`engine_concurrent` in ``processes`` fresh processes, ``runs``
     each, their bursts begun at the same moments: the shape of
     ``bench.workers``' 500-run case without Celery and the broker."""
-    start_at = time.time() + 40  # after every process has warmed up
     extra = ["--through-litellm"] if through_litellm else []
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "bench.floors", "engine-concurrent", "--json",
-             "--runs", str(runs), "--repeats", str(bursts), "--start-at", str(start_at),
-             *extra],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(processes)
-    ]  # fmt: skip
-    figures = [json.loads(p.communicate(timeout=900)[0].strip().splitlines()[-1]) for p in procs]
+    figures = _at_once(
+        processes, 40, "engine-concurrent", "--runs", str(runs), "--repeats", str(bursts), *extra
+    )
     steps = runs * processes * STEPS_PER_RUN
     rounds = []
     for burst in range(len(figures[0]["bursts"])):

@@ -244,8 +244,9 @@ class Console:
         # the page, however new the run read below is. Read the other way
         # round, a run that settled in between showed its old status, with
         # the event that settled it already behind the stream's cursor.
-        events, live = self._replay(request.params["run_id"])
-        run = engine.get_run(request.params["run_id"])
+        run_id = request.params["run_id"]
+        events, live = self._replay(run_id)
+        run = engine.get_run(run_id)
         approvals = engine.approvals(run.id)
         attempts = engine.attempts(run.id)
         unknown = engine.unknown_effects(run.id)
