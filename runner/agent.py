@@ -155,6 +155,9 @@ class Agent:
     # What a person's denial does, unless a tool's ApprovalPolicy says: the
     # model is told the reason ("continue"), or the run fails ("fail").
     on_deny: OnDenyRule = "continue"
+    # How deep below its top-level run a child this agent's runs start may
+    # be (``as_tool`` calls); None: the project's RUNWRIGHT_MAX_CHILD_DEPTH.
+    max_child_depth: int | None = None
     register: bool = True
     _asks: AskHuman | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -179,6 +182,14 @@ class Agent:
             isinstance(self.input, type) and issubclass(self.input, pydantic.BaseModel)
         ):
             raise InvalidInput(f"agent {self.name!r}: input must be a pydantic model class")
+        if self.max_child_depth is not None and (
+            isinstance(self.max_child_depth, bool)
+            or not isinstance(self.max_child_depth, int)
+            or self.max_child_depth < 0
+        ):
+            raise InvalidInput(
+                f"agent {self.name!r}: max_child_depth must be a whole number, 0 or more"
+            )
         if self.on_deny not in _ON_DENY:
             raise InvalidInput(
                 f"agent {self.name!r}: on_deny must be 'continue' or 'fail', not {self.on_deny!r}"

@@ -70,7 +70,7 @@ class ChildTool(Tool):
             source=CHILD_SOURCE,
             trigger=self.name,
             payload=arguments,
-            keys={"parent_run": parent.id, ROOT_KEY: root_of(parent)},
+            keys={"parent_run": parent.id, ROOT_KEY: parent.root_id},
         )
         return NewChild(
             agent=self.agent,
@@ -92,13 +92,6 @@ def shared_bounds(
     if max_tokens is not None or max_cost_usd is not None:
         own = (BudgetBound(parent.id, max_tokens, max_cost_usd),)
     return parent.budget_bounds + own
-
-
-def root_of(run: Run) -> str:
-    """The top-level run of ``run``'s tree (``run`` itself if it is no child)."""
-    if run.parent_id is None:
-        return run.id
-    return run.trigger.keys.get(ROOT_KEY) or run.parent_id
 
 
 def _not_called(**_: Any) -> Any:

@@ -327,23 +327,64 @@ def _count(
     tools: list[dict[str, Any]],
     reply: ModelReply,
 ) -> Usage:
-    # An image given by URL counts as litellm's default size: the counter must
-    # never fetch what the history names.
-    options = {"use_default_image_token_count": True, "default_token_count": 0}
+    prompt = _prompt_tokens(litellm, model, messages, tools)
     try:
-        prompt = litellm.token_counter(
-            model=model, messages=messages, tools=tools or None, **options
-        )
         completion = litellm.token_counter(
-            model=model, messages=[reply.message], count_response_tokens=True, **options
+            model=model, messages=[reply.message], count_response_tokens=True, **_COUNTING
+        )
+    except Exception:
+        log.debug("model %s: litellm could not count the reply's tokens", model, exc_info=True)
+        completion = len(json.dumps(reply.message, default=str)) // 4
+    return Usage(prompt, max(1, int(completion)), estimated=True)
+
+
+# An image given by URL counts as litellm's default size: the counter must
+# never fetch what the history names.
+_COUNTING = {"use_default_image_token_count": True, "default_token_count": 0}
+
+
+def _prompt_tokens(
+    litellm: Any, model: str, messages: list[Message], tools: list[dict[str, Any]]
+) -> int:
+    """The request's tokens (its messages and tools) by litellm's counter for ``model``."""
+    try:
+        counted = litellm.token_counter(
+            model=model, messages=messages, tools=tools or None, **_COUNTING
         )
     except Exception:
         # A history litellm cannot count: about four characters a token, so
         # that the budget still moves.
         log.debug("model %s: litellm could not count the tokens", model, exc_info=True)
-        prompt = len(json.dumps([messages, tools], default=str)) // 4
-        completion = len(json.dumps(reply.message, default=str)) // 4
-    return Usage(max(1, int(prompt)), max(1, int(completion)), estimated=True)
+        counted = len(json.dumps([messages, tools], default=str)) // 4
+    return max(1, int(counted))
+
+
+# What a call's reply is expected to take when its settings set no output
+# cap (``max_tokens``, ``max_completion_tokens``): docs/children.md.
+DEFAULT_OUTPUT_TOKENS = 1024
+
+
+def output_cap(settings: Mapping[str, Any]) -> int:
+    """The most tokens a call with these model settings is expected to answer with."""
+    for key in ("max_tokens", "max_completion_tokens"):
+        value = settings.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return DEFAULT_OUTPUT_TOKENS
+
+
+async def expected_tokens(
+    model: str,
+    messages: Sequence[Message],
+    tools: Sequence[dict[str, Any]],
+    settings: Mapping[str, Any],
+) -> int:
+    """The tokens a call is expected to take, before it is made: its request
+    counted by litellm's counter for ``model`` (off the event loop: it reads
+    the whole history) plus its :func:`output_cap`."""
+    litellm = _load()
+    prompt = await asyncio.to_thread(_prompt_tokens, litellm, model, list(messages), list(tools))
+    return prompt + output_cap(settings)
 
 
 def _priced(litellm: Any, model: str, usage: Usage) -> float | None:

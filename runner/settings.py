@@ -96,6 +96,9 @@ class Settings:
         "RUNWRIGHT_APPROVAL_EXPIRES_SECONDS", 86400.0, minimum=1
     )
     tick_batch: int = _setting("RUNWRIGHT_TICK_BATCH", 500, minimum=1)
+    # How many levels of child runs a tree may have below its top-level run
+    # (runner/children.py); an agent's max_child_depth wins.
+    max_child_depth: int = _setting("RUNWRIGHT_MAX_CHILD_DEPTH", 16, minimum=0)
     max_takeovers: int = _setting("RUNWRIGHT_MAX_TAKEOVERS", 5, minimum=1)
     agent_grace_seconds: float = _setting("RUNWRIGHT_AGENT_GRACE_SECONDS", 600.0, minimum=0)
     model_retries: int = _setting("RUNWRIGHT_MODEL_RETRIES", 3, minimum=0)

@@ -256,6 +256,19 @@ class Run:
     detached: bool = False
     # The ancestors' token and cost budgets that bound the run too.
     budget_bounds: tuple[BudgetBound, ...] = ()
+    # A child's ancestors, its parent first and its top-level run last; a
+    # top-level run has none.
+    ancestors: tuple[str, ...] = ()
+
+    @property
+    def depth(self) -> int:
+        """How many levels below its top-level run the run is (0: it is one)."""
+        return len(self.ancestors)
+
+    @property
+    def root_id(self) -> str:
+        """The top-level run of the run's tree (the run itself if it is no child)."""
+        return self.ancestors[-1] if self.ancestors else self.id
 
     @property
     def settled(self) -> bool:
@@ -507,6 +520,35 @@ class BudgetBound:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> BudgetBound:
         return cls(str(data["run"]), data.get("max_tokens"), data.get("max_cost_usd"))
+
+
+@dataclass(frozen=True)
+class SharedUse:
+    """What an ancestor whose budget a child shares has spent (its own use
+    and its descendants') and what its descendants' model calls in flight
+    reserved of it, other than the asking run's own."""
+
+    run_id: str
+    agent: str
+    tokens: int
+    cost_usd: float
+    reserved: int
+
+
+class AdmissionVerdict(enum.StrEnum):
+    ADMITTED = "admitted"  # the call goes out; its tokens are reserved
+    SPENT = "spent"  # a shared budget is used up: the run stops
+    HELD = "held"  # others' calls in flight hold what is left: ask again soon
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The shared budgets' answer to a child's model call (store.rules.admit):
+    for a verdict other than admitted, the budget that gave it and its use."""
+
+    verdict: AdmissionVerdict
+    bound: BudgetBound | None = None
+    use: SharedUse | None = None
 
 
 @dataclass(frozen=True)

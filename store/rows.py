@@ -96,6 +96,7 @@ def run_from_row(row: Mapping[str, Any], waiting: WaitPoint | None = None) -> Ru
         parent_call_id=m.get("parent_call_id"),
         detached=bool(m.get("detached", False)),
         budget_bounds=tuple(BudgetBound.from_json(b) for b in m.get("budget_bounds") or ()),
+        ancestors=tuple(str(a) for a in m.get("ancestors") or ()),
     )
 
 

@@ -27,7 +27,10 @@ from store.errors import (
 )
 from store.models import (
     JSON,
+    Admission,
+    AdmissionVerdict,
     Approval,
+    BudgetBound,
     Decision,
     Interruption,
     OnDeny,
@@ -36,6 +39,7 @@ from store.models import (
     RequestKind,
     RetryWait,
     RunError,
+    SharedUse,
     StepCommit,
     StepKind,
     StepRecord,
@@ -65,6 +69,36 @@ def cancel_action(status: RunStatus) -> CancelAction:
     if status is RunStatus.RUNNING:
         return CancelAction.REQUESTED
     return CancelAction.SETTLED
+
+
+# ------------------------------------------------------- shared budgets
+
+
+def admit(bounds: tuple[BudgetBound, ...], uses: dict[str, SharedUse], tokens: int) -> Admission:
+    """Whether a child's model call expected to take ``tokens`` may go out
+    under the budgets it shares with its ancestors (runner/children.py).
+
+    Spent: an ancestor's totals reached its token or cost budget. Held: they
+    have not, but with what its other descendants' calls in flight reserved
+    they would; the call waits for those to settle rather than spend what
+    they may need. A call is admitted while the tree's use and reservations
+    are below each budget, so its tree overshoots a budget by at most what
+    one call takes beyond it (docs/children.md). A step whose reply is
+    journaled makes no call (``tokens`` 0): only spent stops it. An ancestor
+    pruned meanwhile bounds nothing."""
+    held: Admission | None = None
+    for bound in bounds:
+        use = uses.get(bound.run_id)
+        if use is None:
+            continue
+        if (bound.max_tokens is not None and use.tokens >= bound.max_tokens) or (
+            bound.max_cost_usd is not None and use.cost_usd >= bound.max_cost_usd
+        ):
+            return Admission(AdmissionVerdict.SPENT, bound, use)
+        over = bound.max_tokens is not None and use.tokens + use.reserved >= bound.max_tokens
+        if tokens > 0 and over and held is None:
+            held = Admission(AdmissionVerdict.HELD, bound, use)
+    return held or Admission(AdmissionVerdict.ADMITTED)
 
 
 # ------------------------------------------------------------------- claims

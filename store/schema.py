@@ -8,7 +8,7 @@ the due work and not the size of the table.
 from __future__ import annotations
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
 from store.events import EVENT_IDS, TRIGGERS
 from store.models import Decision, EffectOutcome, EffectStatus, FiringOutcome, Overlap
@@ -103,6 +103,12 @@ runs = sa.Table(
     sa.Column("detached", sa.Boolean, nullable=False, server_default=sa.false()),
     # Its ancestors' token and cost budgets, which bound it too (runner/children.py).
     sa.Column("budget_bounds", sa.JSON),
+    # A child's ancestors, its parent first, and its top-level run (0016): its
+    # usage is added to theirs by id, whatever the tree's depth; and the tokens
+    # its model call in flight reserved from the budgets it shares.
+    sa.Column("root_id", sa.Uuid(as_uuid=False)),
+    sa.Column("ancestors", ARRAY(sa.Uuid(as_uuid=False))),
+    sa.Column("reserved_tokens", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("enqueued_at", _TS),
     sa.Column("created_at", _TS, nullable=False, server_default=_NOW),
     sa.Column("updated_at", _TS, nullable=False, server_default=_NOW),
@@ -162,6 +168,8 @@ runs = sa.Table(
     sa.Index(
         "runs_parent_idx", "parent_id", "id", postgresql_where=sa.text("parent_id IS NOT NULL")
     ),
+    # A tree's reservations in flight (the shared budget's admission).
+    sa.Index("runs_root_reserved_idx", "root_id", postgresql_where=sa.text("reserved_tokens > 0")),
 )
 
 steps = sa.Table(

@@ -138,3 +138,41 @@ Agent(
     tools=[spender.as_tool(), spender.as_tool(name="kids_spender_too")],
     budget=Budget(max_cost_usd=0.006),
 )
+
+
+# Eight children side by side under a lead's token budget (issue 48): each
+# step of a child calls a tool, its model taking half a second and reporting
+# no usage, so that the tokens are litellm's count of the request and the
+# reply, as the reservation made before the call counts them; a reply is
+# capped at 50 tokens (model_settings), the call's expected output.
+def _sip(request: Request) -> Reply:
+    return tools(call("kids_noop", {}), usage=None, latency=0.5)
+
+
+sipper_model = ScriptedModel("kids-sipper", _sip, journal=JOURNAL)
+sipper = Agent(
+    name="kids_sipper",
+    model=sipper_model.model,
+    tools=[kids_noop],
+    model_settings={"max_tokens": 50},
+    budget=Budget(max_steps=30),
+)
+FANOUT = 8
+FANOUT_BUDGET = 600
+fanout_lead_model = ScriptedModel(
+    "kids-fanout-lead",
+    [
+        tools(
+            *(call("kids_sipper", {"task": f"part {i}"}, id=f"c_{i}") for i in range(FANOUT)),
+            usage=None,
+        ),
+        text("never"),
+    ],
+    journal=JOURNAL,
+)
+Agent(
+    name="kids_fanout_lead",
+    model=fanout_lead_model.model,
+    tools=[sipper.as_tool()],
+    budget=Budget(max_tokens=FANOUT_BUDGET),
+)

@@ -18,7 +18,6 @@ from datetime import datetime, timedelta
 from runner.agent import Agent, Registry
 from runner.approvals import decisions
 from runner.approvals.approval_tokens import Tokens
-from runner.children import root_of
 from runner.clock import SYSTEM, Clock
 from runner.engine.runtime import in_io, runtime
 from runner.errors import NotifierGone
@@ -214,7 +213,7 @@ class Deps:
         for item in new:
             approval = await in_io(self.store.get_approval, item.approval_id)
             request = decisions.request_for(
-                agent, run.id, approval, self.tokens, root_run_id=root_of(run)
+                agent, run.id, approval, self.tokens, root_run_id=run.root_id
             )
             try:
                 await decisions.deliver(

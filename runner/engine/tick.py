@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 
 from runner.approvals import decisions
 from runner.approvals.expiry import expiry_failure
-from runner.children import root_of
 from runner.engine.deps import Deps
 from runner.engine.runtime import runtime
 from runner.errors import (
@@ -128,7 +127,7 @@ def _resend_notifications(deps: Deps, report: TickReport, now: datetime | None) 
         try:
             run = deps.store.get_run(item.approval.run_id)
             request = decisions.request_for(
-                agent, run.id, item.approval, deps.tokens, root_run_id=root_of(run)
+                agent, run.id, item.approval, deps.tokens, root_run_id=run.root_id
             )
         except Exception as exc:
             # Typically signed with a key that has since been removed: no valid

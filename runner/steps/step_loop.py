@@ -43,6 +43,7 @@ from runner.steps.toolcalls import CallRunner, StepCalls
 from runner.steps.tools import Tool
 from store.models import (
     USAGE_ESTIMATED,
+    AdmissionVerdict,
     Fence,
     Message,
     Outcome,
@@ -84,6 +85,10 @@ def _first(override: T | None, default: T) -> T:
 
 
 OUTPUT_REMINDER = "Give your final answer by calling the final_result tool."
+# How long a child's model call waits at first, and at most, while the other
+# calls of its tree in flight hold what is left of a budget they share.
+ADMISSION_PAUSE = 0.05
+ADMISSION_MAX_PAUSE = 1.0
 
 
 class StepLoop:
@@ -135,6 +140,8 @@ class StepLoop:
                     return await self.x.settle(
                         Outcome(RunStatus.FAILED, error=RunError("budget_exceeded", over))
                     )
+                if self.x.signal.aborted:  # while the shared budgets held its call
+                    return await self.x.settle_aborted(self.agent)
             with self.deps.observer.step(self.run_, k):
                 settled = await self._step(k, step)
             if settled is not None:
@@ -228,27 +235,60 @@ class StepLoop:
     async def _over_shared_budget(self) -> str | None:
         """Why a child run stops: an ancestor's token or cost budget, shared
         with its descendants, is spent (its totals count theirs); None if
-        none is, or the run is no child (runner/children.py)."""
-        bounds = self.run_.budget_bounds
-        if not bounds:
+        none is, or the run is no child (runner/children.py).
+
+        The step's model call reserves the tokens it is expected to take from
+        those budgets before it goes out (``store.rules.admit``); its journal
+        write gives them back and adds what it took. While the other calls of
+        the tree in flight hold what is left, the call waits for them, so
+        that children side by side overshoot a budget they share by at most
+        one call (docs/children.md). An abort ends the wait: the loop then
+        settles the run as aborted."""
+        if not self.run_.budget_bounds:
             return None
-        totals = await self.x.io(self.store.totals, [b.run_id for b in bounds])
-        for bound in bounds:
-            if bound.run_id not in totals:
-                continue  # purged
-            agent, tokens, cost = totals[bound.run_id]
-            whose = f"the {agent} run {bound.run_id} it works for"
-            if bound.max_tokens is not None and tokens >= bound.max_tokens:
+        tokens = 0 if self._journaled is not None else await self._expected_tokens()
+        pause = ADMISSION_PAUSE
+        while True:
+            now = self.deps.clock.for_store()
+            admission = await self.x.write(self.store.admit, self.run_, tokens, now=now)
+            if admission.verdict is AdmissionVerdict.ADMITTED:
+                return None
+            bound, use = admission.bound, admission.use
+            assert bound is not None and use is not None
+            if admission.verdict is AdmissionVerdict.SPENT:
+                whose = f"the {use.agent} run {bound.run_id} it works for"
+                if bound.max_tokens is not None and use.tokens >= bound.max_tokens:
+                    return (
+                        f"{whose} used {use.tokens} tokens with its children; "
+                        f"the budget they share is {bound.max_tokens}"
+                    )
                 return (
-                    f"{whose} used {tokens} tokens with its children; "
-                    f"the budget they share is {bound.max_tokens}"
+                    f"{whose} cost ${use.cost_usd:.6f} with its children; "
+                    f"the budget they share is ${bound.max_cost_usd or 0:.6f}"
                 )
-            if bound.max_cost_usd is not None and cost >= bound.max_cost_usd:
-                return (
-                    f"{whose} cost ${cost:.6f} with its children; "
-                    f"the budget they share is ${bound.max_cost_usd:.6f}"
-                )
-        return None
+            if await self._aborted_within(pause):
+                return None
+            pause = min(pause * 2, ADMISSION_MAX_PAUSE)
+
+    async def _expected_tokens(self) -> int:
+        """What the step's model call is expected to take (runner/model.py)."""
+        return await model.expected_tokens(
+            self.run_.model or self.agent.model,
+            for_model(self.agent.instructions, self.messages, self.edits),
+            [t.schema() for t in self.tools.values()],
+            self.agent.model_settings,
+        )
+
+    async def _aborted_within(self, seconds: float) -> bool:
+        """Waits ``seconds`` on the engine's clock; True at once if the run is aborted."""
+        pause = asyncio.ensure_future(self.deps.clock.sleep(seconds))
+        racers: set[asyncio.Future[Any]] = {pause, self.x.signal.fired()}
+        await asyncio.wait(racers, return_when=asyncio.FIRST_COMPLETED)
+        if not pause.done():
+            pause.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pause
+        return self.x.signal.aborted
 
     # ------------------------------------------- model call and the journal write
 
@@ -390,6 +430,7 @@ class StepLoop:
             starting=self.deps.observer.starting,
             attempts=functools.partial(self.x.io, self.store.attempts, self.run_.id),
             standing=functools.partial(self.x.io, self.store.standing_approvals, self.run_.id),
+            max_child_depth=_first(self.agent.max_child_depth, self.deps.settings.max_child_depth),
         )
 
     async def _commit(self, k: int, final_text: bool, calls: StepCalls) -> Settled | None:

@@ -244,8 +244,11 @@ class CallRunner:
         starting: Callable[[str, dict[str, str]], AbstractContextManager[None]] | None = None,
         attempts: Callable[[], Awaitable[list[RunAttempt]]] | None = None,
         standing: Callable[[], Awaitable[list[StandingApproval]]] | None = None,
+        max_child_depth: int = 16,
     ) -> None:
         self.clock = clock
+        # How deep below its top-level run a child of this run may be.
+        self.max_child_depth = max_child_depth
         # The run's standing approvals (read once a call needs approval).
         self.standing = standing
         self._grants: dict[str, StandingApproval] | None = None
@@ -457,6 +460,8 @@ class CallRunner:
                     out.results.append(self._success(call_id, tool, input, stored, utcnow()))
             elif child is not None and call_id in step.children:
                 out.children_running = True
+            elif child is None and self.run_.depth + 1 > self.max_child_depth:
+                out.results.append(_error(call_id, tool.name, input, self._too_deep(tool)))
             else:
                 entry = child_request(call_id, tool.name, tool.agent)
                 budget = self.agent.budget
@@ -465,6 +470,14 @@ class CallRunner:
                 attempt = len(earlier) + 1
                 child_run = tool.new_child(self.run_, call_id, input, bounds, carrier, attempt)
                 out.children.append((child_run, entry))
+
+    def _too_deep(self, tool: ChildTool) -> str:
+        assert self.run_ is not None
+        return (
+            f"{tool.name} started no child run: this run is {self.run_.depth} level(s) below "
+            f"its top-level run, and its tree may have at most {self.max_child_depth} levels "
+            f"of child runs (max_child_depth); finish the task without delegating it"
+        )
 
     def _child_trace(self, call_id: str, tool: ChildTool, input: Any) -> dict[str, str] | None:
         """The trace context a child's executions join: the call's own

@@ -6,7 +6,7 @@ decides by ``store.rules``."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from store.db import Tx, dumps
@@ -36,7 +36,7 @@ from store.rules import (
     denial_failure,
 )
 from store.statements import Statement
-from store.status import SETTLED, lit, status_in
+from store.status import lit
 from store.validate import check_actor, check_approval_id, check_run_id, is_canonical_id
 
 LOCK_RUN = Statement(
@@ -63,11 +63,12 @@ REQUEST_CANCEL = Statement(
     "UPDATE runs SET cancel_requested = true, updated_at = now() WHERE id = CAST(:run_id AS uuid)",
 )
 
-# A run's children a cancel of it reaches: not settled, not detached.
-LIVE_CHILDREN = Statement(
-    "live_children",
-    f"SELECT id FROM runs WHERE parent_id = CAST(:run_id AS uuid) AND NOT detached"
-    f" AND NOT {status_in(SETTLED)} ORDER BY id",
+# The children of some runs that a cancel of them reaches: those not detached
+# (settled or not: a cancel goes through them to theirs).
+UNDETACHED_CHILDREN = Statement(
+    "undetached_children",
+    "SELECT id, status FROM runs WHERE parent_id = ANY(CAST(:ids AS uuid[])) AND NOT detached"
+    " ORDER BY id",
 )
 
 WITHDRAW = Statement(
@@ -284,10 +285,15 @@ class PgApprovals(PgBase):
         tx.execute(WITHDRAW, {"run_id": run_id, "withdrawn": Decision.WITHDRAWN.value})
 
     def request_cancel(self, run_id: str, *, by: str | None = None) -> CancelResult:
-        """Cancel the run, or ask its execution to stop; ``by`` whom (kept
-        from the first to ask)."""
+        """Cancel the run, or ask its execution to stop, and the same for its
+        descendants that are not detached; ``by`` whom (kept from the first
+        to ask)."""
         run_id = check_run_id(run_id)
         by = check_actor(by)
+        result = self._cancel_one(run_id, by)
+        return replace(result, stopping=self._cancel_descendants(run_id, by))
+
+    def _cancel_one(self, run_id: str, by: str | None) -> CancelResult:
         with self.db.tx() as tx:
             status, _ = self._lock_run(tx, run_id)
             action = cancel_action(status)
@@ -297,25 +303,32 @@ class PgApprovals(PgBase):
                 self._settle_by_id(tx, run_id, cancel_outcome(), cancel=True)
             elif action is CancelAction.REQUESTED:
                 tx.execute(REQUEST_CANCEL, {"run_id": run_id})
-        stopping = self._cancel_children(run_id, by) if action is not CancelAction.SETTLED else ()
         if action is CancelAction.CANCELLED:
             self._committed(run_id)
             settled = self._after_settle(run_id, cancel_outcome())
             assert settled is not None
-            return CancelResult(settled.run, action, settled.next_in_key, settled.resumed, stopping)
-        return CancelResult(self.get_run(run_id), action, stopping=stopping)
+            return CancelResult(settled.run, action, settled.next_in_key, settled.resumed)
+        return CancelResult(self.get_run(run_id), action)
 
-    def _cancel_children(self, run_id: str, by: str | None) -> tuple[str, ...]:
-        """Cancel the run's live children that are not detached, and theirs
-        (runner/children.py); the executing ones among them, asked to stop.
-        The parent's cancel is committed first: a child it starts from now on
-        is refused (``start_children`` reads the parent's cancel_requested)."""
+    def _cancel_descendants(self, run_id: str, by: str | None) -> tuple[str, ...]:
+        """Cancel the run's live descendants that are not detached (runner/children.py),
+        a level at a time, however deep the tree; the executing ones among
+        them are asked to stop, and returned. The levels are read through
+        runs that settled already, so a cancel repeated after one that
+        stopped part way (a process that died) reaches what that one left.
+        The run's own cancel is committed first: a child it starts from now
+        on is refused (``start_children`` reads the parent's cancel_requested)."""
         stopping: list[str] = []
-        for child in self.db.rows(LIVE_CHILDREN, {"run_id": run_id}):
-            result = self.request_cancel(str(child["id"]), by=by)
-            if result.action is CancelAction.REQUESTED:
-                stopping.append(result.run.id)
-            stopping += result.stopping
+        level = [run_id]
+        while level:
+            rows = self.db.rows(UNDETACHED_CHILDREN, {"ids": level})
+            level = [str(row["id"]) for row in rows]
+            for row in rows:
+                if RunStatus(row["status"]).settled:
+                    continue
+                result = self._cancel_one(str(row["id"]), by)
+                if result.action is CancelAction.REQUESTED:
+                    stopping.append(result.run.id)
         return tuple(stopping)
 
     def fail_waiting(self, run_id: str, error: RunError) -> Settled:

@@ -35,7 +35,8 @@ FENCE = (
 
 # The columns an outcome writes, from the parameters ``store.rules.outcome_columns``
 # gives (``o_status`` NULL: no outcome, the run stays as it is). Any outcome
-# releases the claim: the run leaves ``running``. The only SQL that settles a
+# releases the claim (the run leaves ``running``) and the tokens its model call
+# in flight reserved from a shared budget. The only SQL that settles a
 # run: every settling statement includes this.
 OUTCOME_SET = """
     status = COALESCE(CAST(:o_status AS text), status),
@@ -54,6 +55,7 @@ OUTCOME_SET = """
                               ELSE CAST(:o_interruption AS text) END,
     interrupted_by = CASE WHEN CAST(:o_status AS text) IS NULL THEN interrupted_by
                           WHEN CAST(:o_interruption AS text) IS NOT NULL THEN claim_owner END,
+    reserved_tokens = CASE WHEN CAST(:o_status AS text) IS NULL THEN reserved_tokens ELSE 0 END,
     updated_at = now()
 """
 
@@ -79,17 +81,6 @@ def open_waits(run_id: str) -> str:
 
 
 OPEN_WAITS = open_waits("CAST(:run_id AS uuid)")
-
-
-# A run's ancestors (runner/children.py), as the CTE ``up (id, depth)``: its
-# parent at depth 1, on up to its top-level run. ``run_id``: the SQL of its id.
-def ancestors_cte(run_id: str) -> str:
-    return f"""WITH RECURSIVE up (id, depth) AS (
-        SELECT parent_id, 1 FROM runs WHERE id = {run_id} AND parent_id IS NOT NULL
-        UNION ALL
-        SELECT r.parent_id, up.depth + 1 FROM up JOIN runs AS r ON r.id = up.id
-         WHERE r.parent_id IS NOT NULL AND up.depth < 32
-    )"""
 
 
 # A run waiting for its children goes back to the queue once nothing is open

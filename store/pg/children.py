@@ -14,10 +14,11 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from store.db import dumps
-from store.models import Fence, NewChild, Run
-from store.pg.base import NOW, RUN_WITH_WAIT, ancestors_cte, open_waits
-from store.pg.execution import PgExecution
+from store.models import Admission, AdmissionVerdict, Fence, NewChild, Run, SharedUse
+from store.pg.base import FENCE, NOW, RUN_WITH_WAIT, fence_params, open_waits
+from store.pg.execution import PgExecution, lost_lease
 from store.rows import run_from_row
+from store.rules import admit
 from store.statements import Statement
 from store.status import RunStatus, lit
 from store.validate import check_run_id
@@ -26,11 +27,12 @@ START_CHILD = Statement(
     "start_child",
     f"""
     INSERT INTO runs (id, agent, status, trigger, trigger_id, trace_context, enqueued_at,
-                      parent_id, parent_call_id, detached, budget_bounds)
+                      parent_id, parent_call_id, detached, budget_bounds, ancestors, root_id)
     SELECT CAST(:id AS uuid), CAST(:agent AS text), {lit(RunStatus.QUEUED)},
            CAST(:trigger AS json), CAST(:trigger_id AS text), CAST(:trace_context AS json),
            now(), p.id, CAST(:call_id AS text), CAST(:detached AS bool),
-           CAST(:bounds AS json)
+           CAST(:bounds AS json), ARRAY[p.id] || COALESCE(p.ancestors, '{{}}'),
+           COALESCE(p.root_id, p.id)
       FROM runs AS p
      -- A parent whose cancel was asked for starts no more children.
      WHERE p.id = CAST(:run_id AS uuid) AND NOT p.cancel_requested
@@ -43,12 +45,15 @@ CHILDREN = Statement(
     RUN_WITH_WAIT + " WHERE r.parent_id = CAST(:run_id AS uuid) ORDER BY r.id",
 )
 
-# A run's ancestors, its parent first.
+# A run's ancestors, its parent first (those not pruned).
 ANCESTORS = Statement(
     "ancestors",
-    f"""
-    {ancestors_cte("CAST(:run_id AS uuid)")}
-    SELECT r.* FROM up JOIN runs AS r ON r.id = up.id ORDER BY up.depth
+    """
+    SELECT r.* FROM runs AS c,
+           unnest(c.ancestors) WITH ORDINALITY AS up (id, depth)
+      JOIN runs AS r ON r.id = up.id
+     WHERE c.id = CAST(:run_id AS uuid)
+     ORDER BY up.depth
     """,
 )
 
@@ -68,20 +73,75 @@ STRANDED_PARENTS = Statement(
 )
 
 
-# The totals (the run's own use and its descendants') of the runs whose
-# budgets bound a child.
-TOTALS = Statement(
-    "totals",
-    "SELECT id, agent, input_tokens + output_tokens AS tokens, cost_usd FROM runs"
-    " WHERE id = ANY(CAST(:ids AS uuid[]))",
+# The admission of a child's model call under the budgets it shares
+# (``PgChildren.admit``, the rule ``store.rules.admit``). First the child's
+# own row (fenced) and the ancestors whose budgets it shares are locked, its
+# own first, then the others by id: siblings' admissions take turns, and the
+# next statement, with a snapshot of its own, sees what the one before
+# reserved. A child's journal write locks its own row, then its ancestors',
+# in the same order.
+LOCK_SHARERS = Statement(
+    "lock_sharers",
+    f"""
+    SELECT id, ({FENCE}) AS mine FROM runs
+     WHERE id = CAST(:run_id AS uuid) OR id = ANY(CAST(:ids AS uuid[]))
+     ORDER BY id <> CAST(:run_id AS uuid), id
+       FOR UPDATE
+    """,
+)
+
+# Each sharing ancestor's totals (its own use and its descendants') and what
+# its other descendants' calls in flight reserved of it. A reservation counts
+# while its run's claim lives: one an execution that died left is no longer
+# held once its claim lapsed (and the next claim clears it).
+SHARED_USE = Statement(
+    "shared_use",
+    f"""
+    SELECT b.id, b.agent, b.input_tokens + b.output_tokens AS tokens, b.cost_usd,
+           (SELECT COALESCE(sum(c.reserved_tokens), 0) FROM runs AS c
+             WHERE c.root_id = CAST(:root_id AS uuid) AND c.reserved_tokens > 0
+               AND c.id <> CAST(:run_id AS uuid) AND b.id = ANY(c.ancestors)
+               AND c.status = {lit(RunStatus.RUNNING)} AND c.claim_expires_at >= {NOW})
+           AS reserved
+      FROM runs AS b WHERE b.id = ANY(CAST(:ids AS uuid[]))
+    """,
+)
+
+RESERVE = Statement(
+    "reserve",
+    "UPDATE runs SET reserved_tokens = CAST(:tokens AS bigint) WHERE id = CAST(:run_id AS uuid)",
 )
 
 
 class PgChildren(PgExecution):
-    def totals(self, run_ids: Sequence[str]) -> dict[str, tuple[str, int, float]]:
-        """``(agent, tokens, cost_usd)`` of each run, its descendants' use included."""
-        rows = self.db.rows(TOTALS, {"ids": [check_run_id(r) for r in run_ids]})
-        return {str(r["id"]): (r["agent"], int(r["tokens"]), float(r["cost_usd"])) for r in rows}
+    def admit(
+        self, fence: Fence, run: Run, tokens: int, *, now: datetime | None = None
+    ) -> Admission:
+        """Whether the fenced child ``run``'s next model call, expected to take
+        ``tokens``, may go out under the budgets it shares (``run.budget_bounds``);
+        admitted, the run holds ``tokens`` reserved until its journal write
+        (or its settle, or the next claim) gives them back."""
+        ids = [bound.run_id for bound in run.budget_bounds]
+        with self.db.tx() as tx:
+            locked = tx.rows(LOCK_SHARERS, {**fence_params(fence), "ids": ids})
+            if not any(row["mine"] for row in locked):
+                raise lost_lease(fence)
+            params = {"run_id": run.id, "root_id": run.root_id, "ids": ids, "now": now}
+            rows = tx.rows(SHARED_USE, params)
+            uses = {
+                str(r["id"]): SharedUse(
+                    str(r["id"]),
+                    r["agent"],
+                    int(r["tokens"]),
+                    float(r["cost_usd"]),
+                    int(r["reserved"]),
+                )
+                for r in rows
+            }
+            admission = admit(run.budget_bounds, uses, tokens)
+            if admission.verdict is AdmissionVerdict.ADMITTED:
+                tx.execute(RESERVE, {"run_id": run.id, "tokens": tokens})
+        return admission
 
     def start_children(self, fence: Fence, children: Sequence[NewChild]) -> list[Run]:
         """Create ``children`` of the fenced run (each once: one already

@@ -41,7 +41,6 @@ from store.pg.base import (
     PROGRESS,
     PROGRESS_ENDS_RETRY,
     PgBase,
-    ancestors_cte,
     fence_params,
     outcome_params,
 )
@@ -87,6 +86,8 @@ CLAIM = Statement(
            claim_expires_at = {NOW} + make_interval(secs => CAST(:ttl AS float8)),
            claim_epoch = r.claim_epoch + 1,
            takeovers = r.takeovers + CASE WHEN r.status = {_RUNNING} THEN 1 ELSE 0 END,
+           -- A reservation an execution that died left (the shared budget's admission).
+           reserved_tokens = 0,
            started_at = COALESCE(r.started_at, now()),
            updated_at = now()
      WHERE r.id = CAST(:run_id AS uuid)
@@ -138,21 +139,22 @@ FENCED = Statement("fenced", f"SELECT id FROM runs WHERE {FENCE}")
 # if the row is new.
 def _record_llm_step_sql(rolls_up: bool) -> str:
     """The journal write; with ``rolls_up`` (a child run's: runner/children.py)
-    the step's usage is added to every ancestor's totals as well, in the same
-    statement, so a budget shared down the tree is read from one row."""
-    ancestors = f"""
+    the step's usage is added to every ancestor's totals as well, by the ids
+    the child's row lists (``runs.ancestors``, whatever the tree's depth), in
+    the same statement, so a budget shared down the tree is read from one
+    row; and the tokens the call reserved from it are given back."""
+    ancestors = """
     ), anc AS (
         UPDATE runs SET input_tokens = runs.input_tokens + CAST(:input_tokens AS bigint),
                         output_tokens = runs.output_tokens + CAST(:output_tokens AS bigint),
                         cost_usd = runs.cost_usd + COALESCE(CAST(:cost_usd AS float8), 0),
                         cost_unpriced = runs.cost_unpriced OR CAST(:unpriced AS bool),
                         usage_estimated = runs.usage_estimated OR CAST(:usage_estimated AS bool)
-          FROM ({ancestors_cte("CAST(:run_id AS uuid)")} SELECT id FROM up) AS a
-         WHERE runs.id = a.id AND EXISTS (SELECT 1 FROM upd)
+          FROM f WHERE runs.id = ANY(f.ancestors) AND EXISTS (SELECT 1 FROM upd)
         RETURNING runs.id"""
     return f"""
     WITH f AS (
-        SELECT id FROM runs WHERE {FENCE} FOR UPDATE
+        SELECT id, ancestors FROM runs WHERE {FENCE} FOR UPDATE
     ), ins AS (
         INSERT INTO steps (run_id, kind, index, name, input, output, error,
                            input_tokens, output_tokens, cost_usd, started_at, finished_at)
@@ -171,6 +173,7 @@ def _record_llm_step_sql(rolls_up: bool) -> str:
                         usage_estimated = runs.usage_estimated
                                           OR CAST(:usage_estimated AS bool),
                         steps_used = GREATEST(runs.steps_used, CAST(:index AS int)),
+                        {"reserved_tokens = 0," if rolls_up else ""}
                         {PROGRESS_ENDS_RETRY},
                         updated_at = now()
           FROM ins WHERE runs.id = ins.run_id
@@ -410,7 +413,7 @@ class EffectBegin:
     execute: bool
 
 
-def _lost(fence: Fence) -> LeaseLostError:
+def lost_lease(fence: Fence) -> LeaseLostError:
     return LeaseLostError(f"run {fence.run_id} is no longer claimed by this execution")
 
 
@@ -516,14 +519,14 @@ class PgExecution(PgBase):
     def renew(self, fence: Fence, ttl_seconds: float, *, now: datetime | None = None) -> bool:
         row = self.db.first(RENEW, {**fence_params(fence), "ttl": ttl_seconds, "now": now})
         if row is None:
-            raise _lost(fence)
+            raise lost_lease(fence)
         return bool(row["cancel_requested"])
 
     # --------------------------------------------------------- fenced writes
 
     def _lock_fenced(self, tx: Tx, fence: Fence) -> None:
         if tx.first(LOCK_FENCED, fence_params(fence)) is None:
-            raise _lost(fence)
+            raise lost_lease(fence)
 
     def record_llm_step(self, fence: Fence, step: StepRecord, *, rolls_up: bool = False) -> bool:
         """The step's journal write; ``rolls_up``: the run is a child, whose
@@ -547,7 +550,7 @@ class PgExecution(PgBase):
         row = self.db.first(RECORD_LLM_STEP_CHILD if rolls_up else RECORD_LLM_STEP, params)
         assert row is not None  # the statement always returns its counts
         if not row["fenced"]:
-            raise _lost(fence)
+            raise lost_lease(fence)
         if not row["applied"]:
             return False
         self._committed(fence.run_id)
@@ -598,13 +601,13 @@ class PgExecution(PgBase):
         row = self.db.first(statement, params)
         assert row is not None  # the statement always returns its counts
         if not row["fenced"]:
-            raise _lost(fence)
+            raise lost_lease(fence)
         return bool(row["saved"])
 
     def settle(self, fence: Fence, outcome: Outcome) -> Settled:
         check_settle(outcome)
         if self.db.first(SETTLE, {**fence_params(fence), **outcome_params(outcome)}) is None:
-            raise _lost(fence)
+            raise lost_lease(fence)
         self._committed(fence.run_id)
         settled = self._after_settle(fence.run_id, outcome)
         assert settled is not None
@@ -621,7 +624,7 @@ class PgExecution(PgBase):
         with self.db.tx() as tx:
             deferred = tx.first(DEFER, params)
             if deferred is None and tx.first(FENCED, fence_params(fence)) is None:
-                raise _lost(fence)
+                raise lost_lease(fence)
         if deferred is None:
             return None
         self._committed(fence.run_id)
@@ -639,7 +642,7 @@ class PgExecution(PgBase):
             "error": wait.error,
         }
         if self.db.first(DEFER_RETRY, params) is None:
-            raise _lost(fence)
+            raise lost_lease(fence)
         self._committed(fence.run_id)
         settled = self._after_settle(fence.run_id, outcome)
         assert settled is not None

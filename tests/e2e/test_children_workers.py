@@ -207,3 +207,36 @@ def test_the_parents_process_killed_after_starting_its_children_leaves_exactly_t
     children = engine.children(run.id)
     assert len(children) == 2 and all(c.status is RunStatus.COMPLETED for c in children)
     assert set(lead_results(cluster, run.id)) == {"c_research", "c_draft"}
+
+
+@pytest.mark.timeout(240)
+def test_eight_children_side_by_side_overshoot_a_shared_token_budget_by_one_call_at_most(
+    cluster: Cluster,
+) -> None:
+    from tests.agents_children import FANOUT, FANOUT_BUDGET
+
+    cluster.worker("w1", RUNWRIGHT_AGENTS=AGENTS, concurrency=8)
+    cluster.worker("w2", RUNWRIGHT_AGENTS=AGENTS, concurrency=8)
+    engine = cluster.engine()
+    run = engine.start("kids_fanout_lead")
+    done = settled(cluster, run.id, timeout=180)
+    assert done.status is RunStatus.FAILED and done.error is not None
+    assert done.error.code == "budget_exceeded", done.error
+    children = engine.children(run.id)
+    assert len(children) == FANOUT and all(c.status.settled for c in children)
+    calls = [
+        s.usage.total
+        for child in children
+        for s in engine.steps(child.id)
+        if s.kind.value == "llm" and s.usage is not None
+    ]
+    # The lead's totals hold the tree's spend, and the tree went past the
+    # budget by less than one call's reservation: its request and the
+    # 50-token cap of its reply (docs/children.md).
+    spent = done.usage.total
+    lead_own = sum(s.usage.total for s in engine.steps(run.id) if s.kind.value == "llm" and s.usage)
+    assert spent == lead_own + sum(calls)
+    assert FANOUT_BUDGET <= spent < FANOUT_BUDGET + max(calls) + 50, (spent, sorted(calls))
+    # The children did run side by side: some of their calls overlapped.
+    starts = sorted(c.started_at for c in children if c.started_at is not None)
+    assert starts[1] < min(c.finished_at for c in children if c.finished_at is not None)

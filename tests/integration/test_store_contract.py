@@ -29,6 +29,8 @@ from store.errors import (
     WrongRequestKind,
 )
 from store.models import (
+    AdmissionVerdict,
+    BudgetBound,
     Decision,
     EffectOutcome,
     EffectStatus,
@@ -1362,16 +1364,55 @@ def test_a_childs_usage_counts_in_its_ancestors_totals(store: PostgresStore) -> 
     # Again (an ambiguous commit retried): counted once.
     store.record_llm_step(leaf_fence, llm_record(1, tokens=(100, 10)), rolls_up=True)
     store.record_llm_step(root, llm_record(1, tokens=(7, 1)))
-    totals = store.totals([root.run_id, middle.id, leaf.id])
-    assert {k: v[1] for k, v in totals.items()} == {
-        root.run_id: 110 + 8,
-        middle.id: 110,
-        leaf.id: 110,
-    }
-    assert totals[root.run_id][0] == "triage"
+    totals = {r: store.get_run(r).usage.total for r in (root.run_id, middle.id, leaf.id)}
+    assert totals == {root.run_id: 110 + 8, middle.id: 110, leaf.id: 110}
+    # Each child names its chain, its parent first, and its top-level run.
+    assert store.get_run(leaf.id).ancestors == (middle.id, root.run_id)
+    assert store.get_run(leaf.id).root_id == root.run_id
+    assert store.get_run(root.run_id).depth == 0 and store.get_run(leaf.id).depth == 2
     # The chain up from the leaf, its parent first.
     assert [r.id for r in store.ancestors(leaf.id)] == [middle.id, root.run_id]
     assert store.ancestors(root.run_id) == []
+
+
+def test_children_side_by_side_take_turns_on_a_shared_budget_by_reservations(
+    store: PostgresStore,
+) -> None:
+    root = claimed(store)
+    bounds = (BudgetBound(root.run_id, max_tokens=1000),)
+    kids = [dataclasses.replace(_child(root, f"c{i}"), bounds=bounds) for i in range(3)]
+    started = store.start_children(root, kids)
+    store.settle(root, Outcome(RunStatus.WAITING))
+    fences = [claimed_run(store, c.id) for c in started]
+    first, second, third = (store.get_run(f.run_id) for f in fences)
+    # The first call reserves 600; the second fits beside it (600 < 1000) and
+    # reserves 500; the third finds the room held by both.
+    assert store.admit(fences[0], first, 600).verdict is AdmissionVerdict.ADMITTED
+    assert store.admit(fences[1], second, 500).verdict is AdmissionVerdict.ADMITTED
+    held = store.admit(fences[2], third, 100)
+    assert held.verdict is AdmissionVerdict.HELD and held.use is not None
+    assert (held.use.tokens, held.use.reserved) == (0, 1100)
+    # Once their claims lapsed (their workers died mid-call), their
+    # reservations hold nothing.
+    later = utcnow() + timedelta(seconds=120)
+    assert store.admit(fences[2], third, 100, now=later).verdict is AdmissionVerdict.ADMITTED
+    # A run asking again replaces its own reservation; it never counts twice.
+    assert store.admit(fences[0], first, 600).verdict is AdmissionVerdict.ADMITTED
+    # The first call's journal write gives its reservation back and adds
+    # what it took: 200 spent, 500 reserved, room for the third.
+    store.record_llm_step(fences[0], llm_record(1, tokens=(150, 50)), rolls_up=True)
+    assert store.admit(fences[2], third, 100).verdict is AdmissionVerdict.ADMITTED
+    # A settle ends a reservation (the second's), as a takeover's claim does.
+    store.settle(fences[1], Outcome(RunStatus.FAILED, error=RunError("x", "y")))
+    store.record_llm_step(fences[2], llm_record(1, tokens=(700, 100)), rolls_up=True)
+    # Spent: 1000 of 1000. A journaled reply (no call: 0 tokens) is stopped too.
+    spent = store.admit(fences[0], first, 0)
+    assert spent.verdict is AdmissionVerdict.SPENT and spent.use is not None
+    assert spent.use.tokens == 1000 and spent.bound == bounds[0]
+    # A stale owner asks nothing of the budget.
+    stale = Fence(fences[0].run_id, "someone-else", fences[0].epoch)
+    with pytest.raises(LeaseLostError):
+        store.admit(stale, first, 10)
 
 
 def test_a_parent_left_waiting_with_its_children_settled_is_resumed_by_the_sweep(

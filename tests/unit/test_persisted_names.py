@@ -38,7 +38,8 @@ TABLES = {
         "retry_since", "retry_error", "extra_steps", "model", "forked_from",
         "forked_at_step", "trace_context", "cost_usd", "usage_estimated", "needs_attention",
         "cancelled_by", "interrupted_reason", "interrupted_by", "cost_unpriced",
-        "parent_id", "parent_call_id", "detached", "budget_bounds", "enqueued_at", "created_at",
+        "parent_id", "parent_call_id", "detached", "budget_bounds", "root_id", "ancestors",
+        "reserved_tokens", "enqueued_at", "created_at",
         "updated_at", "started_at", "finished_at",
     ],
     "steps": [
