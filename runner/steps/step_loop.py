@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import functools
 import itertools
+import logging
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
@@ -44,6 +45,7 @@ from runner.steps.tools import Tool
 from store.models import (
     USAGE_ESTIMATED,
     AdmissionVerdict,
+    Effect,
     Fence,
     Message,
     Outcome,
@@ -60,6 +62,7 @@ from store.models import (
 from store.pg.runs import StartPoint
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 class Host(Protocol):
@@ -78,6 +81,28 @@ class Host(Protocol):
     async def settle(self, outcome: Outcome) -> Settled: ...
 
     async def settle_aborted(self, agent: Agent) -> Settled: ...
+
+
+# The server tools left out for a name the agent's own tool has, each told
+# once per listing (its digest) in this process; bounded, as listings are few.
+_told_left_out: set[tuple[str, str, str]] = set()
+_TOLD_LIMIT = 1024
+
+
+def _left_out(agent: str, tool: Tool) -> None:
+    told = (agent, tool.name, str(getattr(tool, "digest", "")))
+    if told in _told_left_out:
+        return
+    if len(_told_left_out) >= _TOLD_LIMIT:
+        _told_left_out.clear()
+    _told_left_out.add(told)
+    log.warning(
+        "agent %r: MCP server %r lists a tool that would be named %r, as one of the agent's own "
+        "tools is: the server's is left out, the agent's own is offered",
+        agent,
+        tool.mcp_server,
+        tool.name,
+    )
 
 
 def _first(override: T | None, default: T) -> T:
@@ -151,13 +176,19 @@ class StepLoop:
 
     async def _step(self, k: int, step: OpenStep | None) -> Settled | None:
         """Step k: its model call (unless it is open already), its tool calls, its commit."""
+        # A step an earlier execution left open (or whose reply it journaled)
+        # may have effects journaled: its calls are resolved by the journal.
+        resumed = step is not None or self._journaled is not None
         if step is None:
             assistant = await self._assistant(k)
             if assistant is None:
                 return await self.x.settle_aborted(self.agent)
             self.messages.append(assistant)
             step = open_step(self.messages)
-        calls = await self._runner(k).run(step) if step is not None else StepCalls()
+        calls = StepCalls()
+        if step is not None:
+            journal = await self._journal(step) if resumed else None
+            calls = await self._runner(k).run(step, journal)
         return await self._commit(k, step is None, calls)
 
     # ---------------------------------------------------------- start point
@@ -213,11 +244,17 @@ class StepLoop:
         if self.agent.asks_human is not None:
             tools.append(AskHumanTool(self.agent.asks_human))
         tools += self.agent.build_tools(self.ctx)
-        tools += server_tools
         by_name: dict[str, Tool] = {}
         for item in tools:
             if item.name in by_name:
                 raise InvalidInput(f"agent {self.agent.name!r} has two tools named {item.name!r}")
+            by_name[item.name] = item
+        for item in server_tools:
+            if item.name in by_name:
+                # The agent's own tool wins: a server's listing cannot take a
+                # name the agent's code gave (docs/mcp.md, "Names").
+                _left_out(self.agent.name, item)
+                continue
             by_name[item.name] = item
         return by_name
 
@@ -394,6 +431,13 @@ class StepLoop:
                 await call
             return None
         return call.result()
+
+    async def _journal(self, step: OpenStep) -> dict[str, Effect]:
+        """The effects journaled for the step's pending calls, by call id."""
+        call_ids = [call["id"] for call in step.pending]
+        if not call_ids:
+            return {}
+        return await self.x.io(self.store.journaled_effects, self.run_.id, call_ids)
 
     def _from_journal(self, output: Any) -> Message:
         self.finish_reason = output.get("finish_reason")

@@ -29,7 +29,7 @@ import inspect
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -278,7 +278,11 @@ class CallRunner:
         self.observe = observe
         self.step = step
 
-    async def run(self, step: OpenStep) -> StepCalls:
+    async def run(self, step: OpenStep, journal: Mapping[str, Effect] | None = None) -> StepCalls:
+        """The step's pending calls. ``journal``: the effects an earlier
+        execution journaled for them, by call id (read for a step it left
+        open): such a call is resolved from the journal whenever the tool
+        it names is gone or no longer an effect, never from today's tools."""
         out = StepCalls()
         runnable: list[tuple[dict[str, Any], Tool, pydantic.BaseModel, Any]] = []
         delegated: list[tuple[dict[str, Any], ChildTool, Any]] = []
@@ -288,6 +292,10 @@ class CallRunner:
             call_id, name = call["id"], call["function"]["name"]
             raw_args = call["function"].get("arguments")
             tool = self.tools.get(name)
+            journaled = (journal or {}).get(call_id)
+            if journaled is not None and (tool is None or not tool.effect):
+                out.results.append(await self._from_journal(call_id, name, journaled))
+                continue
             if tool is None:
                 known = ", ".join(sorted(self.tools)) or "none"
                 out.results.append(
@@ -528,22 +536,50 @@ class CallRunner:
         task.cancel()  # cancels an async tool; a sync tool's thread runs on, ignored
         raise Abandoned
 
+    async def _from_journal(self, call_id: str, name: str, effect: Effect) -> CallResult:
+        """A call an earlier execution journaled as an effect, whose tool is
+        gone or no longer an effect in today's tools: what the journal says,
+        as the effect it was recorded as; it is never run (again)."""
+        started, input = utcnow(), effect.input
+        log.info(
+            "run %s: the call %s of %s was journaled as an effect (%s); it is resolved from "
+            "the journal, since today's tools %s",
+            self.ctx.run_id,
+            call_id,
+            name,
+            effect.status.value,
+            "no longer have it" if name not in self.tools else "no longer make it an effect",
+        )
+        if effect.status is EffectStatus.COMPLETED:
+            stored = storable(effect.output)
+            return CallResult(
+                call_id, name, input, stored.content, output=stored.output, started_at=started
+            )
+        if effect.status is EffectStatus.FAILED:
+            return _error(call_id, name, input, effect.error or "the effect failed", started)
+        if effect.resolved_outcome is not None:
+            return _error(call_id, name, input, RESOLVED[effect.resolved_outcome], started)
+        return await self._unknown(call_id, self.tools.get(name), input, effect.key, started, name)
+
     async def _unknown(
         self,
         call_id: str,
-        tool: Tool,
+        tool: Tool | None,
         input: Any,
         key: str,
         started: Any,
+        name: str | None = None,
         told: str = OUTCOME_UNKNOWN,
         why: str = "started in epoch {epoch}, which died before recording its outcome",
     ) -> CallResult:
         """An effect started by an execution that died (or whose call got no
         answer: ``told`` the model, ``why`` in the log): its ``reconcile``
         callable says what became of it, or it is of unknown outcome, and its
-        run is flagged for a person."""
-        found = await self._reconcile(tool, key)
-        if found is not None and found.took_place:
+        run is flagged for a person. ``tool``: None when today's tools no
+        longer have it (``name``), so that nothing can reconcile it."""
+        name = name or (tool.name if tool is not None else "?")
+        found = await self._reconcile(tool, key) if tool is not None else None
+        if found is not None and tool is not None and found.took_place:
             try:
                 stored = storable(found.result)
             except NotStorable as exc:
@@ -553,7 +589,7 @@ class CallRunner:
             await self.write(self.store_finish, key, output=stored.output)
             log.info("run %s: effect %s reconciled: it took place", self.ctx.run_id, key)
             return self._success(call_id, tool, input, stored, started)
-        if found is not None:
+        if found is not None and tool is not None:
             await self.write(self.store_finish, key, error=RECONCILED_NOT_DONE)
             log.info("run %s: effect %s reconciled: it did not take place", self.ctx.run_id, key)
             return _error(call_id, tool.name, input, RECONCILED_NOT_DONE, started)
@@ -564,13 +600,13 @@ class CallRunner:
                 "happened; the run needs a person to resolve it (runwright resolve, or the "
                 "console)",
                 self.ctx.run_id,
-                tool.name,
+                name,
                 clip(json.dumps(input, default=str), 300),
                 key,
                 why.format(epoch=marked.epoch),
             )
-            self.on_unknown(tool.name)
-        return _error(call_id, tool.name, input, told, started)
+            self.on_unknown(name)
+        return _error(call_id, name, input, told, started)
 
     async def _reconcile(self, tool: Tool, key: str) -> Reconciled | None:
         """What the effect's ``reconcile`` callable says; None if it has none,

@@ -69,6 +69,12 @@ RESOLVE = Statement(
 
 FLAG = Statement("flag_needs_attention", _FLAG)
 
+EFFECTS_OF_CALLS = Statement(
+    "effects_of_calls",
+    "SELECT * FROM effects"
+    " WHERE run_id = CAST(:run_id AS uuid) AND key = ANY(CAST(:keys AS text[]))",
+)
+
 
 class PgEffects(PgBase):
     def mark_effect_unknown(self, fence: Fence, key: str) -> Effect:
@@ -86,6 +92,12 @@ class PgEffects(PgBase):
             tx.execute(FLAG, {"run_id": fence.run_id})
         self._committed(fence.run_id)
         return effect_from_row(row)
+
+    def journaled_effects(self, run_id: str, call_ids: list[str]) -> dict[str, Effect]:
+        """The effects journaled for these tool calls of the run, by call id."""
+        keys = [f"{check_run_id(run_id)}:{call_id}" for call_id in call_ids]
+        rows = self.db.rows(EFFECTS_OF_CALLS, {"run_id": run_id, "keys": keys})
+        return {effect.call_id: effect for effect in map(effect_from_row, rows)}
 
     def unknown_effects(self, run_id: str) -> list[Effect]:
         """The run's effects of unknown outcome, resolved or not, oldest first."""

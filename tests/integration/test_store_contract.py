@@ -400,6 +400,12 @@ def test_effect_journal(store: PostgresStore) -> None:
     ]
     with pytest.raises(RunNotFound):
         store.effects(str(uuid.uuid4()))
+    # By the calls an open step asks about: those journaled, by call id.
+    found = store.journaled_effects(fence.run_id, ["call_1", "call_2", "call_3"])
+    assert {c: e.status for c, e in found.items()} == {
+        "call_1": EffectStatus.COMPLETED,
+        "call_2": EffectStatus.FAILED,
+    }
 
 
 def test_a_started_effect_whose_call_never_went_out_is_withdrawn(store: PostgresStore) -> None:
