@@ -87,3 +87,28 @@ Agent(
     mcp=[http],
     retry=RetryPolicy(initial_backoff=1.0, multiplier=1.5, max_backoff=4.0),
 )
+
+
+# The same slow refund, under a declaration that a worker's environment
+# changes (issue 48, item 3): RUNWRIGHT_TEST_MCP_BLOCK leaves the server's
+# tools it names out of what the agent is offered, RUNWRIGHT_TEST_MCP_PLAIN
+# makes them plain tools (as a server that now annotates them read-only).
+def _named(variable: str) -> list[str]:
+    return [name for name in os.environ.get(variable, "").split(",") if name]
+
+
+relisted = MCPServer.stdio(
+    "tracker",
+    sys.executable,
+    args=["-m", "tests.mcp_servers"],
+    cwd=ROOT,
+    env=_env,
+    block=_named("RUNWRIGHT_TEST_MCP_BLOCK"),
+    effects={name: False for name in _named("RUNWRIGHT_TEST_MCP_PLAIN")},
+)
+relisted_refund_model = ScriptedModel(
+    "mcp-relisted-refund",
+    [tools(call("tracker_slow_refund", {"order": "A1"}, id="call_refund")), text("done")],
+    journal=JOURNAL,
+)
+Agent(name="mcp_relisted_refund", model=relisted_refund_model.model, mcp=[relisted])

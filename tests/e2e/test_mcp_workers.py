@@ -75,6 +75,35 @@ def test_a_worker_killed_during_an_effects_call_leaves_one_call_and_an_unknown_o
     assert calls(log)[0]["key"] == journaled.key == f"{run.id}:call_refund"
 
 
+@pytest.mark.parametrize(
+    "relisting",
+    [{"RUNWRIGHT_TEST_MCP_BLOCK": "slow_refund"}, {"RUNWRIGHT_TEST_MCP_PLAIN": "slow_refund"}],
+    ids=["gone", "read_only"],
+)
+def test_a_worker_killed_mid_effect_then_a_listing_without_it_leaves_one_call_and_unknown(
+    cluster: Cluster, tmp_path: Path, relisting: dict[str, str]
+) -> None:
+    # The worker that recovers the run is offered the server's tools as a
+    # deploy changed them: the refund is gone, or a plain tool. The journal
+    # decides, not the listing (issue 48, item 3).
+    log = tmp_path / "calls.jsonl"
+    env = {"RUNWRIGHT_AGENTS": AGENTS, "RUNWRIGHT_TEST_MCP_LOG": str(log)}
+    first = cluster.worker("w1", **env)
+    engine = cluster.engine()
+    run = engine.start("mcp_relisted_refund")
+    wait_until(lambda: calls(log), 60, "the server to get the refund call", interval=0.1)
+    first.signal(signal.SIGKILL)  # the call is in flight: the server answers in 4 s
+    first.wait(10)
+    cluster.worker("w2", **env, **relisting)
+    cluster.beat()
+    done = settled(cluster, run.id, RunStatus.COMPLETED)
+    time.sleep(4.5)  # past the server's answer time: a second call would be logged
+    assert [c["tool"] for c in calls(log)] == ["slow_refund"]  # never called again
+    [journaled] = engine.effects(run.id)
+    assert journaled.status is EffectStatus.UNKNOWN
+    assert done.needs_attention
+
+
 def test_the_http_server_restarted_while_a_run_waits_and_the_run_completes(
     cluster: Cluster, http_server: HttpServer
 ) -> None:
