@@ -39,6 +39,20 @@ class NotificationError(RunwrightError):
     """The notification was not accepted."""
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is not followed: urllib's would send a 301, 302 or 303 on as
+    a GET without the body (whose 2xx would then read as delivered), and the
+    notifier's own headers (an Authorization, the signature) to whatever
+    host the answer names. Returning None leaves the 3xx to be raised as the
+    HTTP error it is here: a failed delivery, which tick() re-sends."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
+
+
 def sign(secret: str | bytes, timestamp: str, body: bytes) -> str:
     key = secret.encode() if isinstance(secret, str) else secret
     return hmac.new(key, timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
@@ -102,7 +116,8 @@ class WebhookNotifier:
     with any Standard Webhooks library; another secret signs it with
     ``X-Runwright-Signature`` (:func:`verify_signature`), as before. An endpoint
     that answers 410 Gone is disabled: that request is not re-sent, and this
-    notifier sends it nothing more (:class:`~runner.errors.NotifierGone`)."""
+    notifier sends it nothing more (:class:`~runner.errors.NotifierGone`). A
+    redirect (3xx) is never followed: it is a failed delivery, re-sent later."""
 
     def __init__(
         self,
@@ -142,13 +157,19 @@ class WebhookNotifier:
             },
         )
         try:
-            with urllib.request.urlopen(http_request, timeout=self.timeout) as response:
+            with _OPENER.open(http_request, timeout=self.timeout) as response:
                 status = response.status
         except urllib.error.HTTPError as exc:
             exc.close()  # the answer holds the connection's socket
             if exc.code == 410:
                 self.gone = True
                 raise NotifierGone(f"webhook {self.url} answered 410 Gone: disabled") from exc
+            if 300 <= exc.code < 400:
+                location = (exc.headers.get("Location") or "")[:200] if exc.headers else ""
+                raise NotificationError(
+                    f"webhook answered {exc.code}, a redirect to {location!r}, which is not "
+                    "followed: give the notifier the URL that accepts the POST"
+                ) from exc
             raise NotificationError(f"webhook answered {exc.code}") from exc
         except (urllib.error.URLError, TimeoutError, OSError) as exc:
             raise NotificationError(f"webhook unreachable: {exc}") from exc
