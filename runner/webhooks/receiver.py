@@ -3,12 +3,14 @@
 Each delivery to ``/<route>`` is verified with the ``standardwebhooks``
 package against the route's secrets (several at once, for rotation), then
 starts one run of the route's agent: its trigger is ``source="webhook"``,
-``trigger=<route>``, and its id is the delivery's ``webhook-id``, so a
-redelivery (the sender retries what it did not see acknowledged) finds the run
-the first one started and starts nothing. Anything else gets one 4xx line and
-writes nothing: an unknown route, a body over the limit, a missing or
-malformed header, a wrong signature, a timestamp outside the specification's
-five minutes, a body that is not UTF-8 JSON.
+``trigger=<route>``, and its id is ``webhook:<route>:<webhook-id>``
+(:func:`delivery_trigger_id`), so a redelivery (the sender retries what it did
+not see acknowledged) finds the run the first one started and starts nothing,
+while the same id from another route is another delivery. Anything else gets
+one 4xx line and writes nothing: an unknown route, a body over the limit, a
+missing or malformed header, a ``webhook-id`` in the namespace of the ids the
+engine derives itself, a wrong signature, a timestamp outside the
+specification's five minutes, a body that is not UTF-8 JSON.
 
 The receiver is framework-neutral (:meth:`WebhookReceiver.handle`), with a
 WSGI application (:attr:`WebhookReceiver.wsgi_app`) and Flask and Django
@@ -46,6 +48,13 @@ MIN_SECRET_BYTES = 16
 DEFAULT_MAX_BODY_BYTES = 256 * 1024
 MAX_HEADER_CHARS = 2048
 HEADERS = ("webhook-id", "webhook-timestamp", "webhook-signature")
+# The prefixes of the trigger ids the engine derives, which name runs it
+# starts itself: a schedule's firing (runner/schedules/times.py trigger_id),
+# a child run (runner/children.py child_trigger_id) and a delivery's own
+# (delivery_trigger_id). A webhook-id that begins with one is refused: namespaced,
+# it could not collide, but it reads as another source's, and a trigger id a
+# deployment wrote before delivery ids were namespaced is the sender's bare id.
+RESERVED_ID_PREFIXES = ("schedule:", "child:", "webhook:")
 
 
 def new_secret() -> str:
@@ -68,6 +77,22 @@ def check_secret(secret: object, owner: str) -> str:
             "(runwright webhook secret makes one)"
         )
     return secret
+
+
+def delivery_trigger_id(route: str, delivery_id: str) -> str:
+    """The trigger id of a delivery's run: its route and its ``webhook-id``.
+    A route name has no ``:``, so no two (route, id) pairs share one."""
+    return f"webhook:{route}:{delivery_id}"
+
+
+def check_route(route: object) -> str:
+    """A route name: not empty, and without ``:`` or ``/`` (the namespace of
+    its trigger ids, and the path it is mounted at)."""
+    if not isinstance(route, str) or not route or ":" in route or "/" in route:
+        raise ConfigurationError(
+            f"webhook route {str(route)[:80]!r}: a route's name is not empty and has no ':' or '/'"
+        )
+    return route
 
 
 @dataclass(frozen=True)
@@ -139,7 +164,7 @@ class WebhookReceiver:
         from standardwebhooks import Webhook
 
         self._engine = engine
-        self.routes = dict(routes)
+        self.routes = {check_route(route): agent for route, agent in routes.items()}
         self.mapper = mapper or _default_mapper
         self.max_body_bytes = max_body_bytes
         self._verifiers: dict[str, list[Webhook]] = {}
@@ -192,8 +217,16 @@ class WebhookReceiver:
             if len(value) > MAX_HEADER_CHARS or not value.isascii() or not value.isprintable():
                 raise Refused(400, f"header {name} is not printable ASCII of a sane length")
         delivery_id = found["webhook-id"]
-        if len(delivery_id) > MAX_ID_CHARS:
-            raise Refused(400, f"webhook-id is longer than {MAX_ID_CHARS} characters")
+        room = MAX_ID_CHARS - len(delivery_trigger_id(route, ""))
+        if len(delivery_id) > room:
+            raise Refused(400, f"webhook-id is longer than {room} characters")
+        reserved = next((p for p in RESERVED_ID_PREFIXES if delivery_id.startswith(p)), None)
+        if reserved is not None:
+            raise Refused(
+                400,
+                f"webhook-id begins with {reserved!r}, which names runs the engine starts "
+                f"itself ({', '.join(RESERVED_ID_PREFIXES)}); give the delivery another id",
+            )
         self._verify(route, found, body)
         payload = _json(body)
         sent_at = int(float(found["webhook-timestamp"]))  # verified: a number
@@ -212,7 +245,7 @@ class WebhookReceiver:
                 mapped.payload,
                 source="webhook",
                 trigger=route,
-                id=delivery_id,
+                id=delivery_trigger_id(route, delivery_id),
                 keys={**mapped.keys, "webhook_id": delivery_id},
                 thread=mapped.thread,
             )

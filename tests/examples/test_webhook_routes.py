@@ -75,7 +75,7 @@ def test_a_signed_ticket_starts_one_run_and_a_forged_one_nothing(
         "webhook",
         "tickets",
     )
-    assert run.trigger.id == headers["webhook-id"]
+    assert run.trigger.id == f"webhook:tickets:{headers['webhook-id']}"
     assert run.trigger.payload == {"message": "A-1002 never arrived"}
     assert run.thread == "customer-c7"
     assert status_and_json(post(data, headers)) == (200, answer)  # redelivered: the same run

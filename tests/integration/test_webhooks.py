@@ -82,7 +82,7 @@ def test_a_delivery_starts_one_run_and_its_redelivery_none(
     assert (trigger.source, trigger.trigger, trigger.id, trigger.payload) == (
         "webhook",
         "github",
-        "msg_2c1",
+        "webhook:github:msg_2c1",
         {"action": "opened", "issue": 7},
     )
     assert trigger.keys == {"webhook_id": "msg_2c1"}
