@@ -8,6 +8,7 @@ engine (``engine.schedules``); nothing here computes a time of its own.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import click
@@ -18,6 +19,8 @@ from runner.cli.terminal import Group, say
 from store.errors import InvalidInput, RunNotFound
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from runner.engine.engine import Engine
     from store.models import Firing, Schedule
 
@@ -64,6 +67,31 @@ def _firing_line(firing: Firing, status: str | None) -> str:
     if firing.reason:
         line += f"  {firing.reason}"
     return line
+
+
+def _unserved(engine: Engine) -> Callable[[str], str | None]:
+    """Why nothing fires an agent's schedules, or None if something does: by
+    the live workers' records (store/workers.py), since a tick() fires the
+    schedules of its worker's agents only; when Redis cannot say, by the
+    agents this command loaded (RUNWRIGHT_AGENTS)."""
+    from store.workers import serving
+
+    workers = engine.workers()
+    if workers is not None:
+        live = list(workers.values())
+        return lambda agent: (
+            None if serving(live, agent) else f"no live worker loads agent {agent!r}"
+        )
+    loaded = set(engine.deps.registry.names())
+    return lambda agent: (
+        None if agent in loaded else f"agent {agent!r} is not loaded here (RUNWRIGHT_AGENTS)"
+    )
+
+
+def _served_json(
+    schedule: Schedule, why: str | None, upcoming: Iterable[datetime] = ()
+) -> Document:
+    return {**schedule_json(schedule, upcoming), "served": why is None, "unserved": why}
 
 
 def _run_status(engine: Engine, firing: Firing) -> str | None:
@@ -139,15 +167,17 @@ def add(
 @schedule.command("list")
 @json_option
 def list_(as_json: bool) -> Document | None:
-    """List the schedules: their agent, times, next firing and last one."""
+    """List the schedules: their agent, times, next firing and last one, and
+    those of an agent no live worker loads (nothing fires them)."""
     engine = _engine()
     found = engine.schedules.list()
     last = {s.name: engine.schedules.firings(s.name, limit=1) for s in found}
+    why = _unserved(engine)
     if as_json:
         return {
             "schedules": [
                 {
-                    **schedule_json(s),
+                    **_served_json(s, why(s.agent)),
                     "last_firing": firing_json(last[s.name][0]) if last[s.name] else None,
                 }
                 for s in found
@@ -159,7 +189,9 @@ def list_(as_json: bool) -> Document | None:
     for s in found:
         done = last[s.name]
         latest = f"; last {_firing_line(done[0], None)}" if done else ""
-        say(f"{s.name}  {s.agent}  {_times(s)}  {s.overlap.value}  {_next(s)}{latest}")
+        unserved = why(s.agent)
+        said = f"  not served: {unserved}" if unserved else ""
+        say(f"{s.name}  {s.agent}  {_times(s)}  {s.overlap.value}  {_next(s)}{latest}{said}")
     return None
 
 
@@ -175,13 +207,15 @@ def show(name: str, count: int, shown: int, as_json: bool) -> Document | None:
     upcoming = [] if found.paused else engine.schedules.next_firings(name, count=count)
     firings = engine.schedules.firings(name, limit=shown)
     statuses = [_run_status(engine, f) for f in firings]
+    unserved = _unserved(engine)(found.agent)
     if as_json:
         return {
-            "schedule": schedule_json(found, upcoming),
+            "schedule": _served_json(found, unserved, upcoming),
             "firings": [firing_json(f, st) for f, st in zip(firings, statuses, strict=True)],
         }
     say(f"schedule {found.name}  {_next(found)}")
     say(f"agent      {found.agent}")
+    say(f"served     {'yes' if unserved is None else f'no: {unserved}'}")
     say(f"times      {_times(found)}, jitter {found.jitter_seconds:g} s")
     say(f"overlap    {found.overlap.value}, catch-up window {found.catchup_window_seconds:g} s")
     say(f"payload    {json.dumps(found.payload, ensure_ascii=False)[:200]}")

@@ -30,7 +30,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, TypeVar
 
@@ -44,6 +44,7 @@ from store.models import Approval, Fence, RetryWait, Run, utcnow
 
 if TYPE_CHECKING:
     from runner.settings import Settings
+    from store.workers import WorkerInfo
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -377,6 +378,76 @@ class ScrapeTimeCollector:
         return True, value
 
 
+class UnservedSchedulesCollector:
+    """``runwright_schedules_unserved``, read when Prometheus scrapes: the
+    schedules (not paused) of each agent that no live worker loads, from the
+    store and the workers' records in Redis (store/workers.py), at most once
+    every ``cache_seconds``. Nothing fires them: a tick() runs on a worker,
+    which fires the schedules of its own agents only, and past the catch-up
+    window their firings are missed. An agent every live worker serves is
+    left out; a scrape whose reads fail leaves the gauge out (logged once
+    per outage)."""
+
+    def __init__(
+        self,
+        schedules: Callable[[], Mapping[str, int]],
+        workers: Callable[[], Mapping[str, WorkerInfo]],
+        *,
+        cache_seconds: float = BACKLOG_CACHE_SECONDS,
+        max_agents: int = MAX_AGENTS,
+    ) -> None:
+        self._schedules = schedules
+        self._workers = workers
+        self.cache_seconds = cache_seconds
+        self.agent = Bounded(max_agents)
+        self._cached: tuple[float, dict[str, int] | None] | None = None
+        self._lock = threading.Lock()
+        self._failing = False
+
+    def describe(self) -> list[Metric]:
+        return [GaugeMetricFamily("runwright_schedules_unserved", "", labels=["agent"])]
+
+    def collect(self) -> Iterator[Metric]:
+        counts = self._read()
+        if counts is None:
+            return
+        gauge = GaugeMetricFamily(
+            "runwright_schedules_unserved",
+            "Schedules (not paused) whose agent no live worker loads: nothing fires them, "
+            "and past their catch-up window their firings are missed "
+            "(runwright schedule list names them).",
+            labels=["agent"],
+        )
+        for agent, count in sorted(counts.items()):
+            gauge.add_metric([agent], count)
+        yield gauge
+
+    def _read(self) -> dict[str, int] | None:
+        with self._lock:
+            now = time.monotonic()
+            if self._cached is None or now - self._cached[0] >= self.cache_seconds:
+                self._cached = (now, self._unserved())
+            return self._cached[1]
+
+    def _unserved(self) -> dict[str, int] | None:
+        from store.workers import unserved
+
+        try:
+            schedules = self._schedules()
+            missing = unserved(self._workers(), schedules)
+        except Exception as exc:
+            if not self._failing:
+                self._failing = True
+                log.warning("metrics: cannot read the schedules' workers for the scrape: %s", exc)
+            return None
+        self._failing = False
+        counts: dict[str, int] = {}
+        for agent in missing:
+            label = self.agent(agent)  # several past the cap add up under "other"
+            counts[label] = counts.get(label, 0) + schedules[agent]
+        return counts
+
+
 _lock = threading.Lock()
 _observer: MetricsObserver | None = None
 _served: int | None = None
@@ -423,6 +494,7 @@ def start_worker(settings: Settings) -> None:
             REGISTRY.register(standard)
         if settings.database_url and settings.redis_url:
             REGISTRY.register(_scrape_time_collector(settings))
+            REGISTRY.register(_unserved_schedules_collector(settings))
         _served = port
         log.info("metrics: serving /metrics on %s:%d", host, port)
 
@@ -440,3 +512,14 @@ def _scrape_time_collector(settings: Settings) -> ScrapeTimeCollector:
     # Redis's mark of the last tick, else (after a Redis restart) the store's.
     last = functools.partial(last_tick, leases, store)
     return ScrapeTimeCollector(store.approval_backlog, last, unresolved=store.unresolved_effects)
+
+
+def _unserved_schedules_collector(settings: Settings) -> UnservedSchedulesCollector:
+    # As _scrape_time_collector: the engine's own pool, a small Redis client.
+    from runner.settings import open_store
+    from store.leases import Leases
+
+    assert settings.redis_url is not None
+    store = open_store(settings)
+    leases = Leases.from_url(settings.redis_url)
+    return UnservedSchedulesCollector(store.schedules_by_agent, leases.workers)

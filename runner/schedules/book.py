@@ -15,23 +15,25 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import logging
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from runner.engine.deps import Deps
-from runner.errors import AgentNotFound, InvalidInput
+from runner.errors import InvalidInput, RunwrightError
 from runner.schedules.times import (
-    MAX_JITTER_SECONDS,
     When,
+    check_jitter,
     check_name,
     first_time,
     plan,
     seconds,
     trigger_id,
+    unmade,
 )
 from store.models import Firing, NewRun, Overlap, Schedule, TriggerEnvelope
-from store.pg.schedules import Fired, FiringPlan
+from store.pg.schedules import SET_ASIDE_FOR, Fired, FiringPlan
 from store.validate import check_new_run
 
 log = logging.getLogger("runner.schedules")  # the name log lines carry: kept stable for filters
@@ -232,19 +234,33 @@ class Schedules:
     # ----------------------------------------------------------- its runs
 
     def new_run(self, schedule: Schedule, scheduled_at: datetime) -> NewRun:
-        """The run a firing starts (AgentNotFound if this process lacks the agent)."""
+        """The run a firing starts: :class:`AgentNotFound` if this process
+        lacks the agent, :class:`InvalidInput` if the run cannot be made (its
+        trigger refused, as a start would refuse it; the agent's concurrency
+        key failing on it)."""
         spec = self.deps.registry.get(schedule.agent)
         keys = dict(schedule.keys)
         keys.setdefault(SCHEDULED_AT_KEY, scheduled_at.astimezone(UTC).isoformat())
-        envelope = TriggerEnvelope(
-            id=trigger_id(schedule.name, scheduled_at),
-            source="schedule",
-            trigger=schedule.name,
-            payload=schedule.payload,
-            keys=keys,
-            thread=schedule.thread,
-        )
-        return NewRun(agent=spec.name, trigger=envelope, concurrency_key=spec.key_for(envelope))
+        try:
+            envelope = TriggerEnvelope(
+                id=trigger_id(schedule.name, scheduled_at),
+                source="schedule",
+                trigger=schedule.name,
+                payload=schedule.payload,
+                keys=keys,
+                thread=schedule.thread,
+            )
+        except ValueError as exc:  # the envelope's own checks (pydantic)
+            raise InvalidInput(f"invalid schedule: {exc}") from None
+        try:
+            key = spec.key_for(envelope)
+        except Exception as exc:  # the application's code, given this schedule's trigger
+            raise InvalidInput(
+                f"the concurrency key of agent {spec.name!r} raised {type(exc).__name__}: {exc}"
+            ) from None
+        new = NewRun(agent=spec.name, trigger=envelope, concurrency_key=key)
+        check_new_run(new, self.deps.store.max_payload_bytes)
+        return new
 
     def _checked(
         self,
@@ -262,11 +278,7 @@ class Schedules:
         window = seconds(catchup_window, "catchup_window")
         if window < 0:
             raise InvalidInput("catchup_window must be 0 or more seconds")
-        delay = seconds(jitter, "jitter")
-        if not 0 <= delay <= MAX_JITTER_SECONDS:
-            raise InvalidInput(f"jitter must be from 0 to {MAX_JITTER_SECONDS:g} seconds")
-        if when.every_seconds is not None and delay >= when.every_seconds:
-            raise InvalidInput("jitter must be shorter than the interval")
+        delay = check_jitter(when, jitter)
         at, due = first_time(when, draft.name, delay, now)
         schedule = dataclasses.replace(
             draft,
@@ -278,48 +290,76 @@ class Schedules:
             next_at=at,
             next_due_at=due,
         )
-        try:
-            sample = self.new_run(schedule, at)  # AgentNotFound for an unknown agent
-        except ValueError as exc:  # the envelope's own checks (pydantic)
-            raise InvalidInput(f"invalid schedule: {exc}") from None
-        check_new_run(sample, self.deps.store.max_payload_bytes)
+        self.new_run(schedule, at)  # AgentNotFound, or InvalidInput for a run it cannot make
         return schedule
 
 
 # ------------------------------------------------------------------ firing
 
 
+# How often one process says that due schedules wait for agents it does not
+# load (the same agents; others are said at once).
+UNLOADED_SAID_EVERY_SECONDS = 300.0
+_unloaded_said: tuple[frozenset[str], float] | None = None
+
+
 def fire(deps: Deps, now: datetime | None = None) -> Fired:
-    """What tick() does for schedules: fire the due ones (their runs sent,
-    the earlier runs ``cancel_other`` names cancelled) and start the buffered
-    firings whose schedule's run has settled."""
+    """What tick() does for schedules: fire the due ones of the agents this
+    process loads (their runs sent, the earlier runs ``cancel_other`` names
+    cancelled) and start the buffered firings whose schedule's run has
+    settled. The due schedules of other agents are left for a tick() on a
+    worker that loads them, and said in one WARNING now and then."""
     book = Schedules(deps)
     floor = 2 * deps.settings.tick_seconds
+    loaded = deps.registry.names()
 
-    def planned(schedule: Schedule, at: datetime) -> FiringPlan | None:
-        try:
-            return plan(schedule, at, book.new_run, window_floor=floor)
-        except AgentNotFound:
-            # Another worker's tick() may have it: the schedule stays due.
-            log.info(
-                "schedule %s: agent %s is not loaded here; its firing is left to a tick() "
-                "on a worker that has it",
-                schedule.name,
-                schedule.agent,
-            )
-            return None
+    def planned(schedule: Schedule, at: datetime) -> FiringPlan:
+        return plan(schedule, at, book.new_run, window_floor=floor)
 
-    def built(schedule: Schedule, at: datetime) -> NewRun | None:
+    def built(schedule: Schedule, at: datetime) -> NewRun | str:
         try:
             return book.new_run(schedule, at)
-        except AgentNotFound:
-            return None  # left buffered for a tick() on a worker that has it
+        except InvalidInput as exc:
+            return unmade(exc)
 
     batch = deps.settings.tick_batch
-    fired = deps.store.fire_due_schedules(planned, limit=batch, now=now)
-    buffered = deps.store.start_buffered(built, limit=batch)
+    fired = deps.store.fire_due_schedules(planned, agents=loaded, limit=batch, now=now)
+    fired.add(deps.store.start_buffered(built, agents=loaded, limit=batch))
     for run_id in fired.cancel:
         deps.cancel(run_id, by="schedule (overlap: cancel_other)")
-    started = fired.started + buffered.started
-    deps.send(started)
-    return Fired(fired.firings + buffered.firings, started, fired.cancel)
+    deps.send(fired.started)
+    for name, exc in fired.failed:
+        log.warning(
+            "schedule %s: its firing failed and is tried again in %.0f s (its scheduled time "
+            "is kept; past its catch-up window it is missed): %s",
+            name,
+            SET_ASIDE_FOR.total_seconds(),
+            exc,
+            exc_info=None if isinstance(exc, RunwrightError) else exc,
+        )
+    _say_unloaded(deps.store.due_elsewhere(loaded, now=now))
+    return fired
+
+
+def _say_unloaded(due: Mapping[str, int]) -> None:
+    """One WARNING for the due schedules of agents this process does not load:
+    again for the same agents only every :data:`UNLOADED_SAID_EVERY_SECONDS`."""
+    global _unloaded_said
+    if not due:
+        return
+    agents, now = frozenset(due), time.monotonic()
+    said = _unloaded_said
+    if said is not None and said[0] == agents and now - said[1] < UNLOADED_SAID_EVERY_SECONDS:
+        return
+    _unloaded_said = (agents, now)
+    named = sorted(due)
+    listed = ", ".join(f"{agent} ({due[agent]})" for agent in named[:10])
+    if len(named) > 10:
+        listed += f" and {len(named) - 10} more agent(s)"
+    log.warning(
+        "%d due schedule(s) of agent(s) not loaded here: %s. Each is left for a tick() on a "
+        "worker that loads its agent; if none does, its firings are missed past the "
+        "catch-up window (runwright schedule list names them)",
+        sum(due.values()),
+        listed,
+    )

@@ -9,17 +9,23 @@ schedule moved on to its next time. Whatever interleaving of ticks, beats and
 crashes, a scheduled time starts at most one run. When to fire and what each
 run's trigger is are the caller's to compute (the cron library is the
 runner's); what an overlapping firing does is ``store.rules.overlap_action``.
+
+One schedule's problem never delays another's firing: a tick takes the due
+schedules of the agents its process loads only (those of other agents wait
+for a tick that loads them, and take no room in its batch), and a schedule
+whose firing raises is rolled back and set aside for a while, its scheduled
+time kept, while the tick goes on to the next.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from store.db import Tx, dumps
-from store.errors import InvalidInput, ScheduleNotFound
+from store.errors import InvalidInput, ScheduleNotFound, StoreUnavailable
 from store.models import Firing, FiringOutcome, NewRun, Schedule
 from store.pg.base import NOW, PgBase
 from store.pg.runs import insert_run
@@ -76,15 +82,44 @@ FIRINGS = Statement(
     """,
 )
 
-# The next schedule that is due, locked for this transaction; one another tick
-# holds is skipped, as are those this tick already looked at.
+# The next schedule that is due, of an agent the caller loads (NULL: any),
+# locked for this transaction; one another tick holds is skipped, as are those
+# this tick already looked at.
 NEXT_DUE = Statement(
     "next_due_schedule",
     f"""
     SELECT * FROM schedules
      WHERE NOT paused AND next_due_at <= {NOW} AND name <> ALL(CAST(:seen AS text[]))
+       AND (CAST(:agents AS text[]) IS NULL OR agent = ANY(CAST(:agents AS text[])))
      ORDER BY next_due_at LIMIT 1
        FOR UPDATE SKIP LOCKED
+    """,
+)
+
+# The due schedules of the agents the caller does not load, by agent.
+DUE_ELSEWHERE = Statement(
+    "schedules_due_elsewhere",
+    f"""
+    SELECT agent, count(*) AS due FROM schedules
+     WHERE NOT paused AND next_due_at <= {NOW} AND agent <> ALL(CAST(:agents AS text[]))
+     GROUP BY agent ORDER BY agent
+    """,
+)
+
+# The schedules that are not paused, by agent.
+BY_AGENT = Statement(
+    "schedules_by_agent",
+    "SELECT agent, count(*) AS schedules FROM schedules WHERE NOT paused GROUP BY agent",
+)
+
+# A schedule whose firing raised, looked at again later (unless a tick or a
+# change moved it meanwhile); its scheduled time stays.
+SET_ASIDE = Statement(
+    "schedule_set_aside",
+    f"""
+    UPDATE schedules SET next_due_at = {NOW} + make_interval(secs => CAST(:seconds AS float8))
+     WHERE name = CAST(:name AS text) AND next_at = CAST(:next_at AS timestamptz)
+       AND next_due_at = CAST(:next_due_at AS timestamptz)
     """,
 )
 
@@ -126,13 +161,15 @@ MOVE_ON = Statement(
     """,
 )
 
-# A buffered firing whose schedule has no open run any more: the next to
-# start (locked, so two ticks start it once).
+# A buffered firing of an agent the caller loads (NULL: any) whose schedule
+# has no open run any more: the next to start (locked, so two ticks start it
+# once).
 READY_BUFFERED = Statement(
     "ready_buffered_firing",
     f"""
-    SELECT f.* FROM schedule_firings AS f
+    SELECT f.* FROM schedule_firings AS f JOIN schedules AS s ON s.name = f.schedule
      WHERE f.outcome = '{FiringOutcome.BUFFERED.value}'
+       AND (CAST(:agents AS text[]) IS NULL OR s.agent = ANY(CAST(:agents AS text[])))
        AND NOT EXISTS (
            SELECT 1 FROM schedule_firings AS o JOIN runs AS r ON r.id = o.run_id
             WHERE o.schedule = f.schedule AND NOT {status_in(SETTLED, "r.status")})
@@ -151,6 +188,23 @@ START_BUFFERED = Statement(
     RETURNING *
     """,
 )
+
+# A buffered firing whose run cannot be made: recorded missed, with why.
+MISS_BUFFERED = Statement(
+    "miss_buffered_firing",
+    f"""
+    UPDATE schedule_firings SET outcome = '{FiringOutcome.MISSED.value}',
+           reason = CAST(:reason AS text), fired_at = now()
+     WHERE schedule = CAST(:name AS text) AND scheduled_at = CAST(:scheduled_at AS timestamptz)
+    RETURNING *
+    """,
+)
+
+
+# How long a schedule whose firing raised is set aside: it takes a place in a
+# tick's batch once a minute, not at every tick, and a passing fault costs its
+# firing less than the default catch-up window.
+SET_ASIDE_FOR = timedelta(seconds=60)
 
 
 @dataclass(frozen=True)
@@ -175,17 +229,26 @@ class FiringPlan:
 @dataclass
 class Fired:
     """What one round of firing recorded: the firings, the runs it created
-    (to be sent), and the earlier runs ``cancel_other`` asks to cancel."""
+    (to be sent), the earlier runs ``cancel_other`` asks to cancel, and the
+    schedules whose firing raised (rolled back and set aside), with what."""
 
     firings: list[Firing] = field(default_factory=list)
     started: list[str] = field(default_factory=list)
     cancel: list[str] = field(default_factory=list)
+    failed: list[tuple[str, Exception]] = field(default_factory=list)
+
+    def add(self, other: Fired) -> None:
+        self.firings += other.firings
+        self.started += other.started
+        self.cancel += [r for r in other.cancel if r not in self.cancel]
+        self.failed += other.failed
 
 
 # Given a due schedule and the time, its firings (None: not now, leave it due).
 Plan = Callable[[Schedule, datetime], "FiringPlan | None"]
-# A firing's run, built when it starts (None: not here, leave it for another tick).
-Build = Callable[[Schedule, datetime], "NewRun | None"]
+# A firing's run, built when it starts: text says why it cannot be made (the
+# firing is recorded missed with it); None: not here, leave it for another tick.
+Build = Callable[[Schedule, datetime], "NewRun | str | None"]
 
 
 def _params(schedule: Schedule) -> dict[str, Any]:
@@ -250,33 +313,74 @@ class PgSchedules(PgBase):
         rows = self.db.rows(FIRINGS, {"name": name, "limit": limit})
         return [firing_from_row(row) for row in rows]
 
-    def fire_due_schedules(self, plan: Plan, *, limit: int, now: datetime | None = None) -> Fired:
-        """Fire up to ``limit`` due schedules, one transaction each."""
+    def fire_due_schedules(
+        self,
+        plan: Plan,
+        *,
+        limit: int,
+        agents: Sequence[str] | None = None,
+        set_aside: timedelta = SET_ASIDE_FOR,
+        now: datetime | None = None,
+    ) -> Fired:
+        """Fire up to ``limit`` due schedules of ``agents`` (None: of every
+        agent), one transaction each. One whose firing raises is rolled back
+        and looked at again ``set_aside`` later (its scheduled time kept),
+        and listed in ``failed``."""
         fired = Fired()
         seen: list[str] = []
         while len(seen) < limit:
-            with self.db.tx() as tx:
-                row = tx.first(NEXT_DUE, {"seen": seen, "now": now})
-                if row is None:
-                    break
-                schedule = schedule_from_row(row)
-                seen.append(schedule.name)
-                chosen = plan(schedule, _clock(tx, now))
-                if chosen is None:
-                    continue  # not now (its agent is not known here): another tick fires it
-                for due in chosen.firings:
-                    self._fire(tx, schedule, due, fired)
-                tx.execute(
-                    MOVE_ON,
+            schedule: Schedule | None = None
+            mine = Fired()  # this schedule's, kept only once its transaction commits
+            try:
+                with self.db.tx() as tx:
+                    row = tx.first(NEXT_DUE, {"seen": seen, "agents": _names(agents), "now": now})
+                    if row is None:
+                        break
+                    schedule = schedule_from_row(row)
+                    seen.append(schedule.name)
+                    chosen = plan(schedule, _clock(tx, now))
+                    if chosen is None:
+                        continue  # not now: another tick fires it
+                    for due in chosen.firings:
+                        self._fire(tx, schedule, due, mine)
+                    tx.execute(
+                        MOVE_ON,
+                        {
+                            "name": schedule.name,
+                            "next_at": chosen.next_at,
+                            "next_due_at": chosen.next_due_at,
+                        },
+                    )
+            except StoreUnavailable:
+                raise  # every schedule's problem: the tick's job fails, and the next tries
+            except Exception as exc:
+                if schedule is None:
+                    raise  # the query for the next one failed, not a schedule
+                fired.failed.append((schedule.name, exc))
+                self.db.execute(
+                    SET_ASIDE,
                     {
                         "name": schedule.name,
-                        "next_at": chosen.next_at,
-                        "next_due_at": chosen.next_due_at,
+                        "next_at": schedule.next_at,
+                        "next_due_at": schedule.next_due_at,
+                        "seconds": set_aside.total_seconds(),
+                        "now": now,
                     },
                 )
+                continue
+            fired.add(mine)
         for run_id in fired.started:
             self._committed(run_id)
         return fired
+
+    def due_elsewhere(self, agents: Sequence[str], now: datetime | None = None) -> dict[str, int]:
+        """How many due schedules each agent not in ``agents`` has."""
+        rows = self.db.rows(DUE_ELSEWHERE, {"agents": list(agents), "now": now})
+        return {row["agent"]: int(row["due"]) for row in rows}
+
+    def schedules_by_agent(self) -> dict[str, int]:
+        """How many schedules that are not paused each agent has."""
+        return {row["agent"]: int(row["schedules"]) for row in self.db.rows(BY_AGENT, {})}
 
     def _fire(self, tx: Tx, schedule: Schedule, due: DueFiring, fired: Fired) -> None:
         if due.run is None:
@@ -344,31 +448,49 @@ class PgSchedules(PgBase):
         fired.firings.append(firing_from_row(row))
         return True
 
-    def start_buffered(self, build: Build, *, limit: int) -> Fired:
-        """Start the buffered firings whose schedule's run has settled, one
-        per schedule and transaction."""
+    def start_buffered(
+        self, build: Build, *, limit: int, agents: Sequence[str] | None = None
+    ) -> Fired:
+        """Start the buffered firings of ``agents`` (None: of every agent)
+        whose schedule's run has settled, one per schedule and transaction.
+        One whose run cannot be made is recorded missed; one whose start
+        raises is rolled back, listed in ``failed``, and tried again by a
+        later tick."""
         fired = Fired()
         seen: list[str] = []
         while len(seen) < limit:
-            with self.db.tx() as tx:
-                row = tx.first(READY_BUFFERED, {"seen": seen})
-                if row is None:
-                    break
-                name, scheduled_at = row["schedule"], row["scheduled_at"]
-                seen.append(name)
-                schedule = schedule_from_row(_one(tx.first(LOCK_SCHEDULE, {"name": name})))
-                new = build(schedule, scheduled_at)
-                if new is None:
-                    continue
-                check_new_run(new, self.max_payload_bytes)
-                run, created = insert_run(tx, new)
-                started = tx.first(
-                    START_BUFFERED,
-                    {"name": name, "scheduled_at": scheduled_at, "run_id": run.id},
-                )
-                fired.firings.append(firing_from_row(_one(started)))
-                if created:
-                    fired.started.append(run.id)
+            name: str | None = None
+            mine = Fired()
+            try:
+                with self.db.tx() as tx:
+                    row = tx.first(READY_BUFFERED, {"seen": seen, "agents": _names(agents)})
+                    if row is None:
+                        break
+                    name, scheduled_at = row["schedule"], row["scheduled_at"]
+                    seen.append(name)
+                    schedule = schedule_from_row(_one(tx.first(LOCK_SCHEDULE, {"name": name})))
+                    new = build(schedule, scheduled_at)
+                    if new is None:
+                        continue
+                    at = {"name": name, "scheduled_at": scheduled_at}
+                    if isinstance(new, str):
+                        missed = tx.first(MISS_BUFFERED, {**at, "reason": new})
+                        mine.firings.append(firing_from_row(_one(missed)))
+                    else:
+                        check_new_run(new, self.max_payload_bytes)
+                        run, created = insert_run(tx, new)
+                        started = tx.first(START_BUFFERED, {**at, "run_id": run.id})
+                        mine.firings.append(firing_from_row(_one(started)))
+                        if created:
+                            mine.started.append(run.id)
+            except StoreUnavailable:
+                raise
+            except Exception as exc:
+                if name is None:
+                    raise
+                fired.failed.append((name, exc))
+                continue
+            fired.add(mine)
         for run_id in fired.started:
             self._committed(run_id)
         return fired
@@ -386,11 +508,17 @@ class PgSchedules(PgBase):
             new = build(schedule, at)
             if new is None:
                 raise InvalidInput(f"schedule {name!r} cannot start its agent here")
+            if isinstance(new, str):
+                raise InvalidInput(f"schedule {name!r}: {new}")
             self._start(tx, schedule, at, new, FiringOutcome.TRIGGERED, fired)
         for run_id in fired.started:
             self._committed(run_id)
         [firing] = fired.firings
         return firing
+
+
+def _names(agents: Sequence[str] | None) -> list[str] | None:
+    return None if agents is None else list(agents)
 
 
 def _clock(tx: Tx, now: datetime | None) -> datetime:

@@ -1109,6 +1109,27 @@ def test_schedules_are_stored_fired_once_buffered_and_triggered(store: PostgresS
         store.change_schedule("nightly", lambda s: s)
 
 
+def test_due_schedules_are_taken_for_the_agents_given(store: PostgresStore) -> None:
+    """A tick fires the due schedules of the agents it loads; it counts the
+    others' by agent, and every schedule not paused is counted by agent."""
+    at = utcnow().replace(microsecond=0) - timedelta(seconds=5)
+    store.create_schedule(_schedule("here", at))
+    store.create_schedule(_schedule("elsewhere", at, agent="retired"))
+    store.create_schedule(_schedule("asleep", at, agent="retired", paused=True))
+
+    def plan(schedule: Schedule, now: Any) -> FiringPlan:
+        later = now + timedelta(hours=1)
+        return FiringPlan([DueFiring(at, _firing_run(schedule, at))], later, later)
+
+    assert store.due_elsewhere(["triage"]) == {"retired": 1}
+    assert store.schedules_by_agent() == {"triage": 1, "retired": 1}
+    fired = store.fire_due_schedules(plan, agents=["triage"], limit=10)
+    assert [f.schedule for f in fired.firings] == ["here"]
+    assert store.start_buffered(_firing_run, agents=["triage"], limit=10).firings == []
+    assert store.due_elsewhere(["triage"]) == {"retired": 1}  # still due, for another tick
+    assert store.due_elsewhere(["triage", "retired"]) == {}
+
+
 def test_approval_backlog_counts_the_pending_and_finds_the_oldest(store: PostgresStore) -> None:
     """What the metrics endpoint reads: approvals not yet decided, over all
     runs; a decided or withdrawn one leaves the backlog."""
