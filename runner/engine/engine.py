@@ -252,6 +252,11 @@ class Engine:
     def get_run(self, run_id: str) -> Run:
         return self.deps.store.get_run(run_id)
 
+    def run_by_trigger(self, agent: str, trigger_id: str) -> Run | None:
+        """The run of ``agent`` that the trigger id ``trigger_id`` started
+        (``start(..., id=...)``); None if there is none."""
+        return self.deps.store.run_by_trigger(agent, trigger_id)
+
     def list_runs(
         self,
         *,

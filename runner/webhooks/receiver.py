@@ -239,6 +239,16 @@ class WebhookReceiver:
             raise ConfigurationError(
                 f"the mapper of route {route!r} must return a Mapped, not {type(mapped).__name__}"
             )
+        # A delivery a deployment took before ids were namespaced has the
+        # sender's bare id: its redelivery finds that run, not a second one.
+        earlier = self.engine.run_by_trigger(agent, delivery_id)
+        if earlier is not None and (earlier.trigger.source, earlier.trigger.trigger) == (
+            "webhook",
+            route,
+        ):
+            return Answer(
+                200, {"run_id": earlier.id, "agent": earlier.agent, "status": earlier.status.value}
+            )
         try:
             run = self.engine.start(
                 agent,

@@ -14,7 +14,7 @@ from store.pg.base import RUN_WITH_WAIT, PgBase, checkpoint_from_row
 from store.rows import effect_from_row, event_from_row, run_from_row, step_from_row
 from store.statements import Statement
 from store.status import SETTLED, lit, status_in
-from store.validate import check_new_run, check_page_from, check_run_id
+from store.validate import check_new_run, check_page_from, check_run_id, check_text
 
 _LLM = "'llm'"
 
@@ -193,6 +193,13 @@ def insert_run(tx: Tx, new: NewRun) -> tuple[Run, bool]:
 
 
 class PgRuns(PgBase):
+    def run_by_trigger(self, agent: str, trigger_id: str) -> Run | None:
+        """The run of ``agent`` whose trigger id is ``trigger_id``; None if none."""
+        agent = check_text(agent, "agent", max_chars=512)
+        trigger_id = check_text(trigger_id, "trigger id", max_chars=512)
+        row = self.db.first(RUN_BY_TRIGGER, {"agent": agent, "trigger_id": trigger_id})
+        return None if row is None else run_from_row(row)
+
     def create_run(self, new: NewRun) -> tuple[Run, bool]:
         check_new_run(new, self.max_payload_bytes)
         with self.db.tx() as tx:

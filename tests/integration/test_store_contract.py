@@ -128,6 +128,10 @@ def test_create_is_idempotent_on_trigger_id_per_agent(store: PostgresStore) -> N
     assert first.status is RunStatus.QUEUED
     assert first.trigger.payload == {"title": "App crashes on start"}
     assert store.get_run(first.id).trigger == first.trigger
+    assert store.run_by_trigger("triage", "evt-1") == store.get_run(first.id)
+    assert store.run_by_trigger("triage", "evt-2") is None
+    with pytest.raises(InvalidInput):
+        store.run_by_trigger("triage", "evt\x00")
 
 
 def test_unknown_run_ids_raise_run_not_found(store: PostgresStore) -> None:

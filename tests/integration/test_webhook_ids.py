@@ -173,3 +173,19 @@ def test_a_route_name_that_would_blur_the_namespace_is_refused(
 ) -> None:
     with pytest.raises(ConfigurationError, match="webhook route"):
         WebhookReceiver(engine, routes={route: agent}, secrets={route: [GITHUB]})
+
+
+def test_a_redelivery_of_a_delivery_taken_before_ids_were_namespaced_finds_its_run(
+    engine: Engine, receiver: WebhookReceiver, agent: str
+) -> None:
+    # A deployment before the namespacing started this run with the sender's bare id.
+    before = engine.start(agent, {"n": 1}, source="webhook", trigger="github", id="evt_old")
+    again = receiver.handle("github", *signed({"n": 1}, GITHUB, "evt_old"))
+    assert again.status == 200 and again.body["run_id"] == before.id
+    assert [r.id for r in engine.list_runs(agent=agent)] == [before.id]
+    # The same id on another route is that route's own delivery: a run of its own.
+    other = receiver.handle("stripe", *signed({"n": 2}, STRIPE, "evt_old"))
+    assert other.status == 200 and other.body["run_id"] != before.id
+    # A run of another source with that id is no delivery of this route.
+    assert engine.run_by_trigger(agent, "evt_old") == engine.get_run(before.id)
+    assert engine.run_by_trigger(agent, "evt_never") is None
