@@ -86,6 +86,16 @@ class MCPAuthFailed(MCPUnavailable):
     transient = False
 
 
+class MCPCredentialsInvalid(MCPAuthFailed, ConfigurationError):
+    """An MCP server's credentials cannot be sent as they are: a header's
+    value holds a control character (a token read from a file with its
+    newline) or what is not ASCII, or an environment variable's name or value
+    cannot be one. The message names the header or the variable, never its
+    value. Raised when the server is declared, and, for credentials from a
+    callable, when a session connects: the run fails ``mcp_auth`` at once,
+    since no retry helps before a person fixes them."""
+
+
 class OutcomeUnknown(RunwrightError):
     """An effect's call went out and no answer came back (its connection
     broke, or it timed out): whether it took place is unknown. Its journal

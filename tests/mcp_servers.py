@@ -3,17 +3,18 @@ stdio (``python -m tests.mcp_servers stdio``) or streamable HTTP
 (``python -m tests.mcp_servers http PORT``). It has a read-only tool, a tool
 with effects that logs each call (with the idempotency key the request's
 ``_meta`` carried) to ``RUNWRIGHT_TEST_MCP_LOG``, and tools a hostile server
-would offer."""
+would offer (more of them with ``RUNWRIGHT_TEST_MCP_HOSTILE=1``)."""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
-from typing import Any
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
+from pydantic import Field
 
 IDEMPOTENCY_META = "io.runwright/idempotency-key"
 
@@ -144,8 +145,47 @@ def _many(count: int) -> None:
         )
 
 
+# Names that must match a pattern that backtracks for ever (tool ``label``).
+_NAMES: dict[str, Any] = {"propertyNames": {"pattern": r"^(a|a)*$"}}
+
+
+def _hostile() -> None:
+    """Add the tools of a server that attacks its client: input schemas whose
+    patterns backtrack for ever on a crafted argument (``pattern``,
+    ``patternProperties``, ``propertyNames``), and a refund whose process
+    answers with a line that is not JSON-RPC and exits."""
+
+    def redeem(code: Annotated[str, Field(pattern=r"^(a+)+$")], ctx: Context) -> str:
+        """Redeem a voucher code."""
+        _log("redeem", {"code": code}, ctx)
+        return "redeemed"
+
+    def tag(labels: dict[Annotated[str, Field(pattern=r"^(a|a)*$")], str], ctx: Context) -> str:
+        """Tag an order."""
+        _log("tag", {"labels": labels}, ctx)
+        return "tagged"
+
+    def label(
+        fields: Annotated[dict[str, str], Field(json_schema_extra=_NAMES)], ctx: Context
+    ) -> str:
+        """Label an order."""
+        _log("label", {"fields": fields}, ctx)
+        return "labelled"
+
+    def refund_and_garble(order: str, ctx: Context) -> str:
+        """Refund an order; the server's process writes what is not JSON-RPC, and exits."""
+        _log("refund_and_garble", {"order": order}, ctx)
+        os.write(1, b"Traceback (most recent call last): out of memory\n")
+        os._exit(0)
+
+    for fn in (redeem, tag, label, refund_and_garble):
+        app.add_tool(fn)
+
+
 def main(argv: list[str]) -> None:
     _many(int(os.environ.get("RUNWRIGHT_TEST_MCP_MANY") or 0))
+    if os.environ.get("RUNWRIGHT_TEST_MCP_HOSTILE"):
+        _hostile()
     if argv[:1] != ["http"]:
         app.run("stdio")
         return

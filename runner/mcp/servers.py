@@ -6,6 +6,11 @@ over stdio, or a streamable-HTTP URL. Credentials (an environment for the
 command, headers for the URL) may be callables, asked when a session
 connects, so that they never sit in the agent's definition, a checkpoint, a
 task's arguments, an event, a log line or a span: only their names do.
+Credentials are checked when the server is declared and each time a callable
+gives them (:meth:`MCPServer.resolve`): a header's value that holds a control
+character (a token read from a file with its newline) is refused with one
+clear error that names the header, never the value, before any library puts
+the value in a message of its own.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from runner.errors import ConfigurationError, ToolDefinitionError
+from runner.errors import ConfigurationError, MCPCredentialsInvalid, ToolDefinitionError
 
 # Values, or a callable asked each time a session connects (a secret store,
 # a token refresher).
@@ -25,6 +30,9 @@ Secrets = Mapping[str, str] | Callable[[], Mapping[str, str]]
 # A server's name: it starts every tool name the model sees, so it keeps to
 # what every provider takes in a function name, with room for the tool's.
 SERVER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,23}")
+
+# A header's name: a token of HTTP (RFC 9110, section 5.6.2).
+HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 CONNECT_SECONDS = 10.0
 LIST_SECONDS = 10.0
@@ -88,6 +96,10 @@ class MCPServer:
             raise ToolDefinitionError(
                 f"MCP server {self.name!r}: {', '.join(sorted(both))} both allowed and blocked"
             )
+        for kind in ("env", "headers"):
+            given = getattr(self, kind)
+            if given is not None and not callable(given):
+                self.resolve(kind)  # checked now; a callable's when a session connects
 
     @classmethod
     def stdio(
@@ -164,15 +176,49 @@ class MCPServer:
             return False
         return self.allow is None or tool in self.allow
 
-    def resolve(self, secrets: Secrets | None) -> dict[str, str]:
-        """``env`` or ``headers`` as they are now (a callable is asked)."""
+    def resolve(self, kind: Literal["env", "headers"]) -> dict[str, str]:
+        """``env`` or ``headers`` as they are now (a callable is asked), each
+        checked: :class:`MCPCredentialsInvalid` names the first that cannot be
+        sent, never its value."""
+        secrets: Secrets | None = getattr(self, kind)
         if secrets is None:
             return {}
         values = secrets() if callable(secrets) else secrets
         if not isinstance(values, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in values.items()
         ):
-            raise ToolDefinitionError(
-                f"MCP server {self.name!r}: credentials must be a mapping of text to text"
+            raise MCPCredentialsInvalid(
+                f"MCP server {self.name!r}: its {kind} must be a mapping of text to text"
             )
+        check = _header_refused if kind == "headers" else _variable_refused
+        for key, value in values.items():
+            why = check(key, value)
+            if why is not None:
+                raise MCPCredentialsInvalid(f"MCP server {self.name!r}: {why}")
         return dict(values)
+
+
+def _header_refused(name: str, value: str) -> str | None:
+    """Why header ``name`` cannot be sent with ``value`` (which it never names)."""
+    if not HEADER_NAME.fullmatch(name):
+        return f"{name!r} is not a valid HTTP header name"
+    where = f"the value of header {name!r}"
+    if value != value.strip():
+        return (
+            f"{where} begins or ends with whitespace (a token read from a file keeps "
+            "its newline: strip it)"
+        )
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        return f"{where} holds a control character"
+    if not value.isascii():
+        return f"{where} holds a character that is not ASCII"
+    return None
+
+
+def _variable_refused(name: str, value: str) -> str | None:
+    """Why environment variable ``name`` cannot be set to ``value`` (never named)."""
+    if not name or "=" in name or "\0" in name:
+        return f"{name!r} is not a valid name of an environment variable"
+    if "\0" in value:
+        return f"the value of environment variable {name!r} holds a NUL character"
+    return None

@@ -6,14 +6,27 @@ process's runtime loop (runner/engine/runtime.py); calls from the runs'
 tasks go through it. A session whose task ended (the server's process exited,
 its HTTP session was dropped, the connection broke) is opened again by the
 next call that needs it.
+
+What a request met decides what its caller is told (:meth:`Session._guarded`):
+the server's own JSON-RPC refusal is :class:`MCPToolError`, for the model;
+no JSON-RPC answer (the connection broke, the stdio server's process exited,
+a gateway answered a 502 or a page of HTML: runner/mcp/httpclient.py) means
+the session cannot be trusted with the request (``_Broken``), and for an
+effect that the server may have run, an unknown outcome; a request that
+provably never left (its connection was refused) is ``_Unsent``, which may
+be made again. The credentials a session connected with (header and
+environment values) are replaced by ``[redacted]`` in every message it
+makes (:meth:`Session.scrub`), whatever a driver or a server put in it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
+import secrets
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable
@@ -36,6 +49,12 @@ MAX_LISTED = 10_000
 # An effect's call goes out on a session that answered a probe within this
 # (Session._alive).
 PROBE_SECONDS = 5.0
+# What stands for a credential in a message (Session.scrub). A value shorter
+# than SECRET_CHARS is not looked for (an environment's "1" or "true"), nor a
+# word of a value ("Bearer <token>") shorter than SECRET_WORD_CHARS.
+REDACTED = "[redacted]"
+SECRET_CHARS = 6
+SECRET_WORD_CHARS = 12
 
 
 class Session:
@@ -54,6 +73,12 @@ class Session:
         # list_cache_seconds, unless the server says its list changed.
         self._tools: list[Tool] | None = None
         self._listed_at = 0.0
+        # What Session.scrub looks for, longest first: the credentials of the
+        # last two connections (the one before may still end with a message).
+        self._secrets: list[str] = []
+        self._connected_with: collections.deque[set[str]] = collections.deque(maxlen=2)
+        # The mark of the errors the HTTP client makes (runner/mcp/httpclient.py).
+        self._mark = secrets.token_hex(16)
 
     @property
     def open(self) -> bool:
@@ -107,34 +132,59 @@ class Session:
         again: bool = False,
     ) -> CallToolResult:
         """Call ``name``. A session that broke is closed; with ``again`` (a
-        tool without effects) the call is made once more on a new session.
-        Without it, a call that went out and got no answer (the session broke,
-        or it timed out) raises :class:`OutcomeUnknown`: the server may have
-        run it."""
+        tool without effects) the call is made once more on a new session,
+        and so is any call that never left (its connection was refused);
+        a plain tool's call answered twice by what is not JSON-RPC is the
+        model's tool error, as a server's refusal is. Otherwise a call that
+        went out and got no JSON-RPC answer (the session broke, a gateway
+        answered in the server's place, or it timed out) raises
+        :class:`OutcomeUnknown`: the server may have run it."""
         client = await self.client()  # before this, nothing went out
         if not again:
             client = await self._alive(client)
+        first = await self._attempt(client, name, arguments, meta, again=again)
+        if not isinstance(first, _Broken):
+            return first
+        second = await self._attempt(await self.client(), name, arguments, meta, again=again)
+        if not isinstance(second, _Broken):
+            return second
+        if isinstance(second, _Unsent):
+            raise MCPUnavailable(f"MCP server {self.server.name!r} cannot be reached ({second})")
+        if isinstance(second, _Garbled):  # it is there, and answers so: the model is told
+            raise MCPToolError(f"MCP server {self.server.name!r}: {second}")
+        raise MCPUnavailable(
+            f"MCP server {self.server.name!r}: a call of {name!r} failed twice ({second})"
+        )
+
+    async def _attempt(
+        self,
+        client: Client,
+        name: str,
+        arguments: dict[str, Any],
+        meta: dict[str, Any] | None,
+        *,
+        again: bool,
+    ) -> CallToolResult | _Broken:
+        """One call of ``name``: its result, or why it may be made once more
+        on a new session (it never left; or, with ``again``, its session
+        broke). An effect's call that went out and got no JSON-RPC answer
+        raises :class:`OutcomeUnknown`."""
         try:
             return await self._call(client, name, arguments, meta)
         except MCPAuthFailed:
             raise  # refused, so not run
-        except (_Broken, MCPUnavailable) as lost:
-            if isinstance(lost, _Broken):
-                await self.close()
-            if not again:
-                raise OutcomeUnknown(
-                    f"MCP server {self.server.name!r} gave no answer to the call of {name!r} "
-                    f"({lost.message if isinstance(lost, MCPUnavailable) else lost})"
-                ) from None
-            if isinstance(lost, MCPUnavailable):
-                raise
-        try:
-            return await self._call(await self.client(), name, arguments, meta)
-        except _Broken as broken:
+        except _Broken as lost:
             await self.close()
-            raise MCPUnavailable(
-                f"MCP server {self.server.name!r}: a call of {name!r} failed twice ({broken})"
-            ) from None
+            if again or isinstance(lost, _Unsent):
+                return lost
+            said = str(lost)
+        except MCPUnavailable as late:  # it did not answer within call_seconds
+            if again:
+                raise
+            said = late.message
+        raise OutcomeUnknown(
+            f"MCP server {self.server.name!r} gave no answer to the call of {name!r} ({said})"
+        )
 
     async def _alive(self, client: Client) -> Client:
         """``client``, or a new session's if it does not answer a probe: an
@@ -179,23 +229,52 @@ class Session:
             return await self._guarded(client.call_tool(name, arguments, meta=meta))  # type: ignore[arg-type]
 
     async def _guarded(self, request: Awaitable[T]) -> T:
-        """``request``'s answer. The server's own refusal of a request (an
-        unknown tool, bad arguments) is :class:`MCPToolError`, for the
-        model; anything else means the session broke (:class:`_Broken`)."""
+        """``request``'s answer. The server's own JSON-RPC refusal of a
+        request (an unknown tool, bad arguments) is :class:`MCPToolError`,
+        for the model; a request that provably never left is
+        :class:`_Unsent`; anything else means the session broke
+        (:class:`_Broken`): no JSON-RPC answer came, whatever came instead."""
         from mcp import MCPError
+
+        from runner.mcp.httpclient import failure
 
         try:
             return await request
         except MCPError as exc:
             self._raise_refused()
-            if _session_gone(exc):
-                raise _Broken(_reason(exc)) from None
-            raise MCPToolError(f"MCP server {self.server.name!r}: {exc}") from None
+            failed = failure(exc.error.data, self._mark)
+            if failed is not None:
+                kind = _Garbled if failed.answered else _Broken if failed.sent else _Unsent
+                raise kind(self.scrub(failed.why)) from None
+            if _no_answer(exc):
+                raise _Broken(self.scrub(_reason(exc))) from None
+            raise MCPToolError(self.scrub(f"MCP server {self.server.name!r}: {exc}")) from None
         except (MCPUnavailable, asyncio.CancelledError, TimeoutError):
             raise
         except Exception as exc:
             self._raise_refused()
-            raise _Broken(_reason(exc)) from None
+            raise _Broken(self.scrub(_reason(exc))) from None
+
+    def scrub(self, text: str) -> str:
+        """``text`` with each credential this session connected with (a
+        header's or an environment variable's value, and the long words of
+        one, as the token of ``Bearer <token>``) replaced by ``[redacted]``."""
+        for secret in self._secrets:
+            text = text.replace(secret, REDACTED)
+        return text
+
+    def _keep_secrets(self, values: dict[str, str]) -> dict[str, str]:
+        """``values``, the credentials a session connects with, remembered
+        for :meth:`scrub` (as written, and as ``repr`` quotes them)."""
+        found: set[str] = set()
+        for value in values.values():
+            for form in (value, repr(value)[1:-1]):
+                if len(form) >= SECRET_CHARS:
+                    found.add(form)
+                found.update(w for w in form.split() if len(w) >= SECRET_WORD_CHARS)
+        self._connected_with.append(found)
+        self._secrets = sorted(set().union(*self._connected_with), key=len, reverse=True)
+        return values
 
     async def close(self) -> None:
         if self._stop is not None:
@@ -237,7 +316,7 @@ class Session:
         except Exception as exc:
             self._raise_refused()
             raise MCPUnavailable(
-                f"MCP server {self.server.name!r} cannot be reached: {_reason(exc)}"
+                self.scrub(f"MCP server {self.server.name!r} cannot be reached: {_reason(exc)}")
             ) from None
 
     def _raise_refused(self) -> None:
@@ -257,7 +336,8 @@ class Session:
             if not ready.done():
                 ready.set_exception(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
             elif not stop.is_set():
-                log.warning("MCP server %r: its session ended (%s)", self.server.name, _reason(exc))
+                ended = self.scrub(_reason(exc))
+                log.warning("MCP server %r: its session ended (%s)", self.server.name, ended)
             if not isinstance(exc, Exception):
                 raise
 
@@ -273,7 +353,7 @@ class Session:
             params = StdioServerParameters(
                 command=server.command,
                 args=list(server.args),
-                env=server.resolve(server.env) or None,
+                env=self._keep_secrets(server.resolve("env")) or None,
                 cwd=server.cwd,
             )
             # The server's stderr goes to this process's own: a worker's
@@ -286,6 +366,8 @@ class Session:
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
 
+        from runner.mcp.httpclient import WatchedClient
+
         assert server.url is not None
         timeout = httpx2.Timeout(server.connect_seconds, read=server.call_seconds)
 
@@ -294,8 +376,9 @@ class Session:
                 self._refused = response.status_code
 
         async with (
-            httpx2.AsyncClient(
-                headers=server.resolve(server.headers),
+            WatchedClient(
+                mark=self._mark,
+                headers=self._keep_secrets(server.resolve("headers")),
                 timeout=timeout,
                 event_hooks={"response": [seen]},
             ) as http,
@@ -312,22 +395,39 @@ class _Broken(Exception):
     """The session cannot carry requests any more; its message says why."""
 
 
-def _session_gone(exc: Exception) -> bool:
-    """The SDK says the connection closed (a stdio server's process exited),
-    or the server that the session it had is gone (an HTTP 404 on it: the
-    server restarted): a new session is needed."""
-    from mcp.types import CONNECTION_CLOSED
+class _Unsent(_Broken):
+    """The request never left (its connection was refused): it may be made again."""
+
+
+class _Garbled(_Broken):
+    """What answered the request over HTTP did not answer in JSON-RPC (a
+    gateway's 502, a page of HTML)."""
+
+
+def _no_answer(exc: Exception) -> bool:
+    """The SDK's own error, not the server's JSON-RPC answer: the connection
+    closed (a stdio server's process exited, an event stream ended), the
+    server dropped the session (an HTTP 404 on it: it restarted), the
+    answer could not be parsed, or it did not come in time. A new session
+    is needed, and an effect's outcome is unknown."""
+    from mcp.types import CONNECTION_CLOSED, PARSE_ERROR, REQUEST_TIMEOUT
 
     error = getattr(exc, "error", None)
-    if getattr(error, "code", None) == CONNECTION_CLOSED:
+    if getattr(error, "code", None) in (CONNECTION_CLOSED, PARSE_ERROR, REQUEST_TIMEOUT):
         return True
     return "session terminated" in str(getattr(error, "message", exc)).lower()
 
 
 def _reason(exc: BaseException) -> str:
-    """A driver error's first line (an ExceptionGroup's first leaf)."""
+    """A driver error's first line (an ExceptionGroup's first leaf); the
+    message alone of one the session's HTTP client made."""
+    from runner.mcp.httpclient import MARK
+
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
+    error: Any = getattr(exc, "error", None)
+    if isinstance(getattr(error, "data", None), dict) and MARK in error.data:
+        return str(error.message)
     text = " ".join(str(exc).split("\n", 1)[0].split())
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 

@@ -2,15 +2,17 @@
 
 Each listed tool becomes a :class:`MCPTool`: named ``<server>_<tool>``
 (runner/mcp/names.py), described by the server, its arguments checked against
-the server's JSON schema before the call, and, unless the server annotates it
+the server's JSON schema before the call, in a bounded time
+(runner/mcp/schemas.py), and, unless the server annotates it
 ``readOnlyHint`` (or the declaration's ``effects`` says otherwise), an
 effect: journaled, run at most once, its idempotency key sent to the server
 in the request's ``_meta``. A server is untrusted: a tool whose name cannot be
-made valid, whose schema is not one, or that is too large to offer is left
-out with one WARNING, as are those past the first ``MAX_OFFERED`` of a
-server; a description and a title are clipped; a result is a JSON object or
-text, binary content named, never passed on (and, like every tool's, cut to
-``MAX_RESULT_CHARS`` by runner/steps/toolcalls.py).
+made valid, whose schema is not one or cannot be checked in a bounded time,
+or that is too large to offer is left out with one WARNING, as are those past
+the first ``MAX_OFFERED`` of a server; a description and a title are clipped;
+a result is a JSON object or text, binary content named, never passed on
+(and, like every tool's, cut to ``MAX_RESULT_CHARS`` by
+runner/steps/toolcalls.py).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import pydantic
 
 from runner.errors import MCPToolError, ToolInputError
 from runner.mcp.names import prefixed
+from runner.mcp.schemas import CHECK_SECONDS, InputSchema, OutOfTime, unsafe
 from runner.mcp.sessions import session
 from runner.steps.tools import Tool
 
@@ -63,13 +66,11 @@ class MCPTool(Tool):
     """One tool of an MCP server, called through this process's pooled session."""
 
     def __init__(self, server: MCPServer, listed: ListedTool, name: str, *, effect: bool) -> None:
-        from jsonschema import Draft202012Validator
-
         self.server = server
         self.remote_name = listed.name
         self.input_schema: dict[str, Any] = dict(listed.input_schema)
         self.annotations = _annotations(listed)
-        self._validator = Draft202012Validator(self.input_schema)
+        self._checked = InputSchema(self.input_schema)
         description = (listed.description or "").strip() or listed.name
         super().__init__(
             self._call,
@@ -102,15 +103,26 @@ class MCPTool(Tool):
         }
 
     def parse(self, arguments: str | dict[str, Any] | None) -> pydantic.BaseModel:
+        import regex  # type: ignore[import-untyped]
         from referencing.exceptions import Unresolvable
 
         parsed = super().parse(arguments)
         data = parsed.model_dump()
         try:
-            errors = sorted(self._validator.iter_errors(data), key=lambda e: list(e.path))
+            errors = self._checked.errors(data)
         except Unresolvable:  # a $ref outside the schema: nothing is fetched to check it
             raise ToolInputError(
                 f"the arguments of {self.name} cannot be checked: its schema refers outside itself"
+            ) from None
+        except OutOfTime:
+            raise ToolInputError(
+                f"the arguments of {self.name} could not be checked against its schema within "
+                f"{CHECK_SECONDS * 1000:.0f} ms, so the call was not made"
+            ) from None
+        except regex.error:
+            raise ToolInputError(
+                f"the arguments of {self.name} cannot be checked: a pattern of its schema "
+                "does not compile"
             ) from None
         if errors:
             first = errors[0]
@@ -130,12 +142,14 @@ class MCPTool(Tool):
 
     async def _call(self, arguments: dict[str, Any], idempotency_key: str | None) -> Any:
         meta = {IDEMPOTENCY_META: idempotency_key} if idempotency_key else None
+        pooled = session(self.server)
         # A call with no effects is made again on a new session if its session
         # broke; an effect's is not: the server may have run it.
-        result = await session(self.server).call_tool(
-            self.remote_name, arguments, meta, again=not self.effect
-        )
-        return result_value(result)
+        result = await pooled.call_tool(self.remote_name, arguments, meta, again=not self.effect)
+        try:
+            return result_value(result)
+        except MCPToolError as refused:  # the server's words: its credentials out of them
+            raise MCPToolError(pooled.scrub(refused.message)) from None
 
 
 def _annotations(listed: ListedTool) -> dict[str, Any] | None:
@@ -210,6 +224,12 @@ def build_tools(server: MCPServer, listed: Iterable[ListedTool]) -> list[MCPTool
                 Draft202012Validator.check_schema(item.input_schema)
             except SchemaError as exc:
                 why = f"its input schema is not valid ({exc.message[:200]})"
+            except RecursionError:
+                why = "its input schema is nested too deeply"
+            else:
+                hazard = unsafe(item.input_schema)
+                if hazard is not None:
+                    why = f"its input schema cannot be checked in a bounded time: {hazard}"
         if why is not None or name is None:
             log.warning("MCP server %r: tool %.80r left out: %s", server.name, item.name, why)
             continue
