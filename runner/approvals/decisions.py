@@ -112,21 +112,36 @@ def check_decider(by: object) -> None:
 def fits(schema: Any, value: Any, what: str) -> None:
     """Raise ``InvalidApprovalInput`` naming the first place where ``value``
     does not fit ``schema`` (JSON Schema, as the tool or the question gave it:
-    the standard's own validator, not a check of ours)."""
+    the standard's own validator, its patterns matched in a bounded time, since
+    a tool's schema may be an MCP server's: runner/schemas.py)."""
+    import regex
     from jsonschema import Draft202012Validator, SchemaError
     from referencing.exceptions import Unresolvable
+
+    from runner.schemas import InputSchema, OutOfTime, unsafe
 
     if not isinstance(schema, dict):
         return  # a request stored before schemas were kept: the tool checks on its run
     try:
         Draft202012Validator.check_schema(schema)
-        validator = Draft202012Validator(schema)
-        errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
+        why = unsafe(schema)
+        if why is not None:
+            raise InvalidApprovalInput(f"refused {what}: its schema cannot be checked ({why})")
+        errors = InputSchema(schema).errors(value)
     except SchemaError as exc:
         why = exc.message[:200]
         raise InvalidApprovalInput(f"refused {what}: its schema is not valid ({why})") from None
+    except regex.error as exc:
+        why = str(exc)[:200]
+        raise InvalidApprovalInput(
+            f"refused {what}: a pattern of its schema is not valid ({why})"
+        ) from None
     except Unresolvable:  # a $ref to elsewhere: nothing is fetched to check it
         raise InvalidApprovalInput(f"refused {what}: its schema refers outside itself") from None
+    except OutOfTime:
+        raise InvalidApprovalInput(
+            f"refused {what}: its schema's patterns took too long to check it"
+        ) from None
     if errors:
         first = errors[0]
         where = "/".join(str(p) for p in first.absolute_path) or "the value"

@@ -3,7 +3,7 @@
 Each listed tool becomes a :class:`MCPTool`: named ``<server>_<tool>``
 (runner/mcp/names.py), described by the server, its arguments checked against
 the server's JSON schema before the call, in a bounded time
-(runner/mcp/schemas.py), and, unless the server annotates it
+(runner/schemas.py), and, unless the server annotates it
 ``readOnlyHint`` (or the declaration's ``effects`` says otherwise), an
 effect: journaled, run at most once, its idempotency key sent to the server
 in the request's ``_meta``. A server is untrusted: a tool whose name cannot be
@@ -27,8 +27,8 @@ import pydantic
 
 from runner.errors import MCPToolError, ToolInputError
 from runner.mcp.names import prefixed
-from runner.mcp.schemas import CHECK_SECONDS, InputSchema, OutOfTime, unsafe
 from runner.mcp.sessions import session
+from runner.schemas import CHECK_SECONDS, InputSchema, OutOfTime, unsafe
 from runner.steps.tools import Tool
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ class MCPTool(Tool):
         }
 
     def parse(self, arguments: str | dict[str, Any] | None) -> pydantic.BaseModel:
-        import regex  # type: ignore[import-untyped]
+        import regex
         from referencing.exceptions import Unresolvable
 
         parsed = super().parse(arguments)

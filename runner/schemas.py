@@ -1,7 +1,8 @@
-"""A model's arguments checked against an MCP server's input schema, in a
-bounded time.
+"""A value checked against a JSON schema in a bounded time: a model's
+arguments against a tool's input schema (runner/mcp/tools.py), a person's
+edited arguments or answer against the request's (runner/approvals/decisions.py).
 
-A server writes the schema, so its patterns are hostile: one that backtracks
+An MCP server writes its tools' schemas, so their patterns are hostile: one that backtracks
 for ever on an argument crafted for it (``^(a+)+$`` against ``"a" * 30 +
 "!"``) holds the thread that checks it for seconds or years, and Python's
 ``re`` holds the GIL meanwhile, so the runtime's loop and every run on it
@@ -12,7 +13,7 @@ match patterns (``pattern``, ``patternProperties``, and
 matching with the ``regex`` module, which takes a timeout, under one deadline
 for the whole check of a call (``CHECK_SECONDS``), which every keyword also
 looks at before it runs. A check that runs out of time raises
-:class:`OutOfTime`: the call is not made (runner/mcp/tools.py). Formats
+:class:`OutOfTime`: the call is not made, the edit is refused. Formats
 (``format: regex`` among them) are not asserted, so no format matches.
 
 jsonschema checks a subschema that names another dialect (``$schema``), or a
@@ -100,7 +101,7 @@ def _left() -> float:
 
 
 def _search(pattern: str, text: str) -> bool:
-    import regex  # type: ignore[import-untyped]
+    import regex
 
     try:
         return regex.search(pattern, text, timeout=_left()) is not None

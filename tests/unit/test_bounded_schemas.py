@@ -1,5 +1,5 @@
 """An MCP server's input schemas and credentials, as Runwright takes them
-(runner/mcp/schemas.py, servers.py; issue 48): a schema's patterns are
+(runner/schemas.py, servers.py; issue 48): a schema's patterns are
 matched under one deadline for the whole check of a call, a schema that
 could take the check past it is left out when listed, and a credential that
 cannot be sent is one clear error naming it, never its value."""
@@ -200,3 +200,23 @@ def test_a_credential_that_cannot_be_sent_is_one_clear_error_naming_it_not_its_v
         declare(secret)
     assert repr(named) in str(refused.value)
     assert secret not in str(refused.value)
+
+
+def test_a_persons_edit_against_a_backtracking_pattern_is_refused_in_bounded_time() -> None:
+    # A person's edited arguments are checked against the tool's schema, which
+    # an MCP server may have written: the same bounded check as the model's.
+    from runner.approvals.decisions import fits
+    from runner.errors import InvalidApprovalInput
+
+    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": SLOW}}}
+    with pytest.raises(InvalidApprovalInput, match="took too long to check"):
+        fits(schema, {"code": CRAFTED}, "the edited arguments")
+    fits(schema, {"code": "aaa"}, "the edited arguments")  # a value that fits, fits
+    with pytest.raises(InvalidApprovalInput, match="does not match"):
+        fits(schema, {"code": "b"}, "the edited arguments")
+    nested = {
+        "type": "object",
+        "properties": {"x": {"$schema": "https://json-schema.org/draft/2019-09/schema"}},
+    }
+    with pytest.raises(InvalidApprovalInput, match="cannot be checked"):
+        fits(nested, {"x": 1}, "the edited arguments")
