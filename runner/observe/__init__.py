@@ -55,6 +55,15 @@ class ToolCall:
     invocations: int = 0
     # The MCP server the tool is from (runner/mcp/), None for a Python tool.
     mcp_server: str | None = None
+    # What became of the call (TOOL_STATUSES): ok; error (the tool raised, or
+    # its journal says it failed); denied (a person refused it: it never ran);
+    # timeout or cancelled (abandoned by the execution's timeout, or by a
+    # cancel, a drain or a lost lease); unknown (an effect of unknown outcome).
+    status: str = "ok"
+
+
+# The values of ToolCall.status, the ``status`` label of the tool metrics.
+TOOL_STATUSES = ("ok", "error", "denied", "timeout", "cancelled", "unknown")
 
 
 @dataclass

@@ -166,10 +166,17 @@ class Metrics:
             buckets=MODEL_BUCKETS,
             registry=registry,
         )
+        self.tool_calls = counter(
+            "runwright_tool_calls_total",
+            "Tool calls, by what became of them: ok, error (the tool raised), denied (a "
+            "person refused it), timeout or cancelled (abandoned), unknown (an effect of "
+            "unknown outcome).",
+            ("agent", "tool", "status"),
+        )
         self.tool_seconds = Histogram(
             "runwright_tool_call_duration_seconds",
             "Duration of tool calls, from the call to its recorded result.",
-            ["agent", "tool"],
+            ["agent", "tool", "status"],
             buckets=TOOL_BUCKETS,
             registry=registry,
         )
@@ -236,10 +243,12 @@ class MetricsObserver(Observer):
         try:
             yield
         finally:
-            agent = self.agent(run.agent)
+            agent, tool, status = self.agent(run.agent), self.tool(call.name), call.status
             m = self.metrics
-            m.tool_seconds.labels(agent, self.tool(call.name)).observe(time.perf_counter() - began)
-            m.steps.labels(agent, "tool").inc()
+            m.tool_calls.labels(agent, tool, status).inc()
+            if status != "denied":  # a refused call never ran
+                m.tool_seconds.labels(agent, tool, status).observe(time.perf_counter() - began)
+                m.steps.labels(agent, "tool").inc()
 
     def settled(self, run: Run, seconds: float) -> None:
         counter = self.metrics.runs_settled if run.status.settled else self.metrics.runs_paused

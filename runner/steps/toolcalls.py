@@ -205,6 +205,11 @@ def _error(
     )
 
 
+def _status(observed: ToolCall | None, status: str) -> None:
+    if observed is not None:
+        observed.status = status
+
+
 def _raised(tool: Tool, exc: BaseException, attempts: int = 1) -> str:
     message = f"{tool.name} raised {type(exc).__name__}: {exc}"
     return message if attempts == 1 else f"{message} (after {attempts} attempts)"
@@ -319,6 +324,7 @@ class CallRunner:
             if response is not None:
                 if not response.get("approved"):
                     out.results.append(await self._refused(call_id, name, input, response))
+                    self._denied(call_id, tool, input)
                     continue
                 if response.get("arguments") is not None:
                     # Approved with the arguments a person edited (checked
@@ -571,6 +577,7 @@ class CallRunner:
         name: str | None = None,
         told: str = OUTCOME_UNKNOWN,
         why: str = "started in epoch {epoch}, which died before recording its outcome",
+        observed: ToolCall | None = None,
     ) -> CallResult:
         """An effect started by an execution that died (or whose call got no
         answer: ``told`` the model, ``why`` in the log): its ``reconcile``
@@ -594,6 +601,7 @@ class CallRunner:
             log.info("run %s: effect %s reconciled: it did not take place", self.ctx.run_id, key)
             return _error(call_id, tool.name, input, RECONCILED_NOT_DONE, started)
         marked: Effect = await self.write(self.store_unknown, key)
+        _status(observed, "unknown")
         if marked.unresolved:
             log.error(
                 "run %s: effect %s(%s), idempotency key %s, %s: it may or may not have "
@@ -640,6 +648,44 @@ class CallRunner:
             )
             return None
         return answer
+
+    def _failed(self, tool: Tool, failed: Failed, observed: ToolCall | None) -> None:
+        """A tool raised, and is not tried again: one WARNING says so (the
+        model is told by the call's result), its traceback at DEBUG."""
+        _status(observed, "error")
+        error = failed.error
+        log.warning(
+            "run %s: agent %s: tool %s failed: %s: %s%s",
+            self.ctx.run_id,
+            self.agent.name,
+            tool.name,
+            type(error).__name__,
+            clip(clean_message(str(error)), 500),
+            "" if failed.attempts == 1 else f" (after {failed.attempts} attempts)",
+        )
+        log.debug(
+            "run %s: tool %s failed", self.ctx.run_id, tool.name, exc_info=failed.__cause__ or error
+        )
+
+    def _abandoned(self, observed: ToolCall | None) -> None:
+        timed_out = self.ctx.signal.reason is AbortReason.TIMEOUT
+        _status(observed, "timeout" if timed_out else "cancelled")
+
+    def _denied(self, call_id: str, tool: Tool, input: Any) -> None:
+        """Told as a call of its own: a person refused it, so it never ran."""
+        if self.observe is None:
+            return
+        refused = ToolCall(
+            tool.name,
+            call_id,
+            self.step,
+            effect=tool.effect,
+            arguments=input,
+            mcp_server=tool.mcp_server,
+            status="denied",
+        )
+        with self.observe(refused):
+            pass
 
     async def _invoke(
         self,
@@ -727,10 +773,18 @@ class CallRunner:
             mcp_server=tool.mcp_server,
         )
         with self.observe(observed):
-            result = await self._run_one(call, tool, args, input, observed)
+            try:
+                result = await self._run_one(call, tool, args, input, observed)
+            except BaseException:
+                # An MCP server gone (the step fails, under the run's retry
+                # policy), or the execution's own end: not an ok call.
+                observed.status = "error" if observed.status == "ok" else observed.status
+                raise
             if result is not None:
                 observed.error = result.error
                 observed.result = result.content
+                if result.error is not None and observed.status == "ok":
+                    observed.status = "error"  # its value could not be recorded
             return result
 
     async def _run_one(
@@ -750,8 +804,10 @@ class CallRunner:
             value = await self._invoke(tool, args, None, observed)
         except Abandoned:
             log.warning("run %s: tool %s abandoned by an abort", self.ctx.run_id, tool.name)
+            self._abandoned(observed)
             return None
         except Failed as failed:
+            self._failed(tool, failed, observed)
             return _error(call_id, tool.name, input, failed.message, started)
         try:
             stored = storable(value)
@@ -794,13 +850,14 @@ class CallRunner:
                 log.info("effect %s already completed; reusing its recorded result", key)
                 return self._success(call_id, tool, input, storable(effect.output), started)
             if effect.status is EffectStatus.FAILED:
+                _status(observed, "error")  # told when it failed
                 return _error(
                     call_id, tool.name, input, effect.error or "the effect failed", started
                 )
             if effect.resolved_outcome is not None:
                 said = RESOLVED[effect.resolved_outcome]
                 return _error(call_id, tool.name, input, said, started)
-            return await self._unknown(call_id, tool, input, key, started)
+            return await self._unknown(call_id, tool, input, key, started, observed=observed)
         try:
             value = await self._invoke(tool, args, key, observed)
         except MCPUnavailable:
@@ -811,6 +868,7 @@ class CallRunner:
         except Abandoned:
             # The journal keeps `started`: the outcome is unknown.
             log.warning("run %s: effect %s abandoned by an abort", self.ctx.run_id, key)
+            self._abandoned(observed)
             return None
         except Failed as failed:
             faults.hit(faults.AFTER_EFFECT_CALL)
@@ -825,7 +883,9 @@ class CallRunner:
                     told=f"outcome unknown: {lost}; it is not retried automatically; "
                     "check before repeating it",
                     why=f"got no answer ({lost})",
+                    observed=observed,
                 )
+            self._failed(tool, failed, observed)
             message = clean_message(failed.message)
             await self.write(self.store_finish, key, error=message)
             faults.hit(faults.AFTER_EFFECT_COMPLETE)

@@ -157,7 +157,11 @@ def test_a_workers_metrics_match_its_runs(cluster: Cluster) -> None:
         # Each reply waits 0.3 s: none is in the buckets below it.
         assert get(after, "runwright_model_call_duration_seconds_bucket", **tokens, le="0.25") == 0
         tool_calls = get(
-            after, "runwright_tool_call_duration_seconds_count", agent=agent, tool="lookup"
+            after,
+            "runwright_tool_call_duration_seconds_count",
+            agent=agent,
+            tool="lookup",
+            status="ok",
         )
         assert tool_calls == tool, agent
     flaky_failures = failed_calls["metrics-flaky"]

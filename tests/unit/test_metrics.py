@@ -97,11 +97,24 @@ def test_a_completed_run_counts_its_steps_tokens_and_latencies(
     assert registry.get_sample_value("runwright_cost_usd_total", labels) in (None, 0.0)
     assert value(registry, "runwright_model_call_duration_seconds_count", **labels) == 3
     assert (
-        value(registry, "runwright_tool_call_duration_seconds_count", agent=name, tool="lookup")
+        value(
+            registry,
+            "runwright_tool_call_duration_seconds_count",
+            agent=name,
+            tool="lookup",
+            status="ok",
+        )
         == 2
     )
     assert (
-        value(registry, "runwright_tool_call_duration_seconds_count", agent=name, tool="probe") == 1
+        value(
+            registry,
+            "runwright_tool_call_duration_seconds_count",
+            agent=name,
+            tool="probe",
+            status="ok",
+        )
+        == 1
     )
 
 
@@ -256,8 +269,8 @@ def test_label_values_are_capped_and_clipped(engine: Engine) -> None:
     }
     assert models == {"a": 2.0, "b": 1.0, m.OTHER: 2.0}
     tool_calls = "runwright_tool_call_duration_seconds_count"
-    assert value(registry, tool_calls, agent=name, tool="t1") == 1
-    assert value(registry, tool_calls, agent=name, tool=m.OTHER) == 1
+    assert value(registry, tool_calls, agent=name, tool="t1", status="ok") == 1
+    assert value(registry, tool_calls, agent=name, tool=m.OTHER, status="ok") == 1
     long = m.Bounded(5)("x" * 1000)
     assert long == "x" * m.MAX_LABEL_CHARS
 
@@ -394,11 +407,20 @@ def test_an_mcp_tools_calls_are_counted_under_its_prefixed_name(
     finally:
         close_all()
     assert done is not None and done.status is RunStatus.COMPLETED
-    for tool_name in ("tracker_lookup", "tracker_broken"):  # a failed call is timed too
+    for tool_name, status in (("tracker_lookup", "ok"), ("tracker_broken", "error")):
+        # A failed call is timed too, and counted as an error.
         count = value(
-            registry, "runwright_tool_call_duration_seconds_count", agent=name, tool=tool_name
+            registry,
+            "runwright_tool_call_duration_seconds_count",
+            agent=name,
+            tool=tool_name,
+            status=status,
         )
         assert count == 1, tool_name
+        calls = value(
+            registry, "runwright_tool_calls_total", agent=name, tool=tool_name, status=status
+        )
+        assert calls == 1, tool_name
     assert value(registry, "runwright_steps_total", agent=name, kind="tool") == 2
 
 
