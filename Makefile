@@ -10,7 +10,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 # Test processes (pytest-xdist); a file's tests stay together on one. 0: in this process.
 TEST_PROCESSES ?= 2
 
-.PHONY: help install browser demo test screenshots lint fmt bench soak lock worker beat flower local-up local-down clean
+.PHONY: help install browser demo test screenshots lint fmt dist bench soak lock worker beat flower local-up local-down clean
 
 help: ## Show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -45,6 +45,14 @@ fmt: install ## Format the code
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+# With the locked, hash-checked setuptools and wheel of .venv (no isolation: nothing
+# fetched at build time). Building the sdist writes runwright.egg-info into the
+# checkout; left there, it would be a second, stale runwright for any process
+# with the checkout on its path.
+dist: install ## Build the wheel and the sdist into dist/ (python -m build; see CONTRIBUTING.md)
+	$(BIN)/python -m build --no-isolation --outdir dist .
+	rm -rf runwright.egg-info
+
 bench: install ## Run the benchmarks; results land in bench/results/
 	$(BIN)/python -m bench
 
@@ -71,4 +79,4 @@ local-down: install ## Stop the local stack
 
 clean: ## Remove the virtualenv, caches and the local stack's data
 	-$(BIN)/runwright local down
-	rm -rf $(VENV) .runwright .mypy_cache .ruff_cache .pytest_cache bench/results
+	rm -rf $(VENV) .runwright .mypy_cache .ruff_cache .pytest_cache bench/results build dist

@@ -20,6 +20,8 @@ The public names are these (``__all__``). Where the rest lives:
 - ``testing/``: the kit for testing agents (scripted models, an in-process
   engine, the pytest plugin).
 - ``observe/``, ``console/``, ``cli/``, ``celery.py``: the integrations.
+
+``runner.__version__`` is the installed distribution's version (pyproject.toml's).
 """
 
 from __future__ import annotations
@@ -95,7 +97,18 @@ _LAZY = {
 }
 
 
-__getattr__ = lazy_attributes(__name__, _LAZY)
+_lazy_attribute = lazy_attributes(__name__, _LAZY)
+
+if TYPE_CHECKING:
+    __version__: str
+
+
+def __getattr__(name: str) -> Any:
+    # ``__version__`` too is read on first use: importlib.metadata takes longer
+    # to import than the command line takes to start.
+    if name == "__version__":
+        return version() or "0+unknown"
+    return _lazy_attribute(name)
 
 
 _default_engine: Engine | None = None
@@ -128,7 +141,12 @@ def start_run(agent: str, payload: Any = None, **kwargs: Any) -> Run:
 
 @functools.cache
 def version() -> str | None:
-    """Runwright's installed version (None when run from a source tree)."""
+    """Runwright's installed version (None when run from a source tree).
+
+    It is written once, in pyproject.toml, and read here from the installed
+    distribution's metadata; ``runner.__version__`` is the same, or
+    ``"0+unknown"`` from a source tree.
+    """
     from importlib import metadata
 
     try:

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
+import runner
 from runner.console.assets import SCRIPT, STYLE
 from store.models import Run
 
@@ -181,8 +182,17 @@ def page(title: str, body: str, *, base: str | None, user: str | None, sign_out:
         "<!doctype html>\n<html lang=en><head><meta charset=utf-8>"
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{e(title)}</title><style>{STYLE}</style></head>\n"
-        f"<body>{nav}<main>\n{body}\n</main><script>{SCRIPT}</script></body></html>\n"
+        f"<body>{nav}<main>\n{body}\n{_footer(base)}</main>"
+        f"<script>{SCRIPT}</script></body></html>\n"
     )
+
+
+def _footer(base: str | None) -> str:
+    """Runwright's version, for the people signed in to the console; a page
+    shown to anyone else (a sign-in page, an approval's link) keeps it to itself."""
+    if base is None:
+        return ""
+    return f'<footer class="meta">Runwright {e(runner.__version__)}</footer>'
 
 
 def message_page(

@@ -1,24 +1,40 @@
-"""The testing kit as a new project meets it (issue 25's acceptance): a fresh
-virtualenv outside the repository, Runwright installed from a wheel built from
-this checkout (its dependencies from requirements.lock, hash-checked), pytest
-finding the kit's plugin through its entry point, and a test file written only
-from docs/testing-your-agents.md for an agent with a read tool, an
-approval-gated effect and a structured output. A second file calls a real
-provider without opting in, and must fail with the line that says how to."""
+"""Runwright as people install it: a wheel and an sdist built from this
+checkout as ``make dist`` builds them (``python -m build``), installed with the
+``django`` extra into a fresh virtualenv outside the repository, its
+dependencies from requirements.lock, hash-checked (issue 49, item 5).
+
+What the wheel holds and declares; a smoke test of the installed release
+(``import runner``, ``runwright --version``, ``runwright migrate`` and
+``runwright doctor`` against the test's services with a live worker started
+from the virtualenv, one run on a scripted model); and the testing kit as a new
+project meets it (issue 25's acceptance): pytest finding the kit's plugin
+through its entry point, and a test file written only from
+docs/testing-your-agents.md for an agent with a read tool, an approval-gated
+effect and a structured output. A second file calls a real provider without
+opting in, and must fail with the line that says how to."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
+import tomllib
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 import pytest
 
+from store.local import LocalRedis, free_port
+from store.revision import HEAD
+from tests.e2e.cluster import Proc
 from tests.services import ROOT, Services
 
 # The module's virtualenv is made once, in its first test's setup: installing
@@ -175,6 +191,10 @@ def test_calls_the_real_provider(runwright_engine):
 # What a checkout holds besides its source.
 _NOT_SOURCE = (".git", ".venv", ".runwright", "*.egg-info", "build", "dist", "__pycache__",
                ".mypy_cache", ".ruff_cache", ".pytest_cache", "results")  # fmt: skip
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+VERSION = PROJECT["version"]
+# The top-level modules the wheel installs (README, "Module names").
+PACKAGES = ("runner", "store", "tasks")
 
 
 def _run(args: list[str], cwd: Path, env: dict[str, str], timeout: float) -> str:
@@ -183,21 +203,46 @@ def _run(args: list[str], cwd: Path, env: dict[str, str], timeout: float) -> str
     return done.stdout
 
 
+def _outside_env() -> dict[str, str]:
+    """This environment without Runwright's settings, a virtualenv or a Python path."""
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("RUNWRIGHT_", "VIRTUAL_ENV", "PYTHON"))
+    }
+
+
+@dataclass
+class Built:
+    source: Path  # the copy of the checkout it was built from
+    wheel: Path
+    sdist: Path
+
+
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh virtualenv with Runwright installed from a wheel of this checkout."""
-    root = tmp_path_factory.mktemp("wheel")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RUNWRIGHT_", "VIRTUAL_ENV"))}
-    # Built from a copy: a build writes its egg-info and build/ into the source.
+def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """The wheel and the sdist, built as ``make dist`` builds them: the standard
+    frontend, with the lock's setuptools (no isolation), the wheel from the sdist."""
+    root = tmp_path_factory.mktemp("dist")
+    # Built from a copy: building the sdist writes its egg-info into the source.
     source = root / "source"
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*_NOT_SOURCE))
     dist = root / "dist"
     _run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(dist), str(source)],
-        root, env, 300,
+        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(dist), str(source)],
+        root, _outside_env(), 300,
     )  # fmt: skip
     (wheel,) = dist.glob("runwright-*.whl")
+    (sdist,) = dist.glob("runwright-*.tar.gz")
+    return Built(source, wheel, sdist)
+
+
+@pytest.fixture(scope="module")
+def venv(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh virtualenv outside the repository with Runwright installed from
+    the wheel, with the ``django`` extra; every dependency from the lock."""
+    root = tmp_path_factory.mktemp("wheel")
+    env = _outside_env()
     target = root / "venv"
     _run([sys.executable, "-m", "venv", str(target)], root, env, 120)
     pip = [str(target / "bin" / "python"), "-m", "pip", "install", "-q"]
@@ -207,8 +252,206 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
         env,
         900,
     )
-    _run([*pip, "--no-deps", str(wheel)], root, env, 300)
+    # --no-deps: what the extra asks for comes from the lock, checked below.
+    _run([*pip, "--no-deps", f"{built.wheel}[django]"], root, env, 300)
     return target
+
+
+def test_the_wheel_holds_the_source_its_data_and_no_tests(built: Built) -> None:
+    with zipfile.ZipFile(built.wheel) as wheel:
+        names = wheel.namelist()
+        metadata = wheel.read(f"runwright-{VERSION}.dist-info/METADATA").decode()
+        entry_points = wheel.read(f"runwright-{VERSION}.dist-info/entry_points.txt").decode()
+    source = {
+        str(path.relative_to(built.source))
+        for package in PACKAGES
+        for path in (built.source / package).rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts
+    }
+    # Every file of the packages: the migrations (Alembic's and the Django
+    # app's), the console's assets (runner/console/assets.py, inlined in its
+    # pages), the py.typed markers; and nothing else but celeryconfig.py.
+    dist_info = {name for name in names if name.startswith(f"runwright-{VERSION}.dist-info/")}
+    assert set(names) == source | dist_info | {"celeryconfig.py"}
+    migrations = {name for name in names if name.startswith("store/migrations/")}
+    assert {"store/migrations/env.py", "store/migrations/script.py.mako"} <= migrations
+    assert any(re.fullmatch(r"store/migrations/versions/0001_\w+\.py", n) for n in migrations)
+    assert {"runner/py.typed", "store/py.typed", "tasks/py.typed"} <= set(names)
+    assert "runner/console/assets.py" in names
+    assert not [n for n in names if n.split("/", 1)[0] in ("tests", "bench", "examples", "docs")]
+
+    headers, _, description = metadata.partition("\n\n")
+    fields = [tuple(line.split(": ", 1)) for line in headers.splitlines() if ": " in line]
+    one = dict(fields)
+    assert one["Name"] == "runwright" and one["Version"] == VERSION
+    assert one["Summary"] == PROJECT["description"]
+    assert one["License-Expression"] == "Apache-2.0"
+    assert one["Requires-Python"] == ">=3.11"
+    assert one["Description-Content-Type"] == "text/markdown"
+    assert description.strip() == (ROOT / "README.md").read_text().strip()
+    classifiers = [value for key, value in fields if key == "Classifier"]
+    assert classifiers == PROJECT["classifiers"]
+    extras = {value for key, value in fields if key == "Provides-Extra"}
+    assert {"django", "flask", "mcp", "otel", "metrics", "console"} <= extras
+    requires = [value for key, value in fields if key == "Requires-Dist"]
+    assert 'django>=5.0; extra == "django"' in requires
+    assert not [r for r in requires if r.endswith('extra == "console"')]  # the core suffices
+    assert "runwright = runner.cli:main" in entry_points  # [console_scripts]
+    assert "runwright = runner.testing.plugin" in entry_points  # [pytest11]
+    print(f"the wheel: {len(names)} files, {len(migrations)} under store/migrations/")
+
+
+def test_the_sdist_holds_what_the_wheel_is_built_from(built: Built) -> None:
+    top = f"runwright-{VERSION}/"
+    with tarfile.open(built.sdist) as sdist:
+        names = {name.removeprefix(top) for name in sdist.getnames()}
+    assert {"pyproject.toml", "README.md", "PKG-INFO", "celeryconfig.py"} <= names
+    assert "store/migrations/script.py.mako" in names and "runner/py.typed" in names
+    assert not [n for n in names if n.split("/", 1)[0] in ("tests", "bench", "examples")]
+
+
+SMOKE_AGENTS = """
+from runner import Agent, tool
+from runner.testing import ScriptedModel, call, text, tools
+
+
+@tool
+def lookup(order: str) -> dict:
+    \"\"\"Look an order up.\"\"\"
+    return {"order": order, "status": "shipped"}
+
+
+model = ScriptedModel("smoke", [tools(call("lookup", {"order": "A1"})), text("A1 has shipped.")])
+Agent(name="smoke", model=model.model, tools=[lookup])
+"""
+
+# Run with the virtualenv's Python: are the requirements the installed
+# runwright declares, with the django extra, met (their own extras included)?
+REQUIREMENTS = """
+import json
+from importlib import metadata
+
+import django  # the extra's package, importable
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+
+def unmet(name, extras, seen):
+    found = []
+    for line in metadata.requires(name) or ():
+        req = Requirement(line)
+        wanted = req.marker is None or any(
+            req.marker.evaluate({"extra": extra}) for extra in ("", *extras)
+        )
+        if not wanted or (req.name, frozenset(req.extras)) in seen:
+            continue
+        seen.add((req.name, frozenset(req.extras)))
+        try:
+            version = metadata.version(req.name)
+        except metadata.PackageNotFoundError:
+            found.append(f"{req} (not installed)")
+            continue
+        if not req.specifier.contains(Version(version), prereleases=True):
+            found.append(f"{req} (installed: {version})")
+        found += unmet(req.name, req.extras, seen)
+    return found
+
+
+def only_with(extra, line):
+    marker = Requirement(line).marker
+    return marker is not None and marker.evaluate({"extra": extra}) and not marker.evaluate(
+        {"extra": ""}
+    )
+
+
+print(json.dumps({
+    "unmet": unmet("runwright", {"django"}, set()),
+    "django_extra": [line for line in metadata.requires("runwright") if only_with("django", line)],
+    "django": django.__version__,
+}))
+"""
+
+
+@pytest.fixture
+def smoke_services(services: Services, tmp_path: Path) -> Iterator[dict[str, str]]:
+    """The environment of the installed release's commands: an empty database
+    of this test's own, a Redis of its own (leases in db 0, the broker in db 1),
+    and agents in the project folder they start in."""
+    redis = LocalRedis(tmp_path / "redis", free_port())
+    redis.start()
+    name = services.new_database(empty=True)
+    try:
+        yield {
+            **_outside_env(),
+            "RUNWRIGHT_DATABASE_URL": services.database_url(name),
+            "RUNWRIGHT_REDIS_URL": redis.url(0),
+            "RUNWRIGHT_BROKER_URL": redis.url(1),
+            "RUNWRIGHT_SECRET_KEY": "smoke:" + "s" * 40,
+            "RUNWRIGHT_AGENTS": "smoke_agents",
+            "RUNWRIGHT_HOME": str(tmp_path / "home"),
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        }
+    finally:
+        redis.kill()
+        services.drop_database(name)
+
+
+def test_the_installed_release_sets_up_checks_itself_and_runs_an_agent(
+    venv: Path, smoke_services: dict[str, str], tmp_path: Path
+) -> None:
+    began = time.monotonic()
+    project = tmp_path / "shop"
+    project.mkdir()
+    (project / "smoke_agents.py").write_text(SMOKE_AGENTS)
+    env = {**smoke_services, "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    python, runwright = str(venv / "bin" / "python"), str(venv / "bin" / "runwright")
+
+    where = _run([python, "-c", "import runner; print(runner.__version__, runner.__file__)"],
+                 project, env, 60).split()  # fmt: skip
+    assert where[0] == VERSION, where
+    assert where[1].startswith(str(venv)) and str(ROOT) not in where[1], where  # the wheel's
+    assert _run([runwright, "--version"], project, env, 60) == f"runwright, version {VERSION}\n"
+
+    # The requirements the wheel declares, with the django extra, are met.
+    _run([python, "-m", "pip", "check"], project, env, 120)
+    checked = json.loads(_run([python, "-c", REQUIREMENTS], project, env, 60))
+    assert checked["unmet"] == [], checked
+    assert checked["django_extra"] == ['django>=5.0; extra == "django"'], checked
+
+    # The README's two commands: the schema, then a worker (from the virtualenv).
+    migrated = _run([runwright, "migrate"], project, env, 120)
+    assert migrated.startswith(f"created the schema at {HEAD}"), migrated
+    worker = Proc(
+        "smoke-worker",
+        [str(venv / "bin" / "celery"), "-A", "tasks", "worker", "-l", "INFO", "-n", "smoke@%h",
+         "-c", "4", "--without-gossip", "--without-mingle"],
+        env, tmp_path, cwd=project,
+    )  # fmt: skip
+    try:
+        worker.wait_for(" ready.", timeout=90)
+        _run([runwright, "tick"], project, env, 60)  # what beat would have done
+        done = subprocess.run(
+            [runwright, "doctor"], cwd=project, env=env, capture_output=True, text=True, timeout=120
+        )
+        report = done.stdout
+        assert done.returncode == 0 and "FAIL" not in report, report + done.stderr[-2000:]
+        for check in ("postgres", "schema", "redis", "broker", "beat", "workers", "agents"):
+            assert re.search(rf"^{check}\s+ok\b", report, flags=re.M), (check, report)
+        assert re.search(r"^workers\s+ok\s+1 seen: smoke@", report, flags=re.M), report
+        assert re.search(r"^agents\s+ok\b.*smoke_agents", report, flags=re.M), report
+
+        started = _run([runwright, "start", "smoke", "--payload", '{"order": "A1"}'],
+                       project, env, 60)  # fmt: skip
+        found = re.match(r"run (\S+) \(smoke\) is ", started)
+        assert found, started
+        run_id = found.group(1)
+        _run([runwright, "watch", run_id, "--timeout", "60"], project, env, 90)
+        shown = json.loads(_run([runwright, "show", run_id, "--json"], project, env, 60))
+    finally:
+        worker.stop()
+    assert shown["run"]["status"] == "completed", shown["run"]
+    assert shown["run"]["output"] == "A1 has shipped.", shown["run"]
+    print(f"the installed release's smoke test: {time.monotonic() - began:.1f} s")
 
 
 def _project(tmp_path: Path) -> Path:

@@ -1,8 +1,11 @@
-"""``Settings`` is the single source of every ``RUNWRIGHT_*`` variable, and the
-README's table lists exactly those (issue 10, items 6 and 7)."""
+"""``Settings`` is the single source of every ``RUNWRIGHT_*`` variable a
+Runwright process reads (issue 10, items 6 and 7); the testing kit reads two of
+its own in a test session. The README's table lists every name that Runwright's
+installed modules read, and nothing else (issue 49)."""
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -24,8 +27,76 @@ def readme_variables() -> set[str]:
     return set(re.findall(r"^\| `(RUNWRIGHT_\w+)` \|", section, flags=re.M))
 
 
-def test_the_readme_table_lists_exactly_the_settings() -> None:
-    assert readme_variables() == set(Settings.variables())
+def _constants(tree: ast.Module) -> dict[str, str]:
+    """A module's top-level ``NAME = "..."`` strings."""
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+            for target in node.targets:
+                if isinstance(target, ast.Name) and isinstance(node.value.value, str):
+                    found[target.id] = node.value.value
+    return found
+
+
+def _django_settings(tree: ast.Module) -> set[str]:
+    """Names a module reads from a Django project's settings
+    (``getattr(settings, NAME, ...)``): Django settings, not environment variables."""
+    constants = _constants(tree)
+    names = set()
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "getattr"
+            and len(node.args) >= 2
+            and isinstance(node.args[0], ast.Name)
+            and node.args[0].id == "settings"
+        ):
+            key = node.args[1]
+            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                names.add(key.value)
+            elif isinstance(key, ast.Name) and key.id in constants:
+                names.add(constants[key.id])
+    return names
+
+
+def variables_in_code() -> dict[str, set[str]]:
+    """Every ``RUNWRIGHT_*`` name that Runwright's installed modules spell out
+    as a string of its own (a setting's variable, a name the testing kit reads),
+    with the files that do, less the Django settings the console reads."""
+    paths = [ROOT / "celeryconfig.py"]
+    for folder in ("runner", "store", "tasks"):
+        paths += sorted((ROOT / folder).rglob("*.py"))
+    found: dict[str, set[str]] = {}
+    django: set[str] = set()
+    for path in paths:
+        tree = ast.parse(path.read_text(), str(path))
+        django |= _django_settings(tree)
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and re.fullmatch(r"RUNWRIGHT_[A-Z0-9_]+", node.value)
+            ):
+                found.setdefault(node.value, set()).add(str(path.relative_to(ROOT)))
+    return {name: files for name, files in found.items() if name not in django}
+
+
+def test_the_readme_table_lists_every_variable_the_code_reads() -> None:
+    listed = readme_variables()
+    read = variables_in_code()
+    assert set(Settings.variables()) <= set(read)  # the scan sees the settings
+    missing = {name: files for name, files in read.items() if name not in listed}
+    assert missing == {}, "add these to the README's Configuration table"
+    assert listed - set(read) == set(), "the README lists variables nothing reads"
+
+
+def test_the_scan_knows_a_django_setting_from_a_variable() -> None:
+    read = variables_in_code()
+    # Read from a Django project's settings (runner/console/django/).
+    assert "RUNWRIGHT_CONSOLE_ENGINE" not in read
+    # Read by the testing kit through a constant (runner/testing/plugin.py).
+    assert "RUNWRIGHT_ALLOW_MODEL_REQUESTS" in read
 
 
 def test_every_setting_is_parsed_from_its_variable() -> None:
