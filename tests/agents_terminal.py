@@ -53,7 +53,7 @@ def script(request: Request) -> Reply:
     return text(HOSTILE + "\nand a second line")
 
 
-hostile_model = ScriptedModel("terminal", script)
+hostile_model = ScriptedModel("terminal", script, strict=False)  # it calls no tool of its own
 Agent(name=AGENT, model=hostile_model.model, tools=[echo, explode, ask], approvals={"ask": True})
 
 

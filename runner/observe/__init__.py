@@ -36,6 +36,8 @@ class ModelCall:
     # (RUNWRIGHT_OTEL_CAPTURE_CONTENT): the messages sent and the answer.
     messages: Sequence[Any] = ()
     output: Any = None
+    # The names of the tools the call offered the model.
+    tools: Sequence[str] = ()
 
 
 @dataclass

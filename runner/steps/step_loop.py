@@ -342,7 +342,7 @@ class StepLoop:
             return self._from_journal(recorded.output)
         started = utcnow()
         model_name = self.run_.model or self.agent.model
-        observed = ModelCall(model_name, k, messages=self.messages)
+        observed = ModelCall(model_name, k, messages=self.messages, tools=tuple(self.tools))
         with self.deps.observer.model_call(self.run_, observed):
             reply = await self._call_model(model_name, k)
             if reply is None:

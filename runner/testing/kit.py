@@ -39,9 +39,10 @@ from runner.agent import Agent, Registry
 from runner.engine.engine import Engine
 from runner.errors import InvalidInput, ModelRequestsBlocked
 from runner.model import blocked_call
-from runner.observe import Observer, TickReport, ToolCall
+from runner.observe import ModelCall, Observer, TickReport, ToolCall
 from runner.settings import Settings
 from runner.testing.clock import ManualClock
+from runner.testing.scripted import NOT_OFFERED, UnknownScriptedTool
 from store.db import make_engine
 from store.models import Approval, Effect, Message, RequestKind, Run, RunStatus, Step, StepKind
 from store.postgres import PostgresStore
@@ -81,7 +82,18 @@ class _Invocations(Observer):
     def __init__(self) -> None:
         self.counts: Counter[tuple[str, str, str]] = Counter()
         self.effects: set[str] = set()
+        self.offered: set[str] = set()  # the tools the runs' models were offered
         self._lock = threading.Lock()
+
+    @contextmanager
+    def model_call(self, run: Run, call: ModelCall) -> Iterator[None]:
+        with self._lock:
+            self.offered.update(call.tools)
+        yield
+
+    def known(self) -> set[str]:
+        with self._lock:
+            return self.offered | {name for (_, name, _) in self.counts}
 
     @contextmanager
     def tool_call(self, run: Run, call: ToolCall) -> Iterator[None]:
@@ -336,12 +348,30 @@ class TestEngine:
     def invocations(self, tool: str, run_id: str | None = None) -> int:
         """How many times ``tool``'s function ran (of ``run_id``, or of every
         run), over every execution: a retry counts, an effect answered from
-        its journal does not."""
+        its journal does not. A tool no model of this engine's runs was
+        offered, and no registered agent lists, raises :class:`InvalidInput`:
+        a misspelled name would otherwise count 0 and pass."""
+        known = self._invocations.known() | self._listed_tools()
+        if tool not in known:
+            raise InvalidInput(
+                f"no tool named {tool!r} was offered to a model of this engine's runs or is "
+                f"listed by a registered agent; known: {', '.join(sorted(known)) or 'none'}"
+            )
         return sum(
             n
             for (run, name, _), n in self._invocations.counts.items()
             if name == tool and (run_id is None or run == run_id)
         )
+
+    def _listed_tools(self) -> set[str]:
+        """The tools the registered agents list (not those a factory makes)."""
+        registry = self.engine.deps.registry
+        names: set[str] = set()
+        for name in registry.names():
+            listed = registry.get(name).tools
+            if not callable(listed):
+                names.update(t.name for t in listed)
+        return names
 
     # ------------------------------------------------------------- time
 
@@ -429,6 +459,9 @@ class TestEngine:
         error = run.error
         if run.status is RunStatus.FAILED and error is not None and blocked_call(error.message):
             raise ModelRequestsBlocked(error.message)
+        if run.status is RunStatus.FAILED and error is not None and NOT_OFFERED in error.message:
+            said = error.message[error.message.find("scripted model") :]
+            raise UnknownScriptedTool(f"run {run.id} ({run.agent}): {said}")
         return run
 
 

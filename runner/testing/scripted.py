@@ -100,6 +100,18 @@ class UnconsumedModelSteps(RunwrightError, AssertionError):
     """The scripted model was never asked for some replies of its script."""
 
 
+# What a strict scripted model's refusal says, where a run's error carries it
+# (runner/testing/kit.py finds it there and fails the test).
+NOT_OFFERED = "calls a tool the agent does not have"
+
+
+class UnknownScriptedTool(RunwrightError, AssertionError):
+    """A strict scripted model's reply calls a tool the agent was not offered
+    (a typo in the script, or a tool the agent lacks): the test fails,
+    naming the tool and the agent's tools. ``ScriptedModel(strict=False)``
+    serves such a reply, for tests of exactly that."""
+
+
 @dataclass(frozen=True)
 class ToolCall:
     name: str
@@ -345,6 +357,7 @@ class ScriptedModel:
         journal: str | Path | None = None,
         price: tuple[float, float] | None = None,
         chunk_delay: float = 0.0,
+        strict: bool = True,
     ) -> None:
         if not (math.isfinite(chunk_delay) and chunk_delay >= 0):
             raise InvalidInput("chunk_delay is seconds between streamed chunks, a number >= 0")
@@ -358,6 +371,9 @@ class ScriptedModel:
         self.journal = Path(journal) if journal else None
         self.price = None if price is None else (float(price[0]), float(price[1]))
         self.chunk_delay = float(chunk_delay)
+        # Strict: a reply that calls a tool the request did not offer is refused
+        # (UnknownScriptedTool), not served for the model to be told "unknown tool".
+        self.strict = bool(strict)
         self.calls: list[Request] = []
         # The calls past the end of a list script (each also failed).
         self.unexpected: list[Request] = []
@@ -466,9 +482,23 @@ class ScriptedModel:
             self.calls.append(request)
         reply = self.choose(request)
         self._record(request, reply)
+        if self.strict:
+            self._check_offered(request, reply)
         if reply.latency:
             await asyncio.sleep(reply.latency)
         return reply, request.step
+
+    def _check_offered(self, request: Request, reply: Reply) -> None:
+        offered = request.tool_names
+        for called in reply.tool_calls:
+            if called.name not in offered:
+                names = ", ".join(sorted(offered)) or "none"
+                raise UnknownScriptedTool(
+                    f"scripted model {self.name!r} {NOT_OFFERED}: step {request.step} calls "
+                    f"{called.name!r}; the agent's tools are: {names} (a typo in the script? "
+                    "ScriptedModel(strict=False) serves it, for a test of a model that "
+                    "calls an unknown tool)"
+                )
 
     def _record(self, request: Request, reply: Reply) -> None:
         if self.journal is None:
@@ -569,7 +599,7 @@ def install_provider(litellm: Any) -> None:
             reply, step = await script.respond(
                 kwargs.get("messages") or [], optional.get("tools") or []
             )
-        except ScriptExhausted as exhausted:
+        except (ScriptExhausted, UnknownScriptedTool) as exhausted:
             # A bad request, not the connection error litellm makes of an
             # error of a custom provider: retrying it cannot help, so the run
             # fails at once, with the reason.

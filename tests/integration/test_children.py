@@ -106,7 +106,7 @@ def test_a_child_that_fails_is_a_tool_error_for_the_parent_not_its_failure(
     runwright_engine: TestEngine,
 ) -> None:
     name = unique("looper")
-    looping = ScriptedModel(name, lambda request: tools(call("nothing_here", {})))
+    looping = ScriptedModel(name, lambda request: tools(call("nothing_here", {})), strict=False)
     child = Agent(name=name, model=looping.model, budget=Budget(max_steps=2))
     agent, model = lead(child, calls=[call(child.name, {"task": "loop"}, id="c_loop")])
     done = runwright_engine.run(agent)

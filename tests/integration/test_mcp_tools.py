@@ -575,6 +575,7 @@ def test_the_offered_tools_are_recorded_and_a_change_between_executions_too(
             tools(call("tracker_lookup", {"q": "A7"}, id="call_gone")),
             text("done"),
         ],
+        strict=False,  # it calls a tool the server retired: the model is told
     )
     agent = Agent(
         name=name, model=model.model, mcp=[server], approvals={"tracker_create_issue": True}
