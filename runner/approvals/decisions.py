@@ -15,6 +15,7 @@ from concurrent.futures import Executor
 from datetime import timedelta
 from typing import Any
 
+from runner import appdb
 from runner.agent import Agent, ApprovalRequest
 from runner.approvals.approval_tokens import Tokens
 from runner.errors import InvalidApprovalInput, InvalidApprovalToken
@@ -68,7 +69,7 @@ async def deliver(
     an execution also holds the epoch and worker, and in tick() nothing."""
     with logs.bound(run_id=request.run_id, agent=request.agent, step=step):
         # The executor's threads do not inherit the context: the call runs in a copy.
-        call = functools.partial(contextvars.copy_context().run, notifier, request)
+        call = functools.partial(contextvars.copy_context().run, appdb.call, notifier, request)
         result = await asyncio.get_running_loop().run_in_executor(executor, call)
         if inspect.isawaitable(result):
             await result  # in this task, whose context is bound

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from runner import retry
+from runner import appdb, retry
 from runner.agent import Agent
 from runner.engine.deps import Deps
 from runner.engine.runtime import in_io, runtime
@@ -449,6 +449,6 @@ class Execution:
         if agent is None or agent.on_error is None:
             return
         try:
-            agent.on_error(self.run_id, exc)
+            appdb.call(agent.on_error, self.run_id, exc)
         except Exception:
             log.exception("on_error of agent %s raised", agent.name)

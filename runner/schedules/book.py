@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from runner import appdb
 from runner.engine.deps import Deps
 from runner.errors import InvalidInput, RunwrightError
 from runner.schedules.times import (
@@ -310,15 +312,18 @@ def fire(deps: Deps, now: datetime | None = None) -> Fired:
     settled. The due schedules of other agents are left for a tick() on a
     worker that loads them, and said in one WARNING now and then."""
     book = Schedules(deps)
+    # Each run's concurrency key is the application's code, called in tick's
+    # thread: one unit of work on its databases (runner/appdb.py).
+    new_run = functools.partial(appdb.call, book.new_run)
     floor = 2 * deps.settings.tick_seconds
     loaded = deps.registry.names()
 
     def planned(schedule: Schedule, at: datetime) -> FiringPlan:
-        return plan(schedule, at, book.new_run, window_floor=floor)
+        return plan(schedule, at, new_run, window_floor=floor)
 
     def built(schedule: Schedule, at: datetime) -> NewRun | str:
         try:
-            return book.new_run(schedule, at)
+            return new_run(schedule, at)
         except InvalidInput as exc:
             return unmade(exc)
 

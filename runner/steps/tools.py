@@ -28,6 +28,7 @@ from typing import Any, Literal, overload
 
 import pydantic
 
+from runner import appdb
 from runner.engine.runtime import DaemonThreadPool
 from runner.errors import InvalidInput, ToolDefinitionError, ToolInputError
 from runner.retry import RetryPolicy
@@ -207,7 +208,7 @@ class Tool:
         if self.is_async:
             return await self.fn(**kwargs)
         loop = asyncio.get_running_loop()
-        call = functools.partial(contextvars.copy_context().run, self.fn, **kwargs)
+        call = functools.partial(contextvars.copy_context().run, appdb.call, self.fn, **kwargs)
         if isinstance(executor, DaemonThreadPool):
             return await executor.call(loop, call)  # the runtime's tool pool: one hop
         return await loop.run_in_executor(executor, call)
