@@ -213,26 +213,61 @@ class Agent:
             registry.add(self)
 
     @contextlib.contextmanager
-    def override(self, *, model: str | HasModel) -> Iterator[Agent]:
-        """Run this agent on another ``model`` inside the ``with`` block: a litellm
-        model string, or a :class:`runner.testing.ScriptedModel`. For tests: the
-        agent keeps its name and registration, so runs started by name use the
-        override, and the agent's own model is back when the block ends (even
-        if it raised). Overrides nest; every execution in this process sees
-        the innermost one."""
-        name = model if isinstance(model, str) else getattr(model, "model", None)
-        if not isinstance(name, str) or not name:
+    def override(
+        self,
+        *,
+        model: str | HasModel | None = None,
+        tools: ToolsFactory | Iterable[Tool] | None = None,
+        instructions: str | None = None,
+    ) -> Iterator[Agent]:
+        """Run this agent on another ``model`` (a litellm model string, or a
+        :class:`runner.testing.ScriptedModel`), with other ``tools`` (a list,
+        or a function of the run's context) or other ``instructions``, inside
+        the ``with`` block; what is not given stays the agent's own, and so do
+        its approval rules, MCP servers and the rest. For tests: the agent
+        keeps its name and registration, so runs started by name use the
+        override, and its own are back when the block ends (even if it
+        raised). Overrides nest; every execution in this process sees the
+        innermost one."""
+        changes: dict[str, Any] = {}
+        if model is not None:
+            name = model if isinstance(model, str) else getattr(model, "model", None)
+            if not isinstance(name, str) or not name:
+                raise InvalidInput(
+                    f"agent {self.name!r}: override(model=...) takes a litellm model string or "
+                    f"a ScriptedModel, not {model!r}"
+                )
+            changes["model"] = name
+        if tools is not None:
+            if isinstance(tools, Tool):  # callable, but not a function of the run's context
+                tools = [tools]
+            if not callable(tools):
+                tools = tuple(tools)
+                wrong = [item for item in tools if not isinstance(item, Tool)]
+                if wrong:
+                    raise InvalidInput(
+                        f"agent {self.name!r}: override(tools=...) takes tools, and "
+                        f"{wrong[0]!r} is not one; decorate it with @tool"
+                    )
+            changes["tools"] = tools
+        if instructions is not None:
+            if not isinstance(instructions, str):
+                raise InvalidInput(f"agent {self.name!r}: override(instructions=...) takes text")
+            changes["instructions"] = instructions
+        if not changes:
             raise InvalidInput(
-                f"agent {self.name!r}: override(model=...) takes a litellm model string or a "
-                f"ScriptedModel, not {model!r}"
+                f"agent {self.name!r}: override() takes a model, tools or instructions"
             )
         with _override_lock:
-            previous, self.model = self.model, name
+            previous = {attribute: getattr(self, attribute) for attribute in changes}
+            for attribute, value in changes.items():
+                setattr(self, attribute, value)
         try:
             yield self
         finally:
             with _override_lock:
-                self.model = previous
+                for attribute, value in previous.items():
+                    setattr(self, attribute, value)
 
     def as_tool(
         self, name: str | None = None, description: str | None = None, detached: bool = False
