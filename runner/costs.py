@@ -10,6 +10,7 @@ list, from the run's mark that one had no price (``Run.cost_unpriced``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -17,6 +18,18 @@ from store.models import Step, StepKind
 from store.rules import unpriced_call
 
 UNKNOWN = "—"
+
+
+def money(usd: float | None) -> str:
+    """A cost in USD as a person reads it, in the one format of the console
+    and the CLI: ``$0.0123``; ``$1,234.56`` from $100 on; ``<$0.0001`` for
+    more than nothing but less than a hundredth of a cent; ``$0.0000`` for a
+    free model; ``—`` when it is unknown (an unpriced model)."""
+    if usd is None or not math.isfinite(usd) or usd < 0:
+        return UNKNOWN
+    if 0 < usd < 0.0001:
+        return "<$0.0001"
+    return f"${usd:.4f}" if usd < 100 else f"${usd:,.2f}"
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,6 @@ With ``--json`` a command prints one JSON document instead (its shapes:
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -43,14 +42,15 @@ from runner.cli.as_json import (
 from runner.cli.console import console as console_command
 from runner.cli.describe import describe, requests_lines, status_cell, when
 from runner.cli.shape import worker_shape as worker_shape_command
+from runner.cli.step_lines import arguments as as_text
 from runner.cli.step_lines import clip as _clip
-from runner.cli.step_lines import cost_text
+from runner.cli.step_lines import message_line
 from runner.cli.step_lines import step_line as _step_line
 from runner.cli.terminal import Group, fail, inert, say
 from runner.cli.triggers import schedule as schedule_command
 from runner.cli.triggers import webhook as webhook_command
 from runner.cli.workers import workers as workers_command
-from runner.costs import listed_cost
+from runner.costs import listed_cost, money
 from runner.settings import Settings
 from store.errors import ForkRepeatsEffects, InvalidInput, RunwrightError
 from store.models import Effect, EffectOutcome, RequestKind
@@ -187,7 +187,7 @@ def runs(
             status_cell(row, workers),
             row["steps_used"],
             row["input_tokens"] + row["output_tokens"],
-            listed_cost(row["cost_usd"], row["cost_unpriced"]).words(cost_text),
+            listed_cost(row["cost_usd"], row["cost_unpriced"]).words(money),
             when(row["created_at"]),
             row["error_code"] or ("needs attention" if row["needs_attention"] else ""),
         )
@@ -250,13 +250,7 @@ def show(run_id: str, messages: bool, as_json: bool) -> Document | None:
     if messages and checkpoint is not None:
         say(f"checkpoint at step {checkpoint.step_index} ({len(checkpoint.messages)} messages)")
         for message in checkpoint.messages:
-            body = message.get("content")
-            if body is None:
-                calls = message.get("tool_calls") or []
-                body = "calls " + ", ".join(c["function"]["name"] for c in calls)
-            elif not isinstance(body, str):
-                body = json.dumps(body)
-            say(f"  {message['role']:<17} {_clip(str(body), 100)}")
+            say(f"  {message['role']:<17} {_clip(message_line(message), 100)}")
     return None
 
 
@@ -310,7 +304,7 @@ def _unknown_line(effect: Effect) -> str:
         if effect.resolved_note:
             said += f": {_clip(effect.resolved_note, 80)}"
     return (
-        f"call {effect.call_id}  {effect.tool}({_clip(json.dumps(effect.input), 80)})  "
+        f"call {effect.call_id}  {effect.tool}({_clip(as_text(effect.input), 80)})  "
         f"key {effect.key}  started in epoch {effect.epoch}  {said}"
     )
 
@@ -401,7 +395,7 @@ def _decide(
     what = f"{verb} {decided.approval_id} ({decided.tool_name}) as {who}"
     say(f"{what}; run {run.id} is {_after(run)}")
     if decided.edited:
-        say(f"  with edited arguments: {_clip(json.dumps(decided.arguments), 200)}")
+        say(f"  with edited arguments: {_clip(as_text(decided.arguments), 200)}")
     if decided.for_run:
         with_it = f", and its {len(also)} other pending call(s) with it" if also else ""
         say(f"  {decided.tool_name} is approved for the rest of the run{with_it}")
@@ -720,12 +714,19 @@ def prune(older_than: str) -> None:
 
 
 @main.command()
+@click.option(
+    "-A",
+    "--app",
+    default=None,
+    help="The Celery app that installed Runwright, as `celery -A` names it "
+    "(default: Runwright's own, tasks).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
-def doctor(as_json: bool) -> None:
+def doctor(app: str | None, as_json: bool) -> None:
     """Check the set-up, one line each; exit 0 only if all is well."""
     from runner.cli.doctor import run_checks
 
-    sys.exit(run_checks(as_json=as_json))
+    sys.exit(run_checks(as_json=as_json, app=app))
 
 
 @main.command()

@@ -242,7 +242,7 @@ def _first_run(engine: Any, home: Path, demo_agent: Any) -> None:
     run = engine.start(
         "triage", {"title": "App crashes on start"}, source="demo", trigger="issue.opened"
     )
-    say(f"  run {run.id}; the model's first message:")
+    say(f"  run {run.id}; its trigger message, the first the model reads:")
     for line in render_trigger(run.trigger).splitlines():
         say("    " + line)
     follow = Follower(engine, run.id)

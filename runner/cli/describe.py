@@ -11,8 +11,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from runner.approvals.expiry import expired
-from runner.cli.step_lines import ESTIMATED, clip, cost_text
-from runner.costs import listed_cost, run_cost
+from runner.cli.step_lines import ESTIMATED, clip
+from runner.cli.step_lines import arguments as as_text
+from runner.costs import listed_cost, money, run_cost
 from store.models import Decision, RequestKind
 from store.status import Interruption, RunStatus
 from store.workers import WorkerInfo, serving
@@ -42,7 +43,7 @@ def describe(
         *([f"why      {why}"] if why else []),
         f"usage    {run.usage.input_tokens} in, {run.usage.output_tokens} out, "
         f"{run.steps_used} steps{ESTIMATED if run.usage.estimated else ''}",
-        f"cost     {run_cost(run.cost_usd, steps).words(cost_text)}",
+        f"cost     {run_cost(run.cost_usd, steps).words(money)}",
         f"created  {when(run.created_at)}   finished {when(run.finished_at)}",
     ]
     if run.concurrency_key:
@@ -64,9 +65,9 @@ def describe(
         lines.append(f"{asked} by {run.cancelled_by}")
     if run.retry is not None and not run.settled:
         retry = run.retry
-        line = f"retrying: attempt {retry.attempts} failed ({clip(retry.error, 200)})"
+        line = f"model step: attempt {retry.attempts} failed ({clip(retry.error, 200)})"
         if run.retry_at is not None:
-            line += f", next attempt at {when(run.retry_at)}"
+            line += f"; attempt {retry.attempts + 1} at {when(run.retry_at)}"
         lines.append(line)
     wait = run.waiting
     if wait and wait.kind == RequestKind.INPUT.value:
@@ -78,7 +79,7 @@ def describe(
     elif wait:
         lines.append(
             f"waiting  approval {wait.approval_id} for {wait.tool_name}"
-            f"({json.dumps(wait.input)}), expires {when(wait.expires_at)}"
+            f"({as_text(wait.input)}), expires {when(wait.expires_at)}"
         )
     if run.error:
         lines.append(f"error    {run.error.code}: {run.error.message}")
@@ -117,7 +118,7 @@ def request_line(approval: Approval) -> str:
     if approval.kind is RequestKind.INPUT:
         asked = f"question {_quoted(approval.question, 120)}"
     else:
-        asked = f"{approval.tool_name}({clip(json.dumps(approval.input))})"
+        asked = f"{approval.tool_name}({clip(as_text(approval.input))})"
     words = decision_words(
         kind=approval.kind,
         decision=approval.decision,
@@ -167,7 +168,7 @@ def decision_words(
     else:
         words = f"approved by {who}"
     if arguments is not None:
-        words += f", edited: {clip(json.dumps(input), 60)} -> {clip(json.dumps(arguments), 60)}"
+        words += f", edited: {clip(as_text(input), 60)} -> {clip(as_text(arguments), 60)}"
     if for_run:
         words += ", for the rest of the run"
     return words
@@ -184,7 +185,7 @@ def child_line(child: Run) -> str:
     return (
         f"{child.id}  {child.agent}  {child.status.value}  call {child.parent_call_id}  "
         f"{child.usage.input_tokens} in, {child.usage.output_tokens} out  "
-        f"{listed_cost(child.cost_usd, child.cost_unpriced).words(cost_text)}"
+        f"{listed_cost(child.cost_usd, child.cost_unpriced).words(money)}"
     )
 
 
@@ -206,7 +207,8 @@ def status_cell(row: dict[str, Any], workers: Mapping[str, WorkerInfo] | None = 
     status = str(row["status"])
     at = row.get("retry_at")
     if status == RunStatus.QUEUED and at is not None and row.get("retry_attempts"):
-        return f"{status} (retry {row['retry_attempts']} at {at:%H:%M:%S})"
+        # The attempt to come, as `runwright show` and the console count it.
+        return f"{status} (attempt {row['retry_attempts'] + 1} at {at:%H:%M:%S})"
     if status == RunStatus.WAITING and row.get("waiting_on"):
         if row.get("waiting_kind") == "input":
             return f"{status} (a person's answer)"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from runner.console.render import attention, e, money, status_badge, url, when
-from runner.costs import listed_cost
+from runner.console.render import attention, e, status_badge, url, when
+from runner.costs import listed_cost, money
 from store.models import Run, RunStatus
 
 
@@ -71,7 +71,8 @@ def _counts(counts: Mapping[RunStatus, int], *, base: str, filters: Mapping[str,
         for status in RunStatus
     ]
     total = sum(counts.values())
-    return f'<p class="counts">{"".join(links)}<span>all {total}</span></p>'
+    # Spaces between them: read as text (copied, a screen reader), they are words.
+    return f'<p class="counts">{" ".join(links)} <span>all {total}</span></p>'
 
 
 def _table(runs: Sequence[Run], *, base: str) -> str:

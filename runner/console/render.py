@@ -88,12 +88,6 @@ def took(start: datetime | None, end: datetime | None) -> str:
     return f"{seconds * 1000:.0f} ms" if seconds < 10 else f"{seconds:.1f} s"
 
 
-def money(usd: float | None) -> str:
-    if usd is None or not math.isfinite(usd):
-        return "—"
-    return f"${usd:.4f}" if usd < 100 else f"${usd:,.2f}"
-
-
 def expires(at: datetime, now: datetime) -> str:
     """The expiry as text now; the page's script counts it down."""
     left = (at - now).total_seconds()

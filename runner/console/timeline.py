@@ -23,7 +23,6 @@ from runner.console.render import (
     facts,
     hidden,
     json_block,
-    money,
     parsed,
     status_badge,
     text_block,
@@ -31,7 +30,7 @@ from runner.console.render import (
     url,
     when,
 )
-from runner.costs import listed_cost, run_cost, unpriced
+from runner.costs import listed_cost, money, run_cost, unpriced
 from store.events import EventType, RunEvent, step_of
 from store.models import (
     Approval,
@@ -168,7 +167,11 @@ def _facts(run: Run, steps: Sequence[Step], base: str) -> str:
         detached = " (detached)" if run.detached else ""
         rows.append(("parent", f"{parent}, its call {e(run.parent_call_id)}{detached}"))
     if run.retry is not None:
-        rows.append(("model retries", e(f"{run.retry.attempts} failed: {run.retry.error}")))
+        retry = run.retry
+        said = f"attempt {retry.attempts} failed: {retry.error}"
+        if run.retry_at is not None:
+            said += f"; attempt {retry.attempts + 1} at {when(run.retry_at)}"
+        rows.append(("model step", e(said)))
     if run.cancel_requested and not run.settled:
         by = f" by {run.cancelled_by}" if run.cancelled_by else ""
         rows.append(("cancel", e(f"requested{by}")))

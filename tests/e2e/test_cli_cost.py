@@ -10,7 +10,7 @@ import re
 import pytest
 
 from runner import Agent, Engine, tool
-from runner.cli.step_lines import cost_text
+from runner.costs import money
 from runner.testing import ScriptedModel, call, text, tools
 from store.models import RunStatus
 from tests.e2e.clirun import rw
@@ -78,7 +78,9 @@ def test_runs_and_show_display_the_cost(cli_env: dict[str, str], engine: Engine)
         (0.00004, "<$0.0001"),
         (0.0001, "$0.0001"),
         (12.3456789, "$12.3457"),
+        (1234.5, "$1,234.50"),  # from $100 on, to the cent, as the console showed it
+        (-1.0, "—"),
     ],
 )
 def test_a_cost_reads_in_dollars_to_a_hundredth_of_a_cent(usd: float | None, shown: str) -> None:
-    assert cost_text(usd) == shown
+    assert money(usd) == shown

@@ -90,13 +90,15 @@ def test_show_and_runs_show_a_retry_wait(
     shown = rw(cli_env, "show", run.id).stdout
     assert_inert(shown)
     assert (
-        "retrying: attempt 3 failed (provider said \\x1b]0;pwned\\x07 no), next attempt at "
+        "model step: attempt 3 failed (provider said \\x1b]0;pwned\\x07 no); attempt 4 at "
         f"{retry_at:%Y-%m-%d %H:%M:%S}"
     ) in shown
     other = engine.start("five")
     rows = {line.split()[1]: line for line in rw(cli_env, "runs").stdout.splitlines()[3:-1]}
-    assert f"queued (retry 3 at {retry_at:%H:%M:%S})" in rows[run.id]
-    assert "queued" in rows[other.id] and "retry" not in rows[other.id]
+    # The same attempt by the same word wherever it is shown (show's reason too).
+    assert f"queued (attempt 4 at {retry_at:%H:%M:%S})" in rows[run.id]
+    assert f"attempt 4 at {retry_at:%Y-%m-%d %H:%M:%S}" in shown.split("steps")[0]
+    assert "queued" in rows[other.id] and "attempt" not in rows[other.id]
 
 
 def test_fork_from_the_cli(cli_env: dict[str, str], engine: Engine) -> None:

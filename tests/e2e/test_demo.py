@@ -32,6 +32,8 @@ def test_demo_from_a_fresh_clone(tmp_path: Path) -> None:
         assert "Starting the local stack" in out
         assert (clone / ".runwright" / "postgres" / "data" / "PG_VERSION").exists()
         assert '"title": "App crashes on start"' in out
+        # The glossary's word for it (docs/concepts.md), not a word of the demo's own.
+        assert "its trigger message, the first the model reads:" in out
         assert "-> waiting" in out
         assert "the notifier asked for approval of file_ticket" in out
         assert "$ runwright approve" in out and "is queued again" in out
