@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import functools
 import logging
 import os
 import socket
@@ -294,16 +296,16 @@ class Execution:
             return self.settled
         except LeaseLostError as exc:
             await self._lease_lost()
-            self._report(agent, exc)
+            await self._report(agent, exc)
             return None
         except StoreUnavailable as exc:
             # Not the run's fault: leave it to recovery once the claim lapses.
             log.error("run %s stopped: %s", self.run_id, exc)
-            self._report(agent, exc)
+            await self._report(agent, exc)
             return None
         except Exception as exc:
             log.exception("run %s crashed", self.run_id)
-            self._report(agent, exc)
+            await self._report(agent, exc)
             self.settled = await self._settle_crash(exc)
             return self.settled
 
@@ -445,10 +447,17 @@ class Execution:
             return True
         return run.status is RunStatus.RUNNING
 
-    def _report(self, agent: Agent | None, exc: BaseException) -> None:
+    async def _report(self, agent: Agent | None, exc: BaseException) -> None:
+        """The agent's ``on_error``, on a thread of the tool pool, as a sync
+        tool runs: never on the loop, which it would hold for every run of
+        the process (and where Django refuses its ORM: runner/appdb.py)."""
         if agent is None or agent.on_error is None:
             return
+        loop = asyncio.get_running_loop()
+        call = functools.partial(appdb.call, agent.on_error, self.run_id, exc)
         try:
-            appdb.call(agent.on_error, self.run_id, exc)
+            await loop.run_in_executor(
+                self.deps.tool_executor, contextvars.copy_context().run, call
+            )
         except Exception:
             log.exception("on_error of agent %s raised", agent.name)

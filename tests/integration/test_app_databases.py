@@ -208,3 +208,30 @@ def test_a_connection_in_a_callers_transaction_is_left_alone() -> None:
         return still
 
     assert in_a_thread(unit) is True
+
+
+def test_on_error_runs_off_the_loop_on_a_thread_of_the_tool_pool(engine: Engine) -> None:
+    # On the loop it would hold every run of the process while it ran, and
+    # Django refuses its ORM there.
+    from store.errors import LeaseLostError
+
+    seen: list[str] = []
+    name = unique("off-loop")
+    model = ScriptedModel(name, [text("never")])
+    Agent(
+        name=name,
+        model=model.model,
+        on_error=lambda run_id, exc: seen.append(threading.current_thread().name),
+    )
+    run = engine.start(name)
+
+    def lose(_: str) -> None:
+        raise LeaseLostError("the test took the lease away")
+
+    faults.arm(faults.AFTER_JOURNAL, lose)
+    try:
+        engine.execute(run.id)
+    finally:
+        faults.disarm()
+    [where] = seen
+    assert where.startswith("runwright-tool"), where
