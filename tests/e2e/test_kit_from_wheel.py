@@ -273,6 +273,7 @@ def test_the_wheel_holds_the_source_its_data_and_no_tests(built: Built) -> None:
     # pages), the py.typed markers; and nothing else but celeryconfig.py.
     dist_info = {name for name in names if name.startswith(f"runwright-{VERSION}.dist-info/")}
     assert set(names) == source | dist_info | {"celeryconfig.py"}
+    assert f"runwright-{VERSION}.dist-info/licenses/LICENSE" in dist_info  # the licence's text
     migrations = {name for name in names if name.startswith("store/migrations/")}
     assert {"store/migrations/env.py", "store/migrations/script.py.mako"} <= migrations
     assert any(re.fullmatch(r"store/migrations/versions/0001_\w+\.py", n) for n in migrations)
