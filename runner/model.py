@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.errors import ModelError, ModelRequestsBlocked
+from runner.observe import FirstSeen
 from runner.retry import retry_after
 from store.jsonsafe import clean_message, clean_text
 from store.models import Message, Usage
@@ -282,18 +283,12 @@ async def complete(
 # ------------------------------------------------------ usage the provider omits
 
 # Models whose missing usage was logged in this process: once per model.
-_unreported: set[str] = set()
-_unreported_lock = threading.Lock()
-_UNREPORTED_LIMIT = 1024  # model names are few; a flood of them starts the set again
+_unreported = FirstSeen()
 
 
 def _note_unreported(model: str) -> None:
-    with _unreported_lock:
-        if model in _unreported:
-            return
-        if len(_unreported) >= _UNREPORTED_LIMIT:
-            _unreported.clear()
-        _unreported.add(model)
+    if not _unreported.first(model):
+        return
     log.warning(
         "model %s reported no token usage; its tokens are an estimate by litellm's counter "
         "from now on (steps and runs record them as estimated; budgets hold on the estimate)",

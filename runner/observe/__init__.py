@@ -15,7 +15,8 @@ ones are imported only when configured.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Hashable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,6 +63,27 @@ class ToolCall:
     # timeout or cancelled (abandoned by the execution's timeout, or by a
     # cancel, a drain or a lost lease); unknown (an effect of unknown outcome).
     status: str = "ok"
+
+
+class FirstSeen:
+    """What a process has told once (a model that reports no usage, a tool
+    left out of a listing): :meth:`first` is True the first time it sees a
+    key. Bounded: past ``limit`` keys it forgets them all and starts again,
+    so a flood of keys costs memory no more than a repeated line."""
+
+    def __init__(self, limit: int = 1024) -> None:
+        self.limit = limit
+        self._seen: set[Hashable] = set()
+        self._lock = threading.Lock()
+
+    def first(self, key: Hashable) -> bool:
+        with self._lock:
+            if key in self._seen:
+                return False
+            if len(self._seen) >= self.limit:
+                self._seen.clear()
+            self._seen.add(key)
+            return True
 
 
 # The values of ToolCall.status, the ``status`` label of the tool metrics.

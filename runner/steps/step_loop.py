@@ -21,7 +21,7 @@ from runner import faults, model
 from runner.agent import Agent
 from runner.engine.deps import Deps
 from runner.errors import InvalidInput
-from runner.observe import ModelCall
+from runner.observe import FirstSeen, ModelCall
 from runner.steps.builtin_tools import (
     AskHumanTool,
     StateHolder,
@@ -84,18 +84,13 @@ class Host(Protocol):
 
 
 # The server tools left out for a name the agent's own tool has, each told
-# once per listing (its digest) in this process; bounded, as listings are few.
-_told_left_out: set[tuple[str, str, str]] = set()
-_TOLD_LIMIT = 1024
+# once per listing (its digest) in this process.
+_told_left_out = FirstSeen()
 
 
 def _left_out(agent: str, tool: Tool) -> None:
-    told = (agent, tool.name, str(getattr(tool, "digest", "")))
-    if told in _told_left_out:
+    if not _told_left_out.first((agent, tool.name, str(getattr(tool, "digest", "")))):
         return
-    if len(_told_left_out) >= _TOLD_LIMIT:
-        _told_left_out.clear()
-    _told_left_out.add(told)
     log.warning(
         "agent %r: MCP server %r lists a tool that would be named %r, as one of the agent's own "
         "tools is: the server's is left out, the agent's own is offered",
