@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import NamedTuple
 
 from store.pg.base import PgBase
 from store.statements import Statement
+from store.status import SETTLED, RunStatus, status_in
 
 # Pending approvals: their number and the oldest one's age. The predicate is the
 # one of approvals_pending_expiry_idx (``store/schema.py``), so the scan covers
@@ -32,6 +34,41 @@ UNRESOLVED_EFFECTS = Statement(
 )
 
 
+# The tools that failed (a tool step with an error) in more than half of their
+# calls since :since, by agent and tool, among those called :min_calls times
+# or more; the most failures first, with the latest error. A step started
+# since then belongs to a run not settled or settled since then: the runs are
+# found through runs_status_idx and runs_settled_finished_idx, their steps
+# through the steps' primary key, so a large history is not scanned.
+FAILING_TOOLS = Statement(
+    "failing_tools",
+    f"""
+    SELECT r.agent, s.name AS tool, count(*) AS calls,
+           count(*) FILTER (WHERE json_typeof(s.error) <> 'null') AS failures,
+           (array_agg(s.error #>> '{{}}' ORDER BY s.started_at DESC, s.id DESC)
+                FILTER (WHERE json_typeof(s.error) <> 'null'))[1] AS last_error
+      FROM runs AS r
+      JOIN steps AS s ON s.run_id = r.id AND s.kind = 'tool' AND s.started_at >= :since
+     WHERE {status_in(set(RunStatus) - SETTLED, "r.status")}
+        OR ({status_in(SETTLED, "r.status")} AND r.finished_at >= :since)
+     GROUP BY r.agent, s.name
+    HAVING count(*) >= CAST(:min_calls AS int)
+       AND 2 * count(*) FILTER (WHERE json_typeof(s.error) <> 'null') > count(*)
+     ORDER BY failures DESC, r.agent, s.name
+    """,
+)
+
+
+class ToolFailures(NamedTuple):
+    """A tool of an agent that failed in more than half of its calls lately."""
+
+    agent: str
+    tool: str
+    calls: int
+    failures: int
+    last_error: str
+
+
 class PgObserve(PgBase):
     def unresolved_effects(self) -> int:
         """How many effects of unknown outcome wait for a person, over all runs."""
@@ -43,3 +80,15 @@ class PgObserve(PgBase):
         row = self.db.first(APPROVAL_BACKLOG)
         assert row is not None  # an aggregate always returns one row
         return int(row["pending"]), row["oldest"]
+
+    def failing_tools(self, since: datetime, min_calls: int) -> list[ToolFailures]:
+        """The tools that failed in more than half of their calls since
+        ``since``, by agent and tool, of those called ``min_calls`` times or
+        more (``runwright doctor`` runs this statement on its own connection)."""
+        rows = self.db.rows(FAILING_TOOLS, {"since": since, "min_calls": min_calls})
+        return [
+            ToolFailures(
+                r["agent"], r["tool"], int(r["calls"]), int(r["failures"]), r["last_error"]
+            )
+            for r in rows
+        ]

@@ -1153,6 +1153,42 @@ def test_approval_backlog_counts_the_pending_and_finds_the_oldest(store: Postgre
     assert store.approval_backlog() == (1, left.created_at)
 
 
+def test_failing_tools_are_those_failing_most_of_enough_recent_calls(
+    store: PostgresStore,
+) -> None:
+    """What ``runwright doctor`` reads: by agent and tool, the tools whose
+    steps since a time carry an error in more than half of them, of those
+    called often enough, in runs open or settled since."""
+    since = utcnow()
+    assert store.failing_tools(since, 3) == []
+
+    def called(agent: str, tool: str, errors: list[str | None]) -> Fence:
+        fence = claimed(store, agent=agent)
+        rows = [
+            dataclasses.replace(tool_record(1, f"c{n}"), name=tool, error=error)
+            for n, error in enumerate(errors)
+        ]
+        store.commit_step(fence, commit(1, 0, [msg(0)], tools=rows))
+        return fence
+
+    called("triage", "lookup", ["timed out", None, "refused"])  # 2 of 3
+    called("triage", "lookup", [None, None, None])  # 2 of 6: half or less
+    called("triage", "charge", ["declined", "declined", None])  # 2 of 3
+    called("billing", "charge", ["declined", None])  # too few calls
+    called("billing", "charge", [None, None])  # 1 of 4: not failing
+    [found] = store.failing_tools(since, 3)
+    assert found == ("triage", "charge", 3, 2, "declined")
+    assert store.failing_tools(since, 4) == []
+    later = called("triage", "lookup", ["refused again"] * 4)  # 6 of 10
+    assert [(f.tool, f.calls, f.failures, f.last_error) for f in store.failing_tools(since, 3)] == [
+        ("lookup", 10, 6, "refused again"),
+        ("charge", 3, 2, "declined"),
+    ]
+    store.settle(later, Outcome(RunStatus.COMPLETED, output="done"))  # settled since: counted
+    assert [f.tool for f in store.failing_tools(since, 3)] == ["lookup", "charge"]
+    assert store.failing_tools(utcnow(), 1) == []  # nothing was called since now
+
+
 def test_each_committed_write_that_makes_events_calls_on_commit(store: PostgresStore) -> None:
     """The run-event feed's wake-up is the store's: each write that commits
     events of a run calls what ``on_commit`` registered, once, after its
