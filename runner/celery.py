@@ -334,6 +334,7 @@ def _connect() -> None:
     for signal, handler in (
         (signals.import_modules, _starting),
         (signals.worker_init, _worker_init),
+        (signals.celeryd_after_setup, _without_our_queue),
         (signals.after_setup_logger, _run_context_on_logs),
         (signals.after_setup_task_logger, _run_context_on_logs),
         (signals.worker_shutdown, _flush_observers),
@@ -363,6 +364,34 @@ def _consumes(worker: Any, queue: str) -> bool:
     """Whether the worker takes messages from ``queue`` (its -Q, else every
     queue the app declares, its default queue at least)."""
     return queue in worker.app.amqp.queues.consume_from
+
+
+def _without_our_queue(sender: Any = None, instance: Any = None, **_: Any) -> None:
+    # A worker of an app that installed Runwright, started without its queue
+    # (no -Q that names it: Celery's default queue only, say), runs no agent;
+    # if no other worker takes the queue, runs wait for ever. Said once its
+    # logging is set up (this signal), so that it reaches --logfile too.
+    app = getattr(instance, "app", None)
+    if app is None or not installed(app):
+        return
+    queue = Settings.from_env().queue
+    if _consumes(instance, queue):
+        return
+    import click
+
+    taken = sorted(app.amqp.queues.consume_from)
+    context = click.get_current_context(silent=True)
+    named = context.find_root().params.get("app") if context is not None else None
+    start = f"celery -A {named or app.main} worker -Q {queue} -P threads --prefetch-multiplier 1"
+    log.warning(
+        "runwright: this worker does not take Runwright's queue %r (it takes %s), so it runs "
+        "no agent, and runs wait until a worker that takes it starts. To run agents here, "
+        "start it with -Q %s -P threads; or start workers for them: %s",
+        queue,
+        ", ".join(taken) or "no queue",
+        ",".join([*taken, queue]),
+        start,
+    )
 
 
 def _uses_prefork(worker: Any) -> bool:

@@ -354,10 +354,14 @@ def show_json(
     }
 
 
-def doctor_json(checks: Iterable[tuple[str, str, str]], healthy: bool) -> Document:
+def doctor_json(
+    checks: Iterable[tuple[str, str, str]], healthy: bool, version: str | None
+) -> Document:
     """``runwright doctor --json``: each check's name, state (``ok``, ``FAIL``
-    or ``skipped``, as its line says) and detail, and whether all passed."""
+    or ``skipped``, as its line says) and detail, whether all passed, and
+    Runwright's version (null: run from a source tree)."""
     return {
+        "version": version,
         "healthy": healthy,
         "checks": [
             {"name": name, "state": state, "detail": detail} for name, state, detail in checks

@@ -7,6 +7,10 @@ timeouts, and a check that still has no answer after :data:`CHECK_SECONDS` fails
 with that. The command exits 0 only if every check passed.
 
 It checks the environment it runs in: run it with the workers' settings.
+The Celery app it checks is the one ``-A`` names, found as ``celery -A`` finds
+it (a module, ``module:attribute``, or a package with a ``celery`` module), or
+Runwright's own (``tasks``): its broker, result backend, the routes and
+options of Runwright's tasks, and which workers take Runwright's queue.
 With ``--json`` it prints the same checks as one JSON document instead
 (runner/cli/as_json.py), with the same exit status.
 """
@@ -17,13 +21,15 @@ import contextlib
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import click
 
+from runner import version
 from runner.cli.terminal import inert
 from runner.settings import Settings
 from store.errors import ConfigurationError, RunwrightError
@@ -32,10 +38,25 @@ from store.errors import ConfigurationError, RunwrightError
 CONNECT_SECONDS = 2.0
 # What one check may take in all (an agent module may be slow to import).
 CHECK_SECONDS = 15.0
-REASON_CHARS = 300
+# What Celery's inspect waits for the workers' replies.
+INSPECT_SECONDS = 1.0
+# A line's bound. What the checks compose fits in it whole (of the agents no
+# worker has and the failing tools, the most pressing are named and the rest
+# counted); only a driver's message may be cut.
+REASON_CHARS = 500
 # Runs started this recently count as the agent's being in use, settled or not.
 RECENT_SECONDS = 3600.0
 NAME_WIDTH = 14
+# Runwright's own Celery app, checked unless -A names another.
+DEFAULT_APP = "tasks"
+# A tool is reported when it failed in more than half of its calls within the
+# window, if it was called this often (fewer calls say little).
+TOOL_WINDOW = timedelta(hours=1)
+TOOL_WINDOW_TEXT = "the last hour"
+TOOL_MIN_CALLS = 5
+# Of the agents no live worker has, or the failing tools, at most this many
+# are named (the others are counted): the most pressing first.
+NAMED = 3
 
 
 class Problem(RunwrightError):
@@ -51,12 +72,19 @@ class Found:
     stack_down: str | None = None  # why the local stack's URLs are unknown
     postgres: Any = None  # an open psycopg2 connection
     redis: Any = None  # a redis.Redis that answered
+    app_name: str = DEFAULT_APP  # as -A names it
+    app: Any = None  # the Celery app, once loaded
+    installed: bool = False  # whether the app installed Runwright
+    config_ok: bool = False  # whether the configuration check passed
 
 
-def run_checks(echo: Callable[[str], None] = click.echo, *, as_json: bool = False) -> int:
+def run_checks(
+    echo: Callable[[str], None] = click.echo, *, as_json: bool = False, app: str | None = None
+) -> int:
     """Run every check, print a line for each (or, ``as_json``, one document
-    of them all); the exit status (0: all passed)."""
-    found = Found()
+    of them all); the exit status (0: all passed). ``app`` names the Celery
+    app as ``celery -A`` does (default: Runwright's own)."""
+    found = Found(app_name=app or DEFAULT_APP)
     doctor = Doctor(echo if not as_json else lambda line: None)
     # With --json, the document is alone on stdout: what an agent module
     # prints as it is imported goes to stderr.
@@ -72,14 +100,14 @@ def run_checks(echo: Callable[[str], None] = click.echo, *, as_json: bool = Fals
     if as_json:
         from runner.cli.as_json import doctor_json, dumps
 
-        echo(dumps(doctor_json(doctor.results, doctor.healthy)))
+        echo(dumps(doctor_json(doctor.results, doctor.healthy, version())))
     else:
-        echo(doctor.summary())
+        echo(f"{doctor.summary()} (runwright {version() or 'from a source tree'})")
     return 0 if doctor.healthy else 1
 
 
 def _run(doctor: Doctor, found: Found) -> None:
-    doctor.check("configuration", lambda: _configuration(found))
+    found.config_ok = doctor.check("configuration", lambda: _configuration(found))
     settings = found.settings
     if settings is None:
         for name in ("signing key", *SERVICE_CHECKS, "agents"):
@@ -103,7 +131,20 @@ def _run(doctor: Doctor, found: Found) -> None:
     doctor.check("agents", lambda: _agents(settings))
 
 
-SERVICE_CHECKS = ("postgres", "schema", "redis", "broker", "beat", "workers", "agents served")
+# The checks of the Celery app that follow its own ("celery app").
+APP_CHECKS = ("broker", "result backend", "routes", "task options")
+SERVICE_CHECKS = (
+    "postgres",
+    "schema",
+    "redis",
+    "celery app",
+    *APP_CHECKS,
+    "beat",
+    "workers",
+    "consumers",
+    "agents served",
+    "tools",
+)
 
 
 def _service_checks(doctor: Doctor, found: Found, services: Settings) -> None:
@@ -113,17 +154,22 @@ def _service_checks(doctor: Doctor, found: Found, services: Settings) -> None:
     else:
         doctor.skip("schema", "Postgres is unreachable")
     redis_up = doctor.check("redis", lambda: _redis(found, services))
-    if not redis_up and _same_server(services.broker, services.redis_url or ""):
-        doctor.skip("broker", "the broker is the Redis server that is unreachable")
-    else:
-        doctor.check("broker", lambda: _broker(services))
+    broker_up = _app_checks(doctor, found, services, redis_up)
     if redis_up:
         doctor.check("beat", lambda: _beat(found, services))
-        workers_up = doctor.check("workers", lambda: _workers(found))
+        workers_up = doctor.check("workers", lambda: _workers(found, services))
     else:
         doctor.skip("beat", "Redis is unreachable")
         doctor.skip("workers", "Redis is unreachable")
         workers_up = False
+    if found.app is None:
+        doctor.skip("consumers", "the Celery app cannot be loaded")
+    elif not found.installed:
+        doctor.skip("consumers", "Runwright is not installed on the Celery app")
+    elif not broker_up:
+        doctor.skip("consumers", "the broker is unreachable")
+    else:
+        doctor.check("consumers", lambda: _consumers(found, services))
     if found.postgres is None:
         doctor.skip("agents served", "Postgres is unreachable")
     elif not schema_ok:
@@ -134,6 +180,40 @@ def _service_checks(doctor: Doctor, found: Found, services: Settings) -> None:
         doctor.skip("agents served", "no live worker to ask")
     else:
         doctor.check("agents served", lambda: _served(found))
+    if found.postgres is None:
+        doctor.skip("tools", "Postgres is unreachable")
+    elif not schema_ok:
+        doctor.skip("tools", "the schema is not this code's")
+    else:
+        doctor.check("tools", lambda: _tools(found))
+
+
+def _app_checks(doctor: Doctor, found: Found, services: Settings, redis_up: bool) -> bool:
+    """The Celery app's checks; whether its broker answered."""
+    if not found.config_ok and found.app_name == DEFAULT_APP:
+        # Runwright's preset (celeryconfig.py) stops on what failed already.
+        doctor.skip("celery app", "the configuration is not valid, and Runwright's app needs it")
+    else:
+        doctor.check("celery app", lambda: _celery_app(found))
+    app = found.app
+    if app is None:
+        for name in APP_CHECKS:
+            doctor.skip(name, "the Celery app cannot be loaded")
+        return False
+    url = _broker_url(app)
+    if not redis_up and _same_server(url, services.redis_url or ""):
+        doctor.skip("broker", "the broker is the Redis server that is unreachable")
+        broker_up = False
+    else:
+        broker_up = doctor.check("broker", lambda: _broker(app))
+    doctor.check("result backend", lambda: _result_backend(app))
+    if found.installed:
+        doctor.check("routes", lambda: _routes(app, services.queue))
+        doctor.check("task options", lambda: _task_options(app))
+    else:
+        doctor.skip("routes", "Runwright is not installed on the Celery app")
+        doctor.skip("task options", "Runwright is not installed on the Celery app")
+    return broker_up
 
 
 class Doctor:
@@ -215,6 +295,13 @@ def _reason(exc: BaseException) -> str:
     # Driver errors: their first line says what happened.
     text = " ".join(str(exc).split("\n", 1)[0].split()) or type(exc).__name__
     return f"{type(exc).__name__}: {text}"
+
+
+def _safe_urls(url: object) -> str:
+    """A broker's URL, or its failover list (``;``-separated or a list),
+    without passwords."""
+    items = url if isinstance(url, list | tuple) else str(url).split(";")
+    return ";".join(_safe_url(str(item).strip()) for item in items)
 
 
 def _safe_url(url: str) -> str:
@@ -308,19 +395,23 @@ def _schema(found: Found) -> str:
     return f"at revision {HEAD}"
 
 
-def _redis(found: Found, services: Settings) -> str:
+def _redis_client(url: str) -> Any:
     import redis
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
-    assert services.redis_url is not None
-    client = redis.Redis.from_url(
-        services.redis_url,
+    return redis.Redis.from_url(
+        url,
         socket_timeout=CONNECT_SECONDS,
         socket_connect_timeout=CONNECT_SECONDS,
         retry_on_timeout=False,
         retry=Retry(NoBackoff(), 0),  # one attempt: a Redis that is down fails at once
     )
+
+
+def _redis(found: Found, services: Settings) -> str:
+    assert services.redis_url is not None
+    client = _redis_client(services.redis_url)
     try:
         client.ping()
     except Exception:
@@ -330,17 +421,234 @@ def _redis(found: Found, services: Settings) -> str:
     return _safe_url(services.redis_url)
 
 
-def _broker(services: Settings) -> str:
-    from kombu import connection
+def celery_app(name: str) -> Any:
+    """The Celery app ``name`` names, found as ``celery -A name`` finds it
+    (Celery's own lookup, from the current folder): a module and its ``app``
+    or ``celery``, ``module:attribute``, or a package's ``celery`` module.
+    :class:`Problem` if it cannot be loaded."""
+    from celery import Celery
+    from celery.app.utils import find_app
 
-    url = services.broker
+    try:
+        app = find_app(name)
+        if isinstance(app, Celery):
+            app.conf.broker_url  # noqa: B018  (loads a lazy configuration, which may stop)
+    except (Exception, SystemExit) as exc:  # the project's import: a failed check
+        raise Problem(f"cannot load the Celery app {name!r}: {_reason(exc)}") from exc
+    if not isinstance(app, Celery):
+        raise Problem(f"{name!r} names a {type(app).__name__}, not a Celery app")
+    return app
+
+
+def _celery_app(found: Found) -> str:
+    name = found.app_name
+    found.app = app = celery_app(name)
+    # An app that installed Runwright imported runner.celery to do it.
+    module = sys.modules.get("runner.celery")
+    found.installed = module is not None and bool(module.installed(app))
+    if not found.installed:
+        from runner.layout import require_runwright_app
+
+        try:  # a tasks.py of the project's own, in Runwright's place
+            require_runwright_app(name, installed=False)
+        except SystemExit as exc:
+            raise Problem(str(exc.code).removeprefix("runwright: ")) from None
+        raise Problem(
+            f"{name}: Runwright is not installed on the Celery app {app.main!r}; call "
+            "runner.celery.install(app) where it is created (docs/celery.md)"
+        )
+    return f"{name}: the Celery app {app.main!r}, with Runwright installed"
+
+
+def _broker_url(app: Any) -> str:
+    """The URL the app sends with (its ``broker_url``, which Celery reads
+    from ``CELERY_BROKER_URL`` first), without passwords."""
+    url = app.conf.broker_write_url or app.conf.broker_url
+    if not url:
+        with app.connection_for_write() as conn:  # Celery's default broker
+            return str(conn.as_uri())
+    return _safe_urls(url)
+
+
+def _connection(app: Any) -> Any:
+    """A connection to the app's broker (its transport and options) with
+    short timeouts, connected; :class:`Problem` naming the URL if it cannot be."""
     options = {"socket_timeout": CONNECT_SECONDS, "socket_connect_timeout": CONNECT_SECONDS}
-    conn: Any = connection.Connection(  # type: ignore[no-untyped-call]
-        url, connect_timeout=CONNECT_SECONDS, transport_options=options
-    )
-    with conn:
+    conn = app.connection_for_write(connect_timeout=CONNECT_SECONDS, transport_options=options)
+    try:
         conn.ensure_connection(max_retries=1, interval_start=0, timeout=CONNECT_SECONDS)
-    return _safe_url(url)
+    except Exception as exc:
+        conn.release()
+        raise Problem(
+            f"cannot reach {_broker_url(app)}, the broker of the Celery app {app.main!r}: "
+            f"{_reason(exc)}"
+        ) from exc
+    return conn
+
+
+def _broker(app: Any) -> str:
+    _connection(app).release()
+    return f"{_broker_url(app)}, the broker of the Celery app {app.main!r}"
+
+
+def _result_backend(app: Any) -> str:
+    """Runwright's tasks store no results; the app's own tasks may, so a Redis
+    backend must answer. Other backends are named, not connected to."""
+    backend = app.conf.result_backend
+    if not backend or str(backend).partition(":")[0] == "disabled":
+        return "none (Runwright's tasks store no results)"
+    url = str(backend)
+    shown = _safe_url(url)
+    if url.partition("://")[0].lower() not in ("redis", "rediss"):
+        return f"{shown} (not connected to: Runwright's tasks store no results)"
+    client = _redis_client(url)
+    try:
+        client.ping()
+    except Exception as exc:
+        raise Problem(f"cannot reach {shown}, the app's result_backend: {_reason(exc)}") from exc
+    finally:
+        client.close()
+    return f"{shown} answered (Runwright's tasks store no results)"
+
+
+def _routes(app: Any, queue: str) -> str:
+    """Where the app sends Runwright's two tasks: to the queue its workers
+    take (RUNWRIGHT_QUEUE), unless the app's routes were replaced after
+    install or the queue is not declared where it must be."""
+    from runner.celery import EXECUTE, TICK
+
+    astray = []
+    for task in (EXECUTE, TICK):
+        try:
+            route = app.amqp.router.route({}, task)
+        except Exception as exc:  # QueueNotFound: task_create_missing_queues is off
+            raise Problem(
+                f"{task} cannot be routed to queue {queue!r}: {_reason(exc)}; declare the "
+                "queue in the app's task_queues (docs/celery.md)"
+            ) from exc
+        found = route.get("queue")
+        name = getattr(found, "name", found)
+        if name != queue:
+            astray.append(f"{task} goes to queue {name!r}")
+    if astray:
+        raise Problem(
+            f"{' and '.join(astray)}, not to Runwright's queue {queue!r} (RUNWRIGHT_QUEUE): "
+            "call runner.celery.install(app) after the app's task_routes are set"
+        )
+    return f"{EXECUTE} and {TICK} go to queue {queue!r}"
+
+
+def _task_options(app: Any) -> str:
+    """What a worker of the app does with Runwright's messages: it must
+    accept their serializer and ack them late; prefetching one per thread
+    spreads runs over the workers."""
+    from kombu.serialization import prepare_accept_content, registry
+
+    from runner.celery import EXECUTE
+
+    task = app.tasks[EXECUTE]
+    serializer = task.serializer or app.conf.task_serializer
+    accepted = prepare_accept_content(app.conf.accept_content)  # type: ignore[no-untyped-call]
+    if registry.name_to_type.get(serializer, serializer) not in accepted:
+        raise Problem(
+            f"{EXECUTE} is sent as {serializer}, which the app's accept_content "
+            f"({', '.join(sorted(accepted))}) refuses: its workers would refuse every run; "
+            f"add {serializer!r} to accept_content"
+        )
+    if not task.acks_late or not task.reject_on_worker_lost:
+        raise Problem(
+            f"{EXECUTE} has acks_late={task.acks_late} and reject_on_worker_lost="
+            f"{task.reject_on_worker_lost}: a worker that dies loses its runs' messages "
+            "until tick() sends them again; leave both as runner.celery.install sets them"
+        )
+    prefetch = app.conf.worker_prefetch_multiplier
+    advice = "" if prefetch == 1 else " (start Runwright's workers with --prefetch-multiplier 1)"
+    return (
+        f"{EXECUTE} is sent as {serializer}, which the app accepts; acked late, rejected if "
+        f"its worker is lost; worker_prefetch_multiplier {prefetch}{advice}"
+    )
+
+
+def _consumers(found: Found, services: Settings) -> str:
+    """Whether a live worker takes Runwright's queue, by Celery's inspect
+    (each worker's active queues), else its runs wait for none."""
+    app, queue = found.app, services.queue
+    start = f"celery -A {found.app_name} worker -Q {queue} -P threads --prefetch-multiplier 1"
+    if not app.conf.worker_enable_remote_control:
+        return _consumers_by_records(found, queue, start)
+    conn = _connection(app)
+    try:
+        replies = app.control.inspect(timeout=INSPECT_SECONDS, connection=conn).active_queues()
+        replies = replies if isinstance(replies, dict) else {}
+        takers = sorted(w for w, queues in replies.items() if queue in _queue_names(queues))
+        if not takers:
+            answered = sorted(replies)
+            others = ", ".join(
+                f"{w} takes {', '.join(sorted(_queue_names(replies[w]))) or 'none'}"
+                for w in answered[:NAMED]
+            )
+            more = f" and {len(answered) - NAMED} more" if len(answered) > NAMED else ""
+            who = (
+                f"{len(answered)} worker(s) answered: {others}{more}"
+                if answered
+                else f"no worker answered Celery's inspect within {INSPECT_SECONDS:g} s"
+            )
+            raise Problem(
+                f"no worker takes queue {queue!r}, and runs wait for one ({who}): start one "
+                f"({start}), or add the queue to a worker's -Q"
+            )
+        stats = app.control.inspect(
+            timeout=INSPECT_SECONDS, connection=conn, destination=takers, limit=len(takers)
+        ).stats()
+        stats = stats if isinstance(stats, dict) else {}
+    finally:
+        conn.release()
+    shown = [_taker(name, stats.get(name)) for name in takers]
+    more = f" and {len(shown) - 5} more" if len(shown) > 5 else ""
+    text = f"{len(takers)} worker(s) take queue {queue!r}: {', '.join(shown[:5])}{more}"
+    if any(_prefetches_more(stats.get(name)) for name in takers):
+        text += "; start them with --prefetch-multiplier 1, so that runs spread over the workers"
+    return text
+
+
+def _consumers_by_records(found: Found, queue: str, start: str) -> str:
+    # Remote control is off: no worker answers inspect; Runwright's workers
+    # write their queues in their records (store/workers.py).
+    from store.leases import Leases
+
+    if found.redis is None:
+        raise Problem("the app's workers do not answer inspect, and Redis is unreachable")
+    takers = sorted(w.name for w in Leases(found.redis).workers().values() if queue in w.queues)
+    if not takers:
+        raise Problem(f"no live worker's record says it takes queue {queue!r}: start one ({start})")
+    return f"{len(takers)} worker(s) take queue {queue!r} by their records: {', '.join(takers[:5])}"
+
+
+def _queue_names(queues: object) -> set[str]:
+    """The queue names in a worker's reply to ``active_queues``."""
+    if not isinstance(queues, list):
+        return set()
+    return {str(q.get("name")) for q in queues if isinstance(q, dict) and q.get("name")}
+
+
+def _pool_size(stats: object) -> int | None:
+    pool = stats.get("pool") if isinstance(stats, dict) else None
+    size = pool.get("max-concurrency") if isinstance(pool, dict) else None
+    return size if isinstance(size, int) else None
+
+
+def _taker(name: str, stats: object) -> str:
+    prefetch = stats.get("prefetch_count") if isinstance(stats, dict) else None
+    size = _pool_size(stats)
+    if not isinstance(prefetch, int) or size is None:
+        return name
+    return f"{name} ({size} threads, prefetch {prefetch})"
+
+
+def _prefetches_more(stats: object) -> bool:
+    prefetch = stats.get("prefetch_count") if isinstance(stats, dict) else None
+    size = _pool_size(stats)
+    return isinstance(prefetch, int) and size is not None and prefetch > size
 
 
 def _beat(found: Found, services: Settings) -> str:
@@ -384,13 +692,14 @@ def _stored_last_tick(found: Found) -> float | None:
     return None if row is None else float(row[0].timestamp())
 
 
-def _workers(found: Found) -> str:
+def _workers(found: Found, services: Settings) -> str:
     from store.leases import Leases
 
     seen = Leases(found.redis).workers()
     if not seen:
         raise Problem(
-            "no worker has been seen lately: start one (celery -A tasks worker) with these settings"
+            f"no worker has been seen lately: start one (celery -A {found.app_name} worker -Q "
+            f"{services.queue} -P threads) with these settings"
         )
     names = sorted(seen)
     more = f" and {len(names) - 5} more" if len(names) > 5 else ""
@@ -409,18 +718,98 @@ def _served(found: Found) -> str:
     workers = Leases(found.redis).workers()
     missing = unserved(workers, [row["agent"] for row in in_use])
     if missing:
-        waiting = {row["agent"]: row["waiting_for_worker"] for row in in_use}
-        named = "; ".join(
-            f"no live worker has agent {agent!r} ({waiting[agent]} run(s) wait for one)"
-            for agent in missing
-        )
-        raise Problem(
-            f"{named}: start a worker whose RUNWRIGHT_AGENTS names its module "
-            "(runwright workers lists what each serves)"
-        )
+        waiting = {row["agent"]: int(row["waiting_for_worker"] or 0) for row in in_use}
+        raise Problem(unserved_reason(missing, waiting))
     if not in_use:
         return "no agent has open or recent runs"
     return f"each of the {len(in_use)} agent(s) with open or recent runs has a live worker"
+
+
+def _fitting(compose: Callable[[int], str], candidates: int) -> str:
+    """``compose(n)`` for the most ``n`` (1 to ``candidates``, at most
+    :data:`NAMED`) whose text fits in :data:`REASON_CHARS`; ``compose(1)``
+    whatever its length."""
+    text = compose(1)
+    for count in range(2, min(candidates, NAMED) + 1):
+        longer = compose(count)
+        if len(longer) > REASON_CHARS:
+            break
+        text = longer
+    return text
+
+
+def unserved_reason(missing: list[str], waiting: Mapping[str, int]) -> str:
+    """Why "agents served" fails: the agents no live worker has, those whose
+    runs wait for one first (the most runs first), as many named as fit in a
+    line and the rest counted, so that the line never loses the one that
+    matters to the cut."""
+    ordered = sorted(missing, key=lambda agent: (-waiting.get(agent, 0), agent))
+    modules = "its module" if len(missing) == 1 else "their modules"
+
+    def compose(count: int) -> str:
+        first, *also = ordered[:count]
+        text = f"no live worker has agent {first!r} ({waiting.get(first, 0)} run(s) wait for one)"
+        text += "".join(f", nor agent {a!r} ({waiting.get(a, 0)} run(s))" for a in also)
+        rest = ordered[count:]
+        if rest:
+            runs = sum(waiting.get(agent, 0) for agent in rest)
+            text += f", nor {len(rest)} other agent(s) with open or recent runs " + (
+                f"({runs} run(s) wait for them)" if runs else "(none of their runs waits)"
+            )
+        return (
+            f"{text}: start a worker whose RUNWRIGHT_AGENTS names {modules} "
+            "(runwright workers lists what each serves)"
+        )
+
+    # Only agents whose runs wait are named after the first.
+    return _fitting(compose, max(1, sum(1 for agent in ordered if waiting.get(agent))))
+
+
+def failing_reason(failing: list[Mapping[str, Any]]) -> str:
+    """Why "tools" fails: the failing tools (``FAILING_TOOLS``' rows, the
+    most failures first), the first with its counts, window and last error,
+    as many others named as fit in a line and the rest counted."""
+    from runner.cli.step_lines import clip
+
+    first = failing[0]
+    error = clip(" ".join(str(first["last_error"]).split()), 100)
+
+    def compose(count: int) -> str:
+        text = (
+            f"tool {first['tool']!r} of agent {first['agent']!r} failed {first['failures']} of "
+            f"its {first['calls']} calls in {TOOL_WINDOW_TEXT} (last error: {error})"
+        )
+        also = [
+            f"{row['tool']!r} of agent {row['agent']!r} ({row['failures']} of {row['calls']})"
+            for row in failing[1:count]
+        ]
+        rest = len(failing) - count
+        if also:
+            text += f"; also {', '.join(also)}"
+        if rest:
+            text += f"; {'and ' if also else ''}{rest} other tool(s) failing most of their calls"
+        return f"{text}: runwright show RUN prints each call's error"
+
+    return _fitting(compose, len(failing))
+
+
+def _tools(found: Found) -> str:
+    """The tools that failed in more than half of their calls lately
+    (``FAILING_TOOLS``, store/pg/observe.py), by agent and tool."""
+    import psycopg2.extras
+
+    from store.pg.observe import FAILING_TOOLS
+
+    since = datetime.now(UTC) - TOOL_WINDOW
+    with found.postgres.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cursor:
+        cursor.execute(FAILING_TOOLS.pyformat, {"since": since, "min_calls": TOOL_MIN_CALLS})
+        failing = cursor.fetchall()
+    if not failing:
+        return (
+            f"no tool failed more than half of its {TOOL_MIN_CALLS} or more calls in "
+            f"{TOOL_WINDOW_TEXT}"
+        )
+    raise Problem(failing_reason(failing))
 
 
 def _agents(settings: Settings) -> str:

@@ -25,7 +25,7 @@ import click
 from runner.cli.as_json import Document, json_option
 from runner.cli.terminal import say
 from runner.settings import Settings
-from store.errors import InvalidInput
+from store.errors import ConfigurationError, InvalidInput
 
 # A worker's CPU per durable step over HTTP to a provider, as bench.throughput
 # measures it on this project's benchmark machine (7.0-7.3 ms: runs of five
@@ -64,21 +64,46 @@ def shape(cores: int, latency: float, cpu_ms_per_step: float, others: int = 0) -
     return Shape(processes, threads, round(rate * processes, 1), threads * processes)
 
 
-def broker_advice(threads: int, broker_url: str | None) -> str | None:
+def broker_advice(threads: int, broker_url: str | None, *, app: str | None = None) -> str | None:
     """What to say of the broker for ``threads`` runs in flight per process:
     RabbitMQ where Redis is the broker (``None``: Runwright's default, the
-    leases' Redis) and the processes hold more than a burst's worth."""
+    leases' Redis) and the processes hold more than a burst's worth. ``app``:
+    the project's Celery app, whose own broker_url it is."""
     scheme = (broker_url or "redis://").split("://", 1)[0].lower()
     if scheme not in _REDIS_SCHEMES or threads <= REDIS_BROKER_BURST:
         return None
+    where = (
+        f"the broker_url of the Celery app {app} = amqp://..."
+        if app is not None
+        else "RUNWRIGHT_BROKER_URL=amqp://..."
+    )
     return (
         f"with Redis as the broker, a burst of {threads} runs reaches a busy process slowly "
         "(its consumer awaits a reply for each message); RabbitMQ hands them over faster: "
-        'RUNWRIGHT_BROKER_URL=amqp://... (docs/scaling.md, "Past one Postgres")'
+        f'{where} (docs/scaling.md, "Past one Postgres")'
     )
 
 
+def app_broker(name: str) -> str:
+    """The broker URL of the Celery app ``name`` (as ``celery -A`` finds it),
+    without connecting to it."""
+    from runner.cli.doctor import Problem, celery_app
+
+    try:
+        app = celery_app(name)
+    except Problem as exc:
+        raise ConfigurationError(exc.message) from None
+    url = app.conf.broker_write_url or app.conf.broker_url
+    if not url:
+        with app.connection_for_write() as conn:  # Celery's default broker
+            return str(conn.as_uri())
+    return str(url[0] if isinstance(url, list | tuple) else url)  # a failover list: its first
+
+
 @click.command("worker-shape")
+@click.option("-A", "--app", default=None,
+              help="The Celery app that installed Runwright, as `celery -A` names it "
+              "(default: Runwright's own, tasks).")  # fmt: skip
 @click.option("--cores", type=int, default=None, help="The machine's cores (default: this one's).")
 @click.option("--others", type=int, default=0, show_default=True,
               help="Cores Postgres, Redis or the broker take on the same machine.")  # fmt: skip
@@ -88,19 +113,29 @@ def broker_advice(threads: int, broker_url: str | None) -> str | None:
               help="A worker's CPU per step (bench.throughput measures it).")  # fmt: skip
 @json_option
 def worker_shape(
-    cores: int | None, others: int, latency: float, cpu_ms_per_step: float, as_json: bool
+    app: str | None,
+    cores: int | None,
+    others: int,
+    latency: float,
+    cpu_ms_per_step: float,
+    as_json: bool,
 ) -> Document | None:
     """Worker processes and threads for a machine, and the command that starts them."""
     cores = cores or os.cpu_count() or 1
     found = shape(cores, latency, cpu_ms_per_step, others)
-    advice = broker_advice(found.threads, Settings.from_env().configured_broker)
+    settings = Settings.from_env()
+    # Runwright's own app sends through RUNWRIGHT_BROKER_URL; a project's app
+    # through its own broker_url.
+    broker = settings.configured_broker if app is None else app_broker(app)
+    advice = broker_advice(found.threads, broker, app=app)
     command = (
-        f"celery multi start {found.processes} -A tasks -l INFO -Q runwright -P threads "
-        f"-c {found.threads} --prefetch-multiplier 1 "
+        f"celery multi start {found.processes} -A {app or 'tasks'} -l INFO -Q {settings.queue} "
+        f"-P threads -c {found.threads} --prefetch-multiplier 1 "
         "--pidfile=/var/run/runwright/%n.pid --logfile=/var/log/runwright/%n%I.log"
     )
     if as_json:
         return {
+            "app": app or "tasks",
             "cores": cores,
             "others": others,
             "latency_seconds": latency,

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from celery import Celery
 
 from store.leases import Leases
 from store.local import LocalRedis, free_port
@@ -24,12 +25,21 @@ CHECKS = [
     "postgres",
     "schema",
     "redis",
+    "celery app",
     "broker",
+    "result backend",
+    "routes",
+    "task options",
     "beat",
     "workers",
+    "consumers",
     "agents served",
+    "tools",
     "agents",
 ]
+# The checks of Runwright's own Celery app, whose preset stops on an invalid
+# configuration: skipped when the configuration check failed.
+APP_CHECKS = ["celery app", "broker", "result backend", "routes", "task options", "consumers"]
 
 
 @dataclass
@@ -103,6 +113,15 @@ def test_a_healthy_set_up_passes_every_check(setup: Setup) -> None:
     assert lines["schema"] == f"ok    at revision {HEAD}"
     assert lines["beat"].startswith("ok    tick() last ran ")
     assert lines["workers"].startswith("ok    1 seen: doc@")
+    assert (
+        lines["celery app"] == "ok    tasks: the Celery app 'runwright', with Runwright installed"
+    )
+    assert (
+        lines["broker"]
+        == f"ok    {setup.cluster.broker_url}, the broker of the Celery app 'runwright'"
+    )
+    assert lines["routes"] == "ok    runwright.execute and runwright.tick go to queue 'runwright'"
+    assert lines["consumers"].startswith("ok    1 worker(s) take queue 'runwright': doc@")
     assert lines["agents served"] == "ok    no agent has open or recent runs"
     assert lines["agents"].startswith("ok    ") and "from tests.agents" in lines["agents"]
     assert "test-secret" not in str(lines)  # a key is named by its id, never shown
@@ -124,7 +143,9 @@ def test_a_missing_signing_key_fails_configuration_and_the_key(setup: Setup) -> 
     code, lines = doctor(setup.env(RUNWRIGHT_SECRET_KEY=None))
     assert code == 1
     failed = not_ok(lines)
-    assert set(failed) == {"configuration", "signing key"}, lines
+    assert set(failed) == {"configuration", "signing key", *APP_CHECKS}, lines
+    for name in APP_CHECKS:
+        assert failed[name].startswith("skipped: "), lines
     assert failed["configuration"].startswith("FAIL  RUNWRIGHT_SECRET_KEY is not set")
     assert failed["signing key"].startswith("FAIL  RUNWRIGHT_SECRET_KEY is not set")
 
@@ -155,6 +176,7 @@ def test_an_unmigrated_database_fails_the_schema_line(setup: Setup, services: Se
             "FAIL  the database has no Runwright schema; run `runwright migrate` to create it"
         ),
         "agents served": "skipped: the schema is not this code's",
+        "tools": "skipped: the schema is not this code's",
     }
 
 
@@ -170,6 +192,7 @@ def test_redis_down_fails_fast_on_the_redis_line(setup: Setup) -> None:
         "broker": "skipped: the broker is the Redis server that is unreachable",
         "beat": "skipped: Redis is unreachable",
         "workers": "skipped: Redis is unreachable",
+        "consumers": "skipped: the broker is unreachable",
         "agents served": "skipped: Redis is unreachable",
     }
     assert lines["redis"].startswith("FAIL  ConnectionError: ") and "refused" in lines["redis"]
@@ -180,8 +203,9 @@ def test_a_broker_down_fails_the_broker_line(setup: Setup) -> None:
     nothing = f"redis://127.0.0.1:{free_port()}/1"
     code, lines = doctor(setup.env(RUNWRIGHT_BROKER_URL=nothing))
     assert code == 1
-    assert list(not_ok(lines)) == ["broker"], lines
-    assert "refused" in lines["broker"]
+    assert list(not_ok(lines)) == ["broker", "consumers"], lines
+    assert "refused" in lines["broker"] and nothing in lines["broker"]
+    assert lines["consumers"] == "skipped: the broker is unreachable"
 
 
 def test_postgres_down_fails_the_postgres_line(setup: Setup) -> None:
@@ -193,6 +217,7 @@ def test_postgres_down_fails_the_postgres_line(setup: Setup) -> None:
         "postgres": lines["postgres"],
         "schema": "skipped: Postgres is unreachable",
         "agents served": "skipped: Postgres is unreachable",
+        "tools": "skipped: Postgres is unreachable",
     }
     assert lines["postgres"].startswith("FAIL  OperationalError: ")
     assert "hunter2" not in lines["postgres"]
@@ -243,11 +268,23 @@ def test_an_agent_module_that_exits_on_import_fails_the_agents_line(
 
 def restart_redis(setup: Setup) -> None:
     """Kill the set-up's Redis and start it again: it keeps nothing on disk, so
-    its mark of the last tick is gone; wait until the worker is seen again."""
+    its mark of the last tick is gone; wait until the worker is seen again,
+    and answers on the broker (the same Redis) again."""
     setup.redis.kill()
     setup.redis.start()
     assert setup.leases.last_tick() is None
     wait_until(setup.leases.workers, 30, "the worker's beacon after the restart")
+    wait_until(lambda: answers_on_the_broker(setup), 30, "the worker on the broker")
+
+
+def answers_on_the_broker(setup: Setup) -> bool:
+    client = Celery("doctor-test", broker=setup.cluster.broker_url)
+    try:
+        return bool(client.control.inspect(timeout=1).ping())
+    except Exception:  # the broker's connection, closed by a restart
+        return False
+    finally:
+        client.close()
 
 
 def test_after_a_redis_restart_beat_is_judged_by_the_mark_postgres_keeps(
