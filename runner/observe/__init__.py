@@ -15,6 +15,7 @@ ones are imported only when configured.
 from __future__ import annotations
 
 import contextlib
+import enum
 import threading
 from collections.abc import Hashable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -41,6 +42,17 @@ class ModelCall:
     tools: Sequence[str] = ()
 
 
+class ToolStatus(enum.StrEnum):
+    """What became of a tool call: the ``status`` label of the tool metrics."""
+
+    OK = "ok"
+    ERROR = "error"  # the tool raised, or its journal says it failed
+    DENIED = "denied"  # a person refused it: it never ran
+    TIMEOUT = "timeout"  # abandoned by the execution's timeout
+    CANCELLED = "cancelled"  # abandoned by a cancel, a drain or a lost lease
+    UNKNOWN = "unknown"  # an effect of unknown outcome
+
+
 @dataclass
 class ToolCall:
     name: str
@@ -58,11 +70,8 @@ class ToolCall:
     invocations: int = 0
     # The MCP server the tool is from (runner/mcp/), None for a Python tool.
     mcp_server: str | None = None
-    # What became of the call (TOOL_STATUSES): ok; error (the tool raised, or
-    # its journal says it failed); denied (a person refused it: it never ran);
-    # timeout or cancelled (abandoned by the execution's timeout, or by a
-    # cancel, a drain or a lost lease); unknown (an effect of unknown outcome).
-    status: str = "ok"
+    # What became of the call (ToolStatus).
+    status: ToolStatus = field(default_factory=lambda: ToolStatus.OK)
 
 
 class FirstSeen:
@@ -84,10 +93,6 @@ class FirstSeen:
                 self._seen.clear()
             self._seen.add(key)
             return True
-
-
-# The values of ToolCall.status, the ``status`` label of the tool metrics.
-TOOL_STATUSES = ("ok", "error", "denied", "timeout", "cancelled", "unknown")
 
 
 @dataclass

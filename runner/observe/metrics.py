@@ -39,7 +39,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from runner.approvals.expiry import expired
 from runner.errors import ConfigurationError
-from runner.observe import ModelCall, Observer, TickReport, ToolCall
+from runner.observe import ModelCall, Observer, TickReport, ToolCall, ToolStatus
 from store.models import Approval, Fence, RetryWait, Run, utcnow
 
 if TYPE_CHECKING:
@@ -243,10 +243,10 @@ class MetricsObserver(Observer):
         try:
             yield
         finally:
-            agent, tool, status = self.agent(run.agent), self.tool(call.name), call.status
+            agent, tool, status = self.agent(run.agent), self.tool(call.name), call.status.value
             m = self.metrics
             m.tool_calls.labels(agent, tool, status).inc()
-            if status != "denied":  # a refused call never ran
+            if call.status is not ToolStatus.DENIED:  # a refused call never ran
                 m.tool_seconds.labels(agent, tool, status).observe(time.perf_counter() - began)
                 m.steps.labels(agent, "tool").inc()
 

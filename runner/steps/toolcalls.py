@@ -49,7 +49,7 @@ from runner.errors import (
     RunwrightError,
     ToolInputError,
 )
-from runner.observe import ToolCall
+from runner.observe import ToolCall, ToolStatus
 from runner.steps.builtin_tools import ASK_HUMAN, FINAL_RESULT, AskHumanTool
 from runner.steps.history import (
     OpenStep,
@@ -205,7 +205,7 @@ def _error(
     )
 
 
-def _status(observed: ToolCall | None, status: str) -> None:
+def _status(observed: ToolCall | None, status: ToolStatus) -> None:
     if observed is not None:
         observed.status = status
 
@@ -601,7 +601,7 @@ class CallRunner:
             log.info("run %s: effect %s reconciled: it did not take place", self.ctx.run_id, key)
             return _error(call_id, tool.name, input, RECONCILED_NOT_DONE, started)
         marked: Effect = await self.write(self.store_unknown, key)
-        _status(observed, "unknown")
+        _status(observed, ToolStatus.UNKNOWN)
         if marked.unresolved:
             log.error(
                 "run %s: effect %s(%s), idempotency key %s, %s: it may or may not have "
@@ -652,7 +652,7 @@ class CallRunner:
     def _failed(self, tool: Tool, failed: Failed, observed: ToolCall | None) -> None:
         """A tool raised, and is not tried again: one WARNING says so (the
         model is told by the call's result), its traceback at DEBUG."""
-        _status(observed, "error")
+        _status(observed, ToolStatus.ERROR)
         error = failed.error
         log.warning(
             "run %s: agent %s: tool %s failed: %s: %s%s",
@@ -669,7 +669,7 @@ class CallRunner:
 
     def _abandoned(self, observed: ToolCall | None) -> None:
         timed_out = self.ctx.signal.reason is AbortReason.TIMEOUT
-        _status(observed, "timeout" if timed_out else "cancelled")
+        _status(observed, ToolStatus.TIMEOUT if timed_out else ToolStatus.CANCELLED)
 
     def _denied(self, call_id: str, tool: Tool, input: Any) -> None:
         """Told as a call of its own: a person refused it, so it never ran."""
@@ -682,7 +682,7 @@ class CallRunner:
             effect=tool.effect,
             arguments=input,
             mcp_server=tool.mcp_server,
-            status="denied",
+            status=ToolStatus.DENIED,
         )
         with self.observe(refused):
             pass
@@ -778,13 +778,15 @@ class CallRunner:
             except BaseException:
                 # An MCP server gone (the step fails, under the run's retry
                 # policy), or the execution's own end: not an ok call.
-                observed.status = "error" if observed.status == "ok" else observed.status
+                observed.status = (
+                    ToolStatus.ERROR if observed.status is ToolStatus.OK else observed.status
+                )
                 raise
             if result is not None:
                 observed.error = result.error
                 observed.result = result.content
-                if result.error is not None and observed.status == "ok":
-                    observed.status = "error"  # its value could not be recorded
+                if result.error is not None and observed.status is ToolStatus.OK:
+                    observed.status = ToolStatus.ERROR  # its value could not be recorded
             return result
 
     async def _run_one(
@@ -850,7 +852,7 @@ class CallRunner:
                 log.info("effect %s already completed; reusing its recorded result", key)
                 return self._success(call_id, tool, input, storable(effect.output), started)
             if effect.status is EffectStatus.FAILED:
-                _status(observed, "error")  # told when it failed
+                _status(observed, ToolStatus.ERROR)  # told when it failed
                 return _error(
                     call_id, tool.name, input, effect.error or "the effect failed", started
                 )
