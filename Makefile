@@ -79,4 +79,4 @@ local-down: install ## Stop the local stack
 
 clean: ## Remove the virtualenv, caches and the local stack's data
 	-$(BIN)/runwright local down
-	rm -rf $(VENV) .runwright .mypy_cache .ruff_cache .pytest_cache bench/results build dist
+	rm -rf $(VENV) .runwright .mypy_cache .ruff_cache .pytest_cache bench/results/*.json build dist

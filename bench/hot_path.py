@@ -510,7 +510,8 @@ def run(repeats: int, concurrency: bool) -> dict[str, Any]:
         # the same server (Runwright's litellm settings) plus the two commits
         # (issue 31). Without a target: each step against the floor measured
         # within it, the median of the rounds' ratios (_paired_run_http;
-        # steadier, and stricter: docs/scaling.md).
+        # steadier, and stricter:
+        # bench/results/2026-12-04-the-floor-and-litellms-success-handling.md).
         "http_step_vs_floor_paired": round(median["paired_ratio"], 3),
         "http_step_paired_ms": round(median["paired_step_ms"], 3),
         "http_step_floor_paired_ms": round(median["paired_floor_ms"], 3),

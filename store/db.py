@@ -136,7 +136,7 @@ def make_engine(
         # opened. An overflow that closed every connection past pool_size as it
         # came back opened 30 to 50 in each burst of 250 runs, each a new
         # Postgres backend with cold caches: a quarter of Postgres's CPU per
-        # step (docs/scaling.md, "Connections opened in a burst"). The last
+        # step (bench/results/2026-12-04-connections-opened-in-a-burst.md). The last
         # connection back goes out first, so those a burst added go idle after
         # it (an idle one is pinged before use: _ping_if_idle).
         pool_size=2 * pool_size,

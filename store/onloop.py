@@ -3,10 +3,12 @@
 A worker's executions share one asyncio loop (``runner/engine/runtime.py``).
 A store call made there used to hop to a thread of the I/O pool and back:
 two thread wake-ups a write, most of what the engine spends on a step beside
-its own work (docs/scaling.md). :func:`carry` runs the store's own sync code
-on the loop instead, inside a greenlet; each statement it sends goes over a
-connection in psycopg2's non-blocking mode whose socket the loop watches, so
-while Postgres works the loop runs the process's other executions.
+its own work
+(bench/results/2026-12-03-the-step-over-http-against-its-floor-taken-apart.md).
+:func:`carry` runs the store's own sync code on the loop instead, inside a
+greenlet; each statement it sends goes over a connection in psycopg2's
+non-blocking mode whose socket the loop watches, so while Postgres works the
+loop runs the process's other executions.
 
 The store's code is the same either way (one store, each rule once): only
 the connection under :class:`store.db.Executor` differs. Whatever else such

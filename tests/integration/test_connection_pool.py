@@ -6,7 +6,7 @@ connections for such a burst and keeps them: a pool that closed every
 connection past the pool size as it came back opened dozens of connections
 in each burst of 250 runs (a new Postgres backend each, with cold caches and
 its statements prepared again), which cost Postgres about a quarter of its
-CPU per step (docs/scaling.md, "Connections opened in a burst").
+CPU per step (bench/results/2026-12-04-connections-opened-in-a-burst.md).
 """
 
 from __future__ import annotations
