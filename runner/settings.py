@@ -121,6 +121,9 @@ class Settings:
     home: Path = _setting("RUNWRIGHT_HOME", Path(".runwright"))  # noqa: RUF009 (a field)
     enqueue: str = _setting("RUNWRIGHT_ENQUEUE", "tasks:enqueue")
     queue: str = _setting("RUNWRIGHT_QUEUE", "runwright")
+    # The project's Celery app that installed Runwright (runner.celery.install),
+    # as `celery -A` names it: what doctor and worker-shape check without -A.
+    celery_app: str | None = _setting("RUNWRIGHT_CELERY_APP", None)
     worker_pool: str = _setting("RUNWRIGHT_WORKER_POOL", "threads")
     worker_concurrency: int = _setting("RUNWRIGHT_WORKER_CONCURRENCY", 64, minimum=1)
     # AMQP heartbeats: RabbitMQ closes the connection of a worker it has not

@@ -15,6 +15,7 @@ With ``--json`` a command prints one JSON document instead (its shapes:
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -52,7 +53,7 @@ from runner.cli.triggers import webhook as webhook_command
 from runner.cli.workers import workers as workers_command
 from runner.costs import listed_cost, money
 from runner.settings import Settings
-from store.errors import ForkRepeatsEffects, InvalidInput, RunwrightError
+from store.errors import ConfigurationError, ForkRepeatsEffects, InvalidInput, RunwrightError
 from store.models import Effect, EffectOutcome, RequestKind
 from store.rules import CancelAction
 from store.status import RunStatus
@@ -719,13 +720,17 @@ def prune(older_than: str) -> None:
     "--app",
     default=None,
     help="The Celery app that installed Runwright, as `celery -A` names it "
-    "(default: Runwright's own, tasks).",
+    "(default: RUNWRIGHT_CELERY_APP, else Runwright's own, tasks).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def doctor(app: str | None, as_json: bool) -> None:
     """Check the set-up, one line each; exit 0 only if all is well."""
     from runner.cli.doctor import run_checks
 
+    if app is None:
+        # A setting that does not parse is the configuration check's to report.
+        with contextlib.suppress(ConfigurationError):
+            app = Settings.from_env().celery_app
     sys.exit(run_checks(as_json=as_json, app=app))
 
 

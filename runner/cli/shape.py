@@ -103,7 +103,7 @@ def app_broker(name: str) -> str:
 @click.command("worker-shape")
 @click.option("-A", "--app", default=None,
               help="The Celery app that installed Runwright, as `celery -A` names it "
-              "(default: Runwright's own, tasks).")  # fmt: skip
+              "(default: RUNWRIGHT_CELERY_APP, else Runwright's own, tasks).")  # fmt: skip
 @click.option("--cores", type=int, default=None, help="The machine's cores (default: this one's).")
 @click.option("--others", type=int, default=0, show_default=True,
               help="Cores Postgres, Redis or the broker take on the same machine.")  # fmt: skip
@@ -124,6 +124,7 @@ def worker_shape(
     cores = cores or os.cpu_count() or 1
     found = shape(cores, latency, cpu_ms_per_step, others)
     settings = Settings.from_env()
+    app = app or settings.celery_app
     # Runwright's own app sends through RUNWRIGHT_BROKER_URL; a project's app
     # through its own broker_url.
     broker = settings.configured_broker if app is None else app_broker(app)

@@ -48,6 +48,7 @@ def doctor(env: dict[str, str], *args: str) -> tuple[int, dict[str, str], str]:
     return done.returncode, found, done.stdout + done.stderr
 
 
+@pytest.mark.parametrize("named_by", ["-A", "RUNWRIGHT_CELERY_APP"])
 @pytest.mark.parametrize(
     ("kind", "url", "shown"),
     [
@@ -60,13 +61,18 @@ def doctor(env: dict[str, str], *args: str) -> tuple[int, dict[str, str], str]:
     ],
 )
 def test_doctor_a_fails_the_broker_line_when_the_apps_broker_is_closed(
-    kind: str, url: str, shown: str, cli_env: dict[str, str]
+    kind: str, url: str, shown: str, named_by: str, cli_env: dict[str, str]
 ) -> None:
     """RUNWRIGHT_BROKER_URL is a Redis that answers; the app's broker is a
-    port where nothing listens. The old doctor checked the former and passed."""
+    port where nothing listens. The old doctor checked the former and passed.
+    The app is named by -A, or by the setting when -A is not given."""
     port = free_port()
     env = {**cli_env, "PROJECT_BROKER_URL": url.format(port=port)}
-    code, lines, out = doctor(env, "-A", f"tests.celery_app_{kind}")
+    app = f"tests.celery_app_{kind}"
+    if named_by == "-A":
+        code, lines, out = doctor(env, "-A", app)
+    else:
+        code, lines, out = doctor({**env, "RUNWRIGHT_CELERY_APP": app})
     assert code == 1, out
     assert "broker" in lines, out
     assert lines["broker"].startswith("FAIL  "), lines["broker"]
