@@ -15,6 +15,7 @@ import pytest
 
 from runner import Agent, Budget, Engine, effect, tool
 from runner.agent import ApprovalRequest
+from runner.model import warm_up
 from runner.settings import Settings
 from runner.testing import ScriptedModel, call, text, tools
 from store.db import dumps
@@ -147,9 +148,14 @@ def test_an_id_reused_in_an_approval_step_still_waits_for_a_decision(
 # ----------------------------------------------- 7: tools that hang past an abort
 
 
+# The hanging tools' starts: a test of a hang checks the tool was reached.
+slept: list[str] = []
+
+
 @tool
 def sleepy(seconds: float) -> str:
     """Sleep in a thread."""
+    slept.append("sleepy")
     time.sleep(seconds)
     return "woke"
 
@@ -157,6 +163,7 @@ def sleepy(seconds: float) -> str:
 @tool
 async def asleepy(seconds: float) -> str:
     """Sleep on the loop."""
+    slept.append("asleepy")
     await asyncio.sleep(seconds)
     return "woke"
 
@@ -173,11 +180,17 @@ def test_timeout_ends_a_run_whose_tool_hangs(engine: Engine, hanging: Any) -> No
     name = unique("hang-timeout")
     model = ScriptedModel(name, [tools(call(hanging.name, {"seconds": 15})), text("never")])
     Agent(name=name, model=model.model, tools=[hanging], budget=Budget(timeout_ms=1000))
+    # litellm imported and warm: in a fresh process its first call alone could
+    # use up the second, and the run would time out before reaching the tool.
+    warm_up()
+    slept.clear()
     started = time.monotonic()
     done = engine.execute(engine.start(name).id)
     elapsed = time.monotonic() - started
     assert done is not None and done.status is RunStatus.FAILED
     assert done.error is not None and done.error.code == "timeout"
+    assert slept == [hanging.name]  # the timeout cut the tool off, not the model call
+    assert model.call_count == 1
     assert elapsed < 5, f"the run ended {elapsed:.1f}s after it started, not about 2s"
     # The abandoned call has no result: a retry of the step would run it again.
     assert not [s for s in engine.steps(done.id) if s.kind is StepKind.TOOL]
