@@ -27,6 +27,7 @@ The public names are these (``__all__``). Where the rest lives:
 from __future__ import annotations
 
 import functools
+import threading
 from typing import TYPE_CHECKING, Any
 
 from runner.layout import require_own_modules
@@ -112,22 +113,30 @@ def __getattr__(name: str) -> Any:
 
 
 _default_engine: Engine | None = None
+_default_engine_lock = threading.Lock()
 
 
 def default_engine() -> Engine:
-    """The process-wide engine configured from the environment."""
+    """The process-wide engine configured from the environment: one, even
+    when several threads of a web app ask first at once (each engine holds
+    pools of its own)."""
     global _default_engine
-    if _default_engine is None:
-        from runner.engine.engine import Engine
+    found = _default_engine
+    if found is not None:
+        return found
+    with _default_engine_lock:
+        if _default_engine is None:
+            from runner.engine.engine import Engine
 
-        _default_engine = Engine.from_env()
-    return _default_engine
+            _default_engine = Engine.from_env()
+        return _default_engine
 
 
 def set_default_engine(engine: Engine | None) -> None:
     """Use ``engine`` for :func:`start_run` (tests, or apps that build their own)."""
     global _default_engine
-    _default_engine = engine
+    with _default_engine_lock:
+        _default_engine = engine
 
 
 def start_run(agent: str, payload: Any = None, **kwargs: Any) -> Run:
