@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import importlib
 import os
 import sys
 import threading
+import types
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Literal, Protocol
+from typing import Any, Generic, Literal, Protocol, TypeVar, cast, overload
 
 import pydantic
 
@@ -30,7 +32,44 @@ OnExpire = Literal["deny", "fail"]
 OnDenyRule = Literal["continue", "fail"]
 _ON_DENY = ("continue", "fail")
 
-_override_lock = threading.Lock()
+# The overrides in force in this context (Agent.override): by agent (its
+# id), the fields replaced. A context of its own for each thread and task, so
+# that overrides on two threads never see, or end, each other's.
+_overrides: contextvars.ContextVar[Mapping[int, Mapping[str, Any]]] = contextvars.ContextVar(
+    "runwright_agent_overrides", default=types.MappingProxyType({})
+)
+_NO_DEFAULT = object()
+V = TypeVar("V")
+
+
+class _Overridable(Generic[V]):
+    """A field of :class:`Agent` that ``Agent.override`` replaces in the
+    current context only (a descriptor-typed dataclass field: read through
+    the context's overrides, stored on the agent)."""
+
+    def __init__(self, default: Any = _NO_DEFAULT) -> None:
+        self._default = default
+        self._name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    @overload
+    def __get__(self, agent: None, owner: type | None = None) -> V: ...
+    @overload
+    def __get__(self, agent: Agent, owner: type | None = None) -> V: ...
+    def __get__(self, agent: Agent | None, owner: type | None = None) -> V:
+        if agent is None:  # the dataclass asks for the field's default
+            if self._default is _NO_DEFAULT:
+                raise AttributeError(self._name)
+            return cast(V, self._default)
+        replaced = _overrides.get().get(id(agent))
+        if replaced is not None and self._name in replaced:
+            return cast(V, replaced[self._name])
+        return cast(V, agent.__dict__[self._name])
+
+    def __set__(self, agent: Agent, value: V) -> None:
+        agent.__dict__[self._name] = value
 
 
 class HasModel(Protocol):
@@ -124,9 +163,9 @@ class Agent:
     """A named tool-calling LLM loop. Creating one registers it under its name."""
 
     name: str
-    model: str
-    instructions: str = ""
-    tools: ToolsFactory | Iterable[Tool] = ()
+    model: _Overridable[str] = _Overridable()
+    instructions: _Overridable[str] = _Overridable("")
+    tools: _Overridable[ToolsFactory | Iterable[Tool]] = _Overridable(())
     # MCP servers whose tools the agent also gets (runner/mcp/, the ``mcp`` extra).
     mcp: Sequence[MCPServer] = ()
     model_settings: Mapping[str, Any] = field(default_factory=dict)
@@ -227,8 +266,10 @@ class Agent:
         its approval rules, MCP servers and the rest. For tests: the agent
         keeps its name and registration, so runs started by name use the
         override, and its own are back when the block ends (even if it
-        raised). Overrides nest; every execution in this process sees the
-        innermost one."""
+        raised). Overrides nest. An override holds in the context that made
+        it (a thread, an asyncio task), for the executions started from there
+        (``Engine.execute``, the testing kit): tests on two threads override
+        an agent each their own way."""
         changes: dict[str, Any] = {}
         if model is not None:
             name = model if isinstance(model, str) else getattr(model, "model", None)
@@ -258,16 +299,12 @@ class Agent:
             raise InvalidInput(
                 f"agent {self.name!r}: override() takes a model, tools or instructions"
             )
-        with _override_lock:
-            previous = {attribute: getattr(self, attribute) for attribute in changes}
-            for attribute, value in changes.items():
-                setattr(self, attribute, value)
+        current = _overrides.get()
+        token = _overrides.set({**current, id(self): {**current.get(id(self), {}), **changes}})
         try:
             yield self
         finally:
-            with _override_lock:
-                for attribute, value in previous.items():
-                    setattr(self, attribute, value)
+            _overrides.reset(token)
 
     def as_tool(
         self, name: str | None = None, description: str | None = None, detached: bool = False
