@@ -44,6 +44,19 @@ class Services(Databases):
                 self.redis_dbs.close()
 
 
+# What this process's environment holds of the suite itself: Runwright's
+# settings, its Python path and virtualenv, and the Django settings the
+# suite's Django tests set here (DJANGO_SETTINGS_MODULE names a module of this
+# checkout, which pytest-django and Celery's Django fix-up then import).
+SUITES_OWN = ("RUNWRIGHT_", "PYTHON", "VIRTUAL_ENV", "DJANGO_SETTINGS_MODULE", "EXAMPLE_")
+
+
+def outside_env() -> dict[str, str]:
+    """The environment of a process of a project outside this checkout: this
+    one's, without what belongs to the suite itself."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(SUITES_OWN)}
+
+
 def discover(workdir: Path) -> Services:
     """The services for a test session; ``Services.close()`` undoes everything it did."""
     redis_dbs = RedisDatabases.for_tests(workdir / "redis", os.environ)

@@ -35,7 +35,7 @@ import pytest
 from store.local import LocalRedis, free_port
 from store.revision import HEAD
 from tests.e2e.cluster import Proc
-from tests.services import ROOT, Services
+from tests.services import ROOT, Services, outside_env
 
 # The module's virtualenv is made once, in its first test's setup: installing
 # the lock into a new venv takes a minute or two (more on a busy machine).
@@ -203,15 +203,6 @@ def _run(args: list[str], cwd: Path, env: dict[str, str], timeout: float) -> str
     return done.stdout
 
 
-def _outside_env() -> dict[str, str]:
-    """This environment without Runwright's settings, a virtualenv or a Python path."""
-    return {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("RUNWRIGHT_", "VIRTUAL_ENV", "PYTHON"))
-    }
-
-
 @dataclass
 class Built:
     source: Path  # the copy of the checkout it was built from
@@ -230,7 +221,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     dist = root / "dist"
     _run(
         [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(dist), str(source)],
-        root, _outside_env(), 300,
+        root, outside_env(), 300,
     )  # fmt: skip
     (wheel,) = dist.glob("runwright-*.whl")
     (sdist,) = dist.glob("runwright-*.tar.gz")
@@ -242,7 +233,7 @@ def venv(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh virtualenv outside the repository with Runwright installed from
     the wheel, with the ``django`` extra; every dependency from the lock."""
     root = tmp_path_factory.mktemp("wheel")
-    env = _outside_env()
+    env = outside_env()
     target = root / "venv"
     _run([sys.executable, "-m", "venv", str(target)], root, env, 120)
     pip = [str(target / "bin" / "python"), "-m", "pip", "install", "-q"]
@@ -383,7 +374,7 @@ def smoke_services(services: Services, tmp_path: Path) -> Iterator[dict[str, str
     name = services.new_database(empty=True)
     try:
         yield {
-            **_outside_env(),
+            **outside_env(),
             "RUNWRIGHT_DATABASE_URL": services.database_url(name),
             "RUNWRIGHT_REDIS_URL": redis.url(0),
             "RUNWRIGHT_BROKER_URL": redis.url(1),
@@ -471,7 +462,7 @@ def _pytest(
 ) -> subprocess.CompletedProcess[str]:
     """pytest in the project; on the suite's Postgres server, or with
     ``services=None`` on none (the kit then starts the local stack's)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RUNWRIGHT_", "PYTHON"))}
+    env = outside_env()
     if services is not None:
         env["RUNWRIGHT_TEST_DATABASE_URL"] = services.database_url("postgres")
     env.update(extra)

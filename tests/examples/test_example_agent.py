@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -14,7 +13,7 @@ import pytest
 from examples import agents
 from runner.testing import TestEngine
 from store.models import RunStatus
-from tests.services import ROOT, Services
+from tests.services import ROOT, Services, outside_env
 
 
 @pytest.fixture(autouse=True)
@@ -58,7 +57,7 @@ def test_the_guides_first_test_passes_as_written(services: Services, tmp_path: P
     assert agents_py.startswith("# agents.py") and test_py.startswith("# test_support.py")
     (tmp_path / "agents.py").write_text(agents_py)
     (tmp_path / "test_support.py").write_text(test_py)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RUNWRIGHT_", "PYTHONPATH"))}
+    env = outside_env()
     env["RUNWRIGHT_TEST_DATABASE_URL"] = services.database_url("postgres")
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_support.py"],
