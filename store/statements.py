@@ -10,8 +10,28 @@ This module imports neither SQLAlchemy nor pydantic (``runwright runs`` uses it)
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 _PARAM = re.compile(r"(?<!:):(\w+)")
+# What SQL holds as text, where ``:name`` is no parameter: string literals
+# ('it''s :this'), quoted identifiers, dollar-quoted bodies ($$...$$,
+# $f$...$f$) and comments.
+_QUOTED = re.compile(
+    r"""'(?:[^']|'')*'|"(?:[^"]|"")*"|\$(\w*)\$.*?\$\1\$|--[^\n]*|/\*.*?\*/""", re.DOTALL
+)
+
+
+def _params_sub(sql: str, replace: Callable[[re.Match[str]], str]) -> str:
+    """``sql`` with each ``:name`` parameter replaced, those in text (a string
+    literal, a quoted name, a comment) left as they are."""
+    parts: list[str] = []
+    end = 0
+    for quoted in _QUOTED.finditer(sql):
+        parts.append(_PARAM.sub(replace, sql[end : quoted.start()]))
+        parts.append(quoted.group(0))
+        end = quoted.end()
+    parts.append(_PARAM.sub(replace, sql[end:]))
+    return "".join(parts)
 
 
 class Statement:
@@ -31,8 +51,8 @@ class Statement:
             return f"${self.params.index(match.group(1)) + 1}"
 
         # $n for PREPARE; %(name)s for psycopg2, which then needs a literal % doubled.
-        self.numbered = _PARAM.sub(number, sql)
-        self.pyformat = _PARAM.sub(r"%(\1)s", sql.replace("%", "%%"))
+        self.numbered = _params_sub(sql, number)
+        self.pyformat = _params_sub(sql.replace("%", "%%"), lambda m: f"%({m.group(1)})s")
         self.execute_sql = f"EXECUTE {name} ({', '.join(['%s'] * len(self.params))})"
         if prepare:
             Statement.prepared[name] = self
