@@ -19,6 +19,8 @@ metadata = sa.MetaData()
 # The one sequence of event ids (store/events.py): steps and run_events take theirs from it.
 event_ids = sa.Sequence(EVENT_IDS, metadata=metadata)
 _NEXT_EVENT_ID = sa.text(f"nextval('{EVENT_IDS}'::regclass)")
+# The order the database takes runs in (runs.arrival).
+arrivals = sa.Sequence("runs_arrival_seq", metadata=metadata)
 
 _TS = sa.DateTime(timezone=True)
 _NOW = sa.text("now()")
@@ -109,6 +111,15 @@ runs = sa.Table(
     sa.Column("root_id", sa.Uuid(as_uuid=False)),
     sa.Column("ancestors", ARRAY(sa.Uuid(as_uuid=False))),
     sa.Column("reserved_tokens", sa.BigInteger, nullable=False, server_default="0"),
+    # The order the database took the run in (0017): a concurrency key's runs
+    # go oldest first by it, not by their ids, which each web server mints from
+    # its own clock.
+    sa.Column(
+        "arrival",
+        sa.BigInteger,
+        nullable=False,
+        server_default=sa.text("nextval('runs_arrival_seq')"),
+    ),
     sa.Column("enqueued_at", _TS),
     sa.Column("created_at", _TS, nullable=False, server_default=_NOW),
     sa.Column("updated_at", _TS, nullable=False, server_default=_NOW),
@@ -134,7 +145,7 @@ runs = sa.Table(
     sa.Index(
         "runs_key_queue_idx",
         "concurrency_key",
-        "id",
+        "arrival",
         postgresql_where=sa.text(
             f"concurrency_key IS NOT NULL AND status = {lit(RunStatus.QUEUED)}"
         ),

@@ -146,7 +146,7 @@ NEXT_IN_KEY = Statement(
        AND NOT EXISTS (SELECT 1 FROM runs AS x
                         WHERE x.concurrency_key = CAST(:key AS text)
                           AND {status_in(KEY_HOLDING, "x.status")})
-     ORDER BY id LIMIT 1
+     ORDER BY arrival LIMIT 1
     """,
 )
 

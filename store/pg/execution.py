@@ -76,7 +76,9 @@ _WITHIN_TAKEOVERS = "(CAST(:max AS int) IS NULL OR r.takeovers + 1 < CAST(:max A
 # Claimable: a claimable status, or running with an expired claim (a takeover)
 # within the takeover limit; a queued run waiting to retry a model step only
 # from its retry_at on; a queued run of a key only as the key's oldest queued
-# run (the key's one holder is enforced by runs_key_holder_idx).
+# run, by arrival (the order the database took them in, whatever the clocks of
+# the servers that minted their ids); the key's one holder is enforced by
+# runs_key_holder_idx.
 CLAIM = Statement(
     "claim",
     f"""
@@ -98,7 +100,7 @@ CLAIM = Statement(
        AND (r.concurrency_key IS NULL OR r.status <> {_QUEUED} OR NOT EXISTS (
               SELECT 1 FROM runs AS o
                WHERE o.concurrency_key = r.concurrency_key
-                 AND o.status = {_QUEUED} AND o.id < r.id))
+                 AND o.status = {_QUEUED} AND o.arrival < r.arrival))
     RETURNING r.*
     """,
 )

@@ -80,7 +80,7 @@ FREE_KEY_HEADS = Statement(
         SELECT DISTINCT ON (concurrency_key) id, concurrency_key, enqueued_at
           FROM runs
          WHERE status = {_QUEUED} AND concurrency_key IS NOT NULL
-         ORDER BY concurrency_key, id
+         ORDER BY concurrency_key, arrival
     )
     UPDATE runs SET enqueued_at = {NOW}
      WHERE id IN (

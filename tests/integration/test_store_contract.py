@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import os
 import time
 import uuid
 from datetime import timedelta
@@ -367,6 +368,34 @@ def test_concurrency_key_one_holder_oldest_first(store: PostgresStore) -> None:
     result = store.request_cancel(older.id)
     assert result.action == "cancelled" and result.next_in_key == newer.id
     assert try_claim(store, newer.id, "w", 30) is not None
+
+
+def _minted_at(ms: int) -> str:
+    """A UUIDv7 as a server whose clock read ``ms`` would mint it."""
+    rand = int.from_bytes(os.urandom(10), "big")
+    value = (ms << 80) | (0x7 << 76) | ((rand >> 62) & 0xFFF) << 64 | (0b10 << 62)
+    return str(uuid.UUID(int=value | (rand & ((1 << 62) - 1))))
+
+
+def test_a_keys_runs_go_in_the_order_the_database_took_them_not_their_ids(
+    store: PostgresStore,
+) -> None:
+    # The second run comes from a web server whose clock is a minute behind:
+    # its id sorts first, but it arrived second.
+    now_ms = int(time.time() * 1000)
+    first, _ = store.create_run(
+        dataclasses.replace(new_run(key="customer:9"), id=_minted_at(now_ms))
+    )
+    second, _ = store.create_run(
+        dataclasses.replace(new_run(key="customer:9"), id=_minted_at(now_ms - 60_000))
+    )
+    assert second.id < first.id
+    assert try_claim(store, second.id, "w", 30) is None  # the first is ahead of it
+    claim = try_claim(store, first.id, "w", 30)
+    assert claim is not None
+    settled = store.settle(Fence(first.id, "w", claim.epoch), Outcome(RunStatus.COMPLETED))
+    assert settled.next_in_key == second.id
+    assert try_claim(store, second.id, "w", 30) is not None
 
 
 def test_effect_journal(store: PostgresStore) -> None:
