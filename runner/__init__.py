@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from runner.agent import Agent, ApprovalPolicy, ApprovalRequest, Budget, registry
     from runner.engine.engine import Engine
     from runner.errors import (
+        AgentAlreadyRegistered,
         AgentNotFound,
         ApprovalError,
         ConfigurationError,
@@ -70,6 +71,7 @@ _LAZY = {
     "ApprovalExpired": "runner.errors",
     "ApprovalAlreadyDecided": "runner.errors",
     "AgentNotFound": "runner.errors",
+    "AgentAlreadyRegistered": "runner.errors",
     "ApprovalError": "runner.errors",
     "ApprovalPolicy": "runner.agent",
     "ApprovalRequest": "runner.agent",
@@ -173,6 +175,7 @@ def wait_for(run_id: str, timeout: float | None = None, until: str = "settled") 
 
 __all__ = [
     "Agent",
+    "AgentAlreadyRegistered",
     "AgentNotFound",
     "ApprovalError",
     "ApprovalPolicy",

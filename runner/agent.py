@@ -18,7 +18,7 @@ import pydantic
 
 from runner.approvals.expiry import check_expiry, expiry_seconds
 from runner.children import ChildTool, child_tool
-from runner.errors import AgentNotFound, ConfigurationError, InvalidInput
+from runner.errors import AgentAlreadyRegistered, AgentNotFound, ConfigurationError, InvalidInput
 from runner.mcp.servers import MCPServer
 from runner.retry import RetryPolicy
 from runner.steps.builtin_tools import AskHuman, ask_human_spec
@@ -198,6 +198,9 @@ class Agent:
     # be (``as_tool`` calls); None: the project's RUNWRIGHT_MAX_CHILD_DEPTH.
     max_child_depth: int | None = None
     register: bool = True
+    # Registered where another agent of this name is: replace it on purpose
+    # (else AgentAlreadyRegistered).
+    replace: bool = False
     _asks: AskHuman | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -249,7 +252,13 @@ class Agent:
                 raise InvalidInput(f"agent {self.name!r} has two MCP servers named {server.name!r}")
             names.add(server.name)
         if self.register:
-            registry.add(self)
+            # Where it is defined (the caller of the dataclass's __init__),
+            # for the error that names a second agent of its name.
+            caller = sys._getframe(2)
+            self.__dict__["_defined_in"] = (
+                f"{caller.f_globals.get('__name__', '?')}:{caller.f_lineno}"
+            )
+            registry.add(self, replace=self.replace)
 
     @contextlib.contextmanager
     def override(
@@ -362,8 +371,17 @@ class Registry:
         self._agents: dict[str, Agent] = {}
         self._lock = threading.Lock()
 
-    def add(self, agent: Agent) -> None:
+    def add(self, agent: Agent, *, replace: bool = False) -> None:
+        """Register ``agent`` by its name; one of that name already there
+        raises :class:`AgentAlreadyRegistered` unless ``replace``."""
         with self._lock:
+            found = self._agents.get(agent.name)
+            if found is not None and found is not agent and not replace:
+                raise AgentAlreadyRegistered(
+                    f"an agent named {agent.name!r} is registered already (defined at "
+                    f"{_where(found)}); give this one another name, or replace=True to "
+                    "replace it on purpose"
+                )
             self._agents[agent.name] = agent
 
     def get(self, name: str) -> Agent:
@@ -393,6 +411,12 @@ class Registry:
                 raise ConfigurationError(
                     f"cannot import agent module {module!r} (RUNWRIGHT_AGENTS): {exc}"
                 ) from exc
+
+
+def _where(agent: Agent) -> str:
+    """Where ``agent`` was defined (module and line), for the error's reader."""
+    made = agent.__dict__.get("_defined_in")
+    return str(made) if made else "another module"
 
 
 registry = Registry()

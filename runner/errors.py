@@ -40,6 +40,12 @@ class AgentNotFound(RunwrightError):
     """No agent is registered under that name."""
 
 
+class AgentAlreadyRegistered(RunwrightError, ValueError):
+    """Another agent is registered under that name already: two definitions
+    of one name would replace each other silently. Pass ``replace=True`` to
+    the one that is meant to replace it (a module reloaded on purpose)."""
+
+
 class InvalidApprovalToken(ApprovalError):
     """The token is missing or not valid for this approval."""
 

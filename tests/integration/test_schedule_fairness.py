@@ -180,10 +180,11 @@ def test_a_firing_whose_run_cannot_be_made_is_recorded_and_the_others_fire(
     schedule's payload lacks: each firing is recorded missed with why, its
     schedule moves on, and the schedule due after them fires in the same tick."""
     keyed_v1 = made_agent("keyed")
-    keyed_v2 = Agent(
+    keyed_v2 = Agent(  # the same agent, as the next deploy defines it
         name=keyed_v1.name,
         model=keyed_v1.model,
         concurrency_key=lambda trigger: trigger.payload["tenant"],
+        register=False,
     )
     earlier = Registry()
     for agent in (served, keyed_v1):

@@ -1,0 +1,34 @@
+"""Two agents under one name refuse each other (issue 50, item 6): the second
+definition raised nothing and silently replaced the first, so runs of that
+name ran whichever module was imported last. ``replace=True`` replaces on
+purpose; the same agent registered twice is no conflict."""
+
+from __future__ import annotations
+
+import pytest
+
+from runner import Agent, AgentAlreadyRegistered
+from runner.agent import Registry, registry
+from tests.helpers import unique
+
+
+def test_a_second_agent_of_a_name_is_refused_naming_where_the_first_is() -> None:
+    name = unique("twice")
+    first = Agent(name=name, model="scripted/a")
+    with pytest.raises(AgentAlreadyRegistered) as refused:
+        Agent(name=name, model="scripted/b")
+    said = str(refused.value)
+    assert f"an agent named {name!r} is registered already" in said
+    assert f"{__name__}:" in said and "replace=True" in said
+    assert registry.get(name) is first  # the first stays
+
+
+def test_replace_true_replaces_on_purpose_and_one_agent_may_register_again() -> None:
+    name = unique("again")
+    Agent(name=name, model="scripted/a")
+    second = Agent(name=name, model="scripted/b", replace=True)
+    assert registry.get(name) is second
+    own = Registry()
+    own.add(second)
+    own.add(second)  # the same agent: nothing to refuse
+    assert own.get(name) is second
