@@ -39,7 +39,7 @@ import psycopg2.extras
 from store.dberrors import LOST, REFUSED, refused, unavailable
 
 T = TypeVar("T")
-log = logging.getLogger("store.onloop")
+log = logging.getLogger(__name__)
 
 
 class _Carrier(greenlet.greenlet):  # type: ignore[misc]  # greenlet ships no hints

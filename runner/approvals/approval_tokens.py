@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 from runner.errors import ConfigurationError, InvalidApprovalToken
 
-log = logging.getLogger("runner.approvals")  # the name log lines carry: kept stable for filters
+log = logging.getLogger(__name__)
 
 MIN_SECRET_BYTES = 32
 DEFAULT_KEY_ID = "default"

@@ -35,7 +35,7 @@ from store.pg.approvals import CancelResult
 from store.postgres import PostgresStore
 from store.rules import CancelAction
 
-log = logging.getLogger("runner.deps")  # the name log lines carry: kept stable for filters
+log = logging.getLogger(__name__)
 
 # Hands a run to a worker (Celery's ``apply_async``, a test's list.append, ...);
 # what it returns is ignored. One that takes an ``eta`` keyword (a datetime)

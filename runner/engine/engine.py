@@ -56,7 +56,7 @@ from store.postgres import PostgresStore
 from store.validate import check_run_id
 from store.workers import WorkerInfo
 
-log = logging.getLogger("runner.engine")  # the name log lines carry: kept stable for filters
+log = logging.getLogger(__name__)
 M = TypeVar("M", bound=pydantic.BaseModel)
 
 _FROM_SETTINGS: Any = object()

@@ -49,7 +49,7 @@ from store.onloop import blocking, carry
 from store.pg.runs import StartPoint
 from store.rules import cancel_outcome
 
-log = logging.getLogger("runner.execution")  # the name log lines carry: kept stable for filters
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _HOST = socket.gethostname()

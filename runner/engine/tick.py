@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from store.leases import Leases
     from store.postgres import PostgresStore
 
-log = logging.getLogger("runner.tick")  # the name log lines carry: kept stable for filters
+log = logging.getLogger(__name__)
 
 
 Job = Callable[[Deps, TickReport, "datetime | None"], None]

@@ -26,7 +26,7 @@ from runner.settings import Settings
 from store.leases import Leases
 from store.workers import WorkerInfo
 
-log = logging.getLogger("runner.watchdog")  # the name log lines carry: kept stable for filters
+log = logging.getLogger(__name__)
 
 # tick() is overdue after this many intervals (RUNWRIGHT_TICK_SECONDS).
 STALE_INTERVALS = 3

@@ -39,7 +39,7 @@ from store.postgres import PostgresStore
 from store.status import SETTLED
 from store.validate import check_run_id
 
-log = logging.getLogger("runner.events")  # the name log lines carry: kept stable for filters
+log = logging.getLogger(__name__)
 
 # Where a wait or a stream ends: always when the run settles, and also when
 # it reaches the statuses given (``"waiting"``: when it waits for an approval).

@@ -18,7 +18,7 @@ from typing import Any
 
 from runner.steps.tools import Tool
 
-log = logging.getLogger("runner.mcp")
+log = logging.getLogger(__name__)
 Listing = dict[str, dict[str, str]]
 
 

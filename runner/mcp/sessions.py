@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
     from runner.mcp.servers import MCPServer
 
-log = logging.getLogger("runner.mcp")
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 # How many tools of a server's listing are read: past this, its pages are no

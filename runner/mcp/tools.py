@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from runner.mcp.servers import MCPServer
     from runner.steps.run_context import RunContext
 
-log = logging.getLogger("runner.mcp")
+log = logging.getLogger(__name__)
 
 # The request ``_meta`` key that carries an effect's idempotency key.
 IDEMPOTENCY_META = "io.runwright/idempotency-key"

@@ -29,7 +29,7 @@ from runner.approvals.expiry import expired
 from runner.observe import Observer
 from store.models import Approval, Fence, RequestKind, Run, RunStatus
 
-log = logging.getLogger("runner.runs")
+log = logging.getLogger(__name__)
 
 FIELDS = ("run_id", "agent", "step", "epoch", "worker")
 # The record attribute (``extra={LINE_FIELDS: {...}}``) holding a line's own

@@ -38,7 +38,7 @@ from store.models import Firing, NewRun, Overlap, Schedule, TriggerEnvelope
 from store.pg.schedules import SET_ASIDE_FOR, Fired, FiringPlan
 from store.validate import check_new_run
 
-log = logging.getLogger("runner.schedules")  # the name log lines carry: kept stable for filters
+log = logging.getLogger(__name__)
 
 DEFAULT_CATCHUP_SECONDS = 300.0
 SCHEDULED_AT_KEY = "scheduled_at"

@@ -83,7 +83,7 @@ from store.models import (
 )
 from store.pg.execution import EffectBegin
 
-log = logging.getLogger("runner.toolcalls")  # the name log lines carry: kept stable for filters
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MAX_RESULT_CHARS = 100_000

@@ -40,7 +40,7 @@ IDEMPOTENCY_KEY = "idempotency_key"
 # What every provider takes as a function name: the rule for the names of the
 # tools the engine makes (an MCP server's, an agent's as a tool).
 FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-log = logging.getLogger("runner.tools")  # the name log lines carry: kept stable for filters
+log = logging.getLogger(__name__)
 
 
 def _retry_policy(name: str, retries: Retries, *, effect: bool, retry: Retry) -> RetryPolicy | None:

@@ -40,7 +40,7 @@ from store.validate import MAX_ID_CHARS
 if TYPE_CHECKING:
     from runner.engine.engine import Engine
 
-log = logging.getLogger("runner.webhooks")  # the name log lines carry: kept stable for filters
+log = logging.getLogger(__name__)
 
 SECRET_PREFIX = "whsec_"
 # The specification suggests secrets of 24 to 64 bytes; fewer than 16 is refused.

@@ -28,7 +28,7 @@ from store.models import RunStatus
 from tests.helpers import expire_approval, unique
 from tests.integration.test_approvals import Receiver
 
-RUNS = "runner.runs"
+RUNS = "runner.observe.logs"
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,7 @@ from runner.retry import RetryPolicy
 from runner.testing import ScriptedModel, call, text, tools
 from tests.helpers import try_claim, unique
 
-RUNS = "runner.runs"
+RUNS = "runner.observe.logs"
 
 
 @tool

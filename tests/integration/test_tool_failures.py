@@ -66,7 +66,7 @@ def test_a_tool_that_raises_is_one_warning_line_and_counted_as_an_error(
     )
     Agent(name=name, model=model.model, tools=[parse_order, fine])
     run = engine.start(name)
-    with caplog.at_level(logging.DEBUG, logger="runner.toolcalls"):
+    with caplog.at_level(logging.DEBUG, logger="runner.steps.toolcalls"):
         engine.execute(run.id)
     done = engine.get_run(run.id)
     assert done.status is RunStatus.COMPLETED  # the model was told, and went on

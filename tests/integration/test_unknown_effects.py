@@ -56,7 +56,7 @@ def test_an_unknown_outcome_flags_the_run_until_a_person_resolves_it(
     runwright_engine: TestEngine, caplog: pytest.LogCaptureFixture
 ) -> None:
     refunds = Refunds()
-    with caplog.at_level(logging.ERROR, logger="runner.toolcalls"):
+    with caplog.at_level(logging.ERROR, logger="runner.steps.toolcalls"):
         run_id = crashed_mid_refund(runwright_engine, refunds)
     run = runwright_engine.get_run(run_id)
     assert run.status is RunStatus.COMPLETED and refunds.made == ["A1"]  # not run again

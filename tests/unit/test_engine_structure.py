@@ -326,3 +326,16 @@ def test_execution_loop_and_tick_do_not_take_the_engine() -> None:
         "runner.engine.deps",
     ):
         assert "runner.engine.engine" not in {e.target for e in graph[module]}, module
+
+
+def test_every_module_logs_under_its_own_name() -> None:
+    """A module's log lines carry its name (``logging.getLogger(__name__)``),
+    so a filter or level set on a package reaches each module in it; a name
+    spelled by hand drifts from the module (22 did)."""
+    spelled = []
+    for package in ("runner", "store", "tasks"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                if re.search(r"\blog\w* = logging\.getLogger\((?!__name__\))", line):
+                    spelled.append(f"{path.relative_to(ROOT)}:{number}")
+    assert spelled == []
