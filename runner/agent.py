@@ -9,6 +9,7 @@ import os
 import sys
 import threading
 import types
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -179,8 +180,8 @@ class Agent:
     concurrency_key: Callable[[TriggerEnvelope], str | None] | None = None
     notifier: Callable[[ApprovalRequest], Any] | None = None
     on_error: Callable[[str, BaseException], Any] | None = None
-    # Retries of a transient provider error within one model call; None: the
-    # engine's (RUNWRIGHT_MODEL_RETRIES, RUNWRIGHT_MODEL_BACKOFF_SECONDS).
+    # Deprecated: RetryPolicy(in_call_retries=..., in_call_backoff=...). Retries
+    # of a transient provider error within one model call; None: the engine's.
     model_retries: int | None = None
     model_backoff_seconds: float | None = None
     # Durable retries once those are spent; None: the project's default
@@ -212,6 +213,14 @@ class Agent:
             raise InvalidInput(f"agent {self.name!r}: model_retries must be 0 or more")
         if self.model_backoff_seconds is not None and self.model_backoff_seconds < 0:
             raise InvalidInput(f"agent {self.name!r}: model_backoff_seconds must be 0 or more")
+        if self.model_retries is not None or self.model_backoff_seconds is not None:
+            warnings.warn(
+                f"agent {self.name!r}: model_retries and model_backoff_seconds are deprecated; "
+                "give retry=RetryPolicy(in_call_retries=..., in_call_backoff=...) instead "
+                "(they go in the next release)",
+                DeprecationWarning,
+                stacklevel=3,
+            )
         if self.retry is not None and not isinstance(self.retry, RetryPolicy):
             raise InvalidInput(f"agent {self.name!r}: retry must be a RetryPolicy")
         for tool_name, rule in self.approvals.items():

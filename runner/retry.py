@@ -10,10 +10,10 @@ more waits the cap, if the policy allows waiting that long. A wait that would
 end past ``max_elapsed`` fails the run ``model_error`` instead, saying so.
 
 Model calls use it twice. Within one execution, the short in-call retries
-(``model_retries``) ride out blips. When those are spent, the run does not fail
-and does not hold a worker thread: it goes back to ``queued`` with a not-before
-time, and the policy decides when (and whether) the next execution tries
-again. Tools use it in-process (``@tool(retries=...)``).
+(``in_call_retries``, ``in_call_backoff``) ride out blips. When those are
+spent, the run does not fail and does not hold a worker thread: it goes
+back to ``queued`` with a not-before time, and the policy decides when (and
+whether) the next execution tries again. Tools use it in-process (``@tool(retries=...)``).
 
 What pause a provider asked for is read here too (:func:`retry_after`), from
 the headers of the error litellm raised, so that the rules of waiting live in
@@ -56,8 +56,26 @@ class RetryPolicy:
     max_attempts: int | None = 20
     max_elapsed: float | None = 1800.0
     transient: Transient | None = None
+    # A model call's retries within one execution, before the run waits in
+    # the queue, and the first pause between them; None: the engine's
+    # (RUNWRIGHT_MODEL_RETRIES, RUNWRIGHT_MODEL_BACKOFF_SECONDS).
+    in_call_retries: int | None = None
+    in_call_backoff: float | None = None
 
     def __post_init__(self) -> None:
+        if self.in_call_retries is not None and (
+            isinstance(self.in_call_retries, bool)
+            or not isinstance(self.in_call_retries, int)
+            or self.in_call_retries < 0
+        ):
+            raise InvalidInput("RetryPolicy.in_call_retries must be a whole number, 0 or more")
+        if self.in_call_backoff is not None and not (
+            isinstance(self.in_call_backoff, int | float)
+            and not isinstance(self.in_call_backoff, bool)
+            and math.isfinite(self.in_call_backoff)
+            and self.in_call_backoff >= 0
+        ):
+            raise InvalidInput("RetryPolicy.in_call_backoff must be a number of seconds, 0 or more")
         for name in ("initial_backoff", "multiplier", "max_backoff", "max_elapsed"):
             value = getattr(self, name)
             if value is not None and not (

@@ -40,7 +40,12 @@ def refusing(request: Request) -> Reply:
 
 
 refusing_model = ScriptedModel("metrics-refused", refusing, journal=JOURNAL)
-Agent(name="metrics-refused", model=refusing_model.model, tools=[lookup], model_retries=0)
+Agent(
+    name="metrics-refused",
+    model=refusing_model.model,
+    tools=[lookup],
+    retry=RetryPolicy(in_call_retries=0),
+)
 
 
 # The runs whose first call already failed, by their payload's "n". Per
@@ -67,6 +72,5 @@ Agent(
     name="metrics-flaky",
     model=flaky_model.model,
     tools=[lookup],
-    model_retries=0,
-    retry=RetryPolicy(initial_backoff=0.2, max_backoff=0.2, max_attempts=3),
+    retry=RetryPolicy(initial_backoff=0.2, max_backoff=0.2, max_attempts=3, in_call_retries=0),
 )

@@ -17,7 +17,13 @@ SETTINGS = {"api_base": PROVIDER, "api_key": "sk-loopback", "timeout": 10}
 
 # Short in-call retries, then the queue: attempts 1 s, 2 s, 3 s, 3 s, ... apart.
 PATIENT = RetryPolicy(
-    initial_backoff=1, multiplier=2, max_backoff=3, max_attempts=None, max_elapsed=600
+    initial_backoff=1,
+    multiplier=2,
+    max_backoff=3,
+    max_attempts=None,
+    max_elapsed=600,
+    in_call_retries=1,
+    in_call_backoff=0.2,
 )
 
 Agent(
@@ -25,8 +31,6 @@ Agent(
     model="openai/loopback",
     model_settings=SETTINGS,
     tools=[lookup],
-    model_retries=1,
-    model_backoff_seconds=0.2,
     retry=PATIENT,
 )
 
@@ -36,8 +40,9 @@ Agent(
     model="openai/loopback",
     model_settings=SETTINGS,
     tools=[lookup],
-    model_retries=0,
-    retry=RetryPolicy(initial_backoff=0.5, max_backoff=0.5, max_attempts=3, max_elapsed=None),
+    retry=RetryPolicy(
+        initial_backoff=0.5, max_backoff=0.5, max_attempts=3, max_elapsed=None, in_call_retries=0
+    ),
 )
 
 steady_model = ScriptedModel("outage-steady", lambda request: text("steady"))

@@ -409,9 +409,13 @@ class StepLoop:
                 for_model(self.agent.instructions, self.messages, self.edits),
                 [t.schema() for t in self.tools.values()],
                 self.agent.model_settings,
-                retries=_first(self.agent.model_retries, self.deps.model_retries),
+                retries=_first(
+                    _first(policy.in_call_retries, self.agent.model_retries),
+                    self.deps.model_retries,
+                ),
                 backoff_seconds=_first(
-                    self.agent.model_backoff_seconds, self.deps.model_backoff_seconds
+                    _first(policy.in_call_backoff, self.agent.model_backoff_seconds),
+                    self.deps.model_backoff_seconds,
                 ),
                 transient=policy.transient,
                 on_delta=self._deltas(k) if self.agent.stream else None,

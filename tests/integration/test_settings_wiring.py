@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from runner import Agent, ApprovalPolicy, Engine
+from runner import Agent, ApprovalPolicy, Engine, RetryPolicy
 from runner.settings import Settings
 from runner.testing import Reply, ScriptedModel, call, text, tools
 from store.leases import Leases
@@ -85,7 +85,8 @@ def test_model_retries_come_from_the_environment_or_the_agent(
     monkeypatch.setenv("RUNWRIGHT_MODEL_BACKOFF_SECONDS", "0.01")
     made = Engine.from_env(enqueue=None)
     name = unique("retries")
-    Agent(name=name, model=flaky(name).model, model_retries=agent_retries)
+    policy = None if agent_retries is None else RetryPolicy(in_call_retries=agent_retries)
+    Agent(name=name, model=flaky(name).model, retry=policy)
     try:
         done = made.execute(made.start(name).id)
         assert done is not None and done.status is status, done and done.error

@@ -32,3 +32,15 @@ def test_replace_true_replaces_on_purpose_and_one_agent_may_register_again() -> 
     own.add(second)
     own.add(second)  # the same agent: nothing to refuse
     assert own.get(name) is second
+
+
+def test_the_in_call_retry_knobs_of_an_agent_are_deprecated_for_its_retry_policy() -> None:
+    from runner import RetryPolicy
+
+    with pytest.warns(DeprecationWarning, match=r"retry=RetryPolicy\(in_call_retries="):
+        old = Agent(name=unique("old"), model="scripted/x", model_retries=0, register=False)
+    assert old.model_retries == 0  # still honoured, for one release
+    policy = RetryPolicy(in_call_retries=0, in_call_backoff=0.01)
+    assert (policy.in_call_retries, policy.in_call_backoff) == (0, 0.01)
+    with pytest.raises(Exception, match="in_call_retries must be a whole number"):
+        RetryPolicy(in_call_retries=-1)

@@ -169,8 +169,9 @@ def test_a_durable_retry_is_counted(engine: Engine, registry: CollectorRegistry)
     Agent(
         name=name,
         model=model.model,
-        model_retries=0,
-        retry=RetryPolicy(initial_backoff=0.01, max_backoff=0.01, max_attempts=3),
+        retry=RetryPolicy(
+            initial_backoff=0.01, max_backoff=0.01, max_attempts=3, in_call_retries=0
+        ),
     )
     run = engine.start(name)
     first = engine.execute(run.id)

@@ -11,7 +11,7 @@ from store.statements import Statement
 def test_parameters_are_found_outside_literals_names_and_comments_only() -> None:
     sql = (
         "SELECT ':not_a_param', CAST('{\"a\":1}' AS json), $$ :nor $$, $f$ :x $f$,"
-        ' "a:b", :yes, \'it\'\':s\', x::int -- :no\n/* :c */, :yes, :other'
+        " \"a:b\", :yes, 'it'':s', x::int -- :no\n/* :c */, :yes, :other"
     )
     statement = Statement("literal_test", sql)
     assert statement.params == ["yes", "other"]
