@@ -10,7 +10,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 # Test processes (pytest-xdist); a file's tests stay together on one. 0: in this process.
 TEST_PROCESSES ?= 2
 
-.PHONY: help install browser demo test screenshots lint fmt dist bench soak lock worker beat flower local-up local-down clean
+.PHONY: help install browser demo test test-fast screenshots lint fmt dist bench soak lock worker beat flower local-up local-down clean
 
 help: ## Show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -32,6 +32,10 @@ demo: install ## Run the demo end to end (local stack, worker, beat, approval, a
 
 test: install browser ## Run the tests (Postgres from RUNWRIGHT_DATABASE_URL, else the local stack; a Redis of their own: docs/testing.md)
 	$(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadfile
+
+test-fast: install ## Run the unit tests alone: no subprocess, no service, in seconds (tests/unit)
+	@began=$$(date +%s%N); $(BIN)/python -m pytest -q -p no:cacheprovider tests/unit; status=$$?; \
+	  echo "make test-fast: $$(( ($$(date +%s%N) - began) / 1000000 )) ms"; exit $$status
 
 screenshots: install browser ## Retake the console's screenshots in docs/images/ (browser tests, real workers)
 	RUNWRIGHT_SCREENSHOTS=$(CURDIR)/docs/images $(BIN)/python -m pytest -q tests/e2e/test_console_browser.py

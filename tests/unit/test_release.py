@@ -6,12 +6,8 @@ a built wheel holds and says is tests/e2e/test_kit_from_wheel.py's."""
 from __future__ import annotations
 
 import importlib.metadata
-import os
 import re
-import subprocess
-import sys
 import tomllib
-from pathlib import Path
 
 import pytest
 
@@ -32,49 +28,6 @@ def test_from_a_source_tree_without_metadata_the_version_says_so(
 ) -> None:
     monkeypatch.setattr(runner, "version", lambda: None)
     assert runner.__version__ == "0+unknown"
-
-
-def test_runwright_dash_dash_version() -> None:
-    done = subprocess.run(
-        [str(Path(sys.executable).with_name("runwright")), "--version"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == f"runwright, version {VERSION}\n"
-
-
-def test_the_standalone_console_needs_no_web_framework() -> None:
-    # What the `console` extra stands for: the standalone console and its
-    # server are the standard library's wsgiref and the core.
-    code = (
-        "import sys\n"
-        "import runner.cli.console, runner.console.server, runner.console.standalone\n"
-        "frameworks = ('flask', 'django', 'werkzeug', 'gunicorn', 'waitress')\n"
-        "print(sorted(name for name in frameworks if name in sys.modules))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "[]"
-
-
-def _make(*args: str) -> str:
-    env = {**os.environ, "MAKEFLAGS": ""}
-    done = subprocess.run(
-        ["make", "--no-print-directory", *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
-def test_make_dist_builds_with_the_standard_frontend_and_is_listed_in_help() -> None:
-    # -n: the commands make would run, none run.
-    commands = _make("-n", "dist").splitlines()
-    assert any(re.fullmatch(r"\S*/python -m build --no-isolation --outdir dist \.", line)
-               for line in commands), commands  # fmt: skip
-    assert re.search(r"^\s+\S*dist\S*\s+\S", _make("help"), flags=re.M)
 
 
 def test_the_changelog_has_this_release() -> None:

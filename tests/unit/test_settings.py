@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import ast
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -149,27 +146,6 @@ def test_nothing_else_reads_a_runwright_variable() -> None:
 def test_a_bad_value_is_a_configuration_error_naming_the_variable(name: str, raw: str) -> None:
     with pytest.raises(ConfigurationError, match=name):
         Settings.from_env({name: raw})
-
-
-def test_the_checks_hold_under_python_dash_o(tmp_path: Path) -> None:
-    # `assert` disappears under -O; the configuration checks must not.
-    code = (
-        "from runner.engine.engine import Engine\n"
-        "from store.errors import ConfigurationError\n"
-        "try:\n"
-        "    Engine.from_env(enqueue=None)\n"
-        "except ConfigurationError as exc:\n"
-        "    print('refused:', exc)\n"
-    )
-    env = {
-        "PYTHONPATH": str(ROOT),
-        "RUNWRIGHT_DATABASE_URL": "postgresql://nowhere/db",
-        "RUNWRIGHT_HOME": str(tmp_path),
-    }
-    done = subprocess.run(
-        [sys.executable, "-O", "-c", code], env=env, capture_output=True, text=True, timeout=60
-    )
-    assert "refused: RUNWRIGHT_REDIS_URL is not set" in done.stdout, done.stderr
 
 
 def test_observability_settings_refuse_nonsense_in_one_line() -> None:

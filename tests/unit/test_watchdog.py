@@ -5,18 +5,12 @@ beacon it writes. A fake clock and fake beacons, except where it runs for real."
 from __future__ import annotations
 
 import logging
-import threading
-import time
 
 import pytest
 
-from runner.engine import watchdog
 from runner.engine.watchdog import BEACON_PERIODS, Watchdog, age_text, period
-from runner.settings import Settings
 from store.errors import StoreUnavailable
-from store.leases import Leases
 from store.workers import WorkerInfo
-from tests.e2e.cluster import wait_until
 
 TICK = 5.0  # seconds: the watchdog looks every 2.5 s, tick() is overdue after 15 s
 
@@ -237,24 +231,3 @@ def test_the_period_is_a_fraction_of_the_interval_within_bounds(
 )
 def test_ages_read_like_a_person_would_say_them(seconds: float, text: str) -> None:
     assert age_text(seconds) == text
-
-
-def _watchdog_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "runwright-watchdog"]
-
-
-def test_start_runs_one_thread_per_process_and_stop_ends_it(redis_url: str, leases: Leases) -> None:
-    settings = Settings(redis_url=redis_url, tick_seconds=0.2)
-    try:
-        real = WorkerInfo("w-real@host", agents=("triage",), pool="threads", concurrency=4)
-        watchdog.start(settings, real)
-        watchdog.start(settings, real)  # a second call changes nothing
-        assert len(_watchdog_threads()) == 1
-        seen = wait_until(leases.workers, 5, "the worker's beacon")
-        assert list(seen) == ["w-real@host"] and seen["w-real@host"].seen_at <= time.time()
-        # The record says what the worker serves.
-        assert seen["w-real@host"].seen(0) == real.seen(0)
-    finally:
-        watchdog.stop()
-    assert _watchdog_threads() == []
-    watchdog.stop()  # again: nothing to do
