@@ -51,16 +51,8 @@ from bench.common import bench_database, durable_engine, report
 from runner import Agent, Budget, Engine, tool
 from runner.engine.runtime import runtime
 from runner.model import warm_up
-from runner.testing import (
-    Reply,
-    Request,
-    ScriptedModel,
-    call,
-    install_provider,
-    price_scripted,
-    text,
-    tools,
-)
+from runner.testing import Reply, Request, ScriptedModel, call, text, tools
+from runner.testing.scripted import install_provider, price_scripted
 from store.db import make_engine, raw_cursor
 from store.postgres import PostgresStore
 
