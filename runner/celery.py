@@ -270,7 +270,7 @@ def tick_result(report: TickReport) -> dict[str, int]:
         "notified": report.notified,
         "notify_failed": report.notify_failed,
         "expired": report.expired,
-        "recovered": len(report.recovered),
+        "lapsed": len(report.lapsed),
         "reenqueued": len(report.reenqueued),
         "started": len(report.key_heads),
         "resumed": len(report.resumed),

@@ -371,7 +371,7 @@ def _decide(
     who = _operator(by)
     engine = _engine()
     asked = chosen(engine.store, given, RequestKind.APPROVAL, tool=tool, call=call_id)
-    run = engine.respond(
+    run = engine.decide(
         asked.approval_id,
         approve,
         reason,
@@ -693,7 +693,7 @@ def tick() -> None:
     say(
         f"fired {len(report.fired)} ({report.firings} firings), "
         f"notified {report.notified} (failed {report.notify_failed}), expired {report.expired}, "
-        f"recovered {len(report.recovered)}, re-enqueued "
+        f"lapsed {len(report.lapsed)}, re-enqueued "
         f"{len(report.reenqueued) + len(report.key_heads)}, resumed {len(report.resumed)}"
     )
 

@@ -461,7 +461,7 @@ class Console:
         approve = decision == "approve"
         arguments = _arguments(form, approval)
         for_run = _for_run(form)
-        run = engine.respond(
+        run = engine.decide(
             approval_id,
             approve,
             _reason(form),
@@ -504,7 +504,7 @@ class Console:
             if not approval.pending:
                 continue
             try:
-                engine.respond(approval.approval_id, approve, reason, trusted=True, by=request.user)
+                engine.decide(approval.approval_id, approve, reason, trusted=True, by=request.user)
             except ApprovalAlreadyDecided:
                 continue  # decided meanwhile (a double click): once is enough
             decided += 1
