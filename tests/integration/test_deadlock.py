@@ -66,7 +66,7 @@ def test_concurrent_cancel_and_respond_never_deadlock(wide_store: PostgresStore)
                 calls.append(
                     (
                         approval_id,
-                        lambda a=approval_id, ok=n % 2 == 0: engine.respond(  # type: ignore[misc]
+                        lambda a=approval_id, ok=n % 2 == 0: engine.decide(  # type: ignore[misc]
                             a, ok, trusted=True
                         ),
                     )
