@@ -1,4 +1,4 @@
-"""Approvals: wait points, tokens, notifications, respond, expiry (docs/approvals.md)."""
+"""Approvals: wait points, tokens, notifications, decisions, expiry (docs/approvals.md)."""
 
 from __future__ import annotations
 

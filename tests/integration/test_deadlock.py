@@ -1,4 +1,4 @@
-"""Cancel and respond on the same waiting runs, all at once, on real Postgres:
+"""Cancel and decide on the same waiting runs, all at once, on real Postgres:
 every path locks the run row before its approvals, so none deadlocks."""
 
 from __future__ import annotations

@@ -356,8 +356,8 @@ def test_an_odd_approval_id_is_an_approval_error_that_changes_nothing(
 
     for odd in odd_spellings(approval_id):
         for attempt in (
-            partial(engine.respond, odd, True, token=token),
-            partial(engine.respond, odd, True, trusted=True),
+            partial(engine.decide, odd, True, token=token),
+            partial(engine.decide, odd, True, trusted=True),
             partial(engine.check_token, odd, token),
             partial(engine.token, odd),
         ):
