@@ -46,6 +46,10 @@ RETIRED: dict[str, tuple[re.Pattern[str], str]] = {
         re.compile(r"\baexecute\b"),
         "the *_async suffix: Engine.execute_async",
     ),
+    "W1/W2": (
+        re.compile(r"\bW[12]\b"),
+        "the journal write (W1), the step commit (W2)",
+    ),
 }
 
 # Stored and wire names that keep a retired word (docs/concepts.md, "Names kept
@@ -207,7 +211,7 @@ def _is_alias(fn: ast.AsyncFunctionDef) -> bool:
 def test_the_glossary_names_every_retired_word() -> None:
     glossary = (ROOT / "docs" / "concepts.md").read_text(encoding="utf-8")
     section = glossary[glossary.index("## Glossary") :]
-    for word in ("settle", "recover", "rerun", "respond", "aexecute"):
+    for word in ("settle", "recover", "rerun", "respond", "aexecute", "W1", "W2"):
         assert word in section, f"the glossary does not retire {word!r}"
 
 
