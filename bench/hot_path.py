@@ -109,12 +109,12 @@ class TimedModel(ScriptedModel):
 
     spent = 0.0
 
-    async def respond(
+    async def reply_to(
         self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]
     ) -> tuple[Reply, int]:
         started = time.thread_time()
         try:
-            return await super().respond(messages, tools)
+            return await super().reply_to(messages, tools)
         finally:
             self.spent += time.thread_time() - started
             self.calls.clear()  # the bench keeps no transcript of 200-step runs
@@ -255,7 +255,7 @@ async def _adapter(timed: TimedModel, history: int, calls: int) -> dict[str, flo
         await _litellm_done(tasks)
         through.append((time.perf_counter() - started) * 1000)
         started = time.perf_counter()
-        reply, step = await timed.respond(messages, schemas)
+        reply, step = await timed.reply_to(messages, schemas)
         litellm.ModelResponse(**reply.response(timed.model, step))
         bare.append((time.perf_counter() - started) * 1000)
     return {"through_ms": statistics.median(through), "bare_ms": statistics.median(bare)}

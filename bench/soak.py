@@ -168,7 +168,7 @@ class Soak:
             if run.waiting is None or self.decided[run.waiting.approval_id]:
                 continue
             try:
-                engine.respond(run.waiting.approval_id, True, "soak", trusted=True, by="soak")
+                engine.decide(run.waiting.approval_id, True, "soak", trusted=True, by="soak")
             except RunwrightError as exc:
                 self.problems.append(f"approval {run.waiting.approval_id}: {exc}")
             self.decided[run.waiting.approval_id] += 1

@@ -166,8 +166,8 @@ def version() -> str | None:
         return None
 
 
-def wait_for(run_id: str, timeout: float | None = None, until: str = "settled") -> Run:
-    """The run once it settles (``until="waiting"``: or waits for an approval),
+def wait_for(run_id: str, timeout: float | None = None, until: str = "ended") -> Run:
+    """The run once it ends (``until="waiting"``: or waits for an approval),
     or as it is after ``timeout`` seconds: :meth:`Engine.wait` on the default
     engine, driven by the live feed, not by polling."""
     return default_engine().wait(run_id, timeout, until)

@@ -184,10 +184,10 @@ def enqueue(run_id: str, *, eta: datetime | None = None) -> None:
 # ------------------------------------------------------------ the tasks
 
 
-# A run that settles failed fails its task, so that Celery records FAILURE (and
+# A run that ends failed fails its task, so that Celery records FAILURE (and
 # Flower's Failed filter finds it). The failure is expected: ``throws`` makes
 # the worker log it at INFO without a traceback. The message is still acked
-# (Celery's default for a failed task with acks_late): a failed run is settled,
+# (Celery's default for a failed task with acks_late): a failed run has ended,
 # and delivering its message again could only be refused by the claim.
 def execute(task: Task, run_id: str) -> str | None:
     """Execute one run. A message that could not claim its run (a duplicate, or
@@ -212,7 +212,7 @@ def execute(task: Task, run_id: str) -> str | None:
 # events, so Flower lists runs, not ticks (beat's task-sent events are turned
 # off in _quiet_beat). A tick that did something says so in one INFO line.
 def tick() -> dict[str, int]:
-    """Re-send notifications, expire waits, recover lapsed runs, re-enqueue."""
+    """Re-send notifications, expire waits, queue runs whose claims lapsed, re-enqueue."""
     return tick_result(engine().tick())
 
 
@@ -233,7 +233,7 @@ def execute_result(run: Run | None) -> str | None:
 
 def ignored_because(not_claimed: NotClaimed) -> str:
     """What a delivery that could not claim its run says, in the worker's log
-    and in Flower. A run held by another owner, or settled, was delivered twice:
+    and in Flower. A run held by another owner, or ended, was delivered twice:
     a redelivery after a broker reconnect, or tick()'s re-enqueue while an
     execution still had it. A run that waits (for a decision, its retry or its
     concurrency key) gets its own message when it may go on."""
@@ -270,7 +270,7 @@ def tick_result(report: TickReport) -> dict[str, int]:
         "notified": report.notified,
         "notify_failed": report.notify_failed,
         "expired": report.expired,
-        "recovered": len(report.recovered),
+        "lapsed": len(report.lapsed),
         "reenqueued": len(report.reenqueued),
         "started": len(report.key_heads),
         "resumed": len(report.resumed),
@@ -461,7 +461,7 @@ def _worker_init(sender: Any = None, **_: Any) -> None:
     if sender is not None and _uses_prefork(sender):
         # Warm shutdown reaches only the main process, so executions in
         # prefork children could not drain: they would be cut off at the
-        # cold shutdown and wait for tick() to recover them.
+        # cold shutdown and wait for tick() to queue them for a takeover.
         raise SystemExit(
             f"runwright: this worker takes Runwright's queue {settings.queue!r}, and the "
             "prefork pool cannot drain running agents on shutdown; use the threads pool "
@@ -567,7 +567,7 @@ def _quiet_beat(sender: Any = None, **_: Any) -> None:
 
 def _drain(sig: str = "", how: str = "", **_: Any) -> None:
     # Runs in the main process's signal handler: only flag the executions (no
-    # logging here, it takes locks); they settle `interrupted`, release their
+    # logging here, it takes locks); they end `interrupted`, release their
     # leases and are enqueued again, while Celery's warm shutdown waits for
     # their tasks to return.
     if _runs_agents:

@@ -3,14 +3,14 @@
 A call of such a tool starts a child run of the agent, with the call's
 arguments as its trigger payload, and the parent's step waits for it the way
 it waits for an approval: the parent is ``waiting``, holding no worker and no
-lease, and the child's settle queues it again once nothing it waits for is
+lease, and the child's end queues it again once nothing it waits for is
 open (store/pg/base.py, ``RESUME_IF_DONE``; ``tick()`` resumes a parent whose
 wake-up was lost). The child's result is the tool result the parent's model
 sees: its structured output, or its final text; a child that failed or was
 cancelled is a tool error with its code and message.
 
 A child's identity is the parent and the call (its trigger id, unique per
-agent), so a parent that asks again (recovered after a crash, a redelivered
+agent), so a parent that asks again (taken over after a crash, a redelivered
 task, a duplicate resume) finds the child it started instead of starting
 another. Several child calls of one step run side by side, on any workers.
 """
@@ -135,7 +135,7 @@ def child_tool(
 
 
 def child_error(child: Run) -> str | None:
-    """Why a settled child has no result for its parent's model; None if it
+    """Why an ended child has no result for its parent's model; None if it
     completed (its output is the result: structured, or its final text)."""
     if child.status is RunStatus.COMPLETED:
         return None
@@ -147,7 +147,7 @@ def child_error(child: Run) -> str | None:
 
 
 def child_event_title(data: Mapping[str, Any]) -> str:
-    """A ``child`` event of a parent's feed (a child's start or settle), in words."""
+    """A ``child`` event of a parent's feed (a child's start or end), in words."""
     if data.get("action") == "started":
         return f"child {data.get('run_id')} started for call {data.get('call_id')}"
     code = f" ({data['error_code']})" if data.get("error_code") else ""

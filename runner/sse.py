@@ -128,7 +128,7 @@ def sse_stream(
     shape: Shape | None = None,
 ) -> Iterator[bytes]:
     """The frames of the run's events after ``last_event_id``, then of its new
-    events until it settles or ``timeout`` seconds pass; a final ``end`` frame
+    events until it ends or ``timeout`` seconds pass; a final ``end`` frame
     says which (``{"reason": "settled"}`` or ``"timeout"``: reconnect then).
 
     Everything a request can get wrong is checked here, before any frame:

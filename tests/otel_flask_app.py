@@ -50,7 +50,7 @@ def create_app(engine: Engine, tracer: trace.Tracer) -> Flask:
     @traced("/approvals/<approval_id>")
     def decide(approval_id: str) -> Any:
         body = request.get_json()
-        run = engine.respond(
+        run = engine.decide(
             approval_id, bool(body["approve"]), body.get("reason"), token=body["token"]
         )
         return {"status": run.status.value}

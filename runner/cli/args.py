@@ -13,7 +13,7 @@ import click
 
 from store.errors import InvalidInput
 
-# Prune refuses ages outside this range: zero would delete runs that settled a
+# Prune refuses ages outside this range: zero would delete runs that ended a
 # moment ago, and a century is longer than any retention anyone means.
 PRUNE_MIN = timedelta(minutes=1)
 PRUNE_MAX = timedelta(days=36_500)

@@ -266,7 +266,7 @@ def show(run_id: str, messages: bool, as_json: bool) -> Document | None:
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON event per line.")
 def watch(run_id: str, timeout: float | None, as_json: bool) -> None:
-    """Follow a run live until it settles: its steps, status changes and
+    """Follow a run live until it ends: its steps, status changes and
     approvals as they are committed, and a streaming model's text as it is
     generated (from the run-event feed, without polling)."""
     from runner.cli.follow import follow
@@ -371,7 +371,7 @@ def _decide(
     who = _operator(by)
     engine = _engine()
     asked = chosen(engine.store, given, RequestKind.APPROVAL, tool=tool, call=call_id)
-    run = engine.respond(
+    run = engine.decide(
         asked.approval_id,
         approve,
         reason,
@@ -578,7 +578,7 @@ _keep_standing_option = click.option(
 @json_option
 def retry(run_id: str, extra_steps: str, keep_standing: bool, as_json: bool) -> Document | None:
     """Queue a failed or cancelled run again, from its last checkpoint."""
-    from runner.engine.rerun import retry as retry_run
+    from runner.engine.retry_fork import retry as retry_run
     from store.recovery import MAX_EXTRA_STEPS
 
     extra = parse_count(extra_steps, "--extra-steps", 0, MAX_EXTRA_STEPS)
@@ -685,7 +685,7 @@ def fork(
 
 @main.command()
 def tick() -> None:
-    """Run tick() once: schedules, notifications, expiries, recovery, re-enqueue."""
+    """Run tick() once: schedules, notifications, expiries, lapsed claims, re-enqueue."""
     report = _engine().tick()
     if report.skipped:
         say("another tick is running; skipped")
@@ -693,7 +693,7 @@ def tick() -> None:
     say(
         f"fired {len(report.fired)} ({report.firings} firings), "
         f"notified {report.notified} (failed {report.notify_failed}), expired {report.expired}, "
-        f"recovered {len(report.recovered)}, re-enqueued "
+        f"lapsed {len(report.lapsed)}, re-enqueued "
         f"{len(report.reenqueued) + len(report.key_heads)}, resumed {len(report.resumed)}"
     )
 
@@ -703,7 +703,7 @@ def tick() -> None:
     "--older-than", "older_than", required=True, help="Age, like 30d or 12h (1m to 36500d)."
 )
 def prune(older_than: str) -> None:
-    """Delete settled runs older than the given age, with all their rows."""
+    """Delete ended runs older than the given age, with all their rows."""
     from runner.settings import open_store
     from store.models import utcnow
 
@@ -711,7 +711,7 @@ def prune(older_than: str) -> None:
     if not PRUNE_MIN <= age <= PRUNE_MAX:
         raise InvalidInput(f"--older-than {older_than.strip()} is outside 1m to 36500d")
     deleted = open_store(_settings()).prune(utcnow() - age)
-    say(f"deleted {deleted} settled run(s) older than {older_than}")
+    say(f"deleted {deleted} ended run(s) older than {older_than}")
 
 
 @main.command()

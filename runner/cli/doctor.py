@@ -44,7 +44,7 @@ INSPECT_SECONDS = 1.0
 # worker has and the failing tools, the most pressing are named and the rest
 # counted); only a driver's message may be cut.
 REASON_CHARS = 500
-# Runs started this recently count as the agent's being in use, settled or not.
+# Runs started this recently count as the agent's being in use, ended or not.
 RECENT_SECONDS = 3600.0
 NAME_WIDTH = 14
 # Runwright's own Celery app, checked unless -A names another.
@@ -707,7 +707,7 @@ def _workers(found: Found, services: Settings) -> str:
 
 
 def _served(found: Found) -> str:
-    """Every agent with runs not settled, or started within :data:`RECENT_SECONDS`,
+    """Every agent with runs not ended, or started within :data:`RECENT_SECONDS`,
     is loaded by a live worker (store/workers.py): else its runs wait for
     nobody (and fail after RUNWRIGHT_AGENT_GRACE_SECONDS)."""
     from store.leases import Leases

@@ -110,13 +110,13 @@ class _Text:
 def follow(
     settings: Settings, run_id: str, timeout: float | None, as_json: bool
 ) -> RunStatus | None:
-    """Print the run's events until it settles (None) or ``timeout`` passes
+    """Print the run's events until it ends (None) or ``timeout`` passes
     (the status it has then)."""
     assert settings.redis_url is not None
     store = open_store(settings)
     feed = Feed(store, connect(settings.redis_url))
     text = _Text()
-    settled = False
+    ended = False
     try:
         for event in feed.events(run_id, timeout=timeout):
             if as_json:
@@ -126,10 +126,10 @@ def follow(
             else:
                 text.end()
                 _say(_line(event, store))
-            settled = settled or event.settles
+            ended = ended or event.settles
         text.end()
         run = store.get_run(run_id)
-        if not settled:
+        if not ended:
             return run.status
         if run.output is not None and not as_json:
             _say(f"output: {clip(json.dumps(run.output), 200)}")

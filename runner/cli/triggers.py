@@ -121,7 +121,7 @@ def schedule() -> None:
     "--overlap",
     default="skip",
     show_default=True,
-    help="While a firing's run has not settled: skip, buffer_one, allow_all, cancel_other.",
+    help="While a firing's run has not ended: skip, buffer_one, allow_all, cancel_other.",
 )
 @click.option("--catchup-window", default="300", show_default=True, help="Seconds.")
 @click.option("--jitter", default="0", show_default=True, help="Seconds of delay, at most.")

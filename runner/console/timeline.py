@@ -51,7 +51,7 @@ RETRYABLE = frozenset({RunStatus.FAILED, RunStatus.CANCELLED})
 def _ended(run: Run, events: Sequence[RunEvent]) -> bool:
     """Whether the events shown hold the run's end, so the page has nothing to
     follow. The events are read before the run (views.py), so a run that
-    settled in between is settled here while its events are not: the page
+    ended in between has ended here while its events have not: the page
     follows it, and its stream brings the rest. A run older than its status
     events (it has none) counts by its status alone."""
     moves = [ev for ev in events if ev.status is not None]

@@ -242,8 +242,8 @@ class Console:
         # The events first, then the run: the page's stream resumes after the
         # last event shown, so whatever the run did after this read reaches
         # the page, however new the run read below is. Read the other way
-        # round, a run that settled in between showed its old status, with
-        # the event that settled it already behind the stream's cursor.
+        # round, a run that ended in between showed its old status, with
+        # the event that ended it already behind the stream's cursor.
         run_id = request.params["run_id"]
         events, live = self._replay(run_id)
         run = engine.get_run(run_id)
@@ -297,7 +297,7 @@ class Console:
         run = result.run
         if result.action is CancelAction.SETTLED:
             message = f"The run is already {run.status.value}; nothing changed."
-            return self.error(409, "Already settled", message, request)
+            return self.error(409, "Already ended", message, request)
         note = "cancel" if result.action is CancelAction.CANCELLED else "cancel_requested"
         return self._redirect(f"/runs/{run.id}", note)
 
@@ -461,7 +461,7 @@ class Console:
         approve = decision == "approve"
         arguments = _arguments(form, approval)
         for_run = _for_run(form)
-        run = engine.respond(
+        run = engine.decide(
             approval_id,
             approve,
             _reason(form),
@@ -504,7 +504,7 @@ class Console:
             if not approval.pending:
                 continue
             try:
-                engine.respond(approval.approval_id, approve, reason, trusted=True, by=request.user)
+                engine.decide(approval.approval_id, approve, reason, trusted=True, by=request.user)
             except ApprovalAlreadyDecided:
                 continue  # decided meanwhile (a double click): once is enough
             decided += 1

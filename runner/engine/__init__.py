@@ -5,11 +5,12 @@
 - ``deps.py``: what the executions and ``tick()`` are handed in the engine's
   place, and the sends to workers.
 - ``execution.py``: one execution of a run: claim, heartbeat, the step loop
-  (``runner/steps/``), settle.
+  (``runner/steps/``), and the write that ends it.
 - ``runtime.py``: the per-process loop and thread pools that hold the
   executions, and the drain.
 - ``tick.py``: the periodic housekeeping Celery beat runs.
 - ``watchdog.py``: a worker's beacon and the check that beat still runs.
-- ``rerun.py``: starting a settled run again (retry) or a new one from its
-  history (fork).
+- ``retry_fork.py``: a new attempt at a run that ended: the same run again
+  (retry) or a new one from its history (fork). ``rerun.py`` is its
+  deprecated old name.
 """

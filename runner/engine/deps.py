@@ -19,6 +19,7 @@ from runner.agent import Agent, Registry
 from runner.approvals import decisions
 from runner.approvals.approval_tokens import Tokens
 from runner.clock import SYSTEM, Clock
+from runner.deprecation import retired
 from runner.engine.runtime import in_io, runtime
 from runner.errors import NotifierGone
 from runner.events.feed import Feed
@@ -167,10 +168,10 @@ class Deps:
 
     def cancel(self, run_id: str, *, by: str | None = None) -> CancelResult:
         """Cancel the run (``Engine.cancel``; a schedule's ``cancel_other``):
-        settled now, or its execution, and its children's, told to stop."""
+        ended now, or its execution, and its children's, told to stop."""
         result = self.store.request_cancel(run_id, by=by)
         if result.action is CancelAction.CANCELLED:
-            self.observer.settled(result.run, 0.0)
+            self.observer.ended(result.run, 0.0)
         # Its own execution, and its children's (runner/children.py), stop.
         stopping = [run_id] if result.action is CancelAction.REQUESTED else []
         for stop in [*stopping, *result.stopping]:
@@ -192,19 +193,25 @@ class Deps:
         self.store.mark_enqueued(run_ids)
         self.send(run_ids)
 
-    def after_settle(self, settled: Settled) -> None:
-        """Queue what a settle freed: an interrupted run again, the next run of
-        its concurrency key, and a parent its settle let out of its wait (the
-        store queued that one already: it is only sent)."""
-        run = settled.run
+    def after_end(self, ended: Settled) -> None:
+        """Queue what the end of an execution (or of a run) freed: an
+        interrupted run again, the next run of its concurrency key, and a
+        parent it let out of its wait (the store queued that one already: it
+        is only sent)."""
+        run = ended.run
         again = [run.id] if run.status is RunStatus.INTERRUPTED else []
-        if settled.next_in_key:
-            again.append(settled.next_in_key)
+        if ended.next_in_key:
+            again.append(ended.next_in_key)
         self.enqueue_ids(again)
-        if settled.resumed:
-            self.send(list(settled.resumed))
+        if ended.resumed:
+            self.send(list(ended.resumed))
         if run.retry_at is not None:
             self.send_at(run.id, run.retry_at)
+
+    def after_settle(self, ended: Settled) -> None:
+        """Deprecated: :meth:`after_end`."""
+        retired("Deps.after_settle", "Deps.after_end")
+        self.after_end(ended)
 
     async def notify_approvals(self, agent: Agent, run: Run, new: Sequence[NewApproval]) -> None:
         """First notification of the approvals a step just created."""

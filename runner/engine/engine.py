@@ -17,7 +17,8 @@ from runner.agent import registry as default_registry
 from runner.approvals import decisions
 from runner.approvals.inbox import InboxItem, inbox
 from runner.clock import SYSTEM, Clock
-from runner.engine import rerun
+from runner.deprecation import retired
+from runner.engine import retry_fork
 from runner.engine.deps import Deps, Enqueue
 from runner.engine.execution import Execution
 from runner.engine.runtime import runtime
@@ -225,29 +226,36 @@ class Engine:
         return run
 
     def execute(self, run_id: str) -> Run | None:
-        """Execute the run here, blocking until it settles, pauses or is handed
-        off. Returns the run as the execution left it, or None if this process
-        could not claim it (someone else has it, or it is not claimable)."""
+        """Execute the run here, blocking until its execution ends (the run
+        ended, waits or is queued again) or is handed off. Returns the run as
+        the execution left it, or None if this process could not claim it
+        (someone else has it, or it is not claimable)."""
         done = self.try_execute(run_id)
         return None if isinstance(done, NotClaimed) else done
 
     def try_execute(self, run_id: str) -> Run | NotClaimed | None:
         """:meth:`execute`, saying why when the run could not be claimed: a
         :class:`~store.claims.NotClaimed` names the owner holding the run, or
-        says it has settled or is not claimable now. None: the execution let
+        says it has ended or is not claimable now. None: the execution let
         the run go to another (it lost its claim or its store, or this worker
         is draining)."""
         return runtime().run(self._execute(run_id))
 
-    async def aexecute(self, run_id: str) -> Run | None:
+    async def execute_async(self, run_id: str) -> Run | None:
+        """:meth:`execute` for ``async`` code."""
         done = await self._execute(run_id)
         return None if isinstance(done, NotClaimed) else done
+
+    async def aexecute(self, run_id: str) -> Run | None:
+        """Deprecated: :meth:`execute_async`."""
+        retired("Engine.aexecute", "Engine.execute_async")
+        return await self.execute_async(run_id)
 
     async def _execute(self, run_id: str) -> Run | NotClaimed | None:
         self._ensure_listener()
         execution = Execution(self.deps, run_id)
-        settled = await execution.run()
-        return settled.run if settled is not None else execution.not_claimed
+        ended = await execution.run()
+        return ended.run if ended is not None else execution.not_claimed
 
     def get_run(self, run_id: str) -> Run:
         return self.deps.store.get_run(run_id)
@@ -307,24 +315,24 @@ class Engine:
         after: int | None = None,
         *,
         timeout: float | None = None,
-        until: Until = "settled",
+        until: Until = "ended",
         tokens: bool = True,
     ) -> EventStream:
         """The run's events after the id ``after`` (all, if None), then live
-        ones until the run settles (or reaches ``until``) or ``timeout``
+        ones until the run ends (or reaches ``until``) or ``timeout``
         seconds pass; iterate with ``for`` or ``async for`` (runner/events/feed.py)."""
         return self.deps.feed.events(
             run_id, after, timeout=timeout, until=statuses(until), tokens=tokens
         )
 
-    def wait(self, run_id: str, timeout: float | None = None, until: Until = "settled") -> Run:
-        """The run once it settles (``until="waiting"``: or waits for an
+    def wait(self, run_id: str, timeout: float | None = None, until: Until = "ended") -> Run:
+        """The run once it ends (``until="waiting"``: or waits for an
         approval), driven by the live feed; after ``timeout`` seconds, the run
         as it is then."""
         return self.deps.feed.wait(check_run_id(run_id), timeout, statuses(until))
 
     async def wait_async(
-        self, run_id: str, timeout: float | None = None, until: Until = "settled"
+        self, run_id: str, timeout: float | None = None, until: Until = "ended"
     ) -> Run:
         """:meth:`wait` for ``async`` code."""
         return await self.deps.feed.wait_async(check_run_id(run_id), timeout, statuses(until))
@@ -350,7 +358,7 @@ class Engine:
         (pub/sub; heartbeat polling covers a missed message)."""
         return self.deps.cancel(run_id, by=by)
 
-    def respond(
+    def decide(
         self,
         approval_id: str,
         approve: bool,
@@ -400,7 +408,7 @@ class Engine:
         question's schema: text, or the agent's answer model (else
         :class:`InvalidApprovalInput`, and nothing is recorded). The answer is
         the call's result; with the run's last open request the run is queued
-        again. ``token``/``trusted`` as for :meth:`respond`."""
+        again. ``token``/``trusted`` as for :meth:`decide`."""
         result = decisions.answer(
             self.deps.store,
             self.deps.tokens,
@@ -412,20 +420,25 @@ class Engine:
         )
         return self._decided(result)
 
+    def respond(self, approval_id: str, approve: bool, *args: Any, **kwargs: Any) -> Run:
+        """Deprecated: :meth:`decide`."""
+        retired("Engine.respond", "Engine.decide")
+        return self.decide(approval_id, approve, *args, **kwargs)
+
     def _decided(self, result: DecisionResult) -> Run:
         observer = self.deps.observer
         for decided in (result.approval, *result.also):
             observer.approval_decided(result.run, decided)
         if result.settled is not None:  # a denial that ends the run
-            observer.settled(result.run, 0.0)
-            self.deps.after_settle(result.settled)
+            observer.ended(result.run, 0.0)
+            self.deps.after_end(result.settled)
         if result.resumed:
             self.deps.send([result.run.id])
         return result.run
 
     def standing_approvals(self, run_id: str) -> list[StandingApproval]:
         """The tools a person approved for the rest of the run
-        (``respond(..., for_run=True)``), oldest first."""
+        (``decide(..., for_run=True)``), oldest first."""
         return self.deps.store.standing_approvals(run_id)
 
     def retry(self, run_id: str, *, extra_steps: int = 0, keep_standing: bool = False) -> Run:
@@ -433,9 +446,9 @@ class Engine:
         ``extra_steps`` more in its step budget, and enqueue it; its outcome is
         kept as an attempt (:meth:`attempts`). A live run is returned as it is;
         a completed run raises :class:`InvalidTransition`. The tools people
-        approved for the rest of the run (``respond(..., for_run=True)``) ask
+        approved for the rest of the run (``decide(..., for_run=True)``) ask
         again, unless ``keep_standing``."""
-        return rerun.retry(
+        return retry_fork.retry(
             self.deps, run_id, extra_steps=extra_steps, keep_standing=keep_standing
         ).run
 
@@ -460,7 +473,7 @@ class Engine:
         (:class:`ForkRepeatsEffects` names them; nothing is written) unless
         ``rerun_effects=True``. The tools approved for the rest of the
         original run are not approved in the fork, unless ``keep_standing``."""
-        return rerun.fork(
+        return retry_fork.fork(
             self.deps,
             run_id,
             at_step,
@@ -544,14 +557,15 @@ class Engine:
 
     def tick(self, now: datetime | None = None) -> TickReport:
         """One round of housekeeping (what Celery beat runs): re-send due
-        notifications, expire approvals, recover lapsed runs, re-enqueue."""
+        notifications, expire approvals, queue runs whose claims lapsed for a
+        takeover, re-enqueue."""
         began = time.monotonic()
         report = tick(self.deps, now=now)
         self.deps.observer.tick(report, time.monotonic() - began)
         return report
 
     def drain(self, timeout: float | None = None) -> int:
-        """Abort every execution in this process; they settle ``interrupted`` and
+        """Abort every execution in this process; they end ``interrupted`` and
         are enqueued again. Waits up to ``timeout`` (default: the drain setting)."""
         rt = runtime()
         count = rt.drain()

@@ -1,6 +1,6 @@
 """``tick()``: the periodic housekeeping that Celery beat runs (docs/operations.md):
 it fires the schedules that are due, re-sends approval notifications, expires
-waits, recovers runs whose claims lapsed, re-enqueues lost messages, starts
+waits, queues runs whose claims lapsed for a takeover, re-enqueues lost messages, starts
 the head of every free concurrency key and resumes stranded parents.
 
 It is idempotent and safe to run twice at once: a Redis lock keeps two ticks
@@ -171,9 +171,9 @@ def _expire_waits(deps: Deps, report: TickReport, now: datetime | None) -> None:
     for approval in deps.store.expired_approvals(deps.settings.tick_batch, now=now):
         try:
             if approval.on_expire == "fail":
-                settled = deps.store.fail_waiting(approval.run_id, expiry_failure(approval))
-                deps.after_settle(settled)
-                deps.observer.settled(settled.run, 0.0)
+                ended = deps.store.fail_waiting(approval.run_id, expiry_failure(approval))
+                deps.after_end(ended)
+                deps.observer.ended(ended.run, 0.0)
             else:
                 result = deps.store.decide(
                     approval.approval_id,
@@ -196,7 +196,7 @@ def _expire_waits(deps: Deps, report: TickReport, now: datetime | None) -> None:
             report.item_errors += 1
 
 
-def _recover_lapsed(deps: Deps, report: TickReport, now: datetime | None) -> None:
+def _queue_lapsed(deps: Deps, report: TickReport, now: datetime | None) -> None:
     settings = deps.settings
     lapsed = deps.store.lapsed_claims(settings.tick_batch, settings.reenqueue_seconds, now=now)
     if not lapsed:
@@ -207,9 +207,9 @@ def _recover_lapsed(deps: Deps, report: TickReport, now: datetime | None) -> Non
             # Postgres is late: leave the run alone.
             lapsed = sorted(deps.leases.lapsed(lapsed))
         except StoreUnavailable:
-            return  # cannot tell who is alive: recover next time
+            return  # cannot tell who is alive: try next time
     deps.enqueue_ids(lapsed)
-    report.recovered = lapsed
+    report.lapsed = lapsed
 
 
 def _reenqueue(deps: Deps, report: TickReport, now: datetime | None) -> None:
@@ -229,8 +229,8 @@ def _start_key_heads(deps: Deps, report: TickReport, now: datetime | None) -> No
 
 
 def _resume_parents(deps: Deps, report: TickReport, now: datetime | None) -> None:
-    """Parents whose children all settled while nothing resumed them (the
-    wake-up after the last child's settle was lost): queued again and sent."""
+    """Parents whose children all ended while nothing resumed them (the
+    wake-up after the last child's end was lost): queued again and sent."""
     resumed = deps.store.resume_stranded_parents(deps.settings.tick_batch, 0.0, now=now)
     report.resumed += resumed
     deps.send(resumed)
@@ -249,7 +249,7 @@ def _fire_schedules(deps: Deps, report: TickReport, now: datetime | None) -> Non
 _JOBS: tuple[Job, ...] = (
     _resend_notifications,
     _expire_waits,
-    _recover_lapsed,
+    _queue_lapsed,
     _reenqueue,
     _start_key_heads,
     _resume_parents,

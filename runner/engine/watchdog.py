@@ -6,7 +6,7 @@ writes the worker's record to Redis (:mod:`store.workers`: what it serves, which
 ``tick()`` last ran: Redis's mark, and, when Redis has none (a Redis restart
 loses it), the one tick() keeps in Postgres too, so that a worker never says
 tick() has never run when it has. Celery beat sends the ticks; when it is missing nothing
-fails, things just stop happening: runs whose worker died are not recovered,
+fails, things just stop happening: runs whose worker died are not taken over,
 notifications are not sent again and approvals never expire. So a worker logs
 one WARNING when ``tick()`` has not run for :data:`STALE_INTERVALS` intervals,
 and one INFO when ticks come back. ``stop`` ends the thread.
@@ -38,7 +38,7 @@ MIN_PERIOD_SECONDS = 0.25
 # Redis) does not make the worker look gone.
 BEACON_PERIODS = 3
 WITHOUT_BEAT = (
-    "runs whose worker died are not recovered, notifications are not sent again "
+    "runs whose worker died are not taken over, notifications are not sent again "
     "and approvals do not expire"
 )
 

@@ -94,7 +94,7 @@ class LoopSink:
 class EventStream:
     """The events of one run: those after ``after`` from the store, then the
     new ones as they are committed, until the run reaches one of ``until``
-    (by default, until it settles) or ``timeout`` seconds pass. Iterate it
+    (by default, until it ends) or ``timeout`` seconds pass. Iterate it
     with ``for`` or ``async for``."""
 
     def __init__(

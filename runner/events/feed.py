@@ -28,6 +28,7 @@ from typing import Any
 
 import redis
 
+from runner.deprecation import retired
 from runner.engine.runtime import runtime
 from runner.errors import InvalidInput
 from runner.events.eventstream import WAKE, EventStream, Sink, Tail
@@ -41,22 +42,23 @@ from store.validate import check_run_id
 
 log = logging.getLogger(__name__)
 
-# Where a wait or a stream ends: always when the run settles, and also when
-# it reaches the statuses given (``"waiting"``: when it waits for an approval).
+# Where a wait or a stream stops: always when the run ends, and also when it
+# reaches the statuses given (``"waiting"``: when it waits for an approval).
 Until = str | RunStatus | Iterable[RunStatus | str]
 
 
 def statuses(until: Until) -> frozenset[RunStatus]:
+    if until == "settled":
+        retired('until="settled"', 'until="ended"', stacklevel=4)
+        until = "ended"
     items: Iterable[RunStatus | str] = (
-        () if until == "settled" else [until] if isinstance(until, str) else until
+        () if until == "ended" else [until] if isinstance(until, str) else until
     )
     try:
         chosen = frozenset(RunStatus(s) for s in items)
     except (TypeError, ValueError):
         known = ", ".join(s.value for s in RunStatus)
-        raise InvalidInput(
-            f"until must be 'settled' or statuses ({known}), not {until!r}"
-        ) from None
+        raise InvalidInput(f"until must be 'ended' or statuses ({known}), not {until!r}") from None
     return SETTLED | chosen
 
 

@@ -4,7 +4,7 @@ The step that first offers a run's MCP tools records them with its model
 call (the ``llm`` step's ``input``: ``{"mcp_tools": {name: {server,
 digest}}}``), and so does the first step after the list changed, with what
 changed (``mcp_tools_changed``: added, removed and changed names). A
-recovered execution, a retry or a fork then reads the last record
+later execution (a takeover, a retry, a fork) then reads the last record
 (``PostgresStore.mcp_listing``) and records again only if the servers' tools
 are not what the model was last offered; the step's event carries the change
 to the event feed.

@@ -2,7 +2,7 @@
 
 The engine core calls one :class:`Observer` (a fan-out of several) at the
 points worth seeing: a run started, an execution, its steps, model and tool
-calls, approvals, retries, settling, takeovers and ticks. The methods that
+calls, approvals, retries, an execution's end, takeovers and ticks. The methods that
 wrap work are context managers, so a listener sees the duration and any
 exception. What the engine hands them is defined here too (:class:`ModelCall`,
 :class:`ToolCall`, :class:`TickReport`), so that a listener reads it without
@@ -22,6 +22,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
+from runner.deprecation import retired
 from store.models import Approval, Fence, NewApproval, RetryWait, Run, Usage
 
 
@@ -98,17 +99,18 @@ class FirstSeen:
 @dataclass
 class TickReport:
     """What one ``tick()`` did (``runner/engine/tick.py``): returned by
-    ``Engine.tick`` and handed to the listeners. ``recovered`` lists the runs
-    whose claims had lapsed and were queued again."""
+    ``Engine.tick`` and handed to the listeners. ``lapsed`` lists the runs
+    whose claims had lapsed and were queued again, for another worker to take
+    over (``recovered`` is its deprecated name)."""
 
     skipped: bool = False
     notified: int = 0
     notify_failed: int = 0
     expired: int = 0
-    recovered: list[str] = field(default_factory=list)
+    lapsed: list[str] = field(default_factory=list)
     reenqueued: list[str] = field(default_factory=list)
     key_heads: list[str] = field(default_factory=list)
-    # Parents whose children had all settled with no resume (a wake-up lost).
+    # Parents whose children had all ended with no resume (a wake-up lost).
     resumed: list[str] = field(default_factory=list)
     # Schedules' firings recorded (started, skipped, buffered, missed), and
     # the runs they started (runner/schedules/).
@@ -119,12 +121,28 @@ class TickReport:
     item_errors: int = 0
     failed_jobs: list[str] = field(default_factory=list)
 
+    @property
+    def recovered(self) -> list[str]:
+        """Deprecated: :attr:`lapsed`."""
+        retired("TickReport.recovered", "TickReport.lapsed")
+        return self.lapsed
+
+    @recovered.setter
+    def recovered(self, runs: list[str]) -> None:
+        retired("TickReport.recovered", "TickReport.lapsed")
+        self.lapsed = runs
+
 
 _NULL: AbstractContextManager[None] = nullcontext()
 
 
 class Observer:
     """A listener. Every method does nothing here; override what you need."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "settled" in cls.__dict__ and cls.__module__ != __name__:
+            retired(f"the observer hook {cls.__qualname__}.settled", "ended", stacklevel=3)
 
     def starting(self, agent: str, carrier: dict[str, str]) -> AbstractContextManager[None]:
         """Around ``Engine.start`` in the caller's process. ``carrier`` is
@@ -159,8 +177,16 @@ class Observer:
     def retry_scheduled(self, run: Run, wait: RetryWait) -> None:
         return None
 
+    def ended(self, run: Run, seconds: float) -> None:
+        """An execution ended after ``seconds``: it moved the run out of
+        ``running`` (to a final status, ``waiting``, ``interrupted``, or
+        ``queued`` for a retry), or a decision or a cancel ended the run."""
+        if type(self).settled is not Observer.settled:
+            self.settled(run, seconds)
+
     def settled(self, run: Run, seconds: float) -> None:
-        """An execution moved the run out of ``running`` after ``seconds``."""
+        """Deprecated: :meth:`ended`, which calls it on an observer that
+        still defines it (with a DeprecationWarning when the class is made)."""
         return None
 
     def taken_over(self, run: Run, previous_epoch: int) -> None:
@@ -233,8 +259,13 @@ class Observers(Observer):
     def retry_scheduled(self, run: Run, wait: RetryWait) -> None:
         self._each("retry_scheduled", run, wait)
 
+    def ended(self, run: Run, seconds: float) -> None:
+        self._each("ended", run, seconds)
+
     def settled(self, run: Run, seconds: float) -> None:
-        self._each("settled", run, seconds)
+        """Deprecated: :meth:`ended`."""
+        retired("Observers.settled", "Observers.ended")
+        self.ended(run, seconds)
 
     def taken_over(self, run: Run, previous_epoch: int) -> None:
         self._each("taken_over", run, previous_epoch)

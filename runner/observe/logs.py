@@ -147,7 +147,7 @@ class LogObserver(Observer):
     def step(self, run: Run, index: int) -> contextlib.AbstractContextManager[None]:
         return bound(step=index)
 
-    def settled(self, run: Run, seconds: float) -> None:
+    def ended(self, run: Run, seconds: float) -> None:
         cost = f", ${run.cost_usd:.4f}" if getattr(run, "cost_usd", None) else ""
         summary = (
             f"run {run.id} ({run.agent}) {run.status.value}: {run.steps_used} step(s), "

@@ -96,12 +96,12 @@ class Metrics:
 
         self.runs_settled = counter(
             "runwright_runs_settled_total",
-            "Runs settled by an execution, by their final status: completed, failed, cancelled.",
+            "Runs ended by an execution, by their final status: completed, failed, cancelled.",
             ("agent", "status"),
         )
         self.runs_paused = counter(
             "runwright_runs_paused_total",
-            "Executions that ended with their run not settled, by the status they left it "
+            "Executions that ended with their run at no final status, by the status they left it "
             "in: waiting (an approval), queued (a retry), interrupted (a shutdown).",
             ("agent", "status"),
         )
@@ -250,7 +250,7 @@ class MetricsObserver(Observer):
                 m.tool_seconds.labels(agent, tool, status).observe(time.perf_counter() - began)
                 m.steps.labels(agent, "tool").inc()
 
-    def settled(self, run: Run, seconds: float) -> None:
+    def ended(self, run: Run, seconds: float) -> None:
         counter = self.metrics.runs_settled if run.status.settled else self.metrics.runs_paused
         counter.labels(self.agent(run.agent), run.status.value).inc()
 

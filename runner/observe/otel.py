@@ -361,7 +361,7 @@ class OtelObserver(Observer):
         spans.execution.set_status(Status(StatusCode.ERROR, "the lease was lost"))
         spans.execution.set_attribute(ERROR_TYPE, "lease_lost")
 
-    def settled(self, run: Run, seconds: float) -> None:
+    def ended(self, run: Run, seconds: float) -> None:
         spans = _current.get()
         if spans is None:
             return

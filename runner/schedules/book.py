@@ -90,7 +90,7 @@ class Schedules:
     ) -> Schedule:
         """A new schedule of ``agent``: by ``cron`` (five fields, read in the
         IANA ``timezone``) or ``every`` seconds. ``overlap`` says what a firing
-        does while an earlier one's run has not settled (``skip``,
+        does while an earlier one's run has not ended (``skip``,
         ``buffer_one``, ``allow_all``, ``cancel_other``); firings that
         ``tick()`` comes to later than ``catchup_window`` (beat was down) are
         recorded missed; ``jitter`` delays each firing by up to that long. A bad
@@ -309,7 +309,7 @@ def fire(deps: Deps, now: datetime | None = None) -> Fired:
     """What tick() does for schedules: fire the due ones of the agents this
     process loads (their runs sent, the earlier runs ``cancel_other`` names
     cancelled) and start the buffered firings whose schedule's run has
-    settled. The due schedules of other agents are left for a tick() on a
+    ended. The due schedules of other agents are left for a tick() on a
     worker that loads them, and said in one WARNING now and then."""
     book = Schedules(deps)
     # Each run's concurrency key is the application's code, called in tick's

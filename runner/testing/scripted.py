@@ -61,6 +61,7 @@ from typing import Any
 
 import pydantic
 
+from runner.deprecation import retired
 from runner.errors import InvalidInput, RunwrightError
 from runner.steps.builtin_tools import FINAL_RESULT
 from store.models import Message
@@ -473,7 +474,7 @@ class ScriptedModel:
                 + "; ".join(missing)
             )
 
-    async def respond(
+    async def reply_to(
         self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]
     ) -> tuple[Reply, int]:
         """The reply to one request, after its latency, and the request's step."""
@@ -487,6 +488,13 @@ class ScriptedModel:
         if reply.latency:
             await asyncio.sleep(reply.latency)
         return reply, request.step
+
+    async def respond(
+        self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]
+    ) -> tuple[Reply, int]:
+        """Deprecated: :meth:`reply_to`."""
+        retired("ScriptedModel.respond", "ScriptedModel.reply_to")
+        return await self.reply_to(messages, tools)
 
     def _check_offered(self, request: Request, reply: Reply) -> None:
         offered = request.tool_names
@@ -591,12 +599,12 @@ def install_provider(litellm: Any) -> None:
     handing over the litellm it imported (only ``runner.model`` imports litellm)."""
     ModelResponse = litellm.ModelResponse
 
-    async def respond(script: ScriptedModel, kwargs: dict[str, Any]) -> tuple[Reply, int]:
+    async def scripted_reply(script: ScriptedModel, kwargs: dict[str, Any]) -> tuple[Reply, int]:
         """The script's reply and its step; an error reply raised as the
         litellm error it names, as a provider's answer would be."""
         optional = kwargs.get("optional_params") or {}
         try:
-            reply, step = await script.respond(
+            reply, step = await script.reply_to(
                 kwargs.get("messages") or [], optional.get("tools") or []
             )
         except (ScriptExhausted, UnknownScriptedTool) as exhausted:
@@ -621,7 +629,7 @@ def install_provider(litellm: Any) -> None:
         async def acompletion(self, *args: Any, **kwargs: Any) -> Any:
             model = str(kwargs.get("model", "")).split("/", 1)[-1]
             script = lookup(model)
-            reply, step = await respond(script, kwargs)
+            reply, step = await scripted_reply(script, kwargs)
             # The provider-qualified name: litellm prices a response by its model.
             return ModelResponse(**reply.response(SCRIPTED + model, step))
 
@@ -631,7 +639,7 @@ def install_provider(litellm: Any) -> None:
             # errors do.
             model = str(kwargs.get("model", "")).split("/", 1)[-1]
             script = lookup(model)
-            reply, step = await respond(script, kwargs)
+            reply, step = await scripted_reply(script, kwargs)
             for index, chunk in enumerate(reply.chunks(step)):
                 if index and script.chunk_delay:
                     await asyncio.sleep(script.chunk_delay)

@@ -251,7 +251,7 @@ def test_a_decided_approval_answers_409_before_its_edit_is_read(
     client: FlaskClient, engine: Engine, queued: list[str]
 ) -> None:
     _agent, run, approval = waiting_run(engine, queued)
-    engine.respond(approval.approval_id, True, trusted=True, by="bob")
+    engine.decide(approval.approval_id, True, trusted=True, by="bob")
     queued.clear()
     path = f"{INBOX}/{approval.approval_id}"
     refusals = Refusals(client, engine, queued, path, csrf_from=f"{BASE}/runs/{run.id}")
@@ -670,7 +670,7 @@ def test_markup_in_questions_edits_and_answers_stays_text(
     assert "Which? &lt;script&gt;window.pwned = 1&lt;/script&gt;&lt;img src=x onerror=" in inbox
 
     edit = {"amount": 11, "note": "</textarea>" + HOSTILE_SCRIPT + HOSTILE_IMG}
-    engine.respond(approval.approval_id, True, trusted=True, by="<b>mallory</b>", arguments=edit)
+    engine.decide(approval.approval_id, True, trusted=True, by="<b>mallory</b>", arguments=edit)
     engine.answer(question.approval_id, HOSTILE_SCRIPT + HOSTILE_IMG, trusted=True, by="alice")
     execute_all(engine, queued)
     assert engine.get_run(run.id).status is RunStatus.COMPLETED

@@ -205,7 +205,7 @@ def test_the_live_timeline_tells_an_edit_and_a_standing_approval_as_the_page_doe
             browser.get(f"{root}/login?user=alice")
             browser.get(f"{root}{BASE}/runs/{run.id}")
             shown = len(timeline(browser, "approval"))
-            engine.respond(
+            engine.decide(
                 first.approval_id,
                 True,
                 "one is enough",

@@ -118,7 +118,7 @@ def test_the_live_page_streams_the_events_after_those_it_shows(
     assert events_url == f"{BASE}/runs/{run.id}/events"
 
     [approval] = engine.approvals(run.id)
-    engine.respond(approval.approval_id, True, trusted=True, by="carol")
+    engine.decide(approval.approval_id, True, trusted=True, by="carol")
     execute_all(engine, queued)
     answer = client.get(f"{events_url}?after={after}", headers=as_user())
     assert answer.status_code == 200
@@ -144,7 +144,7 @@ def test_a_run_that_settles_while_its_page_is_read_still_reaches_the_page(
     first, the page ends at the run's last status: shown at once, or brought by
     its stream, which resumes after the last event the page shows."""
     _agent, run, approval = waiting_run(engine, queued)
-    engine.respond(approval.approval_id, True, trusted=True, by="carol")
+    engine.decide(approval.approval_id, True, trusted=True, by="carol")
     read_once: list[str] = []
 
     def then_finish(read: Any) -> Any:

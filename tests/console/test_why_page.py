@@ -39,7 +39,7 @@ def test_a_waiting_run_names_its_approval_and_when_it_expires(
 
 def test_a_completed_run_has_no_why(client: FlaskClient, engine: Engine, queued: list[str]) -> None:
     _agent, run, approval = waiting_run(engine, queued)
-    engine.respond(approval.approval_id, True, trusted=True, by="alice")
+    engine.decide(approval.approval_id, True, trusted=True, by="alice")
     execute_all(engine, queued)
     assert engine.get_run(run.id).status is RunStatus.COMPLETED
     assert 'id="why"' not in page_text(client, f"{BASE}/runs/{run.id}")

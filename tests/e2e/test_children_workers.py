@@ -136,7 +136,7 @@ def test_a_childs_approval_shows_with_its_parent_and_approving_completes_both(
         "the child's approval in the inbox",
     )  # fmt: skip
     assert engine.get_run(run.id).status is RunStatus.WAITING
-    engine.respond(item.approval.approval_id, True, trusted=True, by="ops")
+    engine.decide(item.approval.approval_id, True, trusted=True, by="ops")
     done = settled(cluster, run.id)
     assert done.status is RunStatus.COMPLETED, done.error
     assert engine.get_run(item.run.id).status is RunStatus.COMPLETED

@@ -71,10 +71,10 @@ def test_deny_cancel_tick_prune(
     assert engine.get_run(queued.id).status is RunStatus.CANCELLED
 
     assert re.search(r"notified \d+ .*re-enqueued \d+", rw(cli_env, "tick").stdout)
-    assert "deleted 0 settled run(s)" in rw(cli_env, "prune", "--older-than", "1h").stdout
+    assert "deleted 0 ended run(s)" in rw(cli_env, "prune", "--older-than", "1h").stdout
     settled_hours_ago(pg_store, queued.id, 2)
     pruned = rw(cli_env, "prune", "--older-than", "1h").stdout
-    assert "deleted 1 settled run(s)" in pruned
+    assert "deleted 1 ended run(s)" in pruned
     assert "is not a duration" in refused(cli_env, "prune", "--older-than", "soon")
 
 

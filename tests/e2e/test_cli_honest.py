@@ -65,7 +65,7 @@ def test_show_says_a_reviewer_who_typed_expired_denied_it(
     run = engine.start("cli-honest-asks")
     engine.execute(run.id)
     [approval] = engine.approvals(run.id)
-    engine.respond(approval.approval_id, False, "expired", trusted=True)
+    engine.decide(approval.approval_id, False, "expired", trusted=True)
     finished = engine.execute(run.id)
     assert finished is not None and finished.status is RunStatus.COMPLETED
 

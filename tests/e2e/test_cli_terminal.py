@@ -47,7 +47,7 @@ def test_show_and_watch_print_hostile_text_inert(cli_env: dict[str, str], engine
     assert "\\x9b31m" in shown and "\\u202egnp.exe" in shown and "\\r" in shown
     assert "tool  tool\\x1b]0;pwned" in shown
 
-    engine.respond(waiting.waiting.approval_id, True, trusted=True)
+    engine.decide(waiting.waiting.approval_id, True, trusted=True)
     done = engine.execute(run.id)
     assert done is not None and done.status is RunStatus.COMPLETED
 

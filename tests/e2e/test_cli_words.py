@@ -63,7 +63,7 @@ def test_show_messages_says_what_each_record_of_the_history_is(
     engine.execute(child.id)
     engine.execute(run.id)  # waits for the refund's approval
     [approval] = engine.approvals(run.id)
-    engine.respond(
+    engine.decide(
         approval.approval_id, True, trusted=True, by="ada", arguments={"order": "A1", "amount": 3}
     )
     engine.execute(run.id)  # asks its question

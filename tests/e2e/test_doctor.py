@@ -133,7 +133,7 @@ def test_beat_stopped_fails_the_beat_line(setup: Setup) -> None:
     assert code == 1
     assert not_ok(lines) == {
         "beat": "FAIL  tick() last ran 10 min ago, more than 3 intervals of 30 s: is celery "
-        "beat running? Without it, runs whose worker died are not recovered, notifications "
+        "beat running? Without it, runs whose worker died are not taken over, notifications "
         "are not sent again and approvals do not expire"
     }
 

@@ -116,7 +116,7 @@ def test_the_http_server_restarted_while_a_run_waits_and_the_run_completes(
     http_server.stop()
     http_server.start()  # a new process: the worker's session is gone with the old one
     [pending] = [a for a in engine.approvals(waiting.id) if a.pending]
-    engine.respond(pending.approval_id, True, trusted=True, by="ops")
+    engine.decide(pending.approval_id, True, trusted=True, by="ops")
     settled(cluster, run.id, RunStatus.COMPLETED)
     assert [c["tool"] for c in calls(http_server.log)] == ["lookup", "create_issue", "lookup"]
 
@@ -133,7 +133,7 @@ def test_the_stdio_servers_process_killed_while_a_run_waits_and_the_run_complete
     server.kill()
     server.wait(10)
     [pending] = [a for a in engine.approvals(waiting.id) if a.pending]
-    engine.respond(pending.approval_id, True, trusted=True, by="ops")
+    engine.decide(pending.approval_id, True, trusted=True, by="ops")
     settled(cluster, run.id, RunStatus.COMPLETED)
     assert [c["tool"] for c in calls(log)] == ["lookup", "create_issue", "lookup"]
     assert [p.pid for p in stdio_servers()] != [server.pid]  # a new process served the rest

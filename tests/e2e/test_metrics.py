@@ -186,7 +186,7 @@ def test_a_workers_metrics_match_its_runs(cluster: Cluster) -> None:
     )
     age = get(pending, "runwright_approval_oldest_pending_age_seconds")
     assert 0 <= age <= (utcnow() - approval.created_at).total_seconds() + 1
-    engine.respond(approval.approval_id, True, token=engine.token(approval.approval_id))
+    engine.decide(approval.approval_id, True, token=engine.token(approval.approval_id))
     wait_until(
         lambda: engine.get_run(waiting.id).status is RunStatus.COMPLETED, 60, "the approved run"
     )

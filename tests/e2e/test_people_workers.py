@@ -48,11 +48,11 @@ def test_two_approvals_and_a_question_decided_in_reverse_order_survive_killed_wo
     engine.answer(ask.approval_id, "blue", trusted=True, by="cy")
     first_worker.signal(signal.SIGKILL)  # between two decisions
     first_worker.wait(10)
-    assert engine.respond(two.approval_id, False, "too much", trusted=True, by="bo").status is (
+    assert engine.decide(two.approval_id, False, "too much", trusted=True, by="bo").status is (
         RunStatus.WAITING
     )
     second_worker = cluster.worker("w2", RUNWRIGHT_AGENTS=AGENTS, concurrency=2)
-    resumed = engine.respond(one.approval_id, True, trusted=True, by="ada", arguments={"amount": 3})
+    resumed = engine.decide(one.approval_id, True, trusted=True, by="ada", arguments={"amount": 3})
     assert resumed.status is RunStatus.QUEUED
 
     # The resumed run pays back (once), commits its step, and asks the model
@@ -101,7 +101,7 @@ def test_a_tool_approved_for_the_run_is_not_asked_again_until_a_retry(cluster: C
     run = engine.start("people_standing")
     wait_until(lambda: engine.get_run(run.id).status is RunStatus.WAITING, 60, "the first approval")
     [first] = engine.approvals(run.id)
-    engine.respond(first.approval_id, True, trusted=True, by="ada", for_run=True)
+    engine.decide(first.approval_id, True, trusted=True, by="ada", for_run=True)
     stopped = settled(cluster, run.id)
     # The second and third calls, in later steps, ran without asking.
     assert stopped.status is RunStatus.FAILED and stopped.error is not None

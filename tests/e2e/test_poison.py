@@ -81,4 +81,4 @@ def test_poison_run_settles_crashed_and_healthy_runs_complete(cluster: Cluster) 
     # Settled means out of recovery: no worker dies any more.
     time.sleep(3)
     assert current.popen.poll() is None
-    assert engine.tick().recovered == []
+    assert engine.tick().lapsed == []

@@ -183,7 +183,7 @@ def test_a_client_that_leaves_mid_run_resumes_with_no_gap_and_no_duplicate(
             third = Client(port, run.id, second.last_id)
             clients.append(third)
             next(third.frames())
-            engine.respond(box["run"].waiting.approval_id, True, trusted=True)
+            engine.decide(box["run"].waiting.approval_id, True, trusted=True)
             worker, box = run_in_thread(engine, run.id)
             for _ in third.frames():
                 pass

@@ -37,7 +37,7 @@ def test_a_worker_without_beat_warns_once_then_notes_beat_coming_and_going(
     assert waited.total_seconds() < 3 + 0.5 + 1.5, waited
     line = next(li for li in worker.log().splitlines() if NEVER in li)
     assert "WARNING" in line and "Is celery beat running?" in line
-    assert "runs whose worker died are not recovered" in line
+    assert "runs whose worker died are not taken over" in line
 
     leases = Leases.from_url(cluster.redis_url)
     try:

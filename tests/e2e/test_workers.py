@@ -36,7 +36,7 @@ def test_forty_runs_with_approvals_on_two_workers(shared_cluster: Cluster) -> No
             if run.status is RunStatus.WAITING and run_id not in approved:
                 assert run.waiting is not None
                 token = engine.token(run.waiting.approval_id)
-                engine.respond(run.waiting.approval_id, True, "ok", token=token)
+                engine.decide(run.waiting.approval_id, True, "ok", token=token)
                 approved.add(run_id)
         return all(run.status in SETTLED for run in states.values())
 

@@ -37,7 +37,7 @@ def test_a_worker_dying_after_the_refund_does_not_refund_twice(
     runwright_engine: TestEngine,
 ) -> None:
     run = runwright_engine.run(agents.AGENT, {"message": "A-1001 arrived damaged"})
-    runwright_engine.engine.respond(
+    runwright_engine.engine.decide(
         runwright_engine.pending(run.id)[0].approval_id, True, trusted=True
     )
     runwright_engine.crash(run.id, at="after_effect_call")

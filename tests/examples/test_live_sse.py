@@ -233,7 +233,7 @@ def test_the_examples_never_stream_tool_input(web: Web, engine: Engine) -> None:
     waiting = engine.execute(run.id)
     assert waiting is not None and waiting.waiting is not None
     approval_id = waiting.waiting.approval_id
-    engine.respond(approval_id, True, "fine", trusted=True)
+    engine.decide(approval_id, True, "fine", trusted=True)
     done = engine.execute(run.id)
     assert done is not None and done.status is RunStatus.COMPLETED
 
@@ -273,7 +273,7 @@ def test_the_examples_never_stream_who_decided_or_why(web: Web, engine: Engine) 
     run = engine.start(make_agent(1, refund=True))
     waiting = engine.execute(run.id)
     assert waiting is not None and waiting.waiting is not None
-    engine.respond(waiting.waiting.approval_id, False, reason, trusted=True, by=approver)
+    engine.decide(waiting.waiting.approval_id, False, reason, trusted=True, by=approver)
     done = engine.execute(run.id)
     assert done is not None and done.status is RunStatus.COMPLETED
 
@@ -308,7 +308,7 @@ def test_token_deltas_stream_without_an_id(flask_client: FlaskClient, engine: En
         feed = engine.deps.feed
         for n, piece in enumerate(["Che", "cking <b>", "</b> it"]):
             feed.token(run.id, {"epoch": 1, "step": 3, "attempt": 1, "n": n, "text": piece})
-        engine.respond(waiting.waiting.approval_id, True, trusted=True)
+        engine.decide(waiting.waiting.approval_id, True, trusted=True)
         engine.execute(run.id)
         body = first + b"".join(chunks)
     finally:

@@ -48,19 +48,19 @@ def test_each_refusal_has_its_own_class(approvals_engine: Engine) -> None:
     for cls, kwargs in cases:
         approval_id = kwargs.pop("approval_id")
         with pytest.raises(cls):
-            engine.respond(approval_id, True, **kwargs)  # type: ignore[arg-type]
+            engine.decide(approval_id, True, **kwargs)  # type: ignore[arg-type]
     with pytest.raises(InvalidInput):  # a malformed id is the caller's bad input too
-        engine.respond("not-an-id", True, trusted=True)
+        engine.decide("not-an-id", True, trusted=True)
     with pytest.raises(ApprovalNotFound):
-        engine.respond("not-an-id", True, trusted=True)
+        engine.decide("not-an-id", True, trusted=True)
 
-    engine.respond(first.approval_id, True, token=token_first)
+    engine.decide(first.approval_id, True, token=token_first)
     with pytest.raises(ApprovalAlreadyDecided):
-        engine.respond(first.approval_id, False, token=token_first)
+        engine.decide(first.approval_id, False, token=token_first)
 
     expire_approval(engine.store, second.approval_id)
     with pytest.raises(ApprovalExpired):
-        engine.respond(second.approval_id, True, token=token_second)
+        engine.decide(second.approval_id, True, token=token_second)
     engine.cancel(run.id)
     with pytest.raises(RunNotWaiting):
-        engine.respond(second.approval_id, True, token=token_second)
+        engine.decide(second.approval_id, True, token=token_second)

@@ -1,4 +1,4 @@
-"""Approvals: wait points, tokens, notifications, respond, expiry (docs/approvals.md)."""
+"""Approvals: wait points, tokens, notifications, decisions, expiry (docs/approvals.md)."""
 
 from __future__ import annotations
 
@@ -124,7 +124,7 @@ def test_approve_with_token_resumes_and_runs_the_tool_once(
     assert engine.get_run(run.id).waiting.notified_at is not None  # type: ignore[union-attr]
     index_before = engine.checkpoint(run.id).step_index  # type: ignore[union-attr]
 
-    resumed = engine.respond(approval.approval_id, True, "looks right", token=token)
+    resumed = engine.decide(approval.approval_id, True, "looks right", token=token)
     assert resumed.status is RunStatus.QUEUED
     assert queued == [run.id]  # enqueued
     checkpoint = engine.checkpoint(run.id)
@@ -146,7 +146,7 @@ def test_deny_with_reason_reaches_the_model_and_the_tool_never_runs(
     run = engine.start(name)
     engine.execute(run.id)
     [approval] = engine.approvals(run.id)
-    engine.respond(approval.approval_id, False, "customer already refunded", trusted=True)
+    engine.decide(approval.approval_id, False, "customer already refunded", trusted=True)
     done = engine.execute(run.id)
     assert done is not None and done.status is RunStatus.COMPLETED
     assert refunds.done == []
@@ -190,10 +190,10 @@ def test_two_approvals_and_a_plain_call_in_one_step(approvals_engine: Engine) ->
     ]
     assert [s.name for s in engine.steps(run.id) if s.kind is StepKind.TOOL] == ["lookup"]
 
-    after_first = engine.respond(first.approval_id, True, trusted=True)
+    after_first = engine.decide(first.approval_id, True, trusted=True)
     assert after_first.status is RunStatus.WAITING  # one decision is not enough
     assert engine.execute(run.id) is None  # a waiting run is not claimable
-    after_second = engine.respond(second.approval_id, False, "too much", trusted=True)
+    after_second = engine.decide(second.approval_id, False, "too much", trusted=True)
     assert after_second.status is RunStatus.QUEUED
     done = engine.execute(run.id)
     assert done is not None and done.status is RunStatus.COMPLETED
@@ -224,7 +224,7 @@ def test_bad_responses_raise_and_change_nothing(approvals_engine: Engine) -> Non
     def refused(match: str, *args: Any, **kwargs: Any) -> None:
         before = snapshot(store)
         with pytest.raises(ApprovalError, match=match):
-            engine.respond(*args, **kwargs)
+            engine.decide(*args, **kwargs)
         assert snapshot(store) == before
 
     refused("not valid", first.approval_id, True, token="forged-token")
@@ -233,7 +233,7 @@ def test_bad_responses_raise_and_change_nothing(approvals_engine: Engine) -> Non
     refused("no approval", str(uuid.uuid4()), True, trusted=True)
     refused("no approval", "not-an-id", True, trusted=True)
 
-    engine.respond(first.approval_id, True, token=token_first)
+    engine.decide(first.approval_id, True, token=token_first)
     refused("already approved", first.approval_id, False, token=token_first)
 
     # Expired: move its expiry into the past.

@@ -230,7 +230,7 @@ def test_an_approval_and_a_child_in_one_step_resume_the_parent_once_both_are_don
     [child_run] = runwright_engine.engine.children(run.id)
     [approval] = runwright_engine.pending(run.id)
     # The approval decided first: the child still runs, so the parent waits on.
-    runwright_engine.engine.respond(approval.approval_id, True, trusted=True, by="ops")
+    runwright_engine.engine.decide(approval.approval_id, True, trusted=True, by="ops")
     assert runwright_engine.get_run(run.id).status is RunStatus.WAITING
     runwright_engine.engine.execute(child_run.id)  # its settle resumes the parent
     assert runwright_engine.get_run(run.id).status is RunStatus.QUEUED
@@ -441,7 +441,7 @@ def test_a_childs_approval_surfaces_with_its_parent_chain_and_resumes_the_tree(
     [request] = asked
     assert request.run_id == child_run.id and request.root_run_id == waiting.id
     # Deciding it resumes the child, whose settle resumes its parent, and so on up.
-    runwright_engine.engine.respond(item.approval.approval_id, True, trusted=True, by="ops")
+    runwright_engine.engine.decide(item.approval.approval_id, True, trusted=True, by="ops")
     done = runwright_engine.run_until_settled(waiting.id)
     assert done.status is RunStatus.COMPLETED, done.error
     assert runwright_engine.get_run(child_run.id).status is RunStatus.COMPLETED

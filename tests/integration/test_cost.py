@@ -90,7 +90,7 @@ def test_the_cost_budget_counts_over_every_execution_of_the_run(engine: Engine) 
     waiting = engine.execute(run.id)
     assert waiting is not None and waiting.status is RunStatus.WAITING and waiting.waiting
     assert engine.get_run(run.id).cost_usd == pytest.approx(2 * STEP_USD)
-    engine.respond(waiting.waiting.approval_id, True, trusted=True)
+    engine.decide(waiting.waiting.approval_id, True, trusted=True)
     done = engine.execute(run.id)
     assert done is not None and done.status is RunStatus.FAILED
     assert done.error is not None and done.error.code == "budget_exceeded"

@@ -1,4 +1,4 @@
-"""Cancel and respond on the same waiting runs, all at once, on real Postgres:
+"""Cancel and decide on the same waiting runs, all at once, on real Postgres:
 every path locks the run row before its approvals, so none deadlocks."""
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def test_concurrent_cancel_and_respond_never_deadlock(wide_store: PostgresStore)
                 calls.append(
                     (
                         approval_id,
-                        lambda a=approval_id, ok=n % 2 == 0: engine.respond(  # type: ignore[misc]
+                        lambda a=approval_id, ok=n % 2 == 0: engine.decide(  # type: ignore[misc]
                             a, ok, trusted=True
                         ),
                     )

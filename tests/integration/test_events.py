@@ -101,7 +101,7 @@ def test_async_iteration_gets_the_same_events(engine: Engine) -> None:
 
         reading = asyncio.create_task(read())
         await asyncio.sleep(0.2)
-        await engine.aexecute(run.id)
+        await engine.execute_async(run.id)
         return await asyncio.wait_for(reading, 10)
 
     got = asyncio.run(both())

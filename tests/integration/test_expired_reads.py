@@ -90,7 +90,7 @@ def test_a_person_who_types_expired_still_denied_it(waiting_engine: Engine, by: 
     run = engine.start(name)
     engine.execute(run.id)
     [approval] = engine.approvals(run.id)
-    engine.respond(approval.approval_id, False, "expired", trusted=True, by=by)
+    engine.decide(approval.approval_id, False, "expired", trusted=True, by=by)
     [decided] = engine.approvals(run.id)
     assert decided.reason == "expired" and decided.decided_by == by
 

@@ -135,7 +135,7 @@ def test_an_id_reused_in_an_approval_step_still_waits_for_a_decision(
         assert [a.input for a in pending] == [{"amount": amount}]
         assert waiting.waiting is not None
         assert waiting.waiting.approval_id == pending[0].approval_id
-        engine.respond(pending[0].approval_id, True, trusted=True)
+        engine.decide(pending[0].approval_id, True, trusted=True)
     done = engine.execute(run.id)
     assert done is not None and done.status is RunStatus.COMPLETED
     tool_steps = [s for s in engine.steps(run.id) if s.kind is StepKind.TOOL]
@@ -426,7 +426,7 @@ class ThreadedEngine:
     def approve_and_wait(self, approval_id: str) -> None:
         """Approve, and wait until the resume the decision sent has been tried."""
         sent = len(self.threads)
-        self.engine.respond(approval_id, True, trusted=True)
+        self.engine.decide(approval_id, True, trusted=True)
         for thread in self.threads[sent:]:
             thread.join(10)
 
@@ -464,7 +464,7 @@ def test_a_decision_during_the_notifier_resumes_the_run_before_the_notifier_retu
         # A webhook whose receiver decides, then takes its time to answer:
         # the run must go on meanwhile, not once the notifier returns.
         seen["lease held"] = leases.holder(request.run_id) is not None
-        made.respond(request.approval_id, True, trusted=True)
+        made.decide(request.approval_id, True, trusted=True)
         deadline = time.monotonic() + 5
         status = made.get_run(request.run_id).status
         while status is not RunStatus.COMPLETED and time.monotonic() < deadline:

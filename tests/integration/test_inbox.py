@@ -40,9 +40,9 @@ def test_a_decision_records_who_made_it(engine: Engine) -> None:
     approval = engine.inbox()[0].approval
     for bad in ("", "   ", "x" * 201, "ada\nlovelace", 7):
         with pytest.raises(InvalidApprovalInput, match="who decided"):
-            engine.respond(approval.approval_id, True, trusted=True, by=bad)  # type: ignore[arg-type]
+            engine.decide(approval.approval_id, True, trusted=True, by=bad)  # type: ignore[arg-type]
     assert engine.get_run(run_id).status is RunStatus.WAITING  # nothing changed
-    engine.respond(
+    engine.decide(
         approval.approval_id, True, "checked the order", trusted=True, by="ada@example.com"
     )
     decided = engine.approvals(run_id)[0]

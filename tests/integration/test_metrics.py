@@ -208,7 +208,7 @@ def test_waiting_for_an_approval_and_a_failed_notification(
 
     assert waiting.waiting is not None
     approval_id = waiting.waiting.approval_id
-    engine.respond(approval_id, True, token=engine.token(approval_id))
+    engine.decide(approval_id, True, token=engine.token(approval_id))
     done = engine.execute(run.id)
     assert done is not None and done.status is RunStatus.COMPLETED
     assert value(registry, "runwright_steps_total", agent=name, kind="tool") == 1
@@ -434,8 +434,8 @@ def test_decisions_are_counted_by_kind_and_whether_they_were_edited(
     )
     engine.execute(run.id)
     edited, denied, expiring, question = engine.approvals(run.id)
-    engine.respond(edited.approval_id, True, trusted=True, by="ada", arguments={"amount": 5})
-    engine.respond(denied.approval_id, False, "no", trusted=True, by="bo")
+    engine.decide(edited.approval_id, True, trusted=True, by="ada", arguments={"amount": 5})
+    engine.decide(denied.approval_id, False, "no", trusted=True, by="bo")
     engine.answer(question.approval_id, "blue", trusted=True, by="cy")
     expire_approval(engine.store, expiring.approval_id)
     assert engine.tick().expired == 1
@@ -443,7 +443,7 @@ def test_decisions_are_counted_by_kind_and_whether_they_were_edited(
     granted = engine.start(planned.PEOPLE, planned.plan(step[:2]))
     engine.execute(granted.id)
     first, _ = engine.approvals(granted.id)
-    engine.respond(first.approval_id, True, trusted=True, by="ada", for_run=True)
+    engine.decide(first.approval_id, True, trusted=True, by="ada", for_run=True)
 
     def decisions(tool: str, decision: str, edited: str) -> float:
         labels = {"agent": planned.PEOPLE, "tool": tool, "decision": decision, "edited": edited}

@@ -167,7 +167,7 @@ def run_otel_agent(traced: Traced, payload: dict[str, Any]) -> tuple[str, str]:
     assert engine.execute(run.id) is not None
     [approval] = engine.approvals(run.id)
     with traced.tracer.start_as_current_span("POST /approvals", kind=SpanKind.SERVER):
-        engine.respond(
+        engine.decide(
             approval.approval_id, True, "fine by me", token=engine.token(approval.approval_id)
         )
     done = engine.execute(run.id)
@@ -565,8 +565,8 @@ def decide_what_people_do(engine: Engine, marker: str) -> list[Approval]:
     )
     assert engine.execute(run.id) is not None
     edited, granting, question, _ = engine.approvals(run.id)
-    engine.respond(edited.approval_id, True, trusted=True, by="ada", arguments={"amount": 4})
-    engine.respond(granting.approval_id, True, trusted=True, by="ada", for_run=True)
+    engine.decide(edited.approval_id, True, trusted=True, by="ada", arguments={"amount": 4})
+    engine.decide(granting.approval_id, True, trusted=True, by="ada", for_run=True)
     engine.answer(question.approval_id, f"blue {marker}", trusted=True, by="cy")
     done = engine.execute(run.id)
     assert done is not None and done.status is RunStatus.COMPLETED, done

@@ -125,7 +125,7 @@ def test_an_edit_runs_the_effect_once_with_the_persons_arguments(
     assert asked.input == {"amount": 125} and asked.kind is RequestKind.APPROVAL
     assert asked.schema["properties"]["amount"]["maximum"] == 1000  # the tool's own schema
 
-    resumed = engine.respond(
+    resumed = engine.decide(
         asked.approval_id, True, trusted=True, by="ada", arguments={"amount": 100}
     )
     assert resumed.status is RunStatus.QUEUED
@@ -183,7 +183,7 @@ def test_an_edit_that_breaks_the_schema_is_refused_and_decides_nothing(
     def refused(match: str, **kwargs: Any) -> None:
         before = snapshot(engine.store)
         with pytest.raises(InvalidApprovalInput, match=match):
-            engine.respond(asked.approval_id, kwargs.pop("approve", True), **kwargs)
+            engine.decide(asked.approval_id, kwargs.pop("approve", True), **kwargs)
         assert snapshot(engine.store) == before
 
     refused(
@@ -202,14 +202,14 @@ def test_an_edit_that_breaks_the_schema_is_refused_and_decides_nothing(
     # A forged or another approval's token with an edit is refused like any forgery.
     before = snapshot(engine.store)
     with pytest.raises(ApprovalError, match="not valid"):
-        engine.respond(asked.approval_id, True, token="forged", arguments={"amount": 1})
+        engine.decide(asked.approval_id, True, token="forged", arguments={"amount": 1})
     assert snapshot(engine.store) == before
 
-    engine.respond(asked.approval_id, True, token=token, by="link", arguments={"amount": 90})
+    engine.decide(asked.approval_id, True, token=token, by="link", arguments={"amount": 90})
     # The link replayed with another edit: decided once, nothing changes.
     before = snapshot(engine.store)
     with pytest.raises(ApprovalError, match="already approved"):
-        engine.respond(asked.approval_id, True, token=token, arguments={"amount": 999})
+        engine.decide(asked.approval_id, True, token=token, arguments={"amount": 999})
     assert snapshot(engine.store) == before
     engine.execute(run.id)
     assert [amount for amount, _ in ledger.refunds] == [90]
@@ -224,7 +224,7 @@ def test_a_denial_reaches_the_model_as_a_persons_refusal(approvals_engine: Engin
     run = engine.start(name)
     engine.execute(run.id)
     [asked] = engine.approvals(run.id)
-    engine.respond(asked.approval_id, False, "refund the shipping only", trusted=True, by="bo")
+    engine.decide(asked.approval_id, False, "refund the shipping only", trusted=True, by="bo")
     done = engine.execute(run.id)
     assert done is not None and done.status is RunStatus.COMPLETED
     assert ledger.refunds == []
@@ -250,7 +250,7 @@ def test_on_deny_fail_ends_the_run_on_a_persons_denial(
     run = engine.start(name)
     engine.execute(run.id)
     [asked] = engine.approvals(run.id)
-    after = engine.respond(asked.approval_id, False, "no refunds today", trusted=True, by="bo")
+    after = engine.decide(asked.approval_id, False, "no refunds today", trusted=True, by="bo")
     if fails:
         assert after.status is RunStatus.FAILED and after.error is not None
         assert after.error.code == "approval_denied"
@@ -272,7 +272,7 @@ def test_a_denial_without_a_name_still_ends_a_run_that_fails_on_denials(
     run = engine.start(name)
     engine.execute(run.id)
     [asked] = engine.approvals(run.id)
-    after = engine.respond(asked.approval_id, False, trusted=True)
+    after = engine.decide(asked.approval_id, False, trusted=True)
     assert after.status is RunStatus.FAILED and after.error is not None
     assert after.error.message.startswith("a person denied refund")
     assert ledger.refunds == []
@@ -289,7 +289,7 @@ def test_the_next_run_of_a_thread_sees_an_edited_call_as_it_ran(approvals_engine
     first = engine.start(name, thread=thread)
     engine.execute(first.id)
     [asked] = engine.approvals(first.id)
-    engine.respond(asked.approval_id, True, trusted=True, arguments={"amount": 100})
+    engine.decide(asked.approval_id, True, trusted=True, arguments={"amount": 100})
     engine.execute(first.id)
     second = engine.start(name, thread=thread)
     engine.execute(second.id)
@@ -343,9 +343,9 @@ def test_a_question_waits_for_a_person_and_the_answer_is_its_result(
             call()
         assert snapshot(engine.store) == before
 
-    refused(WrongRequestKind, "is a question", lambda: engine.respond(question.approval_id, True,
+    refused(WrongRequestKind, "is a question", lambda: engine.decide(question.approval_id, True,
             trusted=True))  # fmt: skip
-    refused(WrongRequestKind, "no approval or denial", lambda: engine.respond(
+    refused(WrongRequestKind, "no approval or denial", lambda: engine.decide(
             question.approval_id, False, "no", trusted=True))  # fmt: skip
     refused(InvalidApprovalInput, "should be non-empty|too short",
             lambda: engine.answer(question.approval_id, "", trusted=True))  # fmt: skip
@@ -455,7 +455,7 @@ def test_approved_for_the_run_later_calls_run_without_asking_and_a_retry_asks_ag
     run = engine.start(name)
     engine.execute(run.id)
     [first] = engine.approvals(run.id)
-    engine.respond(first.approval_id, True, trusted=True, by="ada", for_run=True)
+    engine.decide(first.approval_id, True, trusted=True, by="ada", for_run=True)
     [grant] = engine.standing_approvals(run.id)
     assert (grant.tool_name, grant.granted_by, grant.approval_id) == (
         "refund",
@@ -502,7 +502,7 @@ def test_a_call_a_standing_approval_decides_is_told_to_the_observers(
         run = engine.start(name)
         engine.execute(run.id)
         [first] = engine.approvals(run.id)
-        engine.respond(first.approval_id, True, trusted=True, by="ada", for_run=True)
+        engine.decide(first.approval_id, True, trusted=True, by="ada", for_run=True)
         engine.execute(run.id)
         assert [(a.input, a.decided_by, a.standing_from) for a in told.seen] == [
             ({"amount": 1}, "ada", None),
@@ -522,7 +522,7 @@ def test_a_retry_that_keeps_the_standing_approvals_does_not_ask(approvals_engine
     run = engine.start(name)
     engine.execute(run.id)
     [first] = engine.approvals(run.id)
-    engine.respond(first.approval_id, True, trusted=True, by="ada", for_run=True)
+    engine.decide(first.approval_id, True, trusted=True, by="ada", for_run=True)
     failed = engine.execute(run.id)
     assert failed is not None and failed.status is RunStatus.FAILED
     engine.retry(run.id, extra_steps=2, keep_standing=True)
@@ -558,11 +558,11 @@ def test_two_approvals_and_a_question_in_one_step_decided_in_reverse_order(
     assert engine.answer(question.approval_id, "blue", trusted=True, by="cy").status is (
         RunStatus.WAITING
     )
-    assert engine.respond(second.approval_id, False, "too much", trusted=True).status is (
+    assert engine.decide(second.approval_id, False, "too much", trusted=True).status is (
         RunStatus.WAITING
     )
     assert engine.execute(run.id) is None  # still waiting: nobody may claim it
-    resumed = engine.respond(first.approval_id, True, trusted=True, arguments={"amount": 3})
+    resumed = engine.decide(first.approval_id, True, trusted=True, arguments={"amount": 3})
     assert resumed.status is RunStatus.QUEUED
     done = engine.execute(run.id)
     assert done is not None and done.status is RunStatus.COMPLETED

@@ -65,7 +65,7 @@ def test_each_decision_is_one_info_line_with_its_facts_as_json_fields(
     edited, granting, expiring, question = engine.approvals(run.id)
     caplog.clear()
 
-    engine.respond(edited.approval_id, True, trusted=True, by="ada", arguments={"amount": 7})
+    engine.decide(edited.approval_id, True, trusted=True, by="ada", arguments={"amount": 7})
     engine.answer(question.approval_id, f"blue {secret}", trusted=True, by="cy")
     expire_approval(engine.store, expiring.approval_id)
     engine.tick()
@@ -99,7 +99,7 @@ def test_each_decision_is_one_info_line_with_its_facts_as_json_fields(
     assert TextFormatter("%(message)s").format(edit).endswith(f"[run={run.id} step=1]")
 
     caplog.clear()
-    engine.respond(granting.approval_id, True, trusted=True, by="ada", for_run=True)
+    engine.decide(granting.approval_id, True, trusted=True, by="ada", for_run=True)
     assert engine.get_run(run.id).status is RunStatus.QUEUED
     [grant] = decision_lines(caplog)
     assert grant.getMessage().endswith("approved by ada, for the rest of the run")
@@ -116,7 +116,7 @@ def test_a_standing_approval_says_which_grant_decided_it(
     engine.execute(run.id)
     first, second = engine.approvals(run.id)
     caplog.clear()
-    engine.respond(first.approval_id, True, trusted=True, by="ada", for_run=True)
+    engine.decide(first.approval_id, True, trusted=True, by="ada", for_run=True)
     lines = {fields(r)["approval_id"]: r for r in decision_lines(caplog)}
     assert set(lines) == {first.approval_id, second.approval_id}
     also = lines[second.approval_id]

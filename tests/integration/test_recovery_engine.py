@@ -142,7 +142,7 @@ def test_a_run_cancelled_while_waiting_waits_again_when_retried(engine: Engine) 
     assert paused.waiting is not None and paused.waiting.approval_id == approval_id
     assert len(flaky.model.calls) == sent and flaky.paid == []
 
-    engine.respond(approval_id, True, trusted=True)
+    engine.decide(approval_id, True, trusted=True)
     done = engine.execute(run.id)
     assert done is not None and done.status is RunStatus.COMPLETED
     assert len(flaky.paid) == 1 and _steps_of(flaky.model, sent) == [3, 4]

@@ -148,10 +148,10 @@ def test_a_token_forged_from_base64_padding_no_longer_verifies(
     with pytest.raises(ApprovalError, match="not valid"):
         engine.check_token(approval_id, forged_token(approval_id))
     with pytest.raises(ApprovalError, match="not valid"):
-        engine.respond(approval_id, True, token=forged_token(approval_id))
+        engine.decide(approval_id, True, token=forged_token(approval_id))
 
     assert snapshot(pg_store) == before
-    engine.respond(approval_id, False, "no", token=engine.token(approval_id))
+    engine.decide(approval_id, False, "no", token=engine.token(approval_id))
     done = engine.execute(run_id)
     assert done is not None and done.status is RunStatus.COMPLETED and refunds == []
 
@@ -277,7 +277,7 @@ def test_a_removed_signing_key_does_not_stop_tick(
     assert report.expired == 1
     [expired] = engine.approvals(expiring_run)
     assert expired.decision is Decision.DENIED and expired.reason == "expired"
-    assert report.recovered == [lapsed.id]
+    assert report.lapsed == [lapsed.id]
     assert report.reenqueued == [lost.id]
     assert sorted(queued) == sorted([expiring_run, lapsed.id, lost.id])
     [stuck] = engine.approvals(stuck_run)
@@ -307,7 +307,7 @@ def test_a_failing_tick_job_does_not_stop_the_others(
     report = engine.tick(now=utcnow() + timedelta(seconds=120))
 
     assert report.failed_jobs == ["expire_waits"]
-    assert report.recovered == [lapsed.id] and report.reenqueued == [lost.id]
+    assert report.lapsed == [lapsed.id] and report.reenqueued == [lost.id]
     assert sorted(queued) == sorted([lapsed.id, lost.id])
 
 
@@ -325,7 +325,7 @@ def test_malformed_tokens_are_refused_not_type_errors(
         with pytest.raises(ApprovalError, match="not valid"):
             engine.check_token(approval_id, bad)
         with pytest.raises(ApprovalError, match="not valid"):
-            engine.respond(approval_id, True, token=bad)
+            engine.decide(approval_id, True, token=bad)
     assert snapshot(pg_store) == before
 
 
@@ -356,8 +356,8 @@ def test_an_odd_approval_id_is_an_approval_error_that_changes_nothing(
 
     for odd in odd_spellings(approval_id):
         for attempt in (
-            partial(engine.respond, odd, True, token=token),
-            partial(engine.respond, odd, True, trusted=True),
+            partial(engine.decide, odd, True, token=token),
+            partial(engine.decide, odd, True, trusted=True),
             partial(engine.check_token, odd, token),
             partial(engine.token, odd),
         ):
@@ -407,13 +407,13 @@ def test_a_reason_postgres_cannot_store_is_one_clear_error_that_writes_nothing(
     before = snapshot(pg_store)
 
     with pytest.raises(ApprovalError, match=message):
-        engine.respond(approval_id, False, reason, token=engine.token(approval_id))
+        engine.decide(approval_id, False, reason, token=engine.token(approval_id))
     with pytest.raises(ApprovalError, match=message):
-        engine.respond(approval_id, True, reason, trusted=True)
+        engine.decide(approval_id, True, reason, trusted=True)
 
     assert snapshot(pg_store) == before
     # A reason with other Unicode is fine, and the decision goes through.
-    engine.respond(approval_id, True, "ok ✓ 😀", token=engine.token(approval_id))
+    engine.decide(approval_id, True, "ok ✓ 😀", token=engine.token(approval_id))
     done = engine.execute(run_id)
     assert done is not None and done.status is RunStatus.COMPLETED and refunds == [30]
 

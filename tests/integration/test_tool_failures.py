@@ -97,7 +97,7 @@ def test_a_denied_call_is_counted_denied_and_never_timed(
     run = engine.start(name)
     engine.execute(run.id)
     [approval] = engine.approvals(run.id)
-    engine.respond(approval.approval_id, False, reason="no", trusted=True)
+    engine.decide(approval.approval_id, False, reason="no", trusted=True)
     engine.execute(run.id)
     assert engine.get_run(run.id).status is RunStatus.COMPLETED
     assert count(registry, name, "refund", "denied") == 1

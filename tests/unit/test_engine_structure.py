@@ -133,9 +133,9 @@ def test_the_graph_sees_function_level_and_type_checking_imports() -> None:
     assert ("runner.cli.demo", "demo") in edges  # inside the `demo` command
     assert ("runner.engine.engine", None) in edges  # under TYPE_CHECKING, at module level
     assert ("runner.engine.engine", "_engine") in edges
-    # `from runner.engine import rerun`: the module, not the package's __init__.
+    # `from runner.engine import retry_fork`: the module, not the package's __init__.
     engine = {e.target for e in import_graph(PACKAGES)["runner.engine.engine"]}
-    assert "runner.engine.rerun" in engine and "runner.engine" not in engine
+    assert "runner.engine.retry_fork" in engine and "runner.engine" not in engine
 
 
 def test_the_cycle_finder_finds_a_cycle() -> None:
@@ -290,7 +290,7 @@ def _mentions_any(hint: object) -> bool:
 def test_engine_public_api_is_fully_typed() -> None:
     methods = dict(_public_methods())
     # The seams the issue names, among the rest.
-    assert {"tick", "respond", "start", "execute", "cancel"} <= set(methods)
+    assert {"tick", "decide", "start", "execute", "cancel"} <= set(methods)
     for name, fn in methods.items():
         hints = typing.get_type_hints(fn)  # every annotation resolves at runtime
         params = [p for p in inspect.signature(fn).parameters if p not in ("self", "cls")]
@@ -304,7 +304,7 @@ def test_the_seams_return_what_they_say() -> None:
     from store.models import NewApproval, Run
 
     assert typing.get_type_hints(Engine.tick)["return"] is TickReport
-    assert typing.get_type_hints(Engine.respond)["return"] is Run
+    assert typing.get_type_hints(Engine.decide)["return"] is Run
     from runner.engine.deps import Deps
 
     new = typing.get_type_hints(Deps.notify_approvals)["new"]

@@ -92,7 +92,7 @@ def test_no_tick_ever_warns_once_after_three_intervals(
         "has been up 18 s), more than 3 intervals of 5 s" in line
     )
     assert "Is celery beat running?" in line
-    assert "runs whose worker died are not recovered" in line
+    assert "runs whose worker died are not taken over" in line
     assert "notifications are not sent again" in line and "approvals do not expire" in line
     looks(dog, clock, 600)  # still no tick: no second warning, and the store asked once
     assert len(warnings(caplog)) == 1 and len(asked) == 1

@@ -1,0 +1,129 @@
+"""Each name the glossary retired (docs/concepts.md, "Glossary") still works for
+one release, and warns: a DeprecationWarning naming the new name
+(CHANGELOG.md, "Unreleased")."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import sys
+from typing import Any
+
+import pytest
+
+from runner.engine.deps import Deps
+from runner.engine.engine import Engine
+from runner.events.feed import statuses
+from runner.observe import Observer, Observers, TickReport
+from runner.testing.scripted import ScriptedModel, text
+from store.models import Settled
+
+RUN: Any = object()  # what an observer is handed; these hooks only pass it on
+
+
+class _Engine(Engine):
+    """An engine whose new methods record their calls (no store needed)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+    def decide(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append(("decide", args, kwargs))
+        return "decided"
+
+    async def execute_async(self, run_id: str) -> Any:
+        self.calls.append(("execute_async", (run_id,), {}))
+        return "executed"
+
+
+def test_engine_respond_is_decide_and_warns() -> None:
+    engine = _Engine()
+    with pytest.warns(DeprecationWarning, match=r"Engine\.respond .*Engine\.decide"):
+        done = engine.respond("a1", False, "no", trusted=True, by="ada", for_run=False)
+    assert done == "decided"
+    assert engine.calls == [
+        ("decide", ("a1", False, "no"), {"trusted": True, "by": "ada", "for_run": False})
+    ]
+
+
+def test_engine_aexecute_is_execute_async_and_warns() -> None:
+    engine = _Engine()
+    with pytest.warns(DeprecationWarning, match=r"Engine\.aexecute .*Engine\.execute_async"):
+        done = asyncio.run(engine.aexecute("r1"))
+    assert done == "executed" and engine.calls == [("execute_async", ("r1",), {})]
+
+
+def test_deps_after_settle_is_after_end_and_warns() -> None:
+    seen: list[Settled] = []
+
+    class _Deps(Deps):
+        def after_end(self, ended: Settled) -> None:
+            seen.append(ended)
+
+    deps = object.__new__(_Deps)
+    ended = Settled(run=RUN)
+    with pytest.warns(DeprecationWarning, match=r"Deps\.after_settle .*Deps\.after_end"):
+        deps.after_settle(ended)
+    assert seen == [ended]
+
+
+def test_an_observer_that_defines_settled_warns_and_still_hears_each_end() -> None:
+    heard: list[tuple[Any, float]] = []
+    with pytest.warns(DeprecationWarning, match=r"Old\.settled .*ended"):
+
+        class Old(Observer):
+            def settled(self, run: Any, seconds: float) -> None:
+                heard.append((run, seconds))
+
+    class New(Observer):
+        def ended(self, run: Any, seconds: float) -> None:
+            heard.append(("new", seconds))
+
+    Observers([Old(), New()]).ended(RUN, 1.5)
+    assert heard == [(RUN, 1.5), ("new", 1.5)]
+
+
+def test_observers_settled_is_ended_and_warns() -> None:
+    heard: list[float] = []
+
+    class New(Observer):
+        def ended(self, run: Any, seconds: float) -> None:
+            heard.append(seconds)
+
+    with pytest.warns(DeprecationWarning, match=r"Observers\.settled .*Observers\.ended"):
+        Observers([New()]).settled(RUN, 2.0)
+    assert heard == [2.0]
+
+
+def test_tick_report_recovered_is_lapsed_and_warns() -> None:
+    report = TickReport(lapsed=["r1"])
+    with pytest.warns(DeprecationWarning, match=r"TickReport\.recovered .*TickReport\.lapsed"):
+        assert report.recovered == ["r1"]
+    with pytest.warns(DeprecationWarning, match=r"TickReport\.recovered"):
+        report.recovered = ["r2"]
+    assert report.lapsed == ["r2"]
+
+
+def test_until_settled_is_until_ended_and_warns() -> None:
+    with pytest.warns(DeprecationWarning, match=r'until="settled" .*until="ended"'):
+        old = statuses("settled")
+    assert old == statuses("ended")
+    assert {s.value for s in old} == {"completed", "failed", "cancelled"}
+
+
+def test_scripted_model_respond_is_reply_to_and_warns() -> None:
+    model = ScriptedModel("retired-respond", [text("one"), text("two")])
+    messages = [{"role": "user", "content": "hello"}]
+    with pytest.warns(DeprecationWarning, match=r"ScriptedModel\.respond .*reply_to"):
+        reply, step = asyncio.run(model.respond(messages, []))
+    assert step == 1 and reply.content == "one"
+    reply, step = asyncio.run(model.reply_to(messages, []))
+    assert reply.content == "one" and step == 1  # the same request, the same reply
+
+
+def test_the_rerun_module_is_retry_fork_and_warns(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "runner.engine.rerun", raising=False)
+    with pytest.warns(DeprecationWarning, match=r"runner\.engine\.rerun .*retry_fork"):
+        old = importlib.import_module("runner.engine.rerun")
+    new = importlib.import_module("runner.engine.retry_fork")
+    assert old.retry is new.retry and old.fork is new.fork
