@@ -116,15 +116,15 @@ def _run_for_loop(
         # Its waiter was cancelled before a thread was free (an aborted run's
         # queued tool call): it never starts, as with ``run_in_executor``.
         return
-    settle: Callable[[asyncio.Future[Any], Any], None]
+    resolve: Callable[[asyncio.Future[Any], Any], None]
     try:
         value = fn()
-        settle = _succeed
+        resolve = _succeed
     except BaseException as exc:
-        value, settle = exc, _fail
+        value, resolve = exc, _fail
     # RuntimeError: the loop closed while an abandoned call ran; nobody waits.
     with contextlib.suppress(RuntimeError):
-        loop.call_soon_threadsafe(settle, future, value)
+        loop.call_soon_threadsafe(resolve, future, value)
 
 
 def _succeed(future: asyncio.Future[Any], result: Any) -> None:

@@ -19,12 +19,12 @@ from runner.agent import Agent, Registry
 from runner.approvals import decisions
 from runner.approvals.approval_tokens import Tokens
 from runner.clock import SYSTEM, Clock
+from runner.engine.runtime import in_io, runtime
 from runner.errors import NotifierGone
 from runner.events.feed import Feed
 from runner.observe import Observer, Observers
 from runner.observe.logs import LogObserver
 from runner.retry import RetryPolicy
-from runner.runtime import in_io, runtime
 from runner.settings import Settings
 from runner.steps.run_context import AbortReason
 from store.claims import Claims
