@@ -2,7 +2,7 @@
 that Runwright calls in threads of its own (docs/django.md).
 
 A sync tool and a notifier run in the tool pool of the worker's runtime
-(runner/engine/runtime.py), and a schedule's concurrency key in ``tick()``:
+(runner/runtime.py), and a schedule's concurrency key in ``tick()``:
 no web request and no Celery task begins or ends there, so nothing closes
 what the application's ORM opened in those threads. A connection that the
 database dropped (a restart, ``pg_terminate_backend``, an idle timeout)

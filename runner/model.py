@@ -93,7 +93,7 @@ def warm_up() -> None:
     (litellm's ``mock_response``, on that same loop) reaches no provider and,
     marked ``no-log``, no logging callback. A worker calls this before it
     takes tasks."""
-    from runner.engine.runtime import runtime  # the loop the worker's model calls run on
+    from runner.runtime import runtime  # the loop the worker's model calls run on
 
     litellm = _load()
     try:
@@ -641,19 +641,27 @@ def provider_counted(stream: Any) -> bool:
 
 # ------------------------------------------------------------- scripted models
 
-# ``runner.testing.scripted.price_scripted``, set the first time a ``scripted/`` model is
-# called. Only then is the test provider imported and registered: a worker that
-# calls real models never loads test machinery.
-_price_scripted: Callable[[Any, str], None] | None = None
+# Serves a call of a ``scripted/`` model, handed the litellm this module
+# imported and the model's name: registered by the kit for testing agents
+# (runner/testing/__init__.py) when a process imports it, as a test or the
+# demo does to make a ScriptedModel. The adapter imports no test machinery,
+# so a worker that calls real models never loads any.
+ScriptedServer = Callable[[Any, str], None]
+_scripted_server: ScriptedServer | None = None
+
+
+def serve_scripted_models(server: ScriptedServer) -> None:
+    """Serve the ``scripted/`` models with ``server`` (called before each call
+    of one: it registers the provider and the model's price with litellm)."""
+    global _scripted_server
+    _scripted_server = server
 
 
 def _serve_scripted(litellm: Any, model: str) -> None:
-    global _price_scripted
-    if _price_scripted is None:
-        with _setup_lock:
-            if _price_scripted is None:
-                from runner.testing import scripted
-
-                scripted.install_provider(litellm)
-                _price_scripted = scripted.price_scripted
-    _price_scripted(litellm, model)
+    server = _scripted_server
+    if server is None:
+        raise ModelError(
+            f"{model!r} is a scripted model, served by runner.testing: this process has "
+            "not imported it (create the ScriptedModel in the process that runs the agent)"
+        )
+    server(litellm, model)

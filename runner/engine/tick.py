@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING
 from runner.approvals import decisions
 from runner.approvals.expiry import expiry_failure
 from runner.engine.deps import Deps
-from runner.engine.runtime import runtime
 from runner.errors import (
     AgentNotFound,
     ApprovalError,
@@ -33,6 +32,7 @@ from runner.errors import (
     StoreUnavailable,
 )
 from runner.observe import TickReport, logs
+from runner.runtime import runtime
 from runner.schedules import book as schedules
 from runner.steps.history import approval_response
 from store.leases import TICK_LOCK_KEY

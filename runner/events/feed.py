@@ -29,9 +29,9 @@ from typing import Any
 import redis
 
 from runner.deprecation import retired
-from runner.engine.runtime import runtime
 from runner.errors import InvalidInput
 from runner.events.eventstream import WAKE, EventStream, Sink, Tail
+from runner.runtime import runtime
 from store.live import WAKE as WAKE_MESSAGE
 from store.live import EventListener, Publisher, decode, events_channel, token_payload
 from store.models import Run, RunStatus

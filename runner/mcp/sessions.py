@@ -2,7 +2,7 @@
 
 The SDK's client is an anyio context manager whose task group belongs to the
 task that entered it, so each session is held open by a task of its own on the
-process's runtime loop (runner/engine/runtime.py); calls from the runs'
+process's runtime loop (runner/runtime.py); calls from the runs'
 tasks go through it. A session whose task ended (the server's process exited,
 its HTTP session was dropped, the connection broke) is opened again by the
 next call that needs it.
@@ -453,7 +453,7 @@ def close_all(timeout: float = 10.0) -> None:
         del _sessions[key]
     if not mine:
         return
-    from runner.engine.runtime import runtime
+    from runner.runtime import runtime
 
     async def close() -> None:
         await asyncio.gather(*(s.close() for s in mine), return_exceptions=True)

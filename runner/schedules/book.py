@@ -17,12 +17,12 @@ import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from runner import appdb
-from runner.engine.deps import Deps
+from runner.agent import Registry
 from runner.errors import InvalidInput, RunwrightError
 from runner.schedules.times import (
     When,
@@ -34,8 +34,10 @@ from runner.schedules.times import (
     trigger_id,
     unmade,
 )
+from runner.settings import Settings
 from store.models import Firing, NewRun, Overlap, Schedule, TriggerEnvelope
 from store.pg.schedules import SET_ASIDE_FOR, Fired, FiringPlan
+from store.postgres import PostgresStore
 from store.validate import check_new_run
 
 log = logging.getLogger(__name__)
@@ -44,6 +46,25 @@ DEFAULT_CATCHUP_SECONDS = 300.0
 SCHEDULED_AT_KEY = "scheduled_at"
 _UNSET: Any = object()
 MAX_FIRINGS_LISTED = 1000
+
+
+class ScheduleDeps(Protocol):
+    """What the schedules need of the engine: the engine's ``Deps``
+    (runner/engine/deps.py) is one, handed in by ``Engine.schedules`` and
+    ``tick()``; schedules sit below the engine and do not import it."""
+
+    @property
+    def store(self) -> PostgresStore: ...
+
+    @property
+    def registry(self) -> Registry: ...
+
+    @property
+    def settings(self) -> Settings: ...
+
+    def send(self, run_ids: Iterable[str]) -> None: ...
+
+    def cancel(self, run_id: str, *, by: str | None = None) -> object: ...
 
 
 def _overlap(value: object) -> Overlap:
@@ -67,7 +88,7 @@ def _keys(keys: object) -> dict[str, str]:
 class Schedules:
     """``engine.schedules``: make, change and look at schedules (docs/triggers.md)."""
 
-    def __init__(self, deps: Deps) -> None:
+    def __init__(self, deps: ScheduleDeps) -> None:
         self.deps = deps
 
     # ------------------------------------------------------------ managing
@@ -305,7 +326,7 @@ UNLOADED_SAID_EVERY_SECONDS = 300.0
 _unloaded_said: tuple[frozenset[str], float] | None = None
 
 
-def fire(deps: Deps, now: datetime | None = None) -> Fired:
+def fire(deps: ScheduleDeps, now: datetime | None = None) -> Fired:
     """What tick() does for schedules: fire the due ones of the agents this
     process loads (their runs sent, the earlier runs ``cancel_other`` names
     cancelled) and start the buffered firings whose schedule's run has

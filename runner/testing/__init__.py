@@ -5,14 +5,17 @@ their clock. The pytest plugin (:mod:`runner.testing.plugin`, registered
 through the ``pytest11`` entry point) gives a test the ``runwright_engine``
 fixture. docs/testing-your-agents.md shows each part.
 
-Nothing on the production path imports this package: ``runner.model`` loads
-:mod:`runner.testing.scripted` on the first call of a ``scripted/`` model.
+Nothing on the production path imports this package: importing it plugs the
+scripted models into the model adapter (``runner.model.serve_scripted_models``),
+which imports nothing of the kit.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import threading
+from typing import TYPE_CHECKING, Any
 
+from runner.model import serve_scripted_models
 from runner.testing.requests import allow_model_requests, block_model_requests
 from runner.testing.scripted import (
     ERROR_KINDS,
@@ -28,7 +31,9 @@ from runner.testing.scripted import (
     UnexpectedModelCall,
     UnknownScriptedTool,
     call,
+    install_provider,
     output,
+    price_scripted,
     rate_limited,
     server_error,
     text,
@@ -41,8 +46,8 @@ if TYPE_CHECKING:
     from runner.testing.clock import ManualClock
     from runner.testing.kit import Crash, TestEngine, ToolCallRecord
 
-# The engine's parts load on first use: runner.model imports this package
-# (for the scripted provider) in processes that never build a test engine.
+# The engine's parts load on first use: a process that only scripts a model
+# (a worker the tests start, the demo's) never builds a test engine.
 _LAZY = {
     "Crash": "runner.testing.kit",
     "ManualClock": "runner.testing.clock",
@@ -51,6 +56,24 @@ _LAZY = {
 }
 
 __getattr__ = lazy_attributes(__name__, _LAZY)
+
+_provider_installed = False
+_provider_lock = threading.Lock()
+
+
+def _serve_scripted(litellm: Any, name: str) -> None:
+    """The ``scripted`` provider registered with litellm on the first call of a
+    scripted model in this process, then the model's price on each call."""
+    global _provider_installed
+    if not _provider_installed:
+        with _provider_lock:
+            if not _provider_installed:
+                install_provider(litellm)
+                _provider_installed = True
+    price_scripted(litellm, name)
+
+
+serve_scripted_models(_serve_scripted)
 
 __all__ = [
     "ERROR_KINDS",
