@@ -170,8 +170,7 @@ def test_imports_run_one_way_tasks_runner_store() -> None:
         (m, e.target, e.line)
         for m, edges in graph.items()
         for e in edges
-        if layer[e.target.split(".")[0]] > layer[m.split(".")[0]]
-        and (m, e.target) not in SHIMS
+        if layer[e.target.split(".")[0]] > layer[m.split(".")[0]] and (m, e.target) not in SHIMS
     ]
     assert upward == []
     assert any(e.target.startswith("store") for e in graph["runner.engine.engine"])

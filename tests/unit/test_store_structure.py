@@ -11,6 +11,8 @@ import re
 from collections.abc import Iterator, Set
 from pathlib import Path
 
+import pytest
+
 from store import pg, statements
 from store.models import RunStatus
 from store.pg.base import OUTCOME_SET
@@ -343,3 +345,14 @@ def test_the_import_scan_sees_redis_and_runner(tmp_path: Path) -> None:
         }
     finally:
         ROOT = saved
+
+
+def test_the_moved_names_still_resolve_from_the_store_with_a_warning() -> None:
+    import store
+    from runner.coordination.claims import Claims
+    from runner.coordination.leases import Leases
+
+    with pytest.warns(DeprecationWarning, match="runner.coordination.leases"):
+        assert store.Leases is Leases
+    with pytest.warns(DeprecationWarning, match="runner.coordination.claims"):
+        assert store.Claims is Claims
