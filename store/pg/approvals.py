@@ -80,8 +80,10 @@ SETTLE_BY_ID = Statement(
 # The first to ask is who cancelled it.
 CANCELLED_BY = Statement(
     "cancelled_by",
-    "UPDATE runs SET cancelled_by = COALESCE(cancelled_by, CAST(:by AS text))"
-    " WHERE id = CAST(:run_id AS uuid)",
+    """
+    UPDATE runs SET cancelled_by = COALESCE(cancelled_by, CAST(:by AS text))
+     WHERE id = CAST(:run_id AS uuid)
+    """,
 )
 
 REQUEST_CANCEL = Statement(
@@ -93,8 +95,10 @@ REQUEST_CANCEL = Statement(
 # (settled or not: a cancel goes through them to theirs).
 UNDETACHED_CHILDREN = Statement(
     "undetached_children",
-    "SELECT id, status FROM runs WHERE parent_id = ANY(CAST(:ids AS uuid[])) AND NOT detached"
-    " ORDER BY id",
+    """
+    SELECT id, status FROM runs WHERE parent_id = ANY(CAST(:ids AS uuid[])) AND NOT detached
+     ORDER BY id
+    """,
 )
 
 WITHDRAW = Statement(
@@ -112,8 +116,10 @@ RUN_APPROVALS = Statement(
 
 APPROVALS_BY_RUN_IDS = Statement(
     "approvals_by_run_ids",
-    "SELECT * FROM approvals WHERE run_id = ANY(CAST(:ids AS uuid[]))"
-    " ORDER BY created_at, approval_id",
+    """
+    SELECT * FROM approvals WHERE run_id = ANY(CAST(:ids AS uuid[]))
+     ORDER BY created_at, approval_id
+    """,
 )
 
 APPROVAL = Statement(
@@ -171,8 +177,10 @@ STANDING_APPROVALS = Statement(
 
 LOCK_CHECKPOINT = Statement(
     "lock_checkpoint",
-    "SELECT step_index, message_count, finish_reason FROM checkpoints"
-    " WHERE run_id = CAST(:run_id AS uuid) FOR UPDATE",
+    """
+    SELECT step_index, message_count, finish_reason FROM checkpoints
+     WHERE run_id = CAST(:run_id AS uuid) FOR UPDATE
+    """,
 )
 
 # A decision's response appended to the checkpoint at the same step index.
@@ -241,8 +249,10 @@ RECORD_NOTIFICATION = Statement(
 
 MARK_NOTIFIED = Statement(
     "mark_notified",
-    "UPDATE approvals SET notified_at = now()"
-    " WHERE approval_id = ANY(CAST(:approval_ids AS uuid[]))",
+    """
+    UPDATE approvals SET notified_at = now()
+     WHERE approval_id = ANY(CAST(:approval_ids AS uuid[]))
+    """,
 )
 
 # The approvals inbox: what waits for a person, oldest first (a run that is

@@ -36,14 +36,18 @@ MARK_UNKNOWN = Statement(
 
 UNKNOWN_EFFECTS = Statement(
     "unknown_effects",
-    "SELECT * FROM effects WHERE run_id = CAST(:run_id AS uuid) AND status = 'unknown'"
-    " ORDER BY started_at, key",
+    """
+    SELECT * FROM effects WHERE run_id = CAST(:run_id AS uuid) AND status = 'unknown'
+     ORDER BY started_at, key
+    """,
 )
 
 EFFECT_FOR_UPDATE = Statement(
     "effect_for_update",
-    "SELECT * FROM effects WHERE run_id = CAST(:run_id AS uuid) AND key = CAST(:key AS text)"
-    " FOR UPDATE",
+    """
+    SELECT * FROM effects WHERE run_id = CAST(:run_id AS uuid) AND key = CAST(:key AS text)
+     FOR UPDATE
+    """,
 )
 
 RESOLVE = Statement(
@@ -72,8 +76,10 @@ FLAG = Statement(
 
 EFFECTS_OF_CALLS = Statement(
     "effects_of_calls",
-    "SELECT * FROM effects"
-    " WHERE run_id = CAST(:run_id AS uuid) AND key = ANY(CAST(:keys AS text[]))",
+    """
+    SELECT * FROM effects
+     WHERE run_id = CAST(:run_id AS uuid) AND key = ANY(CAST(:keys AS text[]))
+    """,
 )
 
 

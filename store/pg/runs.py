@@ -35,8 +35,10 @@ EFFECTS = Statement(
 
 RUN_BY_TRIGGER = Statement(
     "run_by_trigger",
-    "SELECT * FROM runs"
-    " WHERE agent = CAST(:agent AS text) AND trigger_id = CAST(:trigger_id AS text)",
+    """
+    SELECT * FROM runs
+     WHERE agent = CAST(:agent AS text) AND trigger_id = CAST(:trigger_id AS text)
+    """,
 )
 
 # Filters that are NULL match everything; on a plain statement the planner

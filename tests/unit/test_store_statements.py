@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import ast
 import importlib
+import io
 import pkgutil
 import re
+import tokenize
 from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
@@ -50,9 +52,11 @@ def modules() -> Iterator[Path]:
 
 def assembled_sql(path: Path) -> list[str]:
     """Where ``path`` builds SQL from pieces: an f-string, a ``+`` or a
-    ``%``/``.format`` of SQL text, or a statement whose SQL is not one literal."""
+    ``%``/``.format`` of SQL text, or a statement whose SQL is not one literal
+    (adjacent literals are pieces too)."""
     found = []
-    tree = ast.parse(path.read_text())
+    source = path.read_text()
+    tree = ast.parse(source)
     for node in ast.walk(tree):
         texts: list[str] = []
         if isinstance(node, ast.JoinedStr):
@@ -67,12 +71,18 @@ def assembled_sql(path: Path) -> list[str]:
             texts = [ast.unparse(node.func)]
         elif isinstance(node, ast.Call) and ast.unparse(node.func) == "Statement":
             sql = node.args[1] if len(node.args) > 1 else None
-            if not (isinstance(sql, ast.Constant) and isinstance(sql.value, str)):
+            whole = isinstance(sql, ast.Constant) and isinstance(sql.value, str)
+            if not whole or len(string_tokens(ast.get_source_segment(source, sql) or "")) != 1:
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}: a statement not one literal")
             continue
         if any(SQL_WORDS.search(text) for text in texts):
             found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)[:60]}")
     return found
+
+
+def string_tokens(source: str) -> list[str]:
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    return [token.string for token in tokens if token.type == tokenize.STRING]
 
 
 def test_every_statement_is_one_literal_and_no_sql_is_assembled() -> None:
@@ -101,9 +111,9 @@ def test_the_assembly_scan_finds_fstrings_joins_and_statements_of_pieces(tmp_pat
         lines = sorted(int(place.split(":")[1]) for place in assembled_sql(sample))
     finally:
         ROOT = saved
-    # A twice (the statement, and its f-string), B twice, C once; D is one
-    # literal, E is prose.
-    assert lines == [2, 2, 3, 3, 4]
+    # A twice (the statement, and its f-string), B twice, C once, D (two
+    # literals side by side) once; E is prose.
+    assert lines == [2, 2, 3, 3, 4, 5]
 
 
 def all_statements() -> list[statements.Statement]:
