@@ -41,11 +41,11 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from bench.common import bench_database, report, settings
 from bench.step_overhead import _per_step, _script, fetch
 from runner import Agent, Budget, Engine
+from runner.coordination.leases import Leases
 from runner.settings import Settings
 from runner.testing import Reply, Request, ScriptedModel
 from store.db import make_engine
 from store.events import EventType
-from store.leases import Leases
 from store.models import Fence, Settled, StepCommit
 from store.postgres import PostgresStore
 

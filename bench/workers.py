@@ -303,8 +303,8 @@ def bench_throughput(runs: int = 300) -> dict[str, Any]:
 
 def bench_tick(samples: int = 30) -> dict[str, Any]:
     from runner import Agent, Engine
+    from runner.coordination.leases import Leases
     from store.db import make_engine
-    from store.leases import Leases
     from store.postgres import PostgresStore
 
     sent: list[str] = []

@@ -26,13 +26,13 @@ from typing import Any, NoReturn
 from celery import Celery, Task, signals, states
 from celery.exceptions import Ignore, Reject
 
+from runner.coordination.claims import NotClaimed, Refusal
 from runner.engine.engine import Engine, TickReport
 from runner.errors import ConfigurationError, RunwrightError, StoreUnavailable
 from runner.model import warm_up
 from runner.observe import setup as observe
 from runner.runtime import runtime
 from runner.settings import Settings
-from store.claims import NotClaimed, Refusal
 from store.models import Run, RunStatus
 from store.workers import WorkerInfo
 

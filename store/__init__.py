@@ -1,17 +1,19 @@
-"""Persistence: the schema, the Postgres store, Redis leases, the local stack.
+"""Persistence: the schema, the Postgres store, the local stack.
 
-``store`` knows nothing of Celery or litellm. Names are imported on first use, so
-that a command touching one module does not pay for all of them.
+``store`` knows nothing of Celery, litellm or Redis (``runner/coordination/``
+talks to Redis). Names are imported on first use, so that a command touching
+one module does not pay for all of them.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import importlib
+import warnings
+from typing import TYPE_CHECKING, Any
 
 from store.lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from store.claims import Claims
     from store.errors import (
         ApprovalError,
         CheckpointConflict,
@@ -24,7 +26,6 @@ if TYPE_CHECKING:
         RunwrightError,
         StoreUnavailable,
     )
-    from store.leases import Leases
     from store.models import (
         Approval,
         Checkpoint,
@@ -58,7 +59,6 @@ _LAZY = {
     "Checkpoint": "store.models",
     "CheckpointConflict": "store.errors",
     "Claim": "store.models",
-    "Claims": "store.claims",
     "Decision": "store.models",
     "DecisionResult": "store.pg.approvals",
     "Effect": "store.models",
@@ -68,7 +68,6 @@ _LAZY = {
     "InvalidInput": "store.errors",
     "InvalidTransition": "store.errors",
     "LeaseLostError": "store.errors",
-    "Leases": "store.leases",
     "LocalStackError": "store.errors",
     "NewRun": "store.models",
     "Outcome": "store.models",
@@ -91,7 +90,21 @@ _LAZY = {
 }
 
 
-__getattr__ = lazy_attributes(__name__, _LAZY)
+_lazy = lazy_attributes(__name__, _LAZY)
+
+# Moved out of the store, which imports no Redis: deprecated here for one release.
+_MOVED = {"Leases": "runner.coordination.leases", "Claims": "runner.coordination.claims"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        warnings.warn(
+            f"store.{name} is deprecated: import it from {_MOVED[name]}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(_MOVED[name]), name)
+    return _lazy(name)
 
 
 __all__ = [
@@ -101,7 +114,6 @@ __all__ = [
     "Checkpoint",
     "CheckpointConflict",
     "Claim",
-    "Claims",
     "Decision",
     "DecisionResult",
     "Effect",
@@ -111,7 +123,6 @@ __all__ = [
     "InvalidInput",
     "InvalidTransition",
     "LeaseLostError",
-    "Leases",
     "LocalStackError",
     "NewRun",
     "Outcome",

@@ -27,7 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from store.models import Step, StepKind, Usage
-from store.status import SETTLED, RunStatus, lit, status_in
+from store.status import SETTLED, RunStatus
 
 # The one sequence of event ids (steps.id and run_events.id).
 EVENT_IDS = "run_event_ids"
@@ -138,21 +138,18 @@ def step_event(step: Step) -> RunEvent:
 
 # ---------------------------------------------------------------- Postgres
 
-_RUNNING = lit(RunStatus.RUNNING)
-_SETTLED_NEW = status_in(SETTLED, "NEW.status")
-
 # The rule of this module's docstring, written in SQL only. Ids are taken when
 # the trigger fires, at the end of the statement, which holds the run's row lock
 # (the runs update, or for approvals the lock every approval write takes on its
 # run first).
-_RUN_FUNCTION = f"""
+_RUN_FUNCTION = """
 CREATE FUNCTION runwright_run_events() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'UPDATE' AND NEW.claim_epoch > OLD.claim_epoch THEN
         INSERT INTO run_events (run_id, type, data)
         VALUES (NEW.id, 'execution', jsonb_build_object(
             'epoch', NEW.claim_epoch, 'owner', NEW.claim_owner,
-            'takeover', OLD.status = {_RUNNING}));
+            'takeover', OLD.status = 'running'));
     END IF;
     IF TG_OP = 'INSERT' OR NEW.status IS DISTINCT FROM OLD.status THEN
         INSERT INTO run_events (run_id, type, data)
@@ -162,7 +159,7 @@ BEGIN
     END IF;
     -- A child run's start and settle are events of its parent's too.
     IF NEW.parent_id IS NOT NULL AND (TG_OP = 'INSERT' OR (
-            NEW.status IS DISTINCT FROM OLD.status AND {_SETTLED_NEW})) THEN
+            NEW.status IS DISTINCT FROM OLD.status AND NEW.status IN ('completed', 'failed', 'cancelled'))) THEN
         INSERT INTO run_events (run_id, type, data)
         VALUES (NEW.parent_id, 'child', jsonb_strip_nulls(jsonb_build_object(
             'action', CASE WHEN TG_OP = 'INSERT' THEN 'started' ELSE 'settled' END,

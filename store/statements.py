@@ -1,9 +1,10 @@
 """A named SQL statement, the unit :class:`store.db.Executor` runs.
 
-Each statement is defined beside the code that runs it (``store/pg/``, and
-``store/summary.py`` for the command line's light listing), written with
-``:name`` parameters and run either as a server-side prepared statement or as a
-plain one (behind PgBouncer in transaction mode, see ``RUNWRIGHT_DB_PREPARED``).
+Each statement is one whole literal, defined beside the code that runs it
+(``store/pg/``, and ``store/summary.py`` for the command line's light
+listing); none is assembled from pieces. It is written with ``:name``
+parameters and run either as a server-side prepared statement or as a plain
+one (behind PgBouncer in transaction mode, see ``RUNWRIGHT_DB_PREPARED``).
 This module imports neither SQLAlchemy nor pydantic (``runwright runs`` uses it).
 """
 

@@ -1,14 +1,14 @@
-"""Run statuses and the groups the rules speak of, with their SQL spelling.
+"""Run statuses and the groups the rules speak of.
 
 This module is light (no SQLAlchemy, no pydantic) so that ``store/summary.py``
-can use it. Every status literal in SQL is rendered from here: a status is
-spelled by hand only in :class:`RunStatus` (a test checks).
+can use it. Python code names a status by :class:`RunStatus` only; SQL spells
+it in the statements, and tests/unit/test_store_statements.py checks every
+status (and status group) the SQL spells against these enums.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
 
 
 class RunStatus(enum.StrEnum):
@@ -43,15 +43,3 @@ KEY_HOLDING = frozenset({RunStatus.RUNNING, RunStatus.WAITING, RunStatus.INTERRU
 CLAIMABLE = frozenset({RunStatus.QUEUED, RunStatus.INTERRUPTED})
 # Statuses a cancel settles at once; a running run is asked to abort instead.
 CANCELLABLE = frozenset({RunStatus.QUEUED, RunStatus.WAITING, RunStatus.INTERRUPTED})
-
-
-def lit(status: RunStatus) -> str:
-    """``status`` as an SQL literal: ``'queued'``."""
-    return f"'{RunStatus(status).value}'"
-
-
-def status_in(statuses: Iterable[RunStatus], column: str = "status") -> str:
-    """``status IN ('a', 'b')`` in the enum's order, so that the text is stable
-    (the schema's index predicates are compared with the migrations' text)."""
-    chosen = set(statuses)
-    return f"{column} IN ({', '.join(lit(s) for s in RunStatus if s in chosen)})"

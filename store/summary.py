@@ -15,7 +15,7 @@ from store.dberrors import translated
 from store.errors import InvalidInput
 from store.revision import current_revision, require_revision
 from store.statements import Statement
-from store.status import CLAIMABLE, SETTLED, RunStatus, status_in
+from store.status import RunStatus
 
 RUN_SUMMARIES = Statement(
     "run_summaries",
@@ -44,12 +44,12 @@ STATUSES = tuple(status.value for status in RunStatus)
 # created since :since (an id bound, store/ids.py: read off the primary key).
 AGENTS_IN_USE = Statement(
     "agents_in_use",
-    f"""
+    """
     SELECT agent,
-           count(*) FILTER (WHERE {status_in(CLAIMABLE)}) AS waiting_for_worker,
-           min(enqueued_at) FILTER (WHERE {status_in(CLAIMABLE)}) AS oldest
+           count(*) FILTER (WHERE status IN ('queued', 'interrupted')) AS waiting_for_worker,
+           min(enqueued_at) FILTER (WHERE status IN ('queued', 'interrupted')) AS oldest
       FROM runs
-     WHERE NOT ({status_in(SETTLED)}) OR id >= CAST(:since AS uuid)
+     WHERE NOT (status IN ('completed', 'failed', 'cancelled')) OR id >= CAST(:since AS uuid)
      GROUP BY agent
      ORDER BY agent
     """,

@@ -1,7 +1,7 @@
 """What a live worker serves: its name, the agents it loaded, its version,
 pool and concurrency. Each worker's watchdog (runner/engine/watchdog.py)
 writes its record to Redis under a TTL every few seconds
-(:meth:`store.leases.Leases.mark_worker`), so the records that can be read are
+(:meth:`runner.coordination.leases.Leases.mark_worker`), so the records that can be read are
 the live workers'. ``runwright workers`` lists them; ``runwright doctor`` and
 ``runwright show`` use them to say which agent no live worker has.
 

@@ -11,10 +11,10 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from pathlib import Path
 
+from runner.coordination.leases import Leases, connect
 from runner.engine.engine import Engine
 from runner.settings import Settings
 from store.db import make_engine
-from store.leases import Leases, connect
 from store.postgres import PostgresStore
 from tests.leaks import Watch, describe, stop
 from tests.services import ROOT, Services, discover

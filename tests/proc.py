@@ -18,8 +18,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import tests.agents  # (registers the agents)
 import tests.agents_children  # noqa: F401  (and those that delegate)
 from runner import Engine, faults
+from runner.coordination.leases import Leases
 from runner.settings import Settings
-from store.leases import Leases
 from store.postgres import PostgresStore
 
 

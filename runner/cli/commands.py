@@ -284,7 +284,7 @@ def _waits_for_worker(row: dict[str, Any]) -> bool:
 
 def _live_workers(settings: Settings) -> dict[str, WorkerInfo] | None:
     """The live workers' records (store/workers.py); None if Redis cannot say."""
-    from store.leases import Leases
+    from runner.coordination.leases import Leases
 
     if settings.redis_url is None:
         return None

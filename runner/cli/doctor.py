@@ -614,7 +614,7 @@ def _consumers(found: Found, services: Settings) -> str:
 def _consumers_by_records(found: Found, queue: str, start: str) -> str:
     # Remote control is off: no worker answers inspect; Runwright's workers
     # write their queues in their records (store/workers.py).
-    from store.leases import Leases
+    from runner.coordination.leases import Leases
 
     if found.redis is None:
         raise Problem("the app's workers do not answer inspect, and Redis is unreachable")
@@ -652,8 +652,8 @@ def _prefetches_more(stats: object) -> bool:
 
 
 def _beat(found: Found, services: Settings) -> str:
+    from runner.coordination.leases import Leases
     from runner.engine.watchdog import STALE_INTERVALS, WITHOUT_BEAT, age_text
-    from store.leases import Leases
 
     last = Leases(found.redis).last_tick()
     every = f"{services.tick_seconds:g} s"
@@ -693,7 +693,7 @@ def _stored_last_tick(found: Found) -> float | None:
 
 
 def _workers(found: Found, services: Settings) -> str:
-    from store.leases import Leases
+    from runner.coordination.leases import Leases
 
     seen = Leases(found.redis).workers()
     if not seen:
@@ -710,7 +710,7 @@ def _served(found: Found) -> str:
     """Every agent with runs not ended, or started within :data:`RECENT_SECONDS`,
     is loaded by a live worker (store/workers.py): else its runs wait for
     nobody (and fail after RUNWRIGHT_AGENT_GRACE_SECONDS)."""
-    from store.leases import Leases
+    from runner.coordination.leases import Leases
     from store.summary import agents_in_use
     from store.workers import unserved
 

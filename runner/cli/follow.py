@@ -14,10 +14,10 @@ from runner.children import child_event_title
 from runner.cli.describe import decision_words
 from runner.cli.step_lines import clip, step_line
 from runner.cli.terminal import inert
+from runner.coordination.leases import connect
 from runner.events.feed import Feed
 from runner.settings import Settings, open_store
 from store.events import EventType, RunEvent, step_of
-from store.leases import connect
 from store.models import RequestKind, Run, RunStatus
 from store.postgres import PostgresStore
 

@@ -15,8 +15,8 @@ from runner.cli.terminal import inert
 @json_option
 def workers(as_json: bool) -> Document | None:
     """List the live workers: their agents, version, pool and concurrency."""
+    from runner.coordination.leases import Leases
     from runner.settings import Settings, resolve
-    from store.leases import Leases
 
     settings = resolve(Settings.from_env())
     assert settings.redis_url is not None

@@ -19,6 +19,8 @@ from runner.agent import Agent, Registry
 from runner.approvals import decisions
 from runner.approvals.approval_tokens import Tokens
 from runner.clock import SYSTEM, Clock
+from runner.coordination.claims import Claims
+from runner.coordination.leases import Leases
 from runner.deprecation import retired
 from runner.engine.runtime import in_io, runtime
 from runner.errors import NotifierGone
@@ -28,9 +30,7 @@ from runner.observe.logs import LogObserver
 from runner.retry import RetryPolicy
 from runner.settings import Settings
 from runner.steps.run_context import AbortReason
-from store.claims import Claims
 from store.errors import StoreUnavailable
-from store.leases import Leases
 from store.models import NewApproval, Run, RunStatus, Settled
 from store.pg.approvals import CancelResult
 from store.postgres import PostgresStore

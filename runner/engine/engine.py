@@ -17,6 +17,8 @@ from runner.agent import registry as default_registry
 from runner.approvals import decisions
 from runner.approvals.inbox import InboxItem, inbox
 from runner.clock import SYSTEM, Clock
+from runner.coordination.claims import NotClaimed
+from runner.coordination.leases import CancelListener, Leases
 from runner.deprecation import retired
 from runner.engine import retry_fork
 from runner.engine.deps import Deps, Enqueue
@@ -37,8 +39,6 @@ from runner.retry import RetryPolicy
 from runner.schedules.book import Schedules
 from runner.settings import Settings
 from runner.steps.run_context import AbortReason
-from store.claims import NotClaimed
-from store.leases import CancelListener, Leases
 from store.models import (
     Approval,
     Checkpoint,
@@ -235,7 +235,7 @@ class Engine:
 
     def try_execute(self, run_id: str) -> Run | NotClaimed | None:
         """:meth:`execute`, saying why when the run could not be claimed: a
-        :class:`~store.claims.NotClaimed` names the owner holding the run, or
+        :class:`~runner.coordination.claims.NotClaimed` names the owner holding the run, or
         says it has ended or is not claimable now. None: the execution let
         the run go to another (it lost its claim or its store, or this worker
         is draining)."""

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from runner.approvals import decisions
 from runner.approvals.expiry import expiry_failure
+from runner.coordination.leases import TICK_LOCK_KEY
 from runner.engine.deps import Deps
 from runner.errors import (
     AgentNotFound,
@@ -35,11 +36,10 @@ from runner.observe import TickReport, logs
 from runner.runtime import runtime
 from runner.schedules import book as schedules
 from runner.steps.history import approval_response
-from store.leases import TICK_LOCK_KEY
 from store.models import Decision
 
 if TYPE_CHECKING:
-    from store.leases import Leases
+    from runner.coordination.leases import Leases
     from store.postgres import PostgresStore
 
 log = logging.getLogger(__name__)

@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from runner.coordination.leases import Leases
 from runner.settings import Settings
-from store.leases import Leases
 from store.workers import WorkerInfo
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ WITHOUT_BEAT = (
 
 
 class Beacons(Protocol):
-    """What the watchdog needs of :class:`~store.leases.Leases`."""
+    """What the watchdog needs of :class:`~runner.coordination.leases.Leases`."""
 
     def mark_worker(self, info: WorkerInfo, ttl_seconds: float) -> None: ...
 

@@ -28,12 +28,12 @@ from typing import Any
 
 import redis
 
+from runner.coordination.live import WAKE as WAKE_MESSAGE
+from runner.coordination.live import EventListener, Publisher, decode, events_channel, token_payload
 from runner.deprecation import retired
 from runner.errors import InvalidInput
 from runner.events.eventstream import WAKE, EventStream, Sink, Tail
 from runner.runtime import runtime
-from store.live import WAKE as WAKE_MESSAGE
-from store.live import EventListener, Publisher, decode, events_channel, token_payload
 from store.models import Run, RunStatus
 from store.onloop import carried
 from store.postgres import PostgresStore

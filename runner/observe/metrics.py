@@ -511,9 +511,9 @@ def start_worker(settings: Settings) -> None:
 def _scrape_time_collector(settings: Settings) -> ScrapeTimeCollector:
     # The engine's own pool (shared_engine is per URL and process) and a small
     # Redis client of our own; neither connects before the first scrape.
+    from runner.coordination.leases import Leases
     from runner.engine.tick import last_tick
     from runner.settings import open_store
-    from store.leases import Leases
 
     assert settings.redis_url is not None
     store = open_store(settings)
@@ -525,8 +525,8 @@ def _scrape_time_collector(settings: Settings) -> ScrapeTimeCollector:
 
 def _unserved_schedules_collector(settings: Settings) -> UnservedSchedulesCollector:
     # As _scrape_time_collector: the engine's own pool, a small Redis client.
+    from runner.coordination.leases import Leases
     from runner.settings import open_store
-    from store.leases import Leases
 
     assert settings.redis_url is not None
     store = open_store(settings)

@@ -17,14 +17,13 @@ from store.models import (
     Decision,
     Message,
     Outcome,
-    RequestKind,
     Run,
     RunError,
     RunStatus,
     Settled,
     StandingApproval,
 )
-from store.pg.base import NOW, OPEN_WAITS, OUTCOME_SET, RUN_WITH_WAIT, PgBase, outcome_params
+from store.pg.base import PgBase, outcome_params
 from store.rows import approval_from_row, run_from_row, standing_from_row
 from store.rules import (
     CancelAction,
@@ -36,26 +35,55 @@ from store.rules import (
     denial_failure,
 )
 from store.statements import Statement
-from store.status import lit
 from store.validate import check_actor, check_approval_id, check_run_id, is_canonical_id
 
 LOCK_RUN = Statement(
     "lock_run",
-    f"SELECT status, concurrency_key, {NOW} AS now FROM runs"
-    " WHERE id = CAST(:run_id AS uuid) FOR UPDATE",
+    """
+    SELECT status, concurrency_key, COALESCE(CAST(:now AS timestamptz), now()) AS now
+      FROM runs WHERE id = CAST(:run_id AS uuid) FOR UPDATE
+    """,
 )
 
 SETTLE_BY_ID = Statement(
     "settle_by_id",
-    f"UPDATE runs SET {OUTCOME_SET}, cancel_requested = cancel_requested"
-    " OR CAST(:cancel AS bool) WHERE id = CAST(:run_id AS uuid)",
+    """
+    UPDATE runs SET
+        status = COALESCE(CAST(:o_status AS text), status),
+        claim_owner = CASE WHEN CAST(:o_status AS text) IS NULL THEN claim_owner END,
+        claim_expires_at = CASE WHEN CAST(:o_status AS text) IS NULL
+                                THEN claim_expires_at END,
+        finished_at = CASE WHEN CAST(:o_settled AS bool) THEN now() ELSE finished_at END,
+        output = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_output AS json)
+                      ELSE output END,
+        error_code = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_code AS text)
+                          ELSE error_code END,
+        error_message = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_message AS text)
+                             ELSE error_message END,
+        enqueued_at = CASE WHEN CAST(:o_requeue AS bool)
+                           THEN COALESCE(CAST(:o_requeue_at AS timestamptz), now())
+                           ELSE enqueued_at END,
+        interrupted_reason = CASE WHEN CAST(:o_status AS text) IS NULL
+                                  THEN interrupted_reason
+                                  ELSE CAST(:o_interruption AS text) END,
+        interrupted_by = CASE WHEN CAST(:o_status AS text) IS NULL THEN interrupted_by
+                              WHEN CAST(:o_interruption AS text) IS NOT NULL
+                              THEN claim_owner END,
+        reserved_tokens = CASE WHEN CAST(:o_status AS text) IS NULL THEN reserved_tokens
+                               ELSE 0 END,
+        updated_at = now(),
+        cancel_requested = cancel_requested OR CAST(:cancel AS bool)
+     WHERE id = CAST(:run_id AS uuid)
+    """,
 )
 
 # The first to ask is who cancelled it.
 CANCELLED_BY = Statement(
     "cancelled_by",
-    "UPDATE runs SET cancelled_by = COALESCE(cancelled_by, CAST(:by AS text))"
-    " WHERE id = CAST(:run_id AS uuid)",
+    """
+    UPDATE runs SET cancelled_by = COALESCE(cancelled_by, CAST(:by AS text))
+     WHERE id = CAST(:run_id AS uuid)
+    """,
 )
 
 REQUEST_CANCEL = Statement(
@@ -67,8 +95,10 @@ REQUEST_CANCEL = Statement(
 # (settled or not: a cancel goes through them to theirs).
 UNDETACHED_CHILDREN = Statement(
     "undetached_children",
-    "SELECT id, status FROM runs WHERE parent_id = ANY(CAST(:ids AS uuid[])) AND NOT detached"
-    " ORDER BY id",
+    """
+    SELECT id, status FROM runs WHERE parent_id = ANY(CAST(:ids AS uuid[])) AND NOT detached
+     ORDER BY id
+    """,
 )
 
 WITHDRAW = Statement(
@@ -86,8 +116,10 @@ RUN_APPROVALS = Statement(
 
 APPROVALS_BY_RUN_IDS = Statement(
     "approvals_by_run_ids",
-    "SELECT * FROM approvals WHERE run_id = ANY(CAST(:ids AS uuid[]))"
-    " ORDER BY created_at, approval_id",
+    """
+    SELECT * FROM approvals WHERE run_id = ANY(CAST(:ids AS uuid[]))
+     ORDER BY created_at, approval_id
+    """,
 )
 
 APPROVAL = Statement(
@@ -127,12 +159,12 @@ GRANT_STANDING = Statement(
 # expired meanwhile is left to its expiry, as a person's decision would be.
 DECIDE_BY_STANDING = Statement(
     "decide_by_standing",
-    f"""
-    UPDATE approvals SET decision = '{Decision.APPROVED.value}',
+    """
+    UPDATE approvals SET decision = 'approved',
                          decided_at = CAST(:at AS timestamptz), decided_by = CAST(:by AS text),
                          standing_from = CAST(:approval_id AS uuid)
      WHERE run_id = CAST(:run_id AS uuid) AND tool_name = CAST(:tool_name AS text)
-       AND kind = '{RequestKind.APPROVAL.value}' AND decision IS NULL
+       AND kind = 'approval' AND decision IS NULL
        AND expires_at > CAST(:at AS timestamptz)
     RETURNING *
     """,
@@ -145,8 +177,10 @@ STANDING_APPROVALS = Statement(
 
 LOCK_CHECKPOINT = Statement(
     "lock_checkpoint",
-    "SELECT step_index, message_count, finish_reason FROM checkpoints"
-    " WHERE run_id = CAST(:run_id AS uuid) FOR UPDATE",
+    """
+    SELECT step_index, message_count, finish_reason FROM checkpoints
+     WHERE run_id = CAST(:run_id AS uuid) FOR UPDATE
+    """,
 )
 
 # A decision's response appended to the checkpoint at the same step index.
@@ -170,7 +204,17 @@ APPEND_MESSAGE = Statement(
 
 # Whether the run still waits for anything once this decision is in (the
 # rule of every wait's end, OPEN_WAITS: children count too).
-STILL_OPEN = Statement("still_open", f"SELECT {OPEN_WAITS} AS open")
+STILL_OPEN = Statement(
+    "still_open",
+    """
+    SELECT (
+        EXISTS (SELECT 1 FROM approvals AS oa
+                 WHERE oa.run_id = CAST(:run_id AS uuid) AND oa.decision IS NULL)
+        OR EXISTS (SELECT 1 FROM runs AS oc
+                    WHERE oc.parent_id = CAST(:run_id AS uuid)
+                      AND NOT oc.status IN ('completed', 'failed', 'cancelled'))) AS open
+    """,
+)
 
 FINISH_WAIT = Statement(
     "finish_wait",
@@ -205,24 +249,43 @@ RECORD_NOTIFICATION = Statement(
 
 MARK_NOTIFIED = Statement(
     "mark_notified",
-    "UPDATE approvals SET notified_at = now()"
-    " WHERE approval_id = ANY(CAST(:approval_ids AS uuid[]))",
+    """
+    UPDATE approvals SET notified_at = now()
+     WHERE approval_id = ANY(CAST(:approval_ids AS uuid[]))
+    """,
 )
 
 # The approvals inbox: what waits for a person, oldest first (a run that is
 # not waiting any more has nobody to ask).
 PENDING_APPROVALS = Statement(
     "pending_approvals",
-    f"""
+    """
     SELECT a.* FROM approvals AS a JOIN runs AS r ON r.id = a.run_id
-     WHERE a.decision IS NULL AND r.status = {lit(RunStatus.WAITING)}
+     WHERE a.decision IS NULL AND r.status = 'waiting'
        AND (CAST(:agent AS text) IS NULL OR r.agent = CAST(:agent AS text))
      ORDER BY a.created_at, a.approval_id LIMIT CAST(:limit AS int)
     """,
 )
 
 
-RUNS_BY_IDS = Statement("runs_by_ids", RUN_WITH_WAIT + " WHERE r.id = ANY(CAST(:ids AS uuid[]))")
+RUNS_BY_IDS = Statement(
+    "runs_by_ids",
+    """
+    SELECT r.*, w.approval_id AS w_approval_id, w.tool_name AS w_tool_name,
+           w.input AS w_input, w.expires_at AS w_expires_at, w.token_id AS w_token_id,
+           w.notified_at AS w_notified_at, w.kind AS w_kind
+      FROM runs AS r
+      LEFT JOIN LATERAL (
+           SELECT a.approval_id, a.tool_name, a.input, a.expires_at, a.token_id, a.notified_at,
+                  a.kind
+             FROM approvals AS a
+            WHERE a.run_id = r.id AND a.decision IS NULL
+              AND r.status = 'waiting'
+            ORDER BY a.created_at, a.approval_id
+            LIMIT 1) AS w ON true
+     WHERE r.id = ANY(CAST(:ids AS uuid[]))
+    """,
+)
 
 CHECKPOINT_MESSAGES_BY_RUN_IDS = Statement(
     "checkpoint_messages_by_run_ids",

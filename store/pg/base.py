@@ -1,11 +1,13 @@
-"""What every part of ``PostgresStore`` shares: the executor, the SQL several
-statements are built from (the clock, the fence, what an outcome writes), and
-the reads every part makes.
+"""What every part of ``PostgresStore`` shares: the executor, the rules
+several statements write out (the clock, the fence, what an outcome writes),
+and the reads every part makes.
 
-Statements are written with ``:name`` parameters (:class:`store.statements.Statement`).
-A statement that may be prepared gives every parameter an explicit ``CAST`` so
-that Postgres can type it at ``PREPARE``. Status literals are rendered from
-:mod:`store.status`, never spelled in SQL.
+Each statement is one whole literal with ``:name`` parameters
+(:class:`store.statements.Statement`), written once, beside the method that
+runs it; none is assembled from pieces. A statement that may be prepared gives
+every parameter an explicit ``CAST`` so that Postgres can type it at
+``PREPARE``. A status in SQL is spelled as :class:`store.status.RunStatus`
+spells it (tests/unit/test_store_structure.py checks each against the enums).
 """
 
 from __future__ import annotations
@@ -21,17 +23,22 @@ from store.models import Checkpoint, Fence, Outcome, Run, Settled
 from store.rows import run_from_row
 from store.rules import outcome_columns, wakes_key
 from store.statements import Statement
-from store.status import KEY_HOLDING, SETTLED, RunStatus, lit, status_in
+from store.status import RunStatus
 from store.validate import check_run_id
 
-# ``now`` when a caller moves time (tests), otherwise the database clock.
+# The rules several statements share, each written out whole in every
+# statement that applies it (no statement is assembled from pieces). These
+# constants are their one reference: tests/unit/test_store_structure.py checks
+# that every statement's copy matches, whitespace aside.
+
+# The clock: ``now`` when a caller moves time (tests), otherwise the database's.
 NOW = "COALESCE(CAST(:now AS timestamptz), now())"
 
 # What every write of a running run is conditional on (store/postgres.py).
-FENCE = (
-    "id = CAST(:run_id AS uuid) AND claim_owner = CAST(:owner AS text)"
-    f" AND claim_epoch = CAST(:epoch AS int) AND status = {lit(RunStatus.RUNNING)}"
-)
+FENCE = """
+    id = CAST(:run_id AS uuid) AND claim_owner = CAST(:owner AS text)
+    AND claim_epoch = CAST(:epoch AS int) AND status = 'running'
+"""
 
 # The columns an outcome writes, from the parameters ``store.rules.outcome_columns``
 # gives (``o_status`` NULL: no outcome, the run stays as it is). Any outcome
@@ -41,9 +48,11 @@ FENCE = (
 OUTCOME_SET = """
     status = COALESCE(CAST(:o_status AS text), status),
     claim_owner = CASE WHEN CAST(:o_status AS text) IS NULL THEN claim_owner END,
-    claim_expires_at = CASE WHEN CAST(:o_status AS text) IS NULL THEN claim_expires_at END,
+    claim_expires_at = CASE WHEN CAST(:o_status AS text) IS NULL
+                            THEN claim_expires_at END,
     finished_at = CASE WHEN CAST(:o_settled AS bool) THEN now() ELSE finished_at END,
-    output = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_output AS json) ELSE output END,
+    output = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_output AS json)
+                  ELSE output END,
     error_code = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_code AS text)
                       ELSE error_code END,
     error_message = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_message AS text)
@@ -51,11 +60,14 @@ OUTCOME_SET = """
     enqueued_at = CASE WHEN CAST(:o_requeue AS bool)
                        THEN COALESCE(CAST(:o_requeue_at AS timestamptz), now())
                        ELSE enqueued_at END,
-    interrupted_reason = CASE WHEN CAST(:o_status AS text) IS NULL THEN interrupted_reason
+    interrupted_reason = CASE WHEN CAST(:o_status AS text) IS NULL
+                              THEN interrupted_reason
                               ELSE CAST(:o_interruption AS text) END,
     interrupted_by = CASE WHEN CAST(:o_status AS text) IS NULL THEN interrupted_by
-                          WHEN CAST(:o_interruption AS text) IS NOT NULL THEN claim_owner END,
-    reserved_tokens = CASE WHEN CAST(:o_status AS text) IS NULL THEN reserved_tokens ELSE 0 END,
+                          WHEN CAST(:o_interruption AS text) IS NOT NULL
+                          THEN claim_owner END,
+    reserved_tokens = CASE WHEN CAST(:o_status AS text) IS NULL THEN reserved_tokens
+                           ELSE 0 END,
     updated_at = now()
 """
 
@@ -65,47 +77,25 @@ OUTCOME_SET = """
 # write also ends a durable model retry (the call it waited for succeeded); the
 # commit, which always follows its step's journal write, finds it ended.
 PROGRESS = "takeovers = 0"
-PROGRESS_ENDS_RETRY = (
-    f"{PROGRESS}, retry_attempts = 0, retry_at = NULL, retry_since = NULL, retry_error = NULL"
-)
+PROGRESS_ENDS_RETRY = """
+    takeovers = 0, retry_attempts = 0, retry_at = NULL, retry_since = NULL, retry_error = NULL
+"""
 
-
-# What a waiting run still waits for, the rule of every wait's end: an approval
-# nobody decided, or a child run (runner/children.py) that has not settled.
-# ``run_id``: the SQL of the waiting run's id.
-def open_waits(run_id: str) -> str:
-    return f"""(
-    EXISTS (SELECT 1 FROM approvals AS oa WHERE oa.run_id = {run_id} AND oa.decision IS NULL)
+# What a waiting run (``:run_id``) still waits for, the rule of every wait's
+# end: an approval nobody decided, or a child run (runner/children.py) that
+# has not settled.
+OPEN_WAITS = """(
+    EXISTS (SELECT 1 FROM approvals AS oa
+             WHERE oa.run_id = CAST(:run_id AS uuid) AND oa.decision IS NULL)
     OR EXISTS (SELECT 1 FROM runs AS oc
-                WHERE oc.parent_id = {run_id} AND NOT {status_in(SETTLED, "oc.status")}))"""
+                WHERE oc.parent_id = CAST(:run_id AS uuid)
+                  AND NOT oc.status IN ('completed', 'failed', 'cancelled')))"""
 
 
-OPEN_WAITS = open_waits("CAST(:run_id AS uuid)")
-
-
-# A run waiting for its children goes back to the queue once nothing is open
-# (run after every commit that may end the wait: a child's settle, the
-# parent's own wait; and by tick(), for a wake-up lost between them). Its
-# wait step is finished with it.
-RESUME_IF_DONE = Statement(
-    "resume_if_done",
-    f"""
-    WITH r AS (
-        UPDATE runs SET status = {lit(RunStatus.QUEUED)}, enqueued_at = now(), updated_at = now()
-         WHERE id = CAST(:run_id AS uuid) AND status = {lit(RunStatus.WAITING)}
-           AND EXISTS (SELECT 1 FROM runs AS c WHERE c.parent_id = CAST(:run_id AS uuid))
-           AND NOT {OPEN_WAITS}
-        RETURNING id
-    ), w AS (
-        UPDATE steps SET finished_at = now(), output = CAST('{{"resumed": true}}' AS json)
-         WHERE run_id IN (SELECT id FROM r) AND kind = 'wait' AND finished_at IS NULL
-    )
-    SELECT id FROM r
-    """,
-)
-
-# A run with its first pending wait, if it is waiting.
-RUN_WITH_WAIT = f"""
+# A run with its first pending wait, if it is waiting: how every read of runs
+# reads them (GET_RUN, and ``runs.LIST_RUNS``, ``children.CHILDREN``,
+# ``approvals.RUNS_BY_IDS``).
+RUN_WITH_WAIT = """
     SELECT r.*, w.approval_id AS w_approval_id, w.tool_name AS w_tool_name,
            w.input AS w_input, w.expires_at AS w_expires_at, w.token_id AS w_token_id,
            w.notified_at AS w_notified_at, w.kind AS w_kind
@@ -115,12 +105,56 @@ RUN_WITH_WAIT = f"""
                   a.kind
              FROM approvals AS a
             WHERE a.run_id = r.id AND a.decision IS NULL
-              AND r.status = {lit(RunStatus.WAITING)}
+              AND r.status = 'waiting'
             ORDER BY a.created_at, a.approval_id
             LIMIT 1) AS w ON true
 """
 
-GET_RUN = Statement("get_run", RUN_WITH_WAIT + " WHERE r.id = CAST(:id AS uuid)")
+
+# A run waiting for its children goes back to the queue once nothing is open
+# (run after every commit that may end the wait: a child's settle, the
+# parent's own wait; and by tick(), for a wake-up lost between them). Its
+# wait step is finished with it.
+RESUME_IF_DONE = Statement(
+    "resume_if_done",
+    """
+    WITH r AS (
+        UPDATE runs SET status = 'queued', enqueued_at = now(), updated_at = now()
+         WHERE id = CAST(:run_id AS uuid) AND status = 'waiting'
+           AND EXISTS (SELECT 1 FROM runs AS c WHERE c.parent_id = CAST(:run_id AS uuid))
+           AND NOT (
+               EXISTS (SELECT 1 FROM approvals AS oa
+                        WHERE oa.run_id = CAST(:run_id AS uuid) AND oa.decision IS NULL)
+               OR EXISTS (SELECT 1 FROM runs AS oc
+                           WHERE oc.parent_id = CAST(:run_id AS uuid)
+                             AND NOT oc.status IN ('completed', 'failed', 'cancelled')))
+        RETURNING id
+    ), w AS (
+        UPDATE steps SET finished_at = now(), output = CAST('{"resumed": true}' AS json)
+         WHERE run_id IN (SELECT id FROM r) AND kind = 'wait' AND finished_at IS NULL
+    )
+    SELECT id FROM r
+    """,
+)
+
+GET_RUN = Statement(
+    "get_run",
+    """
+    SELECT r.*, w.approval_id AS w_approval_id, w.tool_name AS w_tool_name,
+           w.input AS w_input, w.expires_at AS w_expires_at, w.token_id AS w_token_id,
+           w.notified_at AS w_notified_at, w.kind AS w_kind
+      FROM runs AS r
+      LEFT JOIN LATERAL (
+           SELECT a.approval_id, a.tool_name, a.input, a.expires_at, a.token_id, a.notified_at,
+                  a.kind
+             FROM approvals AS a
+            WHERE a.run_id = r.id AND a.decision IS NULL
+              AND r.status = 'waiting'
+            ORDER BY a.created_at, a.approval_id
+            LIMIT 1) AS w ON true
+     WHERE r.id = CAST(:id AS uuid)
+    """,
+)
 
 RUN_EXISTS = Statement("run_exists", "SELECT 1 AS found FROM runs WHERE id = CAST(:id AS uuid)")
 
@@ -134,18 +168,15 @@ CHECKPOINT = Statement(
     """,
 )
 
-
-_QUEUED = lit(RunStatus.QUEUED)
-
 # The key's oldest queued run, unless a run holds the key.
 NEXT_IN_KEY = Statement(
     "next_in_key",
-    f"""
+    """
     SELECT id FROM runs
-     WHERE concurrency_key = CAST(:key AS text) AND status = {_QUEUED}
+     WHERE concurrency_key = CAST(:key AS text) AND status = 'queued'
        AND NOT EXISTS (SELECT 1 FROM runs AS x
                         WHERE x.concurrency_key = CAST(:key AS text)
-                          AND {status_in(KEY_HOLDING, "x.status")})
+                          AND x.status IN ('running', 'waiting', 'interrupted'))
      ORDER BY arrival LIMIT 1
     """,
 )

@@ -15,23 +15,22 @@ from datetime import datetime
 
 from store.db import dumps
 from store.models import Admission, AdmissionVerdict, Fence, NewChild, Run, SharedUse
-from store.pg.base import FENCE, NOW, RUN_WITH_WAIT, fence_params, open_waits
+from store.pg.base import fence_params
 from store.pg.execution import PgExecution, lost_lease
 from store.rows import run_from_row
 from store.rules import admit
 from store.statements import Statement
-from store.status import RunStatus, lit
 from store.validate import check_run_id
 
 START_CHILD = Statement(
     "start_child",
-    f"""
+    """
     INSERT INTO runs (id, agent, status, trigger, trigger_id, trace_context, enqueued_at,
                       parent_id, parent_call_id, detached, budget_bounds, ancestors, root_id)
-    SELECT CAST(:id AS uuid), CAST(:agent AS text), {lit(RunStatus.QUEUED)},
+    SELECT CAST(:id AS uuid), CAST(:agent AS text), 'queued',
            CAST(:trigger AS json), CAST(:trigger_id AS text), CAST(:trace_context AS json),
            now(), p.id, CAST(:call_id AS text), CAST(:detached AS bool),
-           CAST(:bounds AS json), ARRAY[p.id] || COALESCE(p.ancestors, '{{}}'),
+           CAST(:bounds AS json), ARRAY[p.id] || COALESCE(p.ancestors, '{}'),
            COALESCE(p.root_id, p.id)
       FROM runs AS p
      -- A parent whose cancel was asked for starts no more children.
@@ -42,7 +41,22 @@ START_CHILD = Statement(
 
 CHILDREN = Statement(
     "children",
-    RUN_WITH_WAIT + " WHERE r.parent_id = CAST(:run_id AS uuid) ORDER BY r.id",
+    """
+    SELECT r.*, w.approval_id AS w_approval_id, w.tool_name AS w_tool_name,
+           w.input AS w_input, w.expires_at AS w_expires_at, w.token_id AS w_token_id,
+           w.notified_at AS w_notified_at, w.kind AS w_kind
+      FROM runs AS r
+      LEFT JOIN LATERAL (
+           SELECT a.approval_id, a.tool_name, a.input, a.expires_at, a.token_id, a.notified_at,
+                  a.kind
+             FROM approvals AS a
+            WHERE a.run_id = r.id AND a.decision IS NULL
+              AND r.status = 'waiting'
+            ORDER BY a.created_at, a.approval_id
+            LIMIT 1) AS w ON true
+     WHERE r.parent_id = CAST(:run_id AS uuid)
+     ORDER BY r.id
+    """,
 )
 
 # A run's ancestors, its parent first (those not pruned).
@@ -61,12 +75,18 @@ ANCESTORS = Statement(
 # lost between a child's settle and the parent's wait): tick()'s safety net.
 STRANDED_PARENTS = Statement(
     "stranded_parents",
-    f"""
+    """
     SELECT p.id FROM runs AS p
-     WHERE p.status = {lit(RunStatus.WAITING)}
-       AND p.updated_at < {NOW} - make_interval(secs => CAST(:grace AS float8))
+     WHERE p.status = 'waiting'
+       AND p.updated_at < COALESCE(CAST(:now AS timestamptz), now())
+                          - make_interval(secs => CAST(:grace AS float8))
        AND EXISTS (SELECT 1 FROM runs AS c WHERE c.parent_id = p.id)
-       AND NOT {open_waits("p.id")}
+       AND NOT (
+           EXISTS (SELECT 1 FROM approvals AS oa
+                    WHERE oa.run_id = p.id AND oa.decision IS NULL)
+           OR EXISTS (SELECT 1 FROM runs AS oc
+                       WHERE oc.parent_id = p.id
+                         AND NOT oc.status IN ('completed', 'failed', 'cancelled')))
      ORDER BY p.updated_at
      LIMIT CAST(:limit AS int)
     """,
@@ -82,8 +102,10 @@ STRANDED_PARENTS = Statement(
 # in the same order.
 LOCK_SHARERS = Statement(
     "lock_sharers",
-    f"""
-    SELECT id, ({FENCE}) AS mine FROM runs
+    """
+    SELECT id, (id = CAST(:run_id AS uuid) AND claim_owner = CAST(:owner AS text)
+                AND claim_epoch = CAST(:epoch AS int) AND status = 'running') AS mine
+      FROM runs
      WHERE id = CAST(:run_id AS uuid) OR id = ANY(CAST(:ids AS uuid[]))
      ORDER BY id <> CAST(:run_id AS uuid), id
        FOR UPDATE
@@ -96,12 +118,13 @@ LOCK_SHARERS = Statement(
 # held once its claim lapsed (and the next claim clears it).
 SHARED_USE = Statement(
     "shared_use",
-    f"""
+    """
     SELECT b.id, b.agent, b.input_tokens + b.output_tokens AS tokens, b.cost_usd,
            (SELECT COALESCE(sum(c.reserved_tokens), 0) FROM runs AS c
              WHERE c.root_id = CAST(:root_id AS uuid) AND c.reserved_tokens > 0
                AND c.id <> CAST(:run_id AS uuid) AND b.id = ANY(c.ancestors)
-               AND c.status = {lit(RunStatus.RUNNING)} AND c.claim_expires_at >= {NOW})
+               AND c.status = 'running'
+               AND c.claim_expires_at >= COALESCE(CAST(:now AS timestamptz), now()))
            AS reserved
       FROM runs AS b WHERE b.id = ANY(CAST(:ids AS uuid[]))
     """,

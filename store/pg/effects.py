@@ -24,15 +24,6 @@ MAX_NOTE_CHARS = 2000
 # No tool call id is longer (providers send a few dozen characters).
 MAX_CALL_ID_CHARS = 1000
 
-# The flag follows the journal: set while an unknown effect is unresolved.
-_FLAG = """
-    UPDATE runs SET needs_attention = EXISTS (
-               SELECT 1 FROM effects AS e
-                WHERE e.run_id = runs.id AND e.status = 'unknown' AND e.resolved_outcome IS NULL),
-           updated_at = now()
-     WHERE id = CAST(:run_id AS uuid)
-"""
-
 MARK_UNKNOWN = Statement(
     "mark_effect_unknown",
     """
@@ -45,14 +36,18 @@ MARK_UNKNOWN = Statement(
 
 UNKNOWN_EFFECTS = Statement(
     "unknown_effects",
-    "SELECT * FROM effects WHERE run_id = CAST(:run_id AS uuid) AND status = 'unknown'"
-    " ORDER BY started_at, key",
+    """
+    SELECT * FROM effects WHERE run_id = CAST(:run_id AS uuid) AND status = 'unknown'
+     ORDER BY started_at, key
+    """,
 )
 
 EFFECT_FOR_UPDATE = Statement(
     "effect_for_update",
-    "SELECT * FROM effects WHERE run_id = CAST(:run_id AS uuid) AND key = CAST(:key AS text)"
-    " FOR UPDATE",
+    """
+    SELECT * FROM effects WHERE run_id = CAST(:run_id AS uuid) AND key = CAST(:key AS text)
+     FOR UPDATE
+    """,
 )
 
 RESOLVE = Statement(
@@ -67,12 +62,24 @@ RESOLVE = Statement(
     """,
 )
 
-FLAG = Statement("flag_needs_attention", _FLAG)
+# The flag follows the journal: set while an unknown effect is unresolved.
+FLAG = Statement(
+    "flag_needs_attention",
+    """
+    UPDATE runs SET needs_attention = EXISTS (
+               SELECT 1 FROM effects AS e
+                WHERE e.run_id = runs.id AND e.status = 'unknown' AND e.resolved_outcome IS NULL),
+           updated_at = now()
+     WHERE id = CAST(:run_id AS uuid)
+    """,
+)
 
 EFFECTS_OF_CALLS = Statement(
     "effects_of_calls",
-    "SELECT * FROM effects"
-    " WHERE run_id = CAST(:run_id AS uuid) AND key = ANY(CAST(:keys AS text[]))",
+    """
+    SELECT * FROM effects
+     WHERE run_id = CAST(:run_id AS uuid) AND key = ANY(CAST(:keys AS text[]))
+    """,
 )
 
 

@@ -35,11 +35,6 @@ from store.models import (
     StepRecord,
 )
 from store.pg.base import (
-    FENCE,
-    NOW,
-    OUTCOME_SET,
-    PROGRESS,
-    PROGRESS_ENDS_RETRY,
     PgBase,
     fence_params,
     outcome_params,
@@ -56,23 +51,18 @@ from store.rules import (
     with_state_step,
 )
 from store.statements import Statement
-from store.status import CLAIMABLE, lit, status_in
 from store.validate import check_run_id
-
-_RUNNING = lit(RunStatus.RUNNING)
-_QUEUED = lit(RunStatus.QUEUED)
 
 # The takeover limit (``:max``, RUNWRIGHT_MAX_TAKEOVERS; NULL: none): a takeover
 # of a run with ``takeovers`` takeovers since its last progress is refused once
 # it would be the ``max``-th, and the run settles ``failed/crashed`` instead
-# (LAPSED_RUN, SETTLE_CRASHED). Only a takeover counts (a claim from ``running``
-# whose claim expired): its previous execution died without settling. A claim
-# from ``interrupted`` does not, since that execution drained cleanly; nor does
-# one from ``queued``. Progress (the step's journal write, its commit) resets
-# the count, so a long run that is taken over now and then but moves on each
-# time is never stopped.
-_WITHIN_TAKEOVERS = "(CAST(:max AS int) IS NULL OR r.takeovers + 1 < CAST(:max AS int))"
-
+# (LAPSED_RUN, which writes the limit as CLAIM does, and SETTLE_CRASHED). Only
+# a takeover counts (a claim from ``running`` whose claim expired): its previous
+# execution died without settling. A claim from ``interrupted`` does not, since
+# that execution drained cleanly; nor does one from ``queued``. Progress (the
+# step's journal write, its commit) resets the count, so a long run that is
+# taken over now and then but moves on each time is never stopped.
+#
 # Claimable: a claimable status, or running with an expired claim (a takeover)
 # within the takeover limit; a queued run waiting to retry a model step only
 # from its retry_at on; a queued run of a key only as the key's oldest queued
@@ -81,26 +71,29 @@ _WITHIN_TAKEOVERS = "(CAST(:max AS int) IS NULL OR r.takeovers + 1 < CAST(:max A
 # runs_key_holder_idx.
 CLAIM = Statement(
     "claim",
-    f"""
+    """
     UPDATE runs AS r
-       SET status = {_RUNNING},
+       SET status = 'running',
            claim_owner = CAST(:owner AS text),
-           claim_expires_at = {NOW} + make_interval(secs => CAST(:ttl AS float8)),
+           claim_expires_at = COALESCE(CAST(:now AS timestamptz), now())
+               + make_interval(secs => CAST(:ttl AS float8)),
            claim_epoch = r.claim_epoch + 1,
-           takeovers = r.takeovers + CASE WHEN r.status = {_RUNNING} THEN 1 ELSE 0 END,
+           takeovers = r.takeovers + CASE WHEN r.status = 'running' THEN 1 ELSE 0 END,
            -- A reservation an execution that died left (the shared budget's admission).
            reserved_tokens = 0,
            started_at = COALESCE(r.started_at, now()),
            updated_at = now()
      WHERE r.id = CAST(:run_id AS uuid)
-       AND (r.retry_at IS NULL OR r.retry_at <= {NOW} OR r.status <> {_QUEUED})
-       AND ({status_in(CLAIMABLE, "r.status")}
-            OR (r.status = {_RUNNING} AND r.claim_expires_at < {NOW}
-                AND {_WITHIN_TAKEOVERS}))
-       AND (r.concurrency_key IS NULL OR r.status <> {_QUEUED} OR NOT EXISTS (
+       AND (r.retry_at IS NULL OR r.retry_at <= COALESCE(CAST(:now AS timestamptz), now())
+            OR r.status <> 'queued')
+       AND (r.status IN ('queued', 'interrupted')
+            OR (r.status = 'running'
+                AND r.claim_expires_at < COALESCE(CAST(:now AS timestamptz), now())
+                AND (CAST(:max AS int) IS NULL OR r.takeovers + 1 < CAST(:max AS int))))
+       AND (r.concurrency_key IS NULL OR r.status <> 'queued' OR NOT EXISTS (
               SELECT 1 FROM runs AS o
                WHERE o.concurrency_key = r.concurrency_key
-                 AND o.status = {_QUEUED} AND o.arrival < r.arrival))
+                 AND o.status = 'queued' AND o.arrival < r.arrival))
     RETURNING r.*
     """,
 )
@@ -109,54 +102,89 @@ CLAIM = Statement(
 # settles once.
 LAPSED_RUN = Statement(
     "lapsed_run",
-    f"""
+    """
     SELECT r.claim_epoch, r.takeovers FROM runs AS r
-     WHERE r.id = CAST(:run_id AS uuid) AND r.status = {_RUNNING} AND r.claim_expires_at < {NOW}
-       AND NOT {_WITHIN_TAKEOVERS}
+     WHERE r.id = CAST(:run_id AS uuid) AND r.status = 'running'
+       AND r.claim_expires_at < COALESCE(CAST(:now AS timestamptz), now())
+       AND NOT (CAST(:max AS int) IS NULL OR r.takeovers + 1 < CAST(:max AS int))
        FOR UPDATE
     """,
 )
 
 SETTLE_CRASHED = Statement(
     "settle_crashed",
-    f"UPDATE runs SET {OUTCOME_SET}, takeovers = CAST(:takeovers AS int)"
-    " WHERE id = CAST(:run_id AS uuid)",
+    """
+    UPDATE runs SET
+        status = COALESCE(CAST(:o_status AS text), status),
+        claim_owner = CASE WHEN CAST(:o_status AS text) IS NULL THEN claim_owner END,
+        claim_expires_at = CASE WHEN CAST(:o_status AS text) IS NULL
+                                THEN claim_expires_at END,
+        finished_at = CASE WHEN CAST(:o_settled AS bool) THEN now() ELSE finished_at END,
+        output = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_output AS json)
+                      ELSE output END,
+        error_code = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_code AS text)
+                          ELSE error_code END,
+        error_message = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_message AS text)
+                             ELSE error_message END,
+        enqueued_at = CASE WHEN CAST(:o_requeue AS bool)
+                           THEN COALESCE(CAST(:o_requeue_at AS timestamptz), now())
+                           ELSE enqueued_at END,
+        interrupted_reason = CASE WHEN CAST(:o_status AS text) IS NULL
+                                  THEN interrupted_reason
+                                  ELSE CAST(:o_interruption AS text) END,
+        interrupted_by = CASE WHEN CAST(:o_status AS text) IS NULL THEN interrupted_by
+                              WHEN CAST(:o_interruption AS text) IS NOT NULL
+                              THEN claim_owner END,
+        reserved_tokens = CASE WHEN CAST(:o_status AS text) IS NULL THEN reserved_tokens
+                               ELSE 0 END,
+        updated_at = now(),
+        takeovers = CAST(:takeovers AS int)
+     WHERE id = CAST(:run_id AS uuid)
+    """,
 )
 
 RENEW = Statement(
     "renew",
-    f"""
-    UPDATE runs SET claim_expires_at = {NOW} + make_interval(secs => CAST(:ttl AS float8))
-     WHERE {FENCE}
+    """
+    UPDATE runs
+       SET claim_expires_at = COALESCE(CAST(:now AS timestamptz), now())
+                              + make_interval(secs => CAST(:ttl AS float8))
+     WHERE id = CAST(:run_id AS uuid) AND claim_owner = CAST(:owner AS text)
+       AND claim_epoch = CAST(:epoch AS int) AND status = 'running'
     RETURNING cancel_requested
     """,
 )
 
-LOCK_FENCED = Statement("lock_fenced", f"SELECT id FROM runs WHERE {FENCE} FOR UPDATE")
+LOCK_FENCED = Statement(
+    "lock_fenced",
+    """
+    SELECT id FROM runs
+     WHERE id = CAST(:run_id AS uuid) AND claim_owner = CAST(:owner AS text)
+       AND claim_epoch = CAST(:epoch AS int) AND status = 'running'
+       FOR UPDATE
+    """,
+)
 
-FENCED = Statement("fenced", f"SELECT id FROM runs WHERE {FENCE}")
+FENCED = Statement(
+    "fenced",
+    """
+    SELECT id FROM runs
+     WHERE id = CAST(:run_id AS uuid) AND claim_owner = CAST(:owner AS text)
+       AND claim_epoch = CAST(:epoch AS int) AND status = 'running'
+    """,
+)
 
 
 # The step's journal write: the llm step row and the usage it cost, added only
-# if the row is new.
-def _record_llm_step_sql(rolls_up: bool) -> str:
-    """The journal write; with ``rolls_up`` (a child run's: runner/children.py)
-    the step's usage is added to every ancestor's totals as well, by the ids
-    the child's row lists (``runs.ancestors``, whatever the tree's depth), in
-    the same statement, so a budget shared down the tree is read from one
-    row; and the tokens the call reserved from it are given back."""
-    ancestors = """
-    ), anc AS (
-        UPDATE runs SET input_tokens = runs.input_tokens + CAST(:input_tokens AS bigint),
-                        output_tokens = runs.output_tokens + CAST(:output_tokens AS bigint),
-                        cost_usd = runs.cost_usd + COALESCE(CAST(:cost_usd AS float8), 0),
-                        cost_unpriced = runs.cost_unpriced OR CAST(:unpriced AS bool),
-                        usage_estimated = runs.usage_estimated OR CAST(:usage_estimated AS bool)
-          FROM f WHERE runs.id = ANY(f.ancestors) AND EXISTS (SELECT 1 FROM upd)
-        RETURNING runs.id"""
-    return f"""
+# if the row is new (and, for a child run, to its ancestors' totals too).
+RECORD_LLM_STEP = Statement(
+    "runwright_record_llm_step",
+    """
     WITH f AS (
-        SELECT id, ancestors FROM runs WHERE {FENCE} FOR UPDATE
+        SELECT id, ancestors FROM runs
+         WHERE id = CAST(:run_id AS uuid) AND claim_owner = CAST(:owner AS text)
+           AND claim_epoch = CAST(:epoch AS int) AND status = 'running'
+           FOR UPDATE
     ), ins AS (
         INSERT INTO steps (run_id, kind, index, name, input, output, error,
                            input_tokens, output_tokens, cost_usd, started_at, finished_at)
@@ -175,22 +203,66 @@ def _record_llm_step_sql(rolls_up: bool) -> str:
                         usage_estimated = runs.usage_estimated
                                           OR CAST(:usage_estimated AS bool),
                         steps_used = GREATEST(runs.steps_used, CAST(:index AS int)),
-                        {"reserved_tokens = 0," if rolls_up else ""}
-                        {PROGRESS_ENDS_RETRY},
+                        takeovers = 0, retry_attempts = 0, retry_at = NULL, retry_since = NULL,
+                        retry_error = NULL,
                         updated_at = now()
           FROM ins WHERE runs.id = ins.run_id
-        RETURNING runs.id{ancestors if rolls_up else ""}
+        RETURNING runs.id
     )
     SELECT (SELECT count(*) FROM f) AS fenced, (SELECT count(*) FROM upd) AS applied
-    """
-
-
-# The step's journal write: the llm step row and the usage it cost, added only
-# if the row is new (and, for a child run, to its ancestors' totals too).
-RECORD_LLM_STEP = Statement(
-    "runwright_record_llm_step", _record_llm_step_sql(rolls_up=False), prepare=True
+    """,
+    prepare=True,
 )
-RECORD_LLM_STEP_CHILD = Statement("record_llm_step_child", _record_llm_step_sql(rolls_up=True))
+
+# The journal write of a child run (runner/children.py): the step's usage is
+# added to every ancestor's totals as well, by the ids the child's row lists
+# (``runs.ancestors``, whatever the tree's depth), in the same statement, so a
+# budget shared down the tree is read from one row; and the tokens the call
+# reserved from it are given back.
+RECORD_LLM_STEP_CHILD = Statement(
+    "record_llm_step_child",
+    """
+    WITH f AS (
+        SELECT id, ancestors FROM runs
+         WHERE id = CAST(:run_id AS uuid) AND claim_owner = CAST(:owner AS text)
+           AND claim_epoch = CAST(:epoch AS int) AND status = 'running'
+           FOR UPDATE
+    ), ins AS (
+        INSERT INTO steps (run_id, kind, index, name, input, output, error,
+                           input_tokens, output_tokens, cost_usd, started_at, finished_at)
+        SELECT f.id, 'llm', CAST(:index AS int), CAST(:name AS text), CAST(:input AS json),
+               CAST(:output AS json), CAST(:error AS json), CAST(:input_tokens AS bigint),
+               CAST(:output_tokens AS bigint), CAST(:cost_usd AS float8),
+               CAST(:started_at AS timestamptz), CAST(:finished_at AS timestamptz)
+          FROM f
+        ON CONFLICT (run_id, index) WHERE kind = 'llm' DO NOTHING
+        RETURNING run_id
+    ), upd AS (
+        UPDATE runs SET input_tokens = runs.input_tokens + CAST(:input_tokens AS bigint),
+                        output_tokens = runs.output_tokens + CAST(:output_tokens AS bigint),
+                        cost_usd = runs.cost_usd + COALESCE(CAST(:cost_usd AS float8), 0),
+                        cost_unpriced = runs.cost_unpriced OR CAST(:unpriced AS bool),
+                        usage_estimated = runs.usage_estimated
+                                          OR CAST(:usage_estimated AS bool),
+                        steps_used = GREATEST(runs.steps_used, CAST(:index AS int)),
+                        reserved_tokens = 0,
+                        takeovers = 0, retry_attempts = 0, retry_at = NULL, retry_since = NULL,
+                        retry_error = NULL,
+                        updated_at = now()
+          FROM ins WHERE runs.id = ins.run_id
+        RETURNING runs.id
+    ), anc AS (
+        UPDATE runs SET input_tokens = runs.input_tokens + CAST(:input_tokens AS bigint),
+                        output_tokens = runs.output_tokens + CAST(:output_tokens AS bigint),
+                        cost_usd = runs.cost_usd + COALESCE(CAST(:cost_usd AS float8), 0),
+                        cost_unpriced = runs.cost_unpriced OR CAST(:unpriced AS bool),
+                        usage_estimated = runs.usage_estimated OR CAST(:usage_estimated AS bool)
+          FROM f WHERE runs.id = ANY(f.ancestors) AND EXISTS (SELECT 1 FROM upd)
+        RETURNING runs.id
+    )
+    SELECT (SELECT count(*) FROM f) AS fenced, (SELECT count(*) FROM upd) AS applied
+    """,
+)
 
 # The step's commit, one code path (``PgExecution.commit_step``): the fence locks
 # the run's row. The checkpoint moves only as ``store.rules.check_checkpoint``
@@ -205,8 +277,160 @@ RECORD_LLM_STEP_CHILD = Statement("record_llm_step_child", _record_llm_step_sql(
 # messages than are stored) is the rare case: the append statement saves
 # nothing, and the caller runs the replace statement, which writes over the
 # messages from ``base_count`` on and drops those past the new count.
-_WAITS_COUNTED = "+ (SELECT count(*) FROM a) + (SELECT count(*) FROM w)"
-_WAITS = """
+#
+# One code path, four statements: a step that asks for approvals also writes
+# them and its wait step (a plain step does not pay for those inserts); the
+# appends are prepared, the rare replaces are not.
+COMMIT_STEP = Statement(
+    "runwright_commit_step",
+    """
+    WITH f AS (
+        SELECT id FROM runs
+         WHERE id = CAST(:run_id AS uuid) AND claim_owner = CAST(:owner AS text)
+           AND claim_epoch = CAST(:epoch AS int) AND status = 'running'
+           FOR UPDATE
+    ), cp AS (
+        -- The run's first checkpoint only from no messages; a stored one moves
+        -- only if the rule holds, checked on the conflicting row itself.
+        INSERT INTO checkpoints AS c (run_id, step_index, message_count, finish_reason,
+                                      created_at)
+        SELECT f.id, CAST(:step_index AS int), CAST(:message_count AS int),
+               CAST(:finish_reason AS text), now()
+          FROM f
+         WHERE CAST(:base_count AS int) = 0
+            OR EXISTS (SELECT 1 FROM checkpoints AS x WHERE x.run_id = f.id)
+        ON CONFLICT (run_id) DO UPDATE
+           SET step_index = EXCLUDED.step_index,
+               message_count = EXCLUDED.message_count,
+               finish_reason = EXCLUDED.finish_reason,
+               created_at = EXCLUDED.created_at
+         WHERE c.step_index <= EXCLUDED.step_index
+           AND c.message_count = CAST(:base_count AS int)
+        RETURNING c.run_id
+    ), r AS (
+        UPDATE runs SET
+            takeovers = 0,
+            state = CASE WHEN CAST(:state_changed AS bool) THEN CAST(:state AS json)
+                         ELSE state END,
+            status = COALESCE(CAST(:o_status AS text), status),
+            claim_owner = CASE WHEN CAST(:o_status AS text) IS NULL THEN claim_owner END,
+            claim_expires_at = CASE WHEN CAST(:o_status AS text) IS NULL
+                                    THEN claim_expires_at END,
+            finished_at = CASE WHEN CAST(:o_settled AS bool) THEN now() ELSE finished_at END,
+            output = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_output AS json)
+                          ELSE output END,
+            error_code = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_code AS text)
+                              ELSE error_code END,
+            error_message = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_message AS text)
+                                 ELSE error_message END,
+            enqueued_at = CASE WHEN CAST(:o_requeue AS bool)
+                               THEN COALESCE(CAST(:o_requeue_at AS timestamptz), now())
+                               ELSE enqueued_at END,
+            interrupted_reason = CASE WHEN CAST(:o_status AS text) IS NULL
+                                      THEN interrupted_reason
+                                      ELSE CAST(:o_interruption AS text) END,
+            interrupted_by = CASE WHEN CAST(:o_status AS text) IS NULL THEN interrupted_by
+                                  WHEN CAST(:o_interruption AS text) IS NOT NULL
+                                  THEN claim_owner END,
+            reserved_tokens = CASE WHEN CAST(:o_status AS text) IS NULL THEN reserved_tokens
+                                   ELSE 0 END,
+            updated_at = now()
+          FROM cp WHERE runs.id = cp.run_id
+        RETURNING 1
+    ), m AS (
+        INSERT INTO messages AS x (run_id, seq, body, step_index)
+        SELECT cp.run_id, CAST(:base_count AS int) + m.ord - 1, m.body, CAST(:step_index AS int)
+          FROM cp,
+               json_array_elements(CAST(:messages AS json)) WITH ORDINALITY AS m(body, ord)
+        RETURNING 1
+    ), s AS (
+        INSERT INTO steps (run_id, kind, index, name, tool_call_id, input, output, error,
+                           started_at, finished_at)
+        SELECT cp.run_id, s.kind, s.index, s.name, s.tool_call_id, s.input, s.output, s.error,
+               s.started_at, s.finished_at
+          FROM cp, json_to_recordset(CAST(:steps AS json)) AS s(
+               kind text, index int, name text, tool_call_id text, input json, output json,
+               error json, started_at timestamptz, finished_at timestamptz)
+        ON CONFLICT DO NOTHING
+        RETURNING 1
+    )
+    SELECT (SELECT count(*) FROM f) AS fenced, (SELECT count(*) FROM cp) AS saved,
+           (SELECT count(*) FROM m) + (SELECT count(*) FROM s) AS written
+    """,
+    prepare=True,
+)
+COMMIT_STEP_WAIT = Statement(
+    "runwright_commit_step_wait",
+    """
+    WITH f AS (
+        SELECT id FROM runs
+         WHERE id = CAST(:run_id AS uuid) AND claim_owner = CAST(:owner AS text)
+           AND claim_epoch = CAST(:epoch AS int) AND status = 'running'
+           FOR UPDATE
+    ), cp AS (
+        -- The run's first checkpoint only from no messages; a stored one moves
+        -- only if the rule holds, checked on the conflicting row itself.
+        INSERT INTO checkpoints AS c (run_id, step_index, message_count, finish_reason,
+                                      created_at)
+        SELECT f.id, CAST(:step_index AS int), CAST(:message_count AS int),
+               CAST(:finish_reason AS text), now()
+          FROM f
+         WHERE CAST(:base_count AS int) = 0
+            OR EXISTS (SELECT 1 FROM checkpoints AS x WHERE x.run_id = f.id)
+        ON CONFLICT (run_id) DO UPDATE
+           SET step_index = EXCLUDED.step_index,
+               message_count = EXCLUDED.message_count,
+               finish_reason = EXCLUDED.finish_reason,
+               created_at = EXCLUDED.created_at
+         WHERE c.step_index <= EXCLUDED.step_index
+           AND c.message_count = CAST(:base_count AS int)
+        RETURNING c.run_id
+    ), r AS (
+        UPDATE runs SET
+            takeovers = 0,
+            state = CASE WHEN CAST(:state_changed AS bool) THEN CAST(:state AS json)
+                         ELSE state END,
+            status = COALESCE(CAST(:o_status AS text), status),
+            claim_owner = CASE WHEN CAST(:o_status AS text) IS NULL THEN claim_owner END,
+            claim_expires_at = CASE WHEN CAST(:o_status AS text) IS NULL
+                                    THEN claim_expires_at END,
+            finished_at = CASE WHEN CAST(:o_settled AS bool) THEN now() ELSE finished_at END,
+            output = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_output AS json)
+                          ELSE output END,
+            error_code = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_code AS text)
+                              ELSE error_code END,
+            error_message = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_message AS text)
+                                 ELSE error_message END,
+            enqueued_at = CASE WHEN CAST(:o_requeue AS bool)
+                               THEN COALESCE(CAST(:o_requeue_at AS timestamptz), now())
+                               ELSE enqueued_at END,
+            interrupted_reason = CASE WHEN CAST(:o_status AS text) IS NULL
+                                      THEN interrupted_reason
+                                      ELSE CAST(:o_interruption AS text) END,
+            interrupted_by = CASE WHEN CAST(:o_status AS text) IS NULL THEN interrupted_by
+                                  WHEN CAST(:o_interruption AS text) IS NOT NULL
+                                  THEN claim_owner END,
+            reserved_tokens = CASE WHEN CAST(:o_status AS text) IS NULL THEN reserved_tokens
+                                   ELSE 0 END,
+            updated_at = now()
+          FROM cp WHERE runs.id = cp.run_id
+        RETURNING 1
+    ), m AS (
+        INSERT INTO messages AS x (run_id, seq, body, step_index)
+        SELECT cp.run_id, CAST(:base_count AS int) + m.ord - 1, m.body, CAST(:step_index AS int)
+          FROM cp,
+               json_array_elements(CAST(:messages AS json)) WITH ORDINALITY AS m(body, ord)
+        RETURNING 1
+    ), s AS (
+        INSERT INTO steps (run_id, kind, index, name, tool_call_id, input, output, error,
+                           started_at, finished_at)
+        SELECT cp.run_id, s.kind, s.index, s.name, s.tool_call_id, s.input, s.output, s.error,
+               s.started_at, s.finished_at
+          FROM cp, json_to_recordset(CAST(:steps AS json)) AS s(
+               kind text, index int, name text, tool_call_id text, input json, output json,
+               error json, started_at timestamptz, finished_at timestamptz)
+        ON CONFLICT DO NOTHING
+        RETURNING 1
     ), a AS (
         INSERT INTO approvals (approval_id, run_id, step_index, tool_call_id, tool_name, input,
                                expires_at, on_expire, token_id, next_notify_at, kind, schema,
@@ -230,30 +454,21 @@ _WAITS = """
           FROM cp WHERE CAST(:wait_input AS json) IS NOT NULL
         ON CONFLICT DO NOTHING
         RETURNING 1
-"""
-
-
-_APPEND_ONLY = "c.message_count = CAST(:base_count AS int)"
-_REPLACE = "c.message_count >= CAST(:base_count AS int)"
-_DROP_PAST_COUNT = """
-    ), gone AS (
-        -- Messages past the new count (a replace that shortens); parameters,
-        -- not a join with cp, so that the generic plan always uses the key.
-        DELETE FROM messages
-         WHERE run_id = CAST(:run_id AS uuid) AND seq >= CAST(:message_count AS int)
-           AND EXISTS (SELECT 1 FROM cp)
-        RETURNING 1"""
-_WRITE_OVER = (
-    "ON CONFLICT (run_id, seq) DO UPDATE SET body = EXCLUDED.body, step_index = EXCLUDED.step_index"
+    )
+    SELECT (SELECT count(*) FROM f) AS fenced, (SELECT count(*) FROM cp) AS saved,
+           (SELECT count(*) FROM m) + (SELECT count(*) FROM s)
+           + (SELECT count(*) FROM a) + (SELECT count(*) FROM w) AS written
+    """,
+    prepare=True,
 )
-
-
-def _commit_sql(waits: bool, replace: bool) -> str:
-    """The step's commit; with ``waits``, it also writes the approvals and the wait step;
-    with ``replace``, it writes over stored messages instead of appending."""
-    return f"""
+COMMIT_STEP_REPLACE = Statement(
+    "commit_step_replace",
+    """
     WITH f AS (
-        SELECT id FROM runs WHERE {FENCE} FOR UPDATE
+        SELECT id FROM runs
+         WHERE id = CAST(:run_id AS uuid) AND claim_owner = CAST(:owner AS text)
+           AND claim_epoch = CAST(:epoch AS int) AND status = 'running'
+           FOR UPDATE
     ), cp AS (
         -- The run's first checkpoint only from no messages; a stored one moves
         -- only if the rule holds, checked on the conflicting row itself.
@@ -270,14 +485,43 @@ def _commit_sql(waits: bool, replace: bool) -> str:
                finish_reason = EXCLUDED.finish_reason,
                created_at = EXCLUDED.created_at
          WHERE c.step_index <= EXCLUDED.step_index
-           AND {_REPLACE if replace else _APPEND_ONLY}
-        RETURNING c.run_id{_DROP_PAST_COUNT if replace else ""}
+           AND c.message_count >= CAST(:base_count AS int)
+        RETURNING c.run_id
+    ), gone AS (
+        -- Messages past the new count (a replace that shortens); parameters,
+        -- not a join with cp, so that the generic plan always uses the key.
+        DELETE FROM messages
+         WHERE run_id = CAST(:run_id AS uuid) AND seq >= CAST(:message_count AS int)
+           AND EXISTS (SELECT 1 FROM cp)
+        RETURNING 1
     ), r AS (
         UPDATE runs SET
-            {PROGRESS},
+            takeovers = 0,
             state = CASE WHEN CAST(:state_changed AS bool) THEN CAST(:state AS json)
                          ELSE state END,
-            {OUTCOME_SET}
+            status = COALESCE(CAST(:o_status AS text), status),
+            claim_owner = CASE WHEN CAST(:o_status AS text) IS NULL THEN claim_owner END,
+            claim_expires_at = CASE WHEN CAST(:o_status AS text) IS NULL
+                                    THEN claim_expires_at END,
+            finished_at = CASE WHEN CAST(:o_settled AS bool) THEN now() ELSE finished_at END,
+            output = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_output AS json)
+                          ELSE output END,
+            error_code = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_code AS text)
+                              ELSE error_code END,
+            error_message = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_message AS text)
+                                 ELSE error_message END,
+            enqueued_at = CASE WHEN CAST(:o_requeue AS bool)
+                               THEN COALESCE(CAST(:o_requeue_at AS timestamptz), now())
+                               ELSE enqueued_at END,
+            interrupted_reason = CASE WHEN CAST(:o_status AS text) IS NULL
+                                      THEN interrupted_reason
+                                      ELSE CAST(:o_interruption AS text) END,
+            interrupted_by = CASE WHEN CAST(:o_status AS text) IS NULL THEN interrupted_by
+                                  WHEN CAST(:o_interruption AS text) IS NOT NULL
+                                  THEN claim_owner END,
+            reserved_tokens = CASE WHEN CAST(:o_status AS text) IS NULL THEN reserved_tokens
+                                   ELSE 0 END,
+            updated_at = now()
           FROM cp WHERE runs.id = cp.run_id
         RETURNING 1
     ), m AS (
@@ -285,7 +529,8 @@ def _commit_sql(waits: bool, replace: bool) -> str:
         SELECT cp.run_id, CAST(:base_count AS int) + m.ord - 1, m.body, CAST(:step_index AS int)
           FROM cp,
                json_array_elements(CAST(:messages AS json)) WITH ORDINALITY AS m(body, ord)
-        {_WRITE_OVER if replace else ""}
+        ON CONFLICT (run_id, seq) DO UPDATE SET body = EXCLUDED.body,
+            step_index = EXCLUDED.step_index
         RETURNING 1
     ), s AS (
         INSERT INTO steps (run_id, kind, index, name, tool_call_id, input, output, error,
@@ -297,26 +542,122 @@ def _commit_sql(waits: bool, replace: bool) -> str:
                error json, started_at timestamptz, finished_at timestamptz)
         ON CONFLICT DO NOTHING
         RETURNING 1
-{_WAITS if waits else ""}    )
+    )
     SELECT (SELECT count(*) FROM f) AS fenced, (SELECT count(*) FROM cp) AS saved,
-           {"(SELECT count(*) FROM gone) +" if replace else ""}
-           (SELECT count(*) FROM m) + (SELECT count(*) FROM s)
-           {_WAITS_COUNTED if waits else ""} AS written
-    """
-
-
-# One code path, four statements: a step that asks for approvals also writes
-# them and its wait step (a plain step does not pay for those inserts); the
-# appends are prepared, the rare replaces are not.
-COMMIT_STEP = Statement(
-    "runwright_commit_step", _commit_sql(waits=False, replace=False), prepare=True
+           (SELECT count(*) FROM gone) +
+           (SELECT count(*) FROM m) + (SELECT count(*) FROM s) AS written
+    """,
 )
-COMMIT_STEP_WAIT = Statement(
-    "runwright_commit_step_wait", _commit_sql(waits=True, replace=False), prepare=True
-)
-COMMIT_STEP_REPLACE = Statement("commit_step_replace", _commit_sql(waits=False, replace=True))
 COMMIT_STEP_REPLACE_WAIT = Statement(
-    "commit_step_replace_wait", _commit_sql(waits=True, replace=True)
+    "commit_step_replace_wait",
+    """
+    WITH f AS (
+        SELECT id FROM runs
+         WHERE id = CAST(:run_id AS uuid) AND claim_owner = CAST(:owner AS text)
+           AND claim_epoch = CAST(:epoch AS int) AND status = 'running'
+           FOR UPDATE
+    ), cp AS (
+        -- The run's first checkpoint only from no messages; a stored one moves
+        -- only if the rule holds, checked on the conflicting row itself.
+        INSERT INTO checkpoints AS c (run_id, step_index, message_count, finish_reason,
+                                      created_at)
+        SELECT f.id, CAST(:step_index AS int), CAST(:message_count AS int),
+               CAST(:finish_reason AS text), now()
+          FROM f
+         WHERE CAST(:base_count AS int) = 0
+            OR EXISTS (SELECT 1 FROM checkpoints AS x WHERE x.run_id = f.id)
+        ON CONFLICT (run_id) DO UPDATE
+           SET step_index = EXCLUDED.step_index,
+               message_count = EXCLUDED.message_count,
+               finish_reason = EXCLUDED.finish_reason,
+               created_at = EXCLUDED.created_at
+         WHERE c.step_index <= EXCLUDED.step_index
+           AND c.message_count >= CAST(:base_count AS int)
+        RETURNING c.run_id
+    ), gone AS (
+        -- Messages past the new count (a replace that shortens); parameters,
+        -- not a join with cp, so that the generic plan always uses the key.
+        DELETE FROM messages
+         WHERE run_id = CAST(:run_id AS uuid) AND seq >= CAST(:message_count AS int)
+           AND EXISTS (SELECT 1 FROM cp)
+        RETURNING 1
+    ), r AS (
+        UPDATE runs SET
+            takeovers = 0,
+            state = CASE WHEN CAST(:state_changed AS bool) THEN CAST(:state AS json)
+                         ELSE state END,
+            status = COALESCE(CAST(:o_status AS text), status),
+            claim_owner = CASE WHEN CAST(:o_status AS text) IS NULL THEN claim_owner END,
+            claim_expires_at = CASE WHEN CAST(:o_status AS text) IS NULL
+                                    THEN claim_expires_at END,
+            finished_at = CASE WHEN CAST(:o_settled AS bool) THEN now() ELSE finished_at END,
+            output = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_output AS json)
+                          ELSE output END,
+            error_code = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_code AS text)
+                              ELSE error_code END,
+            error_message = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_message AS text)
+                                 ELSE error_message END,
+            enqueued_at = CASE WHEN CAST(:o_requeue AS bool)
+                               THEN COALESCE(CAST(:o_requeue_at AS timestamptz), now())
+                               ELSE enqueued_at END,
+            interrupted_reason = CASE WHEN CAST(:o_status AS text) IS NULL
+                                      THEN interrupted_reason
+                                      ELSE CAST(:o_interruption AS text) END,
+            interrupted_by = CASE WHEN CAST(:o_status AS text) IS NULL THEN interrupted_by
+                                  WHEN CAST(:o_interruption AS text) IS NOT NULL
+                                  THEN claim_owner END,
+            reserved_tokens = CASE WHEN CAST(:o_status AS text) IS NULL THEN reserved_tokens
+                                   ELSE 0 END,
+            updated_at = now()
+          FROM cp WHERE runs.id = cp.run_id
+        RETURNING 1
+    ), m AS (
+        INSERT INTO messages AS x (run_id, seq, body, step_index)
+        SELECT cp.run_id, CAST(:base_count AS int) + m.ord - 1, m.body, CAST(:step_index AS int)
+          FROM cp,
+               json_array_elements(CAST(:messages AS json)) WITH ORDINALITY AS m(body, ord)
+        ON CONFLICT (run_id, seq) DO UPDATE SET body = EXCLUDED.body,
+            step_index = EXCLUDED.step_index
+        RETURNING 1
+    ), s AS (
+        INSERT INTO steps (run_id, kind, index, name, tool_call_id, input, output, error,
+                           started_at, finished_at)
+        SELECT cp.run_id, s.kind, s.index, s.name, s.tool_call_id, s.input, s.output, s.error,
+               s.started_at, s.finished_at
+          FROM cp, json_to_recordset(CAST(:steps AS json)) AS s(
+               kind text, index int, name text, tool_call_id text, input json, output json,
+               error json, started_at timestamptz, finished_at timestamptz)
+        ON CONFLICT DO NOTHING
+        RETURNING 1
+    ), a AS (
+        INSERT INTO approvals (approval_id, run_id, step_index, tool_call_id, tool_name, input,
+                               expires_at, on_expire, token_id, next_notify_at, kind, schema,
+                               on_deny, decision, decided_at, decided_by, standing_from)
+        SELECT a.approval_id, cp.run_id, CAST(:step_index AS int), a.tool_call_id, a.tool_name,
+               a.input, a.expires_at, a.on_expire, a.token_id, a.next_notify_at, a.kind,
+               a.schema, a.on_deny, a.decision,
+               CASE WHEN a.decision IS NULL THEN NULL ELSE now() END, a.decided_by,
+               a.standing_from
+          FROM cp, json_to_recordset(CAST(:approvals AS json)) AS a(
+               approval_id uuid, tool_call_id text, tool_name text, input json,
+               expires_at timestamptz, on_expire text, token_id text, next_notify_at timestamptz,
+               kind text, schema json, on_deny text, decision text, decided_by text,
+               standing_from uuid)
+        ON CONFLICT DO NOTHING
+        RETURNING 1
+    ), w AS (
+        INSERT INTO steps (run_id, kind, index, name, input, started_at)
+        SELECT cp.run_id, 'wait', CAST(:step_index AS int), CAST(:wait_name AS text),
+               CAST(:wait_input AS json), now()
+          FROM cp WHERE CAST(:wait_input AS json) IS NOT NULL
+        ON CONFLICT DO NOTHING
+        RETURNING 1
+    )
+    SELECT (SELECT count(*) FROM f) AS fenced, (SELECT count(*) FROM cp) AS saved,
+           (SELECT count(*) FROM gone) +
+           (SELECT count(*) FROM m) + (SELECT count(*) FROM s)
+           + (SELECT count(*) FROM a) + (SELECT count(*) FROM w) AS written
+    """,
 )
 
 # A model step that failed transiently goes back to the queue, not claimable
@@ -325,26 +666,105 @@ COMMIT_STEP_REPLACE_WAIT = Statement(
 # delayed message is lost).
 DEFER_RETRY = Statement(
     "defer_retry",
-    f"""
-    UPDATE runs SET {OUTCOME_SET},
-           retry_at = CAST(:o_requeue_at AS timestamptz),
-           retry_attempts = CAST(:attempts AS int),
-           retry_since = CAST(:since AS timestamptz),
-           retry_error = CAST(:error AS text)
-     WHERE {FENCE}
+    """
+    UPDATE runs SET
+        status = COALESCE(CAST(:o_status AS text), status),
+        claim_owner = CASE WHEN CAST(:o_status AS text) IS NULL THEN claim_owner END,
+        claim_expires_at = CASE WHEN CAST(:o_status AS text) IS NULL
+                                THEN claim_expires_at END,
+        finished_at = CASE WHEN CAST(:o_settled AS bool) THEN now() ELSE finished_at END,
+        output = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_output AS json)
+                      ELSE output END,
+        error_code = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_code AS text)
+                          ELSE error_code END,
+        error_message = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_message AS text)
+                             ELSE error_message END,
+        enqueued_at = CASE WHEN CAST(:o_requeue AS bool)
+                           THEN COALESCE(CAST(:o_requeue_at AS timestamptz), now())
+                           ELSE enqueued_at END,
+        interrupted_reason = CASE WHEN CAST(:o_status AS text) IS NULL
+                                  THEN interrupted_reason
+                                  ELSE CAST(:o_interruption AS text) END,
+        interrupted_by = CASE WHEN CAST(:o_status AS text) IS NULL THEN interrupted_by
+                              WHEN CAST(:o_interruption AS text) IS NOT NULL
+                              THEN claim_owner END,
+        reserved_tokens = CASE WHEN CAST(:o_status AS text) IS NULL THEN reserved_tokens
+                               ELSE 0 END,
+        updated_at = now(),
+        retry_at = CAST(:o_requeue_at AS timestamptz),
+        retry_attempts = CAST(:attempts AS int),
+        retry_since = CAST(:since AS timestamptz),
+        retry_error = CAST(:error AS text)
+     WHERE id = CAST(:run_id AS uuid) AND claim_owner = CAST(:owner AS text)
+       AND claim_epoch = CAST(:epoch AS int) AND status = 'running'
     RETURNING id
     """,
 )
 
-SETTLE = Statement("settle", f"UPDATE runs SET {OUTCOME_SET} WHERE {FENCE} RETURNING id")
+SETTLE = Statement(
+    "settle",
+    """
+    UPDATE runs SET
+        status = COALESCE(CAST(:o_status AS text), status),
+        claim_owner = CASE WHEN CAST(:o_status AS text) IS NULL THEN claim_owner END,
+        claim_expires_at = CASE WHEN CAST(:o_status AS text) IS NULL
+                                THEN claim_expires_at END,
+        finished_at = CASE WHEN CAST(:o_settled AS bool) THEN now() ELSE finished_at END,
+        output = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_output AS json)
+                      ELSE output END,
+        error_code = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_code AS text)
+                          ELSE error_code END,
+        error_message = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_message AS text)
+                             ELSE error_message END,
+        enqueued_at = CASE WHEN CAST(:o_requeue AS bool)
+                           THEN COALESCE(CAST(:o_requeue_at AS timestamptz), now())
+                           ELSE enqueued_at END,
+        interrupted_reason = CASE WHEN CAST(:o_status AS text) IS NULL
+                                  THEN interrupted_reason
+                                  ELSE CAST(:o_interruption AS text) END,
+        interrupted_by = CASE WHEN CAST(:o_status AS text) IS NULL THEN interrupted_by
+                              WHEN CAST(:o_interruption AS text) IS NOT NULL
+                              THEN claim_owner END,
+        reserved_tokens = CASE WHEN CAST(:o_status AS text) IS NULL THEN reserved_tokens
+                               ELSE 0 END,
+        updated_at = now()
+     WHERE id = CAST(:run_id AS uuid) AND claim_owner = CAST(:owner AS text)
+       AND claim_epoch = CAST(:epoch AS int) AND status = 'running'
+    RETURNING id
+    """,
+)
 
 # A run whose agent this process does not know, given back within the grace.
 DEFER = Statement(
     "defer",
-    f"""
-    UPDATE runs SET {OUTCOME_SET},
-           agent_missing_since = COALESCE(agent_missing_since, now())
-     WHERE {FENCE}
+    """
+    UPDATE runs SET
+        status = COALESCE(CAST(:o_status AS text), status),
+        claim_owner = CASE WHEN CAST(:o_status AS text) IS NULL THEN claim_owner END,
+        claim_expires_at = CASE WHEN CAST(:o_status AS text) IS NULL
+                                THEN claim_expires_at END,
+        finished_at = CASE WHEN CAST(:o_settled AS bool) THEN now() ELSE finished_at END,
+        output = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_output AS json)
+                      ELSE output END,
+        error_code = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_code AS text)
+                          ELSE error_code END,
+        error_message = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_message AS text)
+                             ELSE error_message END,
+        enqueued_at = CASE WHEN CAST(:o_requeue AS bool)
+                           THEN COALESCE(CAST(:o_requeue_at AS timestamptz), now())
+                           ELSE enqueued_at END,
+        interrupted_reason = CASE WHEN CAST(:o_status AS text) IS NULL
+                                  THEN interrupted_reason
+                                  ELSE CAST(:o_interruption AS text) END,
+        interrupted_by = CASE WHEN CAST(:o_status AS text) IS NULL THEN interrupted_by
+                              WHEN CAST(:o_interruption AS text) IS NOT NULL
+                              THEN claim_owner END,
+        reserved_tokens = CASE WHEN CAST(:o_status AS text) IS NULL THEN reserved_tokens
+                               ELSE 0 END,
+        updated_at = now(),
+        agent_missing_since = COALESCE(agent_missing_since, now())
+     WHERE id = CAST(:run_id AS uuid) AND claim_owner = CAST(:owner AS text)
+       AND claim_epoch = CAST(:epoch AS int) AND status = 'running'
        AND (agent_missing_since IS NULL
             OR agent_missing_since > now() - make_interval(secs => CAST(:grace AS float8)))
     RETURNING id

@@ -6,40 +6,37 @@ from __future__ import annotations
 from datetime import datetime
 
 from store.models import Approval, DueNotification
-from store.pg.base import NOW, PgBase
+from store.pg.base import PgBase
 from store.rows import approval_from_row
 from store.rules import UNSENT
 from store.statements import Statement
-from store.status import CLAIMABLE, KEY_HOLDING, SETTLED, RunStatus, lit, status_in
-
-_WAITING = lit(RunStatus.WAITING)
-_QUEUED = lit(RunStatus.QUEUED)
 
 CLAIM_DUE_NOTIFICATIONS = Statement(
     "claim_due_notifications",
-    f"""
+    """
     UPDATE approvals AS a
        SET attempts = a.attempts + 1,
-           next_notify_at = {NOW} + make_interval(
+           next_notify_at = COALESCE(CAST(:now AS timestamptz), now()) + make_interval(
                secs => LEAST(CAST(:cap AS float8), CAST(:base AS float8) * power(2, a.attempts)))
       FROM runs AS r
      WHERE a.approval_id IN (
            SELECT approval_id FROM approvals
             WHERE decision IS NULL AND notified_at IS NULL
-              AND next_notify_at <= {NOW}
+              AND next_notify_at <= COALESCE(CAST(:now AS timestamptz), now())
             ORDER BY next_notify_at
             LIMIT CAST(:limit AS int)
             FOR UPDATE SKIP LOCKED)
-       AND r.id = a.run_id AND r.status = {_WAITING}
+       AND r.id = a.run_id AND r.status = 'waiting'
     RETURNING a.*, r.agent
     """,
 )
 
 EXPIRED_APPROVALS = Statement(
     "expired_approvals",
-    f"""
+    """
     SELECT a.* FROM approvals AS a JOIN runs AS r ON r.id = a.run_id
-     WHERE a.decision IS NULL AND a.expires_at <= {NOW} AND r.status = {_WAITING}
+     WHERE a.decision IS NULL AND a.expires_at <= COALESCE(CAST(:now AS timestamptz), now())
+       AND r.status = 'waiting'
      ORDER BY a.expires_at
      LIMIT CAST(:limit AS int)
     """,
@@ -47,11 +44,12 @@ EXPIRED_APPROVALS = Statement(
 
 LAPSED_CLAIMS = Statement(
     "lapsed_claims",
-    f"""
+    """
     SELECT id FROM runs
-     WHERE status = {lit(RunStatus.RUNNING)} AND claim_expires_at < {NOW}
+     WHERE status = 'running' AND claim_expires_at < COALESCE(CAST(:now AS timestamptz), now())
        AND (enqueued_at IS NULL OR enqueued_at < claim_expires_at
-            OR enqueued_at < {NOW} - make_interval(secs => CAST(:reenqueue AS float8)))
+            OR enqueued_at < COALESCE(CAST(:now AS timestamptz), now())
+                             - make_interval(secs => CAST(:reenqueue AS float8)))
      ORDER BY claim_expires_at
      LIMIT CAST(:limit AS int)
     """,
@@ -59,13 +57,14 @@ LAPSED_CLAIMS = Statement(
 
 STALE_CLAIMABLE = Statement(
     "stale_claimable",
-    f"""
-    UPDATE runs SET enqueued_at = {NOW}
+    """
+    UPDATE runs SET enqueued_at = COALESCE(CAST(:now AS timestamptz), now())
      WHERE id IN (
            SELECT id FROM runs
-            WHERE {status_in(CLAIMABLE)}
-              AND enqueued_at < {NOW} - make_interval(secs => CAST(:older AS float8))
-              AND (status = {lit(RunStatus.INTERRUPTED)} OR concurrency_key IS NULL)
+            WHERE status IN ('queued', 'interrupted')
+              AND enqueued_at < COALESCE(CAST(:now AS timestamptz), now())
+                                - make_interval(secs => CAST(:older AS float8))
+              AND (status = 'interrupted' OR concurrency_key IS NULL)
             ORDER BY enqueued_at
             LIMIT CAST(:limit AS int)
             FOR UPDATE SKIP LOCKED)
@@ -75,21 +74,22 @@ STALE_CLAIMABLE = Statement(
 
 FREE_KEY_HEADS = Statement(
     "free_key_heads",
-    f"""
+    """
     WITH heads AS (
         SELECT DISTINCT ON (concurrency_key) id, concurrency_key, enqueued_at
           FROM runs
-         WHERE status = {_QUEUED} AND concurrency_key IS NOT NULL
+         WHERE status = 'queued' AND concurrency_key IS NOT NULL
          ORDER BY concurrency_key, arrival
     )
-    UPDATE runs SET enqueued_at = {NOW}
+    UPDATE runs SET enqueued_at = COALESCE(CAST(:now AS timestamptz), now())
      WHERE id IN (
            SELECT h.id FROM heads AS h
-            WHERE h.enqueued_at < {NOW} - make_interval(secs => CAST(:older AS float8))
+            WHERE h.enqueued_at < COALESCE(CAST(:now AS timestamptz), now())
+                                  - make_interval(secs => CAST(:older AS float8))
               AND NOT EXISTS (
                   SELECT 1 FROM runs AS x
                    WHERE x.concurrency_key = h.concurrency_key
-                     AND {status_in(KEY_HOLDING, "x.status")})
+                     AND x.status IN ('running', 'waiting', 'interrupted'))
             LIMIT CAST(:limit AS int))
     RETURNING id
     """,
@@ -105,18 +105,19 @@ MARK_ENQUEUED = Statement(
 # Only a queued or interrupted run: one a worker has claimed since is sent.
 MARK_UNSENT = Statement(
     "mark_unsent",
-    f"""
+    """
     UPDATE runs SET enqueued_at = CAST(:unsent AS timestamptz)
-     WHERE id = ANY(CAST(:run_ids AS uuid[])) AND {status_in(CLAIMABLE)}
+     WHERE id = ANY(CAST(:run_ids AS uuid[])) AND status IN ('queued', 'interrupted')
     """,
 )
 
 PRUNE = Statement(
     "prune",
-    f"""
+    """
     DELETE FROM runs WHERE id IN (
         SELECT id FROM runs
-         WHERE {status_in(SETTLED)} AND finished_at < CAST(:cutoff AS timestamptz)
+         WHERE status IN ('completed', 'failed', 'cancelled')
+           AND finished_at < CAST(:cutoff AS timestamptz)
          LIMIT CAST(:batch AS int))
     """,
 )

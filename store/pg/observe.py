@@ -7,7 +7,6 @@ from typing import NamedTuple
 
 from store.pg.base import PgBase
 from store.statements import Statement
-from store.status import SETTLED, RunStatus, status_in
 
 # Pending approvals: their number and the oldest one's age. The predicate is the
 # one of approvals_pending_expiry_idx (``store/schema.py``), so the scan covers
@@ -42,15 +41,15 @@ UNRESOLVED_EFFECTS = Statement(
 # through the steps' primary key, so a large history is not scanned.
 FAILING_TOOLS = Statement(
     "failing_tools",
-    f"""
+    """
     SELECT r.agent, s.name AS tool, count(*) AS calls,
            count(*) FILTER (WHERE json_typeof(s.error) <> 'null') AS failures,
-           (array_agg(s.error #>> '{{}}' ORDER BY s.started_at DESC, s.id DESC)
+           (array_agg(s.error #>> '{}' ORDER BY s.started_at DESC, s.id DESC)
                 FILTER (WHERE json_typeof(s.error) <> 'null'))[1] AS last_error
       FROM runs AS r
       JOIN steps AS s ON s.run_id = r.id AND s.kind = 'tool' AND s.started_at >= :since
-     WHERE {status_in(set(RunStatus) - SETTLED, "r.status")}
-        OR ({status_in(SETTLED, "r.status")} AND r.finished_at >= :since)
+     WHERE r.status IN ('queued', 'running', 'waiting', 'interrupted')
+        OR (r.status IN ('completed', 'failed', 'cancelled') AND r.finished_at >= :since)
      GROUP BY r.agent, s.name
     HAVING count(*) >= CAST(:min_calls AS int)
        AND 2 * count(*) FILTER (WHERE json_typeof(s.error) <> 'null') > count(*)

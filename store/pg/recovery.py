@@ -27,11 +27,7 @@ from store.recovery import (
 )
 from store.rows import attempt_from_row, run_from_row
 from store.statements import Statement
-from store.status import RunStatus, lit
 from store.validate import check_new_run, check_run_id
-
-_STATE = "'state'"
-_LLM = "'llm'"
 
 # ------------------------------------------------------------------- retry
 
@@ -106,9 +102,9 @@ COPY_STANDING = Statement(
 # the run settled.
 REQUEUE = Statement(
     "requeue",
-    f"""
+    """
     UPDATE runs
-       SET status = {lit(RunStatus.QUEUED)},
+       SET status = 'queued',
            output = NULL, error_code = NULL, error_message = NULL,
            started_at = NULL, finished_at = NULL,
            cancel_requested = false,
@@ -160,9 +156,9 @@ FORK_HISTORY = Statement(
 # The state the run had after step :at (the newest state step up to it).
 FORK_STATE = Statement(
     "fork_state",
-    f"""
+    """
     SELECT output FROM steps
-     WHERE run_id = CAST(:run_id AS uuid) AND kind = {_STATE} AND index <= CAST(:at AS int)
+     WHERE run_id = CAST(:run_id AS uuid) AND kind = 'state' AND index <= CAST(:at AS int)
      ORDER BY id DESC LIMIT 1
     """,
 )
@@ -175,7 +171,7 @@ FORK_STATE = Statement(
 # starts, so this finds an effect whose step's commit never happened, too.
 FORK_EFFECTS = Statement(
     "fork_effects",
-    f"""
+    """
     SELECT e.tool, s.index AS step_index, e.status
       FROM steps AS s
      CROSS JOIN LATERAL json_array_elements(
@@ -183,7 +179,7 @@ FORK_EFFECTS = Statement(
                 THEN s.output -> 'message' -> 'tool_calls' ELSE '[]'::json END) AS c(call)
       JOIN effects AS e
         ON e.run_id = s.run_id AND e.key = s.run_id::text || ':' || (c.call ->> 'id')
-     WHERE s.run_id = CAST(:run_id AS uuid) AND s.kind = {_LLM} AND s.index > CAST(:at AS int)
+     WHERE s.run_id = CAST(:run_id AS uuid) AND s.kind = 'llm' AND s.index > CAST(:at AS int)
        AND e.status <> CAST(:failed_effect AS text)
      ORDER BY s.index, e.started_at, e.key
     """,
@@ -203,11 +199,11 @@ EXISTING_RUN = Statement(
 
 CREATE_FORK = Statement(
     "create_fork",
-    f"""
+    """
     INSERT INTO runs (id, agent, status, trigger, trigger_id, concurrency_key, thread,
                       trace_context, enqueued_at, state, steps_used, extra_steps, model,
                       forked_from, forked_at_step)
-    VALUES (CAST(:id AS uuid), CAST(:agent AS text), {lit(RunStatus.QUEUED)},
+    VALUES (CAST(:id AS uuid), CAST(:agent AS text), 'queued',
             CAST(:trigger AS json), CAST(:trigger_id AS text), CAST(:key AS text),
             CAST(:thread AS text), CAST(:trace_context AS json), now(), CAST(:state AS json),
             CAST(:at AS int), CAST(:at AS int), CAST(:model AS text), CAST(:run_id AS uuid),
@@ -221,7 +217,7 @@ CREATE_FORK = Statement(
 # numbers included), its state steps up to :at, and a checkpoint at :at.
 COPY_HISTORY = Statement(
     "copy_history",
-    f"""
+    """
     WITH m AS (
         INSERT INTO messages (run_id, seq, body, step_index)
         SELECT CAST(:new_id AS uuid), seq, body, step_index FROM messages
@@ -232,7 +228,7 @@ COPY_HISTORY = Statement(
         SELECT CAST(:new_id AS uuid), kind, index, name, tool_call_id, input, output, error,
                input_tokens, output_tokens, started_at, finished_at
           FROM steps
-         WHERE run_id = CAST(:run_id AS uuid) AND kind = {_STATE} AND index <= CAST(:at AS int)
+         WHERE run_id = CAST(:run_id AS uuid) AND kind = 'state' AND index <= CAST(:at AS int)
          ORDER BY id
     )
     INSERT INTO checkpoints (run_id, step_index, message_count, finish_reason)

@@ -10,20 +10,17 @@ from typing import Any
 from store.db import Tx, dumps
 from store.events import RunEvent
 from store.models import Checkpoint, Effect, Message, NewRun, Run, RunStatus, Step
-from store.pg.base import RUN_WITH_WAIT, PgBase, checkpoint_from_row
+from store.pg.base import PgBase, checkpoint_from_row
 from store.rows import effect_from_row, event_from_row, run_from_row, step_from_row
 from store.statements import Statement
-from store.status import SETTLED, lit, status_in
 from store.validate import check_new_run, check_page_from, check_run_id, check_text
-
-_LLM = "'llm'"
 
 CREATE_RUN = Statement(
     "create_run",
-    f"""
+    """
     INSERT INTO runs (id, agent, status, trigger, trigger_id, concurrency_key, thread,
                       trace_context, enqueued_at)
-    VALUES (CAST(:id AS uuid), CAST(:agent AS text), {lit(RunStatus.QUEUED)},
+    VALUES (CAST(:id AS uuid), CAST(:agent AS text), 'queued',
             CAST(:trigger AS json), CAST(:trigger_id AS text), CAST(:key AS text),
             CAST(:thread AS text), CAST(:trace_context AS json), now())
     ON CONFLICT ON CONSTRAINT runs_agent_trigger_id_key DO NOTHING
@@ -38,16 +35,29 @@ EFFECTS = Statement(
 
 RUN_BY_TRIGGER = Statement(
     "run_by_trigger",
-    "SELECT * FROM runs"
-    " WHERE agent = CAST(:agent AS text) AND trigger_id = CAST(:trigger_id AS text)",
+    """
+    SELECT * FROM runs
+     WHERE agent = CAST(:agent AS text) AND trigger_id = CAST(:trigger_id AS text)
+    """,
 )
 
 # Filters that are NULL match everything; on a plain statement the planner
 # folds them away, so the status and agent indexes still serve.
 LIST_RUNS = Statement(
     "list_runs",
-    RUN_WITH_WAIT
-    + """
+    """
+    SELECT r.*, w.approval_id AS w_approval_id, w.tool_name AS w_tool_name,
+           w.input AS w_input, w.expires_at AS w_expires_at, w.token_id AS w_token_id,
+           w.notified_at AS w_notified_at, w.kind AS w_kind
+      FROM runs AS r
+      LEFT JOIN LATERAL (
+           SELECT a.approval_id, a.tool_name, a.input, a.expires_at, a.token_id, a.notified_at,
+                  a.kind
+             FROM approvals AS a
+            WHERE a.run_id = r.id AND a.decision IS NULL
+              AND r.status = 'waiting'
+            ORDER BY a.created_at, a.approval_id
+            LIMIT 1) AS w ON true
      WHERE (CAST(:status AS text) IS NULL OR r.status = CAST(:status AS text))
        AND (CAST(:agent AS text) IS NULL OR r.agent = CAST(:agent AS text))
        AND (CAST(:thread AS text) IS NULL OR r.thread = CAST(:thread AS text))
@@ -65,8 +75,10 @@ STEPS = Statement(
 
 LLM_STEP = Statement(
     "llm_step",
-    "SELECT * FROM steps WHERE run_id = CAST(:run_id AS uuid)"
-    f" AND index = CAST(:index AS int) AND kind = {_LLM}",
+    """
+    SELECT * FROM steps
+     WHERE run_id = CAST(:run_id AS uuid) AND index = CAST(:index AS int) AND kind = 'llm'
+    """,
 )
 
 # The MCP tools the run's model was last offered (runner/mcp/listing.py): the
@@ -76,7 +88,7 @@ LLM_STEP = Statement(
 # on up a fork of a fork).
 MCP_LISTING = Statement(
     "mcp_listing",
-    f"""
+    """
     WITH RECURSIVE line (id, upto, depth) AS (
         SELECT CAST(:run_id AS uuid), CAST(NULL AS int), 0
         UNION ALL
@@ -86,7 +98,7 @@ MCP_LISTING = Statement(
     )
     SELECT s.input -> 'mcp_tools' AS tools
       FROM line JOIN steps AS s ON s.run_id = line.id
-     WHERE s.kind = {_LLM} AND (s.input -> 'mcp_tools') IS NOT NULL
+     WHERE s.kind = 'llm' AND (s.input -> 'mcp_tools') IS NOT NULL
        AND (line.upto IS NULL OR s.index <= line.upto)
      ORDER BY line.depth, s.index DESC, s.id DESC
      LIMIT 1
@@ -98,23 +110,24 @@ MCP_LISTING = Statement(
 # the step's commit, in one trip.
 START_POINT = Statement(
     "start_point",
-    f"""
+    """
     SELECT c.step_index, c.message_count, c.finish_reason, c.created_at,
            COALESCE((SELECT json_agg(m.body ORDER BY m.seq) FROM messages AS m
                       WHERE m.run_id = r.id AND m.seq < c.message_count), '[]') AS messages,
            s.*
       FROM (SELECT CAST(:run_id AS uuid) AS id) AS r
       LEFT JOIN checkpoints AS c ON c.run_id = r.id
-      LEFT JOIN steps AS s ON s.run_id = r.id AND s.kind = {_LLM}
+      LEFT JOIN steps AS s ON s.run_id = r.id AND s.kind = 'llm'
                           AND s.index = COALESCE(c.step_index, 0) + 1
     """,
 )
 
 THREAD_START = Statement(
     "thread_start",
-    f"""
+    """
     SELECT id, state FROM runs
-     WHERE thread = CAST(:thread AS text) AND id < CAST(:before AS uuid) AND {status_in(SETTLED)}
+     WHERE thread = CAST(:thread AS text) AND id < CAST(:before AS uuid)
+       AND status IN ('completed', 'failed', 'cancelled')
      ORDER BY id DESC LIMIT 1
     """,
 )

@@ -27,42 +27,52 @@ from typing import Any
 from store.db import Tx, dumps
 from store.errors import InvalidInput, ScheduleNotFound, StoreUnavailable
 from store.models import Firing, FiringOutcome, NewRun, Schedule
-from store.pg.base import NOW, PgBase
+from store.pg.base import PgBase
 from store.pg.runs import insert_run
 from store.rows import firing_from_row, schedule_from_row
 from store.rules import OverlapAction, overlap_action
 from store.statements import Statement
-from store.status import SETTLED, status_in
 from store.validate import check_new_run
-
-_COLUMNS = (
-    "name, agent, cron, timezone, every_seconds, payload, thread, keys, overlap,"
-    " catchup_window_seconds, jitter_seconds, paused, next_at, next_due_at"
-)
-_VALUES = """
-    CAST(:name AS text), CAST(:agent AS text), CAST(:cron AS text), CAST(:timezone AS text),
-    CAST(:every_seconds AS float8), CAST(:payload AS json), CAST(:thread AS text),
-    CAST(:keys AS json), CAST(:overlap AS text), CAST(:catchup_window_seconds AS float8),
-    CAST(:jitter_seconds AS float8), CAST(:paused AS bool), CAST(:next_at AS timestamptz),
-    CAST(:next_due_at AS timestamptz)"""
 
 CREATE_SCHEDULE = Statement(
     "create_schedule",
-    f"INSERT INTO schedules ({_COLUMNS}) VALUES ({_VALUES})"
-    " ON CONFLICT (name) DO NOTHING RETURNING *",
+    """
+    INSERT INTO schedules (name, agent, cron, timezone, every_seconds, payload, thread, keys,
+                           overlap, catchup_window_seconds, jitter_seconds, paused, next_at,
+                           next_due_at)
+    VALUES (CAST(:name AS text), CAST(:agent AS text), CAST(:cron AS text),
+            CAST(:timezone AS text), CAST(:every_seconds AS float8), CAST(:payload AS json),
+            CAST(:thread AS text), CAST(:keys AS json), CAST(:overlap AS text),
+            CAST(:catchup_window_seconds AS float8), CAST(:jitter_seconds AS float8),
+            CAST(:paused AS bool), CAST(:next_at AS timestamptz),
+            CAST(:next_due_at AS timestamptz))
+    ON CONFLICT (name) DO NOTHING
+    RETURNING *
+    """,
 )
 
 # Everything but the name and the creation time, as the caller recomputed it.
 REPLACE_SCHEDULE = Statement(
     "replace_schedule",
-    f"UPDATE schedules SET ({_COLUMNS}, updated_at) = ({_VALUES}, now())"
-    " WHERE name = CAST(:name AS text) RETURNING *",
+    """
+    UPDATE schedules
+       SET (name, agent, cron, timezone, every_seconds, payload, thread, keys, overlap,
+            catchup_window_seconds, jitter_seconds, paused, next_at, next_due_at, updated_at)
+         = (CAST(:name AS text), CAST(:agent AS text), CAST(:cron AS text),
+            CAST(:timezone AS text), CAST(:every_seconds AS float8), CAST(:payload AS json),
+            CAST(:thread AS text), CAST(:keys AS json), CAST(:overlap AS text),
+            CAST(:catchup_window_seconds AS float8), CAST(:jitter_seconds AS float8),
+            CAST(:paused AS bool), CAST(:next_at AS timestamptz),
+            CAST(:next_due_at AS timestamptz), now())
+     WHERE name = CAST(:name AS text)
+    RETURNING *
+    """,
 )
 
 SCHEDULE = Statement("schedule", "SELECT * FROM schedules WHERE name = CAST(:name AS text)")
 
 # The transaction's clock (or the caller's ``now``): one time for what a firing writes.
-CLOCK = Statement("schedule_clock", f"SELECT {NOW} AS now")
+CLOCK = Statement("schedule_clock", "SELECT COALESCE(CAST(:now AS timestamptz), now()) AS now")
 
 LOCK_SCHEDULE = Statement(
     "lock_schedule", "SELECT * FROM schedules WHERE name = CAST(:name AS text) FOR UPDATE"
@@ -87,9 +97,10 @@ FIRINGS = Statement(
 # this tick already looked at.
 NEXT_DUE = Statement(
     "next_due_schedule",
-    f"""
+    """
     SELECT * FROM schedules
-     WHERE NOT paused AND next_due_at <= {NOW} AND name <> ALL(CAST(:seen AS text[]))
+     WHERE NOT paused AND next_due_at <= COALESCE(CAST(:now AS timestamptz), now())
+       AND name <> ALL(CAST(:seen AS text[]))
        AND (CAST(:agents AS text[]) IS NULL OR agent = ANY(CAST(:agents AS text[])))
      ORDER BY next_due_at LIMIT 1
        FOR UPDATE SKIP LOCKED
@@ -99,9 +110,10 @@ NEXT_DUE = Statement(
 # The due schedules of the agents the caller does not load, by agent.
 DUE_ELSEWHERE = Statement(
     "schedules_due_elsewhere",
-    f"""
+    """
     SELECT agent, count(*) AS due FROM schedules
-     WHERE NOT paused AND next_due_at <= {NOW} AND agent <> ALL(CAST(:agents AS text[]))
+     WHERE NOT paused AND next_due_at <= COALESCE(CAST(:now AS timestamptz), now())
+       AND agent <> ALL(CAST(:agents AS text[]))
      GROUP BY agent ORDER BY agent
     """,
 )
@@ -116,8 +128,9 @@ BY_AGENT = Statement(
 # change moved it meanwhile); its scheduled time stays.
 SET_ASIDE = Statement(
     "schedule_set_aside",
-    f"""
-    UPDATE schedules SET next_due_at = {NOW} + make_interval(secs => CAST(:seconds AS float8))
+    """
+    UPDATE schedules SET next_due_at = COALESCE(CAST(:now AS timestamptz), now())
+        + make_interval(secs => CAST(:seconds AS float8))
      WHERE name = CAST(:name AS text) AND next_at = CAST(:next_at AS timestamptz)
        AND next_due_at = CAST(:next_due_at AS timestamptz)
     """,
@@ -126,18 +139,18 @@ SET_ASIDE = Statement(
 # The runs of a schedule's firings that have not settled, oldest first.
 OPEN_RUNS = Statement(
     "schedule_open_runs",
-    f"""
+    """
     SELECT r.id FROM schedule_firings AS f JOIN runs AS r ON r.id = f.run_id
-     WHERE f.schedule = CAST(:name AS text) AND NOT {status_in(SETTLED, "r.status")}
+     WHERE f.schedule = CAST(:name AS text) AND NOT r.status IN ('completed', 'failed', 'cancelled')
      ORDER BY f.scheduled_at
     """,
 )
 
 BUFFERED = Statement(
     "schedule_buffered",
-    f"""
+    """
     SELECT scheduled_at FROM schedule_firings
-     WHERE schedule = CAST(:name AS text) AND outcome = '{FiringOutcome.BUFFERED.value}'
+     WHERE schedule = CAST(:name AS text) AND outcome = 'buffered'
     """,
 )
 
@@ -166,13 +179,13 @@ MOVE_ON = Statement(
 # once).
 READY_BUFFERED = Statement(
     "ready_buffered_firing",
-    f"""
+    """
     SELECT f.* FROM schedule_firings AS f JOIN schedules AS s ON s.name = f.schedule
-     WHERE f.outcome = '{FiringOutcome.BUFFERED.value}'
+     WHERE f.outcome = 'buffered'
        AND (CAST(:agents AS text[]) IS NULL OR s.agent = ANY(CAST(:agents AS text[])))
        AND NOT EXISTS (
            SELECT 1 FROM schedule_firings AS o JOIN runs AS r ON r.id = o.run_id
-            WHERE o.schedule = f.schedule AND NOT {status_in(SETTLED, "r.status")})
+            WHERE o.schedule = f.schedule AND NOT r.status IN ('completed', 'failed', 'cancelled'))
        AND f.schedule <> ALL(CAST(:seen AS text[]))
      ORDER BY f.scheduled_at LIMIT 1
        FOR UPDATE OF f SKIP LOCKED
@@ -181,8 +194,8 @@ READY_BUFFERED = Statement(
 
 START_BUFFERED = Statement(
     "start_buffered_firing",
-    f"""
-    UPDATE schedule_firings SET outcome = '{FiringOutcome.STARTED.value}',
+    """
+    UPDATE schedule_firings SET outcome = 'started',
            run_id = CAST(:run_id AS uuid), fired_at = now(), reason = NULL
      WHERE schedule = CAST(:name AS text) AND scheduled_at = CAST(:scheduled_at AS timestamptz)
     RETURNING *
@@ -192,8 +205,8 @@ START_BUFFERED = Statement(
 # A buffered firing whose run cannot be made: recorded missed, with why.
 MISS_BUFFERED = Statement(
     "miss_buffered_firing",
-    f"""
-    UPDATE schedule_firings SET outcome = '{FiringOutcome.MISSED.value}',
+    """
+    UPDATE schedule_firings SET outcome = 'missed',
            reason = CAST(:reason AS text), fired_at = now()
      WHERE schedule = CAST(:name AS text) AND scheduled_at = CAST(:scheduled_at AS timestamptz)
     RETURNING *

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from runner import Agent, Engine
+from runner.coordination.leases import Leases
 from runner.testing import ScriptedModel, text
-from store.leases import Leases
 from store.postgres import PostgresStore
 from store.workers import WorkerInfo
 from tests.e2e.clirun import rw

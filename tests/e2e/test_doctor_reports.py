@@ -14,8 +14,8 @@ from importlib.metadata import version
 import pytest
 
 from runner import Agent, Engine, tool
+from runner.coordination.leases import Leases
 from runner.testing import ScriptedModel, call, text, tools
-from store.leases import Leases
 from store.models import RunStatus
 from store.workers import WorkerInfo
 from tests.e2e.clirun import rw

@@ -8,7 +8,7 @@ import re
 import time
 from datetime import datetime
 
-from store.leases import Leases
+from runner.coordination.leases import Leases
 from tests.e2e.cluster import Cluster, wait_until
 from tests.e2e.test_redis_restart import broker_server
 

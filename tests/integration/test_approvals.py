@@ -14,6 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from runner import Agent, ApprovalError, ApprovalPolicy, ApprovalRequest, Engine, effect
+from runner.coordination.leases import Leases
 from runner.notifiers import (
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
@@ -22,7 +23,6 @@ from runner.notifiers import (
 )
 from runner.settings import Settings
 from runner.testing import Request, ScriptedModel, call, text, tools
-from store.leases import Leases
 from store.models import Decision, RunStatus, StepKind, utcnow
 from store.postgres import PostgresStore
 from tests.agents import lookup

@@ -10,11 +10,11 @@ import pydantic
 import sqlalchemy as sa
 
 from runner import Agent, Budget, Engine, RunContext, faults, tool
+from runner.coordination.leases import lease_key
 from runner.engine.runtime import runtime
 from runner.retry import RetryPolicy
 from runner.testing import Request, ScriptedModel, call, text, tools
 from store.errors import LeaseLostError
-from store.leases import lease_key
 from store.models import RunStatus, StepKind, Usage
 from tests.agents import lookup, nap
 from tests.helpers import run_in_thread, unique, wait_for

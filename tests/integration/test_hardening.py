@@ -15,12 +15,12 @@ import pytest
 
 from runner import Agent, Budget, Engine, effect, tool
 from runner.agent import ApprovalRequest
+from runner.coordination.leases import Leases, lease_key
 from runner.model import warm_up
 from runner.settings import Settings
 from runner.testing import ScriptedModel, call, text, tools
 from store.db import dumps
 from store.errors import StoreRefused
-from store.leases import Leases, lease_key
 from store.models import (
     EffectStatus,
     Fence,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from store.leases import CancelListener, Leases, connect
+from runner.coordination.leases import CancelListener, Leases, connect
 from store.local import LocalRedis, free_port
 from tests.e2e.cluster import wait_until
 
@@ -31,14 +31,16 @@ def records(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
     return [
         r.getMessage()
         for r in caplog.records
-        if r.name == "store.leases" and r.levelno == level and "cancel listener" in r.getMessage()
+        if r.name == "runner.coordination.leases"
+        and r.levelno == level
+        and "cancel listener" in r.getMessage()
     ]
 
 
 def test_a_redis_outage_logs_one_warning_and_one_info(
     server: LocalRedis, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, "store.leases")
+    caplog.set_level(logging.INFO, "runner.coordination.leases")
     got: list[str] = []
     arrived = threading.Event()
 

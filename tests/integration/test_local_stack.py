@@ -7,9 +7,9 @@ from pathlib import Path
 
 import redis
 
-from store.claims import Claims
+from runner.coordination.claims import Claims
+from runner.coordination.leases import Leases
 from store.db import make_engine
-from store.leases import Leases
 from store.local import LocalStack
 from store.migrate import HEAD, REVISIONS, current_revision, downgrade
 from store.models import Outcome, RunStatus

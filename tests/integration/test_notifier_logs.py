@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from runner import Agent, ApprovalRequest, Engine, effect
+from runner.coordination.leases import Leases
 from runner.observe.logs import install
 from runner.settings import Settings
 from runner.testing import Request, ScriptedModel, call, text, tools
-from store.leases import Leases
 from store.models import RunStatus, utcnow
 from store.postgres import PostgresStore
 from tests.helpers import unique

@@ -26,11 +26,11 @@ from opentelemetry.trace import SpanKind, StatusCode
 import tests.agents_otel as agents_otel
 import tests.agents_planned as planned
 from runner import Agent, Engine
+from runner.coordination.leases import Leases, lease_key
 from runner.observe import ModelCall, ToolCall
 from runner.observe.otel import OtelObserver
 from runner.settings import Settings
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
-from store.leases import Leases, lease_key
 from store.models import (
     Approval,
     Fence,

@@ -25,12 +25,12 @@ from runner import (
     effect,
     tool,
 )
+from runner.coordination.leases import Leases
 from runner.errors import WrongRequestKind
 from runner.observe import Observer
 from runner.settings import Settings
 from runner.testing import Request, ScriptedModel, call, text, tools
 from store.events import EventType
-from store.leases import Leases
 from store.models import Approval, Decision, RequestKind, Run, RunStatus, StepKind
 from store.postgres import PostgresStore
 from tests.helpers import expire_approval, snapshot

@@ -22,10 +22,10 @@ from prometheus_client import CollectorRegistry
 
 from runner import Agent, Engine
 from runner.agent import Registry
+from runner.coordination.leases import Leases
 from runner.errors import InvalidInput
 from runner.observe import metrics as m
 from runner.testing import ScriptedModel, text
-from store.leases import Leases
 from store.models import FiringOutcome, RunStatus
 from store.postgres import PostgresStore
 from store.workers import WorkerInfo

@@ -31,11 +31,11 @@ from runner import (
     RunStatus,
     effect,
 )
+from runner.coordination.leases import Leases
 from runner.errors import StoreUnavailable
 from runner.notifiers import sign, verify_signature
 from runner.settings import Settings
 from runner.testing import Request, ScriptedModel, call, text, tools
-from store.leases import Leases
 from store.models import Decision, utcnow
 from store.postgres import PostgresStore
 from tests.helpers import new_run, snapshot, try_claim

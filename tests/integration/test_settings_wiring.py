@@ -9,9 +9,9 @@ from dataclasses import replace
 import pytest
 
 from runner import Agent, ApprovalPolicy, Engine, RetryPolicy
+from runner.coordination.leases import Leases
 from runner.settings import Settings
 from runner.testing import Reply, ScriptedModel, call, text, tools
-from store.leases import Leases
 from store.models import RunStatus
 from store.postgres import PostgresStore
 from tests.agents import charge

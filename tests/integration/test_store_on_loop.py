@@ -20,14 +20,14 @@ import pytest
 import redis
 
 from runner import Agent, Budget, Engine, tool
+from runner.coordination.leases import Leases
+from runner.coordination.live import Publisher, events_channel
 from runner.engine.runtime import runtime
 from runner.events.feed import Feed
 from runner.settings import Settings
 from runner.testing import Request, ScriptedModel, call, text, tools
 from store.db import make_engine, raw_cursor
 from store.errors import ConstraintViolation, StoreUnavailable
-from store.leases import Leases
-from store.live import Publisher, events_channel
 from store.models import Run, RunStatus
 from store.onloop import LoopPool, _pools, carried, carry
 from store.postgres import PostgresStore

