@@ -1,11 +1,12 @@
 """The step loop of one execution: from the start point, step after step, until
 the run settles or pauses (docs/concepts.md, "Step" and "Checkpoint").
 
-A step is two writes. The journal write (``record_llm_step``) records the
-model's reply before any tool runs, so that a recovered run never pays for the
-call twice and keeps its tool call ids; the step's commit (``commit_step``)
-records the tool results with the checkpoint, the state and any approvals.
-Fault points sit right after each (``after_journal``, ``after_commit``: runner/faults.py)."""
+A step is two writes, both through the execution's journal (runner/journal.py).
+The journal write (``record_model_step``) records the model's reply before any
+tool runs, so that a recovered run never pays for the call twice and keeps its
+tool call ids; the step's commit (``commit_step``) records the tool results with
+the checkpoint, the state and any approvals. Fault points sit right after each
+(``after_journal``, ``after_commit``: runner/faults.py wraps the journal)."""
 
 from __future__ import annotations
 
@@ -14,14 +15,19 @@ import contextlib
 import functools
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Iterable, Sequence
+from concurrent.futures import Executor
+from datetime import timedelta
 from typing import Any, Protocol, TypeVar
 
-from runner import faults, model
+from runner import model
 from runner.agent import Agent
-from runner.engine.deps import Deps
+from runner.clock import Clock
 from runner.errors import InvalidInput
-from runner.observe import FirstSeen, ModelCall
+from runner.journal import Journal, Start
+from runner.observe import FirstSeen, ModelCall, Observer
+from runner.retry import RetryPolicy
+from runner.settings import Settings
 from runner.steps.builtin_tools import (
     AskHumanTool,
     StateHolder,
@@ -46,8 +52,8 @@ from store.models import (
     USAGE_ESTIMATED,
     AdmissionVerdict,
     Effect,
-    Fence,
     Message,
+    NewApproval,
     Outcome,
     Run,
     RunError,
@@ -59,7 +65,6 @@ from store.models import (
     StepRecord,
     utcnow,
 )
-from store.pg.runs import StartPoint
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -67,20 +72,56 @@ log = logging.getLogger(__name__)
 
 class Host(Protocol):
     """What the step loop uses of the execution that runs it (an
-    :class:`~runner.engine.execution.Execution`): its fenced writes, its abort signal
+    :class:`~runner.engine.execution.Execution`): its journal, its abort signal
     and its settle. A protocol, so that the loop does not import the execution."""
 
-    deps: Deps
-    fence: Fence | None
+    journal: Journal
     signal: AbortSignal
-
-    async def io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
-
-    async def write(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
 
     async def settle(self, outcome: Outcome) -> Settled: ...
 
     async def settle_aborted(self, agent: Agent) -> Settled: ...
+
+
+class Deltas(Protocol):
+    def token(self, run_id: str, delta: dict[str, Any]) -> bool: ...
+
+
+class SigningKeys(Protocol):
+    @property
+    def current_id(self) -> str: ...
+
+
+class Services(Protocol):
+    """What the step loop and its tool calls use of the engine (its
+    :class:`~runner.engine.deps.Deps`), the store aside: that is the journal's."""
+
+    @property
+    def observer(self) -> Observer: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def feed(self) -> Deltas: ...
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def tokens(self) -> SigningKeys: ...
+    @property
+    def retry_policy(self) -> RetryPolicy: ...
+    @property
+    def model_retries(self) -> int: ...
+    @property
+    def model_backoff_seconds(self) -> float: ...
+    @property
+    def notify_delay(self) -> timedelta: ...
+    @property
+    def tool_executor(self) -> Executor: ...
+
+    def send(self, run_ids: Iterable[str]) -> None: ...
+
+    async def notify_approvals(
+        self, agent: Agent, run: Run, new: Sequence[NewApproval]
+    ) -> None: ...
 
 
 # The server tools left out for a name the agent's own tool has, each told
@@ -113,13 +154,13 @@ ADMISSION_MAX_PAUSE = 1.0
 
 class StepLoop:
     def __init__(
-        self, execution: Host, agent: Agent, run: Run, ctx: RunContext, start: StartPoint
+        self, execution: Host, services: Services, agent: Agent, ctx: RunContext, start: Start
     ) -> None:
         self.x = execution
-        self.deps = execution.deps
-        self.store = execution.deps.store
+        self.journal = execution.journal
+        self.deps = services
         self.agent = agent
-        self.run_ = run
+        self.run_ = run = start.run
         self.ctx = ctx
         self.messages: list[Message] = []
         self.saved = 0  # how many of self.messages the stored checkpoint holds
@@ -201,7 +242,7 @@ class StepLoop:
         else:
             history: list[Message] = []
             if run.thread:
-                previous = await self.x.io(self.store.thread_start, run.thread, run.id)
+                previous = await self.journal.thread_start(run.thread)
                 if previous is not None:
                     history = continue_thread(previous.messages)
                     state = previous.state if state is None else state
@@ -225,7 +266,7 @@ class StepLoop:
         found: list[Tool] = []
         for server in self.agent.mcp:
             found += await server_tools(server)
-        last = await self.x.io(self.store.mcp_listing, self.run_.id)
+        last = await self.journal.mcp_listing()
         self._mcp_record = record(listing(found), last)
         announce(self.run_.id, self._mcp_record)
         return found
@@ -282,7 +323,7 @@ class StepLoop:
         pause = ADMISSION_PAUSE
         while True:
             now = self.deps.clock.for_store()
-            admission = await self.x.write(self.store.admit, self.run_, tokens, now=now)
+            admission = await self.journal.admit(self.run_, tokens, now=now)
             if admission.verdict is AdmissionVerdict.ADMITTED:
                 return None
             bound, use = admission.bound, admission.use
@@ -365,15 +406,14 @@ class StepLoop:
         )
         self.retry = None  # the journal write clears the run's failed attempts
         rolls_up = self.run_.parent_id is not None  # a child's use counts for its ancestors
-        if await self.x.write(self.store.record_llm_step, record, rolls_up=rolls_up):
+        if await self.journal.record_model_step(record, rolls_up=rolls_up):
             self._mcp_record = None  # recorded: the next steps offer the same
             self.usage = self.usage + reply.usage
             self.cost_usd += reply.cost_usd or 0.0
         else:  # recorded meanwhile: the journal wins, so tool call ids stay stable
-            existing = await self.x.io(self.store.llm_step, self.run_.id, k)
+            existing = await self.journal.model_step(k)
             assert existing is not None
             output = existing.output
-        faults.hit(faults.AFTER_JOURNAL)
         return self._from_journal(output)
 
     def _deltas(self, k: int) -> model.OnDelta:
@@ -381,8 +421,7 @@ class StepLoop:
         stored (the journal write records the whole message). Keyed by this execution's
         epoch, so that readers drop what an execution that was taken over
         still sends; after a failed publish the rest of the call sends none."""
-        assert self.x.fence is not None
-        feed, run_id, epoch = self.deps.feed, self.run_.id, self.x.fence.epoch
+        feed, run_id, epoch = self.deps.feed, self.run_.id, self.journal.fence.epoch
         sent = itertools.count()
         broken = False
 
@@ -436,7 +475,7 @@ class StepLoop:
         call_ids = [call["id"] for call in step.pending]
         if not call_ids:
             return {}
-        return await self.x.io(self.store.journaled_effects, self.run_.id, call_ids)
+        return await self.journal.effects(call_ids)
 
     def _from_journal(self, output: Any) -> Message:
         self.finish_reason = output.get("finish_reason")
@@ -447,17 +486,11 @@ class StepLoop:
     # ---------------------------------------------------- tools and the commit
 
     def _runner(self, k: int) -> CallRunner:
-        assert self.x.fence is not None
         return CallRunner(
             agent=self.agent,
             tools=self.tools,
             ctx=self.ctx,
-            fence=self.x.fence,
-            write=self.x.write,
-            store_begin=self.store.begin_effect,
-            store_finish=self.store.finish_effect,
-            store_unknown=self.store.mark_effect_unknown,
-            store_withdraw=self.store.withdraw_effect,
+            journal=self.journal,
             token_id=self.deps.tokens.current_id,
             notify_delay=self.deps.notify_delay if self.agent.notifier else None,
             executor=self.deps.tool_executor,
@@ -467,12 +500,8 @@ class StepLoop:
             step=k,
             clock=self.deps.clock,
             on_unknown=functools.partial(self.deps.observer.effect_unknown, self.run_),
-            approval=functools.partial(self.x.io, self.store.get_approval),
             run=self.run_,
-            children=functools.partial(self.x.io, self.store.children, self.run_.id),
             starting=self.deps.observer.starting,
-            attempts=functools.partial(self.x.io, self.store.attempts, self.run_.id),
-            standing=functools.partial(self.x.io, self.store.standing_approvals, self.run_.id),
             max_child_depth=_first(self.agent.max_child_depth, self.deps.settings.max_child_depth),
         )
 
@@ -487,10 +516,7 @@ class StepLoop:
         if calls.children:
             # Before the step's commit: a crash between them leaves children
             # the next execution finds again (their ids are the calls').
-            started = await self.x.write(
-                self.store.start_children, [child for child, _ in calls.children]
-            )
-            faults.hit(faults.AFTER_CHILDREN_START)
+            started = await self.journal.start_children([child for child, _ in calls.children])
         self.messages += [r.message() for r in calls.results]
         self.messages += [entry for _, entry in calls.approvals]
         self.messages += [entry for _, entry in calls.children]
@@ -517,8 +543,7 @@ class StepLoop:
             waits=calls.waits,
             outcome=outcome,
         )
-        settled: Settled | None = await self.x.write(self.store.commit_step, commit)
-        faults.hit(faults.AFTER_COMMIT)
+        settled = await self.journal.commit_step(commit)
         queued = [child.id for child in started if child.status is RunStatus.QUEUED]
         if queued:
             self.deps.send(queued)
@@ -527,7 +552,7 @@ class StepLoop:
         self.state.changed = False
         for granted in calls.granted:
             # Decided by a standing approval in this commit: told as any decision is.
-            decided = await self.x.io(self.store.get_approval, granted.approval_id)
+            decided = await self.journal.approval(granted.approval_id)
             self.deps.observer.approval_decided(settled.run if settled else self.run_, decided)
         if calls.approvals and settled is not None:
             asked = [approval for approval, _ in calls.approvals]

@@ -29,7 +29,7 @@ import inspect
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -37,7 +37,6 @@ from typing import Any, TypeVar
 
 import pydantic
 
-from runner import faults
 from runner.agent import Agent
 from runner.approvals.expiry import expired, expiry_message
 from runner.children import ChildTool, child_error, shared_bounds
@@ -49,6 +48,7 @@ from runner.errors import (
     RunwrightError,
     ToolInputError,
 )
+from runner.journal import Journal
 from runner.observe import ToolCall, ToolStatus
 from runner.steps.builtin_tools import ASK_HUMAN, FINAL_RESULT, AskHumanTool
 from runner.steps.history import (
@@ -63,25 +63,21 @@ from runner.steps.run_context import AbortReason, AbortSignal, RunContext
 from runner.steps.tools import Reconciled, Tool
 from store.jsonsafe import NotStorable, clean_json, clean_message, clip
 from store.models import (
-    Approval,
     Effect,
     EffectOutcome,
     EffectStatus,
-    Fence,
     Message,
     NewApproval,
     NewChild,
     OnDeny,
     RequestKind,
     Run,
-    RunAttempt,
     RunStatus,
     StandingApproval,
     StepKind,
     StepRecord,
     utcnow,
 )
-from store.pg.execution import EffectBegin
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -215,10 +211,6 @@ def _raised(tool: Tool, exc: BaseException, attempts: int = 1) -> str:
     return message if attempts == 1 else f"{message} (after {attempts} attempts)"
 
 
-# Writes go through the execution, which checks the lease and retries on outages.
-Write = Callable[..., Awaitable[Any]]
-
-
 class CallRunner:
     """Runs the pending tool calls of one step."""
 
@@ -228,12 +220,7 @@ class CallRunner:
         agent: Agent,
         tools: dict[str, Tool],
         ctx: RunContext,
-        fence: Fence,
-        write: Write,
-        store_begin: Callable[..., EffectBegin],
-        store_finish: Callable[..., Effect],
-        store_unknown: Callable[..., Effect],
-        store_withdraw: Callable[..., bool],
+        journal: Journal,
         token_id: str,
         notify_delay: timedelta | None,
         executor: Any,
@@ -243,38 +230,24 @@ class CallRunner:
         step: int = 0,
         clock: Clock = SYSTEM,
         on_unknown: Callable[[str], None] = lambda tool: None,
-        approval: Callable[[str], Awaitable[Approval]] | None = None,
         run: Run | None = None,
-        children: Callable[[], Awaitable[list[Run]]] | None = None,
         starting: Callable[[str, dict[str, str]], AbstractContextManager[None]] | None = None,
-        attempts: Callable[[], Awaitable[list[RunAttempt]]] | None = None,
-        standing: Callable[[], Awaitable[list[StandingApproval]]] | None = None,
         max_child_depth: int = 16,
     ) -> None:
         self.clock = clock
         # How deep below its top-level run a child of this run may be.
         self.max_child_depth = max_child_depth
-        # The run's standing approvals (read once a call needs approval).
-        self.standing = standing
         self._grants: dict[str, StandingApproval] | None = None
         # The run the calls are of, and a read of its children (for child
         # tools); ``starting`` puts a child's trace under its call's span.
         self.run_ = run
-        self.children = children
         self.starting = starting
-        self.attempts = attempts  # the run's earlier attempts (retries)
         # Told the tool's name when an effect is found of unknown outcome.
         self.on_unknown = on_unknown
-        self.approval = approval
         self.agent = agent
         self.tools = tools
         self.ctx = ctx
-        self.fence = fence
-        self.write = write
-        self.store_begin = store_begin
-        self.store_finish = store_finish
-        self.store_unknown = store_unknown
-        self.store_withdraw = store_withdraw
+        self.journal = journal
         self.token_id = token_id
         self.notify_delay = notify_delay
         self.executor = executor
@@ -437,7 +410,7 @@ class CallRunner:
     async def _standing(self) -> dict[str, StandingApproval]:
         """The run's standing approvals by tool, read once per step."""
         if self._grants is None:
-            found = await self.standing() if self.standing is not None else []
+            found = await self.journal.standing_approvals()
             self._grants = {grant.tool_name: grant for grant in found}
         return self._grants
 
@@ -448,10 +421,10 @@ class CallRunner:
         still running keeps the step waiting; a call with no child yet (or
         one whose start the history does not record: a crash came between)
         starts it, once (runner/children.py)."""
-        assert self.run_ is not None and self.children is not None
+        assert self.run_ is not None
         # Each call's latest child (a retry of the parent may have started another).
-        started = {child.parent_call_id: child for child in await self.children()}
-        earlier = await self.attempts() if self.attempts is not None else []
+        started = {child.parent_call_id: child for child in await self.journal.children()}
+        earlier = await self.journal.attempts()
         retried_at = earlier[-1].retried_at if earlier else None
         for call, tool, input in calls:
             call_id = call["id"]
@@ -508,9 +481,9 @@ class CallRunner:
         """A call not approved: denied by a person with their reason, or left
         to expire, told apart by the approval's record (runner/approvals/expiry.py)."""
         approval_id = response.get("approval_id")
-        if self.approval is not None and isinstance(approval_id, str):
+        if isinstance(approval_id, str):
             try:
-                approval = await self.approval(approval_id)
+                approval = await self.journal.approval(approval_id)
             except ApprovalNotFound:
                 pass  # purged with its run (a fork keeps the response): read as given
             else:
@@ -591,16 +564,16 @@ class CallRunner:
                 stored = storable(found.result)
             except NotStorable as exc:
                 message = self._unstorable(tool, exc)
-                await self.write(self.store_finish, key, output={"unrecorded_result": message})
+                await self.journal.finish_effect(key, output={"unrecorded_result": message})
                 return _error(call_id, tool.name, input, message, started)
-            await self.write(self.store_finish, key, output=stored.output)
+            await self.journal.finish_effect(key, output=stored.output)
             log.info("run %s: effect %s reconciled: it took place", self.ctx.run_id, key)
             return self._success(call_id, tool, input, stored, started)
         if found is not None and tool is not None:
-            await self.write(self.store_finish, key, error=RECONCILED_NOT_DONE)
+            await self.journal.finish_effect(key, error=RECONCILED_NOT_DONE)
             log.info("run %s: effect %s reconciled: it did not take place", self.ctx.run_id, key)
             return _error(call_id, tool.name, input, RECONCILED_NOT_DONE, started)
-        marked: Effect = await self.write(self.store_unknown, key)
+        marked = await self.journal.mark_unknown(key)
         _status(observed, ToolStatus.UNKNOWN)
         if marked.unresolved:
             log.error(
@@ -842,10 +815,9 @@ class CallRunner:
         observed: ToolCall | None,
     ) -> CallResult | None:
         key = f"{self.ctx.run_id}:{call_id}"
-        begin: EffectBegin = await self.write(
-            self.store_begin, key, tool.name, input, rerun_started=tool.retry == "at_least_once"
+        begin = await self.journal.begin_effect(
+            key, tool.name, input, rerun_started=tool.retry == "at_least_once"
         )
-        faults.hit(faults.AFTER_EFFECT_START)
         if not begin.execute:
             effect = begin.effect
             if effect.status is EffectStatus.COMPLETED:
@@ -865,7 +837,7 @@ class CallRunner:
         except MCPUnavailable:
             # Refused or never sent (an effect's call that went out unanswered
             # is OutcomeUnknown): its start is taken back, and the step fails.
-            await self.write(self.store_withdraw, key)
+            await self.journal.withdraw_effect(key)
             raise
         except Abandoned:
             # The journal keeps `started`: the outcome is unknown.
@@ -873,7 +845,6 @@ class CallRunner:
             self._abandoned(observed)
             return None
         except Failed as failed:
-            faults.hit(faults.AFTER_EFFECT_CALL)
             if isinstance(failed.error, OutcomeUnknown):
                 lost = clean_message(failed.error.message)
                 return await self._unknown(
@@ -889,19 +860,15 @@ class CallRunner:
                 )
             self._failed(tool, failed, observed)
             message = clean_message(failed.message)
-            await self.write(self.store_finish, key, error=message)
-            faults.hit(faults.AFTER_EFFECT_COMPLETE)
+            await self.journal.finish_effect(key, error=message)
             return _error(call_id, tool.name, input, message, started)
-        faults.hit(faults.AFTER_EFFECT_CALL)
         try:
             stored = storable(value)
         except NotStorable as exc:
             # The effect ran: the journal records it completed, so it never
             # runs again, with a note in place of the result it cannot hold.
             message = self._unstorable(tool, exc)
-            await self.write(self.store_finish, key, output={"unrecorded_result": message})
-            faults.hit(faults.AFTER_EFFECT_COMPLETE)
+            await self.journal.finish_effect(key, output={"unrecorded_result": message})
             return _error(call_id, tool.name, input, message, started)
-        await self.write(self.store_finish, key, output=stored.output)
-        faults.hit(faults.AFTER_EFFECT_COMPLETE)
+        await self.journal.finish_effect(key, output=stored.output)
         return self._success(call_id, tool, input, stored, started)
