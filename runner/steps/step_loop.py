@@ -12,22 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import itertools
 import logging
-from collections.abc import Iterable, Sequence
-from concurrent.futures import Executor
-from datetime import timedelta
 from typing import Any, Protocol, TypeVar
 
 from runner import model
 from runner.agent import Agent
-from runner.clock import Clock
 from runner.errors import InvalidInput
 from runner.journal import Journal, Start
-from runner.observe import FirstSeen, ModelCall, Observer
-from runner.retry import RetryPolicy
-from runner.settings import Settings
+from runner.observe import FirstSeen, ModelCall
 from runner.steps.builtin_tools import (
     AskHumanTool,
     StateHolder,
@@ -46,6 +39,7 @@ from runner.steps.history import (
     trigger_message,
 )
 from runner.steps.run_context import AbortSignal, RunContext
+from runner.steps.services import Services
 from runner.steps.toolcalls import CallRunner, StepCalls
 from runner.steps.tools import Tool
 from store.models import (
@@ -53,7 +47,6 @@ from store.models import (
     AdmissionVerdict,
     Effect,
     Message,
-    NewApproval,
     Outcome,
     Run,
     RunError,
@@ -81,47 +74,6 @@ class Host(Protocol):
     async def settle(self, outcome: Outcome) -> Settled: ...
 
     async def settle_aborted(self, agent: Agent) -> Settled: ...
-
-
-class Deltas(Protocol):
-    def token(self, run_id: str, delta: dict[str, Any]) -> bool: ...
-
-
-class SigningKeys(Protocol):
-    @property
-    def current_id(self) -> str: ...
-
-
-class Services(Protocol):
-    """What the step loop and its tool calls use of the engine (its
-    :class:`~runner.engine.deps.Deps`), the store aside: that is the journal's."""
-
-    @property
-    def observer(self) -> Observer: ...
-    @property
-    def clock(self) -> Clock: ...
-    @property
-    def feed(self) -> Deltas: ...
-    @property
-    def settings(self) -> Settings: ...
-    @property
-    def tokens(self) -> SigningKeys: ...
-    @property
-    def retry_policy(self) -> RetryPolicy: ...
-    @property
-    def model_retries(self) -> int: ...
-    @property
-    def model_backoff_seconds(self) -> float: ...
-    @property
-    def notify_delay(self) -> timedelta: ...
-    @property
-    def tool_executor(self) -> Executor: ...
-
-    def send(self, run_ids: Iterable[str]) -> None: ...
-
-    async def notify_approvals(
-        self, agent: Agent, run: Run, new: Sequence[NewApproval]
-    ) -> None: ...
 
 
 # The server tools left out for a name the agent's own tool has, each told
@@ -184,6 +136,9 @@ class StepLoop:
         # An MCP server that cannot be reached raises MCPUnavailable: the
         # execution retries the run under its policy (runner/engine/execution.py).
         self.tools = self._assemble(await self._server_tools())
+        self.calls = CallRunner(
+            self.journal, self.deps, self.agent, self.run_, self.ctx, self.tools
+        )
         while True:
             step = open_step(self.messages)
             if step is not None:
@@ -224,7 +179,7 @@ class StepLoop:
         calls = StepCalls()
         if step is not None:
             journal = await self._journal(step) if resumed else None
-            calls = await self._runner(k).run(step, journal)
+            calls = await self.calls.run(k, step, journal)
         return await self._commit(k, step is None, calls)
 
     # ---------------------------------------------------------- start point
@@ -484,26 +439,6 @@ class StepLoop:
         return message
 
     # ---------------------------------------------------- tools and the commit
-
-    def _runner(self, k: int) -> CallRunner:
-        return CallRunner(
-            agent=self.agent,
-            tools=self.tools,
-            ctx=self.ctx,
-            journal=self.journal,
-            token_id=self.deps.tokens.current_id,
-            notify_delay=self.deps.notify_delay if self.agent.notifier else None,
-            executor=self.deps.tool_executor,
-            drain_grace_seconds=max(0.0, self.deps.settings.drain_seconds - 2),
-            approval_expires_seconds=self.deps.settings.approval_expires_seconds,
-            observe=functools.partial(self.deps.observer.tool_call, self.run_),
-            step=k,
-            clock=self.deps.clock,
-            on_unknown=functools.partial(self.deps.observer.effect_unknown, self.run_),
-            run=self.run_,
-            starting=self.deps.observer.starting,
-            max_child_depth=_first(self.agent.max_child_depth, self.deps.settings.max_child_depth),
-        )
 
     async def _commit(self, k: int, final_text: bool, calls: StepCalls) -> Settled | None:
         if calls.children_running and not (
