@@ -19,7 +19,7 @@ the engine itself carries none. Only code arms them: :func:`arm`, or
     "after_effect_start=kill,after_commit@2=raise"
 
 A production process never arms one: nothing here reads the environment.
-Unarmed, a fault point costs one dict lookup.
+Unarmed, no journal is wrapped: a fault point costs nothing.
 """
 
 from __future__ import annotations
