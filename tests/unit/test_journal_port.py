@@ -244,3 +244,22 @@ def test_a_tool_runs_at_most_4_frames_below_the_step_loop() -> None:
 
     asyncio.run(go())
     assert depth and depth[0] <= 4, depth
+
+
+def test_the_fault_points_wrap_the_journal_only_while_one_is_armed() -> None:
+    from runner import faults
+
+    now = datetime.now(UTC)
+    run = Run("r1", "a", RunStatus.RUNNING, TriggerEnvelope(), Usage(), now, now)
+    journal = _Journal(run)
+    assert faults.wrap(journal) is journal  # type: ignore[arg-type]
+    hits: list[str] = []
+    faults.arm(faults.AFTER_COMMIT, hits.append)
+    try:
+        wrapped = faults.wrap(journal)  # type: ignore[arg-type]
+        commit = StepCommit(step_index=1, base_count=0, new_messages=[])
+        assert asyncio.run(wrapped.commit_step(commit)) is None
+    finally:
+        faults.disarm()
+    assert isinstance(wrapped, faults.Faulted)
+    assert hits == [faults.AFTER_COMMIT] and journal.commits == [commit]
