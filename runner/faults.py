@@ -9,7 +9,9 @@ it does, ``after_children_start`` once a step's child runs are created
 commit (its tool results and checkpoint); docs/concepts.md, "Step" and "Effects".
 
 Tests arm them to crash or stall the process exactly there, which is the
-cheapest way to prove a recovery claim. Only code arms them: :func:`arm`, or
+cheapest way to prove a recovery claim. The points are hit by :class:`Faulted`,
+which wraps an execution's journal (runner/journal.py) while one is armed, so
+the engine itself carries none. Only code arms them: :func:`arm`, or
 :func:`arm_from_spec` in a test's own subprocess (``tests/proc.py``), e.g.::
 
     "after_journal=kill"              # SIGKILL at the first hit
@@ -17,7 +19,7 @@ cheapest way to prove a recovery claim. Only code arms them: :func:`arm`, or
     "after_effect_start=kill,after_commit@2=raise"
 
 A production process never arms one: nothing here reads the environment.
-Unarmed, a fault point costs one dict lookup.
+Unarmed, no journal is wrapped: a fault point costs nothing.
 """
 
 from __future__ import annotations
@@ -29,8 +31,32 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from runner.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from runner.journal import Journal, Start
+    from store.models import (
+        Admission,
+        Approval,
+        Effect,
+        EffectBegin,
+        Fence,
+        NewChild,
+        Outcome,
+        RetryWait,
+        Run,
+        RunAttempt,
+        RunError,
+        Settled,
+        StandingApproval,
+        Step,
+        StepCommit,
+        StepRecord,
+        ThreadStart,
+    )
 
 AFTER_JOURNAL = "after_journal"
 AFTER_EFFECT_START = "after_effect_start"
@@ -112,3 +138,108 @@ def hit(point: str) -> None:
             time.sleep(3600)
     else:
         raise FaultInjected(point)
+
+
+def wrap(journal: Journal) -> Journal:
+    """``journal`` wrapped in :class:`Faulted` while a point is armed, else as
+    it is: an execution that no test armed pays nothing."""
+    return Faulted(journal) if _armed else journal
+
+
+class Faulted:
+    """A :class:`~runner.journal.Journal` that hits the fault points around
+    the writes they follow: a crash armed there leaves the store exactly as a
+    process dying right after (or, for ``after_effect_call``, right before)
+    that write leaves it."""
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+
+    @property
+    def fence(self) -> Fence:
+        return self.journal.fence
+
+    async def start(self) -> Start | None:
+        return await self.journal.start()
+
+    async def heartbeat(self) -> bool | None:
+        return await self.journal.heartbeat()
+
+    async def end(self, settled: Settled | None) -> None:
+        await self.journal.end(settled)
+
+    async def admit(self, run: Run, tokens: int, *, now: datetime | None) -> Admission:
+        return await self.journal.admit(run, tokens, now=now)
+
+    async def model_step(self, index: int) -> Step | None:
+        return await self.journal.model_step(index)
+
+    async def effects(self, call_ids: list[str]) -> dict[str, Effect]:
+        return await self.journal.effects(call_ids)
+
+    async def withdraw_effect(self, key: str) -> bool:
+        return await self.journal.withdraw_effect(key)
+
+    async def settle(self, outcome: Outcome) -> Settled:
+        return await self.journal.settle(outcome)
+
+    async def defer_retry(self, wait: RetryWait, error: RunError | None = None) -> Settled:
+        return await self.journal.defer_retry(wait, error)
+
+    async def defer_missing_agent(self, grace_seconds: float) -> Run | None:
+        return await self.journal.defer_missing_agent(grace_seconds)
+
+    async def run(self) -> Run:
+        return await self.journal.run()
+
+    async def thread_start(self, thread: str) -> ThreadStart | None:
+        return await self.journal.thread_start(thread)
+
+    async def mcp_listing(self) -> dict[str, Any] | None:
+        return await self.journal.mcp_listing()
+
+    async def approval(self, approval_id: str) -> Approval:
+        return await self.journal.approval(approval_id)
+
+    async def standing_approvals(self) -> list[StandingApproval]:
+        return await self.journal.standing_approvals()
+
+    async def children(self) -> list[Run]:
+        return await self.journal.children()
+
+    async def attempts(self) -> list[RunAttempt]:
+        return await self.journal.attempts()
+
+    async def record_model_step(self, record: StepRecord, *, rolls_up: bool) -> bool:
+        recorded = await self.journal.record_model_step(record, rolls_up=rolls_up)
+        hit(AFTER_JOURNAL)
+        return recorded
+
+    async def begin_effect(
+        self, key: str, tool: str, input: Any, *, rerun_started: bool
+    ) -> EffectBegin:
+        begin = await self.journal.begin_effect(key, tool, input, rerun_started=rerun_started)
+        hit(AFTER_EFFECT_START)
+        return begin
+
+    async def finish_effect(
+        self, key: str, *, output: Any = None, error: str | None = None
+    ) -> Effect:
+        hit(AFTER_EFFECT_CALL)
+        effect = await self.journal.finish_effect(key, output=output, error=error)
+        hit(AFTER_EFFECT_COMPLETE)
+        return effect
+
+    async def mark_unknown(self, key: str) -> Effect:
+        hit(AFTER_EFFECT_CALL)
+        return await self.journal.mark_unknown(key)
+
+    async def start_children(self, children: list[NewChild]) -> list[Run]:
+        started = await self.journal.start_children(children)
+        hit(AFTER_CHILDREN_START)
+        return started
+
+    async def commit_step(self, commit: StepCommit) -> Settled | None:
+        settled = await self.journal.commit_step(commit)
+        hit(AFTER_COMMIT)
+        return settled

@@ -673,3 +673,21 @@ class Settled:
 class DueNotification:
     approval: Approval
     agent: str
+
+
+# What the journal port (runner/journal.py) hands an execution: plain data.
+
+
+@dataclass(frozen=True)
+class ThreadStart:
+    run_id: str
+    messages: list[Message]
+    state: object
+
+
+@dataclass(frozen=True)
+class EffectBegin:
+    """The journal's answer to "may I run this effect?"."""
+
+    effect: Effect
+    execute: bool

@@ -77,7 +77,7 @@ class Deps:
     feed: Feed
     # Where the executions and tick() read the time (runner/clock.py).
     clock: Clock = SYSTEM
-    # Fenced writes from the loop (RUNWRIGHT_STORE_ON_LOOP, Execution.write).
+    # Fenced writes from the loop (RUNWRIGHT_STORE_ON_LOOP, PgJournal.write).
     store_on_loop: bool = False
 
     @classmethod

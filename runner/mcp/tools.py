@@ -12,7 +12,7 @@ or that is too large to offer is left out with one WARNING, as are those past
 the first ``MAX_OFFERED`` of a server; a description and a title are clipped;
 a result is a JSON object or text, binary content named, never passed on
 (and, like every tool's, cut to ``MAX_RESULT_CHARS`` by
-runner/steps/toolcalls.py).
+runner/steps/toolcalls/results.py).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 - ``step_loop.py``: :class:`StepLoop`, the steps of one execution: the model
   call and its journal write, the tool calls, the step's commit.
-- ``toolcalls.py``: one step's tool calls: classification, approvals, the
-  effect journal, the race with the run's abort.
+- ``toolcalls/``: one step's tool calls, a module per concern: the gate (approvals),
+  the journal of effects, the invocation (the race with the run's abort).
 - ``tools.py``: what a tool is (``@tool``, ``@effect``, :class:`Tool`).
 - ``builtin_tools.py``: the tools the engine adds (state, final result).
 - ``history.py``: the run's message history, from the trigger on, and what of

@@ -147,7 +147,7 @@ class _Question(pydantic.BaseModel):
 
 class AskHumanTool(Tool):
     """The ``ask_human`` tool: never invoked. A call of it becomes a request
-    of kind ``input`` (runner/steps/toolcalls.py), and its answer, once a
+    of kind ``input`` (runner/steps/toolcalls/gate.py), and its answer, once a
     person gives it, is the call's result."""
 
     def __init__(self, spec: AskHuman) -> None:

@@ -1,26 +1,25 @@
 """The step loop of one execution: from the start point, step after step, until
 the run settles or pauses (docs/concepts.md, "Step" and "Checkpoint").
 
-A step is two writes. The journal write (``record_llm_step``) records the
-model's reply before any tool runs, so that a recovered run never pays for the
-call twice and keeps its tool call ids; the step's commit (``commit_step``)
-records the tool results with the checkpoint, the state and any approvals.
-Fault points sit right after each (``after_journal``, ``after_commit``: runner/faults.py)."""
+A step is two writes, both through the execution's journal (runner/journal.py).
+The journal write (``record_model_step``) records the model's reply before any
+tool runs, so that a recovered run never pays for the call twice and keeps its
+tool call ids; the step's commit (``commit_step``) records the tool results with
+the checkpoint, the state and any approvals. Fault points sit right after each
+(``after_journal``, ``after_commit``: runner/faults.py wraps the journal)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import itertools
 import logging
-from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-from runner import faults, model
+from runner import model
 from runner.agent import Agent
-from runner.engine.deps import Deps
 from runner.errors import InvalidInput
+from runner.journal import Journal, Start
 from runner.observe import FirstSeen, ModelCall
 from runner.steps.builtin_tools import (
     AskHumanTool,
@@ -40,13 +39,13 @@ from runner.steps.history import (
     trigger_message,
 )
 from runner.steps.run_context import AbortSignal, RunContext
+from runner.steps.services import Services
 from runner.steps.toolcalls import CallRunner, StepCalls
 from runner.steps.tools import Tool
 from store.models import (
     USAGE_ESTIMATED,
     AdmissionVerdict,
     Effect,
-    Fence,
     Message,
     Outcome,
     Run,
@@ -59,7 +58,6 @@ from store.models import (
     StepRecord,
     utcnow,
 )
-from store.pg.runs import StartPoint
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -67,16 +65,11 @@ log = logging.getLogger(__name__)
 
 class Host(Protocol):
     """What the step loop uses of the execution that runs it (an
-    :class:`~runner.engine.execution.Execution`): its fenced writes, its abort signal
+    :class:`~runner.engine.execution.Execution`): its journal, its abort signal
     and its settle. A protocol, so that the loop does not import the execution."""
 
-    deps: Deps
-    fence: Fence | None
+    journal: Journal
     signal: AbortSignal
-
-    async def io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
-
-    async def write(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
 
     async def settle(self, outcome: Outcome) -> Settled: ...
 
@@ -113,13 +106,13 @@ ADMISSION_MAX_PAUSE = 1.0
 
 class StepLoop:
     def __init__(
-        self, execution: Host, agent: Agent, run: Run, ctx: RunContext, start: StartPoint
+        self, execution: Host, services: Services, agent: Agent, ctx: RunContext, start: Start
     ) -> None:
         self.x = execution
-        self.deps = execution.deps
-        self.store = execution.deps.store
+        self.journal = execution.journal
+        self.deps = services
         self.agent = agent
-        self.run_ = run
+        self.run_ = run = start.run
         self.ctx = ctx
         self.messages: list[Message] = []
         self.saved = 0  # how many of self.messages the stored checkpoint holds
@@ -143,6 +136,9 @@ class StepLoop:
         # An MCP server that cannot be reached raises MCPUnavailable: the
         # execution retries the run under its policy (runner/engine/execution.py).
         self.tools = self._assemble(await self._server_tools())
+        self.calls = CallRunner(
+            self.journal, self.deps, self.agent, self.run_, self.ctx, self.tools
+        )
         while True:
             step = open_step(self.messages)
             if step is not None:
@@ -183,7 +179,7 @@ class StepLoop:
         calls = StepCalls()
         if step is not None:
             journal = await self._journal(step) if resumed else None
-            calls = await self._runner(k).run(step, journal)
+            calls = await self.calls.run(k, step, journal)
         return await self._commit(k, step is None, calls)
 
     # ---------------------------------------------------------- start point
@@ -201,7 +197,7 @@ class StepLoop:
         else:
             history: list[Message] = []
             if run.thread:
-                previous = await self.x.io(self.store.thread_start, run.thread, run.id)
+                previous = await self.journal.thread_start(run.thread)
                 if previous is not None:
                     history = continue_thread(previous.messages)
                     state = previous.state if state is None else state
@@ -225,7 +221,7 @@ class StepLoop:
         found: list[Tool] = []
         for server in self.agent.mcp:
             found += await server_tools(server)
-        last = await self.x.io(self.store.mcp_listing, self.run_.id)
+        last = await self.journal.mcp_listing()
         self._mcp_record = record(listing(found), last)
         announce(self.run_.id, self._mcp_record)
         return found
@@ -282,7 +278,7 @@ class StepLoop:
         pause = ADMISSION_PAUSE
         while True:
             now = self.deps.clock.for_store()
-            admission = await self.x.write(self.store.admit, self.run_, tokens, now=now)
+            admission = await self.journal.admit(self.run_, tokens, now=now)
             if admission.verdict is AdmissionVerdict.ADMITTED:
                 return None
             bound, use = admission.bound, admission.use
@@ -365,15 +361,14 @@ class StepLoop:
         )
         self.retry = None  # the journal write clears the run's failed attempts
         rolls_up = self.run_.parent_id is not None  # a child's use counts for its ancestors
-        if await self.x.write(self.store.record_llm_step, record, rolls_up=rolls_up):
+        if await self.journal.record_model_step(record, rolls_up=rolls_up):
             self._mcp_record = None  # recorded: the next steps offer the same
             self.usage = self.usage + reply.usage
             self.cost_usd += reply.cost_usd or 0.0
         else:  # recorded meanwhile: the journal wins, so tool call ids stay stable
-            existing = await self.x.io(self.store.llm_step, self.run_.id, k)
+            existing = await self.journal.model_step(k)
             assert existing is not None
             output = existing.output
-        faults.hit(faults.AFTER_JOURNAL)
         return self._from_journal(output)
 
     def _deltas(self, k: int) -> model.OnDelta:
@@ -381,8 +376,7 @@ class StepLoop:
         stored (the journal write records the whole message). Keyed by this execution's
         epoch, so that readers drop what an execution that was taken over
         still sends; after a failed publish the rest of the call sends none."""
-        assert self.x.fence is not None
-        feed, run_id, epoch = self.deps.feed, self.run_.id, self.x.fence.epoch
+        feed, run_id, epoch = self.deps.feed, self.run_.id, self.journal.fence.epoch
         sent = itertools.count()
         broken = False
 
@@ -436,7 +430,7 @@ class StepLoop:
         call_ids = [call["id"] for call in step.pending]
         if not call_ids:
             return {}
-        return await self.x.io(self.store.journaled_effects, self.run_.id, call_ids)
+        return await self.journal.effects(call_ids)
 
     def _from_journal(self, output: Any) -> Message:
         self.finish_reason = output.get("finish_reason")
@@ -445,36 +439,6 @@ class StepLoop:
         return message
 
     # ---------------------------------------------------- tools and the commit
-
-    def _runner(self, k: int) -> CallRunner:
-        assert self.x.fence is not None
-        return CallRunner(
-            agent=self.agent,
-            tools=self.tools,
-            ctx=self.ctx,
-            fence=self.x.fence,
-            write=self.x.write,
-            store_begin=self.store.begin_effect,
-            store_finish=self.store.finish_effect,
-            store_unknown=self.store.mark_effect_unknown,
-            store_withdraw=self.store.withdraw_effect,
-            token_id=self.deps.tokens.current_id,
-            notify_delay=self.deps.notify_delay if self.agent.notifier else None,
-            executor=self.deps.tool_executor,
-            drain_grace_seconds=max(0.0, self.deps.settings.drain_seconds - 2),
-            approval_expires_seconds=self.deps.settings.approval_expires_seconds,
-            observe=functools.partial(self.deps.observer.tool_call, self.run_),
-            step=k,
-            clock=self.deps.clock,
-            on_unknown=functools.partial(self.deps.observer.effect_unknown, self.run_),
-            approval=functools.partial(self.x.io, self.store.get_approval),
-            run=self.run_,
-            children=functools.partial(self.x.io, self.store.children, self.run_.id),
-            starting=self.deps.observer.starting,
-            attempts=functools.partial(self.x.io, self.store.attempts, self.run_.id),
-            standing=functools.partial(self.x.io, self.store.standing_approvals, self.run_.id),
-            max_child_depth=_first(self.agent.max_child_depth, self.deps.settings.max_child_depth),
-        )
 
     async def _commit(self, k: int, final_text: bool, calls: StepCalls) -> Settled | None:
         if calls.children_running and not (
@@ -487,10 +451,7 @@ class StepLoop:
         if calls.children:
             # Before the step's commit: a crash between them leaves children
             # the next execution finds again (their ids are the calls').
-            started = await self.x.write(
-                self.store.start_children, [child for child, _ in calls.children]
-            )
-            faults.hit(faults.AFTER_CHILDREN_START)
+            started = await self.journal.start_children([child for child, _ in calls.children])
         self.messages += [r.message() for r in calls.results]
         self.messages += [entry for _, entry in calls.approvals]
         self.messages += [entry for _, entry in calls.children]
@@ -517,8 +478,7 @@ class StepLoop:
             waits=calls.waits,
             outcome=outcome,
         )
-        settled: Settled | None = await self.x.write(self.store.commit_step, commit)
-        faults.hit(faults.AFTER_COMMIT)
+        settled = await self.journal.commit_step(commit)
         queued = [child.id for child in started if child.status is RunStatus.QUEUED]
         if queued:
             self.deps.send(queued)
@@ -527,7 +487,7 @@ class StepLoop:
         self.state.changed = False
         for granted in calls.granted:
             # Decided by a standing approval in this commit: told as any decision is.
-            decided = await self.x.io(self.store.get_approval, granted.approval_id)
+            decided = await self.journal.approval(granted.approval_id)
             self.deps.observer.approval_decided(settled.run if settled else self.run_, decided)
         if calls.approvals and settled is not None:
             asked = [approval for approval, _ in calls.approvals]

@@ -398,7 +398,9 @@ class TestEngine:
         journal says it started; its function has not run),
         ``after_effect_call`` (its function ran; its outcome is not written),
         ``after_effect_complete`` and ``after_commit`` (the step is committed).
-        Fails if the run never reaches the point."""
+        Fails if the run never reaches the point. The execution's journal
+        (runner/journal.py) is wrapped in :class:`~runner.faults.Faulted`
+        while the point is armed: the engine itself is not patched."""
         if at not in faults.POINTS:
             raise InvalidInput(f"unknown crash point {at!r}; known: {', '.join(faults.POINTS)}")
         faults.arm(at, "raise", at_hit=hit)

@@ -11,7 +11,6 @@ through the fence first.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -34,6 +33,7 @@ from store.models import (
     StepCommit,
     StepRecord,
 )
+from store.models import EffectBegin as EffectBegin  # moved: plain data of the journal port
 from store.pg.base import (
     PgBase,
     fence_params,
@@ -825,14 +825,6 @@ CHECKPOINT_AT = Statement(
     "checkpoint_at",
     "SELECT step_index, message_count FROM checkpoints WHERE run_id = CAST(:run_id AS uuid)",
 )
-
-
-@dataclass(frozen=True)
-class EffectBegin:
-    """The journal's answer to "may I run this effect?"."""
-
-    effect: Effect
-    execute: bool
 
 
 def lost_lease(fence: Fence) -> LeaseLostError:

@@ -9,7 +9,8 @@ from typing import Any
 
 from store.db import Tx, dumps
 from store.events import RunEvent
-from store.models import Checkpoint, Effect, Message, NewRun, Run, RunStatus, Step
+from store.models import Checkpoint, Effect, NewRun, Run, RunStatus, Step
+from store.models import ThreadStart as ThreadStart  # moved: plain data of the journal port
 from store.pg.base import PgBase, checkpoint_from_row
 from store.rows import effect_from_row, event_from_row, run_from_row, step_from_row
 from store.statements import Statement
@@ -170,13 +171,6 @@ class StartPoint:
 
     checkpoint: Checkpoint | None
     journaled: Step | None
-
-
-@dataclass(frozen=True)
-class ThreadStart:
-    run_id: str
-    messages: list[Message]
-    state: object
 
 
 def new_run_params(new: NewRun) -> dict[str, Any]:

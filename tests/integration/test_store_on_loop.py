@@ -338,20 +338,20 @@ def test_a_write_the_loop_could_not_make_is_waited_out_on_a_thread(
 
 
 def _hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """What executions hand to the I/O pool (``Execution.io``), by name, from
-    now on, but for their heartbeats."""
-    from runner.engine.execution import Execution
+    """What executions hand to the I/O pool (their journal's ``PgJournal.io``),
+    by name, from now on, but for their heartbeats."""
+    from runner.engine.pg_journal import PgJournal
 
     hops: list[str] = []
-    io = Execution.io
+    io = PgJournal.io
 
-    async def spy(self: Execution, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    async def spy(self: PgJournal, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         name = getattr(fn, "__name__", repr(fn))
         if name != "_renew":  # the heartbeat's, every ttl / 3 s: a slow run's timing
             hops.append(name)
         return await io(self, fn, *args, **kwargs)
 
-    monkeypatch.setattr(Execution, "io", spy)
+    monkeypatch.setattr(PgJournal, "io", spy)
     return hops
 
 
