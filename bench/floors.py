@@ -105,7 +105,7 @@ def litellm_processes(runs: int, processes: int) -> dict[str, Any]:
 def litellm_alone(runs: int, start_at: float | None = None) -> dict[str, Any]:
     from runner import model
     from runner.celery import freeze_heap
-    from runner.engine.runtime import runtime
+    from runner.runtime import runtime
     from runner.testing import Reply, Request, ScriptedModel, call, text, tools
 
     def script(request: Request) -> Reply:

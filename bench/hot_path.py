@@ -72,7 +72,7 @@ from bench.floors import in_fresh_process
 from bench.model_server import serving
 from runner import Agent, Budget, Engine, Tool, model, tool
 from runner.celery import freeze_heap
-from runner.engine.runtime import runtime
+from runner.runtime import runtime
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
 from store.db import make_engine, raw_cursor
 from store.models import Message

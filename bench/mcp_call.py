@@ -73,7 +73,7 @@ async def _measure(calls: int, warm: int) -> dict[str, Any]:
 
 
 def run(calls: int = 500, warm: int = 50) -> dict[str, Any]:
-    from runner.engine.runtime import runtime
+    from runner.runtime import runtime
 
     return runtime().run(_measure(calls, warm), timeout=600)
 

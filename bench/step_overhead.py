@@ -49,8 +49,8 @@ import sqlalchemy as sa
 
 from bench.common import bench_database, durable_engine, report
 from runner import Agent, Budget, Engine, tool
-from runner.engine.runtime import runtime
 from runner.model import warm_up
+from runner.runtime import runtime
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
 from runner.testing.scripted import install_provider, price_scripted
 from store.db import make_engine, raw_cursor
@@ -105,7 +105,7 @@ async def _plain_run(litellm: Any, model: str, steps: int) -> int:
 
 
 def _plain_per_step(litellm: Any, model: str, steps: int) -> float:
-    # On the event loop the engine's model calls run on (runner/engine/runtime.py):
+    # On the event loop the engine's model calls run on (runner/runtime.py):
     # litellm keeps per-loop state, and two loops taking turns would make
     # both paths pay for the switches.
     started = time.perf_counter()

@@ -96,7 +96,7 @@ def _clean_process_state() -> Iterator[None]:
     (a drain is final for a worker, which exits; a test's process goes on)."""
     yield
     from runner import faults
-    from runner.engine.runtime import runtime
+    from runner.runtime import runtime
 
     faults.disarm()
     runtime()._draining = False

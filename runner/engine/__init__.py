@@ -4,10 +4,10 @@
   cancel, decide, retry, fork, tick, drain), built on one ``Deps``.
 - ``deps.py``: what the executions and ``tick()`` are handed in the engine's
   place, and the sends to workers.
-- ``execution.py``: one execution of a run: claim, heartbeat, the step loop
-  (``runner/steps/``), and the write that ends it.
-- ``runtime.py``: the per-process loop and thread pools that hold the
-  executions, and the drain.
+- ``execution.py``: one execution of a run: the step loop (``runner/steps/``)
+  over the journal port (``runner/journal.py``).
+- ``pg_journal.py``: the journal port on Postgres: the claim, the lease and
+  heartbeat, and the writes fenced by the execution's epoch.
 - ``tick.py``: the periodic housekeeping Celery beat runs.
 - ``watchdog.py``: a worker's beacon and the check that beat still runs.
 - ``retry_fork.py``: a new attempt at a run that ended: the same run again

@@ -22,12 +22,12 @@ from runner.clock import SYSTEM, Clock
 from runner.coordination.claims import Claims
 from runner.coordination.leases import Leases
 from runner.deprecation import retired
-from runner.engine.runtime import in_io, runtime
 from runner.errors import NotifierGone
 from runner.events.feed import Feed
 from runner.observe import Observer, Observers
 from runner.observe.logs import LogObserver
 from runner.retry import RetryPolicy
+from runner.runtime import in_io, runtime
 from runner.settings import Settings
 from runner.steps.run_context import AbortReason
 from store.errors import StoreUnavailable

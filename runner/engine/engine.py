@@ -23,7 +23,6 @@ from runner.deprecation import retired
 from runner.engine import retry_fork
 from runner.engine.deps import Deps, Enqueue
 from runner.engine.execution import Execution
-from runner.engine.runtime import runtime
 from runner.engine.tick import tick
 from runner.errors import (
     ConfigurationError,
@@ -36,6 +35,7 @@ from runner.events.feed import Until, statuses
 from runner.layout import require_own_modules
 from runner.observe import Observer, TickReport
 from runner.retry import RetryPolicy
+from runner.runtime import runtime
 from runner.schedules.book import Schedules
 from runner.settings import Settings
 from runner.steps.run_context import AbortReason

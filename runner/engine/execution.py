@@ -24,7 +24,6 @@ from runner import appdb, faults, retry
 from runner.agent import Agent
 from runner.engine.deps import Deps
 from runner.engine.pg_journal import NotClaimed, PgJournal
-from runner.engine.runtime import in_io, runtime
 from runner.errors import (
     AgentNotFound,
     LeaseLostError,
@@ -33,6 +32,7 @@ from runner.errors import (
     StoreUnavailable,
 )
 from runner.journal import Journal, Start
+from runner.runtime import in_io, runtime
 from runner.steps.run_context import AbortReason, AbortSignal, RunContext
 from runner.steps.step_loop import StepLoop
 from store.models import (

@@ -16,13 +16,13 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
+from runner.coordination.claims import Heartbeat
+from runner.coordination.claims import NotClaimed as NotClaimed  # what Execution.not_claimed says
 from runner.engine.deps import Deps
-from runner.engine.runtime import in_io, runtime
 from runner.errors import LeaseLostError, StoreUnavailable
 from runner.journal import Start
+from runner.runtime import in_io, runtime
 from runner.steps.run_context import AbortReason, AbortSignal
-from store.claims import Heartbeat
-from store.claims import NotClaimed as NotClaimed  # what Execution.not_claimed says
 from store.models import (
     Admission,
     Approval,

@@ -29,9 +29,9 @@ from typing import Any, Literal, overload
 import pydantic
 
 from runner import appdb
-from runner.engine.runtime import DaemonThreadPool
 from runner.errors import InvalidInput, ToolDefinitionError, ToolInputError
 from runner.retry import RetryPolicy
+from runner.runtime import DaemonThreadPool
 from runner.steps.run_context import RunContext
 
 Retry = Literal["at_most_once", "at_least_once"]

@@ -11,8 +11,8 @@ import sqlalchemy as sa
 
 from runner import Agent, Budget, Engine, RunContext, faults, tool
 from runner.coordination.leases import lease_key
-from runner.engine.runtime import runtime
 from runner.retry import RetryPolicy
+from runner.runtime import runtime
 from runner.testing import Request, ScriptedModel, call, text, tools
 from store.errors import LeaseLostError
 from store.models import RunStatus, StepKind, Usage

@@ -26,10 +26,10 @@ from typing import Any
 import pytest
 
 from runner import Agent, RetryPolicy
-from runner.engine.runtime import runtime
 from runner.errors import ConfigurationError
 from runner.mcp import MCPServer
 from runner.mcp.sessions import close_all, session
+from runner.runtime import runtime
 from runner.testing import ScriptedModel, TestEngine, call, text, tools
 from store.models import EffectStatus, RunStatus
 from tests.helpers import unique

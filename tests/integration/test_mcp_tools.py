@@ -469,7 +469,7 @@ def test_a_call_that_hangs_is_cut_off_by_cancel_timeout_and_drain(
     import threading
 
     from runner import Budget
-    from runner.engine.runtime import runtime
+    from runner.runtime import runtime
     from runner.settings import Settings
     from runner.testing.kit import TEST_SECRET_KEY
 
@@ -520,10 +520,10 @@ def test_a_call_the_server_refuses_is_a_tool_error_and_keeps_the_session(
 ) -> None:
     """A tool the server no longer has: its answer is an error result, which
     goes back to the model as :class:`MCPToolError`, not a broken session."""
-    from runner.engine.runtime import runtime
     from runner.errors import MCPToolError
     from runner.mcp.sessions import session
     from runner.mcp.tools import result_value
+    from runner.runtime import runtime
 
     server = stdio_server(tmp_path / "calls.jsonl")
     pooled = session(server)
@@ -563,8 +563,8 @@ def test_the_offered_tools_are_recorded_and_a_change_between_executions_too(
     """The first step records the MCP tools it offers; after an approval, the
     server has retired one: the next step records what changed, the event
     feed carries it, and the model's call of the retired tool is a tool error."""
-    from runner.engine.runtime import runtime
     from runner.mcp.sessions import session
+    from runner.runtime import runtime
 
     server = stdio_server(tmp_path / "calls.jsonl", list_cache_seconds=0)
     name = unique("mcp-changed")
@@ -619,8 +619,8 @@ def test_a_fork_compares_its_tools_with_what_its_origin_was_offered(
     fork's step): forked while the server's list is unchanged, it records
     nothing new; forked after the server retired a tool, its first step
     records the change. The origin is not written."""
-    from runner.engine.runtime import runtime
     from runner.mcp.sessions import session
+    from runner.runtime import runtime
 
     server = stdio_server(tmp_path / "calls.jsonl", list_cache_seconds=0)
     name = unique("mcp-fork")

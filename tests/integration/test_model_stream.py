@@ -19,9 +19,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-from runner.engine.runtime import runtime
 from runner.errors import ModelError
 from runner.model import MAX_MESSAGE_CHARS, ModelReply, complete
+from runner.runtime import runtime
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
 from tests.provider import Provider, answer, tool_calls
 

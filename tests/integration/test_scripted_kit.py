@@ -17,9 +17,9 @@ import pydantic
 import pytest
 
 from runner import Agent, Engine, model
-from runner.engine.runtime import runtime
 from runner.errors import ModelError
 from runner.retry import RetryPolicy
+from runner.runtime import runtime
 from runner.testing import (
     ScriptedModel,
     UnconsumedModelSteps,

@@ -22,8 +22,8 @@ import redis
 from runner import Agent, Budget, Engine, tool
 from runner.coordination.leases import Leases
 from runner.coordination.live import Publisher, events_channel
-from runner.engine.runtime import runtime
 from runner.events.feed import Feed
+from runner.runtime import runtime
 from runner.settings import Settings
 from runner.testing import Request, ScriptedModel, call, text, tools
 from store.db import make_engine, raw_cursor

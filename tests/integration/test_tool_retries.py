@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from runner import Agent, Engine, effect, tool
-from runner.engine.runtime import runtime
 from runner.errors import ToolInputError
 from runner.retry import RetryPolicy
+from runner.runtime import runtime
 from runner.testing import ScriptedModel, call, text, tools
 from store.models import EffectStatus, RunStatus, StepKind
 from tests.helpers import journaled_effect, run_in_thread, unique, wait_for

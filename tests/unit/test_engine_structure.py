@@ -218,10 +218,6 @@ def test_no_import_cycle_inside_runner_or_tasks() -> None:
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
-# temporary: callers move to runner.coordination (tests/unit/test_store_structure.py).
-SHIMS = {("store.claims", "runner.coordination.claims")}
-
-
 def test_imports_run_one_way_tasks_runner_store() -> None:
     """``store`` imports neither ``runner`` nor ``tasks``; ``runner`` never
     imports ``tasks`` (it is handed an ``enqueue`` callable)."""
@@ -231,7 +227,7 @@ def test_imports_run_one_way_tasks_runner_store() -> None:
         (m, e.target, e.line)
         for m, edges in graph.items()
         for e in edges
-        if layer[e.target.split(".")[0]] > layer[m.split(".")[0]] and (m, e.target) not in SHIMS
+        if layer[e.target.split(".")[0]] > layer[m.split(".")[0]]
     ]
     assert upward == []
     assert any(e.target.startswith("store") for e in graph["runner.engine.engine"])
@@ -255,10 +251,6 @@ def layer_of(module: str) -> str | None:
 # once its arrow is gone.
 PENDING_UPWARD = {
     # pending the journal-port merge
-    # The step loop takes the journal port and its own parts, not the Deps.
-    ("runner.steps.step_loop", "runner.engine.deps"),
-    # DaemonThreadPool from runner.runtime, where the runtime now lives.
-    ("runner.steps.tools", "runner.engine.runtime"),
     # runner/celery.py starts and stops the watchdog beside the listeners.
     ("runner.observe.setup", "runner.engine.watchdog"),
     # last_tick (Redis's mark, else the store's) moves below the engine, or is

@@ -131,7 +131,7 @@ def test_notifier_configuration_errors_are_configuration_errors() -> None:
 
 
 def test_blocking_on_the_runtime_from_its_own_loop_is_a_runwright_error() -> None:
-    from runner.engine.runtime import runtime
+    from runner.runtime import runtime
 
     async def nested() -> None:
         async def nothing() -> None:

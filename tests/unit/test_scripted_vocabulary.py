@@ -12,9 +12,9 @@ import pydantic
 import pytest
 
 from runner import model as model_adapter
-from runner.engine.runtime import runtime
 from runner.errors import InvalidInput, ModelError, ModelRequestsBlocked, RunwrightError
 from runner.retry import retry_after
+from runner.runtime import runtime
 from runner.testing import (
     Reply,
     Request,

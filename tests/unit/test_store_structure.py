@@ -289,12 +289,6 @@ def test_cancelled_on_request_is_one_constant() -> None:
     assert places == ["store/rules.py"]
 
 
-# Modules of store/ that import runner for a while, each re-exporting what
-# moved, marked with SHIM_MARK (the callers that still use them move later).
-SHIM_MARK = "temporary: callers move to runner.coordination"
-SHIMS = {"store/claims.py"}
-
-
 def all_imports(path: Path) -> set[str]:
     """Every module ``path`` imports, wherever the import is (a function, an
     ``if TYPE_CHECKING`` block)."""
@@ -320,10 +314,7 @@ def test_the_store_imports_neither_redis_nor_the_runner() -> None:
     """Redis (leases, claims, live wake-ups) lives in runner/coordination/; the
     store is Postgres only, below the runner."""
     found = imports_of(STORE, {"redis", "runner"})
-    assert set(found) == SHIMS, found
-    for shim in SHIMS:
-        assert SHIM_MARK in (ROOT / shim).read_text()
-        assert found[shim] <= {"runner.coordination.claims"}
+    assert found == {}
 
 
 def test_the_import_scan_sees_redis_and_runner(tmp_path: Path) -> None:
