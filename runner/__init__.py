@@ -26,7 +26,6 @@ The public names are these (``__all__``). Where the rest lives:
 
 from __future__ import annotations
 
-import functools
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +33,7 @@ from runner.layout import require_own_modules
 
 require_own_modules("store")
 
+from runner.release import version  # noqa: E402
 from store.lazy import lazy_attributes  # noqa: E402
 
 if TYPE_CHECKING:
@@ -148,22 +148,6 @@ def start_run(agent: str, payload: Any = None, **kwargs: Any) -> Run:
     sees a run whose request rolled back.
     """
     return default_engine().start(agent, payload, **kwargs)
-
-
-@functools.cache
-def version() -> str | None:
-    """Runwright's installed version (None when run from a source tree).
-
-    It is written once, in pyproject.toml, and read here from the installed
-    distribution's metadata; ``runner.__version__`` is the same, or
-    ``"0+unknown"`` from a source tree.
-    """
-    from importlib import metadata
-
-    try:
-        return metadata.version("runwright")
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def wait_for(run_id: str, timeout: float | None = None, until: str = "ended") -> Run:

@@ -27,6 +27,7 @@ from celery import Celery, Task, signals, states
 from celery.exceptions import Ignore, Reject
 
 from runner.coordination.claims import NotClaimed, Refusal
+from runner.engine import watchdog
 from runner.engine.engine import Engine, TickReport
 from runner.errors import ConfigurationError, RunwrightError, StoreUnavailable
 from runner.model import warm_up
@@ -478,7 +479,9 @@ def _worker_init(sender: Any = None, **_: Any) -> None:
         )
     try:
         warm_up()
-        observe.start_worker(engine().settings, _handlers(), _worker_info(sender))
+        settings, worker = engine().settings, _worker_info(sender)
+        observe.start_worker(settings, _handlers())
+        watchdog.start(settings, worker)
         freeze_heap()
     except RunwrightError as exc:
         raise SystemExit(f"runwright: the worker cannot start: {exc.message}") from exc
@@ -537,6 +540,7 @@ def _run_context_on_logs(logger: logging.Logger | None = None, **_: Any) -> None
 def _flush_observers(sender: Any = None, **_: Any) -> None:
     if _engine is not None and _runs_agents:
         observe.stop_worker(_engine.settings)
+        watchdog.stop()
     sessions = sys.modules.get("runner.mcp.sessions")  # loaded only if an agent has servers
     if sessions is not None:
         sessions.close_all()

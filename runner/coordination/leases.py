@@ -19,13 +19,16 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 import redis.exceptions
 
 from store.errors import StoreUnavailable
 from store.workers import WorkerInfo
+
+if TYPE_CHECKING:
+    from store.postgres import PostgresStore
 
 log = logging.getLogger(__name__)
 
@@ -283,3 +286,21 @@ class CancelListener:
             finally:
                 with suppress(redis.exceptions.RedisError):
                     pubsub.close()
+
+
+def stored_last_tick(store: PostgresStore) -> float | None:
+    """When tick() last finished (epoch seconds) by the store's mark; None if
+    it never has since the store had one (revision 0009)."""
+    at = store.last_tick()
+    return None if at is None else at.timestamp()
+
+
+def last_tick(leases: Leases | None, store: PostgresStore) -> float | None:
+    """When tick() last finished (epoch seconds), None if it never has. Redis's
+    mark, a cheap read, is the newest; when it has none (a Redis restart, which
+    loses it, or no tick ever) the store's answers."""
+    if leases is not None:
+        at = leases.last_tick()
+        if at is not None:
+            return at
+    return stored_last_tick(store)

@@ -39,8 +39,7 @@ from runner.steps.history import approval_response
 from store.models import Decision
 
 if TYPE_CHECKING:
-    from runner.coordination.leases import Leases
-    from store.postgres import PostgresStore
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -85,24 +84,6 @@ def tick(deps: Deps, now: datetime | None = None) -> TickReport:
         if leases is not None:
             with contextlib.suppress(StoreUnavailable):
                 leases.unlock(TICK_LOCK_KEY, token)
-
-
-def stored_last_tick(store: PostgresStore) -> float | None:
-    """When tick() last finished (epoch seconds) by the store's mark; None if
-    it never has since the store had one (revision 0009)."""
-    at = store.last_tick()
-    return None if at is None else at.timestamp()
-
-
-def last_tick(leases: Leases | None, store: PostgresStore) -> float | None:
-    """When tick() last finished (epoch seconds), None if it never has. Redis's
-    mark, a cheap read, is the newest; when it has none (a Redis restart, which
-    loses it, or no tick ever) the store's answers."""
-    if leases is not None:
-        at = leases.last_tick()
-        if at is not None:
-            return at
-    return stored_last_tick(store)
 
 
 def _resend_notifications(deps: Deps, report: TickReport, now: datetime | None) -> None:

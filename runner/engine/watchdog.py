@@ -191,7 +191,7 @@ def start(settings: Settings, worker: WorkerInfo) -> None:
         leases = Leases.from_url(settings.redis_url)
         stored = None
         if settings.database_url is not None:
-            from runner.engine.tick import stored_last_tick
+            from runner.coordination.leases import stored_last_tick
             from runner.settings import open_store
 
             # The worker's own pool (one engine per URL and process); connects

@@ -511,8 +511,7 @@ def start_worker(settings: Settings) -> None:
 def _scrape_time_collector(settings: Settings) -> ScrapeTimeCollector:
     # The engine's own pool (shared_engine is per URL and process) and a small
     # Redis client of our own; neither connects before the first scrape.
-    from runner.coordination.leases import Leases
-    from runner.engine.tick import last_tick
+    from runner.coordination.leases import Leases, last_tick
     from runner.settings import open_store
 
     assert settings.redis_url is not None

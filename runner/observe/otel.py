@@ -40,9 +40,9 @@ from opentelemetry import context, trace
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-import runner
 from runner.observe import ModelCall, Observer, ToolCall
 from runner.observe.genai import provider_of, system_of
+from runner.release import version
 from runner.settings import Settings
 from store.models import Approval, Fence, NewApproval, RetryWait, Run, RunStatus
 
@@ -139,9 +139,7 @@ class OtelObserver(Observer):
 
     def __init__(self, settings: Settings, tracer_provider: trace.TracerProvider | None = None):
         self.capture = settings.otel_capture_content
-        self.tracer = trace.get_tracer(
-            "runwright", runner.version(), tracer_provider=tracer_provider
-        )
+        self.tracer = trace.get_tracer("runwright", version(), tracer_provider=tracer_provider)
 
     # ----------------------------------------------------------- the caller
 

@@ -1,6 +1,6 @@
 """Which listeners a process gets, from the settings; and a worker's start and
-stop of what serves them (the metrics endpoint, the trace exporter, the
-watchdog). The optional extras are imported here only when configured."""
+stop of what serves them (the metrics endpoint, the trace exporter). The
+optional extras are imported here only when configured."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from typing import Any
 from runner.errors import ConfigurationError
 from runner.observe import Observer
 from runner.settings import Settings
-from store.workers import WorkerInfo
 
 log = logging.getLogger(__name__)
 
@@ -44,23 +43,18 @@ def install_logging(handlers: list[logging.Handler], settings: Settings | None =
     install(handlers, settings.log_format)
 
 
-def start_worker(settings: Settings, handlers: list[logging.Handler], worker: WorkerInfo) -> None:
+def start_worker(settings: Settings, handlers: list[logging.Handler]) -> None:
     """In a worker process, before it takes tasks: the log format on Celery's
-    handlers, the trace exporter, the metrics endpoint, the watchdog."""
+    handlers, the trace exporter, the metrics endpoint (the worker's start in
+    runner/celery.py starts the watchdog beside them)."""
     install_logging(handlers, settings)
     if settings.otel:
         _extra("otel", "runner.observe.otel").start_worker(settings)
     if settings.metrics_port is not None:
         _extra("metrics", "runner.observe.metrics").start_worker(settings)
-    from runner.engine import watchdog
-
-    watchdog.start(settings, worker)
 
 
 def stop_worker(settings: Settings) -> None:
     """On shutdown: flush what the exporters still hold."""
     if settings.otel:
         _extra("otel", "runner.observe.otel").stop_worker()
-    from runner.engine import watchdog
-
-    watchdog.stop()

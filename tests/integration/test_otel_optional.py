@@ -38,7 +38,7 @@ from runner.observe import setup
 from runner.settings import Settings
 engine = Engine.from_env(enqueue=None)
 settings = Settings.from_env()
-setup.start_worker(settings, [], "probe")
+setup.start_worker(settings, [])
 import tests.agents
 run = engine.start("five", {"n": 1})
 done = engine.execute(run.id)
