@@ -253,10 +253,26 @@ def run_in_thread(engine: Any, run_id: str) -> tuple[threading.Thread, dict[str,
     return thread, box
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 10.0) -> None:
+# How long a test waits for what should happen at once before it fails: a
+# safety net against a hang, not a measure. Tests check order and state; how
+# long things take is for the benchmarks (bench/).
+SAFETY_NET = 60.0
+
+
+def wait_for(
+    predicate: Callable[[], Any], timeout: float = SAFETY_NET, what: str = "the condition"
+) -> None:
+    """Return once ``predicate()`` holds; fail naming ``what`` if it never does."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return
         time.sleep(0.01)
-    raise AssertionError("condition not met in time")
+    raise AssertionError(f"{what} never came ({timeout:.0f} s safety net)")
+
+
+def joined(thread: threading.Thread, what: str, timeout: float = SAFETY_NET) -> None:
+    """Join ``thread``; fail with ``what`` if it is still running when the
+    safety net runs out (a hang, not a slow machine)."""
+    thread.join(timeout)
+    assert not thread.is_alive(), f"{what} ({timeout:.0f} s safety net)"
