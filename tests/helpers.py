@@ -7,7 +7,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
@@ -32,6 +32,8 @@ from store.models import (
 )
 from store.postgres import PostgresStore
 from store.rows import effect_from_row
+
+T = TypeVar("T")
 
 
 def new_run(
@@ -276,3 +278,39 @@ def joined(thread: threading.Thread, what: str, timeout: float = SAFETY_NET) -> 
     safety net runs out (a hang, not a slow machine)."""
     thread.join(timeout)
     assert not thread.is_alive(), f"{what} ({timeout:.0f} s safety net)"
+
+
+def finishes(work: Callable[[], T], what: str, timeout: float = SAFETY_NET) -> T:
+    """``work()``'s result, called on a thread of its own; fail with ``what``
+    if it has not returned when the safety net runs out (it hangs)."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["result"] = work()
+        except BaseException as exc:  # handed back to the caller
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    joined(thread, what, timeout)
+    if "error" in box:
+        raise box["error"]
+    return box["result"]  # type: ignore[no-any-return]
+
+
+def regex_timeouts(monkeypatch: Any) -> list[float | None]:
+    """The timeouts of the ``regex`` module's searches from now on, in order:
+    the bounded schema check (runner/schemas.py) gives each what is left of
+    its one deadline."""
+    import regex
+
+    given: list[float | None] = []
+    search = regex.search
+
+    def spied(pattern: Any, text: Any, *args: Any, timeout: float | None = None, **kw: Any) -> Any:
+        given.append(timeout)
+        return search(pattern, text, *args, timeout=timeout, **kw)
+
+    monkeypatch.setattr(regex, "search", spied)
+    return given
