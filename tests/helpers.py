@@ -314,3 +314,21 @@ def regex_timeouts(monkeypatch: Any) -> list[float | None]:
 
     monkeypatch.setattr(regex, "search", spied)
     return given
+
+
+class StreamClock:
+    """The time the event streams read (runner/events/eventstream.py): it
+    moves only when the test moves it."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.reads = 0
+
+    def monotonic(self) -> float:
+        self.reads += 1
+        return self.now
+
+    def read_again(self) -> None:
+        """Return once a reader has looked at the clock since this call."""
+        seen = self.reads
+        wait_for(lambda: self.reads > seen, what="the stream's next look at its clock")

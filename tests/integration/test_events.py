@@ -19,7 +19,7 @@ from runner.testing import Request, ScriptedModel, call, text, tools
 from store.events import EventType, RunEvent
 from store.models import Decision, RunStatus
 from store.postgres import PostgresStore
-from tests.helpers import SAFETY_NET, joined, unique, wait_for
+from tests.helpers import SAFETY_NET, StreamClock, joined, unique, wait_for
 
 
 @tool
@@ -107,24 +107,6 @@ def test_async_iteration_gets_the_same_events(engine: Engine) -> None:
     got = asyncio.run(both())
     assert durable(got) == durable(engine.store.events(run.id))
     assert got[-1].status is RunStatus.COMPLETED
-
-
-class StreamClock:
-    """The time the event streams read (runner/events/eventstream.py): it
-    moves only when the test moves it."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.reads = 0
-
-    def monotonic(self) -> float:
-        self.reads += 1
-        return self.now
-
-    def read_again(self) -> None:
-        """Return once a reader has looked at the clock since this call."""
-        seen = self.reads
-        wait_for(lambda: self.reads > seen, what="the stream's next look at its clock")
 
 
 def test_wait_returns_when_the_run_settles(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
