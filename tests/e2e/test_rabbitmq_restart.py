@@ -98,7 +98,7 @@ def test_busy_workers_keep_consuming_after_rabbitmq_restarts(
 
 
 @pytest.mark.timeout(180)
-def test_a_worker_reconnects_trying_its_broker_every_few_seconds(
+def test_a_worker_reconnects_within_seconds_of_its_broker_coming_back(
     own_rabbitmq_cluster: Cluster, rabbitmq_node: RabbitNode
 ) -> None:
     """Celery's back-off between tries grows by 2 s up to 30 s: after a 15 s
