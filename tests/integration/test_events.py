@@ -243,13 +243,22 @@ def wait_until(predicate: Any, timeout: float) -> None:
         time.sleep(0.02)
 
 
-def test_a_write_through_engine_store_wakes_the_followers(engine: Engine) -> None:
+def only_woken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Streams end only when something wakes them: their clock never reaches
+    their timeout, and their resync is put past the test's life."""
+    monkeypatch.setattr(eventstream, "time", StreamClock())
+    monkeypatch.setattr(eventstream, "RESYNC_SECONDS", 100 * SAFETY_NET)
+
+
+def test_a_write_through_engine_store_wakes_the_followers(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``engine.store`` is no way around the live wake-ups: the store itself
     wakes the feed after the commit, whoever called it."""
+    only_woken(monkeypatch)
     run_id, reader, got = _follow_waiting(engine)
     _decide(engine.store, run_id)
-    reader.join(5)  # long before the 15 s resync: the decision woke it
-    assert not reader.is_alive()
+    joined(reader, "the decision did not wake the follower")
     assert got[-1].status is RunStatus.QUEUED
 
 
@@ -265,14 +274,16 @@ def test_a_missed_wake_up_is_caught_by_the_resync(
     assert durable(got) == durable(engine.store.events(run_id))
 
 
-def test_a_reader_catches_up_after_redis_drops_its_subscription(engine: Engine) -> None:
+def test_a_reader_catches_up_after_redis_drops_its_subscription(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    only_woken(monkeypatch)
     run_id, reader, got = _follow_waiting(engine)
     _decide_quietly(engine, run_id)  # committed while nobody would hear it
     assert engine.leases is not None
     killed = engine.leases.redis.client_kill_filter(_type="pubsub")
     assert killed >= 1
-    reader.join(10)  # long before the 15 s resync: the reconnect made it read
-    assert not reader.is_alive()
+    joined(reader, "the reconnect did not make the reader read")
     assert got[-1].status is RunStatus.QUEUED
     assert durable(got) == durable(engine.store.events(run_id))
 
