@@ -1,7 +1,7 @@
 """Agents whose tools hang, for the workers of the abort tests (issue 9, item 7).
 
 Tools append to ``RUNWRIGHT_TEST_EFFECT_LOG`` when they start, so the test
-knows when a call is under way in the worker.
+knows when a call is under way in the worker, and when they end.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ def stuck(seconds: float, ctx: RunContext) -> str:
     """A sync call that does not return for a long time."""
     log_effect("stuck", run_id=ctx.run_id)
     time.sleep(seconds)
+    log_effect("stuck", run_id=ctx.run_id, phase="end")
     return "unstuck"
 
 

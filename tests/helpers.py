@@ -7,7 +7,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
@@ -32,6 +32,8 @@ from store.models import (
 )
 from store.postgres import PostgresStore
 from store.rows import effect_from_row
+
+T = TypeVar("T")
 
 
 def new_run(
@@ -253,10 +255,80 @@ def run_in_thread(engine: Any, run_id: str) -> tuple[threading.Thread, dict[str,
     return thread, box
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 10.0) -> None:
+# How long a test waits for what should happen at once before it fails: a
+# safety net against a hang, not a measure. Tests check order and state; how
+# long things take is for the benchmarks (bench/).
+SAFETY_NET = 60.0
+
+
+def wait_for(
+    predicate: Callable[[], Any], timeout: float = SAFETY_NET, what: str = "the condition"
+) -> None:
+    """Return once ``predicate()`` holds; fail naming ``what`` if it never does."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return
         time.sleep(0.01)
-    raise AssertionError("condition not met in time")
+    raise AssertionError(f"{what} never came ({timeout:.0f} s safety net)")
+
+
+def joined(thread: threading.Thread, what: str, timeout: float = SAFETY_NET) -> None:
+    """Join ``thread``; fail with ``what`` if it is still running when the
+    safety net runs out (a hang, not a slow machine)."""
+    thread.join(timeout)
+    assert not thread.is_alive(), f"{what} ({timeout:.0f} s safety net)"
+
+
+def finishes(work: Callable[[], T], what: str, timeout: float = SAFETY_NET) -> T:
+    """``work()``'s result, called on a thread of its own; fail with ``what``
+    if it has not returned when the safety net runs out (it hangs)."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["result"] = work()
+        except BaseException as exc:  # handed back to the caller
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    joined(thread, what, timeout)
+    if "error" in box:
+        raise box["error"]
+    return box["result"]  # type: ignore[no-any-return]
+
+
+def regex_timeouts(monkeypatch: Any) -> list[float | None]:
+    """The timeouts of the ``regex`` module's searches from now on, in order:
+    the bounded schema check (runner/schemas.py) gives each what is left of
+    its one deadline."""
+    import regex
+
+    given: list[float | None] = []
+    search = regex.search
+
+    def spied(pattern: Any, text: Any, *args: Any, timeout: float | None = None, **kw: Any) -> Any:
+        given.append(timeout)
+        return search(pattern, text, *args, timeout=timeout, **kw)
+
+    monkeypatch.setattr(regex, "search", spied)
+    return given
+
+
+class StreamClock:
+    """The time the event streams read (runner/events/eventstream.py): it
+    moves only when the test moves it."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.reads = 0
+
+    def monotonic(self) -> float:
+        self.reads += 1
+        return self.now
+
+    def read_again(self) -> None:
+        """Return once a reader has looked at the clock since this call."""
+        seen = self.reads
+        wait_for(lambda: self.reads > seen, what="the stream's next look at its clock")

@@ -79,6 +79,7 @@ async def slow(ctx: Context) -> str:
     """Takes a minute."""
     import anyio
 
+    _log("slow", {}, ctx)
     await anyio.sleep(60)
     return "finally"
 

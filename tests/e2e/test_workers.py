@@ -76,15 +76,14 @@ def test_five_copies_of_one_task_execute_once(shared_cluster: Cluster) -> None:
     assert [charges[k] for k in charges if k.startswith(run.id)] == [1]
 
 
-def test_cancel_from_another_process_within_a_second(shared_cluster: Cluster) -> None:
+def test_cancel_from_another_process_interrupts_the_model_call(shared_cluster: Cluster) -> None:
     engine = shared_cluster.engine()
-    run = engine.start("hang")
+    run = engine.start("hang")  # its model answers in an hour
     wait_until(lambda: engine.get_run(run.id).status is RunStatus.RUNNING, 30, "it to run")
     time.sleep(0.5)  # the model call is in flight now
-    requested = time.monotonic()
     assert engine.cancel(run.id).action == "requested"
-    wait_until(lambda: engine.get_run(run.id).status is RunStatus.CANCELLED, 5, "the cancel", 0.01)
-    assert time.monotonic() - requested < 1.0
+    wait_until(lambda: engine.get_run(run.id).status is RunStatus.CANCELLED, 60, "the cancel")
+    assert not [s for s in engine.steps(run.id) if s.kind is StepKind.LLM]  # never answered
 
 
 def test_runs_sharing_a_key_run_one_at_a_time_in_order(shared_cluster: Cluster) -> None:

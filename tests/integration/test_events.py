@@ -19,7 +19,7 @@ from runner.testing import Request, ScriptedModel, call, text, tools
 from store.events import EventType, RunEvent
 from store.models import Decision, RunStatus
 from store.postgres import PostgresStore
-from tests.helpers import unique
+from tests.helpers import SAFETY_NET, StreamClock, joined, unique, wait_for
 
 
 @tool
@@ -109,32 +109,48 @@ def test_async_iteration_gets_the_same_events(engine: Engine) -> None:
     assert got[-1].status is RunStatus.COMPLETED
 
 
-def test_wait_returns_when_the_run_settles(engine: Engine) -> None:
+def test_wait_returns_when_the_run_settles(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """wait() hears the settling commit: its clock never reaches its timeout
+    and its resync is put past the test's life, so nothing else could end it."""
+    clock = StreamClock()
+    monkeypatch.setattr(eventstream, "time", clock)
+    monkeypatch.setattr(eventstream, "RESYNC_SECONDS", 100 * SAFETY_NET)
     run = engine.start(stepping_agent(2, delay=0.05))
-    settled_at: list[float] = []
-
-    def execute() -> None:
-        engine.execute(run.id)
-        settled_at.append(time.monotonic())
-
-    worker = threading.Thread(target=execute)
+    waited: list[Any] = []
+    waiter = threading.Thread(
+        target=lambda: waited.append(engine.wait(run.id, timeout=1)), daemon=True
+    )
+    waiter.start()
+    wait_for(lambda: clock.reads >= 2, what="the wait's first wait")  # it read the run before
+    worker = threading.Thread(target=engine.execute, args=(run.id,))
     worker.start()
-    done = engine.wait(run.id, timeout=30)
-    returned = time.monotonic()
-    worker.join(10)
-    assert done.status is RunStatus.COMPLETED
-    # The settling commit came before execute() returned, and wait() heard it.
-    assert returned - settled_at[0] < 1.0
+    joined(worker, "the execution never ended")
+    joined(waiter, "wait() did not hear the run settle")
+    assert waited[0].status is RunStatus.COMPLETED
 
 
-def test_wait_on_a_waiting_run_returns_on_time(engine: Engine) -> None:
+def test_wait_on_a_waiting_run_returns_at_its_timeout(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A timeout ends the wait once the clock passes it, not before, with
+    the run as it is then."""
     run = engine.start(stepping_agent(1, approve=True))
     engine.execute(run.id)
-    began = time.monotonic()
-    still = engine.wait(run.id, timeout=1)
-    took = time.monotonic() - began
-    assert still.status is RunStatus.WAITING
-    assert 0.9 <= took < 3.0
+    clock = StreamClock()
+    monkeypatch.setattr(eventstream, "time", clock)
+    waited: list[Any] = []
+    waiter = threading.Thread(
+        target=lambda: waited.append(engine.wait(run.id, timeout=1)), daemon=True
+    )
+    waiter.start()
+    wait_for(lambda: clock.reads >= 2, what="the wait's deadline and its first wait")
+    clock.now = 0.9
+    clock.read_again()
+    assert waiter.is_alive(), "the wait ended before its timeout"
+    clock.now = 1.0
+    joined(waiter, "the wait went on past its timeout")
+    assert waited[0].status is RunStatus.WAITING
+    monkeypatch.undo()
     assert engine.wait(run.id, until="waiting").status is RunStatus.WAITING  # at once
 
 
@@ -154,9 +170,10 @@ def test_wait_until_waiting_stops_at_the_approval(engine: Engine) -> None:
 def test_a_settled_run_replays_and_ends(engine: Engine) -> None:
     run = engine.start(stepping_agent(1))
     engine.execute(run.id)
-    began = time.monotonic()
-    events = list(engine.events(run.id))  # no timeout: it must end by itself
-    assert time.monotonic() - began < 2
+    events: list[RunEvent] = []
+    reader = threading.Thread(target=lambda: events.extend(engine.events(run.id)), daemon=True)
+    reader.start()
+    joined(reader, "the events of a settled run did not end")  # no timeout: it ends by itself
     assert events[-1].settles
     last = events[-1].id
     assert list(engine.events(run.id, after=last)) == []
@@ -226,13 +243,22 @@ def wait_until(predicate: Any, timeout: float) -> None:
         time.sleep(0.02)
 
 
-def test_a_write_through_engine_store_wakes_the_followers(engine: Engine) -> None:
+def only_woken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Streams end only when something wakes them: their clock never reaches
+    their timeout, and their resync is put past the test's life."""
+    monkeypatch.setattr(eventstream, "time", StreamClock())
+    monkeypatch.setattr(eventstream, "RESYNC_SECONDS", 100 * SAFETY_NET)
+
+
+def test_a_write_through_engine_store_wakes_the_followers(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``engine.store`` is no way around the live wake-ups: the store itself
     wakes the feed after the commit, whoever called it."""
+    only_woken(monkeypatch)
     run_id, reader, got = _follow_waiting(engine)
     _decide(engine.store, run_id)
-    reader.join(5)  # long before the 15 s resync: the decision woke it
-    assert not reader.is_alive()
+    joined(reader, "the decision did not wake the follower")
     assert got[-1].status is RunStatus.QUEUED
 
 
@@ -248,14 +274,16 @@ def test_a_missed_wake_up_is_caught_by_the_resync(
     assert durable(got) == durable(engine.store.events(run_id))
 
 
-def test_a_reader_catches_up_after_redis_drops_its_subscription(engine: Engine) -> None:
+def test_a_reader_catches_up_after_redis_drops_its_subscription(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    only_woken(monkeypatch)
     run_id, reader, got = _follow_waiting(engine)
     _decide_quietly(engine, run_id)  # committed while nobody would hear it
     assert engine.leases is not None
     killed = engine.leases.redis.client_kill_filter(_type="pubsub")
     assert killed >= 1
-    reader.join(10)  # long before the 15 s resync: the reconnect made it read
-    assert not reader.is_alive()
+    joined(reader, "the reconnect did not make the reader read")
     assert got[-1].status is RunStatus.QUEUED
     assert durable(got) == durable(engine.store.events(run_id))
 

@@ -18,7 +18,6 @@ import asyncio
 import json
 import logging
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,9 +29,10 @@ from runner.errors import ConfigurationError
 from runner.mcp import MCPServer
 from runner.mcp.sessions import close_all, session
 from runner.runtime import runtime
+from runner.schemas import CHECK_SECONDS
 from runner.testing import ScriptedModel, TestEngine, call, text, tools
 from store.models import EffectStatus, RunStatus
-from tests.helpers import unique
+from tests.helpers import finishes, regex_timeouts, unique
 from tests.mcp_http import Answer, Gateway, HttpServer, calls, serving
 from tests.services import ROOT
 
@@ -123,10 +123,12 @@ def test_an_effect_the_server_ran_behind_a_gateway_that_answered_badly_is_of_unk
         name,
         [tools(call("tracker_create_issue", {"title": "refund A7"}, id="pay")), text("checking")],
     )
-    server = MCPServer.http("tracker", gateway.url, connect_seconds=5, call_seconds=20)
-    began = time.monotonic()
-    run = runwright_engine.run(Agent(name=name, model=model.model, mcp=[server]))
-    assert time.monotonic() - began < 20  # no wait for call_seconds
+    # A call that waited for call_seconds would outlast the safety net.
+    server = MCPServer.http("tracker", gateway.url, connect_seconds=5, call_seconds=600)
+    agent = Agent(name=name, model=model.model, mcp=[server])
+    run = finishes(
+        lambda: runwright_engine.run(agent), "the bad answer was waited out to call_seconds"
+    )
     assert run.status is RunStatus.COMPLETED, run.error
     [journaled] = runwright_engine.effects(run.id)
     assert journaled.status is EffectStatus.UNKNOWN, journaled
@@ -269,12 +271,17 @@ HOSTILE_CALLS = {
 
 @pytest.mark.parametrize("hostile", list(HOSTILE_CALLS.values()), ids=list(HOSTILE_CALLS))
 def test_a_schema_whose_pattern_backtracks_never_holds_the_loop(
-    runwright_engine: TestEngine, tmp_path: Path, hostile: tuple[str, dict[str, Any]]
+    runwright_engine: TestEngine,
+    tmp_path: Path,
+    hostile: tuple[str, dict[str, Any]],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The model calls a tool whose schema has a pattern that backtracks for
-    ever, with an argument crafted for it. A 10 ms ticker on the runtime's
-    loop keeps ticking (no gap of 100 ms), the model is told its arguments
-    were refused, and the server never gets the call."""
+    ever, with an argument crafted for it. The check matches the patterns
+    under its one deadline (what holds the runtime's loop is bounded: the
+    deadline's own tests are in tests/unit/test_bounded_schemas.py), the
+    model is told its arguments were refused, and the server never gets the
+    call."""
     log = tmp_path / "calls.jsonl"
     server = hostile_stdio(log)
     tool, arguments = hostile
@@ -289,28 +296,14 @@ def test_a_schema_whose_pattern_backtracks_never_holds_the_loop(
         unique("mcp-redos"), [tools(call(tool, arguments, id="crafted")), text("refused")]
     )
     agent = Agent(name=model.name, model=model.model, mcp=[server])
-    gaps: list[float] = []
-    stop = asyncio.Event()
-
-    async def ticker() -> None:
-        last = time.monotonic()
-        while not stop.is_set():
-            await asyncio.sleep(0.01)
-            now = time.monotonic()
-            gaps.append(now - last)
-            last = now
-
-    loop = runtime().loop
-    ticking = asyncio.run_coroutine_threadsafe(ticker(), loop)
-    try:
-        run = runwright_engine.run(agent)
-    finally:
-        loop.call_soon_threadsafe(stop.set)
-        ticking.result(5)
+    timeouts = regex_timeouts(monkeypatch)
+    run = runwright_engine.run(agent)
     assert run.status is RunStatus.COMPLETED, run.error
     said = json.loads(tool_results(model, 1)["crafted"])["error"]
     assert said.startswith(f"invalid arguments for {tool}") or "could not be checked" in said, said
-    assert gaps and max(gaps) < 0.1, f"the loop stood still for {max(gaps):.3f} s"
+    # Every search of the crafted call had what was left of the check's deadline.
+    assert timeouts, "the crafted arguments were never matched by the bounded check"
+    assert all(t is not None and 0 < t <= CHECK_SECONDS for t in timeouts), timeouts
     assert [c["tool"] for c in calls(log)] == ["lookup"]  # the crafted call never went out
 
 

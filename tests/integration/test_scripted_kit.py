@@ -6,10 +6,10 @@ with nothing sent."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -17,9 +17,12 @@ import pydantic
 import pytest
 
 from runner import Agent, Engine, model
+from runner.clock import Clock
+from runner.coordination.leases import Leases
 from runner.errors import ModelError
 from runner.retry import RetryPolicy
 from runner.runtime import runtime
+from runner.settings import Settings
 from runner.testing import (
     ScriptedModel,
     UnconsumedModelSteps,
@@ -33,6 +36,7 @@ from runner.testing import (
     tools,
 )
 from store.models import RunStatus, StepKind, utcnow
+from store.postgres import PostgresStore
 from tests.helpers import unique
 
 BLOCKED = (
@@ -56,21 +60,47 @@ def _agent(script: list[object], **kwargs: object) -> tuple[str, ScriptedModel]:
     return name, scripted
 
 
+class Pauses(Clock):
+    """The system's time, whose sleeps are written down and skipped."""
+
+    def __init__(self) -> None:
+        self.slept: list[float] = []
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        await asyncio.sleep(0)
+
+
 def test_a_429s_retry_after_is_waited_out_within_the_call(
-    engine: Engine, caplog: pytest.LogCaptureFixture
+    pg_store: PostgresStore,
+    leases: Leases,
+    settings: Settings,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    name, scripted = _agent([rate_limited(retry_after=1), text("ok")])
-    run = engine.start(name)
-    caplog.set_level(logging.WARNING, logger="runner.model")
-    began = time.monotonic()
-    done = engine.execute(run.id)
-    paused = time.monotonic() - began
+    import tests.agents  # noqa: F401  (registers the shared agents)
+
+    clock = Pauses()
+    engine = Engine(
+        pg_store,
+        leases=leases,
+        settings=settings,
+        model_retries=2,
+        model_backoff_seconds=0.01,
+        clock=clock,
+    )
+    try:
+        name, scripted = _agent([rate_limited(retry_after=1), text("ok")])
+        run = engine.start(name)
+        caplog.set_level(logging.WARNING, logger="runner.model")
+        done = engine.execute(run.id)
+    finally:
+        engine.close()
 
     assert done is not None and done.status is RunStatus.COMPLETED and done.output == "ok"
-    # The engine's backoff is 0.01 s (tests/conftest.py): the pause is the provider's.
+    # The engine's backoff is 0.01 s: the pause is the provider's.
     retried = [r.getMessage() for r in caplog.records if "RateLimitError" in r.getMessage()]
     assert retried == [f"model {scripted.model}: RateLimitError (attempt 1); retrying in 1.0s"]
-    assert paused >= 1.0
+    assert clock.slept == [1.0]
     assert scripted.call_count == 2
     scripted.assert_complete()
 

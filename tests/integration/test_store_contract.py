@@ -1,7 +1,8 @@
 """The store's contract, run twice: with prepared statements (the default)
 and without (``RUNWRIGHT_DB_PREPARED=false``, for PgBouncer in transaction
 mode). Every call goes through a recorder, and the last test checks that each
-public method of ``PostgresStore`` returned normally at least once in each mode.
+public method of ``PostgresStore`` returned normally at least once in each mode
+(running itself, in this process, the tests that ran elsewhere).
 """
 
 from __future__ import annotations
@@ -11,12 +12,14 @@ import inspect
 import os
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
+from runner import faults
 from store.db import make_engine
 from store.errors import (
     ApprovalError,
@@ -70,6 +73,7 @@ from tests.helpers import (
     tool_record,
     try_claim,
 )
+from tests.services import Services
 
 KINDS = ("postgres", "postgres-unprepared")
 # Every public method of the store (from_url builds one: the fixtures use it).
@@ -1544,12 +1548,49 @@ def claimed_run(store: PostgresStore, run_id: str) -> Fence:
     return Fence(run_id, "worker-c", claim.epoch)
 
 
-def test_every_public_method_succeeded_in_each_mode() -> None:
-    """Runs last in this module: every public method of the store was
-    called by the tests above, and returned normally, in each mode."""
+def _contract_tests() -> Iterator[tuple[Callable[..., Any], dict[str, Any]]]:
+    """This module's tests of the store, in order, each with the arguments
+    besides ``store`` of its first parametrized case."""
+    for name, value in list(globals().items()):
+        if not (name.startswith("test_") and inspect.isfunction(value)):
+            continue
+        parameters = list(inspect.signature(value).parameters)
+        if parameters[:1] != ["store"]:
+            continue
+        first: dict[str, Any] = {}
+        for mark in getattr(value, "pytestmark", []):
+            if mark.name == "parametrize":
+                names, cases = mark.args[0], mark.args[1]
+                names = [n.strip() for n in names.split(",")] if isinstance(names, str) else names
+                case = cases[0] if len(names) > 1 else [cases[0]]
+                first.update(zip(names, case, strict=True))
+        yield value, first
+
+
+# The module's whole run, at worst, on a busy machine.
+@pytest.mark.timeout(900)
+def test_every_public_method_succeeded_in_each_mode(services: Services) -> None:
+    """Every public method of the store returned normally in each mode, in
+    this module's tests. Those that did not run in this process (the suite
+    spread over processes, or run in part) run here, each on a database of
+    its own, until every method has."""
     assert len(PUBLIC_METHODS) >= 30, PUBLIC_METHODS
+    for kind in KINDS:
+        for contract, arguments in _contract_tests():
+            if not set(PUBLIC_METHODS) - SUCCEEDED[kind]:
+                break
+            name = services.new_database()
+            store = PostgresStore(
+                make_engine(services.database_url(name), pool_size=5, prepared=kind == "postgres")
+            )
+            try:
+                contract(Recording(store, kind), **arguments)
+            finally:
+                store.close()
+                faults.disarm()
+                services.drop_database(name)
     missing = {kind: sorted(set(PUBLIC_METHODS) - SUCCEEDED[kind]) for kind in KINDS}
     assert missing == {kind: [] for kind in KINDS}, (
-        "run this whole module: these methods never returned normally",
+        "no test of this module made these methods return normally",
         missing,
     )

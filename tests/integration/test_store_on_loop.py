@@ -81,32 +81,22 @@ def _on_loop(make: Callable[[], Any]) -> Any:
 def test_a_carried_statement_leaves_the_loop_free(pg_store: PostgresStore) -> None:
     sleepy = Statement("onloop_sleepy", "SELECT pg_sleep(0.4) AS slept")
 
-    async def go() -> tuple[int, bool]:
-        ticks = 0
-        stop = False
+    async def go() -> tuple[bool, bool]:
+        loop = asyncio.get_running_loop()
+        turn = asyncio.Event()
 
-        async def ticker() -> None:
-            nonlocal ticks
-            while not stop:
-                await asyncio.sleep(0.01)
-                ticks += 1
-
-        ticking = asyncio.ensure_future(ticker())
-        await asyncio.sleep(0)
-
-        def query() -> bool:
+        def query() -> tuple[bool, bool]:
+            # The loop's next turn sets the event: before the statement
+            # returns only if the statement does not hold the loop.
+            loop.call_soon(turn.set)
             pg_store.db.first(sleepy)
-            return carried()
+            return carried(), turn.is_set()
 
-        inside = await carry(query)
-        stop = True
-        await ticking
-        return ticks, inside
+        return await carry(query)
 
-    ticks, inside = _on_loop(go)
+    inside, free = _on_loop(go)
     assert inside
-    # 0.4 s of Postgres at 10 ms a tick; a blocking call would allow none.
-    assert ticks >= 15, ticks
+    assert free, "the loop stood still while the carried call ran"
 
 
 def test_a_cancelled_caller_leaves_the_carried_call_to_finish(
@@ -394,31 +384,39 @@ def test_carried_statements_beyond_the_pool_wait_their_turn(database_url: str) -
     """A loop's pool holds at most its size: the statements beyond it wait
     for a connection, and every one of them runs."""
     store = PostgresStore(make_engine(database_url, pool_size=2))
-    sleepy = Statement("onloop_turns", "SELECT pg_sleep(0.1) AS slept")
+    # Each statement says when, by the server's clock, it began and ended.
+    sleepy = Statement(
+        "onloop_turns",
+        "SELECT clock_timestamp() AS began, (SELECT pg_sleep(0.1)) AS slept,"
+        " clock_timestamp() AS ended",
+    )
     most = 0
+    ran: list[dict[str, Any]] = []
 
-    async def go() -> float:
+    async def go() -> None:
         nonlocal most
         pool: LoopPool | None = None
 
         async def one() -> None:
             nonlocal most, pool
-            await carry(store.db.first, sleepy)
+            ran.append(await carry(store.db.first, sleepy))
             pool = _pool(store)
             most = max(most, pool._open)
 
-        started = time.monotonic()
         await asyncio.gather(*(one() for _ in range(6)))
         assert pool is not None
         most = max(most, pool._open)
-        return time.monotonic() - started
 
     try:
-        took = _on_loop(go)
+        _on_loop(go)
     finally:
         store.close()
     assert most == 2
-    assert took >= 0.3  # six statements of 0.1 s, two at a time
+    assert len(ran) == 6
+    # Two at a time: no statement began while two others were still running.
+    edges = sorted([(r["began"], 1) for r in ran] + [(r["ended"], -1) for r in ran])
+    running = [sum(step for _, step in edges[: i + 1]) for i in range(len(edges))]
+    assert max(running) == 2, ran
 
 
 @dataclasses.dataclass
