@@ -41,7 +41,7 @@ def test_cancel_settles_within_two_seconds_while_a_sync_tool_hangs(cluster: Clus
     assert took < 2.0, f"cancel settled after {took:.2f}s"
     # The worker is free again: another run of the same agent starts its tool.
     assert worker.popen.poll() is None
-    assert engine.get_run(run_id).claim is None or engine.get_run(run_id).status.settled
+    assert engine.get_run(run_id).claim is None or engine.get_run(run_id).status.ended
     start_stuck(cluster, engine)
 
 

@@ -47,7 +47,7 @@ def test_poison_run_settles_crashed_and_healthy_runs_complete(cluster: Cluster) 
     current: Proc = worker
     while time.monotonic() < deadline:
         runs = [engine.get_run(r.id) for r in everyone]
-        if all(r.settled for r in runs):
+        if all(r.ended for r in runs):
             break
         if current.popen.poll() is not None:
             deaths += 1
@@ -78,7 +78,7 @@ def test_poison_run_settles_crashed_and_healthy_runs_complete(cluster: Cluster) 
     epochs = [_epoch(engine, r.id) for r in healthy]
     assert max(epochs) >= LIMIT + 1, epochs
     assert engine.get_run(behind.id).output == "steady done"
-    # Settled means out of recovery: no worker dies any more.
+    # Ended means out of recovery: no worker dies any more.
     time.sleep(3)
     assert current.popen.poll() is None
     assert engine.tick().lapsed == []

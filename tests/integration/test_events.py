@@ -85,7 +85,7 @@ def test_a_reader_resumes_after_its_last_id_with_no_gap_and_no_duplicate(engine:
     run = engine.start(stepping_agent(3))
     engine.execute(run.id)
     everything = list(engine.events(run.id, timeout=5))
-    assert everything[-1].settles
+    assert everything[-1].ends
     for cut in range(len(everything)):
         last = everything[cut].id
         rest = list(engine.events(run.id, after=last, timeout=5))
@@ -157,7 +157,7 @@ def test_a_settled_run_replays_and_ends(engine: Engine) -> None:
     began = time.monotonic()
     events = list(engine.events(run.id))  # no timeout: it must end by itself
     assert time.monotonic() - began < 2
-    assert events[-1].settles
+    assert events[-1].ends
     last = events[-1].id
     assert list(engine.events(run.id, after=last)) == []
 
