@@ -85,7 +85,7 @@ def test_beat_down_over_three_firings_catches_up_under_the_overlap_policy(
         FiringOutcome.SKIPPED,
         FiringOutcome.SKIPPED,
     ]
-    assert all("has not settled (overlap: skip)" in (f.reason or "") for f in first_three[1:])
+    assert all("has not ended (overlap: skip)" in (f.reason or "") for f in first_three[1:])
 
 
 @pytest.mark.timeout(180)

@@ -203,7 +203,7 @@ def test_a_crash_at_each_point_runs_the_effect_at_most_once(
         run = runwright_engine.start(shop.agent)
         crash = runwright_engine.crash(run.id, at=point)
         assert crash.run.status is RunStatus.RUNNING  # it died holding its claim
-        with pytest.raises(InvalidInput, match="call recover"):
+        with pytest.raises(InvalidInput, match="call take_over"):
             runwright_engine.run_until_ended(run.id)
         done = runwright_engine.take_over(run.id)
     assert done.status is RunStatus.COMPLETED
