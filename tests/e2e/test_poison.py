@@ -78,7 +78,7 @@ def test_poison_run_settles_crashed_and_healthy_runs_complete(cluster: Cluster) 
     epochs = [_epoch(engine, r.id) for r in healthy]
     assert max(epochs) >= LIMIT + 1, epochs
     assert engine.get_run(behind.id).output == "steady done"
-    # Ended means out of recovery: no worker dies any more.
+    # Settled means out of recovery: no worker dies any more.
     time.sleep(3)
     assert current.popen.poll() is None
     assert engine.tick().lapsed == []
