@@ -46,7 +46,7 @@ from runner.settings import Settings
 from runner.testing import Reply, Request, ScriptedModel
 from store.db import make_engine
 from store.events import EventType
-from store.models import Fence, Settled, StepCommit
+from store.models import Ended, Fence, StepCommit
 from store.postgres import PostgresStore
 
 KEY = "bench:bench-secret-bench-secret-bench-secret"
@@ -68,7 +68,7 @@ class _TimedStore(PostgresStore):
 
     committed: dict[int, float]
 
-    def commit_step(self, fence: Fence, commit: StepCommit) -> Settled | None:
+    def commit_step(self, fence: Fence, commit: StepCommit) -> Ended | None:
         settled = super().commit_step(fence, commit)
         if commit.tool_steps:
             self.committed[commit.step_index] = time.time()

@@ -273,7 +273,7 @@ class Soak:
         engine.close()
 
     def all_settled(self, engine: Engine) -> bool:
-        return all(engine.get_run(r).settled for r in list(self.runs))
+        return all(engine.get_run(r).ended for r in list(self.runs))
 
 
 def taken_over(engine: Engine, epochs: dict[str, int]) -> Iterator[bool]:

@@ -9,7 +9,7 @@ it does, ``after_children_start`` once a step's child runs are created
 commit (its tool results and checkpoint); docs/concepts.md, "Step" and "Effects".
 
 Tests arm them to crash or stall the process exactly there, which is the
-cheapest way to prove a recovery claim. The points are hit by :class:`Faulted`,
+cheapest way to prove a takeover claim. The points are hit by :class:`Faulted`,
 which wraps an execution's journal (runner/journal.py) while one is armed, so
 the engine itself carries none. Only code arms them: :func:`arm`, or
 :func:`arm_from_spec` in a test's own subprocess (``tests/proc.py``), e.g.::
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
         Approval,
         Effect,
         EffectBegin,
+        Ended,
         Fence,
         NewChild,
         Outcome,
@@ -50,7 +51,6 @@ if TYPE_CHECKING:
         Run,
         RunAttempt,
         RunError,
-        Settled,
         StandingApproval,
         Step,
         StepCommit,
@@ -81,7 +81,7 @@ class FaultInjected(BaseException):
 
     On purpose not a :class:`~runner.errors.RunwrightError`, nor any
     ``Exception``: it stands for the process dying at that point, so it must
-    pass every ``except Exception`` (the tool-call, crash-settling and retry
+    pass every ``except Exception`` (the tool-call, crash-ending and retry
     handlers) the way a SIGKILL would, and leave the run as a dead process
     leaves it. The one exception class the project defines outside
     ``RunwrightError``."""
@@ -165,8 +165,8 @@ class Faulted:
     async def heartbeat(self) -> bool | None:
         return await self.journal.heartbeat()
 
-    async def end(self, settled: Settled | None) -> None:
-        await self.journal.end(settled)
+    async def close(self, ended: Ended | None) -> None:
+        await self.journal.close(ended)
 
     async def admit(self, run: Run, tokens: int, *, now: datetime | None) -> Admission:
         return await self.journal.admit(run, tokens, now=now)
@@ -180,10 +180,10 @@ class Faulted:
     async def withdraw_effect(self, key: str) -> bool:
         return await self.journal.withdraw_effect(key)
 
-    async def settle(self, outcome: Outcome) -> Settled:
-        return await self.journal.settle(outcome)
+    async def end(self, outcome: Outcome) -> Ended:
+        return await self.journal.end(outcome)
 
-    async def defer_retry(self, wait: RetryWait, error: RunError | None = None) -> Settled:
+    async def defer_retry(self, wait: RetryWait, error: RunError | None = None) -> Ended:
         return await self.journal.defer_retry(wait, error)
 
     async def defer_missing_agent(self, grace_seconds: float) -> Run | None:
@@ -239,7 +239,7 @@ class Faulted:
         hit(AFTER_CHILDREN_START)
         return started
 
-    async def commit_step(self, commit: StepCommit) -> Settled | None:
-        settled = await self.journal.commit_step(commit)
+    async def commit_step(self, commit: StepCommit) -> Ended | None:
+        ended = await self.journal.commit_step(commit)
         hit(AFTER_COMMIT)
-        return settled
+        return ended

@@ -25,6 +25,7 @@ from store.models import (
     Checkpoint,
     Effect,
     EffectBegin,
+    Ended,
     Fence,
     NewChild,
     Outcome,
@@ -32,7 +33,6 @@ from store.models import (
     Run,
     RunAttempt,
     RunError,
-    Settled,
     StandingApproval,
     Step,
     StepCommit,
@@ -67,8 +67,8 @@ class Journal(Protocol):
         """Renew the claim: whether a cancel was asked; None once the run was let
         go. Raises LeaseLostError when the claim is gone."""
 
-    async def end(self, settled: Settled | None) -> None:
-        """Give up the claim (unless a write did) and hand on what ``settled`` freed."""
+    async def close(self, ended: Ended | None) -> None:
+        """Give up the claim (unless a write did) and hand on what ``ended`` freed."""
 
     # -- a step: its model reply, then its commit
     async def admit(self, run: Run, tokens: int, *, now: datetime | None) -> Admission:
@@ -83,9 +83,9 @@ class Journal(Protocol):
     async def start_children(self, children: list[NewChild]) -> list[Run]:
         """Create the child runs a step's calls start, before its commit."""
 
-    async def commit_step(self, commit: StepCommit) -> Settled | None:
+    async def commit_step(self, commit: StepCommit) -> Ended | None:
         """Record the tool results with the checkpoint; waits (approvals, questions,
-        children) or settles the run as ``commit`` says."""
+        children) or ends the run as ``commit`` says."""
 
     # -- effects
     async def effects(self, call_ids: list[str]) -> dict[str, Effect]:
@@ -108,10 +108,10 @@ class Journal(Protocol):
         """Take back a start whose call never went out."""
 
     # -- the run leaves `running`
-    async def settle(self, outcome: Outcome) -> Settled:
-        """Settle the run, or pause it (``waiting``, ``interrupted``)."""
+    async def end(self, outcome: Outcome) -> Ended:
+        """End the run, or pause it (``waiting``, ``interrupted``)."""
 
-    async def defer_retry(self, wait: RetryWait, error: RunError | None = None) -> Settled:
+    async def defer_retry(self, wait: RetryWait, error: RunError | None = None) -> Ended:
         """Sleep until the failed step's next attempt, or fail with ``error``."""
 
     async def defer_missing_agent(self, grace_seconds: float) -> Run | None:

@@ -121,7 +121,7 @@ class ApprovalExpired(ApprovalError):
 
 
 class RunNotWaiting(ApprovalError):
-    """The run no longer waits for this approval (it settled or moved on)."""
+    """The run no longer waits for this approval (it ended or moved on)."""
 
 
 class InvalidApprovalInput(ApprovalError, InvalidInput):

@@ -27,7 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from store.models import Step, StepKind, Usage
-from store.status import SETTLED, RunStatus
+from store.status import ENDED, RunStatus
 
 # The one sequence of event ids (steps.id and run_events.id).
 EVENT_IDS = "run_event_ids"
@@ -69,9 +69,9 @@ class RunEvent:
         return RunStatus(self.data["status"])
 
     @property
-    def settles(self) -> bool:
+    def ends(self) -> bool:
         status = self.status
-        return status is not None and status in SETTLED
+        return status is not None and status in ENDED
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (SSE, ``runwright watch --json``)."""
@@ -157,7 +157,7 @@ BEGIN
             'status', NEW.status, 'error_code', NEW.error_code,
             'retry_at', to_jsonb(NEW.retry_at))));
     END IF;
-    -- A child run's start and settle are events of its parent's too.
+    -- A child run's start and end are events of its parent's too.
     IF NEW.parent_id IS NOT NULL AND (TG_OP = 'INSERT' OR (
             NEW.status IS DISTINCT FROM OLD.status AND NEW.status IN ('completed', 'failed', 'cancelled'))) THEN
         INSERT INTO run_events (run_id, type, data)

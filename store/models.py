@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import uuid
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -20,8 +21,8 @@ from store.ids import new_id
 from store.jsonsafe import clean_message
 from store.status import CANCELLABLE as CANCELLABLE
 from store.status import CLAIMABLE as CLAIMABLE
+from store.status import ENDED as ENDED
 from store.status import KEY_HOLDING as KEY_HOLDING
-from store.status import SETTLED as SETTLED
 from store.status import Interruption as Interruption
 from store.status import RunStatus as RunStatus
 
@@ -64,7 +65,7 @@ class EffectOutcome(enum.StrEnum):
 class Decision(enum.StrEnum):
     APPROVED = "approved"
     DENIED = "denied"
-    # The run settled (cancelled, failed) before anyone decided.
+    # The run ended (cancelled, failed) before anyone decided.
     WITHDRAWN = "withdrawn"
     # A person answered a question (a request of kind ``input``).
     ANSWERED = "answered"
@@ -271,8 +272,18 @@ class Run:
         return self.ancestors[-1] if self.ancestors else self.id
 
     @property
+    def ended(self) -> bool:
+        return self.status.ended
+
+    @property
     def settled(self) -> bool:
-        return self.status.settled
+        """Deprecated: :attr:`ended` (docs/concepts.md, Glossary)."""
+        warnings.warn(
+            "Run.settled is deprecated; use Run.ended (docs/concepts.md, Glossary)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.status.ended
 
     def output_as(self, model: type[M]) -> M:
         """The run's output validated as ``model`` (typically the agent's
@@ -422,11 +433,11 @@ class Effect:
 
 class Overlap(enum.StrEnum):
     """What a schedule's firing does while a run an earlier firing started
-    has not settled (runner/schedules/)."""
+    has not ended (runner/schedules/)."""
 
     # The firing is skipped, and recorded so.
     SKIP = "skip"
-    # One firing waits for the earlier run to settle, then starts; more are skipped.
+    # One firing waits for the earlier run to end, then starts; more are skipped.
     BUFFER_ONE = "buffer_one"
     # Every firing starts a run, whatever runs already.
     ALLOW_ALL = "allow_all"
@@ -439,7 +450,7 @@ class FiringOutcome(enum.StrEnum):
 
     STARTED = "started"
     SKIPPED = "skipped"
-    # Waiting for the schedule's earlier run to settle (``buffer_one``).
+    # Waiting for the schedule's earlier run to end (``buffer_one``).
     BUFFERED = "buffered"
     # Older than the catch-up window when tick() came to it (beat was down).
     MISSED = "missed"
@@ -607,7 +618,7 @@ class NewApproval:
 
 @dataclass(frozen=True)
 class Outcome:
-    """How a write settles (or pauses) the run."""
+    """How a write ends (or pauses) the run."""
 
     status: RunStatus
     output: JSON = None
@@ -644,7 +655,7 @@ class StepCommit:
 
 
 @dataclass(frozen=True)
-class Settled:
+class Ended:
     """The result of a write that moved a run out of ``running``."""
 
     run: Run
@@ -655,10 +666,10 @@ class Settled:
 
     @property
     def hands_on(self) -> bool:
-        """Whether the settle leaves anything to queue or send: the run again
+        """Whether the end leaves anything to queue or send: the run again
         (interrupted), the next run of its concurrency key, the parents it
         resumed, or its retry's delayed message. Everything
-        ``Deps.after_settle`` acts on, which an execution skips (and the
+        ``Deps.after_end`` acts on, which an execution skips (and the
         thread it takes) when this is False."""
         run = self.run
         return (

@@ -27,7 +27,7 @@ from store.pg.effects import PgEffects
 from store.pg.execution import PgExecution
 from store.pg.maintenance import PgMaintenance
 from store.pg.observe import PgObserve
-from store.pg.recovery import PgRecovery
+from store.pg.retry_fork import PgRetryFork
 from store.pg.runs import PgRuns
 from store.pg.schedules import PgSchedules
 from store.validate import DEFAULT_MAX_PAYLOAD_BYTES
@@ -40,7 +40,7 @@ class PostgresStore(
     PgEffects,
     PgApprovals,
     PgMaintenance,
-    PgRecovery,
+    PgRetryFork,
     PgObserve,
     PgSchedules,
 ):

@@ -7,7 +7,7 @@ approval can take a decision are decided here; the statements of
 what is claimable and when a takeover crashes a run (``pg/execution.py``,
 ``CLAIM``), what progress resets (``RECORD_LLM_STEP``, ``COMMIT_STEP``), which
 run of a concurrency key goes next (``CLAIM``, and ``pg/base.py``'s
-``NEXT_IN_KEY``), what a retry resets and reopens (``pg/recovery.py``), and
+``NEXT_IN_KEY``), what a retry resets and reopens (``pg/retry_fork.py``), and
 which events a write makes (``store/events.py``).
 """
 
@@ -48,14 +48,14 @@ from store.models import (
 )
 from store.status import CANCELLABLE, KEY_HOLDING, RunStatus
 
-# The error of a run cancelled on request (settled at once, or by its owner).
+# The error of a run cancelled on request (ended at once, or by its owner).
 CANCELLED_ON_REQUEST = RunError(RunStatus.CANCELLED.value, "cancelled on request")
 
 
 class CancelAction(enum.StrEnum):
-    CANCELLED = "cancelled"  # settled now
+    CANCELLED = "cancelled"  # ended now
     REQUESTED = "requested"  # the owner will abort
-    SETTLED = "settled"  # already settled: nothing to do
+    ENDED = "settled"  # already ended: nothing to do
 
 
 def cancel_outcome() -> Outcome:
@@ -68,7 +68,7 @@ def cancel_action(status: RunStatus) -> CancelAction:
         return CancelAction.CANCELLED
     if status is RunStatus.RUNNING:
         return CancelAction.REQUESTED
-    return CancelAction.SETTLED
+    return CancelAction.ENDED
 
 
 # ------------------------------------------------------- shared budgets
@@ -80,7 +80,7 @@ def admit(bounds: tuple[BudgetBound, ...], uses: dict[str, SharedUse], tokens: i
 
     Spent: an ancestor's totals reached its token or cost budget. Held: they
     have not, but with what its other descendants' calls in flight reserved
-    they would; the call waits for those to settle rather than spend what
+    they would; the call waits for those to end rather than spend what
     they may need. A call is admitted while the tree's use and reservations
     are below each budget, so its tree overshoots a budget by at most what
     one call takes beyond it (docs/children.md). A step whose reply is
@@ -109,7 +109,7 @@ UNSENT = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def holds_key(status: RunStatus) -> bool:
-    """A run holds its concurrency key from its first claim until it settles."""
+    """A run holds its concurrency key from its first claim until it ends."""
     return status in KEY_HOLDING
 
 
@@ -129,7 +129,7 @@ class OutcomeColumns:
     """What moving a run to an outcome writes. ``status`` None: no outcome."""
 
     status: RunStatus | None
-    settled: bool = False
+    ended: bool = False
     output: JSON = None
     error: RunError | None = None
     # ``enqueued_at`` is set (to ``requeue_at``, else now), so tick()
@@ -145,12 +145,12 @@ def outcome_columns(outcome: Outcome | None) -> OutcomeColumns:
     releases the claim: ``store/pg/base.OUTCOME_SET``)."""
     if outcome is None:
         return OutcomeColumns(None)
-    settled = outcome.status.settled
+    ended = outcome.status.ended
     return OutcomeColumns(
         status=outcome.status,
-        settled=settled,
-        output=outcome.output if settled else None,
-        error=outcome.error if settled else None,
+        ended=ended,
+        output=outcome.output if ended else None,
+        error=outcome.error if ended else None,
         requeue=outcome.status in (RunStatus.INTERRUPTED, RunStatus.QUEUED),
         requeue_at=outcome.not_before,
         interruption=outcome.interruption if outcome.status is RunStatus.INTERRUPTED else None,
@@ -165,10 +165,10 @@ def unpriced_call(usage: Usage | None, cost_usd: float | None) -> bool:
     return usage is not None and cost_usd is None
 
 
-def check_settle(outcome: Outcome) -> None:
-    """A running run settles, pauses or is given back; it cannot stay or requeue."""
+def check_end(outcome: Outcome) -> None:
+    """A running run ends, pauses or is given back; it cannot stay or requeue."""
     if outcome.status in (RunStatus.RUNNING, RunStatus.QUEUED):
-        raise InvalidTransition(f"a running run cannot settle as {outcome.status.value}")
+        raise InvalidTransition(f"a running run cannot end as {outcome.status.value}")
 
 
 def retry_outcome(wait: RetryWait, error: RunError | None) -> Outcome:
@@ -284,7 +284,7 @@ def check_decision(
     if decision is Decision.ANSWERED or answer is not None:
         raise WrongRequestKind(
             f"request {approval.approval_id} is an approval of {approval.tool_name}; approve or "
-            "deny it (Engine.respond), it takes no answer"
+            "deny it (Engine.decide), it takes no answer"
         )
     if decision is not Decision.APPROVED and (arguments is not None or for_run):
         raise WrongRequestKind(

@@ -53,7 +53,7 @@ runs = sa.Table(
     sa.Column("claim_epoch", sa.Integer, nullable=False, server_default="0"),
     # Takeovers since the run last made progress (the step's journal write or
     # its commit): a run whose
-    # executions keep dying settles failed/crashed instead of retrying forever.
+    # executions keep dying ends failed/crashed instead of retrying forever.
     sa.Column("takeovers", sa.Integer, nullable=False, server_default="0"),
     # First time a worker claimed the run without knowing its agent (see
     # Execution: the run is given back until RUNWRIGHT_AGENT_GRACE_SECONDS pass).
@@ -149,7 +149,7 @@ runs = sa.Table(
         "arrival",
         postgresql_where=sa.text("concurrency_key IS NOT NULL AND status = 'queued'"),
     ),
-    # Lapsed claims (recovery job).
+    # Lapsed claims (tick() queues them to be taken over).
     sa.Index(
         "runs_running_claim_idx",
         "claim_expires_at",
@@ -161,7 +161,7 @@ runs = sa.Table(
         "enqueued_at",
         postgresql_where=sa.text("status IN ('queued', 'interrupted')"),
     ),
-    # A thread's latest settled run (start point of the next run on it).
+    # A thread's latest ended run (start point of the next run on it).
     sa.Index(
         "runs_thread_idx",
         "thread",
@@ -209,7 +209,7 @@ steps = sa.Table(
     sa.Column("started_at", _TS, nullable=False),
     sa.Column("finished_at", _TS),
     sa.CheckConstraint("kind IN ('llm', 'tool', 'wait', 'state')", name="steps_kind_valid"),
-    # A step is recorded once, whatever retries or recoveries happen.
+    # A step is recorded once, whatever retries or takeovers happen.
     sa.Index(
         "steps_llm_once_idx",
         "run_id",
@@ -392,10 +392,10 @@ approvals = sa.Table(
     ),
 )
 
-# A tool a person approved for the rest of a run (``respond(..., for_run=True)``):
+# A tool a person approved for the rest of a run (``decide(..., for_run=True)``):
 # its later calls in the run are approved without asking. A retry drops them
 # unless asked to keep them; a fork copies them only when asked
-# (store/pg/recovery.py). ``approval_id``: the decision that granted it.
+# (store/pg/retry_fork.py). ``approval_id``: the decision that granted it.
 standing_approvals = sa.Table(
     "standing_approvals",
     metadata,
@@ -467,7 +467,7 @@ schedule_firings = sa.Table(
         "outcome IN ('started', 'skipped', 'buffered', 'missed', 'triggered')",
         name="schedule_firings_outcome_valid",
     ),
-    # The buffered firings tick() starts once their schedule's run settles.
+    # The buffered firings tick() starts once their schedule's run ends.
     sa.Index(
         "schedule_firings_buffered_idx",
         "schedule",

@@ -9,6 +9,7 @@ status (and status group) the SQL spells against these enums.
 from __future__ import annotations
 
 import enum
+import warnings
 
 
 class RunStatus(enum.StrEnum):
@@ -21,8 +22,18 @@ class RunStatus(enum.StrEnum):
     INTERRUPTED = "interrupted"
 
     @property
+    def ended(self) -> bool:
+        return self in ENDED
+
+    @property
     def settled(self) -> bool:
-        return self in SETTLED
+        """Deprecated: :attr:`ended` (docs/concepts.md, Glossary)."""
+        warnings.warn(
+            "RunStatus.settled is deprecated; use RunStatus.ended (docs/concepts.md, Glossary)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.ended
 
     def __str__(self) -> str:
         return self.value
@@ -37,9 +48,9 @@ class Interruption(enum.StrEnum):
     AGENT_MISSING = "agent_missing"
 
 
-SETTLED = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
-# Statuses that hold the run's concurrency key: from its first claim until it settles.
+ENDED = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+# Statuses that hold the run's concurrency key: from its first claim until it ends.
 KEY_HOLDING = frozenset({RunStatus.RUNNING, RunStatus.WAITING, RunStatus.INTERRUPTED})
 CLAIMABLE = frozenset({RunStatus.QUEUED, RunStatus.INTERRUPTED})
-# Statuses a cancel settles at once; a running run is asked to abort instead.
+# Statuses a cancel ends at once; a running run is asked to abort instead.
 CANCELLABLE = frozenset({RunStatus.QUEUED, RunStatus.WAITING, RunStatus.INTERRUPTED})

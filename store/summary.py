@@ -40,7 +40,7 @@ RUN_SUMMARIES = Statement(
 
 STATUSES = tuple(status.value for status in RunStatus)
 
-# The agents a worker must have now: those with runs not yet settled, or
+# The agents a worker must have now: those with runs not yet ended, or
 # created since :since (an id bound, store/ids.py: read off the primary key).
 AGENTS_IN_USE = Statement(
     "agents_in_use",
@@ -118,7 +118,7 @@ def _require_schema(conn: Any) -> None:
 
 
 def agents_in_use(conn: Any, since_ms: int) -> list[dict[str, Any]]:
-    """On an open psycopg2 connection: each agent with runs not settled or
+    """On an open psycopg2 connection: each agent with runs not ended or
     created since ``since_ms`` (epoch ms), with how many wait for a worker
     (queued or interrupted) and since when (the oldest's enqueue)."""
     from store.ids import first_id_at

@@ -347,7 +347,7 @@ def _after(run: Run) -> str:
         return "queued again"
     if run.status is RunStatus.WAITING:
         return "still waiting (for another decision)"
-    if run.settled and run.error is not None:
+    if run.ended and run.error is not None:
         return f"{run.status.value} ({run.error.code}: {run.error.message})"
     return run.status.value
 
@@ -579,7 +579,7 @@ _keep_standing_option = click.option(
 def retry(run_id: str, extra_steps: str, keep_standing: bool, as_json: bool) -> Document | None:
     """Queue a failed or cancelled run again, from its last checkpoint."""
     from runner.engine.retry_fork import retry as retry_run
-    from store.recovery import MAX_EXTRA_STEPS
+    from store.retry_fork import MAX_EXTRA_STEPS
 
     extra = parse_count(extra_steps, "--extra-steps", 0, MAX_EXTRA_STEPS)
     engine = _engine()

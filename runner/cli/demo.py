@@ -272,7 +272,7 @@ def _first_run(engine: Any, home: Path, demo_agent: Any) -> None:
     if done.returncode != 0:
         raise DemoError(f"approve failed: {done.stderr.strip()}")
     say("  " + done.stdout.strip())
-    finished = follow.until(lambda r: r.settled, 60, "the run to complete")
+    finished = follow.until(lambda r: r.ended, 60, "the run to complete")
     if finished.status is not RunStatus.COMPLETED:
         raise DemoError(f"the run ended {finished.status.value}: {finished.error}")
     tickets = [
@@ -308,7 +308,7 @@ def _second_run(
     )
     workers.append(Worker("worker-b", env, home))
     workers[-1].wait_ready()
-    finished = follow.until(lambda r: r.settled, 120, "worker B to finish the run")
+    finished = follow.until(lambda r: r.ended, 120, "worker B to finish the run")
     if finished.status is not RunStatus.COMPLETED:
         raise DemoError(f"the run ended {finished.status.value}: {finished.error}")
     steps = engine.steps(run.id)

@@ -63,7 +63,7 @@ def describe(
         cancelled = run.status is RunStatus.CANCELLED
         asked = RunStatus.CANCELLED.value if cancelled else "cancel requested"
         lines.append(f"{asked} by {run.cancelled_by}")
-    if run.retry is not None and not run.settled:
+    if run.retry is not None and not run.ended:
         retry = run.retry
         line = f"model step: attempt {retry.attempts} failed ({clip(retry.error, 200)})"
         if run.retry_at is not None:

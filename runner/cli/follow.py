@@ -36,7 +36,7 @@ def _status_line(event: RunEvent, run: Run) -> str:
             extra = f": approval {wait.approval_id} for {wait.tool_name}"
     elif event.data.get("retry_at"):
         extra = f": retrying at {event.data['retry_at']}"
-    elif event.settles and run.error is not None:
+    elif event.ends and run.error is not None:
         extra = f": {run.error.code}: {run.error.message}"
     return f"-- {event.data.get('status')}{extra}"
 
@@ -126,7 +126,7 @@ def follow(
             else:
                 text.end()
                 _say(_line(event, store))
-            ended = ended or event.settles
+            ended = ended or event.ends
         text.end()
         run = store.get_run(run_id)
         if not ended:

@@ -285,7 +285,7 @@ function item(event) {
   return li;
 }
 
-const SETTLED = ["completed", "failed", "cancelled"];
+const ENDED = ["completed", "failed", "cancelled"];
 
 function showStatus(status) {
   const badge = document.getElementById("status");
@@ -295,7 +295,7 @@ function showStatus(status) {
   }
   const cancel = document.getElementById("cancel");
   const retry = document.getElementById("retry");
-  if (cancel) cancel.hidden = SETTLED.includes(status);
+  if (cancel) cancel.hidden = ENDED.includes(status);
   if (retry) retry.hidden = !(status === "failed" || status === "cancelled");
 }
 
@@ -368,7 +368,7 @@ if (timeline && timeline.dataset.events) {
       if (event.type === "step") streaming.journal(event.data);
       streaming.add(item(event));
       if (event.type === "status") showStatus(event.data.status);
-      if (event.type === "status" && SETTLED.includes(event.data.status)) streaming.drop();
+      if (event.type === "status" && ENDED.includes(event.data.status)) streaming.drop();
     });
   }
   source.addEventListener("token", (message) => streaming.delta(JSON.parse(message.data).data));

@@ -55,7 +55,7 @@ def _ended(run: Run, events: Sequence[RunEvent]) -> bool:
     follows it, and its stream brings the rest. A run older than its status
     events (it has none) counts by its status alone."""
     moves = [ev for ev in events if ev.status is not None]
-    return run.settled and (not moves or moves[-1].settles)
+    return run.ended and (not moves or moves[-1].ends)
 
 
 def run_body(
@@ -172,7 +172,7 @@ def _facts(run: Run, steps: Sequence[Step], base: str) -> str:
         if run.retry_at is not None:
             said += f"; attempt {retry.attempts + 1} at {when(run.retry_at)}"
         rows.append(("model step", e(said)))
-    if run.cancel_requested and not run.settled:
+    if run.cancel_requested and not run.ended:
         by = f" by {run.cancelled_by}" if run.cancelled_by else ""
         rows.append(("cancel", e(f"requested{by}")))
     elif run.cancelled_by:
@@ -287,7 +287,7 @@ def _actions(run: Run, *, base: str, csrf: str) -> str:
     the script shows and hides them as the run's status changes."""
     token = hidden("csrf_token", csrf)
     path = f"{e(base)}/runs/{e(run.id)}"
-    cancel_hidden = " hidden" if run.settled else ""
+    cancel_hidden = " hidden" if run.ended else ""
     retry_hidden = "" if run.status in RETRYABLE else " hidden"
     return (
         '<div class="actions">'

@@ -295,7 +295,7 @@ class Console:
     def _cancel(self, request: Request) -> Response:
         result = self.engine.cancel(request.params["run_id"], by=request.user)
         run = result.run
-        if result.action is CancelAction.SETTLED:
+        if result.action is CancelAction.ENDED:
             message = f"The run is already {run.status.value}; nothing changed."
             return self.error(409, "Already ended", message, request)
         note = "cancel" if result.action is CancelAction.CANCELLED else "cancel_requested"

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from runner.coordination.leases import Leases, Renewal
 from store.errors import LeaseLostError, StoreUnavailable
-from store.models import Fence, Run, RunStatus, Settled
+from store.models import Ended, Fence, Run, RunStatus
 
 if TYPE_CHECKING:
     from store.postgres import PostgresStore
@@ -49,8 +49,8 @@ class Refusal(enum.Enum):
 
     # Another owner has the run: it is executing somewhere else.
     HELD = "held"
-    # The run has settled: there is nothing left to execute.
-    SETTLED = "settled"
+    # The run has ended: there is nothing left to execute.
+    ENDED = "ended"
     # Nobody has it, and it cannot be claimed now: it waits for a decision,
     # for its retry or for its concurrency key.
     NOT_CLAIMABLE = "not claimable"
@@ -68,8 +68,8 @@ class NotClaimed:
 
     @property
     def why(self) -> Refusal:
-        if self.run.settled:
-            return Refusal.SETTLED
+        if self.run.ended:
+            return Refusal.ENDED
         if self.owner is not None:
             return Refusal.HELD
         return Refusal.NOT_CLAIMABLE
@@ -77,7 +77,7 @@ class NotClaimed:
     def __str__(self) -> str:
         run = self.run
         why = self.why
-        if why is Refusal.SETTLED:
+        if why is Refusal.ENDED:
             return f"run {run.id} is already {run.status.value}"
         if why is Refusal.HELD:
             epoch = "its claim pending" if self.epoch == 0 else f"epoch {self.epoch}"
@@ -114,13 +114,13 @@ class Claims:
     def ttl_ms(self) -> int:
         return int(self.ttl_seconds * 1000)
 
-    def acquire_run(self, run_id: str, owner: str) -> tuple[Fence, Run] | Settled | None:
+    def acquire_run(self, run_id: str, owner: str) -> tuple[Fence, Run] | Ended | None:
         """Claim the run for ``owner``: its fence and the claimed run; None
         (quietly) if someone else has it or it is not claimable. A
-        :class:`Settled` means the claim was a takeover of a run that kept
-        crashing its executions: the store settled it ``failed/crashed``
+        :class:`Ended` means the claim was a takeover of a run that kept
+        crashing its executions: the store ended it ``failed/crashed``
         instead, and the caller hands on its concurrency key
-        (``Engine.after_settle``)."""
+        (``Deps.after_end``)."""
         if self.leases is not None and not self.leases.acquire(run_id, owner, self.ttl_ms):
             return None
         try:
@@ -130,7 +130,7 @@ class Claims:
         except BaseException:
             self._release_pending(run_id, owner)
             raise
-        if isinstance(run, Settled):
+        if isinstance(run, Ended):
             log.error("run %s: %s", run_id, run.run.error.message if run.run.error else "crashed")
             self._release_pending(run_id, owner)
             return run
@@ -151,7 +151,7 @@ class Claims:
         owner of a running run; otherwise the Redis lease may name a claimer
         still on its way to Postgres (or one whose run just left `running`)."""
         run = self.store.get_run(run_id)
-        if run.settled:
+        if run.ended:
             return NotClaimed(run)
         if run.status is RunStatus.RUNNING and run.claim is not None:
             return NotClaimed(run, run.claim.owner, run.claim.epoch)

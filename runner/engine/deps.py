@@ -31,7 +31,7 @@ from runner.runtime import in_io, runtime
 from runner.settings import Settings
 from runner.steps.run_context import AbortReason
 from store.errors import StoreUnavailable
-from store.models import NewApproval, Run, RunStatus, Settled
+from store.models import Ended, NewApproval, Run, RunStatus
 from store.pg.approvals import CancelResult
 from store.postgres import PostgresStore
 from store.rules import CancelAction
@@ -193,7 +193,7 @@ class Deps:
         self.store.mark_enqueued(run_ids)
         self.send(run_ids)
 
-    def after_end(self, ended: Settled) -> None:
+    def after_end(self, ended: Ended) -> None:
         """Queue what the end of an execution (or of a run) freed: an
         interrupted run again, the next run of its concurrency key, and a
         parent it let out of its wait (the store queued that one already: it
@@ -208,7 +208,7 @@ class Deps:
         if run.retry_at is not None:
             self.send_at(run.id, run.retry_at)
 
-    def after_settle(self, ended: Settled) -> None:
+    def after_settle(self, ended: Ended) -> None:
         """Deprecated: :meth:`after_end`."""
         retired("Deps.after_settle", "Deps.after_end")
         self.after_end(ended)

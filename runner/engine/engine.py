@@ -429,9 +429,9 @@ class Engine:
         observer = self.deps.observer
         for decided in (result.approval, *result.also):
             observer.approval_decided(result.run, decided)
-        if result.settled is not None:  # a denial that ends the run
+        if result.ended is not None:  # a denial that ends the run
             observer.ended(result.run, 0.0)
-            self.deps.after_end(result.settled)
+            self.deps.after_end(result.ended)
         if result.resumed:
             self.deps.send([result.run.id])
         return result.run

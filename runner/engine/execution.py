@@ -1,4 +1,4 @@
-"""One execution of a run: claim, heartbeat, the step loop, settle.
+"""One execution of a run: claim, heartbeat, the step loop, end.
 
 The steps are docs/concepts.md's ("Execution", "Step"). The execution reaches
 the store through its journal (runner/journal.py, on Postgres:
@@ -36,13 +36,13 @@ from runner.runtime import in_io, runtime
 from runner.steps.run_context import AbortReason, AbortSignal, RunContext
 from runner.steps.step_loop import StepLoop
 from store.models import (
+    Ended,
     Interruption,
     Outcome,
     RetryWait,
     Run,
     RunError,
     RunStatus,
-    Settled,
 )
 from store.rules import cancel_outcome
 
@@ -76,7 +76,7 @@ class Execution:
         self.run_id = run_id
         self.owner = new_owner()
         self.signal = AbortSignal(asyncio.get_running_loop())
-        self.settled: Settled | None = None
+        self.ended: Ended | None = None
         # The store as this execution sees it (runner/journal.py), wrapped to
         # crash at the named fault points when a test armed one.
         self._pg = PgJournal(deps, run_id, self.owner, self.signal)
@@ -93,7 +93,7 @@ class Execution:
     async def io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await in_io(fn, *args, **kwargs)
 
-    async def run(self) -> Settled | None:
+    async def run(self) -> Ended | None:
         rt = runtime()
         if rt.draining:
             # This worker is shutting down: hand the run to another one.
@@ -117,34 +117,34 @@ class Execution:
                 with contextlib.suppress(asyncio.CancelledError):
                     await heartbeat
                 rt.remove(self)
-                await self.journal.end(self.settled)
-                if self.settled is not None:
-                    observer.settled(self.settled.run, time.monotonic() - began)
+                await self.journal.close(self.ended)
+                if self.ended is not None:
+                    observer.ended(self.ended.run, time.monotonic() - began)
 
-    async def _execute(self, run: Run, start: Start) -> Settled | None:
+    async def _execute(self, run: Run, start: Start) -> Ended | None:
         agent: Agent | None = None
         try:
             try:
                 agent = self.deps.registry.get(run.agent)
             except AgentNotFound as exc:
-                self.settled = await self._agent_missing(exc)
-                return self.settled
-            self.settled = await self._run_agent(agent, run, start)
-            return self.settled
+                self.ended = await self._agent_missing(exc)
+                return self.ended
+            self.ended = await self._run_agent(agent, run, start)
+            return self.ended
         except LeaseLostError as exc:
             await self._lease_lost()
             await self._report(agent, exc)
             return None
         except StoreUnavailable as exc:
-            # Not the run's fault: leave it to recovery once the claim lapses.
+            # Not the run's fault: leave it to a takeover once the claim lapses.
             log.error("run %s stopped: %s", self.run_id, exc)
             await self._report(agent, exc)
             return None
         except Exception as exc:
             log.exception("run %s crashed", self.run_id)
             await self._report(agent, exc)
-            self.settled = await self._settle_crash(exc)
-            return self.settled
+            self.ended = await self._end_crash(exc)
+            return self.ended
 
     async def _lease_lost(self) -> None:
         current = None
@@ -153,9 +153,9 @@ class Execution:
             current = claim.epoch if claim is not None else None
         self.deps.observer.lease_lost(self.run_id, self.journal.fence.epoch, current)
 
-    async def _run_agent(self, agent: Agent, run: Run, start: Start) -> Settled:
+    async def _run_agent(self, agent: Agent, run: Run, start: Start) -> Ended:
         if run.cancel_requested:
-            return await self.settle(abort_outcome(AbortReason.CANCEL))
+            return await self.end(abort_outcome(AbortReason.CANCEL))
         timer = None
         if agent.budget.timeout_ms:
             timer = asyncio.get_running_loop().call_later(
@@ -174,7 +174,7 @@ class Execution:
 
     async def _step_failed(
         self, agent: Agent, previous: RetryWait | None, exc: ModelError | MCPUnavailable
-    ) -> Settled:
+    ) -> Ended:
         """A step could not run: its model call failed, or an MCP server it
         needs cannot be reached. A transient failure the retry policy still
         allows sends the run back to the queue until its next attempt, holding
@@ -195,11 +195,11 @@ class Execution:
             exc.message,
             f"{wait.at:%H:%M:%S}",
         )
-        settled = await self.journal.defer_retry(wait)
-        self.deps.observer.retry_scheduled(settled.run, wait)
-        return settled
+        ended = await self.journal.defer_retry(wait)
+        self.deps.observer.retry_scheduled(ended.run, wait)
+        return ended
 
-    async def _agent_missing(self, exc: AgentNotFound) -> Settled | None:
+    async def _agent_missing(self, exc: AgentNotFound) -> Ended | None:
         """During a rolling deploy an old worker can claim a run of an agent
         that only new workers know: give the run back (tick() enqueues it again)
         rather than fail it, until the grace period since the first miss ends."""
@@ -215,7 +215,7 @@ class Execution:
             )
             return None
         log.error("run %s: %s", self.run_id, exc)
-        return await self.settle(
+        return await self.end(
             Outcome(
                 RunStatus.FAILED,
                 error=RunError(
@@ -225,14 +225,14 @@ class Execution:
             )
         )
 
-    async def _settle_crash(self, exc: Exception) -> Settled | None:
+    async def _end_crash(self, exc: Exception) -> Ended | None:
         """Fail the run after an unexpected error. This write must not fail on
         what the error says: if the full message cannot be written, a bare one
         is, so the run never stays claimed by an execution that is gone."""
         messages = [f"{type(exc).__name__}: {exc}", f"{type(exc).__name__} (details in the log)"]
         for message in messages:
             try:
-                return await self.settle(
+                return await self.end(
                     Outcome(RunStatus.FAILED, error=RunError("internal_error", message))
                 )
             except (LeaseLostError, StoreUnavailable):
@@ -241,14 +241,12 @@ class Execution:
                 log.exception("run %s: recording the failure failed", self.run_id)
         return None
 
-    async def settle(self, outcome: Outcome) -> Settled:
-        return await self.journal.settle(outcome)
+    async def end(self, outcome: Outcome) -> Ended:
+        return await self.journal.end(outcome)
 
-    async def settle_aborted(self, agent: Agent) -> Settled:
+    async def end_aborted(self, agent: Agent) -> Ended:
         assert self.signal.reason is not None
-        return await self.settle(
-            abort_outcome(self.signal.reason, timeout_ms=agent.budget.timeout_ms)
-        )
+        return await self.end(abort_outcome(self.signal.reason, timeout_ms=agent.budget.timeout_ms))
 
     async def _heartbeat(self) -> None:
         interval = self.deps.settings.lease_ttl_seconds / 3
@@ -271,7 +269,7 @@ class Execution:
 
     async def _taken_over(self) -> bool:
         """Whether the claim is gone to another execution, rather than because
-        a write of this one moved the run on (settled, paused, given back)
+        a write of this one moved the run on (ended, paused, given back)
         while the heartbeat's renewal was in flight: only then is it news."""
         try:
             run = await self.journal.run()

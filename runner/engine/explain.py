@@ -43,7 +43,7 @@ def explain(
 
 def _waiting(run: Run, children: Sequence[Run]) -> str:
     wait = run.waiting
-    open_children = [c for c in children if not c.status.settled]
+    open_children = [c for c in children if not c.status.ended]
     if wait is None and open_children:
         listed = ", ".join(f"{c.agent} {c.id} ({c.status.value})" for c in open_children[:5])
         more = f" and {len(open_children) - 5} more" if len(open_children) > 5 else ""

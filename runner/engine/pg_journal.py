@@ -28,6 +28,7 @@ from store.models import (
     Approval,
     Effect,
     EffectBegin,
+    Ended,
     Fence,
     NewChild,
     Outcome,
@@ -36,7 +37,6 @@ from store.models import (
     RunAttempt,
     RunError,
     RunStatus,
-    Settled,
     StandingApproval,
     Step,
     StepCommit,
@@ -106,11 +106,11 @@ class PgJournal:
         # point. Tried again through an outage, keeping a claim it has made.
         if self._claimed is None:
             claimed = self.deps.claims.acquire_run(self.run_id, self.owner)
-            if isinstance(claimed, Settled):
+            if isinstance(claimed, Ended):
                 # A takeover of a run that keeps killing its executions: the store
-                # settled it failed/crashed instead; hand its key to the next run.
-                self.deps.after_settle(claimed)
-                self.deps.observer.settled(claimed.run, 0.0)
+                # ended it failed/crashed instead; hand its key to the next run.
+                self.deps.after_end(claimed)
+                self.deps.observer.ended(claimed.run, 0.0)
                 return None
             if claimed is None:
                 self.not_claimed = self.deps.claims.refusal(self.run_id)
@@ -148,16 +148,16 @@ class PgJournal:
                 return None
             return self.deps.claims.heartbeat(fence)
 
-    async def end(self, settled: Settled | None) -> None:
-        # A run that completed let its lease go with its last write, and a
-        # settle that hands nothing on needs no thread either.
-        if not self._lease_released or (settled is not None and settled.hands_on):
-            await self.io(self._finish, self.fence, settled)
+    async def close(self, ended: Ended | None) -> None:
+        # A run that completed let its lease go with its last write, and an
+        # end that hands nothing on needs no thread either.
+        if not self._lease_released or (ended is not None and ended.hands_on):
+            await self.io(self._finish, self.fence, ended)
 
-    def _finish(self, fence: Fence, settled: Settled | None) -> None:
+    def _finish(self, fence: Fence, ended: Ended | None) -> None:
         self._release(fence)  # unless a write let the run go already
-        if settled is not None:
-            self.deps.after_settle(settled)
+        if ended is not None:
+            self.deps.after_end(ended)
 
     def _release(self, fence: Fence) -> None:
         with self._lease_lock:
@@ -232,11 +232,11 @@ class PgJournal:
             raise LeaseLostError(f"run {self.run_id} was taken over")
         self.deps.claims.check(fence)
         result = fn(fence, *args, **kwargs)
-        if isinstance(result, Settled):
+        if isinstance(result, Ended):
             blocking(runtime().calls, self._let_go, fence, result)
         return result
 
-    def _let_go(self, fence: Fence, settled: Settled) -> None:
+    def _let_go(self, fence: Fence, ended: Ended) -> None:
         """The run has left `running`: give up its lease now, not when this
         execution ends. After a pause that can be much later: the notifier
         runs after the step's commit and may take seconds (a webhook), and a decision's
@@ -250,7 +250,7 @@ class PgJournal:
         read as `queued` (not waiting for a retry): that run is looked at too."""
         self.left_running = True
         self._release(fence)
-        run = settled.run
+        run = ended.run
         if run.status is RunStatus.WAITING or (
             run.status is RunStatus.QUEUED and run.retry_at is None
         ):
@@ -267,7 +267,7 @@ class PgJournal:
     async def start_children(self, children: list[NewChild]) -> list[Run]:
         return await self.write(self.store.start_children, children)
 
-    async def commit_step(self, commit: StepCommit) -> Settled | None:
+    async def commit_step(self, commit: StepCommit) -> Ended | None:
         return await self.write(self.store.commit_step, commit)
 
     async def begin_effect(
@@ -288,10 +288,10 @@ class PgJournal:
     async def withdraw_effect(self, key: str) -> bool:
         return await self.write(self.store.withdraw_effect, key)
 
-    async def settle(self, outcome: Outcome) -> Settled:
-        return await self.write(self.store.settle, outcome)
+    async def end(self, outcome: Outcome) -> Ended:
+        return await self.write(self.store.end, outcome)
 
-    async def defer_retry(self, wait: RetryWait, error: RunError | None = None) -> Settled:
+    async def defer_retry(self, wait: RetryWait, error: RunError | None = None) -> Ended:
         return await self.write(self.store.defer_retry, wait, error)
 
     async def defer_missing_agent(self, grace_seconds: float) -> Run | None:

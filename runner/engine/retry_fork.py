@@ -8,7 +8,7 @@ the same agent or another one, optionally on another model; the original is not
 written. The fork runs again what its model asks for after that step, effects
 included, under its own idempotency keys, so a fork past an effect that ran is
 refused unless the caller says ``rerun_effects=True``. The rules are the
-store's (``store/pg/recovery.py``, a name pending its rename to retry_fork);
+store's (``store/retry_fork.py``, ``store/pg/retry_fork.py``);
 this module hands the runs to workers.
 """
 
@@ -22,7 +22,7 @@ import pydantic
 from runner.engine.deps import Deps
 from runner.errors import InvalidInput
 from store.models import NewRun, Run, TriggerEnvelope
-from store.pg.recovery import RetryResult
+from store.pg.retry_fork import RetryResult
 
 
 def retry(

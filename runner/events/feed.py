@@ -37,7 +37,7 @@ from runner.runtime import runtime
 from store.models import Run, RunStatus
 from store.onloop import carried
 from store.postgres import PostgresStore
-from store.status import SETTLED
+from store.status import ENDED
 from store.validate import check_run_id
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ def statuses(until: Until) -> frozenset[RunStatus]:
     except (TypeError, ValueError):
         known = ", ".join(s.value for s in RunStatus)
         raise InvalidInput(f"until must be 'ended' or statuses ({known}), not {until!r}") from None
-    return SETTLED | chosen
+    return ENDED | chosen
 
 
 MAX_ID = 2**63 - 1  # event ids are bigint
@@ -150,7 +150,7 @@ class Feed:
         after: int | None = None,
         *,
         timeout: float | None = None,
-        until: Iterable[RunStatus] = SETTLED,
+        until: Iterable[RunStatus] = ENDED,
         tokens: bool = True,
     ) -> EventStream:
         return EventStream(
@@ -163,7 +163,7 @@ class Feed:
         )
 
     def wait(
-        self, run_id: str, timeout: float | None = None, until: Iterable[RunStatus] = SETTLED
+        self, run_id: str, timeout: float | None = None, until: Iterable[RunStatus] = ENDED
     ) -> Run:
         timeout = check_timeout(timeout)
         statuses = frozenset(until)
@@ -175,7 +175,7 @@ class Feed:
         return self.store.get_run(run_id)
 
     async def wait_async(
-        self, run_id: str, timeout: float | None = None, until: Iterable[RunStatus] = SETTLED
+        self, run_id: str, timeout: float | None = None, until: Iterable[RunStatus] = ENDED
     ) -> Run:
         timeout = check_timeout(timeout)
         statuses = frozenset(until)

@@ -251,7 +251,7 @@ class MetricsObserver(Observer):
                 m.steps.labels(agent, "tool").inc()
 
     def ended(self, run: Run, seconds: float) -> None:
-        counter = self.metrics.runs_settled if run.status.settled else self.metrics.runs_paused
+        counter = self.metrics.runs_settled if run.status.ended else self.metrics.runs_paused
         counter.labels(self.agent(run.agent), run.status.value).inc()
 
     def taken_over(self, run: Run, previous_epoch: int) -> None:

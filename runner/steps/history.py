@@ -204,7 +204,7 @@ def child_request(call_id: str, tool_name: str, agent: str) -> Message:
 
 @dataclass
 class OpenStep:
-    """The last assistant message and what of its tool calls is settled."""
+    """The last assistant message and which of its tool calls have results."""
 
     index: int  # position of the assistant message in the history
     message: Message

@@ -1,9 +1,9 @@
 """The step loop of one execution: from the start point, step after step, until
-the run settles or pauses (docs/concepts.md, "Step" and "Checkpoint").
+the run ends or pauses (docs/concepts.md, "Step" and "Checkpoint").
 
 A step is two writes, both through the execution's journal (runner/journal.py).
 The journal write (``record_model_step``) records the model's reply before any
-tool runs, so that a recovered run never pays for the call twice and keeps its
+tool runs, so that a run taken over never pays for the call twice and keeps its
 tool call ids; the step's commit (``commit_step``) records the tool results with
 the checkpoint, the state and any approvals. Fault points sit right after each
 (``after_journal``, ``after_commit``: runner/faults.py wraps the journal)."""
@@ -46,12 +46,12 @@ from store.models import (
     USAGE_ESTIMATED,
     AdmissionVerdict,
     Effect,
+    Ended,
     Message,
     Outcome,
     Run,
     RunError,
     RunStatus,
-    Settled,
     Step,
     StepCommit,
     StepKind,
@@ -66,14 +66,14 @@ log = logging.getLogger(__name__)
 class Host(Protocol):
     """What the step loop uses of the execution that runs it (an
     :class:`~runner.engine.execution.Execution`): its journal, its abort signal
-    and its settle. A protocol, so that the loop does not import the execution."""
+    and its end. A protocol, so that the loop does not import the execution."""
 
     journal: Journal
     signal: AbortSignal
 
-    async def settle(self, outcome: Outcome) -> Settled: ...
+    async def end(self, outcome: Outcome) -> Ended: ...
 
-    async def settle_aborted(self, agent: Agent) -> Settled: ...
+    async def end_aborted(self, agent: Agent) -> Ended: ...
 
 
 # The server tools left out for a name the agent's own tool has, each told
@@ -131,7 +131,7 @@ class StepLoop:
         # The run's failed attempts at its current model step; progress clears them.
         self.retry = run.retry
 
-    async def run(self) -> Settled:
+    async def run(self) -> Ended:
         await self._load()
         # An MCP server that cannot be reached raises MCPUnavailable: the
         # execution retries the run under its policy (runner/engine/execution.py).
@@ -146,26 +146,26 @@ class StepLoop:
                 # approval pause, or a crash between its journal write and its commit.
                 k = self.index if step.index < self.saved else self.index + 1
                 if step.unanswered:
-                    return await self.x.settle(Outcome(RunStatus.WAITING))  # re-pause
+                    return await self.x.end(Outcome(RunStatus.WAITING))  # re-pause
             else:
                 if self.x.signal.aborted:
-                    return await self.x.settle_aborted(self.agent)
+                    return await self.x.end_aborted(self.agent)
                 k = self.index + 1
                 over = self._over_budget(k) or await self._over_shared_budget()
                 if over is not None:
-                    return await self.x.settle(
+                    return await self.x.end(
                         Outcome(RunStatus.FAILED, error=RunError("budget_exceeded", over))
                     )
                 if self.x.signal.aborted:  # while the shared budgets held its call
-                    return await self.x.settle_aborted(self.agent)
+                    return await self.x.end_aborted(self.agent)
             with self.deps.observer.step(self.run_, k):
-                settled = await self._step(k, step)
-            if settled is not None:
-                return settled
+                ended = await self._step(k, step)
+            if ended is not None:
+                return ended
             if self.x.signal.aborted:
-                return await self.x.settle_aborted(self.agent)
+                return await self.x.end_aborted(self.agent)
 
-    async def _step(self, k: int, step: OpenStep | None) -> Settled | None:
+    async def _step(self, k: int, step: OpenStep | None) -> Ended | None:
         """Step k: its model call (unless it is open already), its tool calls, its commit."""
         # A step an earlier execution left open (or whose reply it journaled)
         # may have effects journaled: its calls are resolved by the journal.
@@ -173,7 +173,7 @@ class StepLoop:
         if step is None:
             assistant = await self._assistant(k)
             if assistant is None:
-                return await self.x.settle_aborted(self.agent)
+                return await self.x.end_aborted(self.agent)
             self.messages.append(assistant)
             step = open_step(self.messages)
         calls = StepCalls()
@@ -271,7 +271,7 @@ class StepLoop:
         the tree in flight hold what is left, the call waits for them, so
         that children side by side overshoot a budget they share by at most
         one call (docs/children.md). An abort ends the wait: the loop then
-        settles the run as aborted."""
+        ends the run as aborted."""
         if not self.run_.budget_bounds:
             return None
         tokens = 0 if self._journaled is not None else await self._expected_tokens()
@@ -440,13 +440,13 @@ class StepLoop:
 
     # ---------------------------------------------------- tools and the commit
 
-    async def _commit(self, k: int, final_text: bool, calls: StepCalls) -> Settled | None:
+    async def _commit(self, k: int, final_text: bool, calls: StepCalls) -> Ended | None:
         if calls.children_running and not (
             calls.results or calls.approvals or calls.children or calls.granted
         ):
             # Resumed while a child it started still runs (a duplicate
-            # resume): wait again; the child's settle resumes the run.
-            return await self.x.settle(Outcome(RunStatus.WAITING))
+            # resume): wait again; the child's end resumes the run.
+            return await self.x.end(Outcome(RunStatus.WAITING))
         started: list[Run] = []
         if calls.children:
             # Before the step's commit: a crash between them leaves children
@@ -478,7 +478,7 @@ class StepLoop:
             waits=calls.waits,
             outcome=outcome,
         )
-        settled = await self.journal.commit_step(commit)
+        ended = await self.journal.commit_step(commit)
         queued = [child.id for child in started if child.status is RunStatus.QUEUED]
         if queued:
             self.deps.send(queued)
@@ -488,9 +488,9 @@ class StepLoop:
         for granted in calls.granted:
             # Decided by a standing approval in this commit: told as any decision is.
             decided = await self.journal.approval(granted.approval_id)
-            self.deps.observer.approval_decided(settled.run if settled else self.run_, decided)
-        if calls.approvals and settled is not None:
+            self.deps.observer.approval_decided(ended.run if ended else self.run_, decided)
+        if calls.approvals and ended is not None:
             asked = [approval for approval, _ in calls.approvals]
-            self.deps.observer.approvals_requested(settled.run, asked)
-            await self.deps.notify_approvals(self.agent, settled.run, asked)
-        return settled
+            self.deps.observer.approvals_requested(ended.run, asked)
+            await self.deps.notify_approvals(self.agent, ended.run, asked)
+        return ended

@@ -7,7 +7,7 @@ asks for ``runwright_engine``; :class:`TestEngine` works without pytest too.
 What a test does with it (docs/testing-your-agents.md):
 
 - start and run: :meth:`TestEngine.run`, :meth:`TestEngine.start`,
-  :meth:`TestEngine.run_until_settled`;
+  :meth:`TestEngine.run_until_ended`;
 - decide: :meth:`TestEngine.approve` (with edited arguments, or for the rest
   of the run) and :meth:`TestEngine.deny`, by tool name; answer the model's
   question: :meth:`TestEngine.answer`; see what waits:
@@ -17,8 +17,8 @@ What a test does with it (docs/testing-your-agents.md):
   :meth:`TestEngine.invocations`;
 - move time: :meth:`TestEngine.advance` (expiries, retry waits, lapsed leases,
   without sleeping);
-- crash: :meth:`TestEngine.crash` at a named point, :meth:`TestEngine.recover`
-  as a new worker would, and :meth:`TestEngine.assert_recovered`: every
+- crash: :meth:`TestEngine.crash` at a named point, :meth:`TestEngine.take_over`
+  as a new worker would, and :meth:`TestEngine.assert_taken_over`: every
   effect ran at most once and the history is whole.
 """
 
@@ -36,6 +36,7 @@ import pydantic
 
 from runner import faults
 from runner.agent import Agent, Registry
+from runner.deprecation import retired
 from runner.engine.engine import Engine
 from runner.errors import InvalidInput, ModelRequestsBlocked
 from runner.model import blocked_call
@@ -49,7 +50,7 @@ from store.postgres import PostgresStore
 
 # A key for the approval links of test runs: never one of a deployment's.
 TEST_SECRET_KEY = "test:runwright-testing-kit-key-not-for-production"
-# How many executions run_until_settled allows one run before it gives up.
+# How many executions run_until_ended allows one run before it gives up.
 MAX_EXECUTIONS = 50
 
 __all__ = ["MAX_EXECUTIONS", "TEST_SECRET_KEY", "Crash", "TestEngine", "ToolCallRecord"]
@@ -159,18 +160,18 @@ class TestEngine:
         return self.engine.start(name, payload, **kwargs)
 
     def run(self, agent: str | Agent, payload: Any = None, **kwargs: Any) -> Run:
-        """Start a run and :meth:`run_until_settled`."""
-        return self.run_until_settled(self.start(agent, payload, **kwargs).id)
+        """Start a run and :meth:`run_until_ended`."""
+        return self.run_until_ended(self.start(agent, payload, **kwargs).id)
 
-    def run_until_settled(self, run_id: str) -> Run:
-        """Execute the run here until it settles (completed, failed,
+    def run_until_ended(self, run_id: str) -> Run:
+        """Execute the run here until it ends (completed, failed,
         cancelled) or waits for a person; the run as it is then. A run that
         waits for its children (``Agent.as_tool``) has them run here first.
 
         A run waiting to retry a failing model step has its wait skipped (the
         clock moves to its end). A run another execution still holds (one
         that :meth:`crash` left, until its lease lapses) is refused:
-        :meth:`recover` it. A run failed
+        :meth:`take_over` it. A run failed
         by a blocked call to a real model raises
         :class:`~runner.errors.ModelRequestsBlocked`.
         """
@@ -179,34 +180,34 @@ class TestEngine:
             if run.status is RunStatus.WAITING and self._queue and self._has_running_child(run_id):
                 self.run_queued()  # its children (Agent.as_tool), which resume it
                 continue
-            if run.status.settled or run.status is RunStatus.WAITING:
+            if run.status.ended or run.status is RunStatus.WAITING:
                 return self._checked(run)
             lapsed = run.claim is not None and run.claim.expires_at < self.clock.now()
             if run.status is RunStatus.RUNNING and not lapsed:
                 raise InvalidInput(
-                    f"run {run_id} is held by an execution that did not settle (a crash): "
-                    "call recover() to take it over as a new worker would"
+                    f"run {run_id} is held by an execution that did not end (a crash): "
+                    "call take_over() to take it over as a new worker would"
                 )
             if run.retry is not None and run.retry.at is not None:
                 self.clock.advance_to(run.retry.at)
             self._forget(run_id)
             self.engine.execute(run_id)
         raise AssertionError(
-            f"run {run_id} did not settle in {MAX_EXECUTIONS} executions "
+            f"run {run_id} did not end in {MAX_EXECUTIONS} executions "
             f"(it is {self.engine.get_run(run_id).status})"
         )
 
     def _has_running_child(self, run_id: str) -> bool:
-        return any(not child.status.settled for child in self.engine.children(run_id))
+        return any(not child.status.ended for child in self.engine.children(run_id))
 
     def run_queued(self) -> list[Run]:
         """Run every run the engine has queued (after a tick, a cancel, a
-        decision, the next run of a concurrency key), each until it settles."""
+        decision, the next run of a concurrency key), each until it ends."""
         done: list[Run] = []
         while self._queue:
             run_id = self._queue.popleft()
             if self.engine.get_run(run_id).status in (RunStatus.QUEUED, RunStatus.INTERRUPTED):
-                done.append(self.run_until_settled(run_id))
+                done.append(self.run_until_ended(run_id))
         return done
 
     def get_run(self, run_id: str) -> Run:
@@ -230,7 +231,7 @@ class TestEngine:
         for_run: bool = False,
     ) -> Run:
         """Approve the run's pending approvals of ``tool`` (or its one pending
-        approval), then run it on to its next settle or wait.
+        approval), then run it on to its next end or wait.
 
         ``arguments``: approve the call with these in place of the model's (they
         must fit the tool's schema; one call only, so ``tool`` must name just
@@ -247,7 +248,7 @@ class TestEngine:
     def answer(self, run_id: str, value: Any, *, by: str = "test") -> Run:
         """Answer the run's one pending question (the model's ``ask_human``)
         with ``value``: text, or what fits the agent's answer model (a dict or
-        the model itself); then run it on to its next settle or wait."""
+        the model itself); then run it on to its next end or wait."""
         questions = self.questions(run_id)
         if not questions:
             raise InvalidInput(
@@ -258,12 +259,12 @@ class TestEngine:
             asked = "; ".join(repr(q.question) for q in questions)
             raise InvalidInput(
                 f"run {run_id} waits for {len(questions)} answers ({asked}): answer each "
-                "with engine.answer(question.approval_id, ...), then run_until_settled()"
+                "with engine.answer(question.approval_id, ...), then run_until_ended()"
             )
         if isinstance(value, pydantic.BaseModel):
             value = value.model_dump(mode="json")
         self.engine.answer(questions[0].approval_id, value, trusted=True, by=by)
-        return self.run_until_settled(run_id)
+        return self.run_until_ended(run_id)
 
     def pending(self, run_id: str) -> list[Approval]:
         """The run's approvals nobody has decided yet (its questions:
@@ -306,13 +307,13 @@ class TestEngine:
             raise InvalidInput(
                 f"run {run_id} has {len(chosen)} pending calls of {chosen[0].tool_name}: "
                 "edited arguments are for one call (decide each with "
-                "engine.respond(approval.approval_id, True, arguments=..., trusted=True))"
+                "engine.decide(approval.approval_id, True, arguments=..., trusted=True))"
             )
         for approval in chosen:
             # Approving one for the rest of the run approves the others with it.
             if not self.engine.store.get_approval(approval.approval_id).pending:
                 continue
-            self.engine.respond(
+            self.engine.decide(
                 approval.approval_id,
                 approve,
                 reason,
@@ -321,7 +322,7 @@ class TestEngine:
                 arguments=arguments,
                 for_run=for_run,
             )
-        return self.run_until_settled(run_id)
+        return self.run_until_ended(run_id)
 
     # ---------------------------------------------------------- reading
 
@@ -377,8 +378,9 @@ class TestEngine:
 
     def advance(self, by: float | timedelta) -> TickReport:
         """Move the clock ``by`` seconds (or a timedelta), run ``tick()`` as
-        beat would (expiring approvals, recovering lapsed runs), and run what
-        it queued until each settles or waits. Nothing sleeps."""
+        beat would (expiring approvals, queueing lapsed runs to be taken
+        over), and run what it queued until each ends or waits. Nothing
+        sleeps."""
         self.clock.advance(by)
         return self.tick()
 
@@ -414,18 +416,20 @@ class TestEngine:
         run = self.engine.get_run(run_id)
         raise AssertionError(f"run {run_id} never reached {at} (it is {run.status})")
 
-    def recover(self, run_id: str) -> Run:
+    def take_over(self, run_id: str) -> Run:
         """Take a crashed run over as a new worker would: let its lease lapse
         (the clock moves past it), let ``tick()`` find and queue it, and run
-        it until it settles or waits."""
+        it until it ends or waits."""
         self.clock.advance(self.engine.settings.lease_ttl_seconds + 1)
         report = self.engine.tick()
-        if run_id not in report.recovered:
+        if run_id not in report.lapsed:
             run = self.engine.get_run(run_id)
-            raise AssertionError(f"tick() did not recover run {run_id} (it is {run.status})")
-        return self.run_until_settled(run_id)
+            raise AssertionError(
+                f"tick() did not queue run {run_id} for a takeover (it is {run.status})"
+            )
+        return self.run_until_ended(run_id)
 
-    def assert_recovered(self, run_id: str) -> Run:
+    def assert_taken_over(self, run_id: str) -> Run:
         """Assert what a crash must not break: every effect of the run ran at
         most once (its function, counted over every execution, and its
         journal), and its history is whole (each tool call the model made
@@ -446,8 +450,25 @@ class TestEngine:
         if len(indexes) != len(set(indexes)):
             problems.append(f"model steps recorded twice: {sorted(indexes)}")
         if problems:
-            raise AssertionError(f"run {run_id} after recovery: " + "; ".join(problems))
+            raise AssertionError(f"run {run_id} after its takeover: " + "; ".join(problems))
         return run
+
+    # ------------------------------------------- deprecated names (one release)
+
+    def run_until_settled(self, run_id: str) -> Run:
+        """Deprecated: :meth:`run_until_ended`."""
+        retired("TestEngine.run_until_settled", "TestEngine.run_until_ended")
+        return self.run_until_ended(run_id)
+
+    def recover(self, run_id: str) -> Run:
+        """Deprecated: :meth:`take_over`."""
+        retired("TestEngine.recover", "TestEngine.take_over")
+        return self.take_over(run_id)
+
+    def assert_recovered(self, run_id: str) -> Run:
+        """Deprecated: :meth:`assert_taken_over`."""
+        retired("TestEngine.assert_recovered", "TestEngine.assert_taken_over")
+        return self.assert_taken_over(run_id)
 
     # ------------------------------------------------------- internals
 

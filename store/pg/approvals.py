@@ -15,12 +15,12 @@ from store.models import (
     JSON,
     Approval,
     Decision,
+    Ended,
     Message,
     Outcome,
     Run,
     RunError,
     RunStatus,
-    Settled,
     StandingApproval,
 )
 from store.pg.base import PgBase, outcome_params
@@ -45,20 +45,20 @@ LOCK_RUN = Statement(
     """,
 )
 
-SETTLE_BY_ID = Statement(
-    "settle_by_id",
+END_BY_ID = Statement(
+    "end_by_id",
     """
     UPDATE runs SET
         status = COALESCE(CAST(:o_status AS text), status),
         claim_owner = CASE WHEN CAST(:o_status AS text) IS NULL THEN claim_owner END,
         claim_expires_at = CASE WHEN CAST(:o_status AS text) IS NULL
                                 THEN claim_expires_at END,
-        finished_at = CASE WHEN CAST(:o_settled AS bool) THEN now() ELSE finished_at END,
-        output = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_output AS json)
+        finished_at = CASE WHEN CAST(:o_ended AS bool) THEN now() ELSE finished_at END,
+        output = CASE WHEN CAST(:o_ended AS bool) THEN CAST(:o_output AS json)
                       ELSE output END,
-        error_code = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_code AS text)
+        error_code = CASE WHEN CAST(:o_ended AS bool) THEN CAST(:o_code AS text)
                           ELSE error_code END,
-        error_message = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_message AS text)
+        error_message = CASE WHEN CAST(:o_ended AS bool) THEN CAST(:o_message AS text)
                              ELSE error_message END,
         enqueued_at = CASE WHEN CAST(:o_requeue AS bool)
                            THEN COALESCE(CAST(:o_requeue_at AS timestamptz), now())
@@ -92,7 +92,7 @@ REQUEST_CANCEL = Statement(
 )
 
 # The children of some runs that a cancel of them reaches: those not detached
-# (settled or not: a cancel goes through them to theirs).
+# (ended or not: a cancel goes through them to theirs).
 UNDETACHED_CHILDREN = Statement(
     "undetached_children",
     """
@@ -319,7 +319,7 @@ class DecisionResult:
     # for the rest of the run decided with it.
     also: tuple[Approval, ...] = ()
     # The run, failed by a denial its request says ends it (on_deny="fail").
-    settled: Settled | None = None
+    ended: Ended | None = None
 
 
 @dataclass(frozen=True)
@@ -343,8 +343,8 @@ class PgApprovals(PgBase):
         assert row is not None
         return RunStatus(row["status"]), row["now"]
 
-    def _settle_by_id(self, tx: Tx, run_id: str, outcome: Outcome, *, cancel: bool) -> None:
-        tx.execute(SETTLE_BY_ID, {"run_id": run_id, "cancel": cancel, **outcome_params(outcome)})
+    def _end_by_id(self, tx: Tx, run_id: str, outcome: Outcome, *, cancel: bool) -> None:
+        tx.execute(END_BY_ID, {"run_id": run_id, "cancel": cancel, **outcome_params(outcome)})
         tx.execute(WITHDRAW, {"run_id": run_id, "withdrawn": Decision.WITHDRAWN.value})
 
     def request_cancel(self, run_id: str, *, by: str | None = None) -> CancelResult:
@@ -360,24 +360,24 @@ class PgApprovals(PgBase):
         with self.db.tx() as tx:
             status, _ = self._lock_run(tx, run_id)
             action = cancel_action(status)
-            if action is not CancelAction.SETTLED and by is not None:
+            if action is not CancelAction.ENDED and by is not None:
                 tx.execute(CANCELLED_BY, {"run_id": run_id, "by": by})
             if action is CancelAction.CANCELLED:
-                self._settle_by_id(tx, run_id, cancel_outcome(), cancel=True)
+                self._end_by_id(tx, run_id, cancel_outcome(), cancel=True)
             elif action is CancelAction.REQUESTED:
                 tx.execute(REQUEST_CANCEL, {"run_id": run_id})
         if action is CancelAction.CANCELLED:
             self._committed(run_id)
-            settled = self._after_settle(run_id, cancel_outcome())
-            assert settled is not None
-            return CancelResult(settled.run, action, settled.next_in_key, settled.resumed)
+            ended = self._after_end(run_id, cancel_outcome())
+            assert ended is not None
+            return CancelResult(ended.run, action, ended.next_in_key, ended.resumed)
         return CancelResult(self.get_run(run_id), action)
 
     def _cancel_descendants(self, run_id: str, by: str | None) -> tuple[str, ...]:
         """Cancel the run's live descendants that are not detached (runner/children.py),
         a level at a time, however deep the tree; the executing ones among
         them are asked to stop, and returned. The levels are read through
-        runs that settled already, so a cancel repeated after one that
+        runs that ended already, so a cancel repeated after one that
         stopped part way (a process that died) reaches what that one left.
         The run's own cancel is committed first: a child it starts from now
         on is refused (``start_children`` reads the parent's cancel_requested)."""
@@ -387,23 +387,23 @@ class PgApprovals(PgBase):
             rows = self.db.rows(UNDETACHED_CHILDREN, {"ids": level})
             level = [str(row["id"]) for row in rows]
             for row in rows:
-                if RunStatus(row["status"]).settled:
+                if RunStatus(row["status"]).ended:
                     continue
                 result = self._cancel_one(str(row["id"]), by)
                 if result.action is CancelAction.REQUESTED:
                     stopping.append(result.run.id)
         return tuple(stopping)
 
-    def fail_waiting(self, run_id: str, error: RunError) -> Settled:
+    def fail_waiting(self, run_id: str, error: RunError) -> Ended:
         outcome = Outcome(RunStatus.FAILED, error=error)
         with self.db.tx() as tx:
             status, _ = self._lock_run(tx, run_id)
             check_fail_waiting(run_id, status)
-            self._settle_by_id(tx, run_id, outcome, cancel=False)
+            self._end_by_id(tx, run_id, outcome, cancel=False)
         self._committed(run_id)
-        settled = self._after_settle(run_id, outcome)
-        assert settled is not None
-        return settled
+        ended = self._after_end(run_id, outcome)
+        assert ended is not None
+        return ended
 
     def approvals(self, run_id: str) -> list[Approval]:
         run_id = check_run_id(run_id)
@@ -468,7 +468,7 @@ class PgApprovals(PgBase):
         ``arguments``: the edited arguments an approval runs with; ``answer``:
         a question's; ``for_run``: the tool is approved for the rest of the
         run, and its other pending calls with it. A denial whose request says
-        ``on_deny="fail"`` fails the run instead (``DecisionResult.settled``)."""
+        ``on_deny="fail"`` fails the run instead (``DecisionResult.ended``)."""
         with self.db.tx() as tx:
             # The run row first, then its approvals (the lock order everywhere).
             # An approval's run never changes, so reading it unlocked first is safe.
@@ -498,7 +498,7 @@ class PgApprovals(PgBase):
             failure = denial_failure(decided, expiry=allow_expired)
             if failure is not None:
                 outcome = Outcome(RunStatus.FAILED, error=failure)
-                self._settle_by_id(tx, run_id, outcome, cancel=False)
+                self._end_by_id(tx, run_id, outcome, cancel=False)
             else:
                 also = self._grant(tx, decided, at) if for_run else []
                 self._append_responses(tx, run_id, [response(a) for a in (decided, *also)])
@@ -519,9 +519,9 @@ class PgApprovals(PgBase):
                 run = self._get_run(tx, run_id)
         self._committed(run_id)
         if failure is not None:
-            settled = self._after_settle(run_id, outcome)
-            assert settled is not None
-            return DecisionResult(decided, settled.run, resumed=False, settled=settled)
+            ended = self._after_end(run_id, outcome)
+            assert ended is not None
+            return DecisionResult(decided, ended.run, resumed=False, ended=ended)
         return DecisionResult(decided, run, resumed=not still_open, also=tuple(also))
 
     def _grant(self, tx: Tx, decided: Approval, at: datetime) -> list[Approval]:

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from store.db import Executor, Tx, dumps
 from store.errors import RunNotFound
-from store.models import Checkpoint, Fence, Outcome, Run, Settled
+from store.models import Checkpoint, Ended, Fence, Outcome, Run
 from store.rows import run_from_row
 from store.rules import outcome_columns, wakes_key
 from store.statements import Statement
@@ -43,19 +43,19 @@ FENCE = """
 # The columns an outcome writes, from the parameters ``store.rules.outcome_columns``
 # gives (``o_status`` NULL: no outcome, the run stays as it is). Any outcome
 # releases the claim (the run leaves ``running``) and the tokens its model call
-# in flight reserved from a shared budget. The only SQL that settles a
-# run: every settling statement includes this.
+# in flight reserved from a shared budget. The only SQL that ends a
+# run: every ending statement includes this.
 OUTCOME_SET = """
     status = COALESCE(CAST(:o_status AS text), status),
     claim_owner = CASE WHEN CAST(:o_status AS text) IS NULL THEN claim_owner END,
     claim_expires_at = CASE WHEN CAST(:o_status AS text) IS NULL
                             THEN claim_expires_at END,
-    finished_at = CASE WHEN CAST(:o_settled AS bool) THEN now() ELSE finished_at END,
-    output = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_output AS json)
+    finished_at = CASE WHEN CAST(:o_ended AS bool) THEN now() ELSE finished_at END,
+    output = CASE WHEN CAST(:o_ended AS bool) THEN CAST(:o_output AS json)
                   ELSE output END,
-    error_code = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_code AS text)
+    error_code = CASE WHEN CAST(:o_ended AS bool) THEN CAST(:o_code AS text)
                       ELSE error_code END,
-    error_message = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_message AS text)
+    error_message = CASE WHEN CAST(:o_ended AS bool) THEN CAST(:o_message AS text)
                          ELSE error_message END,
     enqueued_at = CASE WHEN CAST(:o_requeue AS bool)
                        THEN COALESCE(CAST(:o_requeue_at AS timestamptz), now())
@@ -83,7 +83,7 @@ PROGRESS_ENDS_RETRY = """
 
 # What a waiting run (``:run_id``) still waits for, the rule of every wait's
 # end: an approval nobody decided, or a child run (runner/children.py) that
-# has not settled.
+# has not ended.
 OPEN_WAITS = """(
     EXISTS (SELECT 1 FROM approvals AS oa
              WHERE oa.run_id = CAST(:run_id AS uuid) AND oa.decision IS NULL)
@@ -112,7 +112,7 @@ RUN_WITH_WAIT = """
 
 
 # A run waiting for its children goes back to the queue once nothing is open
-# (run after every commit that may end the wait: a child's settle, the
+# (run after every commit that may end the wait: a child's end, the
 # parent's own wait; and by tick(), for a wake-up lost between them). Its
 # wait step is finished with it.
 RESUME_IF_DONE = Statement(
@@ -192,8 +192,8 @@ def outcome_params(outcome: Outcome | None) -> dict[str, Any]:
     error = columns.error
     return {
         "o_status": None if columns.status is None else columns.status.value,
-        "o_settled": columns.settled,
-        "o_output": dumps(columns.output) if columns.settled else None,
+        "o_ended": columns.ended,
+        "o_output": dumps(columns.output) if columns.ended else None,
         "o_code": error.code if error else None,
         "o_message": error.message if error else None,
         "o_requeue": columns.requeue,
@@ -254,7 +254,7 @@ class PgBase:
         row = self.db.first(NEXT_IN_KEY, {"key": key})
         return None if row is None else str(row["id"])
 
-    def _after_settle(self, run_id: str, outcome: Outcome | None) -> Settled | None:
+    def _after_end(self, run_id: str, outcome: Outcome | None) -> Ended | None:
         if outcome is None:
             return None
         run = self._read_run(run_id)
@@ -262,12 +262,12 @@ class PgBase:
         if run.concurrency_key and wakes_key(run.concurrency_key, run.status):
             next_id = self._next_in_key(run.concurrency_key)
         resumed: list[str] = []
-        if run.parent_id is not None and run.status.settled:
-            self._committed(run.parent_id)  # its feed has the child's settle
+        if run.parent_id is not None and run.status.ended:
+            self._committed(run.parent_id)  # its feed has the child's end
             resumed += self.resume_if_done(run.parent_id)
         if run.status is RunStatus.WAITING:
-            resumed += self.resume_if_done(run.id)  # its children settled meanwhile
-        return Settled(run=run, next_in_key=next_id, resumed=tuple(resumed))
+            resumed += self.resume_if_done(run.id)  # its children ended meanwhile
+        return Ended(run=run, next_in_key=next_id, resumed=tuple(resumed))
 
     def resume_if_done(self, run_id: str) -> list[str]:
         """Queue ``run_id`` again if it waits for children and nothing it

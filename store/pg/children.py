@@ -1,11 +1,11 @@
 """Child runs (runner/children.py): a parent's tool call starts one, the
-parent waits for them holding no worker, and the last child's settle lets it
+parent waits for them holding no worker, and the last child's end lets it
 go (the rule is ``RESUME_IF_DONE`` in store/pg/base.py, beside the wait rule
 every wait shares).
 
 A child's trigger id is derived from its parent and the call, and the runs
 table is unique on (agent, trigger id): a parent that starts its children
-again (recovered after a crash, a redelivered task) finds those it started.
+again (taken over after a crash, a redelivered task) finds those it started.
 """
 
 from __future__ import annotations
@@ -71,8 +71,8 @@ ANCESTORS = Statement(
     """,
 )
 
-# Parents whose children all settled while nothing resumed them (a wake-up
-# lost between a child's settle and the parent's wait): tick()'s safety net.
+# Parents whose children all ended while nothing resumed them (a wake-up
+# lost between a child's end and the parent's wait): tick()'s safety net.
 STRANDED_PARENTS = Statement(
     "stranded_parents",
     """
@@ -143,7 +143,7 @@ class PgChildren(PgExecution):
         """Whether the fenced child ``run``'s next model call, expected to take
         ``tokens``, may go out under the budgets it shares (``run.budget_bounds``);
         admitted, the run holds ``tokens`` reserved until its journal write
-        (or its settle, or the next claim) gives them back."""
+        (or its end, or the next claim) gives them back."""
         ids = [bound.run_id for bound in run.budget_bounds]
         with self.db.tx() as tx:
             locked = tx.rows(LOCK_SHARERS, {**fence_params(fence), "ids": ids})
@@ -214,7 +214,7 @@ class PgChildren(PgExecution):
         self, limit: int, grace_seconds: float, *, now: datetime | None = None
     ) -> list[str]:
         """Queue again the waiting parents (quiet for ``grace_seconds``) whose
-        children all settled and that wait for nothing else; their ids."""
+        children all ended and that wait for nothing else; their ids."""
         rows = self.db.rows(STRANDED_PARENTS, {"limit": limit, "grace": grace_seconds, "now": now})
         resumed: list[str] = []
         for row in rows:

@@ -1,5 +1,5 @@
 """Claims and the fenced writes of a running run: the claim, the step's journal
-write (``record_llm_step``), the step's commit (``commit_step``), settle,
+write (``record_llm_step``), the step's commit (``commit_step``), end,
 deferrals and the effect journal.
 
 The step's journal write and its commit are single statements, data-modifying
@@ -20,6 +20,7 @@ from store.models import (
     Decision,
     Effect,
     EffectStatus,
+    Ended,
     Fence,
     Interruption,
     NewApproval,
@@ -29,7 +30,6 @@ from store.models import (
     Run,
     RunError,
     RunStatus,
-    Settled,
     StepCommit,
     StepRecord,
 )
@@ -42,7 +42,7 @@ from store.pg.base import (
 from store.rows import effect_from_row, run_from_row
 from store.rules import (
     check_checkpoint,
-    check_settle,
+    check_end,
     commit_outcome,
     commit_waits,
     crashed_error,
@@ -55,10 +55,10 @@ from store.validate import check_run_id
 
 # The takeover limit (``:max``, RUNWRIGHT_MAX_TAKEOVERS; NULL: none): a takeover
 # of a run with ``takeovers`` takeovers since its last progress is refused once
-# it would be the ``max``-th, and the run settles ``failed/crashed`` instead
-# (LAPSED_RUN, which writes the limit as CLAIM does, and SETTLE_CRASHED). Only
+# it would be the ``max``-th, and the run ends ``failed/crashed`` instead
+# (LAPSED_RUN, which writes the limit as CLAIM does, and END_CRASHED). Only
 # a takeover counts (a claim from ``running`` whose claim expired): its previous
-# execution died without settling. A claim from ``interrupted`` does not, since
+# execution died without ending. A claim from ``interrupted`` does not, since
 # that execution drained cleanly; nor does one from ``queued``. Progress (the
 # step's journal write, its commit) resets the count, so a long run that is
 # taken over now and then but moves on each time is never stopped.
@@ -99,7 +99,7 @@ CLAIM = Statement(
 )
 
 # The takeover the claim refused for the takeover limit, locked so that it
-# settles once.
+# ends once.
 LAPSED_RUN = Statement(
     "lapsed_run",
     """
@@ -111,20 +111,20 @@ LAPSED_RUN = Statement(
     """,
 )
 
-SETTLE_CRASHED = Statement(
-    "settle_crashed",
+END_CRASHED = Statement(
+    "end_crashed",
     """
     UPDATE runs SET
         status = COALESCE(CAST(:o_status AS text), status),
         claim_owner = CASE WHEN CAST(:o_status AS text) IS NULL THEN claim_owner END,
         claim_expires_at = CASE WHEN CAST(:o_status AS text) IS NULL
                                 THEN claim_expires_at END,
-        finished_at = CASE WHEN CAST(:o_settled AS bool) THEN now() ELSE finished_at END,
-        output = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_output AS json)
+        finished_at = CASE WHEN CAST(:o_ended AS bool) THEN now() ELSE finished_at END,
+        output = CASE WHEN CAST(:o_ended AS bool) THEN CAST(:o_output AS json)
                       ELSE output END,
-        error_code = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_code AS text)
+        error_code = CASE WHEN CAST(:o_ended AS bool) THEN CAST(:o_code AS text)
                           ELSE error_code END,
-        error_message = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_message AS text)
+        error_message = CASE WHEN CAST(:o_ended AS bool) THEN CAST(:o_message AS text)
                              ELSE error_message END,
         enqueued_at = CASE WHEN CAST(:o_requeue AS bool)
                            THEN COALESCE(CAST(:o_requeue_at AS timestamptz), now())
@@ -316,12 +316,12 @@ COMMIT_STEP = Statement(
             claim_owner = CASE WHEN CAST(:o_status AS text) IS NULL THEN claim_owner END,
             claim_expires_at = CASE WHEN CAST(:o_status AS text) IS NULL
                                     THEN claim_expires_at END,
-            finished_at = CASE WHEN CAST(:o_settled AS bool) THEN now() ELSE finished_at END,
-            output = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_output AS json)
+            finished_at = CASE WHEN CAST(:o_ended AS bool) THEN now() ELSE finished_at END,
+            output = CASE WHEN CAST(:o_ended AS bool) THEN CAST(:o_output AS json)
                           ELSE output END,
-            error_code = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_code AS text)
+            error_code = CASE WHEN CAST(:o_ended AS bool) THEN CAST(:o_code AS text)
                               ELSE error_code END,
-            error_message = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_message AS text)
+            error_message = CASE WHEN CAST(:o_ended AS bool) THEN CAST(:o_message AS text)
                                  ELSE error_message END,
             enqueued_at = CASE WHEN CAST(:o_requeue AS bool)
                                THEN COALESCE(CAST(:o_requeue_at AS timestamptz), now())
@@ -394,12 +394,12 @@ COMMIT_STEP_WAIT = Statement(
             claim_owner = CASE WHEN CAST(:o_status AS text) IS NULL THEN claim_owner END,
             claim_expires_at = CASE WHEN CAST(:o_status AS text) IS NULL
                                     THEN claim_expires_at END,
-            finished_at = CASE WHEN CAST(:o_settled AS bool) THEN now() ELSE finished_at END,
-            output = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_output AS json)
+            finished_at = CASE WHEN CAST(:o_ended AS bool) THEN now() ELSE finished_at END,
+            output = CASE WHEN CAST(:o_ended AS bool) THEN CAST(:o_output AS json)
                           ELSE output END,
-            error_code = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_code AS text)
+            error_code = CASE WHEN CAST(:o_ended AS bool) THEN CAST(:o_code AS text)
                               ELSE error_code END,
-            error_message = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_message AS text)
+            error_message = CASE WHEN CAST(:o_ended AS bool) THEN CAST(:o_message AS text)
                                  ELSE error_message END,
             enqueued_at = CASE WHEN CAST(:o_requeue AS bool)
                                THEN COALESCE(CAST(:o_requeue_at AS timestamptz), now())
@@ -503,12 +503,12 @@ COMMIT_STEP_REPLACE = Statement(
             claim_owner = CASE WHEN CAST(:o_status AS text) IS NULL THEN claim_owner END,
             claim_expires_at = CASE WHEN CAST(:o_status AS text) IS NULL
                                     THEN claim_expires_at END,
-            finished_at = CASE WHEN CAST(:o_settled AS bool) THEN now() ELSE finished_at END,
-            output = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_output AS json)
+            finished_at = CASE WHEN CAST(:o_ended AS bool) THEN now() ELSE finished_at END,
+            output = CASE WHEN CAST(:o_ended AS bool) THEN CAST(:o_output AS json)
                           ELSE output END,
-            error_code = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_code AS text)
+            error_code = CASE WHEN CAST(:o_ended AS bool) THEN CAST(:o_code AS text)
                               ELSE error_code END,
-            error_message = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_message AS text)
+            error_message = CASE WHEN CAST(:o_ended AS bool) THEN CAST(:o_message AS text)
                                  ELSE error_message END,
             enqueued_at = CASE WHEN CAST(:o_requeue AS bool)
                                THEN COALESCE(CAST(:o_requeue_at AS timestamptz), now())
@@ -590,12 +590,12 @@ COMMIT_STEP_REPLACE_WAIT = Statement(
             claim_owner = CASE WHEN CAST(:o_status AS text) IS NULL THEN claim_owner END,
             claim_expires_at = CASE WHEN CAST(:o_status AS text) IS NULL
                                     THEN claim_expires_at END,
-            finished_at = CASE WHEN CAST(:o_settled AS bool) THEN now() ELSE finished_at END,
-            output = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_output AS json)
+            finished_at = CASE WHEN CAST(:o_ended AS bool) THEN now() ELSE finished_at END,
+            output = CASE WHEN CAST(:o_ended AS bool) THEN CAST(:o_output AS json)
                           ELSE output END,
-            error_code = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_code AS text)
+            error_code = CASE WHEN CAST(:o_ended AS bool) THEN CAST(:o_code AS text)
                               ELSE error_code END,
-            error_message = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_message AS text)
+            error_message = CASE WHEN CAST(:o_ended AS bool) THEN CAST(:o_message AS text)
                                  ELSE error_message END,
             enqueued_at = CASE WHEN CAST(:o_requeue AS bool)
                                THEN COALESCE(CAST(:o_requeue_at AS timestamptz), now())
@@ -672,12 +672,12 @@ DEFER_RETRY = Statement(
         claim_owner = CASE WHEN CAST(:o_status AS text) IS NULL THEN claim_owner END,
         claim_expires_at = CASE WHEN CAST(:o_status AS text) IS NULL
                                 THEN claim_expires_at END,
-        finished_at = CASE WHEN CAST(:o_settled AS bool) THEN now() ELSE finished_at END,
-        output = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_output AS json)
+        finished_at = CASE WHEN CAST(:o_ended AS bool) THEN now() ELSE finished_at END,
+        output = CASE WHEN CAST(:o_ended AS bool) THEN CAST(:o_output AS json)
                       ELSE output END,
-        error_code = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_code AS text)
+        error_code = CASE WHEN CAST(:o_ended AS bool) THEN CAST(:o_code AS text)
                           ELSE error_code END,
-        error_message = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_message AS text)
+        error_message = CASE WHEN CAST(:o_ended AS bool) THEN CAST(:o_message AS text)
                              ELSE error_message END,
         enqueued_at = CASE WHEN CAST(:o_requeue AS bool)
                            THEN COALESCE(CAST(:o_requeue_at AS timestamptz), now())
@@ -701,20 +701,20 @@ DEFER_RETRY = Statement(
     """,
 )
 
-SETTLE = Statement(
-    "settle",
+END_RUN = Statement(
+    "end_run",
     """
     UPDATE runs SET
         status = COALESCE(CAST(:o_status AS text), status),
         claim_owner = CASE WHEN CAST(:o_status AS text) IS NULL THEN claim_owner END,
         claim_expires_at = CASE WHEN CAST(:o_status AS text) IS NULL
                                 THEN claim_expires_at END,
-        finished_at = CASE WHEN CAST(:o_settled AS bool) THEN now() ELSE finished_at END,
-        output = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_output AS json)
+        finished_at = CASE WHEN CAST(:o_ended AS bool) THEN now() ELSE finished_at END,
+        output = CASE WHEN CAST(:o_ended AS bool) THEN CAST(:o_output AS json)
                       ELSE output END,
-        error_code = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_code AS text)
+        error_code = CASE WHEN CAST(:o_ended AS bool) THEN CAST(:o_code AS text)
                           ELSE error_code END,
-        error_message = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_message AS text)
+        error_message = CASE WHEN CAST(:o_ended AS bool) THEN CAST(:o_message AS text)
                              ELSE error_message END,
         enqueued_at = CASE WHEN CAST(:o_requeue AS bool)
                            THEN COALESCE(CAST(:o_requeue_at AS timestamptz), now())
@@ -743,12 +743,12 @@ DEFER = Statement(
         claim_owner = CASE WHEN CAST(:o_status AS text) IS NULL THEN claim_owner END,
         claim_expires_at = CASE WHEN CAST(:o_status AS text) IS NULL
                                 THEN claim_expires_at END,
-        finished_at = CASE WHEN CAST(:o_settled AS bool) THEN now() ELSE finished_at END,
-        output = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_output AS json)
+        finished_at = CASE WHEN CAST(:o_ended AS bool) THEN now() ELSE finished_at END,
+        output = CASE WHEN CAST(:o_ended AS bool) THEN CAST(:o_output AS json)
                       ELSE output END,
-        error_code = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_code AS text)
+        error_code = CASE WHEN CAST(:o_ended AS bool) THEN CAST(:o_code AS text)
                           ELSE error_code END,
-        error_message = CASE WHEN CAST(:o_settled AS bool) THEN CAST(:o_message AS text)
+        error_message = CASE WHEN CAST(:o_ended AS bool) THEN CAST(:o_message AS text)
                              ELSE error_message END,
         enqueued_at = CASE WHEN CAST(:o_requeue AS bool)
                            THEN COALESCE(CAST(:o_requeue_at AS timestamptz), now())
@@ -805,7 +805,7 @@ FINISH_EFFECT = Statement(
 # A started effect whose call never went out (its server could not be reached,
 # or refused the credentials): the row goes, so the step's next execution
 # makes the call afresh rather than finding an outcome it must call unknown.
-# Only this epoch's own first attempt: a rerun's earlier attempts may have run.
+# Only this epoch's own first attempt: a retry's earlier attempts may have run.
 WITHDRAW_EFFECT = Statement(
     "withdraw_effect",
     """
@@ -885,7 +885,7 @@ class PgExecution(PgBase):
         *,
         max_takeovers: int | None = None,
         now: datetime | None = None,
-    ) -> Run | Settled | None:
+    ) -> Run | Ended | None:
         """Claim the run for ``owner`` for ``ttl_seconds``, measured from
         ``now`` (None: Postgres's clock, as in production; runner/clock.py)."""
         run_id = check_run_id(run_id)
@@ -905,23 +905,23 @@ class PgExecution(PgBase):
         if row is not None:
             self._committed(run_id)
             return run_from_row(row)
-        if max_takeovers is not None and self._settle_crashed(run_id, max_takeovers, now):
+        if max_takeovers is not None and self._end_crashed(run_id, max_takeovers, now):
             self._committed(run_id)
-            return self._after_settle(run_id, Outcome(RunStatus.FAILED))
+            return self._after_end(run_id, Outcome(RunStatus.FAILED))
         with self.db.tx() as tx:
             self._require_run(tx, run_id)
         return None
 
-    def _settle_crashed(self, run_id: str, max_takeovers: int, now: datetime | None) -> bool:
+    def _end_crashed(self, run_id: str, max_takeovers: int, now: datetime | None) -> bool:
         """The takeover the claim refused for the takeover limit (``CLAIM``):
-        settle the run failed/crashed, once."""
+        end the run failed/crashed, once."""
         with self.db.tx() as tx:
             row = tx.first(LAPSED_RUN, {"run_id": run_id, "max": max_takeovers, "now": now})
             if row is None:
                 return False
             error = crashed_error(row["claim_epoch"], max_takeovers)
             tx.execute(
-                SETTLE_CRASHED,
+                END_CRASHED,
                 {
                     "run_id": run_id,
                     "takeovers": row["takeovers"] + 1,
@@ -970,7 +970,7 @@ class PgExecution(PgBase):
         self._committed(fence.run_id)
         return True
 
-    def commit_step(self, fence: Fence, commit: StepCommit) -> Settled | None:
+    def commit_step(self, fence: Fence, commit: StepCommit) -> Ended | None:
         outcome = commit_outcome(commit)
         approvals = [_approval_json(a) for a in commit.approvals]
         waits = commit_waits(commit)
@@ -1008,7 +1008,7 @@ class PgExecution(PgBase):
             if not self._commit(fence, replace, params):
                 raise AssertionError("the commit refused a checkpoint that the rule allows")
         self._committed(fence.run_id)
-        return self._after_settle(fence.run_id, outcome)
+        return self._after_end(fence.run_id, outcome)
 
     def _commit(self, fence: Fence, statement: Statement, params: dict[str, Any]) -> bool:
         """Run one of the step's commit statements; whether it saved the checkpoint."""
@@ -1018,14 +1018,14 @@ class PgExecution(PgBase):
             raise lost_lease(fence)
         return bool(row["saved"])
 
-    def settle(self, fence: Fence, outcome: Outcome) -> Settled:
-        check_settle(outcome)
-        if self.db.first(SETTLE, {**fence_params(fence), **outcome_params(outcome)}) is None:
+    def end(self, fence: Fence, outcome: Outcome) -> Ended:
+        check_end(outcome)
+        if self.db.first(END_RUN, {**fence_params(fence), **outcome_params(outcome)}) is None:
             raise lost_lease(fence)
         self._committed(fence.run_id)
-        settled = self._after_settle(fence.run_id, outcome)
-        assert settled is not None
-        return settled
+        ended = self._after_end(fence.run_id, outcome)
+        assert ended is not None
+        return ended
 
     def defer_missing_agent(self, fence: Fence, grace_seconds: float) -> Run | None:
         params = {
@@ -1046,7 +1046,7 @@ class PgExecution(PgBase):
 
     # ---------------------------------------------------------------- effects
 
-    def defer_retry(self, fence: Fence, wait: RetryWait, error: RunError | None = None) -> Settled:
+    def defer_retry(self, fence: Fence, wait: RetryWait, error: RunError | None = None) -> Ended:
         outcome = retry_outcome(wait, error)
         params = {
             **fence_params(fence),
@@ -1058,9 +1058,9 @@ class PgExecution(PgBase):
         if self.db.first(DEFER_RETRY, params) is None:
             raise lost_lease(fence)
         self._committed(fence.run_id)
-        settled = self._after_settle(fence.run_id, outcome)
-        assert settled is not None
-        return settled
+        ended = self._after_end(fence.run_id, outcome)
+        assert ended is not None
+        return ended
 
     def begin_effect(
         self, fence: Fence, key: str, tool: str, input: object, *, rerun_started: bool

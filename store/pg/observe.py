@@ -36,7 +36,7 @@ UNRESOLVED_EFFECTS = Statement(
 # The tools that failed (a tool step with an error) in more than half of their
 # calls since :since, by agent and tool, among those called :min_calls times
 # or more; the most failures first, with the latest error. A step started
-# since then belongs to a run not settled or settled since then: the runs are
+# since then belongs to a run not ended or ended since then: the runs are
 # found through runs_status_idx and runs_settled_finished_idx, their steps
 # through the steps' primary key, so a large history is not scanned.
 FAILING_TOOLS = Statement(

@@ -136,7 +136,7 @@ SET_ASIDE = Statement(
     """,
 )
 
-# The runs of a schedule's firings that have not settled, oldest first.
+# The runs of a schedule's firings that have not ended, oldest first.
 OPEN_RUNS = Statement(
     "schedule_open_runs",
     """
@@ -406,14 +406,14 @@ class PgSchedules(PgBase):
         action = overlap_action(schedule.overlap, bool(open_runs), buffered)
         if action is OverlapAction.SKIP:
             why = (
-                "a firing already waits for the schedule's run to settle"
+                "a firing already waits for the schedule's run to end"
                 if buffered
-                else f"the schedule's run {open_runs[0]} has not settled (overlap: skip)"
+                else f"the schedule's run {open_runs[0]} has not ended (overlap: skip)"
             )
             self._record(tx, schedule, due.scheduled_at, FiringOutcome.SKIPPED, None, why, fired)
             return
         if action is OverlapAction.BUFFER:
-            why = f"waits for the schedule's run {open_runs[0]} to settle (overlap: buffer_one)"
+            why = f"waits for the schedule's run {open_runs[0]} to end (overlap: buffer_one)"
             self._record(tx, schedule, due.scheduled_at, FiringOutcome.BUFFERED, None, why, fired)
             return
         if action is OverlapAction.CANCEL_AND_START:
@@ -465,7 +465,7 @@ class PgSchedules(PgBase):
         self, build: Build, *, limit: int, agents: Sequence[str] | None = None
     ) -> Fired:
         """Start the buffered firings of ``agents`` (None: of every agent)
-        whose schedule's run has settled, one per schedule and transaction.
+        whose schedule's run has ended, one per schedule and transaction.
         One whose run cannot be made is recorded missed; one whose start
         raises is rolled back, listed in ``failed``, and tried again by a
         later tick."""

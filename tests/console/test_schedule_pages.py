@@ -42,7 +42,7 @@ def test_the_list_and_a_schedules_page_show_its_firings_and_their_runs(
     page = page_text(client, f"{BASE}/schedules/pulse")
     assert f'<a href="{BASE}/runs/{started.run_id}">{started.run_id}</a>' in page
     assert '<span class="st st-completed">completed</span>' in page  # its run's status
-    assert f"the schedule&#x27;s run {started.run_id} has not settled" in page
+    assert f"the schedule&#x27;s run {started.run_id} has not ended" in page
     assert "<h2>Next firings</h2>" in page and page.count("<li><time") == 5
     assert HOSTILE_SCRIPT not in page and "&lt;script&gt;" in page
     assert "team=ops" in page

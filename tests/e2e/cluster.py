@@ -228,7 +228,7 @@ def settled(cluster: Cluster, run_id: str, timeout: float = 90) -> Run:
     """The run once it settles (an AssertionError after ``timeout`` seconds)."""
     engine = cluster.engine()
     found: Run = wait_until(
-        lambda: (r := engine.get_run(run_id)).status.settled and r,
+        lambda: (r := engine.get_run(run_id)).status.ended and r,
         timeout,
         f"run {run_id} to settle",
         interval=0.2,

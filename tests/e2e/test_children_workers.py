@@ -42,7 +42,7 @@ def test_a_lead_hands_two_tasks_to_children_that_run_side_by_side(cluster: Clust
         interval=0.02,
     )
     assert waiting.claim is None
-    assert any(not c.status.settled for c in engine.children(run.id))
+    assert any(not c.status.ended for c in engine.children(run.id))
     done = settled(cluster, run.id)
     assert done.status is RunStatus.COMPLETED, done.error
     children = engine.children(run.id)
@@ -152,7 +152,7 @@ def test_a_shared_cost_budget_stops_the_tree_on_workers(cluster: Cluster) -> Non
     assert done.status is RunStatus.FAILED and done.error is not None
     assert done.error.code == "budget_exceeded", done.error
     children = engine.children(run.id)
-    assert len(children) == 2 and all(c.status.settled for c in children)
+    assert len(children) == 2 and all(c.status.ended for c in children)
     # Side by side, each stopped once the tree's cost reached $0.006, or
     # finished its four steps: never more than the budget and a step each.
     assert done.cost_usd <= 0.006 + 2 * 0.001 + 1e-9, done.cost_usd
@@ -223,7 +223,7 @@ def test_eight_children_side_by_side_overshoot_a_shared_token_budget_by_one_call
     assert done.status is RunStatus.FAILED and done.error is not None
     assert done.error.code == "budget_exceeded", done.error
     children = engine.children(run.id)
-    assert len(children) == FANOUT and all(c.status.settled for c in children)
+    assert len(children) == FANOUT and all(c.status.ended for c in children)
     calls = [
         s.usage.total
         for child in children

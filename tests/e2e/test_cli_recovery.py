@@ -24,7 +24,7 @@ def failed_run(engine: Engine, store: PostgresStore) -> str:
     run = engine.start("five")
     claim = try_claim(store, run.id, "worker-x", 30)
     assert claim is not None
-    store.settle(
+    store.end(
         Fence(run.id, "worker-x", claim.epoch),
         Outcome(RunStatus.FAILED, error=RunError("model_error", HOSTILE_ERROR)),
     )

@@ -136,7 +136,7 @@ def test_a_long_runs_timeline(
     app, engine = signed_in_app
     cluster.worker("w1")
     run = engine.start("steady", {"steps": 40, "latency": 0})
-    _poll(lambda: engine.get_run(run.id).settled, 90, "the run to settle")
+    _poll(lambda: engine.get_run(run.id).ended, 90, "the run to settle")
     assert engine.get_run(run.id).status is RunStatus.COMPLETED
     with serving(app) as (port, _handlers):
         root = f"http://127.0.0.1:{port}"

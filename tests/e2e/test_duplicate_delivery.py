@@ -87,7 +87,7 @@ def test_a_delivery_of_a_run_held_by_another_execution_is_ignored(
         claim.epoch,
     )
 
-    wait_until(lambda: engine.get_run(run.id).settled, 60, "the run to settle")
+    wait_until(lambda: engine.get_run(run.id).ended, 60, "the run to settle")
     done = engine.get_run(run.id)
     assert done.status is RunStatus.COMPLETED
     assert done.takeovers == 0 and done.claim is None

@@ -117,7 +117,7 @@ def test_a_failed_run_is_a_failed_task_delivered_once(cluster: Cluster, flower: 
         (completed, RunStatus.COMPLETED),
         (cancelled, RunStatus.CANCELLED),
     ):
-        wait_until(lambda r=run: engine.get_run(r.id).settled, 60, f"{run.agent} to settle")
+        wait_until(lambda r=run: engine.get_run(r.id).ended, 60, f"{run.agent} to settle")
         assert engine.get_run(run.id).status is status
     error = engine.get_run(failed.id).error
     assert error is not None and error.code == "model_error"

@@ -47,7 +47,7 @@ def test_cancel_settles_while_a_sync_tool_hangs(cluster: Cluster) -> None:
     assert not tool_ended(cluster, run_id), "the cancel waited for the tool to return"
     # The worker is free again: another run of the same agent starts its tool.
     assert worker.popen.poll() is None
-    assert engine.get_run(run_id).claim is None or engine.get_run(run_id).status.settled
+    assert engine.get_run(run_id).claim is None or engine.get_run(run_id).status.ended
     start_stuck(cluster, engine)
 
 

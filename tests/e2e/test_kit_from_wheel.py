@@ -152,8 +152,8 @@ def test_a_crash_after_the_effect_ran(runwright_engine):
     with billing_unattended.override(model=model):
         run = runwright_engine.start(billing_unattended)
         runwright_engine.crash(run.id, at="after_effect_call")
-        run = runwright_engine.recover(run.id)
-    runwright_engine.assert_recovered(run.id)
+        run = runwright_engine.take_over(run.id)
+    runwright_engine.assert_taken_over(run.id)
     assert run.status == "completed"
     assert agents.REFUNDS == ["A1"]
     assert runwright_engine.invocations("refund", run.id) == 1

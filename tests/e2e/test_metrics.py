@@ -118,7 +118,7 @@ def test_a_workers_metrics_match_its_runs(cluster: Cluster) -> None:
     assert settles(during) < 20
 
     wait_until(
-        lambda: all(engine.get_run(r.id).status.settled for r in runs), 180, "20 runs to settle"
+        lambda: all(engine.get_run(r.id).status.ended for r in runs), 180, "20 runs to settle"
     )
     after = scrape_until(port, lambda s: settles(s) == 20, "the metrics of the 20 settles")
     assert total(after, "runwright_executions_in_flight") == 0

@@ -80,7 +80,7 @@ def test_runs_outlast_a_provider_outage(cluster: Cluster, provider: Provider) ->
 
     provider.recover()
     wait_until(
-        lambda: all(engine.get_run(r).status.settled for r in runs),
+        lambda: all(engine.get_run(r).status.ended for r in runs),
         60,
         "the outage runs to settle after recovery",
         interval=0.5,

@@ -47,7 +47,7 @@ def test_poison_run_settles_crashed_and_healthy_runs_complete(cluster: Cluster) 
     current: Proc = worker
     while time.monotonic() < deadline:
         runs = [engine.get_run(r.id) for r in everyone]
-        if all(r.settled for r in runs):
+        if all(r.ended for r in runs):
             break
         if current.popen.poll() is not None:
             deaths += 1

@@ -47,7 +47,7 @@ def test_an_exhausted_run_is_retried_once_the_provider_is_back(
     cluster.worker("w1", RUNWRIGHT_AGENTS=AGENTS, RUNWRIGHT_TEST_PROVIDER_URL=provider.base_url)
     engine = cluster.engine()
     run_id = engine.start("outage-brief", {"n": 1}).id
-    wait_until(lambda: engine.get_run(run_id).status.settled, 60, "the run to give up")
+    wait_until(lambda: engine.get_run(run_id).status.ended, 60, "the run to give up")
     failed = engine.get_run(run_id)
     assert failed.status is RunStatus.FAILED and failed.error is not None
     assert failed.error.code == "model_error"

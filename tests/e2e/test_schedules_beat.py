@@ -85,7 +85,7 @@ def test_beat_down_over_three_firings_catches_up_under_the_overlap_policy(
         FiringOutcome.SKIPPED,
         FiringOutcome.SKIPPED,
     ]
-    assert all("has not settled (overlap: skip)" in (f.reason or "") for f in first_three[1:])
+    assert all("has not ended (overlap: skip)" in (f.reason or "") for f in first_three[1:])
 
 
 @pytest.mark.timeout(180)
@@ -103,5 +103,5 @@ def test_skip_with_a_long_running_run_skips_and_records_why(cluster: Cluster) ->
     first, later = ordered[0], ordered[1:3]
     assert first.outcome is FiringOutcome.STARTED
     assert [f.outcome for f in later] == [FiringOutcome.SKIPPED] * 2
-    assert all(f"run {first.run_id} has not settled" in (f.reason or "") for f in later)
+    assert all(f"run {first.run_id} has not ended" in (f.reason or "") for f in later)
     assert engine.get_run(first.run_id).status is RunStatus.RUNNING  # type: ignore[arg-type]

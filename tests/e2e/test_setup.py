@@ -276,7 +276,7 @@ def test_a_rolling_deploy_leaves_a_new_agents_run_for_a_new_worker(cluster: Clus
     # one can take it.
     old.stop()
     done = wait_until(
-        lambda: engine.get_run(run.id).status.settled and engine.get_run(run.id),
+        lambda: engine.get_run(run.id).status.ended and engine.get_run(run.id),
         60,
         "a new worker to run it",
     )
@@ -292,7 +292,7 @@ def test_a_run_whose_agent_no_worker_knows_fails_after_the_grace(cluster: Cluste
     engine = cluster.engine()
     run = engine.start("newcomer")
     done = wait_until(
-        lambda: engine.get_run(run.id).status.settled and engine.get_run(run.id),
+        lambda: engine.get_run(run.id).status.ended and engine.get_run(run.id),
         60,
         "the grace to end",
     )

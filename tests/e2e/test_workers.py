@@ -16,7 +16,7 @@ from tests.agents import read_effect_log
 from tests.e2e.cluster import Cluster, wait_until
 from tests.helpers import journaled_effect
 
-SETTLED = {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED}
+ENDED = {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED}
 
 
 def effects_by_key(cluster: Cluster, tool: str) -> collections.Counter[str]:
@@ -38,7 +38,7 @@ def test_forty_runs_with_approvals_on_two_workers(shared_cluster: Cluster) -> No
                 token = engine.token(run.waiting.approval_id)
                 engine.decide(run.waiting.approval_id, True, "ok", token=token)
                 approved.add(run_id)
-        return all(run.status in SETTLED for run in states.values())
+        return all(run.status in ENDED for run in states.values())
 
     wait_until(all_settled, 180, "40 runs to settle", interval=0.2)
     assert approved == needs_approval

@@ -41,9 +41,9 @@ def test_a_worker_dying_after_the_refund_does_not_refund_twice(
         runwright_engine.pending(run.id)[0].approval_id, True, trusted=True
     )
     runwright_engine.crash(run.id, at="after_effect_call")
-    done = runwright_engine.recover(run.id)
+    done = runwright_engine.take_over(run.id)
     assert done.status is RunStatus.COMPLETED
-    runwright_engine.assert_recovered(run.id)
+    runwright_engine.assert_taken_over(run.id)
     assert len(agents.refunds) == 1
 
 

@@ -157,7 +157,7 @@ def _deep_chain(store: PostgresStore, levels: int) -> tuple[str, list[str]]:
     for _level in range(levels):
         fence = _claimed(store, parent)
         [started] = store.start_children(fence, [_child(parent)])
-        store.settle(fence, Outcome(RunStatus.WAITING))
+        store.end(fence, Outcome(RunStatus.WAITING))
         ids.append(started.id)
         parent = started.id
     return top.id, ids
@@ -171,7 +171,7 @@ def test_cancelling_the_root_of_a_601_run_chain_cancels_every_run(
     top, descendants = _deep_chain(store, 600)
     result = runwright_engine.engine.cancel(top)
     assert result.run.status is RunStatus.CANCELLED
-    live = [r for r in descendants if not store.get_run(r).status.settled]
+    live = [r for r in descendants if not store.get_run(r).status.ended]
     assert live == []
 
 
@@ -180,12 +180,10 @@ def test_a_second_cancel_finishes_what_a_first_one_left(runwright_engine: TestEn
     top, descendants = _deep_chain(store, 40)
     # A first cancel settled the root and stopped there (its process died).
     with store.db.tx() as tx:
-        from store.pg.approvals import SETTLE_BY_ID
+        from store.pg.approvals import END_BY_ID
         from store.pg.base import outcome_params
 
-        tx.execute(
-            SETTLE_BY_ID, {"run_id": top, "cancel": True, **outcome_params(cancel_outcome())}
-        )
+        tx.execute(END_BY_ID, {"run_id": top, "cancel": True, **outcome_params(cancel_outcome())})
     assert store.get_run(descendants[-1]).status is RunStatus.QUEUED
     again = runwright_engine.engine.cancel(top)
     assert again.run.status is RunStatus.CANCELLED
@@ -197,7 +195,7 @@ def test_a_cancel_leaves_a_detached_childs_subtree_alone(runwright_engine: TestE
     top, _ = store.create_run(new_run())
     fence = _claimed(store, top.id)
     [kept] = store.start_children(fence, [_child(top.id, "d", detached=True)])
-    store.settle(fence, Outcome(RunStatus.WAITING))
+    store.end(fence, Outcome(RunStatus.WAITING))
     [under] = store.start_children(_claimed(store, kept.id), [_child(kept.id, "g")])
     runwright_engine.engine.cancel(top.id)
     assert store.get_run(top.id).status is RunStatus.CANCELLED

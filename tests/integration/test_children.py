@@ -87,7 +87,7 @@ def test_a_lead_calls_two_children_in_one_step_and_gets_both_results(
     assert children[0].trigger.id == child_trigger_id(run.id, "c_research")
     assert children[0].trigger.source == "parent"
 
-    done = runwright_engine.run_until_settled(run.id)
+    done = runwright_engine.run_until_ended(run.id)
     assert done.status is RunStatus.COMPLETED, done.error
     seen = results(model, 1)
     assert json.loads(seen["c_research"]) == {"topic": "tides", "points": 3}
@@ -131,7 +131,7 @@ def test_a_cancelled_child_is_a_tool_error_and_resumes_its_parent(
     [started] = runwright_engine.engine.children(run.id)
     runwright_engine.engine.cancel(started.id)
     assert runwright_engine.get_run(run.id).status is RunStatus.QUEUED  # the cancel resumed it
-    done = runwright_engine.run_until_settled(run.id)
+    done = runwright_engine.run_until_ended(run.id)
     assert done.status is RunStatus.COMPLETED, done.error
     told = json.loads(results(model, 1)["c_one"])
     assert told["error"] == f"the {child.name} agent's run {started.id} was cancelled"
@@ -156,25 +156,25 @@ def test_a_parent_recovered_after_a_crash_has_exactly_one_child_per_call(
         # The model's reply is journaled, no child started yet: the recovered
         # execution starts them, reusing the reply.
         assert runwright_engine.engine.children(run.id) == []
-        done = runwright_engine.recover(run.id)
+        done = runwright_engine.take_over(run.id)
     elif at == "after_children_start":
         # The children exist, unsent, and the step's wait is not committed:
         # the recovered execution finds them, commits the wait and sends them.
         assert len(runwright_engine.engine.children(run.id)) == 2
-        done = runwright_engine.recover(run.id)
+        done = runwright_engine.take_over(run.id)
     else:
         # The wait is committed, but the children were never sent: tick()
         # sends queued runs nobody took, and they resume the parent.
         assert runwright_engine.get_run(run.id).status is RunStatus.WAITING
         runwright_engine.clock.advance(runwright_engine.engine.settings.reenqueue_seconds + 1)
         runwright_engine.tick()
-        done = runwright_engine.run_until_settled(run.id)
+        done = runwright_engine.run_until_ended(run.id)
     assert done.status is RunStatus.COMPLETED, done.error
     children = runwright_engine.engine.children(run.id)
     assert sorted(c.parent_call_id or "" for c in children) == ["c_a", "c_b"]
     assert results(model, 1) == {"c_a": "one", "c_b": "two"}
     assert model.call_count == 2  # the journaled reply was reused
-    runwright_engine.assert_recovered(run.id)
+    runwright_engine.assert_taken_over(run.id)
 
 
 def test_tick_resumes_a_parent_whose_last_childs_wake_up_was_lost(
@@ -235,7 +235,7 @@ def test_an_approval_and_a_child_in_one_step_resume_the_parent_once_both_are_don
     assert runwright_engine.get_run(run.id).status is RunStatus.WAITING
     runwright_engine.engine.execute(child_run.id)  # its settle resumes the parent
     assert runwright_engine.get_run(run.id).status is RunStatus.QUEUED
-    done = runwright_engine.run_until_settled(run.id)
+    done = runwright_engine.run_until_ended(run.id)
     assert done.status is RunStatus.COMPLETED, done.error
     assert results(model, 1) == {"c_pub": "published t", "c_draft": "drafted"}
 
@@ -309,7 +309,7 @@ def test_cancelling_a_parent_cancels_its_children_but_not_a_detached_one(
     }
     assert runwright_engine.get_run(deep.id).status is RunStatus.CANCELLED  # and theirs
     # The detached child runs on after its parent was cancelled.
-    assert runwright_engine.run_until_settled(by_call["c_kept"].id).status is RunStatus.COMPLETED
+    assert runwright_engine.run_until_ended(by_call["c_kept"].id).status is RunStatus.COMPLETED
     assert runwright_engine.get_run(run.id).status is RunStatus.CANCELLED
 
 
@@ -443,7 +443,7 @@ def test_a_childs_approval_surfaces_with_its_parent_chain_and_resumes_the_tree(
     assert request.run_id == child_run.id and request.root_run_id == waiting.id
     # Deciding it resumes the child, whose settle resumes its parent, and so on up.
     runwright_engine.engine.decide(item.approval.approval_id, True, trusted=True, by="ops")
-    done = runwright_engine.run_until_settled(waiting.id)
+    done = runwright_engine.run_until_ended(waiting.id)
     assert done.status is RunStatus.COMPLETED, done.error
     assert runwright_engine.get_run(child_run.id).status is RunStatus.COMPLETED
     assert results(model, 1) == {"c_mid": "ok"}
@@ -482,7 +482,7 @@ def test_the_parents_event_feed_has_each_childs_start_and_settle(
     runwright_engine.engine.execute(run.id)
     by_call = {c.parent_call_id: c for c in runwright_engine.engine.children(run.id)}
     runwright_engine.engine.cancel(by_call["c_x"].id)
-    done = runwright_engine.run_until_settled(run.id)
+    done = runwright_engine.run_until_ended(run.id)
     assert done.status is RunStatus.COMPLETED, done.error
     events = list(runwright_engine.engine.events(run.id, timeout=0, tokens=False))
     child_events = [e.data for e in events if e.type.value == "child"]
@@ -566,7 +566,7 @@ def test_retrying_a_parent_keeps_its_completed_children_and_starts_the_others_ag
 
     retried = runwright_engine.engine.retry(run.id)
     assert retried.status is RunStatus.QUEUED
-    done = runwright_engine.run_until_settled(run.id)
+    done = runwright_engine.run_until_ended(run.id)
     assert done.status is RunStatus.COMPLETED, done.error
     children = runwright_engine.engine.children(run.id)
     assert [c.parent_call_id for c in children] == ["c_done", "c_again", "c_again"]
@@ -593,7 +593,7 @@ def test_a_fork_starts_fresh_children(runwright_engine: TestEngine) -> None:
     originals = runwright_engine.engine.children(done.id)
     assert [c.parent_call_id for c in originals] == ["c_one", "c_two"]
     fork = runwright_engine.engine.fork(done.id, 1)  # after the first child's result
-    forked = runwright_engine.run_until_settled(fork.id)
+    forked = runwright_engine.run_until_ended(fork.id)
     assert forked.status is RunStatus.COMPLETED, forked.error
     [fresh] = runwright_engine.engine.children(fork.id)
     assert fresh.parent_call_id == "c_two" and fresh.id not in {c.id for c in originals}

@@ -54,8 +54,6 @@ def test_two_runs_sharing_a_key_one_runs_the_other_waits_fifo(pg_store: Postgres
         # Only the older run may hold the key; the newer one waits its turn.
         assert results[0] is None and results[1] is not None, results
         assert pg_store.get_run(newer.id).status is RunStatus.QUEUED
-        settled = pg_store.settle(
-            Fence(older.id, "a", results[1].epoch), Outcome(RunStatus.COMPLETED)
-        )
+        settled = pg_store.end(Fence(older.id, "a", results[1].epoch), Outcome(RunStatus.COMPLETED))
         assert settled.next_in_key == newer.id
         assert try_claim(pg_store, newer.id, "b", 30) is not None

@@ -85,7 +85,7 @@ def test_a_reader_resumes_after_its_last_id_with_no_gap_and_no_duplicate(engine:
     run = engine.start(stepping_agent(3))
     engine.execute(run.id)
     everything = list(engine.events(run.id, timeout=5))
-    assert everything[-1].settles
+    assert everything[-1].ends
     for cut in range(len(everything)):
         last = everything[cut].id
         rest = list(engine.events(run.id, after=last, timeout=5))
@@ -173,8 +173,8 @@ def test_a_settled_run_replays_and_ends(engine: Engine) -> None:
     events: list[RunEvent] = []
     reader = threading.Thread(target=lambda: events.extend(engine.events(run.id)), daemon=True)
     reader.start()
-    joined(reader, "the events of a settled run did not end")  # no timeout: it ends by itself
-    assert events[-1].settles
+    joined(reader, "the events of an ended run did not end")  # no timeout: it ends by itself
+    assert events[-1].ends
     last = events[-1].id
     assert list(engine.events(run.id, after=last)) == []
 

@@ -23,12 +23,12 @@ from store.db import dumps
 from store.errors import StoreRefused
 from store.models import (
     EffectStatus,
+    Ended,
     Fence,
     NewRun,
     Outcome,
     RunError,
     RunStatus,
-    Settled,
     StepCommit,
     StepKind,
     StepRecord,
@@ -216,7 +216,7 @@ def test_cancel_ends_a_run_whose_tool_hangs(engine: Engine, hanging: Any) -> Non
     joined(thread, "the cancel did not end the run while its tool hung")
     assert box["run"].status is RunStatus.CANCELLED
     assert name not in woke, "the run ended only once the tool had slept to the end"
-    assert engine.get_run(run.id).claim is None or engine.get_run(run.id).status.settled
+    assert engine.get_run(run.id).claim is None or engine.get_run(run.id).status.ended
 
 
 def test_an_abandoned_effect_is_an_unknown_outcome(engine: Engine) -> None:
@@ -373,7 +373,7 @@ def test_driver_statements_never_land_in_the_error(
     message = raised.value.message
     assert "SELECT" not in message and "inside" not in message and "\ud800" not in message
     assert pg_store.steps(run.id) == []  # nothing written
-    settled = pg_store.settle(
+    settled = pg_store.end(
         fence, Outcome(RunStatus.FAILED, error=RunError("internal_error", "x\x00y"))
     )
     assert settled.run.error is not None and settled.run.error.message == "x\ufffdy"
@@ -493,7 +493,7 @@ def test_a_decision_before_the_lease_is_given_up_resumes_without_tick(
     made = threaded.engine
     commit_step = pg_store.commit_step
 
-    def decide_right_after_the_commit(fence: Fence, commit: StepCommit) -> Settled | None:
+    def decide_right_after_the_commit(fence: Fence, commit: StepCommit) -> Ended | None:
         # The narrowest window: the step commit has paused the run and the execution has
         # not yet given up its lease. The decision's resume is refused there;
         # the execution must look again once the lease is free.
@@ -512,10 +512,10 @@ def test_a_decision_before_the_pause_is_read_back_resumes_without_tick(
 ) -> None:
     threaded = ThreadedEngine(pg_store, leases, settings)
     made = threaded.engine
-    after_settle = pg_store._after_settle
+    after_end = pg_store._after_end
     decided: list[str] = []
 
-    def decide_before_the_read(run_id: str, outcome: Outcome | None) -> Settled | None:
+    def decide_before_the_read(run_id: str, outcome: Outcome | None) -> Ended | None:
         # The store reads the paused run back in a transaction after the
         # commit's: a decision there is read as `queued`, and its resume is
         # refused, for the execution still holds the lease. The execution must
@@ -525,8 +525,8 @@ def test_a_decision_before_the_pause_is_read_back_resumes_without_tick(
             decided.append(run_id)
             threaded.approve_and_wait(approval.approval_id)  # its resume is refused
             assert leases.holder(run_id) is not None
-        return after_settle(run_id, outcome)
+        return after_end(run_id, outcome)
 
-    monkeypatch.setattr(pg_store, "_after_settle", decide_before_the_read)
+    monkeypatch.setattr(pg_store, "_after_end", decide_before_the_read)
     run_id = threaded.complete(approval_agent("read-back-approval", None))
     assert decided == [run_id]

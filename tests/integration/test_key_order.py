@@ -107,7 +107,7 @@ def test_what_a_run_writes_reads_back_in_the_order_written(
     # The refund's result is journaled, its step is not committed: the run
     # that goes on reads the result, and the model's reply, from the store.
     rw_engine.crash(run.id, at="after_effect_complete")
-    waiting = rw_engine.recover(run.id)
+    waiting = rw_engine.take_over(run.id)
     assert waiting.status is RunStatus.WAITING and waiting.waiting is not None
     assert ordered(waiting.waiting.input) == ordered(ARGS)
     (approval,) = rw_engine.pending(run.id)

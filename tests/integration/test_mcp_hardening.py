@@ -232,7 +232,7 @@ def test_an_effect_whose_connection_was_refused_never_went_out_and_is_made_later
     assert runwright_engine.effects(run.id) == []  # taken back: it never went out
     assert calls(http_server.log) == []
     gateway.start()
-    done = runwright_engine.run_until_settled(run.id)
+    done = runwright_engine.run_until_ended(run.id)
     assert done.status is RunStatus.COMPLETED, done.error
     [effect] = runwright_engine.effects(run.id)
     assert effect.status is EffectStatus.COMPLETED and effect.attempts == 1, effect

@@ -59,7 +59,7 @@ def test_an_mcp_effect_that_ran_before_a_crash_stays_unknown_whatever_the_listin
 
     agent.mcp = (dataclasses.replace(agent.mcp[0], **CHANGES[change]),)
     close_all()  # the worker that recovers it has a session of its own
-    done = runwright_engine.recover(run.id)
+    done = runwright_engine.take_over(run.id)
 
     assert done.status is RunStatus.COMPLETED, done.error
     assert [c["tool"] for c in calls(log)] == ["create_issue"]  # never again
@@ -85,7 +85,7 @@ def test_a_completed_mcp_effect_whose_tool_is_gone_gives_its_recorded_result(
     runwright_engine.crash(run.id, at="after_effect_complete")
     agent.mcp = (dataclasses.replace(agent.mcp[0], block=frozenset({"create_issue"})),)
     close_all()
-    done = runwright_engine.recover(run.id)
+    done = runwright_engine.take_over(run.id)
     assert done.status is RunStatus.COMPLETED and not done.needs_attention
     assert [c["tool"] for c in calls(log)] == ["create_issue"]
     told = str(model.calls[-1].tool_results()[-1]["content"])

@@ -247,7 +247,7 @@ def test_a_server_that_cannot_be_reached_is_retried_then_fails_with_a_clear_code
     waiting = runwright_engine.get_run(run.id)
     assert waiting.status is RunStatus.QUEUED and waiting.retry is not None, waiting
     assert "MCP server 'tracker' cannot be reached" in waiting.retry.error
-    done = runwright_engine.run_until_settled(run.id)
+    done = runwright_engine.run_until_ended(run.id)
     # The kit moved its clock over the retry waits: nothing slept them.
     assert runwright_engine.clock.offset > timedelta(0)
     assert done.status is RunStatus.FAILED and done.error is not None
@@ -364,7 +364,7 @@ def test_a_server_gone_between_steps_makes_the_run_wait_in_queued_not_fail(
     assert waiting.retry.error.startswith("MCP server 'tracker'"), waiting.retry
     assert runwright_engine.effects(run.id) == []  # nothing went out, so nothing is journaled
     http_server.start()
-    done = runwright_engine.run_until_settled(run.id)
+    done = runwright_engine.run_until_ended(run.id)
     assert done.status is RunStatus.COMPLETED, done.error
     # The second call was made once, after the server came back.
     assert [c["tool"] for c in calls(http_server.log)] == ["lookup", tool]
@@ -628,7 +628,7 @@ def test_a_fork_compares_its_tools_with_what_its_origin_was_offered(
 
     def fork_inputs() -> list[Any]:
         fork = runwright_engine.engine.fork(origin.id, 1, rerun_effects=True)
-        done = runwright_engine.run_until_settled(fork.id)
+        done = runwright_engine.run_until_ended(fork.id)
         assert done.status is RunStatus.COMPLETED, done.error
         return [s.input for s in runwright_engine.steps(fork.id) if s.kind.value == "llm"]
 

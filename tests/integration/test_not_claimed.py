@@ -58,7 +58,7 @@ def test_a_settled_run_says_how_it_settled(engine: Engine) -> None:
     assert not isinstance(done, NotClaimed) and done is not None
     assert done.status is RunStatus.COMPLETED
     settled = refused(engine, run.id)
-    assert settled.why is Refusal.SETTLED and settled.owner is None
+    assert settled.why is Refusal.ENDED and settled.owner is None
     assert str(settled) == f"run {run.id} is already completed"
 
 

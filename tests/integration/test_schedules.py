@@ -256,7 +256,7 @@ def test_after_beat_was_down_the_overlap_policy_decides_each_caught_up_firing(
     runs = {r.id: r for r in runs_of(engine, overlap)}
     assert len(runs) == outcomes.count("started")
     if overlap == "skip":
-        assert "has not settled (overlap: skip)" in (firings[4].reason or "")
+        assert "has not ended (overlap: skip)" in (firings[4].reason or "")
     if overlap == "cancel_other":
         statuses = [runs[f.run_id].status for f in firings[3:] if f.run_id]
         assert statuses == [RunStatus.CANCELLED] * 10 + [RunStatus.QUEUED]
@@ -291,7 +291,7 @@ def test_a_long_running_run_makes_skip_skip_and_say_so(engine: Engine, agent: st
     engine.tick(now=made.next_at + timedelta(seconds=60))
     skipped = engine.schedules.firings("skipper")[0]
     assert skipped.outcome is FiringOutcome.SKIPPED and skipped.run_id is None
-    assert skipped.reason == f"the schedule's run {first.run_id} has not settled (overlap: skip)"
+    assert skipped.reason == f"the schedule's run {first.run_id} has not ended (overlap: skip)"
 
 
 def test_a_paused_schedule_lets_its_times_pass_and_resumes_from_now(

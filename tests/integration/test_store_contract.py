@@ -38,6 +38,7 @@ from store.models import (
     Decision,
     EffectOutcome,
     EffectStatus,
+    Ended,
     Fence,
     FiringOutcome,
     Interruption,
@@ -51,7 +52,6 @@ from store.models import (
     RunError,
     RunStatus,
     Schedule,
-    Settled,
     StepKind,
     TriggerEnvelope,
     Usage,
@@ -160,7 +160,7 @@ def test_bad_input_changes_nothing(store: PostgresStore) -> None:
     with pytest.raises(InvalidInput, match="not JSON"):
         store.create_run(new_run(payload={"when": object()}))
     with pytest.raises(InvalidTransition):
-        store.settle(fence, Outcome(RunStatus.QUEUED))
+        store.end(fence, Outcome(RunStatus.QUEUED))
     with pytest.raises(InvalidTransition, match="not waiting"):
         store.fail_waiting(fence.run_id, RunError("x", "y"))
     with pytest.raises(RunNotFound):
@@ -176,7 +176,7 @@ def test_claim_moves_to_running_and_raises_the_epoch(store: PostgresStore) -> No
     running = store.get_run(run.id)
     assert running.status is RunStatus.RUNNING and running.claim == claim
     assert running.started_at is not None
-    store.settle(Fence(run.id, "a", 1), Outcome(RunStatus.INTERRUPTED))
+    store.end(Fence(run.id, "a", 1), Outcome(RunStatus.INTERRUPTED))
     interrupted = store.get_run(run.id)
     assert interrupted.status is RunStatus.INTERRUPTED and interrupted.claim is None
     again = try_claim(store, run.id, "b", 30)
@@ -188,20 +188,20 @@ def test_an_interruption_records_why_and_whose_until_the_next_outcome(
 ) -> None:
     run, _ = store.create_run(new_run())
     assert try_claim(store, run.id, "host:1:aa", 30) is not None
-    store.settle(
+    store.end(
         Fence(run.id, "host:1:aa", 1),
         Outcome(RunStatus.INTERRUPTED, interruption=Interruption.DRAIN),
     )
     drained = store.get_run(run.id)
     assert (drained.interrupted_reason, drained.interrupted_by) == (Interruption.DRAIN, "host:1:aa")
     assert try_claim(store, run.id, "host:2:bb", 30) is not None
-    store.settle(Fence(run.id, "host:2:bb", 2), Outcome(RunStatus.COMPLETED, output="ok"))
+    store.end(Fence(run.id, "host:2:bb", 2), Outcome(RunStatus.COMPLETED, output="ok"))
     done = store.get_run(run.id)
     assert (done.interrupted_reason, done.interrupted_by) == (None, None)
     # Only an interrupted outcome carries a reason.
     other, _ = store.create_run(new_run())
     assert try_claim(store, other.id, "host:3:cc", 30) is not None
-    store.settle(
+    store.end(
         Fence(other.id, "host:3:cc", 1),
         Outcome(RunStatus.COMPLETED, output="ok", interruption=Interruption.DRAIN),
     )
@@ -229,7 +229,7 @@ def test_stale_owner_is_fenced_out_and_writes_nothing(store: PostgresStore) -> N
         lambda: store.record_llm_step(old, llm_record(2)),
         lambda: store.commit_step(old, commit(2, 2, [msg(2)])),
         lambda: store.commit_step(old, commit(2, 2, [msg(2)], approvals=[approval("c9")])),
-        lambda: store.settle(old, Outcome(RunStatus.COMPLETED, output="x")),
+        lambda: store.end(old, Outcome(RunStatus.COMPLETED, output="x")),
         lambda: store.begin_effect(old, "k2", "refund", {}, rerun_started=False),
         lambda: store.finish_effect(old, "k1", output="late"),
         lambda: store.withdraw_effect(old, "k1"),
@@ -247,7 +247,7 @@ def test_stale_owner_is_fenced_out_and_writes_nothing(store: PostgresStore) -> N
 
 def test_settled_run_refuses_writes(store: PostgresStore) -> None:
     fence = claimed(store)
-    settled = store.settle(fence, Outcome(RunStatus.COMPLETED, output={"answer": 42}))
+    settled = store.end(fence, Outcome(RunStatus.COMPLETED, output={"answer": 42}))
     assert settled.run.status is RunStatus.COMPLETED
     assert settled.run.output == {"answer": 42}
     assert settled.run.finished_at is not None and settled.run.claim is None
@@ -257,7 +257,7 @@ def test_settled_run_refuses_writes(store: PostgresStore) -> None:
     with pytest.raises(LeaseLostError):
         store.commit_step(fence, commit(1, 0, [msg(0)]))
     with pytest.raises(LeaseLostError):
-        store.settle(fence, Outcome(RunStatus.FAILED, error=RunError("x", "y")))
+        store.end(fence, Outcome(RunStatus.FAILED, error=RunError("x", "y")))
     assert try_claim(store, fence.run_id, "other", 30) is None
     assert snapshot(store) == before
 
@@ -397,7 +397,7 @@ def test_a_keys_runs_go_in_the_order_the_database_took_them_not_their_ids(
     assert try_claim(store, second.id, "w", 30) is None  # the first is ahead of it
     claim = try_claim(store, first.id, "w", 30)
     assert claim is not None
-    settled = store.settle(Fence(first.id, "w", claim.epoch), Outcome(RunStatus.COMPLETED))
+    settled = store.end(Fence(first.id, "w", claim.epoch), Outcome(RunStatus.COMPLETED))
     assert settled.next_in_key == second.id
     assert try_claim(store, second.id, "w", 30) is not None
 
@@ -412,7 +412,7 @@ def test_effect_journal(store: PostgresStore) -> None:
     assert retried.execute and retried.effect.attempts == 1
 
     # A later execution finds it started by one that died: at-most-once by default.
-    store.settle(fence, Outcome(RunStatus.INTERRUPTED))
+    store.end(fence, Outcome(RunStatus.INTERRUPTED))
     claim = try_claim(store, fence.run_id, "worker-b", 30)
     assert claim is not None
     later = Fence(fence.run_id, "worker-b", claim.epoch)
@@ -458,7 +458,7 @@ def test_a_started_effect_whose_call_never_went_out_is_withdrawn(store: Postgres
     assert not store.withdraw_effect(fence, key)  # a finished effect stays
     # Another epoch's start, and a rerun's, may have run: they stay.
     store.begin_effect(fence, rerun_key, "refund", {}, rerun_started=False)
-    store.settle(fence, Outcome(RunStatus.INTERRUPTED))
+    store.end(fence, Outcome(RunStatus.INTERRUPTED))
     claim = try_claim(store, fence.run_id, "worker-b", 30)
     assert claim is not None
     later = Fence(fence.run_id, "worker-b", claim.epoch)
@@ -475,7 +475,7 @@ def test_an_effect_of_unknown_outcome_flags_its_run_until_resolved(store: Postgr
     fence = claimed(store)
     key = f"{fence.run_id}:call_9"
     store.begin_effect(fence, key, "refund", {"amount": 5}, rerun_started=False)
-    store.settle(fence, Outcome(RunStatus.INTERRUPTED))  # as a takeover finds it
+    store.end(fence, Outcome(RunStatus.INTERRUPTED))  # as a takeover finds it
     claim = try_claim(store, fence.run_id, "worker-b", 30)
     assert claim is not None
     later = Fence(fence.run_id, "worker-b", claim.epoch)
@@ -677,7 +677,7 @@ def test_a_denial_that_ends_the_run(store: PostgresStore) -> None:
     strict, other = approval("c1", on_deny=OnDeny.FAIL), approval("c2")
     store.commit_step(fence, commit(1, 0, [msg(0)], approvals=[strict, other]))
     result = store.decide(strict.approval_id, Decision.DENIED, "not today", _record, by="bo")
-    assert result.settled is not None and not result.resumed
+    assert result.ended is not None and not result.resumed
     run = store.get_run(fence.run_id)
     assert run.status is RunStatus.FAILED and run.error is not None
     assert run.error.code == "approval_denied"
@@ -690,7 +690,7 @@ def test_a_denial_that_ends_the_run(store: PostgresStore) -> None:
     expired = store.decide(
         late.approval_id, Decision.DENIED, "expired", _record, allow_expired=True
     )
-    assert expired.settled is None and expired.resumed
+    assert expired.ended is None and expired.resumed
 
 
 def test_a_retry_asks_again_unless_it_keeps_the_standing_approvals(store: PostgresStore) -> None:
@@ -814,13 +814,13 @@ def test_takeovers_without_progress_settle_the_run_crashed(store: PostgresStore)
     _lapse()
     assert fence.epoch == 3
     settled = store.claim_run(fence.run_id, "taker", 0.05, max_takeovers=3)
-    assert isinstance(settled, Settled)
+    assert isinstance(settled, Ended)
     assert settled.run.status is RunStatus.FAILED and settled.run.claim is None
     assert settled.run.error is not None and settled.run.error.code == "crashed"
     assert "last epoch 3" in settled.run.error.message
     assert settled.next_in_key == waiting_for_key.id  # the key is free
     assert store.get_run(fence.run_id) == settled.run
-    # Settled once: no later claim, no recovery by tick(), and the old fence is out.
+    # Ended once: no later claim, no recovery by tick(), and the old fence is out.
     assert store.claim_run(fence.run_id, "again", 30, max_takeovers=3) is None
     assert fence.run_id not in store.lapsed_claims(100, 0)
     with pytest.raises(LeaseLostError):
@@ -845,7 +845,7 @@ def test_progress_resets_the_takeover_count(store: PostgresStore, progress: str)
     fence = _take_over(store, fence.run_id, 2)
     _lapse()
     settled = store.claim_run(fence.run_id, "taker", 0.05, max_takeovers=2)
-    assert isinstance(settled, Settled) and settled.run.status is RunStatus.FAILED
+    assert isinstance(settled, Ended) and settled.run.status is RunStatus.FAILED
 
 
 def test_interrupted_and_queued_claims_are_not_takeovers(store: PostgresStore) -> None:
@@ -853,13 +853,13 @@ def test_interrupted_and_queued_claims_are_not_takeovers(store: PostgresStore) -
     for _ in range(5):  # drained cleanly again and again, e.g. across deploys
         claim = try_claim(store, run.id, "w", 30, max_takeovers=1)
         assert claim is not None
-        store.settle(Fence(run.id, "w", claim.epoch), Outcome(RunStatus.INTERRUPTED))
+        store.end(Fence(run.id, "w", claim.epoch), Outcome(RunStatus.INTERRUPTED))
     claim = try_claim(store, run.id, "w", 0.05, max_takeovers=1)
     assert claim is not None
     _lapse()
     # The first takeover reaches a limit of 1 at once.
     settled = store.claim_run(run.id, "taker", 30, max_takeovers=1)
-    assert isinstance(settled, Settled)
+    assert isinstance(settled, Ended)
     assert settled.run.error is not None and settled.run.error.code == "crashed"
     assert f"last epoch {claim.epoch}" in settled.run.error.message
 
@@ -890,7 +890,7 @@ def test_a_missing_agent_defers_the_run_until_the_grace_ends(store: PostgresStor
     # Past the grace (counted from the first miss): nothing written; the caller fails it.
     assert store.defer_missing_agent(late, 0.1) is None
     assert snapshot(store) == before
-    settled = store.settle(late, Outcome(RunStatus.FAILED))
+    settled = store.end(late, Outcome(RunStatus.FAILED))
     assert settled.run.status is RunStatus.FAILED
 
 
@@ -1053,7 +1053,7 @@ def test_retry_and_fork(store: PostgresStore) -> None:
     fence = claimed(store)
     store.commit_step(fence, commit(1, 0, [msg(0), msg(1)], state={"n": 1}))
     store.commit_step(fence, commit(2, 2, [msg(2)]))
-    store.settle(fence, Outcome(RunStatus.FAILED, error=RunError("model_error", "no")))
+    store.end(fence, Outcome(RunStatus.FAILED, error=RunError("model_error", "no")))
     result = store.retry_run(fence.run_id, extra_steps=2)
     assert result.retried and result.run.status is RunStatus.QUEUED
     assert result.run.error is None and result.run.extra_steps == 2
@@ -1129,7 +1129,7 @@ def test_schedules_are_stored_fired_once_buffered_and_triggered(store: PostgresS
     claim = try_claim(store, fired.started[0], "w", 30)
     assert claim is not None
     fence = Fence(fired.started[0], "w", claim.epoch)
-    store.settle(fence, Outcome(RunStatus.COMPLETED, output="ok"))
+    store.end(fence, Outcome(RunStatus.COMPLETED, output="ok"))
     buffered = store.start_buffered(_firing_run, limit=10)
     assert [(f.scheduled_at, f.outcome) for f in buffered.firings] == [
         (later, FiringOutcome.STARTED)
@@ -1217,7 +1217,7 @@ def test_failing_tools_are_those_failing_most_of_enough_recent_calls(
         ("lookup", 10, 6, "refused again"),
         ("charge", 3, 2, "declined"),
     ]
-    store.settle(later, Outcome(RunStatus.COMPLETED, output="done"))  # settled since: counted
+    store.end(later, Outcome(RunStatus.COMPLETED, output="done"))  # settled since: counted
     assert [f.tool for f in store.failing_tools(since, 3)] == ["lookup", "charge"]
     assert store.failing_tools(utcnow(), 1) == []  # nothing was called since now
 
@@ -1240,8 +1240,8 @@ def test_each_committed_write_that_makes_events_calls_on_commit(store: PostgresS
     store.commit_step(fence, commit(1, 0, [msg(0)]))
     assert woken == [run.id] * 4  # create, claim, journal write, commit
     with pytest.raises(LeaseLostError):
-        store.settle(Fence(run.id, "w", claim.epoch + 1), Outcome(RunStatus.COMPLETED))
-    store.settle(fence, Outcome(RunStatus.COMPLETED, output="done"))
+        store.end(Fence(run.id, "w", claim.epoch + 1), Outcome(RunStatus.COMPLETED))
+    store.end(fence, Outcome(RunStatus.COMPLETED, output="done"))
     assert woken == [run.id] * 5
     stop()
     store.create_run(new_run())
@@ -1322,7 +1322,7 @@ def test_events_are_derived_from_every_write_in_commit_order(store: PostgresStor
         assert sorted(feed[at : at + len(group)]) == sorted(group), (at, feed)
         at += len(group)
     assert at == len(feed)
-    assert events[-1].settles and events[-1].status is RunStatus.COMPLETED
+    assert events[-1].ends and events[-1].status is RunStatus.COMPLETED
     # A reader that resumes after an id gets exactly the rest.
     middle = ids[5]
     assert [e.id for e in store.events(run_id, middle)] == ids[6:]
@@ -1445,7 +1445,7 @@ def test_children_start_once_per_call_and_their_last_settle_resumes_the_parent(
     settled = []
     for child in first:
         child_fence = claimed_run(store, child.id)
-        settled.append(store.settle(child_fence, Outcome(RunStatus.COMPLETED, output="ok")))
+        settled.append(store.end(child_fence, Outcome(RunStatus.COMPLETED, output="ok")))
     assert [s.resumed for s in settled] == [(), (fence.run_id,)]  # the last one resumes it
     assert store.get_run(fence.run_id).status is RunStatus.QUEUED
     assert store.resume_if_done(fence.run_id) == []  # once
@@ -1482,7 +1482,7 @@ def test_children_side_by_side_take_turns_on_a_shared_budget_by_reservations(
     bounds = (BudgetBound(root.run_id, max_tokens=1000),)
     kids = [dataclasses.replace(_child(root, f"c{i}"), bounds=bounds) for i in range(3)]
     started = store.start_children(root, kids)
-    store.settle(root, Outcome(RunStatus.WAITING))
+    store.end(root, Outcome(RunStatus.WAITING))
     fences = [claimed_run(store, c.id) for c in started]
     first, second, third = (store.get_run(f.run_id) for f in fences)
     # The first call reserves 600; the second fits beside it (600 < 1000) and
@@ -1503,7 +1503,7 @@ def test_children_side_by_side_take_turns_on_a_shared_budget_by_reservations(
     store.record_llm_step(fences[0], llm_record(1, tokens=(150, 50)), rolls_up=True)
     assert store.admit(fences[2], third, 100).verdict is AdmissionVerdict.ADMITTED
     # A settle ends a reservation (the second's), as a takeover's claim does.
-    store.settle(fences[1], Outcome(RunStatus.FAILED, error=RunError("x", "y")))
+    store.end(fences[1], Outcome(RunStatus.FAILED, error=RunError("x", "y")))
     store.record_llm_step(fences[2], llm_record(1, tokens=(700, 100)), rolls_up=True)
     # Spent: 1000 of 1000. A journaled reply (no call: 0 tokens) is stopped too.
     spent = store.admit(fences[0], first, 0)
@@ -1521,7 +1521,7 @@ def test_a_parent_left_waiting_with_its_children_settled_is_resumed_by_the_sweep
     fence = claimed(store)
     [child] = store.start_children(fence, [_child(fence, "c1")])
     child_fence = claimed_run(store, child.id)
-    store.settle(child_fence, Outcome(RunStatus.COMPLETED, output="early"))
+    store.end(child_fence, Outcome(RunStatus.COMPLETED, output="early"))
     # The parent's wait is committed after its only child settled: the
     # commit's own check resumes it at once.
     settled = store.commit_step(
@@ -1532,7 +1532,7 @@ def test_a_parent_left_waiting_with_its_children_settled_is_resumed_by_the_sweep
     # Left waiting with nothing open (the resume never ran): the sweep finds it.
     again = claimed(store)
     [late] = store.start_children(again, [_child(again, "c9")])
-    store.settle(claimed_run(store, late.id), Outcome(RunStatus.CANCELLED))
+    store.end(claimed_run(store, late.id), Outcome(RunStatus.CANCELLED))
     with store.engine.begin() as conn:  # the parent's wait, as a dead worker left it
         conn.execute(
             sa.text("UPDATE runs SET status = 'waiting', claim_owner = NULL WHERE id = :id"),

@@ -1,6 +1,6 @@
 """Retry and fork in the store, with prepared statements and without:
-``retry_run``, ``attempts`` and ``fork_run`` (rules: ``store/recovery.py`` and
-``store/pg/recovery.py``)."""
+``retry_run``, ``attempts`` and ``fork_run`` (rules: ``store/retry_fork.py`` and
+``store/pg/retry_fork.py``)."""
 
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ def three_steps(store: PostgresStore, *, thread: str | None = None) -> Fence:
 
 def failed_run(store: PostgresStore) -> Fence:
     fence = three_steps(store)
-    store.settle(fence, Outcome(RunStatus.FAILED, error=FAILED))
+    store.end(fence, Outcome(RunStatus.FAILED, error=FAILED))
     return fence
 
 
@@ -233,7 +233,7 @@ def test_retry_of_a_live_run_changes_nothing(store: PostgresStore, status: RunSt
 
 def test_retry_of_a_completed_run_is_refused_in_one_line(store: PostgresStore) -> None:
     fence = three_steps(store)
-    store.settle(fence, Outcome(RunStatus.COMPLETED, output="done"))
+    store.end(fence, Outcome(RunStatus.COMPLETED, output="done"))
     before = snapshot(store)
     with pytest.raises(InvalidTransition) as refused:
         store.retry_run(fence.run_id)
@@ -269,7 +269,7 @@ def test_attempts_are_kept_oldest_first(store: PostgresStore) -> None:
     again = Fence(fence.run_id, "worker-b", claim.epoch)
     store.record_llm_step(again, llm(4, assistant(4, text="x"), "stop"))
     second_error = RunError("timeout", "the execution ran past its timeout of 10 ms")
-    store.settle(again, Outcome(RunStatus.FAILED, error=second_error))
+    store.end(again, Outcome(RunStatus.FAILED, error=second_error))
     second_start = store.get_run(fence.run_id).started_at
     run = store.retry_run(fence.run_id, extra_steps=1).run
     assert run.extra_steps == 3
@@ -314,7 +314,7 @@ def test_a_run_cancelled_while_waiting_waits_again_for_the_same_approvals(
     # approval is the run's wait again, tick() re-sends it, a decision resumes.
     claim = try_claim(store, fence.run_id, "worker-b", 30)
     assert claim is not None
-    settled = store.settle(Fence(fence.run_id, "worker-b", claim.epoch), Outcome(RunStatus.WAITING))
+    settled = store.end(Fence(fence.run_id, "worker-b", claim.epoch), Outcome(RunStatus.WAITING))
     assert settled.run.waiting is not None
     assert settled.run.waiting.approval_id == open_.approval_id
     due = store.claim_due_notifications(10, 5, 60)
@@ -340,7 +340,7 @@ def test_a_run_failed_on_an_expired_approval_gets_a_fresh_expiry(store: Postgres
     assert reopened.next_notify_at is not None  # the agent has a notifier
     claim = try_claim(store, fence.run_id, "w", 30)
     assert claim is not None
-    store.settle(Fence(fence.run_id, "w", claim.epoch), Outcome(RunStatus.WAITING))
+    store.end(Fence(fence.run_id, "w", claim.epoch), Outcome(RunStatus.WAITING))
     assert store.expired_approvals(10, now=utcnow() + timedelta(minutes=9)) == []
     assert store.expired_approvals(10, now=utcnow() + timedelta(minutes=11))
 
@@ -355,7 +355,7 @@ def test_only_the_last_steps_approvals_open_again(store: PostgresStore) -> None:
     assert claim is not None
     again = Fence(fence.run_id, "w", claim.epoch)
     store.commit_step(again, commit(2, 2, [{"role": "assistant", "content": "ok"}]))
-    store.settle(again, Outcome(RunStatus.FAILED, error=FAILED))
+    store.end(again, Outcome(RunStatus.FAILED, error=FAILED))
     store.retry_run(fence.run_id)
     assert store.get_approval(first.approval_id).decision is Decision.DENIED
 
@@ -392,7 +392,7 @@ def _retry_after(
 
 def test_fork_starts_from_the_history_after_a_step(store: PostgresStore) -> None:
     fence = three_steps(store, thread="t-9")
-    store.settle(fence, Outcome(RunStatus.COMPLETED, output="done"))
+    store.end(fence, Outcome(RunStatus.COMPLETED, output="done"))
     original = store.get_run(fence.run_id)
     kept = rows_of(store, fence.run_id)
     full = store.checkpoint(fence.run_id)
@@ -432,7 +432,7 @@ def test_fork_starts_from_the_history_after_a_step(store: PostgresStore) -> None
 
 def test_fork_at_the_last_step_takes_the_whole_checkpoint(store: PostgresStore) -> None:
     fence = three_steps(store)
-    store.settle(fence, Outcome(RunStatus.FAILED, error=FAILED))
+    store.end(fence, Outcome(RunStatus.FAILED, error=FAILED))
     fork = store.fork_run(fence.run_id, 3, fork_of(store, fence.run_id), model=None)
     checkpoint = store.checkpoint(fork.id)
     original = store.checkpoint(fence.run_id)

@@ -202,11 +202,11 @@ def test_a_crash_at_each_point_runs_the_effect_at_most_once(
         run = runwright_engine.start(shop.agent)
         crash = runwright_engine.crash(run.id, at=point)
         assert crash.run.status is RunStatus.RUNNING  # it died holding its claim
-        with pytest.raises(InvalidInput, match="call recover"):
-            runwright_engine.run_until_settled(run.id)
-        done = runwright_engine.recover(run.id)
+        with pytest.raises(InvalidInput, match="call take_over"):
+            runwright_engine.run_until_ended(run.id)
+        done = runwright_engine.take_over(run.id)
     assert done.status is RunStatus.COMPLETED
-    runwright_engine.assert_recovered(run.id)
+    runwright_engine.assert_taken_over(run.id)
     assert len(shop.refunds) == ran
     assert runwright_engine.invocations("refund", run.id) == ran
     assert runwright_engine.invocations("lookup", run.id) >= 1
@@ -222,10 +222,10 @@ def test_assert_recovered_catches_an_effect_that_ran_twice(runwright_engine: Tes
     with shop.agent.override(model=shop.model):
         run = runwright_engine.start(shop.agent)
         runwright_engine.crash(run.id, at="after_effect_call")
-        runwright_engine.recover(run.id)
+        runwright_engine.take_over(run.id)
     assert shop.refunds == ["D4", "D4"]
     with pytest.raises(AssertionError, match="effect refund ran 2 times"):
-        runwright_engine.assert_recovered(run.id)
+        runwright_engine.assert_taken_over(run.id)
 
 
 def test_a_crash_point_the_run_never_reaches_fails_the_test(runwright_engine: TestEngine) -> None:

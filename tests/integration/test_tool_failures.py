@@ -148,6 +148,6 @@ def test_an_effect_of_unknown_outcome_is_counted_unknown(
     with TestEngine(runwright_database_url, observers=[observer]) as rw:
         run = rw.start(agent)
         rw.crash(run.id, at="after_effect_call")  # it ran; its outcome is not written
-        assert rw.recover(run.id).needs_attention
+        assert rw.take_over(run.id).needs_attention
     assert count(registry, name, "pay", "unknown") == 1
     assert count(registry, name, "pay", "ok") == 0

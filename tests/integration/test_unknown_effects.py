@@ -48,7 +48,7 @@ def crashed_mid_refund(rw: TestEngine, refunds: Refunds) -> str:
     run = rw.start(refunds.agent)
     rw.crash(run.id, at="after_effect_call")  # the refund ran; its outcome is not written
     assert refunds.made == ["A1"]
-    rw.recover(run.id)
+    rw.take_over(run.id)
     return run.id
 
 

@@ -5,7 +5,7 @@ retired for it. This test reads the code (identifiers, strings, comments), the
 docs, the README and the examples, and fails on a retired word, naming the file,
 the line and the word to use. What may still hold one is listed here, each with
 its reason: a deprecated alias (CHANGELOG.md, "Unreleased"), a stored or wire
-name kept for compatibility, or a name of code another change renames.
+name kept for compatibility, or a file another change rewrites.
 """
 
 from __future__ import annotations
@@ -59,7 +59,9 @@ COMPATIBLE = [
     re.compile(r"\bruns_settled\b"),  # the attribute of that metric
     re.compile(r"""\{\s*"reason"\s*:\s*"settled"\s*\}|reason = "settled" if"""),
     # A child event's action, and a cancel's (runwright cancel --json).
-    re.compile(r"`started` / `settled`|\|settled\b|action `settled`"),
+    re.compile(r"`started` / `settled`|\|settled\b|action `settled`|ELSE 'settled' END"),
+    # A cancel's action in Python (store/rules.py, CancelAction.ENDED).
+    re.compile(r'ENDED = "settled"'),
     re.compile(r"tests/[\w/]+\.py(?:::\w+)?|`::\w+`|test_\w+"),
 ]
 
@@ -84,6 +86,12 @@ ALIASES: dict[str, list[str]] = {
         r"``recovered``",
     ],
     "runner/engine/deps.py": [r"def after_settle\b", r"Deps\.after_settle\b"],
+    "runner/testing/kit.py": [
+        r"def (?:run_until_settled|recover|assert_recovered)\b",
+        r"TestEngine\.(?:run_until_settled|recover|assert_recovered)\b",
+    ],
+    "store/status.py": [r"def settled\b", r"RunStatus\.settled\b"],
+    "store/models.py": [r"def settled\b", r"Run\.settled\b"],
     "runner/testing/scripted.py": [r"async def respond\b", r"ScriptedModel\.respond\b"],
     "runner/events/feed.py": [r"""until == "settled"|'until="settled"'"""],
     "runner/engine/rerun.py": [r"runner\.engine\.rerun\b", r"``rerun\.py``"],
@@ -92,36 +100,14 @@ ALIASES: dict[str, list[str]] = {
     "docs/concepts.md": [r"\|[^|]*\|\s*$"],
 }
 
-# Names defined in code another change owns, used here until it renames them
-# (pending the journal-port merge): the store's (store/**) and the testing
-# kit's (runner/testing/kit.py).
-PENDING_NAMES = [
-    re.compile(r"\b(?:status|run|r|c|child|parent|result|self\.run)\.settled\b"),
-    re.compile(r"\bSettled\b|\bSETTLED\b|_after_settle\b|\.settles\b"),
-    re.compile(r"\bstore(?:\.pg)?\.recovery\b|store/(?:pg/)?recovery\.py|\bPgRecovery\b"),
-    re.compile(r"run_until_settled|assert_recovered|\.recover\(|`recover`"),
-]
-
-# Files another change owns that still hold retired words: pending the
-# journal-port merge (they are renamed after it; see the CHANGELOG's list).
+# Files being rewritten by another change that still hold retired words: they
+# take the glossary's words with the rewrite.
 PENDING_FILES = {
-    # pending the journal-port merge
-    "runner/engine/execution.py",
-    "runner/testing/kit.py",
-    "runner/faults.py",
-    "runner/journal.py",
-    "runner/engine/pg_journal.py",
     "docs/architecture.md",
 }
-PENDING_TREES = (
-    # pending the journal-port merge
-    "runner/steps/",
-    "store/",
-    "runner/coordination/",
-)
-# Files whose name holds a retired word: the deprecated module path, and the
-# store's module (pending the journal-port merge).
-NAMED_FILES = {"runner/engine/rerun.py", "store/recovery.py", "store/pg/recovery.py"}
+PENDING_TREES: tuple[str, ...] = ()
+# Files whose name holds a retired word: the deprecated module path.
+NAMED_FILES = {"runner/engine/rerun.py"}
 
 
 def _files() -> list[Path]:
@@ -155,9 +141,9 @@ def _strip(line: str, patterns: list[re.Pattern[str]]) -> str:
 
 def retired_words(rel: str, text: str) -> list[str]:
     """Each retired word in ``text`` (the file ``rel``), as ``rel:line: word
-    (say: ...)``, past the compatible names, the pending names and the file's
+    (say: ...)``, past the compatible names and the file's
     aliases."""
-    allowed = COMPATIBLE + PENDING_NAMES + [re.compile(a) for a in ALIASES.get(rel, [])]
+    allowed = COMPATIBLE + [re.compile(a) for a in ALIASES.get(rel, [])]
     found = []
     for number, line in enumerate(text.splitlines(), 1):
         rest = _strip(line, allowed)

@@ -31,11 +31,11 @@ from runner.steps.toolcalls import CallRunner
 from runner.steps.tools import tool
 from store.models import (
     Effect,
+    Ended,
     NewApproval,
     Outcome,
     Run,
     RunStatus,
-    Settled,
     StepCommit,
     TriggerEnvelope,
     Usage,
@@ -118,7 +118,7 @@ class _Journal:
     def fence(self) -> Any:
         return type("Fence", (), {"run_id": self.run_.id, "epoch": 1})()
 
-    async def commit_step(self, commit: StepCommit) -> Settled | None:
+    async def commit_step(self, commit: StepCommit) -> Ended | None:
         self.commits.append(commit)
         return None
 
@@ -158,10 +158,10 @@ class _Host:
         self.journal = journal
         self.signal = signal
 
-    async def settle(self, outcome: Outcome) -> Settled:
+    async def end(self, outcome: Outcome) -> Ended:
         raise AssertionError("the step of this test does not settle")
 
-    async def settle_aborted(self, agent: Agent) -> Settled:
+    async def end_aborted(self, agent: Agent) -> Ended:
         raise AssertionError("the step of this test is not aborted")
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import sys
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -15,8 +16,9 @@ from runner.engine.deps import Deps
 from runner.engine.engine import Engine
 from runner.events.feed import statuses
 from runner.observe import Observer, Observers, TickReport
+from runner.testing.kit import TestEngine
 from runner.testing.scripted import ScriptedModel, text
-from store.models import Settled
+from store.models import Ended, Run, RunStatus, TriggerEnvelope, Usage
 
 RUN: Any = object()  # what an observer is handed; these hooks only pass it on
 
@@ -54,14 +56,14 @@ def test_engine_aexecute_is_execute_async_and_warns() -> None:
 
 
 def test_deps_after_settle_is_after_end_and_warns() -> None:
-    seen: list[Settled] = []
+    seen: list[Ended] = []
 
     class _Deps(Deps):
-        def after_end(self, ended: Settled) -> None:
+        def after_end(self, ended: Ended) -> None:
             seen.append(ended)
 
     deps = object.__new__(_Deps)
-    ended = Settled(run=RUN)
+    ended = Ended(run=RUN)
     with pytest.warns(DeprecationWarning, match=r"Deps\.after_settle .*Deps\.after_end"):
         deps.after_settle(ended)
     assert seen == [ended]
@@ -127,3 +129,48 @@ def test_the_rerun_module_is_retry_fork_and_warns(monkeypatch: pytest.MonkeyPatc
         old = importlib.import_module("runner.engine.rerun")
     new = importlib.import_module("runner.engine.retry_fork")
     assert old.retry is new.retry and old.fork is new.fork
+
+
+def test_run_and_status_settled_are_ended_and_warn() -> None:
+    for status in RunStatus:
+        with pytest.warns(DeprecationWarning, match=r"RunStatus\.settled .*RunStatus\.ended"):
+            assert status.settled is status.ended
+    now = datetime.now(UTC)
+    for status in (RunStatus.QUEUED, RunStatus.COMPLETED):
+        moved = Run("r1", "a", status, TriggerEnvelope(), Usage(), now, now)
+        with pytest.warns(DeprecationWarning, match=r"Run\.settled .*Run\.ended"):
+            assert moved.settled is moved.ended is status.ended
+
+
+class _Kit(TestEngine):
+    """A test engine whose new methods record their calls (no database needed)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def run_until_ended(self, run_id: str) -> Any:
+        self.calls.append(("run_until_ended", run_id))
+        return "ended"
+
+    def take_over(self, run_id: str) -> Any:
+        self.calls.append(("take_over", run_id))
+        return "taken over"
+
+    def assert_taken_over(self, run_id: str) -> Any:
+        self.calls.append(("assert_taken_over", run_id))
+        return "checked"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "returned"),
+    [
+        ("run_until_settled", "run_until_ended", "ended"),
+        ("recover", "take_over", "taken over"),
+        ("assert_recovered", "assert_taken_over", "checked"),
+    ],
+)
+def test_the_kit_s_old_names_call_the_new_ones_and_warn(old: str, new: str, returned: str) -> None:
+    kit = _Kit()
+    with pytest.warns(DeprecationWarning, match=rf"TestEngine\.{old} .*TestEngine\.{new}"):
+        assert getattr(kit, old)("r1") == returned
+    assert kit.calls == [(new, "r1")]

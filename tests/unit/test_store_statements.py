@@ -29,7 +29,7 @@ from store.models import (
     StepKind,
 )
 from store.pg import base
-from store.status import CANCELLABLE, CLAIMABLE, KEY_HOLDING, SETTLED, Interruption, RunStatus
+from store.status import CANCELLABLE, CLAIMABLE, ENDED, KEY_HOLDING, Interruption, RunStatus
 from tests.services import ROOT
 
 STORE = ROOT / "store"
@@ -195,11 +195,11 @@ TABLES = {table for table, _ in ENUMS}
 GROUPS = {
     frozenset(group)
     for group in (
-        SETTLED,
+        ENDED,
         KEY_HOLDING,
         CLAIMABLE,
         CANCELLABLE,
-        set(RunStatus) - SETTLED,
+        set(RunStatus) - ENDED,
         set(RunStatus),
     )
 }

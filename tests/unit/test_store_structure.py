@@ -221,7 +221,7 @@ def test_one_function_decides_what_an_outcome_writes() -> None:
 
 def test_one_sql_rule_writes_an_outcome() -> None:
     # Only the outcome writes a run's error, or clears its claim; and a retry,
-    # which clears the outcome it keeps as an attempt (pg/recovery.REQUEUE).
+    # which clears the outcome it keeps as an attempt (pg/retry_fork.REQUEUE).
     # A statement that writes an outcome writes the whole rule, whose copies
     # test_store_statements checks against OUTCOME_SET.
     writes = re.compile(
@@ -236,7 +236,7 @@ def test_one_sql_rule_writes_an_outcome() -> None:
             if writes.search(words(text).replace(words(OUTCOME_SET), ""))
         }
     )
-    assert found == ["store/pg/recovery.py"]
+    assert found == ["store/pg/retry_fork.py"]
 
 
 def all_statements() -> Iterator[statements.Statement]:

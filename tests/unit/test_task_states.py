@@ -82,17 +82,17 @@ DUPLICATE = "this delivery is a duplicate and was ignored"
         ),
         (
             NotClaimed(make_run(RunStatus.COMPLETED)),
-            Refusal.SETTLED,
+            Refusal.ENDED,
             f"run r1 is already completed; {DUPLICATE}",
         ),
         (
             NotClaimed(make_run(RunStatus.FAILED)),
-            Refusal.SETTLED,
+            Refusal.ENDED,
             f"run r1 is already failed; {DUPLICATE}",
         ),
         (
             NotClaimed(make_run(RunStatus.CANCELLED)),
-            Refusal.SETTLED,
+            Refusal.ENDED,
             f"run r1 is already cancelled; {DUPLICATE}",
         ),
         (

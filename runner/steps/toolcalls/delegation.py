@@ -1,5 +1,5 @@
 """Child tools' calls (``Agent.as_tool``, runner/children.py): each starts a
-child run once, and its result is the child's when the child settles."""
+child run once, and its result is the child's when the child ends."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ class Delegation:
         calls: list[tuple[dict[str, Any], ChildTool, Any]],
         out: StepCalls,
     ) -> None:
-        """Child tools' calls: the result of a child that settled; a child
+        """Child tools' calls: the result of a child that ended; a child
         still running keeps the step waiting; a call with no child yet (or
         one whose start the history does not record: a crash came between)
         starts it, once (runner/children.py)."""
@@ -57,7 +57,7 @@ class Delegation:
                 # The parent was retried after this child failed: the retry
                 # starts it again (one that completed keeps its result).
                 child = None
-            if child is not None and child.status.settled:
+            if child is not None and child.status.ended:
                 failed = child_error(child)
                 if failed is not None:
                     out.results.append(error(call_id, tool.name, input, failed))

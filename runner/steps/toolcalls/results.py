@@ -54,7 +54,7 @@ class StepCalls:
     # Calls a standing approval of the run approved: recorded, not asked.
     granted: list[NewApproval] = field(default_factory=list)
     # Child runs the step's calls start (runner/children.py), with their
-    # history entries; and whether a child started before has not settled.
+    # history entries; and whether a child started before has not ended.
     children: list[tuple[NewChild, Message]] = field(default_factory=list)
     children_running: bool = False
 

@@ -1,4 +1,4 @@
-"""Retry and fork: the checks and what a fork copies are ``store/recovery.py``'s;
+"""Retry and fork: the checks and what a fork copies are ``store/retry_fork.py``'s;
 what a retry resets and reopens is written here, in ``REQUEUE`` and
 ``REOPEN_APPROVALS``."""
 
@@ -12,7 +12,7 @@ from store.errors import RanEffect, RunNotFound
 from store.models import Decision, EffectStatus, NewRun, Run, RunAttempt
 from store.pg.base import PgBase
 from store.pg.runs import LLM_STEP, new_run_params
-from store.recovery import (
+from store.retry_fork import (
     attempt_of,
     check_existing_fork,
     check_extra_steps,
@@ -57,8 +57,8 @@ ADD_ATTEMPT = Statement(
     """,
 )
 
-# The approvals of the checkpoint's step that a retry opens again: those a
-# settle withdrew (or left undecided), so that the run, which re-pauses on the
+# The approvals of the checkpoint's step that a retry opens again: those the
+# run's end withdrew (or left undecided), so that the run, which re-pauses on the
 # history's unanswered request, waits for them again. Each keeps its id, so the
 # history's request and any link still name it; its lifetime starts afresh
 # from now, and it is notified again (if the agent has a notifier, which
@@ -99,7 +99,7 @@ COPY_STANDING = Statement(
 # keeps it), the cancel request, the takeover count, the agent-missing grace and
 # any retry wait reset, the start time cleared so that the next claim stamps
 # this attempt's start, and the budget widened. The claim was released when
-# the run settled.
+# the run ended.
 REQUEUE = Statement(
     "requeue",
     """
@@ -244,11 +244,11 @@ class RetryResult:
     retried: bool
 
 
-class PgRecovery(PgBase):
+class PgRetryFork(PgBase):
     def retry_run(
         self, run_id: str, extra_steps: int = 0, *, keep_standing: bool = False
     ) -> RetryResult:
-        """Queue a settled run again from its checkpoint (``store/recovery.py``
+        """Queue an ended run again from its checkpoint (``store/retry_fork.py``
         says which); ``keep_standing``: the tools approved for the rest of the
         run stay approved (by default the retry asks again)."""
         run_id = check_run_id(run_id)

@@ -5,7 +5,7 @@ checkpoint and keeps what it replaced as an attempt. A fork starts a new run
 from another run's history as it stood after one of its steps. What is
 allowed, the attempt kept and what a fork copies are decided here; what a
 retry resets on the run and which approvals it opens again are decided by the
-statements of ``store/pg/recovery.py`` (``REQUEUE``, ``REOPEN_APPROVALS``).
+statements of ``store/pg/retry_fork.py`` (``REQUEUE``, ``REOPEN_APPROVALS``).
 """
 
 from __future__ import annotations
