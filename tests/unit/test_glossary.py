@@ -100,12 +100,6 @@ ALIASES: dict[str, list[str]] = {
     "docs/concepts.md": [r"\|[^|]*\|\s*$"],
 }
 
-# Files being rewritten by another change that still hold retired words: they
-# take the glossary's words with the rewrite.
-PENDING_FILES = {
-    "docs/architecture.md",
-}
-PENDING_TREES: tuple[str, ...] = ()
 # Files whose name holds a retired word: the deprecated module path.
 NAMED_FILES = {"runner/engine/rerun.py"}
 
@@ -129,8 +123,8 @@ def _files() -> list[Path]:
 FROZEN_TREES = ("store/migrations/",)
 
 
-def _pending(rel: str) -> bool:
-    return rel in PENDING_FILES or rel.startswith(PENDING_TREES + FROZEN_TREES)
+def _frozen(rel: str) -> bool:
+    return rel.startswith(FROZEN_TREES)
 
 
 def _strip(line: str, patterns: list[re.Pattern[str]]) -> str:
@@ -157,7 +151,7 @@ def test_no_retired_word_in_code_docs_or_examples() -> None:
     found = []
     for path in _files():
         rel = path.relative_to(ROOT).as_posix()
-        if _pending(rel):
+        if _frozen(rel):
             continue
         found += retired_words(rel, path.read_text(encoding="utf-8", errors="replace"))
     assert not found, "words the glossary retired (docs/concepts.md):\n" + "\n".join(found)
