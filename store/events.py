@@ -157,7 +157,7 @@ BEGIN
             'status', NEW.status, 'error_code', NEW.error_code,
             'retry_at', to_jsonb(NEW.retry_at))));
     END IF;
-    -- A child run's start and end are events of its parent's too.
+    -- A child run's start and settle are events of its parent's too.
     IF NEW.parent_id IS NOT NULL AND (TG_OP = 'INSERT' OR (
             NEW.status IS DISTINCT FROM OLD.status AND NEW.status IN ('completed', 'failed', 'cancelled'))) THEN
         INSERT INTO run_events (run_id, type, data)
