@@ -1,4 +1,4 @@
-"""Runwright's Celery preset. Its values come from ``runner.settings.Settings``, so
+"""Runwright's Celery preset. Its values come from ``runner.core.settings.Settings``, so
 every one can be set from the environment.
 
 Executions mostly wait on the model, so a worker process runs many of them on
@@ -7,7 +7,7 @@ threads (``worker_pool = "threads"``) rather than one per core.
 
 from __future__ import annotations
 
-from runner.settings import Settings, resolve
+from runner.core.settings import Settings, resolve
 from store.errors import ConfigurationError
 
 # Checked, and never starting servers: with no URLs the local stack must

@@ -17,8 +17,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from runner import Engine
-from runner.coordination.leases import Leases
-from runner.settings import Settings, resolve
+from runner.core.coordination.leases import Leases
+from runner.core.settings import Settings, resolve
 from store.migrate import upgrade
 from store.postgres import PostgresStore
 

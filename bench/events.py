@@ -41,8 +41,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from bench.common import bench_database, report, settings
 from bench.step_overhead import _per_step, _script, fetch
 from runner import Agent, Budget, Engine
-from runner.coordination.leases import Leases
-from runner.settings import Settings
+from runner.core.coordination.leases import Leases
+from runner.core.settings import Settings
 from runner.testing import Reply, Request, ScriptedModel
 from store.db import make_engine
 from store.events import EventType

@@ -9,7 +9,7 @@ without litellm (issue 16).
     python -m bench.floors gc                     # a full collection's pause
 
 - ``litellm``: ``runs`` coroutines on one process's runtime loop, each making
-  5 model calls through ``runner.model.complete`` (litellm, the scripted
+  5 model calls through ``runner.core.model.complete`` (litellm, the scripted
   provider, 1 s of model latency per call), with nothing else: no Postgres,
   Redis, Celery or engine. Its wall time against the ideal 5 s is the floor of
   ``bench.workers``' concurrency figure, and its CPU per call the floor of a
@@ -103,9 +103,9 @@ def litellm_processes(runs: int, processes: int) -> dict[str, Any]:
 
 
 def litellm_alone(runs: int, start_at: float | None = None) -> dict[str, Any]:
-    from runner import model
     from runner.celery import freeze_heap
-    from runner.runtime import runtime
+    from runner.core import model
+    from runner.core.runtime import runtime
     from runner.testing import Reply, Request, ScriptedModel, call, text, tools
 
     def script(request: Request) -> Reply:
@@ -160,7 +160,7 @@ def _production_engine(url: str) -> Any:
     environment (its defaults), the store on the process's shared pool, Redis
     leases, the observers the settings ask for (the log listener)."""
     from bench.common import settings
-    from runner.engine.engine import Engine
+    from runner.core.engine.engine import Engine
 
     os.environ["RUNWRIGHT_DATABASE_URL"] = url
     os.environ["RUNWRIGHT_REDIS_URL"] = settings().redis_url or ""
@@ -170,11 +170,11 @@ def _production_engine(url: str) -> Any:
 
 
 def _stub_model(steps: int, latency: float = 0.0) -> Any:
-    """A stand-in for ``runner.model.complete``: a call of the ``fetch`` tool
+    """A stand-in for ``runner.core.model.complete``: a call of the ``fetch`` tool
     until the run has made ``steps`` model calls, then a text answer; each
     after ``latency`` seconds on the caller's loop, as a provider's answer
     takes."""
-    from runner.model import ModelReply
+    from runner.core.model import ModelReply
     from store.models import Message, Usage
 
     numbers = itertools.count()
@@ -212,8 +212,9 @@ def engine_alone(
     repeats: int, production: bool = True, steps: int = ENGINE_STEPS
 ) -> dict[str, Any]:
     from bench.common import bench_database, durable_engine, machine_speed
-    from runner import Agent, Budget, model, tool
+    from runner import Agent, Budget, tool
     from runner.celery import freeze_heap
+    from runner.core import model
     from store.db import make_engine
     from store.postgres import PostgresStore
 
@@ -302,7 +303,7 @@ def engine_concurrent(
     """``runs`` runs of 5 steps at once, ``bursts`` times over, on one process
     (``Engine.from_env()``), each model call answered after 1 s: each run on a
     caller thread of its own, as Celery's threads call ``execute``. The model
-    is stubbed out (``runner.model.complete`` replaced), or with
+    is stubbed out (``runner.core.model.complete`` replaced), or with
     ``through_litellm`` scripted behind litellm, as ``litellm`` calls it:
     Celery and the broker (and litellm) taken out of ``bench.workers``' case.
     With ``start_at``, burst k begins at ``start_at + k * BURST_SPACING``.
@@ -319,8 +320,9 @@ def engine_concurrent(
     import sqlalchemy as sa
 
     from bench.common import bench_database, cpu_seconds, machine_speed, postgres_cpu_seconds
-    from runner import Agent, Budget, model, tool
+    from runner import Agent, Budget, tool
     from runner.celery import freeze_heap
+    from runner.core import model
 
     logging.getLogger("runner").setLevel(logging.ERROR)
 
@@ -425,7 +427,7 @@ def gc_pause(samples: int) -> dict[str, Any]:
     import gc
 
     import tasks  # noqa: F401  (what a worker imports: Celery, the engine)
-    from runner import model
+    from runner.core import model
 
     model.warm_up()
 

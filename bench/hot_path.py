@@ -13,7 +13,7 @@ is a median of the same run, so that the machine's drift hits them alike:
 - per-step wall time of a 200-step durable run, and its ratio to the floor;
 - CPU per step: the process's CPU time over the run's steps, the scripted
   model's own work (choosing the reply, building the response) taken out;
-- the model adapter's overhead per call: ``runner.model.complete`` through
+- the model adapter's overhead per call: ``runner.core.model.complete`` through
   litellm, minus the provider's bare return, at an empty history and at the
   history of a 200-step run's middle step (and, as a figure without a
   target, the same through litellm's OpenAI provider against a loopback
@@ -70,9 +70,10 @@ import sqlalchemy as sa
 from bench.common import bench_database, durable_engine, machine_speed, report
 from bench.floors import in_fresh_process
 from bench.model_server import serving
-from runner import Agent, Budget, Engine, Tool, model, tool
+from runner import Agent, Budget, Engine, Tool, tool
 from runner.celery import freeze_heap
-from runner.runtime import runtime
+from runner.core import model
+from runner.core.runtime import runtime
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
 from store.db import make_engine, raw_cursor
 from store.models import Message
@@ -324,7 +325,7 @@ async def _litellm_http(
     base_url: str, history: int, calls: int, offered: Tool = fetch
 ) -> list[float]:
     """Ms of each bare ``litellm.acompletion`` to the same server, with
-    Runwright's own litellm settings (runner/model.py), at ``history`` steps,
+    Runwright's own litellm settings (runner/core/model.py), at ``history`` steps,
     its success handling included: what the model call of a step costs with
     nothing of the engine around it."""
     times = []

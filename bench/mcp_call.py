@@ -29,9 +29,9 @@ async def _measure(calls: int, warm: int) -> dict[str, Any]:
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters
 
-    from runner.mcp import MCPServer
-    from runner.mcp.sessions import session
-    from runner.mcp.tools import server_tools
+    from runner.core.mcp import MCPServer
+    from runner.core.mcp.sessions import session
+    from runner.core.mcp.tools import server_tools
 
     command = [sys.executable, "-m", "bench.mcp_server"]
     server = MCPServer.stdio(
@@ -73,7 +73,7 @@ async def _measure(calls: int, warm: int) -> dict[str, Any]:
 
 
 def run(calls: int = 500, warm: int = 50) -> dict[str, Any]:
-    from runner.runtime import runtime
+    from runner.core.runtime import runtime
 
     return runtime().run(_measure(calls, warm), timeout=600)
 

@@ -55,9 +55,9 @@ import tests.agents_soak  # noqa: F401  (the agent the workers run)
 from bench.common import bench_database, report
 from bench.workers import percentile
 from runner import Engine
-from runner.errors import RunwrightError
-from runner.settings import Settings
-from runner.steps.history import ENGINE_ROLES
+from runner.core.errors import RunwrightError
+from runner.core.settings import Settings
+from runner.core.steps.history import ENGINE_ROLES
 from store.local import LocalRedis, free_port
 from store.models import Message, RunStatus
 from tests.agents import read_effect_log

@@ -49,8 +49,8 @@ import sqlalchemy as sa
 
 from bench.common import bench_database, durable_engine, report
 from runner import Agent, Budget, Engine, tool
-from runner.model import warm_up
-from runner.runtime import runtime
+from runner.core.model import warm_up
+from runner.core.runtime import runtime
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
 from runner.testing.scripted import install_provider, price_scripted
 from store.db import make_engine, raw_cursor
@@ -105,7 +105,7 @@ async def _plain_run(litellm: Any, model: str, steps: int) -> int:
 
 
 def _plain_per_step(litellm: Any, model: str, steps: int) -> float:
-    # On the event loop the engine's model calls run on (runner/runtime.py):
+    # On the event loop the engine's model calls run on (runner/core/runtime.py):
     # litellm keeps per-loop state, and two loops taking turns would make
     # both paths pay for the switches.
     started = time.perf_counter()
@@ -124,7 +124,7 @@ def run(repeats: int) -> dict[str, Any]:
         tools=[fetch],
         budget=Budget(max_steps=500),
     )
-    # The plain loop calls the litellm the engine configured (runner/model.py),
+    # The plain loop calls the litellm the engine configured (runner/core/model.py),
     # with the scripted provider and its cost-map entry, so that both pay the
     # same for litellm itself.
     warm_up()

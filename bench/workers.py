@@ -40,7 +40,7 @@ from bench.common import (
     postgres_sessions,
     report,
 )
-from runner.settings import Settings
+from runner.core.settings import Settings
 from store.local import LocalRedis, free_port
 from store.models import RunStatus
 from tests.e2e.cluster import Cluster, wait_until
@@ -303,7 +303,7 @@ def bench_throughput(runs: int = 300) -> dict[str, Any]:
 
 def bench_tick(samples: int = 30) -> dict[str, Any]:
     from runner import Agent, Engine
-    from runner.coordination.leases import Leases
+    from runner.core.coordination.leases import Leases
     from store.db import make_engine
     from store.postgres import PostgresStore
 

@@ -20,7 +20,7 @@ from runner.webhooks import Delivery, Mapped, WebhookReceiver, new_secret
 from store.jsonsafe import loads_strict
 
 if TYPE_CHECKING:
-    from runner.engine.engine import Engine
+    from runner import Engine
 
 
 def status_for(exc: RunwrightError, *, missing: int = 404) -> int:

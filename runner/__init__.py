@@ -2,24 +2,24 @@
 
 The engine never imports Celery (it is handed an ``enqueue`` callable; only the
 integration ``runner/celery.py`` does), and only
-``runner/model.py`` imports litellm, lazily (and ``runner/testing/scripted.py``, whose
+``runner/core/model.py`` imports litellm, lazily (and ``runner/testing/scripted.py``, whose
 provider it registers on the first call of a ``scripted/`` model). Names load on
 first use, so the command line starts fast. The command line and the demo live
 in ``runner/cli/``, which imports the engine; the engine never imports it.
 
-The public names are these (``__all__``). Where the rest lives:
+The public names are these (``__all__``). The tree shows where the core ends:
 
-- ``engine/``: the :class:`Engine` and its executions, ``tick()``, the runtime.
-- ``steps/``: the step loop and its tool calls, tools, the message history.
-- ``events/``: a run's events and their live delivery.
-- ``approvals/``: approval decisions, link tokens, the inbox.
-- ``agent.py``, ``errors.py``, ``retry.py`` (:class:`RetryPolicy` and the
-  durable backoff), ``model.py`` (the model adapter), ``notifiers.py``,
-  ``sse.py`` and ``faults.py`` (for tests).
-- ``mcp/``: tools from MCP servers (the ``mcp`` extra, docs/mcp.md).
-- ``testing/``: the kit for testing agents (scripted models, an in-process
-  engine, the pytest plugin).
-- ``observe/``, ``console/``, ``cli/``, ``celery.py``: the integrations.
+- ``core/``: the engine core, which imports no integration
+  (docs/engine-layers.md): agents and tools, the model adapter, executions
+  and their step loop, approvals, events, schedules, ``tick()``, the journal
+  port, the runtime, leases and errors.
+- The integrations, clients of the core: ``celery.py`` and
+  ``celery_plugin.py``, ``cli/``, ``console/``, ``sse.py``, ``webhooks/``,
+  ``notifiers.py``, ``observe/`` (traces and metrics) and ``testing/`` (the
+  kit: scripted models, an in-process engine, the pytest plugin).
+- The public paths of core modules, each only a re-export: ``errors.py``,
+  ``settings.py``, ``retry.py``, ``model.py``, ``appdb.py``, ``faults.py``
+  and ``mcp.py`` (the ``mcp`` extra, docs/mcp.md).
 
 ``runner.__version__`` is the installed distribution's version (pyproject.toml's).
 """
@@ -29,17 +29,18 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
-from runner.layout import require_own_modules
+from runner.core.layout import require_own_modules
 
 require_own_modules("store")
 
-from runner.release import version  # noqa: E402
+from runner.core.deprecation import alias_moved_modules  # noqa: E402
+from runner.core.release import version  # noqa: E402
 from store.lazy import lazy_attributes  # noqa: E402
 
 if TYPE_CHECKING:
-    from runner.agent import Agent, ApprovalPolicy, ApprovalRequest, Budget, registry
-    from runner.engine.engine import Engine
-    from runner.errors import (
+    from runner.core.agent import Agent, ApprovalPolicy, ApprovalRequest, Budget, registry
+    from runner.core.engine.engine import Engine
+    from runner.core.errors import (
         AgentAlreadyRegistered,
         AgentNotFound,
         ApprovalError,
@@ -52,55 +53,87 @@ if TYPE_CHECKING:
         RunNotFound,
         RunwrightError,
     )
-    from runner.model import warm_up
-    from runner.retry import RetryPolicy
-    from runner.steps.builtin_tools import AskHuman
-    from runner.steps.run_context import RunContext
-    from runner.steps.tools import Tool, effect, tool
+    from runner.core.model import warm_up
+    from runner.core.retry import RetryPolicy
+    from runner.core.steps.builtin_tools import AskHuman
+    from runner.core.steps.run_context import RunContext
+    from runner.core.steps.tools import Tool, done, effect, not_done, tool
     from store.models import Run, RunStatus, TriggerEnvelope
 
 _LAZY = {
-    "Agent": "runner.agent",
-    "SchemaMismatch": "runner.errors",
-    "StoreRefused": "runner.errors",
-    "WrongRequestKind": "runner.errors",
-    "RunNotWaiting": "runner.errors",
-    "InvalidApprovalToken": "runner.errors",
-    "InvalidApprovalId": "runner.errors",
-    "ApprovalNotFound": "runner.errors",
-    "ApprovalExpired": "runner.errors",
-    "ApprovalAlreadyDecided": "runner.errors",
-    "AgentNotFound": "runner.errors",
-    "AgentAlreadyRegistered": "runner.errors",
-    "ApprovalError": "runner.errors",
-    "ApprovalPolicy": "runner.agent",
-    "ApprovalRequest": "runner.agent",
-    "AskHuman": "runner.steps.builtin_tools",
-    "Budget": "runner.agent",
-    "ConfigurationError": "runner.errors",
-    "Engine": "runner.engine.engine",
-    "ForkRepeatsEffects": "runner.errors",
-    "InvalidApprovalInput": "runner.errors",
-    "InvalidInput": "runner.errors",
-    "LeaseLostError": "runner.errors",
-    "ModelError": "runner.errors",
-    "PayloadTooLarge": "runner.errors",
-    "RetryPolicy": "runner.retry",
+    "Agent": "runner.core.agent",
+    "SchemaMismatch": "runner.core.errors",
+    "StoreRefused": "runner.core.errors",
+    "WrongRequestKind": "runner.core.errors",
+    "RunNotWaiting": "runner.core.errors",
+    "InvalidApprovalToken": "runner.core.errors",
+    "InvalidApprovalId": "runner.core.errors",
+    "ApprovalNotFound": "runner.core.errors",
+    "ApprovalExpired": "runner.core.errors",
+    "ApprovalAlreadyDecided": "runner.core.errors",
+    "AgentNotFound": "runner.core.errors",
+    "AgentAlreadyRegistered": "runner.core.errors",
+    "ApprovalError": "runner.core.errors",
+    "ApprovalPolicy": "runner.core.agent",
+    "ApprovalRequest": "runner.core.agent",
+    "AskHuman": "runner.core.steps.builtin_tools",
+    "Budget": "runner.core.agent",
+    "ConfigurationError": "runner.core.errors",
+    "Engine": "runner.core.engine.engine",
+    "ForkRepeatsEffects": "runner.core.errors",
+    "InvalidApprovalInput": "runner.core.errors",
+    "InvalidInput": "runner.core.errors",
+    "LeaseLostError": "runner.core.errors",
+    "ModelError": "runner.core.errors",
+    "PayloadTooLarge": "runner.core.errors",
+    "RetryPolicy": "runner.core.retry",
     "Run": "store.models",
-    "RunContext": "runner.steps.run_context",
-    "RunNotFound": "runner.errors",
+    "RunContext": "runner.core.steps.run_context",
+    "RunNotFound": "runner.core.errors",
     "RunStatus": "store.models",
-    "RunwrightError": "runner.errors",
-    "Tool": "runner.steps.tools",
+    "RunwrightError": "runner.core.errors",
+    "Tool": "runner.core.steps.tools",
     "TriggerEnvelope": "store.models",
-    "effect": "runner.steps.tools",
-    "registry": "runner.agent",
-    "tool": "runner.steps.tools",
-    "warm_up": "runner.model",
+    "done": "runner.core.steps.tools",
+    "effect": "runner.core.steps.tools",
+    "not_done": "runner.core.steps.tools",
+    "registry": "runner.core.agent",
+    "tool": "runner.core.steps.tools",
+    "warm_up": "runner.core.model",
 }
 
 
 _lazy_attribute = lazy_attributes(__name__, _LAZY)
+
+# The core's modules sat beside the integrations until 0.2: their old paths
+# (``runner.engine.engine``) warn and give the module at its new one for a
+# release (CHANGELOG.md). The public paths in runner/ stay (``runner.errors``).
+MOVED_TO_CORE = {
+    **{
+        f"runner.{name}": f"runner.core.{name}"
+        for name in [
+            "agent",
+            "approvals",
+            "children",
+            "clock",
+            "coordination",
+            "costs",
+            "deprecation",
+            "engine",
+            "events",
+            "journal",
+            "layout",
+            "release",
+            "runtime",
+            "schedules",
+            "schemas",
+            "steps",
+        ]
+    },
+    "runner.observe.logs": "runner.core.observe.logs",
+    "runner.observe.setup": "runner.core.observe.setup",
+}
+alias_moved_modules(MOVED_TO_CORE)
 
 if TYPE_CHECKING:
     __version__: str
@@ -128,7 +161,7 @@ def default_engine() -> Engine:
         return found
     with _default_engine_lock:
         if _default_engine is None:
-            from runner.engine.engine import Engine
+            from runner.core.engine.engine import Engine
 
             _default_engine = Engine.from_env()
         return _default_engine
@@ -182,7 +215,9 @@ __all__ = [
     "Tool",
     "TriggerEnvelope",
     "default_engine",
+    "done",
     "effect",
+    "not_done",
     "registry",
     "set_default_engine",
     "start_run",

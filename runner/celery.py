@@ -26,14 +26,14 @@ from typing import Any, NoReturn
 from celery import Celery, Task, signals, states
 from celery.exceptions import Ignore, Reject
 
-from runner.coordination.claims import NotClaimed, Refusal
-from runner.engine import watchdog
-from runner.engine.engine import Engine, TickReport
-from runner.errors import ConfigurationError, RunwrightError, StoreUnavailable
-from runner.model import warm_up
-from runner.observe import setup as observe
-from runner.runtime import runtime
-from runner.settings import Settings
+from runner.core.coordination.claims import NotClaimed, Refusal
+from runner.core.engine import watchdog
+from runner.core.engine.engine import Engine, TickReport
+from runner.core.errors import ConfigurationError, RunwrightError, StoreUnavailable
+from runner.core.model import warm_up
+from runner.core.observe import setup as observe
+from runner.core.runtime import runtime
+from runner.core.settings import Settings
 from store.models import Run, RunStatus
 from store.workers import WorkerInfo
 
@@ -541,7 +541,7 @@ def _flush_observers(sender: Any = None, **_: Any) -> None:
     if _engine is not None and _runs_agents:
         observe.stop_worker(_engine.settings)
         watchdog.stop()
-    sessions = sys.modules.get("runner.mcp.sessions")  # loaded only if an agent has servers
+    sessions = sys.modules.get("runner.core.mcp.sessions")  # loaded only if an agent has servers
     if sessions is not None:
         sessions.close_all()
 

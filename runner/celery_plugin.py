@@ -6,7 +6,7 @@ that ``-A`` names. In a folder with a ``tasks.py`` of its own, ``celery -A tasks
 worker`` would start that app in place of Runwright's, and Runwright's code
 would never run to say so. Loading this module connects a check to the signal
 a worker's or beat's loader sends first of all, with the app loaded:
-``runner.layout.require_runwright_app`` stops the process in one line unless
+``runner.core.layout.require_runwright_app`` stops the process in one line unless
 the app is Runwright's or installed Runwright (``runner.celery.install``).
 The plugin's command, ``celery -A <app> runwright``, says which it is.
 """
@@ -19,8 +19,8 @@ from typing import Any
 import click
 from celery import signals
 
-from runner.layout import require_runwright_app
-from runner.settings import Settings
+from runner.core.layout import require_runwright_app
+from runner.core.settings import Settings
 
 
 def _installed(app: Any) -> bool:

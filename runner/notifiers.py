@@ -27,8 +27,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from runner.agent import ApprovalRequest
-from runner.errors import ConfigurationError, NotifierGone, RunwrightError
+from runner.core.agent import ApprovalRequest
+from runner.core.errors import ConfigurationError, NotifierGone, RunwrightError
 from runner.webhooks.receiver import SECRET_PREFIX, check_secret
 
 SIGNATURE_HEADER = "X-Runwright-Signature"
@@ -116,7 +116,7 @@ class WebhookNotifier:
     with any Standard Webhooks library; another secret signs it with
     ``X-Runwright-Signature`` (:func:`verify_signature`), as before. An endpoint
     that answers 410 Gone is disabled: that request is not re-sent, and this
-    notifier sends it nothing more (:class:`~runner.errors.NotifierGone`). A
+    notifier sends it nothing more (:class:`~runner.core.errors.NotifierGone`). A
     redirect (3xx) is never followed: it is a failed delivery, re-sent later."""
 
     def __init__(

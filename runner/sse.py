@@ -22,14 +22,14 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from runner.errors import InvalidInput, RunNotFound, StoreUnavailable
+from runner.core.errors import InvalidInput, RunNotFound, StoreUnavailable
 from store.events import EventType, RunEvent
 
 if TYPE_CHECKING:
     from flask import Response
 
-    from runner.engine.engine import Engine
-    from runner.events.eventstream import EventStream
+    from runner.core.engine.engine import Engine
+    from runner.core.events.eventstream import EventStream
 
 log = logging.getLogger(__name__)
 

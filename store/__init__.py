@@ -1,6 +1,6 @@
 """Persistence: the schema, the Postgres store, the local stack.
 
-``store`` knows nothing of Celery, litellm or Redis (``runner/coordination/``
+``store`` knows nothing of Celery, litellm or Redis (``runner/core/coordination/``
 talks to Redis). Names are imported on first use, so that a command touching
 one module does not pay for all of them.
 """
@@ -93,7 +93,7 @@ _LAZY = {
 _lazy = lazy_attributes(__name__, _LAZY)
 
 # Moved out of the store, which imports no Redis: deprecated here for one release.
-_MOVED = {"Leases": "runner.coordination.leases", "Claims": "runner.coordination.claims"}
+_MOVED = {"Leases": "runner.core.coordination.leases", "Claims": "runner.core.coordination.claims"}
 
 
 def __getattr__(name: str) -> Any:

@@ -16,7 +16,7 @@ write of a run holds its row lock when it takes ids, so a run's events in id
 order are its events in commit order: a reader that remembers the last id it
 saw misses nothing and sees nothing twice (the ids are not contiguous).
 
-Token deltas are not here: they are live only (``runner/events/feed.py``).
+Token deltas are not here: they are live only (``runner/core/events/feed.py``).
 """
 
 from __future__ import annotations

@@ -114,7 +114,7 @@ def usage_estimated(output: object) -> bool:
 class Usage:
     """Tokens a model call used. ``estimated``: the provider reported none, so
     the figures are litellm's count of the request and the reply
-    (``runner/model.py``); a sum is estimated if any of its parts is."""
+    (``runner/core/model.py``); a sum is estimated if any of its parts is."""
 
     input_tokens: int = 0
     output_tokens: int = 0
@@ -238,7 +238,7 @@ class Run:
     # Who asked for the run's cancel (``Engine.cancel(by=...)``), if anyone named.
     cancelled_by: str | None = None
     # Why an execution last gave the run back to the queue (``drain`` or
-    # ``agent_missing``, runner/engine/explain.py) and which owner did: read
+    # ``agent_missing``, runner/core/engine/explain.py) and which owner did: read
     # while the run is interrupted.
     interrupted_reason: Interruption | None = None
     interrupted_by: str | None = None
@@ -251,7 +251,7 @@ class Run:
     # W3C trace context of the request that started the run.
     trace_context: dict[str, str] | None = None
     # A child run: the run whose tool call started it, and the call's id;
-    # ``detached``: it runs on when its parent is cancelled (runner/children.py).
+    # ``detached``: it runs on when its parent is cancelled (runner/core/children.py).
     parent_id: str | None = None
     parent_call_id: str | None = None
     detached: bool = False
@@ -433,7 +433,7 @@ class Effect:
 
 class Overlap(enum.StrEnum):
     """What a schedule's firing does while a run an earlier firing started
-    has not ended (runner/schedules/)."""
+    has not ended (runner/core/schedules/)."""
 
     # The firing is skipped, and recorded so.
     SKIP = "skip"
@@ -515,7 +515,7 @@ class NewRun:
 @dataclass(frozen=True)
 class BudgetBound:
     """An ancestor's token or cost budget, which its descendants share: its
-    totals (its own use and theirs) must stay below it (runner/children.py)."""
+    totals (its own use and theirs) must stay below it (runner/core/children.py)."""
 
     run_id: str
     max_tokens: int | None = None
@@ -564,7 +564,7 @@ class Admission:
 
 @dataclass(frozen=True)
 class NewChild:
-    """A child run a parent's tool call starts (runner/children.py): its
+    """A child run a parent's tool call starts (runner/core/children.py): its
     identity is the parent and the call (``trigger.id``), so a parent that
     asks again finds the child it started."""
 
@@ -647,7 +647,7 @@ class StepCommit:
     state: JSON = None
     state_changed: bool = False
     approvals: list[NewApproval] = field(default_factory=list)
-    # The calls whose child runs this step started (runner/children.py).
+    # The calls whose child runs this step started (runner/core/children.py).
     child_calls: list[str] = field(default_factory=list)
     # The step waits (for approvals, or for children): the run goes to waiting.
     waits: bool = False
@@ -686,7 +686,7 @@ class DueNotification:
     agent: str
 
 
-# What the journal port (runner/journal.py) hands an execution: plain data.
+# What the journal port (runner/core/journal.py) hands an execution: plain data.
 
 
 @dataclass(frozen=True)

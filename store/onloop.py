@@ -1,6 +1,6 @@
 """The store's statements sent from an event loop, without blocking it.
 
-A worker's executions share one asyncio loop (``runner/runtime.py``).
+A worker's executions share one asyncio loop (``runner/core/runtime.py``).
 A store call made there used to hop to a thread of the I/O pool and back:
 two thread wake-ups a write, most of what the engine spends on a step beside
 its own work

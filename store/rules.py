@@ -76,7 +76,7 @@ def cancel_action(status: RunStatus) -> CancelAction:
 
 def admit(bounds: tuple[BudgetBound, ...], uses: dict[str, SharedUse], tokens: int) -> Admission:
     """Whether a child's model call expected to take ``tokens`` may go out
-    under the budgets it shares with its ancestors (runner/children.py).
+    under the budgets it shares with its ancestors (runner/core/children.py).
 
     Spent: an ancestor's totals reached its token or cost budget. Held: they
     have not, but with what its other descendants' calls in flight reserved
@@ -159,9 +159,9 @@ def outcome_columns(outcome: Outcome | None) -> OutcomeColumns:
 
 def unpriced_call(usage: Usage | None, cost_usd: float | None) -> bool:
     """A model call that used tokens and has no price (litellm knows no price
-    for its model: runner/model.py ``_cost``); a failed call used none. The
+    for its model: runner/core/model.py ``_cost``); a failed call used none. The
     run keeps a mark of one (``runs.cost_unpriced``), so that a list of runs
-    can say its cost is incomplete without reading steps (runner/costs.py)."""
+    can say its cost is incomplete without reading steps (runner/core/costs.py)."""
     return usage is not None and cost_usd is None
 
 

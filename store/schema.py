@@ -59,7 +59,7 @@ runs = sa.Table(
     # Execution: the run is given back until RUNWRIGHT_AGENT_GRACE_SECONDS pass).
     sa.Column("agent_missing_since", _TS),
     sa.Column("cancel_requested", sa.Boolean, nullable=False, server_default=sa.false()),
-    # A run waiting to retry a failing model step (runner/retry.py): queued, not
+    # A run waiting to retry a failing model step (runner/core/retry.py): queued, not
     # claimable before retry_at; the attempts and the error of the current step.
     sa.Column("retry_at", _TS),
     sa.Column("retry_attempts", sa.Integer, nullable=False, server_default="0"),
@@ -92,7 +92,7 @@ runs = sa.Table(
     sa.Column("interrupted_by", sa.Text),
     # A model step had no price (store/rules.unpriced_call): cost_usd is a lower bound.
     sa.Column("cost_unpriced", sa.Boolean, nullable=False, server_default=sa.false()),
-    # A child run (runner/children.py): the run whose tool call started it, that
+    # A child run (runner/core/children.py): the run whose tool call started it, that
     # call's id, and whether it runs on when its parent is cancelled.
     sa.Column(
         "parent_id",
@@ -101,7 +101,7 @@ runs = sa.Table(
     ),
     sa.Column("parent_call_id", sa.Text),
     sa.Column("detached", sa.Boolean, nullable=False, server_default=sa.false()),
-    # Its ancestors' token and cost budgets, which bound it too (runner/children.py).
+    # Its ancestors' token and cost budgets, which bound it too (runner/core/children.py).
     sa.Column("budget_bounds", sa.JSON),
     # A child's ancestors, its parent first, and its top-level run (0016): its
     # usage is added to theirs by id, whatever the tree's depth; and the tokens
@@ -411,7 +411,7 @@ standing_approvals = sa.Table(
     sa.Column("granted_at", _TS, nullable=False, server_default=_NOW),
 )
 
-# Schedules (runner/schedules/): an agent started by cron (in an IANA time
+# Schedules (runner/core/schedules/): an agent started by cron (in an IANA time
 # zone) or every ``every_seconds``, fired by tick() (0015). ``next_at`` is the
 # next scheduled time; ``next_due_at`` adds its jitter: when tick() fires it.
 schedules = sa.Table(
@@ -444,7 +444,7 @@ schedules = sa.Table(
 
 # What became of each firing: its run, or why none (skipped, missed, buffered).
 # The key is the schedule and the scheduled time: a firing is recorded once,
-# and its run's trigger id is derived from the same two (runner/schedules/).
+# and its run's trigger id is derived from the same two (runner/core/schedules/).
 schedule_firings = sa.Table(
     "schedule_firings",
     metadata,
@@ -498,7 +498,7 @@ run_events = sa.Table(
 )
 
 # When tick() last finished: one row, written at the end of every tick
-# (runner/engine/tick.py). Redis holds the same mark, which the workers' watchdog and
+# (runner/core/engine/tick.py). Redis holds the same mark, which the workers' watchdog and
 # `runwright doctor` read first; a Redis restart loses it, this one stays.
 tick_mark = sa.Table(
     "tick_mark",

@@ -1,7 +1,7 @@
 """What a live worker serves: its name, the agents it loaded, its version,
-pool and concurrency. Each worker's watchdog (runner/engine/watchdog.py)
+pool and concurrency. Each worker's watchdog (runner/core/engine/watchdog.py)
 writes its record to Redis under a TTL every few seconds
-(:meth:`runner.coordination.leases.Leases.mark_worker`), so the records that can be read are
+(:meth:`runner.core.coordination.leases.Leases.mark_worker`), so the records that can be read are
 the live workers'. ``runwright workers`` lists them; ``runwright doctor`` and
 ``runwright show`` use them to say which agent no live worker has.
 
@@ -34,7 +34,7 @@ class WorkerInfo:
     pool: str | None = None
     concurrency: int | None = None
     queues: tuple[str, ...] = field(default_factory=tuple)
-    # The process: what an execution's owner names (runner/engine/execution.new_owner).
+    # The process: what an execution's owner names (runner/core/engine/execution.new_owner).
     host: str | None = None
     pid: int | None = None
 

@@ -5,7 +5,7 @@
 Start workers with ``celery -A tasks worker`` and beat with ``celery -A tasks beat``.
 """
 
-from runner.layout import require_own_modules
+from runner.core.layout import require_own_modules
 
 require_own_modules("runner", "store", "celeryconfig")
 

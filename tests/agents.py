@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from runner import Agent, ApprovalPolicy, Budget, RunContext, effect, tool
-from runner.steps.tools import Reconciled, done, not_done
+from runner.core.steps.tools import Reconciled, done, not_done
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
 
 JOURNAL = os.environ.get("RUNWRIGHT_SCRIPTED_JOURNAL")

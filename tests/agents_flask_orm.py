@@ -18,7 +18,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from runner import Agent, tool
-from runner.appdb import register_flask_sqlalchemy
+from runner.core.appdb import register_flask_sqlalchemy
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
 
 APPLICATION_NAME = "flask-orm-tools"

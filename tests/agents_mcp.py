@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from runner import Agent, RetryPolicy
-from runner.mcp import MCPServer
+from runner.core.mcp import MCPServer
 from runner.testing import ScriptedModel, call, text, tools
 from tests.agents import JOURNAL
 

@@ -9,7 +9,7 @@ import os
 import threading
 
 from runner import Agent, Budget
-from runner.retry import RetryPolicy
+from runner.core.retry import RetryPolicy
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
 from tests.agents import JOURNAL, lookup
 

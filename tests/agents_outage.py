@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 from runner import Agent
-from runner.retry import RetryPolicy
+from runner.core.retry import RetryPolicy
 from runner.testing import ScriptedModel, text
 from tests.agents import lookup
 

@@ -11,9 +11,9 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from pathlib import Path
 
-from runner.coordination.leases import Leases, connect
-from runner.engine.engine import Engine
-from runner.settings import Settings
+from runner.core.coordination.leases import Leases, connect
+from runner.core.engine.engine import Engine
+from runner.core.settings import Settings
 from store.db import make_engine
 from store.postgres import PostgresStore
 from tests.leaks import Watch, describe, stop
@@ -95,8 +95,8 @@ def _clean_process_state() -> Iterator[None]:
     """Fault points and the drain flag are per process: reset them after each test
     (a drain is final for a worker, which exits; a test's process goes on)."""
     yield
-    from runner import faults
-    from runner.runtime import runtime
+    from runner.core import faults
+    from runner.core.runtime import runtime
 
     faults.disarm()
     runtime()._draining = False

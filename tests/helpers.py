@@ -301,7 +301,7 @@ def finishes(work: Callable[[], T], what: str, timeout: float = SAFETY_NET) -> T
 
 def regex_timeouts(monkeypatch: Any) -> list[float | None]:
     """The timeouts of the ``regex`` module's searches from now on, in order:
-    the bounded schema check (runner/schemas.py) gives each what is left of
+    the bounded schema check (runner/core/schemas.py) gives each what is left of
     its one deadline."""
     import regex
 
@@ -317,7 +317,7 @@ def regex_timeouts(monkeypatch: Any) -> list[float | None]:
 
 
 class StreamClock:
-    """The time the event streams read (runner/events/eventstream.py): it
+    """The time the event streams read (runner/core/events/eventstream.py): it
     moves only when the test moves it."""
 
     def __init__(self) -> None:

@@ -4,7 +4,7 @@
 
 Configured by the environment: RUNWRIGHT_DATABASE_URL, RUNWRIGHT_REDIS_URL,
 RUNWRIGHT_LEASE_TTL_SECONDS, and RUNWRIGHT_TEST_FAULTS to arm fault points
-(see ``runner.faults``).
+(see ``runner.core.faults``).
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import tests.agents  # (registers the agents)
 import tests.agents_children  # noqa: F401  (and those that delegate)
-from runner import Engine, faults
-from runner.coordination.leases import Leases
-from runner.settings import Settings
+from runner import Engine
+from runner.core import faults
+from runner.core.coordination.leases import Leases
+from runner.core.settings import Settings
 from store.postgres import PostgresStore
 
 

@@ -4,7 +4,7 @@ The field names are an interface (scripts read them; docs/operations.md,
 "JSON output"): add fields, never rename one. Ids and statuses are strings (a
 status is its enum's value), times ISO 8601 in UTC, counts and costs numbers.
 A cost is null when it is not known: a model litellm has no price for leaves
-the run's total incomplete (runner/costs.py), and ``priced_usd`` then says
+the run's total incomplete (runner/core/costs.py), and ``priced_usd`` then says
 what the priced steps cost.
 
 Stored text (model and tool output, errors, payloads) is hostile: :func:`dumps`
@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from runner.approvals.expiry import expired
-from runner.costs import Cost, listed_cost, run_cost
+from runner.core.approvals.expiry import expired
+from runner.core.costs import Cost, listed_cost, run_cost
 from store.events import step_data
 from store.models import RequestKind
 from store.status import RunStatus
@@ -106,7 +106,7 @@ def _error(error: RunError | None) -> Document | None:
 
 def run_json(run: Run, known: Cost | None = None) -> Document:
     """A run with everything a script acts on. ``known`` is its cost from its
-    steps (:func:`runner.costs.run_cost`); without it, the cost a listing
+    steps (:func:`runner.core.costs.run_cost`); without it, the cost a listing
     shows, which reads no steps (``listed_cost``)."""
     if known is None:
         known = listed_cost(run.cost_usd, run.cost_unpriced)
@@ -333,7 +333,7 @@ def show_json(
     questions, the tools approved for the rest of it, its steps, earlier
     attempts, effects of unknown outcome, its checkpoint and (unless
     ``messages`` is False, then null) the checkpoint's messages; ``why``: why
-    the run is where it is (runner/engine/explain.py)."""
+    the run is where it is (runner/core/engine/explain.py)."""
     return {
         "run": {**run_json(shown_run, run_cost(shown_run.cost_usd, steps)), "why": why},
         "children": [run_json(c) for c in children or ()],

@@ -51,15 +51,15 @@ from runner.cli.terminal import Group, fail, inert, say
 from runner.cli.triggers import schedule as schedule_command
 from runner.cli.triggers import webhook as webhook_command
 from runner.cli.workers import workers as workers_command
-from runner.costs import listed_cost, money
-from runner.settings import Settings
+from runner.core.costs import listed_cost, money
+from runner.core.settings import Settings
 from store.errors import ConfigurationError, ForkRepeatsEffects, InvalidInput, RunwrightError
 from store.models import Effect, EffectOutcome, RequestKind
 from store.rules import CancelAction
 from store.status import RunStatus
 
 if TYPE_CHECKING:
-    from runner.engine.engine import Engine
+    from runner.core.engine.engine import Engine
     from store.models import Run
     from store.workers import WorkerInfo
 
@@ -68,13 +68,13 @@ MAX_STEP = 2**31 - 1  # a step index is an int column
 
 
 def _settings() -> Settings:
-    from runner.settings import resolve
+    from runner.core.settings import resolve
 
     return resolve(Settings.from_env())
 
 
 def _engine() -> Engine:
-    from runner.engine.engine import Engine
+    from runner.core.engine.engine import Engine
 
     engine = Engine.from_env()
     if engine.settings.otel:
@@ -206,8 +206,8 @@ def runs(
 @json_option
 def show(run_id: str, messages: bool, as_json: bool) -> Document | None:
     """Show a run: its status, steps, usage and checkpoint messages."""
-    from runner.engine.explain import explain
-    from runner.settings import open_store
+    from runner.core.engine.explain import explain
+    from runner.core.settings import open_store
 
     settings = _settings()
     store = open_store(settings)
@@ -284,7 +284,7 @@ def _waits_for_worker(row: dict[str, Any]) -> bool:
 
 def _live_workers(settings: Settings) -> dict[str, WorkerInfo] | None:
     """The live workers' records (store/workers.py); None if Redis cannot say."""
-    from runner.coordination.leases import Leases
+    from runner.core.coordination.leases import Leases
 
     if settings.redis_url is None:
         return None
@@ -578,7 +578,7 @@ _keep_standing_option = click.option(
 @json_option
 def retry(run_id: str, extra_steps: str, keep_standing: bool, as_json: bool) -> Document | None:
     """Queue a failed or cancelled run again, from its last checkpoint."""
-    from runner.engine.retry_fork import retry as retry_run
+    from runner.core.engine.retry_fork import retry as retry_run
     from store.retry_fork import MAX_EXTRA_STEPS
 
     extra = parse_count(extra_steps, "--extra-steps", 0, MAX_EXTRA_STEPS)
@@ -704,7 +704,7 @@ def tick() -> None:
 )
 def prune(older_than: str) -> None:
     """Delete ended runs older than the given age, with all their rows."""
-    from runner.settings import open_store
+    from runner.core.settings import open_store
     from store.models import utcnow
 
     age = parse_duration(older_than)

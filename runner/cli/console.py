@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from runner.cli.terminal import inert
-from runner.errors import ConfigurationError, InvalidInput
+from runner.core.errors import ConfigurationError, InvalidInput
 
 DEFAULT_PORT = 8765
 USERS_FILE = "console-users"
@@ -86,7 +86,7 @@ def console(
             f"`runwright console add-user NAME --users {path}`"
         )
     from runner.console.server import make_server, serve_on
-    from runner.engine.engine import Engine
+    from runner.core.engine.engine import Engine
 
     engine = Engine.from_env()
     try:

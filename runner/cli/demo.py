@@ -24,8 +24,8 @@ from typing import Any
 
 from runner.cli.step_lines import step_line
 from runner.cli.terminal import inert
-from runner.errors import RunwrightError
-from runner.settings import Settings
+from runner.core.errors import RunwrightError
+from runner.core.settings import Settings
 from store.status import RunStatus
 
 LEASE_TTL = "3"
@@ -195,7 +195,7 @@ def run_demo(*, keep: bool = False) -> None:
     stack_was_running = base.uses_local_stack and _stack_running(base)
     if base.uses_local_stack:
         say(f"Starting the local stack (embedded Postgres and Redis) under {base.home}/ ...")
-    from runner.settings import resolve
+    from runner.core.settings import resolve
 
     settings = resolve(base)
     from store.migrate import upgrade
@@ -210,7 +210,7 @@ def run_demo(*, keep: bool = False) -> None:
         (home / stale).unlink(missing_ok=True)
 
     from runner.cli import demo_agent
-    from runner.engine.engine import Engine
+    from runner.core.engine.engine import Engine
 
     model = settings.model
     say(f"Model: {model or 'scripted (set RUNWRIGHT_MODEL and its API key for a real one)'}")
@@ -235,7 +235,7 @@ def run_demo(*, keep: bool = False) -> None:
 
 
 def _first_run(engine: Any, home: Path, demo_agent: Any) -> None:
-    from runner.steps.history import render_trigger
+    from runner.core.steps.history import render_trigger
 
     say()
     say("1. A trigger starts a run of the 'triage' agent")

@@ -10,9 +10,9 @@ from __future__ import annotations
 import hashlib
 import json
 
-from runner.agent import Agent, ApprovalPolicy, ApprovalRequest, Budget
-from runner.settings import Settings
-from runner.steps.tools import effect, tool
+from runner.core.agent import Agent, ApprovalPolicy, ApprovalRequest, Budget
+from runner.core.settings import Settings
+from runner.core.steps.tools import effect, tool
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
 
 SETTINGS = Settings.from_env()

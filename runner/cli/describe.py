@@ -10,10 +10,10 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from runner.approvals.expiry import expired
 from runner.cli.step_lines import ESTIMATED, clip
 from runner.cli.step_lines import arguments as as_text
-from runner.costs import listed_cost, money, run_cost
+from runner.core.approvals.expiry import expired
+from runner.core.costs import listed_cost, money, run_cost
 from store.models import Decision, RequestKind
 from store.status import Interruption, RunStatus
 from store.workers import WorkerInfo, serving
@@ -35,7 +35,7 @@ def describe(
 ) -> list[str]:
     """``runwright show``'s header: the run, then its child runs and its
     earlier attempts; ``steps`` tell whether its cost is known, ``why`` why
-    the run is where it is (runner/engine/explain.py)."""
+    the run is where it is (runner/core/engine/explain.py)."""
     lines = [
         f"run      {run.id}",
         f"agent    {run.agent}",
@@ -157,7 +157,7 @@ def decision_words(
     question = kind == RequestKind.INPUT
     if decision == Decision.WITHDRAWN:
         return "withdrawn: the run ended before anyone decided"
-    if expired:  # the engine's own denial, never a person's (runner/approvals/expiry.py)
+    if expired:  # the engine's own denial, never a person's (runner/core/approvals/expiry.py)
         return f"{'not answered' if question else 'not approved'}: expired at {when(expires_at)}"
     if decision == Decision.ANSWERED:
         return f"answered by {who}: {_quoted(answer, 120)}"
@@ -201,7 +201,7 @@ def attempt_line(attempt: RunAttempt) -> str:
 
 def status_cell(row: dict[str, Any], workers: Mapping[str, WorkerInfo] | None = None) -> str:
     """``runwright runs``' status, with why in a few words where the status
-    does not say (``runwright show`` has the sentence: runner/engine/explain.py):
+    does not say (``runwright show`` has the sentence: runner/core/engine/explain.py):
     a retry's time, a drain, the approval a run waits on, an agent no live
     worker has (``workers``: the live ones, None if unknown)."""
     status = str(row["status"])

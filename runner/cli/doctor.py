@@ -31,7 +31,7 @@ import click
 
 from runner import version
 from runner.cli.terminal import inert
-from runner.settings import Settings
+from runner.core.settings import Settings
 from store.errors import ConfigurationError, RunwrightError
 
 # What a driver may wait for a connection or an answer.
@@ -341,7 +341,7 @@ def _configuration(found: Found) -> str:
 def _resolve(found: Found, settings: Settings) -> None:
     """The services' URLs: the local stack's if none are set (never starting it)."""
     if settings.uses_local_stack:
-        from runner.settings import resolve
+        from runner.core.settings import resolve
 
         try:
             found.services = resolve(settings, start=False)
@@ -352,7 +352,7 @@ def _resolve(found: Found, settings: Settings) -> None:
 
 
 def _signing_key(found: Found, settings: Settings) -> str:
-    from runner.approvals.approval_tokens import Tokens
+    from runner.core.approvals.approval_tokens import Tokens
 
     key = (found.services or settings).secret_key
     if not (key or "").strip():
@@ -447,7 +447,7 @@ def _celery_app(found: Found) -> str:
     module = sys.modules.get("runner.celery")
     found.installed = module is not None and bool(module.installed(app))
     if not found.installed:
-        from runner.layout import require_runwright_app
+        from runner.core.layout import require_runwright_app
 
         try:  # a tasks.py of the project's own, in Runwright's place
             require_runwright_app(name, installed=False)
@@ -614,7 +614,7 @@ def _consumers(found: Found, services: Settings) -> str:
 def _consumers_by_records(found: Found, queue: str, start: str) -> str:
     # Remote control is off: no worker answers inspect; Runwright's workers
     # write their queues in their records (store/workers.py).
-    from runner.coordination.leases import Leases
+    from runner.core.coordination.leases import Leases
 
     if found.redis is None:
         raise Problem("the app's workers do not answer inspect, and Redis is unreachable")
@@ -652,8 +652,8 @@ def _prefetches_more(stats: object) -> bool:
 
 
 def _beat(found: Found, services: Settings) -> str:
-    from runner.coordination.leases import Leases
-    from runner.engine.watchdog import STALE_INTERVALS, WITHOUT_BEAT, age_text
+    from runner.core.coordination.leases import Leases
+    from runner.core.engine.watchdog import STALE_INTERVALS, WITHOUT_BEAT, age_text
 
     last = Leases(found.redis).last_tick()
     every = f"{services.tick_seconds:g} s"
@@ -693,7 +693,7 @@ def _stored_last_tick(found: Found) -> float | None:
 
 
 def _workers(found: Found, services: Settings) -> str:
-    from runner.coordination.leases import Leases
+    from runner.core.coordination.leases import Leases
 
     seen = Leases(found.redis).workers()
     if not seen:
@@ -710,7 +710,7 @@ def _served(found: Found) -> str:
     """Every agent with runs not ended, or started within :data:`RECENT_SECONDS`,
     is loaded by a live worker (store/workers.py): else its runs wait for
     nobody (and fail after RUNWRIGHT_AGENT_GRACE_SECONDS)."""
-    from runner.coordination.leases import Leases
+    from runner.core.coordination.leases import Leases
     from store.summary import agents_in_use
     from store.workers import unserved
 
@@ -813,7 +813,7 @@ def _tools(found: Found) -> str:
 
 
 def _agents(settings: Settings) -> str:
-    from runner.agent import registry
+    from runner.core.agent import registry
 
     if not settings.agents:
         raise Problem("RUNWRIGHT_AGENTS is empty: workers would know no agent")

@@ -1,5 +1,5 @@
 """``runwright watch``: a run's events as they are committed, from the feed
-(runner/events/feed.py), and a streaming model's text as it is generated."""
+(runner/core/events/feed.py), and a streaming model's text as it is generated."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from typing import Any
 
 import click
 
-from runner.approvals.expiry import marked_event
-from runner.children import child_event_title
 from runner.cli.describe import decision_words
 from runner.cli.step_lines import clip, step_line
 from runner.cli.terminal import inert
-from runner.coordination.leases import connect
-from runner.events.feed import Feed
-from runner.settings import Settings, open_store
+from runner.core.approvals.expiry import marked_event
+from runner.core.children import child_event_title
+from runner.core.coordination.leases import connect
+from runner.core.events.feed import Feed
+from runner.core.settings import Settings, open_store
 from store.events import EventType, RunEvent, step_of
 from store.models import RequestKind, Run, RunStatus
 from store.postgres import PostgresStore

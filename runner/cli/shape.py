@@ -24,7 +24,7 @@ import click
 
 from runner.cli.as_json import Document, json_option
 from runner.cli.terminal import say
-from runner.settings import Settings
+from runner.core.settings import Settings
 from store.errors import ConfigurationError, InvalidInput
 
 # A worker's CPU per durable step over HTTP to a provider, as bench.throughput

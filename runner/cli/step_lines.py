@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from runner.costs import money, unpriced
-from runner.steps.history import APPROVAL_REQUEST, APPROVAL_RESPONSE, CHILD_REQUEST
+from runner.core.costs import money, unpriced
+from runner.core.steps.history import APPROVAL_REQUEST, APPROVAL_RESPONSE, CHILD_REQUEST
 from store.models import Message, Step
 
 # After token figures the provider did not report (litellm counted them).

@@ -21,12 +21,12 @@ from store.errors import InvalidInput, RunNotFound
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from runner.engine.engine import Engine
+    from runner.core.engine.engine import Engine
     from store.models import Firing, Schedule
 
 
 def _engine() -> Engine:
-    from runner.engine.engine import Engine
+    from runner.core.engine.engine import Engine
 
     return Engine.from_env()
 

@@ -15,8 +15,8 @@ from runner.cli.terminal import inert
 @json_option
 def workers(as_json: bool) -> Document | None:
     """List the live workers: their agents, version, pool and concurrency."""
-    from runner.coordination.leases import Leases
-    from runner.settings import Settings, resolve
+    from runner.core.coordination.leases import Leases
+    from runner.core.settings import Settings, resolve
 
     settings = resolve(Settings.from_env())
     assert settings.redis_url is not None
@@ -57,6 +57,6 @@ def workers(as_json: bool) -> Document | None:
 
 
 def _ago(seconds: float) -> str:
-    from runner.engine.watchdog import age_text
+    from runner.core.engine.watchdog import age_text
 
     return age_text(seconds)

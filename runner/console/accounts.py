@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.errors import ConfigurationError, InvalidInput
+from runner.core.errors import ConfigurationError, InvalidInput
 
 MAX_NAME_CHARS = 150
 MIN_PASSWORD_CHARS = 8

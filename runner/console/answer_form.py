@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from runner.console.forms import MAX_FORM_FIELDS, parse_json
 from runner.console.render import e, json_block, json_field
-from runner.errors import InvalidApprovalInput
+from runner.core.errors import InvalidApprovalInput
 
 ANSWER = "answer"
 # One input per property is named "answer.<property>".

@@ -34,7 +34,7 @@ from runner.console.timeline import answer_block, assistant_message, decision_li
 from store.models import Approval, RequestKind, Run
 
 if TYPE_CHECKING:
-    from runner.approvals.inbox import InboxItem, SeenResult
+    from runner.core.approvals.inbox import InboxItem, SeenResult
 
 MAX_REASON = 2000
 # Arguments longer than this (as pretty JSON) are not offered for editing: a
@@ -176,7 +176,7 @@ def _asks(group: Sequence[InboxItem]) -> str:
 
 
 def parent_chain(parents: Sequence[Run], base: str) -> str:
-    """For a child run (runner/children.py): the runs it works for, its
+    """For a child run (runner/core/children.py): the runs it works for, its
     parent first, each linked; empty for a run that is no child."""
     if not parents:
         return ""

@@ -237,7 +237,7 @@ function approvalItem(li, d) {
     if (asked !== null) li.append(el("div", "meta", "question"), el("pre", "text", asked));
   };
   if (d.expired) {
-    // Marked by the server (runner/approvals/expiry.py), as the page renders it.
+    // Marked by the server (runner/core/approvals/expiry.py), as the page renders it.
     head(li, d.step_index, noun + " expired", name, "at " + d.expired_at + " with no decision");
     said();
     return;

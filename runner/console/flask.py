@@ -31,12 +31,12 @@ from urllib.parse import urlencode
 from runner.console.forms import FormRefused, check_length, parse_form
 from runner.console.views import CSRF_FIELD, LIVE_TIMEOUT_SECONDS, ROUTES, Console, Request, Route
 from runner.console.views import Response as ConsoleResponse
-from runner.errors import ConfigurationError
+from runner.core.errors import ConfigurationError
 
 if TYPE_CHECKING:
     import flask
 
-    from runner.engine.engine import Engine
+    from runner.core.engine.engine import Engine
 
 SESSION_KEY = "runwright_console_csrf"
 

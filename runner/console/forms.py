@@ -9,7 +9,7 @@ import json
 from typing import Any
 from urllib.parse import parse_qsl
 
-from runner.errors import InvalidApprovalInput, InvalidInput
+from runner.core.errors import InvalidApprovalInput, InvalidInput
 
 MAX_FORM_BYTES = 64 * 1024
 MAX_FORM_FIELDS = 20

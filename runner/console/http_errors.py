@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runner.errors import (
+from runner.core.errors import (
     AgentNotFound,
     ApprovalAlreadyDecided,
     ApprovalExpired,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from runner.console.render import attention, e, status_badge, url, when
-from runner.costs import listed_cost, money
+from runner.core.costs import listed_cost, money
 from store.models import Run, RunStatus
 
 

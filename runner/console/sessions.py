@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from runner.errors import ConfigurationError
+from runner.core.errors import ConfigurationError
 
 SESSION_COOKIE = "runwright_session"
 PRESESSION_COOKIE = "runwright_presession"

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 from runner.console.accounts import Accounts, AccountsFile
 from runner.console.sessions import SESSION_SECONDS, Attempt, LoginLimiter, Session, Sessions
-from runner.errors import ConfigurationError
+from runner.core.errors import ConfigurationError
 
 log = logging.getLogger(__name__)
 

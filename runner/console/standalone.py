@@ -59,10 +59,10 @@ from runner.console.wsgi import (
     send,
     wanted_path,
 )
-from runner.errors import ConfigurationError
+from runner.core.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from runner.engine.engine import Engine
+    from runner.core.engine.engine import Engine
 
 log = logging.getLogger(__name__)
 

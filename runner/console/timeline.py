@@ -15,8 +15,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
-from runner.approvals.expiry import expired, expired_at
-from runner.children import child_event_title
 from runner.console.render import (
     attention,
     e,
@@ -30,7 +28,9 @@ from runner.console.render import (
     url,
     when,
 )
-from runner.costs import listed_cost, money, run_cost, unpriced
+from runner.core.approvals.expiry import expired, expired_at
+from runner.core.children import child_event_title
+from runner.core.costs import listed_cost, money, run_cost, unpriced
 from store.events import EventType, RunEvent, step_of
 from store.models import (
     Approval,
@@ -76,7 +76,7 @@ def run_body(
     follows the run's event stream (the events were replayed, not rebuilt).
     ``unknown``: its effects of unknown outcome, each with its resolution or
     a form to record one. ``why``: why the run is queued, interrupted or
-    waiting (runner/engine/explain.py). ``standing``: the tools a person
+    waiting (runner/core/engine/explain.py). ``standing``: the tools a person
     approved for the rest of the run."""
     by_id = {a.approval_id: a for a in approvals}
     parts = [
@@ -181,7 +181,7 @@ def _facts(run: Run, steps: Sequence[Step], base: str) -> str:
 
 
 def _children(children: Sequence[Run], base: str) -> str:
-    """The run's child runs (runner/children.py): status, usage, cost, a link."""
+    """The run's child runs (runner/core/children.py): status, usage, cost, a link."""
     rows = "".join(
         f'<tr><td><a href="{e(base)}/runs/{e(c.id)}">{e(c.id)}</a></td><td>{e(c.agent)}</td>'
         f"<td>{status_badge(c.status.value)}</td><td>{e(c.parent_call_id)}</td>"

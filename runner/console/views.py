@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from runner.approvals.expiry import marked_event
 from runner.console import answer_form, http_errors
 from runner.console.approval_pages import decided_text, inbox_body, link_body, link_title
 from runner.console.assets import PAGE_HEADERS
@@ -32,7 +31,8 @@ from runner.console.listing import runs_body
 from runner.console.render import message_page, page, sign_out_form, url
 from runner.console.schedule_pages import schedule_body, schedules_body
 from runner.console.timeline import RETRYABLE, run_body
-from runner.errors import (
+from runner.core.approvals.expiry import marked_event
+from runner.core.errors import (
     ApprovalAlreadyDecided,
     InvalidApprovalInput,
     InvalidInput,
@@ -47,7 +47,7 @@ from store.models import Approval, Firing, RequestKind, Run
 from store.rules import CancelAction
 
 if TYPE_CHECKING:
-    from runner.engine.engine import Engine
+    from runner.core.engine.engine import Engine
 
 CSRF_FIELD = "csrf_token"
 # A live stream ends after this long and the page's EventSource reconnects

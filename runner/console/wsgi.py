@@ -13,7 +13,7 @@ from urllib.parse import parse_qsl, quote
 
 from runner.console.forms import FormRefused, check_length, parse_form
 from runner.console.views import ROUTES, Response, Route
-from runner.errors import InvalidInput
+from runner.core.errors import InvalidInput
 
 log = logging.getLogger(__name__)
 

@@ -37,13 +37,13 @@ from typing import TYPE_CHECKING, TypeVar
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from runner.approvals.expiry import expired
-from runner.errors import ConfigurationError
-from runner.observe import ModelCall, Observer, TickReport, ToolCall, ToolStatus
+from runner.core.approvals.expiry import expired
+from runner.core.errors import ConfigurationError
+from runner.core.observe import ModelCall, Observer, TickReport, ToolCall, ToolStatus
 from store.models import Approval, Fence, RetryWait, Run, utcnow
 
 if TYPE_CHECKING:
-    from runner.settings import Settings
+    from runner.core.settings import Settings
     from store.workers import WorkerInfo
 
 log = logging.getLogger(__name__)
@@ -511,8 +511,8 @@ def start_worker(settings: Settings) -> None:
 def _scrape_time_collector(settings: Settings) -> ScrapeTimeCollector:
     # The engine's own pool (shared_engine is per URL and process) and a small
     # Redis client of our own; neither connects before the first scrape.
-    from runner.coordination.leases import Leases, last_tick
-    from runner.settings import open_store
+    from runner.core.coordination.leases import Leases, last_tick
+    from runner.core.settings import open_store
 
     assert settings.redis_url is not None
     store = open_store(settings)
@@ -524,8 +524,8 @@ def _scrape_time_collector(settings: Settings) -> ScrapeTimeCollector:
 
 def _unserved_schedules_collector(settings: Settings) -> UnservedSchedulesCollector:
     # As _scrape_time_collector: the engine's own pool, a small Redis client.
-    from runner.coordination.leases import Leases
-    from runner.settings import open_store
+    from runner.core.coordination.leases import Leases
+    from runner.core.settings import open_store
 
     assert settings.redis_url is not None
     store = open_store(settings)

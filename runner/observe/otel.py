@@ -40,10 +40,10 @@ from opentelemetry import context, trace
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from runner.observe import ModelCall, Observer, ToolCall
+from runner.core.observe import ModelCall, Observer, ToolCall
+from runner.core.release import version
+from runner.core.settings import Settings
 from runner.observe.genai import provider_of, system_of
-from runner.release import version
-from runner.settings import Settings
 from store.models import Approval, Fence, NewApproval, RetryWait, Run, RunStatus
 
 log = logging.getLogger(__name__)
@@ -382,7 +382,7 @@ class OtelObserver(Observer):
 
 
 def observer(settings: Settings) -> Observer:
-    """The listener ``RUNWRIGHT_OTEL=1`` adds (``runner/observe/setup.py``)."""
+    """The listener ``RUNWRIGHT_OTEL=1`` adds (``runner/core/observe/setup.py``)."""
     return OtelObserver(settings)
 
 

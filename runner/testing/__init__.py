@@ -6,7 +6,7 @@ through the ``pytest11`` entry point) gives a test the ``runwright_engine``
 fixture. docs/testing-your-agents.md shows each part.
 
 Nothing on the production path imports this package: importing it plugs the
-scripted models into the model adapter (``runner.model.serve_scripted_models``),
+scripted models into the model adapter (``runner.core.model.serve_scripted_models``),
 which imports nothing of the kit.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
-from runner.model import serve_scripted_models
+from runner.core.model import serve_scripted_models
 from runner.testing.requests import allow_model_requests, block_model_requests
 from runner.testing.scripted import (
     ERROR_KINDS,

@@ -2,7 +2,7 @@
 
 :class:`ManualClock` runs with the system's time plus an offset that only
 :meth:`ManualClock.advance` grows. The engine reads it through its one seam
-(runner/clock.py): approvals expire, retry waits end and leases lapse when the
+(runner/core/clock.py): approvals expire, retry waits end and leases lapse when the
 clock passes them, and the short waits between a model call's retries take no
 time at all (they advance the clock instead).
 """
@@ -14,8 +14,8 @@ import math
 import threading
 from datetime import datetime, timedelta
 
-from runner.clock import Clock
-from runner.errors import InvalidInput
+from runner.core.clock import Clock
+from runner.core.errors import InvalidInput
 
 
 class ManualClock(Clock):

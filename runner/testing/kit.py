@@ -34,14 +34,14 @@ from typing import Any
 
 import pydantic
 
-from runner import faults
-from runner.agent import Agent, Registry
-from runner.deprecation import retired
-from runner.engine.engine import Engine
-from runner.errors import InvalidInput, ModelRequestsBlocked
-from runner.model import blocked_call
-from runner.observe import ModelCall, Observer, TickReport, ToolCall
-from runner.settings import Settings
+from runner.core import faults
+from runner.core.agent import Agent, Registry
+from runner.core.deprecation import retired
+from runner.core.engine.engine import Engine
+from runner.core.errors import InvalidInput, ModelRequestsBlocked
+from runner.core.model import blocked_call
+from runner.core.observe import ModelCall, Observer, TickReport, ToolCall
+from runner.core.settings import Settings
 from runner.testing.clock import ManualClock
 from runner.testing.scripted import NOT_OFFERED, UnknownScriptedTool
 from store.db import make_engine
@@ -108,11 +108,11 @@ class _Invocations(Observer):
 
 
 class TestEngine:
-    """A real :class:`~runner.engine.engine.Engine`, driven by the test.
+    """A real :class:`~runner.core.engine.engine.Engine`, driven by the test.
 
     ``engine`` is the engine itself, for anything not wrapped here; ``clock``
     is its :class:`ManualClock`. Agents are found in ``registry`` (default:
-    the one every :class:`~runner.agent.Agent` registers in); ``observers``
+    the one every :class:`~runner.core.agent.Agent` registers in); ``observers``
     hear what the executions do, as a worker's do.
     """
 
@@ -173,7 +173,7 @@ class TestEngine:
         that :meth:`crash` left, until its lease lapses) is refused:
         :meth:`take_over` it. A run failed
         by a blocked call to a real model raises
-        :class:`~runner.errors.ModelRequestsBlocked`.
+        :class:`~runner.core.errors.ModelRequestsBlocked`.
         """
         for _ in range(MAX_EXECUTIONS):
             run = self.engine.get_run(run_id)
@@ -395,13 +395,13 @@ class TestEngine:
         """Execute the run until it reaches the fault point ``at`` (the
         ``hit``-th time) and die there, as a killed worker dies: nothing after
         the point is written, and the run keeps its claim until the lease
-        lapses. Points (runner/faults.py): ``after_journal`` (the model's reply
+        lapses. Points (runner/core/faults.py): ``after_journal`` (the model's reply
         is journaled, no tool has run), ``after_effect_start`` (an effect's
         journal says it started; its function has not run),
         ``after_effect_call`` (its function ran; its outcome is not written),
         ``after_effect_complete`` and ``after_commit`` (the step is committed).
         Fails if the run never reaches the point. The execution's journal
-        (runner/journal.py) is wrapped in :class:`~runner.faults.Faulted`
+        (runner/core/journal.py) is wrapped in :class:`~runner.core.faults.Faulted`
         while the point is armed: the engine itself is not patched."""
         if at not in faults.POINTS:
             raise InvalidInput(f"unknown crash point {at!r}; known: {', '.join(faults.POINTS)}")

@@ -1,8 +1,8 @@
 """Keep a test from calling real models.
 
 Inside :func:`block_model_requests`, a run (or any caller of
-``runner.model.complete``) that calls a model other than a ``scripted/`` one
-fails at once with :class:`runner.errors.ModelRequestsBlocked`, before a
+``runner.core.model.complete``) that calls a model other than a ``scripted/`` one
+fails at once with :class:`runner.core.errors.ModelRequestsBlocked`, before a
 request is sent: the run fails ``model_error``, its message one line naming
 the model and how to opt in. :func:`allow_model_requests` opts back in for a
 block of code, and the pytest marker ``runwright_allow_model_requests`` for a
@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from runner import model
+from runner.core import model
 
 
 @contextlib.contextmanager

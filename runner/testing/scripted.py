@@ -41,7 +41,7 @@ litellm's cost map at that price, so runs record a cost; without it the model
 is free. Called with ``stream=True``, a scripted model streams its reply in
 chunks (:meth:`Reply.chunks`), ``chunk_delay`` seconds apart.
 
-``runner.model`` imports this module, and registers the provider, only when a
+``runner.core.model`` imports this module, and registers the provider, only when a
 ``scripted/`` model is first called: production processes never load it.
 """
 
@@ -61,9 +61,9 @@ from typing import Any
 
 import pydantic
 
-from runner.deprecation import retired
-from runner.errors import InvalidInput, RunwrightError
-from runner.steps.builtin_tools import FINAL_RESULT
+from runner.core.deprecation import retired
+from runner.core.errors import InvalidInput, RunwrightError
+from runner.core.steps.builtin_tools import FINAL_RESULT
 from store.models import Message
 
 # Scripted provider errors, by the name of the litellm exception each raises.
@@ -176,7 +176,7 @@ class Reply:
     def headers(self) -> dict[str, str]:
         """The response headers of an error reply: its Retry-After, if any
         (whole seconds; a fraction goes in ``retry-after-ms``, which
-        ``runner.retry.retry_after`` reads first)."""
+        ``runner.core.retry.retry_after`` reads first)."""
         if self.retry_after is None:
             return {}
         seconds = self.retry_after
@@ -316,7 +316,7 @@ class Request:
     @property
     def payload(self) -> Any:
         """The trigger payload, read back from the run's first message (the
-        fenced JSON block of ``runner.steps.history.render_trigger``)."""
+        fenced JSON block of ``runner.core.steps.history.render_trigger``)."""
         first = next(m["content"] for m in self.messages if m.get("role") == "user")
         return json.loads(first.removeprefix("```json\n").removesuffix("\n```"))["payload"]
 
@@ -567,7 +567,7 @@ _priced: dict[str, tuple[float, float]] = {}
 def price_scripted(litellm: Any, model: str) -> None:
     """Give a scripted model its entry in litellm's cost map: the ``price`` it
     was created with, else free. Without an entry, every call searches the map
-    for a price and logs why it found none. (``runner.model`` calls this on each
+    for a price and logs why it found none. (``runner.core.model`` calls this on each
     call of a scripted model; it registers again only when the price changed.)"""
     name = model.split("/", 1)[1]
     with _scripts_lock:
@@ -595,8 +595,8 @@ def price_scripted(litellm: Any, model: str) -> None:
 
 def install_provider(litellm: Any) -> None:
     """Register the ``scripted`` custom provider with ``litellm`` (replacing an
-    earlier one). ``runner.model`` calls it on the first call of a scripted model,
-    handing over the litellm it imported (only ``runner.model`` imports litellm)."""
+    earlier one). ``runner.core.model`` calls it on the first call of a scripted model,
+    handing over the litellm it imported (only ``runner.core.model`` imports litellm)."""
     ModelResponse = litellm.ModelResponse
 
     async def scripted_reply(script: ScriptedModel, kwargs: dict[str, Any]) -> tuple[Reply, int]:
@@ -619,7 +619,7 @@ def install_provider(litellm: Any) -> None:
         cls = getattr(litellm.exceptions, _LITELLM_ERRORS[reply.error])
         error = cls(message=f"scripted {reply.error}", model=script.name, llm_provider="scripted")
         # Where litellm puts the headers of a provider's error response, and
-        # runner.retry.retry_after() reads them.
+        # runner.core.retry.retry_after() reads them.
         error.litellm_response_headers = reply.headers()
         raise error
 

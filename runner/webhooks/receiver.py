@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from runner.errors import (
+from runner.core.errors import (
     AgentNotFound,
     ConfigurationError,
     InvalidInput,
@@ -38,7 +38,7 @@ from runner.errors import (
 from store.validate import MAX_ID_CHARS
 
 if TYPE_CHECKING:
-    from runner.engine.engine import Engine
+    from runner.core.engine.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +49,8 @@ DEFAULT_MAX_BODY_BYTES = 256 * 1024
 MAX_HEADER_CHARS = 2048
 HEADERS = ("webhook-id", "webhook-timestamp", "webhook-signature")
 # The prefixes of the trigger ids the engine derives, which name runs it
-# starts itself: a schedule's firing (runner/schedules/times.py trigger_id),
-# a child run (runner/children.py child_trigger_id) and a delivery's own
+# starts itself: a schedule's firing (runner/core/schedules/times.py trigger_id),
+# a child run (runner/core/children.py child_trigger_id) and a delivery's own
 # (delivery_trigger_id). A webhook-id that begins with one is refused: namespaced,
 # it could not collide, but it reads as another source's, and a trigger id a
 # deployment wrote before delivery ids were namespaced is the sender's bare id.

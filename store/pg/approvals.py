@@ -374,7 +374,7 @@ class PgApprovals(PgBase):
         return CancelResult(self.get_run(run_id), action)
 
     def _cancel_descendants(self, run_id: str, by: str | None) -> tuple[str, ...]:
-        """Cancel the run's live descendants that are not detached (runner/children.py),
+        """Cancel the run's live descendants that are not detached (runner/core/children.py),
         a level at a time, however deep the tree; the executing ones among
         them are asked to stop, and returned. The levels are read through
         runs that ended already, so a cancel repeated after one that

@@ -82,7 +82,7 @@ PROGRESS_ENDS_RETRY = """
 """
 
 # What a waiting run (``:run_id``) still waits for, the rule of every wait's
-# end: an approval nobody decided, or a child run (runner/children.py) that
+# end: an approval nobody decided, or a child run (runner/core/children.py) that
 # has not ended.
 OPEN_WAITS = """(
     EXISTS (SELECT 1 FROM approvals AS oa
@@ -214,7 +214,7 @@ class PgBase:
     def on_commit(self, wake: Wake) -> Callable[[], None]:
         """Call ``wake(run_id)`` after each committed write that made events of
         a run (store/events.py), from now on; returns what stops it. The
-        run-event feed's wake-up (runner/events/feed.py): because the store
+        run-event feed's wake-up (runner/core/events/feed.py): because the store
         calls it, no writer can skip it."""
         self._wakes = (*self._wakes, wake)
 

@@ -1,4 +1,4 @@
-"""Child runs (runner/children.py): a parent's tool call starts one, the
+"""Child runs (runner/core/children.py): a parent's tool call starts one, the
 parent waits for them holding no worker, and the last child's end lets it
 go (the rule is ``RESUME_IF_DONE`` in store/pg/base.py, beside the wait rule
 every wait shares).

@@ -214,7 +214,7 @@ RECORD_LLM_STEP = Statement(
     prepare=True,
 )
 
-# The journal write of a child run (runner/children.py): the step's usage is
+# The journal write of a child run (runner/core/children.py): the step's usage is
 # added to every ancestor's totals as well, by the ids the child's row lists
 # (``runs.ancestors``, whatever the tree's depth), in the same statement, so a
 # budget shared down the tree is read from one row; and the tokens the call
@@ -887,7 +887,7 @@ class PgExecution(PgBase):
         now: datetime | None = None,
     ) -> Run | Ended | None:
         """Claim the run for ``owner`` for ``ttl_seconds``, measured from
-        ``now`` (None: Postgres's clock, as in production; runner/clock.py)."""
+        ``now`` (None: Postgres's clock, as in production; runner/core/clock.py)."""
         run_id = check_run_id(run_id)
         params = {
             "run_id": run_id,

@@ -82,7 +82,7 @@ LLM_STEP = Statement(
     """,
 )
 
-# The MCP tools the run's model was last offered (runner/mcp/listing.py): the
+# The MCP tools the run's model was last offered (runner/core/mcp/listing.py): the
 # latest llm step that recorded them.
 # The run's last record of the MCP tools its model was offered; a fork with
 # none of its own yet has its origin's, as it stood at the fork's step (and so
@@ -269,7 +269,7 @@ class PgRuns(PgBase):
 
     def mcp_listing(self, run_id: str) -> dict[str, Any] | None:
         """The MCP tools the run's model was last offered, as its step recorded
-        them (runner/mcp/listing.py); a fork's origin's record at the fork's
+        them (runner/core/mcp/listing.py); a fork's origin's record at the fork's
         step while the fork has none of its own; None if no step did."""
         row = self.db.first(MCP_LISTING, {"run_id": check_run_id(run_id)})
         tools = None if row is None else row["tools"]

@@ -1,4 +1,4 @@
-"""Schedules (runner/schedules/): stored, managed at run time, and fired by
+"""Schedules (runner/core/schedules/): stored, managed at run time, and fired by
 ``tick()`` exactly once per scheduled time.
 
 A firing is one transaction: the schedule's row is locked (``FOR UPDATE SKIP

@@ -19,8 +19,8 @@ from flask.testing import FlaskClient
 
 from runner import Agent, Engine, Run, effect, tool
 from runner.console.flask import console_blueprint
-from runner.coordination.leases import Leases
-from runner.settings import Settings
+from runner.core.coordination.leases import Leases
+from runner.core.settings import Settings
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
 from store.models import Approval
 from store.postgres import PostgresStore

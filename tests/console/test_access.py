@@ -11,7 +11,7 @@ from flask.testing import FlaskClient
 
 from runner import Engine, RunStatus
 from runner.console.flask import console_blueprint
-from runner.errors import ConfigurationError
+from runner.core.errors import ConfigurationError
 from store.models import Decision
 from tests.console.conftest import (
     BASE,

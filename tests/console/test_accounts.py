@@ -21,7 +21,7 @@ from runner.console.accounts import (
     add_account,
     hash_password,
 )
-from runner.errors import ConfigurationError, InvalidInput
+from runner.core.errors import ConfigurationError, InvalidInput
 
 PASSWORD = "correct horse battery"
 

@@ -12,7 +12,7 @@ import pytest
 
 from runner.console.answer_form import AnswerForm, Field, plan, read
 from runner.console.forms import MAX_FORM_FIELDS
-from runner.errors import InvalidApprovalInput
+from runner.core.errors import InvalidApprovalInput
 from tests.console.conftest import Parcel, Resolution
 
 TEXT = {"type": "string", "minLength": 1, "maxLength": 20000}

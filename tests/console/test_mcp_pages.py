@@ -15,8 +15,8 @@ import pytest
 from flask.testing import FlaskClient
 
 from runner import Agent, Engine, RunStatus
-from runner.mcp import MCPServer
-from runner.mcp.sessions import close_all
+from runner.core.mcp import MCPServer
+from runner.core.mcp.sessions import close_all
 from runner.testing import ScriptedModel, call, text, tools
 from tests.console.conftest import BASE, execute_all, page_text, post, unique
 from tests.mcp_http import calls

@@ -22,7 +22,7 @@ from runner.console.accounts import Accounts, hash_password
 from runner.console.server import make_server
 from runner.console.sessions import SESSION_COOKIE, LoginLimiter
 from runner.console.standalone import StandaloneConsole
-from runner.settings import Settings
+from runner.core.settings import Settings
 from store.postgres import PostgresStore
 from tests.console.conftest import csrf_of
 

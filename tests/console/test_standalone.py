@@ -24,7 +24,7 @@ from runner.console.sessions import (
     Sessions,
 )
 from runner.console.standalone import StandaloneConsole
-from runner.settings import Settings
+from runner.core.settings import Settings
 from store.models import Decision
 from tests.console.conftest import (
     Parcel,

@@ -18,7 +18,7 @@ from runner import Engine
 from runner.console.accounts import add_account
 from runner.console.server import make_server
 from runner.console.standalone import StandaloneConsole
-from runner.settings import Settings
+from runner.core.settings import Settings
 from store.models import Decision
 from tests.conftest import csp_refusals
 from tests.console.conftest import approval_agent, execute_all

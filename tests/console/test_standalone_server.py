@@ -24,8 +24,8 @@ import pytest
 
 from runner import Engine, RunStatus
 from runner.console.accounts import Accounts, add_account
-from runner.coordination.leases import Leases
-from runner.settings import Settings
+from runner.core.coordination.leases import Leases
+from runner.core.settings import Settings
 from store.models import Decision
 from store.postgres import PostgresStore
 from tests.console.conftest import approval_agent, csrf_of, execute_all

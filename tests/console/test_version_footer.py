@@ -18,7 +18,7 @@ import runner
 from runner import Engine, set_default_engine
 from runner.console.accounts import add_account
 from runner.console.standalone import StandaloneConsole
-from runner.settings import Settings
+from runner.core.settings import Settings
 from tests.console.conftest import BASE, csrf_of, page_text
 from tests.console.django_support import client_of, delete_users, make_user, page
 

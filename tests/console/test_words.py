@@ -1,6 +1,6 @@
 """The console's words, as a person reads them (issue 49, item 6): the runs
 list's counts read apart as text (they ran together: "queued 0running 0"); a
-cost has the one format the CLI shows too (runner/costs.py ``money``); a run
+cost has the one format the CLI shows too (runner/core/costs.py ``money``); a run
 waiting to try its model step again counts attempts as `runwright show` and
 `runwright runs` do."""
 
@@ -13,7 +13,7 @@ from datetime import timedelta
 from flask.testing import FlaskClient
 
 from runner import Agent, Engine
-from runner.costs import money
+from runner.core.costs import money
 from runner.testing import ScriptedModel, text
 from store.models import Fence, RetryWait, utcnow
 from store.postgres import PostgresStore

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from runner.settings import Settings
+from runner.core.settings import Settings
 from tests.services import ROOT
 
 RUNWRIGHT = str(Path(sys.executable).with_name("runwright"))

@@ -17,8 +17,8 @@ from celery import Celery
 
 import tests.agents  # noqa: F401  (the agents the workers run, known here too)
 from runner import Engine, Run
-from runner.coordination.leases import Leases
-from runner.settings import Settings
+from runner.core.coordination.leases import Leases
+from runner.core.settings import Settings
 from store.postgres import PostgresStore
 from tests.services import ROOT
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.settings import Settings
+from runner.core.settings import Settings
 from store.local import LocalRedis, free_port
 from tests.e2e.clirun import make_cli_env
 from tests.e2e.cluster import Cluster

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from runner import Agent, Engine, tool
-from runner.costs import money
+from runner.core.costs import money
 from runner.testing import ScriptedModel, call, text, tools
 from store.models import RunStatus
 from tests.e2e.clirun import rw

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from runner import Engine, RunStatus
-from runner.settings import Settings
+from runner.core.settings import Settings
 from store.postgres import PostgresStore
 from tests.e2e.clirun import make_cli_env, refused, rw
 from tests.helpers import snapshot

@@ -16,8 +16,8 @@ import pytest
 
 import tests.agents_terminal as hostile
 from runner import Agent, Engine, tool
-from runner.costs import run_cost
-from runner.settings import Settings
+from runner.core.costs import run_cost
+from runner.core.settings import Settings
 from runner.testing import ScriptedModel, TestEngine, call, text, tools
 from store.models import RunStatus
 from tests.e2e.clirun import make_cli_env, refused, rw
@@ -305,7 +305,7 @@ def test_costs_are_numbers_or_null_when_unknown(
     assert listed["cli-json-priced"]["cost_usd"] == pytest.approx(0.0238)
 
     # A free model costs 0, in a listing too: it reads the run's mark that a
-    # step had no price (runner/costs.py), not a guess from a 0 total.
+    # step had no price (runner/core/costs.py), not a guess from a 0 total.
     assert document(env, "show", runs["cli-json-free"].id)["run"]["cost_usd"] == 0
     assert listed["cli-json-free"]["cost_usd"] == 0
 

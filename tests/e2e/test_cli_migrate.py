@@ -12,7 +12,7 @@ from pathlib import Path
 import psycopg2
 import pytest
 
-from runner.settings import Settings
+from runner.core.settings import Settings
 from store.migrate import HEAD, REVISIONS, downgrade
 from store.summary import libpq_url
 from tests.e2e.clirun import make_cli_env, refused, rw

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from runner import Agent, Engine
-from runner.coordination.leases import Leases
+from runner.core.coordination.leases import Leases
 from runner.testing import ScriptedModel, text
 from store.postgres import PostgresStore
 from store.workers import WorkerInfo

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runner.settings import Settings
+from runner.core.settings import Settings
 from runner.testing import TestEngine
 from tests.e2e.clirun import make_cli_env, refused, rw
 from tests.integration.test_unknown_effects import Refunds, crashed_mid_refund

@@ -2,13 +2,13 @@
 6): each of a checkpoint's messages says what it is, an engine record of the
 history included (no empty ``calls`` line); a call's arguments are JSON, or
 their text when the model's were not JSON, never encoded twice; a cost has
-one format, here and in the console (runner/costs.py ``money``). The runs
+one format, here and in the console (runner/core/costs.py ``money``). The runs
 execute in this process; the commands run as subprocesses."""
 
 from __future__ import annotations
 
 from runner import Agent, Engine, effect, tool
-from runner.costs import money
+from runner.core.costs import money
 from runner.testing import ScriptedModel, call, text, tools
 from store.models import RunStatus
 from tests.e2e.clirun import rw

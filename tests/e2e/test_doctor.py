@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from celery import Celery
 
-from runner.coordination.leases import Leases
+from runner.core.coordination.leases import Leases
 from store.local import LocalRedis, free_port
 from store.revision import HEAD
 from tests.e2e.clirun import rw

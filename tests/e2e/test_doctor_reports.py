@@ -14,7 +14,7 @@ from importlib.metadata import version
 import pytest
 
 from runner import Agent, Engine, tool
-from runner.coordination.leases import Leases
+from runner.core.coordination.leases import Leases
 from runner.testing import ScriptedModel, call, text, tools
 from store.models import RunStatus
 from store.workers import WorkerInfo

@@ -10,7 +10,7 @@ from tests.e2e.cluster import Cluster, wait_until
 
 AGENTS = "tests.agents,tests.agents_logs"
 # Lines about the process, not a run, that may fall into a run's window.
-HOUSEKEEPING = ("runner.engine.watchdog", "runner.celery", "celery.worker.consumer")
+HOUSEKEEPING = ("runner.core.engine.watchdog", "runner.celery", "celery.worker.consumer")
 
 
 def _lines(text: str) -> list[str]:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import tests.agents_live  # noqa: F401  (the agents the workers run, known here too)
-from runner.events import eventstream
+from runner.core.events import eventstream
 from store.events import EventType, RunEvent
 from store.models import RunStatus
 from tests.e2e.clirun import RUNWRIGHT

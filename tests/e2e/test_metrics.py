@@ -22,7 +22,7 @@ from celery import Celery
 from prometheus_client.parser import text_string_to_metric_families
 
 import tests.agents_metrics  # noqa: F401  (the agents the worker runs, known here too)
-from runner.coordination.leases import LAST_TICK_KEY
+from runner.core.coordination.leases import LAST_TICK_KEY
 from store.local import free_port
 from store.models import RunStatus, StepKind, utcnow
 from tests.e2e.cluster import Cluster, wait_until

@@ -18,8 +18,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 import tests.agents_otel  # noqa: F401  (the agents, known to the web app's engine too)
 from runner import Engine
+from runner.core.settings import Settings
 from runner.observe.otel import OtelObserver
-from runner.settings import Settings
 from store.models import RunStatus, StepKind
 from tests.e2e.cluster import Cluster, Proc, wait_until
 from tests.otel_collector import Collector, ReceivedSpan

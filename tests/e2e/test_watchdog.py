@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import time
 
-from runner.coordination.leases import Leases
+from runner.core.coordination.leases import Leases
 from tests.e2e.cluster import Cluster, wait_until
 from tests.e2e.test_redis_restart import broker_server
 

@@ -20,7 +20,7 @@ from werkzeug.test import TestResponse
 
 from runner import Engine
 from runner.console.accounts import Accounts, add_account
-from runner.settings import Settings
+from runner.core.settings import Settings
 from store.postgres import PostgresStore
 from tests.examples.conftest import CONSOLE_PASSWORD as PASSWORD
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from examples import mcp_tracker
-from runner.mcp.sessions import close_all
+from runner.core.mcp.sessions import close_all
 from runner.testing import TestEngine
 from store.models import EffectStatus, RunStatus
 

@@ -15,7 +15,7 @@ import psycopg2
 import pytest
 import redis
 
-from runner.coordination.leases import Leases
+from runner.core.coordination.leases import Leases
 from tests.redis_dbs import MARKER_KEY
 
 

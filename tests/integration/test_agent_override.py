@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from runner import Agent, effect, tool
-from runner.errors import InvalidInput
+from runner.core.errors import InvalidInput
 from runner.testing import ScriptedModel, TestEngine, call, text, tools
 from store.models import RunStatus
 from tests.helpers import unique

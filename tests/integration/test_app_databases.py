@@ -1,5 +1,5 @@
 """The application's code that Runwright calls in threads of its own is one
-unit of work on the application's databases (runner/appdb.py, docs/django.md).
+unit of work on the application's databases (runner/core/appdb.py, docs/django.md).
 
 With a Flask-SQLAlchemy app registered, a sync tool, a notifier, ``on_error``
 and a schedule's concurrency key each run in an app context of it, and the
@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from runner import Agent, ApprovalRequest, Engine, appdb, faults, tool
+from runner import Agent, ApprovalRequest, Engine, tool
+from runner.core import appdb, faults
 from runner.testing import ScriptedModel, call, text, tools
 from store.models import RunStatus
 from tests.helpers import unique

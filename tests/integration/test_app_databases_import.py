@@ -13,8 +13,8 @@ from tests.services import ROOT
 
 PROBE = """
 import json, sys
-from runner import appdb
-import runner.steps.tools, runner.approvals.decisions, runner.engine.execution
+from runner.core import appdb
+import runner.core.steps.tools, runner.core.approvals.decisions, runner.core.engine.execution
 
 def frameworks():
     names = ("django", "flask", "flask_sqlalchemy")

@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from runner import Engine
-from runner.errors import (
+from runner.core.errors import (
     ApprovalAlreadyDecided,
     ApprovalError,
     ApprovalExpired,

@@ -14,14 +14,14 @@ import pytest
 import sqlalchemy as sa
 
 from runner import Agent, ApprovalError, ApprovalPolicy, ApprovalRequest, Engine, effect
-from runner.coordination.leases import Leases
+from runner.core.coordination.leases import Leases
+from runner.core.settings import Settings
 from runner.notifiers import (
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
     WebhookNotifier,
     verify_signature,
 )
-from runner.settings import Settings
 from runner.testing import Request, ScriptedModel, call, text, tools
 from store.models import Decision, RunStatus, StepKind, utcnow
 from store.postgres import PostgresStore

@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from runner import Agent, tool
-from runner.errors import InvalidInput
+from runner.core.errors import InvalidInput
 from runner.testing import ScriptedModel, TestEngine, call, text, tools
 from store.models import RunStatus
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from runner import Agent, Budget
-from runner.agent import registry
-from runner.settings import Settings
+from runner.core.agent import registry
+from runner.core.settings import Settings
 from runner.testing import ScriptedModel, TestEngine, call, text, tools
 from runner.testing.scripted import Reply, Request
 from store.models import Fence, NewChild, Outcome, RunStatus, TriggerEnvelope

@@ -15,9 +15,9 @@ import pydantic
 import pytest
 
 from runner import Agent, Budget
-from runner.children import child_trigger_id
-from runner.errors import InvalidInput
-from runner.model import warm_up
+from runner.core.children import child_trigger_id
+from runner.core.errors import InvalidInput
+from runner.core.model import warm_up
 from runner.testing import ScriptedModel, TestEngine, call, output, text, tools
 from store.models import RunStatus
 from store.postgres import PostgresStore

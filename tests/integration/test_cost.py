@@ -131,7 +131,7 @@ def test_an_unpriced_model_records_no_cost_and_never_trips_the_cost_budget(
 
 
 def test_a_scripted_price_must_be_two_numbers_at_least_zero() -> None:
-    from runner.errors import InvalidInput
+    from runner.core.errors import InvalidInput
 
     for bad in [(-1e-6, 0.0), (float("nan"), 0.0), (1e-6,), (0.0, float("inf"))]:
         with pytest.raises(InvalidInput, match="price is"):

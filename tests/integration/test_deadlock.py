@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from runner import Engine
-from runner.errors import ApprovalError
-from runner.settings import Settings
+from runner.core.errors import ApprovalError
+from runner.core.settings import Settings
 from store.db import make_engine
 from store.models import Decision, Fence, RunStatus
 from store.postgres import PostgresStore

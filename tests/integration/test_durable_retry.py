@@ -1,4 +1,4 @@
-"""Durable retries of a failing model step (runner/retry.py).
+"""Durable retries of a failing model step (runner/core/retry.py).
 
 A transient provider failure that outlasts the in-call retries does not fail
 the run and does not keep the execution: the run goes back to ``queued`` with
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from runner import Agent, Engine
-from runner.retry import RetryPolicy
+from runner.core.retry import RetryPolicy
 from runner.testing import Request, ScriptedModel, call, text, tools
 from store.models import RunStatus, StepKind, utcnow
 from tests.helpers import force_retry_due, unique

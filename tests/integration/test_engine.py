@@ -8,11 +8,12 @@ from typing import Any
 import pydantic
 import sqlalchemy as sa
 
-from runner import Agent, Budget, Engine, RunContext, faults, tool
-from runner.coordination.leases import lease_key
-from runner.model import warm_up
-from runner.retry import RetryPolicy
-from runner.runtime import runtime
+from runner import Agent, Budget, Engine, RunContext, tool
+from runner.core import faults
+from runner.core.coordination.leases import lease_key
+from runner.core.model import warm_up
+from runner.core.retry import RetryPolicy
+from runner.core.runtime import runtime
 from runner.testing import Request, ScriptedModel, call, text, tools
 from store.errors import LeaseLostError
 from store.models import RunStatus, StepKind, Usage
@@ -226,7 +227,7 @@ def test_max_steps_counts_across_executions(engine: Engine) -> None:
 
 
 def _drain() -> Any:
-    from runner.steps.run_context import AbortReason
+    from runner.core.steps.run_context import AbortReason
 
     return AbortReason.DRAIN
 

@@ -12,9 +12,9 @@ import pytest
 
 import runner
 from runner import Agent, Engine, tool
-from runner.errors import InvalidInput, RunNotFound
-from runner.events import eventstream
-from runner.events.eventstream import EventStream
+from runner.core.errors import InvalidInput, RunNotFound
+from runner.core.events import eventstream
+from runner.core.events.eventstream import EventStream
 from runner.testing import Request, ScriptedModel, call, text, tools
 from store.events import EventType, RunEvent
 from store.models import Decision, RunStatus

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from runner import Agent, ApprovalPolicy, Engine, effect
-from runner.coordination.leases import Leases
-from runner.settings import Settings
+from runner.core.coordination.leases import Leases
+from runner.core.settings import Settings
 from runner.testing import Request, ScriptedModel, call, text, tools
 from store.models import Decision, RunStatus, StepKind, utcnow
 from store.postgres import PostgresStore

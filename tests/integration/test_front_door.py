@@ -9,7 +9,7 @@ import pytest
 
 import tests.agents  # noqa: F401  (registers the agents started below)
 from runner import Engine
-from runner.settings import Settings
+from runner.core.settings import Settings
 from store.errors import InvalidInput, PayloadTooLarge
 from store.models import NewRun, RunStatus, TriggerEnvelope
 from store.postgres import PostgresStore

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from runner import Agent, Budget, Engine, effect, tool
-from runner.agent import ApprovalRequest
-from runner.coordination.leases import Leases, lease_key
-from runner.model import warm_up
-from runner.settings import Settings
+from runner.core.agent import ApprovalRequest
+from runner.core.coordination.leases import Leases, lease_key
+from runner.core.model import warm_up
+from runner.core.settings import Settings
 from runner.testing import ScriptedModel, call, text, tools
 from store.db import dumps
 from store.errors import StoreRefused

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from runner import Engine
-from runner.errors import InvalidApprovalInput, InvalidInput
+from runner.core.errors import InvalidApprovalInput, InvalidInput
 from store.models import RunStatus
 
 

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from runner.coordination.claims import Claims
-from runner.coordination.leases import CancelListener, Holder, Leases, Renewal, lease_key
+from runner.core.coordination.claims import Claims
+from runner.core.coordination.leases import CancelListener, Holder, Leases, Renewal, lease_key
 from store.errors import LeaseLostError
 from store.models import Fence, RunStatus
 from store.postgres import PostgresStore
@@ -83,7 +83,7 @@ def test_check_fails_fast_on_a_newer_epoch_and_defers_otherwise(
     # Past half a TTL since Redis confirmed the lease (a process stopped that
     # long), the check asks Redis again.
     later = time.monotonic() + 16
-    monkeypatch.setattr("runner.coordination.claims.time.monotonic", lambda: later)
+    monkeypatch.setattr("runner.core.coordination.claims.time.monotonic", lambda: later)
     leases.redis.delete(lease_key(run.id))
     claims.check(fence)  # missing key: Postgres decides
     leases.redis.set(lease_key(run.id), Holder("worker-b", 0).encode())

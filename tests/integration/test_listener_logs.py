@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.coordination.leases import CancelListener, Leases, connect
+from runner.core.coordination.leases import CancelListener, Leases, connect
 from store.local import LocalRedis, free_port
 from tests.e2e.cluster import wait_until
 
@@ -31,7 +31,7 @@ def records(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
     return [
         r.getMessage()
         for r in caplog.records
-        if r.name == "runner.coordination.leases"
+        if r.name == "runner.core.coordination.leases"
         and r.levelno == level
         and "cancel listener" in r.getMessage()
     ]
@@ -40,7 +40,7 @@ def records(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
 def test_a_redis_outage_logs_one_warning_and_one_info(
     server: LocalRedis, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, "runner.coordination.leases")
+    caplog.set_level(logging.INFO, "runner.core.coordination.leases")
     got: list[str] = []
     arrived = threading.Event()
 

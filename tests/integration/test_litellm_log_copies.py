@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 
-from runner import model
+from runner.core import model
 
 _PROBE = (
     "from runner import model\n"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import redis
 
-from runner.coordination.claims import Claims
-from runner.coordination.leases import Leases
+from runner.core.coordination.claims import Claims
+from runner.core.coordination.leases import Leases
 from store.db import make_engine
 from store.local import LocalStack
 from store.migrate import HEAD, REVISIONS, current_revision, downgrade

@@ -25,11 +25,11 @@ from typing import Any
 import pytest
 
 from runner import Agent, RetryPolicy
-from runner.errors import ConfigurationError
-from runner.mcp import MCPServer
-from runner.mcp.sessions import close_all, session
-from runner.runtime import runtime
-from runner.schemas import CHECK_SECONDS
+from runner.core.errors import ConfigurationError
+from runner.core.mcp import MCPServer
+from runner.core.mcp.sessions import close_all, session
+from runner.core.runtime import runtime
+from runner.core.schemas import CHECK_SECONDS
 from runner.testing import ScriptedModel, TestEngine, call, text, tools
 from store.models import EffectStatus, RunStatus
 from tests.helpers import finishes, regex_timeouts, unique

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from runner import Agent
-from runner.mcp.sessions import close_all
+from runner.core.mcp.sessions import close_all
 from runner.testing import ScriptedModel, TestEngine, call, text, tools
 from store.models import EffectStatus, RunStatus
 from tests.helpers import unique
@@ -111,7 +111,7 @@ def test_a_server_tool_named_like_one_of_the_agents_own_is_left_out_and_the_run_
         ),
     )
     agent = Agent(name=name, model=model.model, tools=[tracker_lookup], mcp=[stdio_server(log)])
-    with caplog.at_level(logging.WARNING, logger="runner.steps.step_loop"):
+    with caplog.at_level(logging.WARNING, logger="runner.core.steps.step_loop"):
         first = runwright_engine.run(agent)
         second = runwright_engine.run(agent)
     assert first.status is second.status is RunStatus.COMPLETED, (first.error, second.error)

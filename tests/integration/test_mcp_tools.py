@@ -22,10 +22,10 @@ import pytest
 
 from runner import Agent, RetryPolicy
 from runner.console.approval_pages import tool_about
-from runner.mcp import MCPServer
-from runner.mcp.sessions import close_all
-from runner.mcp.tools import IDEMPOTENCY_META
-from runner.steps.toolcalls import MAX_RESULT_CHARS
+from runner.core.mcp import MCPServer
+from runner.core.mcp.sessions import close_all
+from runner.core.mcp.tools import IDEMPOTENCY_META
+from runner.core.steps.toolcalls import MAX_RESULT_CHARS
 from runner.testing import ScriptedModel, TestEngine, call, text, tools
 from store.local import free_port
 from store.models import EffectStatus, RunStatus, StepKind
@@ -416,14 +416,14 @@ def test_a_stdio_server_writing_what_is_not_json_rpc_keeps_its_session(
     ],
 )
 def test_a_bad_declaration_is_one_clear_error(declare: Any, message: str) -> None:
-    from runner.errors import ToolDefinitionError
+    from runner.core.errors import ToolDefinitionError
 
     with pytest.raises(ToolDefinitionError, match=re.escape(message)):
         declare()
 
 
 def test_an_agent_refuses_two_servers_of_one_name() -> None:
-    from runner.errors import InvalidInput
+    from runner.core.errors import InvalidInput
 
     one = MCPServer.stdio("tracker", "x")
     other = MCPServer.stdio("tracker", "y")
@@ -471,8 +471,8 @@ def test_a_call_that_hangs_is_cut_off_by_cancel_timeout_and_drain(
     import threading
 
     from runner import Budget
-    from runner.runtime import runtime
-    from runner.settings import Settings
+    from runner.core.runtime import runtime
+    from runner.core.settings import Settings
     from runner.testing.kit import TEST_SECRET_KEY
 
     settings = Settings(secret_key=TEST_SECRET_KEY, drain_seconds=3)
@@ -514,10 +514,10 @@ def test_a_call_the_server_refuses_is_a_tool_error_and_keeps_the_session(
 ) -> None:
     """A tool the server no longer has: its answer is an error result, which
     goes back to the model as :class:`MCPToolError`, not a broken session."""
-    from runner.errors import MCPToolError
-    from runner.mcp.sessions import session
-    from runner.mcp.tools import result_value
-    from runner.runtime import runtime
+    from runner.core.errors import MCPToolError
+    from runner.core.mcp.sessions import session
+    from runner.core.mcp.tools import result_value
+    from runner.core.runtime import runtime
 
     server = stdio_server(tmp_path / "calls.jsonl")
     pooled = session(server)
@@ -557,8 +557,8 @@ def test_the_offered_tools_are_recorded_and_a_change_between_executions_too(
     """The first step records the MCP tools it offers; after an approval, the
     server has retired one: the next step records what changed, the event
     feed carries it, and the model's call of the retired tool is a tool error."""
-    from runner.mcp.sessions import session
-    from runner.runtime import runtime
+    from runner.core.mcp.sessions import session
+    from runner.core.runtime import runtime
 
     server = stdio_server(tmp_path / "calls.jsonl", list_cache_seconds=0)
     name = unique("mcp-changed")
@@ -613,8 +613,8 @@ def test_a_fork_compares_its_tools_with_what_its_origin_was_offered(
     fork's step): forked while the server's list is unchanged, it records
     nothing new; forked after the server retired a tool, its first step
     records the change. The origin is not written."""
-    from runner.mcp.sessions import session
-    from runner.runtime import runtime
+    from runner.core.mcp.sessions import session
+    from runner.core.runtime import runtime
 
     server = stdio_server(tmp_path / "calls.jsonl", list_cache_seconds=0)
     name = unique("mcp-fork")
@@ -650,7 +650,7 @@ def test_a_listing_of_thousands_of_tools_offers_a_model_at_most_128(
     """A server listing 2,000 tools: the model is offered its first 128, with
     one WARNING that says how to choose; ``allow=`` reaches one far down the
     list, and calling it works."""
-    from runner.mcp.tools import MAX_OFFERED
+    from runner.core.mcp.tools import MAX_OFFERED
 
     def many(**options: Any) -> MCPServer:
         return MCPServer.stdio(
@@ -664,7 +664,7 @@ def test_a_listing_of_thousands_of_tools_offers_a_model_at_most_128(
 
     name = unique("mcp-many")
     model = ScriptedModel(name, [text("too many to choose from")])
-    with caplog.at_level(logging.WARNING, logger="runner.mcp"):
+    with caplog.at_level(logging.WARNING, logger="runner.core.mcp"):
         run = runwright_engine.run(Agent(name=name, model=model.model, mcp=[many()]))
     assert run.status is RunStatus.COMPLETED, run.error
     assert len(model.calls[0].tools) == MAX_OFFERED == 128

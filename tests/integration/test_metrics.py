@@ -16,11 +16,11 @@ from prometheus_client import CollectorRegistry
 
 import tests.agents_planned as planned
 from runner import Agent, Budget, Engine, RunContext, tool
-from runner.errors import ConfigurationError
-from runner.observe import ModelCall, TickReport, ToolCall
+from runner.core.errors import ConfigurationError
+from runner.core.observe import ModelCall, TickReport, ToolCall
+from runner.core.retry import RetryPolicy
+from runner.core.settings import Settings
 from runner.observe import metrics as m
-from runner.retry import RetryPolicy
-from runner.settings import Settings
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
 from store.local import free_port
 from store.models import Fence, RunStatus, StepKind, Usage, utcnow
@@ -383,8 +383,8 @@ def test_an_mcp_tools_calls_are_counted_under_its_prefixed_name(
 ) -> None:
     import sys
 
-    from runner.mcp import MCPServer
-    from runner.mcp.sessions import close_all
+    from runner.core.mcp import MCPServer
+    from runner.core.mcp.sessions import close_all
     from tests.services import ROOT
 
     server = MCPServer.stdio(

@@ -19,9 +19,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-from runner.errors import ModelError
-from runner.model import MAX_MESSAGE_CHARS, ModelReply, complete
-from runner.runtime import runtime
+from runner.core.errors import ModelError
+from runner.core.model import MAX_MESSAGE_CHARS, ModelReply, complete
+from runner.core.runtime import runtime
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
 from tests.provider import Provider, answer, tool_calls
 
@@ -289,13 +289,15 @@ def test_an_on_delta_that_raises_does_not_break_the_call(
         raise RuntimeError("the feed is down")
 
     model = scripted([text(TEXT)])
-    with caplog.at_level(logging.WARNING, logger="runner.model"):
+    with caplog.at_level(logging.WARNING, logger="runner.core.model"):
         over_http = streamed(MODEL, via(provider), broken)
         of_script = streamed(model.model, {}, broken)
     assert over_http.message["content"] == of_script.message["content"] == TEXT
     # It was called with every piece of both replies, and logged once per call.
     assert calls.text() == TEXT * 2
-    logged = [r for r in caplog.records if r.name == "runner.model" and "on_delta" in r.message]
+    logged = [
+        r for r in caplog.records if r.name == "runner.core.model" and "on_delta" in r.message
+    ]
     assert len(logged) == 2
 
 

@@ -7,8 +7,8 @@ With a worker and Flower: tests/e2e/test_duplicate_delivery.py."""
 from __future__ import annotations
 
 from runner import Engine
-from runner.coordination.claims import Claims, NotClaimed, Refusal
-from runner.coordination.leases import Leases, lease_key
+from runner.core.coordination.claims import Claims, NotClaimed, Refusal
+from runner.core.coordination.leases import Leases, lease_key
 from store.models import RunStatus
 
 

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from runner import Agent, ApprovalRequest, Engine, effect
-from runner.coordination.leases import Leases
-from runner.observe.logs import install
-from runner.settings import Settings
+from runner.core.coordination.leases import Leases
+from runner.core.observe.logs import install
+from runner.core.settings import Settings
 from runner.testing import Request, ScriptedModel, call, text, tools
 from store.models import RunStatus, utcnow
 from store.postgres import PostgresStore

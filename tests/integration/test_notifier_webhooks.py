@@ -18,8 +18,8 @@ import pytest
 from standardwebhooks import Webhook, WebhookVerificationError
 
 from runner import Agent, Engine, effect
-from runner.agent import ApprovalRequest
-from runner.errors import NotifierGone
+from runner.core.agent import ApprovalRequest
+from runner.core.errors import NotifierGone
 from runner.notifiers import NotificationError, WebhookNotifier
 from runner.testing import ScriptedModel, call, text, tools
 from runner.webhooks import new_secret
@@ -140,7 +140,7 @@ def test_an_endpoint_that_answers_410_is_sent_nothing_more(
 
 
 def test_a_bad_whsec_secret_is_refused_when_the_notifier_is_made() -> None:
-    from runner.errors import ConfigurationError
+    from runner.core.errors import ConfigurationError
 
     with pytest.raises(ConfigurationError, match="must be base64"):
         WebhookNotifier("https://ops.example.com/hooks", "whsec_@@@")

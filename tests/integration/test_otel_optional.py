@@ -34,8 +34,8 @@ WORKER = """
 import json, sys
 import tasks
 from runner import Engine
-from runner.observe import setup
-from runner.settings import Settings
+from runner.core.observe import setup
+from runner.core.settings import Settings
 engine = Engine.from_env(enqueue=None)
 settings = Settings.from_env()
 setup.start_worker(settings, [])
@@ -116,7 +116,7 @@ def test_with_tracing_on_but_no_extra_the_engine_refuses_to_start(
     )
     code = WITHOUT_EXTRA + (
         "from runner import Engine\n"
-        "from runner.errors import ConfigurationError\n"
+        "from runner.core.errors import ConfigurationError\n"
         "try:\n"
         "    Engine.from_env(enqueue=None)\n"
         "except ConfigurationError as exc:\n"
@@ -149,7 +149,7 @@ PROVIDER = """
 import json, os
 from opentelemetry import trace
 from runner.observe import otel
-from runner.settings import Settings
+from runner.core.settings import Settings
 {setup}
 provider = trace.get_tracer_provider()
 processors = getattr(getattr(provider, "_active_span_processor", None), "_span_processors", ())

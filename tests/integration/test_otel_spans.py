@@ -26,10 +26,10 @@ from opentelemetry.trace import SpanKind, StatusCode
 import tests.agents_otel as agents_otel
 import tests.agents_planned as planned
 from runner import Agent, Engine
-from runner.coordination.leases import Leases, lease_key
-from runner.observe import ModelCall, ToolCall
+from runner.core.coordination.leases import Leases, lease_key
+from runner.core.observe import ModelCall, ToolCall
+from runner.core.settings import Settings
 from runner.observe.otel import OtelObserver
-from runner.settings import Settings
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
 from store.models import (
     Approval,
@@ -483,8 +483,8 @@ def test_a_broken_stored_context_starts_a_trace_of_its_own(
 def test_an_mcp_tool_call_is_an_execute_tool_span_naming_its_server(traced: Traced) -> None:
     import sys
 
-    from runner.mcp import MCPServer
-    from runner.mcp.sessions import close_all
+    from runner.core.mcp import MCPServer
+    from runner.core.mcp.sessions import close_all
     from tests.services import ROOT
 
     server = MCPServer.stdio(

@@ -25,10 +25,10 @@ from runner import (
     effect,
     tool,
 )
-from runner.coordination.leases import Leases
-from runner.errors import WrongRequestKind
-from runner.observe import Observer
-from runner.settings import Settings
+from runner.core.coordination.leases import Leases
+from runner.core.errors import WrongRequestKind
+from runner.core.observe import Observer
+from runner.core.settings import Settings
 from runner.testing import Request, ScriptedModel, call, text, tools
 from store.events import EventType
 from store.models import Approval, Decision, RequestKind, Run, RunStatus, StepKind

@@ -14,7 +14,8 @@ import pytest
 
 import tests.agents_planned as planned
 from runner import Agent, Engine
-from runner.agent import ApprovalRequest
+from runner.core.agent import ApprovalRequest
+from runner.core.observe.logs import LINE_FIELDS, JsonFormatter, TextFormatter, install
 from runner.notifiers import (
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
@@ -22,13 +23,12 @@ from runner.notifiers import (
     request_body,
     verify_signature,
 )
-from runner.observe.logs import LINE_FIELDS, JsonFormatter, TextFormatter, install
 from runner.testing import ScriptedModel
 from store.models import RunStatus
 from tests.helpers import expire_approval, unique
 from tests.integration.test_approvals import Receiver
 
-RUNS = "runner.observe.logs"
+RUNS = "runner.core.observe.logs"
 
 
 @pytest.fixture(autouse=True)

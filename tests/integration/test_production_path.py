@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from runner import faults
+from runner.core import faults
 from tests.services import ROOT
 
 SECRET = "test:test-secret-for-runwright-tests-only"
@@ -74,15 +74,15 @@ def test_importing_tasks_and_warming_up_loads_no_test_or_cli_module(tmp_path: Pa
     )
     imported, warm = _probe(
         "import tasks\nreport('import')\n"
-        "from runner.model import warm_up\nwarm_up()\nreport('warm')\n"
+        "from runner.core.model import warm_up\nwarm_up()\nreport('warm')\n"
         "from runner import faults\n"
         "for point in faults.POINTS:\n    faults.hit(point)\n",
         env,
         tmp_path,
     )
-    assert {"tasks.app", "runner.engine.engine"} <= set(imported["modules"])
+    assert {"tasks.app", "runner.core.engine.engine"} <= set(imported["modules"])
     assert _test_only(imported["modules"]) == []
-    assert "runner.model" in warm["modules"]
+    assert "runner.core.model" in warm["modules"]
     assert _test_only(warm["modules"]) == []
     assert warm["providers"] == []  # litellm is loaded, with no scripted provider
     # Only a worker takes its heap out of the collector's reach, not a web
@@ -106,7 +106,7 @@ def test_a_worker_warm_up_loads_no_test_or_cli_module(
         env,
         tmp_path,
     )
-    assert "runner.engine.engine" in warm["modules"]
+    assert "runner.core.engine.engine" in warm["modules"]
     assert _test_only(warm["modules"]) == []
     assert warm["providers"] == []
     # The heap it loaded (litellm above all) is out of the collector's full

@@ -1,4 +1,4 @@
-"""The wake-up publisher (runner/coordination/live.py): messages go out at once and in
+"""The wake-up publisher (runner/core/coordination/live.py): messages go out at once and in
 order without waiting for answers, on a Redis that agrees to stop answering
 and on one that does not know how; a Redis that goes away costs messages,
 never an exception, and the next publish connects again."""
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from runner.coordination.live import Publisher
+from runner.core.coordination.live import Publisher
 from store.local import free_port, redis_server_bin
 
 

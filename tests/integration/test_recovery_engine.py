@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from runner import Agent, ApprovalPolicy, Budget, Engine, RunContext, effect, faults, tool
-from runner.errors import (
+from runner import Agent, ApprovalPolicy, Budget, Engine, RunContext, effect, tool
+from runner.core import faults
+from runner.core.errors import (
     AgentNotFound,
     ForkRepeatsEffects,
     InvalidInput,

@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from runner import Agent, Engine
-from runner.retry import RetryPolicy
+from runner.core.retry import RetryPolicy
 from store.models import Run, RunStatus, utcnow
 from tests.helpers import force_retry_due, unique
 from tests.provider import Provider, answer

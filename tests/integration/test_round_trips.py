@@ -18,8 +18,8 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from runner import Agent, Budget, Engine, tool
-from runner.coordination.leases import Leases
-from runner.settings import Settings
+from runner.core.coordination.leases import Leases
+from runner.core.settings import Settings
 from runner.testing import Request, ScriptedModel, call, text, tools
 from store.db import make_engine, raw_cursor
 from store.errors import StoreUnavailable

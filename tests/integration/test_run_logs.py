@@ -9,12 +9,12 @@ import time
 import pytest
 
 from runner import Agent, Engine, tool
-from runner.observe.logs import install
-from runner.retry import RetryPolicy
+from runner.core.observe.logs import install
+from runner.core.retry import RetryPolicy
 from runner.testing import ScriptedModel, call, text, tools
 from tests.helpers import try_claim, unique
 
-RUNS = "runner.observe.logs"
+RUNS = "runner.core.observe.logs"
 
 
 @tool

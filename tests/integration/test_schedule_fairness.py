@@ -21,9 +21,9 @@ import sqlalchemy as sa
 from prometheus_client import CollectorRegistry
 
 from runner import Agent, Engine
-from runner.agent import Registry
-from runner.coordination.leases import Leases
-from runner.errors import InvalidInput
+from runner.core.agent import Registry
+from runner.core.coordination.leases import Leases
+from runner.core.errors import InvalidInput
 from runner.observe import metrics as m
 from runner.testing import ScriptedModel, text
 from store.models import FiringOutcome, RunStatus
@@ -106,7 +106,7 @@ def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [
         r.getMessage()
         for r in caplog.records
-        if r.name == "runner.schedules.book" and r.levelno >= logging.WARNING
+        if r.name == "runner.core.schedules.book" and r.levelno >= logging.WARNING
     ]
 
 
@@ -117,7 +117,7 @@ def test_due_schedules_of_an_agent_not_loaded_here_do_not_starve_a_loaded_ones(
     retired = unique("retired")
     stranded(engine.store, retired, BATCH + 1, made.next_at)
     before = schedule_rows(engine.store, retired)
-    caplog.set_level(logging.INFO, logger="runner.schedules.book")
+    caplog.set_level(logging.INFO, logger="runner.core.schedules.book")
 
     report = engine.tick(now=made.next_at + timedelta(seconds=1))
 
@@ -243,7 +243,7 @@ def test_a_schedule_whose_firing_raises_is_set_aside_and_the_others_fire(
             {"at": made.next_at - timedelta(minutes=1)},
         )
     assert broken.name == "broken"
-    caplog.set_level(logging.INFO, logger="runner.schedules.book")
+    caplog.set_level(logging.INFO, logger="runner.core.schedules.book")
     now = made.next_at + timedelta(seconds=1)
 
     report = engine.tick(now=now)

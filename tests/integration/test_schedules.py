@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 from runner import Agent, Engine
-from runner.errors import AgentNotFound, InvalidInput
+from runner.core.errors import AgentNotFound, InvalidInput
 from runner.testing import ScriptedModel, text
 from store.errors import ScheduleNotFound
 from store.models import FiringOutcome, Overlap, RunStatus
@@ -331,7 +331,7 @@ def test_deleting_a_schedule_keeps_its_runs(engine: Engine, agent: str) -> None:
 def test_a_tick_without_the_agent_leaves_the_firing_to_another(
     pg_store: PostgresStore, agent: str
 ) -> None:
-    from runner.agent import Registry
+    from runner.core.agent import Registry
 
     with_agent = Engine(pg_store, enqueue=None)
     without = Engine(pg_store, enqueue=None, registry=Registry())

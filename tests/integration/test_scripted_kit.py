@@ -16,13 +16,14 @@ from datetime import timedelta
 import pydantic
 import pytest
 
-from runner import Agent, Engine, model
-from runner.clock import Clock
-from runner.coordination.leases import Leases
-from runner.errors import ModelError
-from runner.retry import RetryPolicy
-from runner.runtime import runtime
-from runner.settings import Settings
+from runner import Agent, Engine
+from runner.core import model
+from runner.core.clock import Clock
+from runner.core.coordination.leases import Leases
+from runner.core.errors import ModelError
+from runner.core.retry import RetryPolicy
+from runner.core.runtime import runtime
+from runner.core.settings import Settings
 from runner.testing import (
     ScriptedModel,
     UnconsumedModelSteps,
@@ -91,7 +92,7 @@ def test_a_429s_retry_after_is_waited_out_within_the_call(
     try:
         name, scripted = _agent([rate_limited(retry_after=1), text("ok")])
         run = engine.start(name)
-        caplog.set_level(logging.WARNING, logger="runner.model")
+        caplog.set_level(logging.WARNING, logger="runner.core.model")
         done = engine.execute(run.id)
     finally:
         engine.close()
@@ -108,7 +109,7 @@ def test_a_429s_retry_after_is_waited_out_within_the_call(
 def test_a_retry_after_longer_than_a_call_waits_is_the_runs_next_attempt(
     engine: Engine,
 ) -> None:
-    """Past runner.model.MAX_IN_CALL_WAIT the run goes back to the queue, not
+    """Past runner.core.model.MAX_IN_CALL_WAIT the run goes back to the queue, not
     before the provider's pause: the retry the engine records."""
     name, scripted = _agent(
         [rate_limited(retry_after=120), text("ok")],

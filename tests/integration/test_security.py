@@ -31,10 +31,10 @@ from runner import (
     RunStatus,
     effect,
 )
-from runner.coordination.leases import Leases
-from runner.errors import StoreUnavailable
+from runner.core.coordination.leases import Leases
+from runner.core.errors import StoreUnavailable
+from runner.core.settings import Settings
 from runner.notifiers import sign, verify_signature
-from runner.settings import Settings
 from runner.testing import Request, ScriptedModel, call, text, tools
 from store.models import Decision, utcnow
 from store.postgres import PostgresStore

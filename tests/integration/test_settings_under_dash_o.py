@@ -13,7 +13,7 @@ from tests.services import ROOT
 def test_the_checks_hold_under_python_dash_o(tmp_path: Path) -> None:
     # `assert` disappears under -O; the configuration checks must not.
     code = (
-        "from runner.engine.engine import Engine\n"
+        "from runner.core.engine.engine import Engine\n"
         "from store.errors import ConfigurationError\n"
         "try:\n"
         "    Engine.from_env(enqueue=None)\n"

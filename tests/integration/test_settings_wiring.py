@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 
 from runner import Agent, ApprovalPolicy, Engine, RetryPolicy
-from runner.coordination.leases import Leases
-from runner.settings import Settings
+from runner.core.coordination.leases import Leases
+from runner.core.settings import Settings
 from runner.testing import Reply, ScriptedModel, call, text, tools
 from store.models import RunStatus
 from store.postgres import PostgresStore

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from runner import faults
+from runner.core import faults
 from store.db import make_engine
 from store.errors import (
     ApprovalError,
@@ -544,7 +544,7 @@ def test_waiting_run_and_decisions(store: PostgresStore) -> None:
 
 
 def _record(decided: Any) -> dict[str, Any]:
-    """A decision's history entry, as the engine writes it (runner/steps/history.py)."""
+    """A decision's history entry, as the engine writes it (runner/core/steps/history.py)."""
     return {
         "role": "approval_response",
         "approval_id": decided.approval_id,
@@ -1106,7 +1106,7 @@ def _firing_run(schedule: Schedule, at: Any) -> NewRun:
 
 
 def test_schedules_are_stored_fired_once_buffered_and_triggered(store: PostgresStore) -> None:
-    """The store's part of schedules (runner/schedules/ decides the times):
+    """The store's part of schedules (runner/core/schedules/ decides the times):
     a firing recorded once with its run, a second due one buffered behind
     it (buffer_one) and started once that run settles, a trigger outside the
     times; a name taken once, a missing one refused."""

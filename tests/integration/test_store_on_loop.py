@@ -20,11 +20,11 @@ import pytest
 import redis
 
 from runner import Agent, Budget, Engine, tool
-from runner.coordination.leases import Leases
-from runner.coordination.live import Publisher, events_channel
-from runner.events.feed import Feed
-from runner.runtime import runtime
-from runner.settings import Settings
+from runner.core.coordination.leases import Leases
+from runner.core.coordination.live import Publisher, events_channel
+from runner.core.events.feed import Feed
+from runner.core.runtime import runtime
+from runner.core.settings import Settings
 from runner.testing import Request, ScriptedModel, call, text, tools
 from store.db import make_engine, raw_cursor
 from store.errors import ConstraintViolation, StoreUnavailable
@@ -330,7 +330,7 @@ def test_a_write_the_loop_could_not_make_is_waited_out_on_a_thread(
 def _hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """What executions hand to the I/O pool (their journal's ``PgJournal.io``),
     by name, from now on, but for their heartbeats."""
-    from runner.engine.pg_journal import PgJournal
+    from runner.core.engine.pg_journal import PgJournal
 
     hops: list[str] = []
     io = PgJournal.io

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 
-from runner.settings import Settings, open_store
+from runner.core.settings import Settings, open_store
 from store.db import make_engine, pool_size, prepares, raw_cursor
 from store.errors import ConfigurationError, StoreUnavailable
 from store.models import Fence

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from runner import Agent, tool
-from runner.errors import InvalidInput
+from runner.core.errors import InvalidInput
 from runner.testing import ScriptedModel, TestEngine, UnknownScriptedTool, call, text, tools
 from store.models import RunStatus
 from tests.helpers import unique

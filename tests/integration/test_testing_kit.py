@@ -14,7 +14,7 @@ import pydantic
 import pytest
 
 from runner import Agent, ApprovalPolicy, effect, tool
-from runner.errors import InvalidApprovalInput, InvalidInput, ModelRequestsBlocked
+from runner.core.errors import InvalidApprovalInput, InvalidInput, ModelRequestsBlocked
 from runner.testing import (
     Request,
     ScriptedModel,

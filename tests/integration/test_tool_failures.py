@@ -15,7 +15,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from runner import Agent, Budget, Engine, effect, tool
-from runner.model import warm_up
+from runner.core.model import warm_up
 from runner.observe import metrics as m
 from runner.testing import ScriptedModel, call, text, tools
 from store.models import RunStatus
@@ -67,7 +67,7 @@ def test_a_tool_that_raises_is_one_warning_line_and_counted_as_an_error(
     )
     Agent(name=name, model=model.model, tools=[parse_order, fine])
     run = engine.start(name)
-    with caplog.at_level(logging.DEBUG, logger="runner.steps.toolcalls"):
+    with caplog.at_level(logging.DEBUG, logger="runner.core.steps.toolcalls"):
         engine.execute(run.id)
     done = engine.get_run(run.id)
     assert done.status is RunStatus.COMPLETED  # the model was told, and went on

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from runner import Agent, Engine, effect, tool
-from runner.errors import ToolInputError
-from runner.retry import RetryPolicy
-from runner.runtime import runtime
+from runner.core.errors import ToolInputError
+from runner.core.retry import RetryPolicy
+from runner.core.runtime import runtime
 from runner.testing import ScriptedModel, call, text, tools
 from store.models import EffectStatus, RunStatus, StepKind
 from tests.helpers import SAFETY_NET, joined, journaled_effect, run_in_thread, unique, wait_for
@@ -58,7 +58,7 @@ def test_a_tool_that_fails_twice_then_succeeds(
     name = unique("retry-ok")
     model = ScriptedModel(name, [tools(call("weather", {"city": "Oslo"})), text("done")])
     Agent(name=name, model=model.model, tools=[weather])
-    with caplog.at_level(logging.WARNING, logger="runner.steps.toolcalls"):
+    with caplog.at_level(logging.WARNING, logger="runner.core.steps.toolcalls"):
         done = engine.execute(engine.start(name).id)
     assert done is not None and done.status is RunStatus.COMPLETED
     assert len(attempts) == 3
@@ -232,7 +232,7 @@ def test_cancel_during_a_backoff_stops_the_run_at_once(
     model = ScriptedModel(name, [tools(call("stuck")), text("unreachable")])
     Agent(name=name, model=model.model, tools=[stuck])
     run = engine.start(name)
-    with caplog.at_level(logging.WARNING, logger="runner.steps.toolcalls"):
+    with caplog.at_level(logging.WARNING, logger="runner.core.steps.toolcalls"):
         thread, box = run_in_thread(engine, run.id)
         try:
             wait_for(lambda: any("retrying in" in r.getMessage() for r in caplog.records))
@@ -265,7 +265,7 @@ def test_a_drain_during_a_backoff_leaves_the_effect_to_the_next_execution(
     Agent(name=name, model=model.model, tools=[refund])
     run = engine.start(name)
     key = f"{run.id}:d1"
-    with caplog.at_level(logging.WARNING, logger="runner.steps.toolcalls"):
+    with caplog.at_level(logging.WARNING, logger="runner.core.steps.toolcalls"):
         thread, box = run_in_thread(engine, run.id)
         try:
             wait_for(lambda: any("retrying in" in r.getMessage() for r in caplog.records))

@@ -7,8 +7,8 @@ import pydantic
 import pytest
 
 from runner import Agent, Engine
-from runner.errors import InvalidInput, InvalidTransition
-from runner.retry import RetryPolicy
+from runner.core.errors import InvalidInput, InvalidTransition
+from runner.core.retry import RetryPolicy
 from runner.testing import ScriptedModel, call, text, tools
 from tests.helpers import unique
 

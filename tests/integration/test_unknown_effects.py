@@ -11,8 +11,8 @@ import uuid
 import pytest
 
 from runner import Agent, effect
-from runner.errors import InvalidInput
-from runner.steps.tools import Reconciled, done, not_done
+from runner.core.errors import InvalidInput
+from runner.core.steps.tools import Reconciled, done, not_done
 from runner.testing import ScriptedModel, TestEngine, call, text, tools
 from store.errors import EffectNotFound, InvalidTransition
 from store.models import EffectOutcome, EffectStatus, RunStatus
@@ -56,7 +56,7 @@ def test_an_unknown_outcome_flags_the_run_until_a_person_resolves_it(
     runwright_engine: TestEngine, caplog: pytest.LogCaptureFixture
 ) -> None:
     refunds = Refunds()
-    with caplog.at_level(logging.ERROR, logger="runner.steps.toolcalls"):
+    with caplog.at_level(logging.ERROR, logger="runner.core.steps.toolcalls"):
         run_id = crashed_mid_refund(runwright_engine, refunds)
     run = runwright_engine.get_run(run_id)
     assert run.status is RunStatus.COMPLETED and refunds.made == ["A1"]  # not run again

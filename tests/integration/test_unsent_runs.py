@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 
 from runner import Engine
-from runner.coordination.leases import Leases
-from runner.settings import Settings
+from runner.core.coordination.leases import Leases
+from runner.core.settings import Settings
 from store.models import RunStatus
 from store.postgres import PostgresStore
 

@@ -143,7 +143,7 @@ def test_the_missing_usage_is_logged_once_per_model(
     engine: Engine, provider: Provider, caplog: pytest.LogCaptureFixture
 ) -> None:
     provider.usage = None
-    caplog.set_level(logging.WARNING, logger="runner.model")
+    caplog.set_level(logging.WARNING, logger="runner.core.model")
     first = _http_agent(provider, budget=Budget())
     for _ in range(3):  # three runs, one or more steps each: one line
         done = engine.execute(engine.start(first).id)
@@ -151,7 +151,9 @@ def test_the_missing_usage_is_logged_once_per_model(
     second = _http_agent(provider, budget=Budget())
     done = engine.execute(engine.start(second).id)
     assert done is not None and done.usage.estimated
-    lines = [r for r in caplog.records if r.name == "runner.model" and MISSING in r.getMessage()]
+    lines = [
+        r for r in caplog.records if r.name == "runner.core.model" and MISSING in r.getMessage()
+    ]
     assert [r.levelno for r in lines] == [logging.WARNING, logging.WARNING]
     assert f"openai/{first}" in lines[0].getMessage()
     assert f"openai/{second}" in lines[1].getMessage()

@@ -6,9 +6,9 @@ from __future__ import annotations
 import threading
 import time
 
-from runner.coordination.leases import Leases
-from runner.engine import watchdog
-from runner.settings import Settings
+from runner.core.coordination.leases import Leases
+from runner.core.engine import watchdog
+from runner.core.settings import Settings
 from store.workers import WorkerInfo
 from tests.e2e.cluster import wait_until
 

@@ -18,9 +18,9 @@ import pytest
 from standardwebhooks import Webhook
 
 from runner import Agent, Engine
-from runner.children import child_trigger_id
-from runner.errors import ConfigurationError
-from runner.schedules.times import trigger_id as firing_trigger_id
+from runner.core.children import child_trigger_id
+from runner.core.errors import ConfigurationError
+from runner.core.schedules.times import trigger_id as firing_trigger_id
 from runner.testing import ScriptedModel, text
 from runner.webhooks import WebhookReceiver, new_secret
 from runner.webhooks.receiver import RESERVED_ID_PREFIXES, delivery_trigger_id

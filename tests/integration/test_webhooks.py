@@ -17,7 +17,7 @@ import pytest
 from standardwebhooks import Webhook
 
 from runner import Agent, Engine
-from runner.errors import ConfigurationError
+from runner.core.errors import ConfigurationError
 from runner.testing import ScriptedModel, text
 from runner.webhooks import Delivery, Mapped, WebhookReceiver, new_secret
 from store.postgres import PostgresStore

@@ -1,5 +1,5 @@
 """AbortSignal.fired(): the future the step loop and the tool calls race
-their work against (runner/steps/run_context.py)."""
+their work against (runner/core/steps/run_context.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from runner.errors import LoopMisuse
-from runner.steps.run_context import AbortReason, AbortSignal
+from runner.core.errors import LoopMisuse
+from runner.core.steps.run_context import AbortReason, AbortSignal
 
 
 async def _signal() -> AbortSignal:

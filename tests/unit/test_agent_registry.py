@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from runner import Agent, AgentAlreadyRegistered
-from runner.agent import Registry, registry
+from runner.core.agent import Registry, registry
 from tests.helpers import unique
 
 

@@ -1,4 +1,4 @@
-"""runner/appdb.py on its own: it never imports Django or Flask, finds Django
+"""runner/core/appdb.py on its own: it never imports Django or Flask, finds Django
 once it is set up (never before), and what a call returns or raises is the
 call's, whatever closing a connection does. (With a real Django project and
 Flask app: tests/integration/ and tests/e2e/test_app_databases.py.)"""
@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from runner import appdb
+from runner.core import appdb
 
 PROBE = """
 import json, sys
-from runner import appdb
-import runner.steps.tools, runner.approvals.decisions, runner.engine.execution
+from runner.core import appdb
+import runner.core.steps.tools, runner.core.approvals.decisions, runner.core.engine.execution
 
 def frameworks():
     names = ("django", "flask", "flask_sqlalchemy")
@@ -65,7 +65,7 @@ def test_closing_never_changes_what_the_call_returns_or_raises(
     broken, in_transaction = Connection("default", fails=True), Connection("other", atomic=True)
     monkeypatch.setattr(appdb, "_django_connections", Connections(broken, in_transaction))
     monkeypatch.setattr(appdb, "_flask", None)
-    with caplog.at_level(logging.WARNING, logger="runner.appdb"):
+    with caplog.at_level(logging.WARNING, logger="runner.core.appdb"):
         assert appdb.call(lambda: "charged") == "charged"
 
         def refused() -> Any:

@@ -1,5 +1,5 @@
 """An MCP server's input schemas and credentials, as Runwright takes them
-(runner/schemas.py, servers.py; issue 48): a schema's patterns are
+(runner/core/schemas.py, servers.py; issue 48): a schema's patterns are
 matched under one deadline for the whole check of a call, a schema that
 could take the check past it is left out when listed, and a credential that
 cannot be sent is one clear error naming it, never its value."""
@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from mcp.types import Tool as Listed
 
-from runner.errors import ConfigurationError, ToolInputError
-from runner.mcp import MCPServer
-from runner.mcp.tools import build_tools
-from runner.schemas import CHECK_SECONDS
+from runner.core.errors import ConfigurationError, ToolInputError
+from runner.core.mcp import MCPServer
+from runner.core.mcp.tools import build_tools
+from runner.core.schemas import CHECK_SECONDS
 from tests.helpers import regex_timeouts
 
 SERVER = MCPServer.stdio("gh", "true")
@@ -156,7 +156,7 @@ def test_the_pattern_keywords_check_as_the_standard_says(
 def test_a_schema_that_could_take_the_check_past_its_deadline_is_left_out(
     schema: dict[str, Any], why: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="runner.mcp"):
+    with caplog.at_level(logging.WARNING, logger="runner.core.mcp"):
         made = build_tools(SERVER, [Listed(name="t", input_schema=schema)])
     assert made == []
     [line] = [r.getMessage() for r in caplog.records]
@@ -214,8 +214,8 @@ def test_a_credential_that_cannot_be_sent_is_one_clear_error_naming_it_not_its_v
 def test_a_persons_edit_against_a_backtracking_pattern_is_refused_in_bounded_time() -> None:
     # A person's edited arguments are checked against the tool's schema, which
     # an MCP server may have written: the same bounded check as the model's.
-    from runner.approvals.decisions import fits
-    from runner.errors import InvalidApprovalInput
+    from runner.core.approvals.decisions import fits
+    from runner.core.errors import InvalidApprovalInput
 
     schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": SLOW}}}
     with pytest.raises(InvalidApprovalInput, match="took too long to check"):

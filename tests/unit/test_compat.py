@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from runner.coordination.leases import CANCEL_CHANNEL, LEASE_PREFIX, Holder
+from runner.core.coordination.leases import CANCEL_CHANNEL, LEASE_PREFIX, Holder
 from store import schema
 from store.models import (
     USAGE_ESTIMATED,

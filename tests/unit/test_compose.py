@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from runner.settings import Settings
+from runner.core.settings import Settings
 from tests.services import ROOT
 
 COMPOSE = ROOT / "docker-compose.yml"

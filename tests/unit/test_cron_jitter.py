@@ -1,5 +1,5 @@
 """A cron schedule's jitter is shorter than the shortest gap between its times,
-as an interval's is shorter than the interval (runner/schedules/times.py); a
+as an interval's is shorter than the interval (runner/core/schedules/times.py); a
 cron expression has five fields. No services: the times are computed alone."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from runner.errors import InvalidInput
-from runner.schedules.times import MAX_JITTER_SECONDS, When, check_jitter
+from runner.core.errors import InvalidInput
+from runner.core.schedules.times import MAX_JITTER_SECONDS, When, check_jitter
 
 MINUTE, HOUR, DAY = 60.0, 3600.0, 86400.0
 

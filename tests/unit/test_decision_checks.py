@@ -1,5 +1,5 @@
 """What a person's edited arguments and answers are checked against
-(runner/approvals/decisions.py): the request's own JSON Schema, with the
+(runner/core/approvals/decisions.py): the request's own JSON Schema, with the
 standard's library, and JSON the store can hold; every refusal is one
 ``InvalidApprovalInput`` naming where."""
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from runner.approvals.decisions import check_value, fits
-from runner.errors import InvalidApprovalInput
+from runner.core.approvals.decisions import check_value, fits
+from runner.core.errors import InvalidApprovalInput
 
 SCHEMA = {
     "type": "object",

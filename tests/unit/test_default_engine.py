@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import runner
-from runner.engine.engine import Engine
+from runner.core.engine.engine import Engine
 
 
 def test_threads_that_ask_first_at_once_get_one_engine(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -26,23 +26,44 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.engine.engine import Engine
+from runner.core.engine.engine import Engine
 from tests.services import ROOT
 
 PACKAGES = ("runner", "store", "tasks")
 # The layers, lowest first: a module imports its own layer or a lower one.
 LAYERS = ("store", "runner", "tasks")
-# What the engine core never imports: its integrations, clients of its API.
+# The tree: the engine core is ``runner/core/``; beside it in ``runner/`` are
+# its integrations, clients of its API, and the public paths of a few core
+# modules, each nothing but a re-export of one (``FACADES``).
+CORE = "runner.core"
 INTEGRATIONS = (
     "runner.celery",
+    "runner.celery_plugin",
     "runner.cli",
     "runner.console",
+    "runner.notifiers",
+    "runner.observe",
     "runner.sse",
     "runner.testing",
+    "runner.webhooks",
     "tasks",
 )
+FACADES = {
+    "runner.appdb": "runner.core.appdb",
+    "runner.errors": "runner.core.errors",
+    "runner.faults": "runner.core.faults",
+    "runner.mcp": "runner.core.mcp",
+    "runner.model": "runner.core.model",
+    "runner.retry": "runner.core.retry",
+    "runner.settings": "runner.core.settings",
+}
 # The domain's subpackages, which the graph must see.
-SUBPACKAGES = ("runner.engine", "runner.steps", "runner.events", "runner.approvals")
+SUBPACKAGES = (
+    "runner.core.engine",
+    "runner.core.steps",
+    "runner.core.events",
+    "runner.core.approvals",
+)
 
 # The layers inside ``runner/``, lowest first: a module imports modules of its
 # own layer or of a lower one, never of a higher one (docs/engine-layers.md).
@@ -59,42 +80,40 @@ RUNNER_LAYERS = (
 # in it; the longest entry that matches wins. ``runner`` stands only for its
 # ``__init__`` (the public façade), so a new module of ``runner/`` needs an entry.
 LAYER_OF = {
-    "runner.errors": "foundations",
-    "runner.settings": "foundations",
-    "runner.layout": "foundations",
-    "runner.clock": "foundations",
-    "runner.costs": "foundations",
-    "runner.schemas": "foundations",
-    "runner.retry": "foundations",
-    "runner.appdb": "foundations",
-    "runner.deprecation": "foundations",  # the warning a deprecated name gives
-    "runner.release": "foundations",  # the installed version
-    "runner.observe": "foundations",  # the Observer protocol and what it is handed
-    "runner.runtime": "runtime",
-    "runner.steps.run_context": "runtime",
-    "runner.coordination": "runtime",  # leases, claims, live wake-ups (Redis)
-    "runner.journal": "runtime",  # the port of one execution's journal
-    "runner.faults": "runtime",  # the named fault points, which wrap the journal
-    "runner.model": "agents",
-    "runner.agent": "agents",
-    "runner.children": "agents",
-    "runner.mcp": "agents",
-    "runner.steps.tools": "agents",
-    "runner.steps.builtin_tools": "agents",
-    "runner.steps.history": "agents",
-    "runner.approvals.expiry": "agents",
-    "runner.approvals": "services",
-    "runner.events": "services",
-    "runner.schedules": "services",
-    # The listeners (logs, traces, metrics) and which of them a process gets:
-    # the engine calls them, they read what it hands them, not the engine.
-    "runner.observe.logs": "services",
-    "runner.observe.setup": "services",
-    "runner.observe.otel": "services",
-    "runner.observe.metrics": "services",
-    "runner.observe.genai": "services",
-    "runner.steps": "steps",
-    "runner.engine": "engine",
+    "runner.core.errors": "foundations",
+    "runner.core.settings": "foundations",
+    "runner.core.layout": "foundations",
+    "runner.core.clock": "foundations",
+    "runner.core.costs": "foundations",
+    "runner.core.schemas": "foundations",
+    "runner.core.retry": "foundations",
+    "runner.core.appdb": "foundations",
+    "runner.core.deprecation": "foundations",  # the warning a deprecated name gives
+    "runner.core.release": "foundations",  # the installed version
+    "runner.core.observe": "foundations",  # the Observer protocol and what it is handed
+    "runner.core.runtime": "runtime",
+    "runner.core.steps.run_context": "runtime",
+    "runner.core.coordination": "runtime",  # leases, claims, live wake-ups (Redis)
+    "runner.core.journal": "runtime",  # the port of one execution's journal
+    "runner.core.faults": "runtime",  # the named fault points, which wrap the journal
+    "runner.core.model": "agents",
+    "runner.core.agent": "agents",
+    "runner.core.children": "agents",
+    "runner.core.mcp": "agents",
+    "runner.core.steps.tools": "agents",
+    "runner.core.steps.builtin_tools": "agents",
+    "runner.core.steps.history": "agents",
+    "runner.core.approvals.expiry": "agents",
+    "runner.core.approvals": "services",
+    "runner.core.events": "services",
+    "runner.core.schedules": "services",
+    # The log listener and which listeners a process gets: the engine calls
+    # them, they read what it hands them, not the engine. The trace and metric
+    # listeners are integrations (runner/observe/), loaded by name when configured.
+    "runner.core.observe.logs": "services",
+    "runner.core.observe.setup": "services",
+    "runner.core.steps": "steps",
+    "runner.core.engine": "engine",
     "runner": "integrations",  # the façade: runner/__init__.py
     "runner.celery": "integrations",
     "runner.celery_plugin": "integrations",
@@ -104,6 +123,8 @@ LAYER_OF = {
     "runner.testing": "integrations",
     "runner.webhooks": "integrations",
     "runner.notifiers": "integrations",
+    "runner.observe": "integrations",  # traces and metrics
+    **dict.fromkeys(FACADES, "integrations"),  # public paths of core modules
 }
 
 
@@ -193,11 +214,11 @@ def test_the_graph_sees_function_level_and_type_checking_imports() -> None:
     # The rule is only as strong as the parser: check it on a known module.
     edges = {(e.target, e.function) for e in import_graph(PACKAGES)["runner.cli.commands"]}
     assert ("runner.cli.demo", "demo") in edges  # inside the `demo` command
-    assert ("runner.engine.engine", None) in edges  # under TYPE_CHECKING, at module level
-    assert ("runner.engine.engine", "_engine") in edges
-    # `from runner.engine import retry_fork`: the module, not the package's __init__.
-    engine = {e.target for e in import_graph(PACKAGES)["runner.engine.engine"]}
-    assert "runner.engine.retry_fork" in engine and "runner.engine" not in engine
+    assert ("runner.core.engine.engine", None) in edges  # under TYPE_CHECKING, at module level
+    assert ("runner.core.engine.engine", "_engine") in edges
+    # `from runner.core.engine import retry_fork`: the module, not the package's __init__.
+    engine = {e.target for e in import_graph(PACKAGES)["runner.core.engine.engine"]}
+    assert "runner.core.engine.retry_fork" in engine and "runner.core.engine" not in engine
 
 
 def test_the_cycle_finder_finds_a_cycle() -> None:
@@ -212,7 +233,7 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 
 def test_no_import_cycle_inside_runner_or_tasks() -> None:
     graph = import_graph(PACKAGES)
-    assert {"runner.engine.engine", "runner.steps.step_loop", "tasks.app"} <= set(graph)
+    assert {"runner.core.engine.engine", "runner.core.steps.step_loop", "tasks.app"} <= set(graph)
     for package in SUBPACKAGES:  # the scan sees the modules of every subpackage
         assert len([m for m in graph if m.startswith(package + ".")]) >= 2, package
     cycle = find_cycle(graph)
@@ -231,7 +252,7 @@ def test_imports_run_one_way_tasks_runner_store() -> None:
         if layer[e.target.split(".")[0]] > layer[m.split(".")[0]]
     ]
     assert upward == []
-    assert any(e.target.startswith("store") for e in graph["runner.engine.engine"])
+    assert any(e.target.startswith("store") for e in graph["runner.core.engine.engine"])
     assert any(e.target.startswith("runner") for e in graph["tasks.app"])
 
 
@@ -267,9 +288,9 @@ def test_every_runner_module_has_a_layer() -> None:
     assert set(LAYER_OF.values()) == set(RUNNER_LAYERS)
     # The integrations are the top layer, and the steps below the engine.
     assert {layer_of(p) for p in INTEGRATIONS if p != "tasks"} == {"integrations"}
-    assert layer_of("runner.steps.step_loop") == "steps"
-    assert layer_of("runner.steps.tools") == "agents"
-    assert layer_of("runner.engine.deps") == "engine"
+    assert layer_of("runner.core.steps.step_loop") == "steps"
+    assert layer_of("runner.core.steps.tools") == "agents"
+    assert layer_of("runner.core.engine.deps") == "engine"
     assert layer_of("runner.no_such_module") is None
 
 
@@ -283,27 +304,95 @@ def test_no_import_points_up_a_layer() -> None:
 
 def test_the_layer_rule_sees_an_arrow_up() -> None:
     graph = {
-        "runner.events.feed": [Import("runner.engine.runtime", 3, "wake")],
-        "runner.engine.tick": [Import("runner.events.feed", 4, None)],
+        "runner.core.events.feed": [Import("runner.core.engine.runtime", 3, "wake")],
+        "runner.core.engine.tick": [Import("runner.core.events.feed", 4, None)],
     }
-    assert upward_arrows(graph) == [("runner.events.feed", "runner.engine.runtime", 3)]
+    assert upward_arrows(graph) == [("runner.core.events.feed", "runner.core.engine.runtime", 3)]
+
+
+def core_imports_outside(graph: dict[str, list[Import]]) -> list[tuple[str, str]]:
+    """Each import of a core module (``runner.core``) of a project module that
+    is neither of the core nor of the store: an integration, a public path, the
+    façade, ``tasks``."""
+    return sorted(
+        (m, e.target)
+        for m, edges in graph.items()
+        if m == CORE or m.startswith(f"{CORE}.")
+        for e in edges
+        if not (e.target == CORE or e.target.startswith((f"{CORE}.", "store")))
+    )
+
+
+def test_the_tree_shows_where_the_core_ends() -> None:
+    """Every module of ``runner/`` is the core's (``runner/core/``), an
+    integration's, the public façade (``runner/__init__.py``) or a public path
+    of a core module; nothing else sits beside them."""
+    graph = import_graph(PACKAGES)
+    runner = [m for m in graph if m.split(".")[0] == "runner"]
+    placed = [
+        m
+        for m in runner
+        if m in ("runner", CORE)
+        or m.startswith(f"{CORE}.")
+        or m.startswith(tuple(f"{i}." for i in INTEGRATIONS))
+        or m in INTEGRATIONS
+        or m in FACADES
+    ]
+    assert sorted(set(runner) - set(placed)) == []
+    assert {"runner.core.engine.execution", "runner.cli.commands", "runner.observe.otel"} <= set(
+        runner
+    )
 
 
 def test_the_engine_core_does_not_import_its_integrations() -> None:
-    """The CLI (commands, the demo), the console and the SSE responses import the
-    engine, never the reverse; and the core imports none of the test helpers:
-    the kit plugs its scripted models into the model adapter when imported
-    (``runner.model.serve_scripted_models``)."""
+    """The core imports only itself and the store: the CLI (commands, the
+    demo), the console, the SSE responses, traces and metrics import the core,
+    never the reverse; and the core imports none of the test helpers: the kit
+    plugs its scripted models into the model adapter when imported
+    (``runner.core.model.serve_scripted_models``), and a process's trace and
+    metric listeners are loaded by name when configured."""
     graph = import_graph(PACKAGES)
-    core = {m: edges for m, edges in graph.items() if not m.startswith(INTEGRATIONS)}
-    assert {"runner.engine.engine", "runner.steps.step_loop", "runner.model"} <= set(core)
-    into_integrations = [
-        (m, e.target)
-        for m, edges in core.items()
-        for e in edges
-        if e.target.startswith(INTEGRATIONS)
+    core = [m for m in graph if m.startswith(f"{CORE}.")]
+    assert {"runner.core.engine.engine", "runner.core.steps.step_loop", "runner.core.model"} <= set(
+        core
+    )
+    assert core_imports_outside(graph) == []
+
+
+def test_the_core_rule_sees_an_import_of_an_integration() -> None:
+    graph = {
+        "runner.core.engine.tick": [Import("runner.core.events.feed", 3, None)],
+        "runner.core.model": [Import("runner.testing.scripted", 9, "complete")],
+        "runner.core.agent": [Import("runner.errors", 4, None), Import("store.models", 5, None)],
+        "runner.cli.commands": [Import("runner.console.server", 7, None)],
+    }
+    assert core_imports_outside(graph) == [
+        ("runner.core.agent", "runner.errors"),
+        ("runner.core.model", "runner.testing.scripted"),
     ]
-    assert into_integrations == []
+
+
+def test_a_public_path_of_a_core_module_only_re_exports_it() -> None:
+    """``runner/errors.py`` and its peers hold a docstring and one
+    ``from runner.core.… import *``: the names are the core module's own
+    objects, so that patching or catching one is patching or catching the
+    core's."""
+    for public, core in FACADES.items():
+        path = ROOT / (public.replace(".", "/") + ".py")
+        body = ast.parse(path.read_text()).body
+        assert isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant), public
+        rest = body[1:]
+        assert len(rest) == 1 and isinstance(rest[0], ast.ImportFrom), public
+        assert rest[0].module == core and [a.name for a in rest[0].names] == ["*"], public
+        facade, module = importlib.import_module(public), importlib.import_module(core)
+        names = getattr(module, "__all__", None) or [
+            n for n in vars(module) if not n.startswith("_")
+        ]
+        assert all(getattr(facade, n) is getattr(module, n) for n in names), public
+    import runner.model
+    from runner.core.model import warm_up
+
+    assert runner.model.warm_up is warm_up
 
 
 # --------------------------------------------------------- the public names
@@ -311,7 +400,7 @@ def test_the_engine_core_does_not_import_its_integrations() -> None:
 
 def test_the_public_names_resolve() -> None:
     import runner
-    from runner.retry import RetryPolicy
+    from runner.core.retry import RetryPolicy
 
     missing = [name for name in runner.__all__ if not hasattr(runner, name)]
     assert missing == []
@@ -358,6 +447,8 @@ def resolves(dotted: str, known: dict[str, Path]) -> bool:
     rest = dotted[len(module) + 1 :].split(".")[0] if dotted != module else ""
     if not rest:
         return True
+    if module in FACADES:  # a public path: its names are its core module's
+        return resolves(f"{FACADES[module]}.{rest}", known)
     source = known[module]
     if source.name == "__init__.py" and "lazy_attributes(" in source.read_text():
         # A package whose names load on first use (runner, runner.testing).
@@ -409,32 +500,32 @@ def test_engine_public_api_is_fully_typed() -> None:
 
 
 def test_the_seams_return_what_they_say() -> None:
-    from runner.engine.tick import TickReport
+    from runner.core.engine.tick import TickReport
     from store.models import NewApproval, Run
 
     assert typing.get_type_hints(Engine.tick)["return"] is TickReport
     assert typing.get_type_hints(Engine.decide)["return"] is Run
-    from runner.engine.deps import Deps
+    from runner.core.engine.deps import Deps
 
     new = typing.get_type_hints(Deps.notify_approvals)["new"]
     assert typing.get_args(new) == (NewApproval,)
 
 
 def test_execution_loop_and_tick_do_not_take_the_engine() -> None:
-    from runner.engine.deps import Deps
-    from runner.engine.execution import Execution
-    from runner.engine.tick import tick
+    from runner.core.engine.deps import Deps
+    from runner.core.engine.execution import Execution
+    from runner.core.engine.tick import tick
 
     assert typing.get_type_hints(Execution.__init__)["deps"] is Deps
     assert typing.get_type_hints(tick)["deps"] is Deps
     graph = import_graph(PACKAGES)
     for module in (
-        "runner.engine.execution",
-        "runner.steps.step_loop",
-        "runner.engine.tick",
-        "runner.engine.deps",
+        "runner.core.engine.execution",
+        "runner.core.steps.step_loop",
+        "runner.core.engine.tick",
+        "runner.core.engine.deps",
     ):
-        assert "runner.engine.engine" not in {e.target for e in graph[module]}, module
+        assert "runner.core.engine.engine" not in {e.target for e in graph[module]}, module
 
 
 def test_every_module_logs_under_its_own_name() -> None:

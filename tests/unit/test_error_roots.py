@@ -14,28 +14,28 @@ import importlib
 
 import pytest
 
-from runner.errors import ConfigurationError, InvalidInput, RunwrightError
+from runner.core.errors import ConfigurationError, InvalidInput, RunwrightError
 from tests.services import ROOT
 
 # (module, exception class) raised on purpose outside RunwrightError, and why.
 NOT_RUNWRIGHT = {
     # Process exits with one line, not errors: a shadowed module, a worker
     # that cannot start (Celery lets only SystemExit through its signals).
-    ("runner.layout", "SystemExit"): "exit",
+    ("runner.core.layout", "SystemExit"): "exit",
     ("runner.celery", "SystemExit"): "exit",
     # Stands for the process dying at a fault point: a BaseException on purpose.
-    ("runner.faults", "FaultInjected"): "simulated crash",
+    ("runner.core.faults", "FaultInjected"): "simulated crash",
     # The dataclass's protocol for a field without a default that a descriptor
     # holds (Agent's overridable fields, asked for their default on the class).
-    ("runner.agent", "AttributeError"): "dataclass contract",
+    ("runner.core.agent", "AttributeError"): "dataclass contract",
     # litellm's contract for a custom provider without a sync path.
     ("runner.testing.scripted", "NotImplementedError"): "litellm contract",
     # The testing kit fails a test's expectation as pytest expects: an AssertionError.
     ("runner.testing.kit", "AssertionError"): "a failed expectation",
     ("runner.testing.databases", "ValueError"): "a test dropping what it did not make",
     # A live channel's message that is not Runwright's: its one caller
-    # (runner/events/feed.py) catches it and drops the message.
-    ("runner.coordination.live", "ValueError"): "a stranger's message, dropped",
+    # (runner/core/events/feed.py) catches it and drops the message.
+    ("runner.core.coordination.live", "ValueError"): "a stranger's message, dropped",
     # kombu and Celery treat only the driver's connection error as a lost broker.
     ("tasks.broker", "RedisConnectionError"): "kombu contract",
     # Celery's signal to hand a message back to the broker (an outage of the store).
@@ -88,13 +88,13 @@ def test_every_raise_in_runner_and_tasks_is_a_runwright_error(django_db: None) -
 
 
 def test_fault_injected_is_on_purpose_not_an_exception() -> None:
-    from runner.faults import FaultInjected
+    from runner.core.faults import FaultInjected
 
     assert not issubclass(FaultInjected, Exception)
 
 
 def test_tool_input_errors_are_invalid_input() -> None:
-    from runner.steps.tools import ToolInputError, tool
+    from runner.core.steps.tools import ToolInputError, tool
 
     @tool
     def add(a: int, b: int) -> int:
@@ -107,7 +107,8 @@ def test_tool_input_errors_are_invalid_input() -> None:
 
 
 def test_testing_api_errors_are_runwright_errors() -> None:
-    from runner import faults, testing
+    from runner import testing
+    from runner.core import faults
 
     with pytest.raises(RunwrightError, match="no scripted model named 'nobody'"):
         testing.scripted.lookup("nobody")
@@ -131,7 +132,7 @@ def test_notifier_configuration_errors_are_configuration_errors() -> None:
 
 
 def test_blocking_on_the_runtime_from_its_own_loop_is_a_runwright_error() -> None:
-    from runner.runtime import runtime
+    from runner.core.runtime import runtime
 
     async def nested() -> None:
         async def nothing() -> None:

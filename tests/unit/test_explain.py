@@ -1,4 +1,4 @@
-"""Why a run is where it is (runner/engine/explain.py), and the workers'
+"""Why a run is where it is (runner/core/engine/explain.py), and the workers'
 records it reads (store/workers.py): each status that does not explain itself
 gets one sentence, and a record written by anything that reaches Redis reads
 as a record or as nothing."""
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from runner.engine.explain import explain
+from runner.core.engine.explain import explain
 from store.models import Interruption, RetryWait, Run, RunStatus, TriggerEnvelope, Usage, WaitPoint
 from store.workers import WorkerInfo, serving, unserved, worker_of
 

@@ -35,7 +35,7 @@ RETIRED: dict[str, tuple[re.Pattern[str], str]] = {
         # rerun_effects (--rerun-effects) is the fork's consent to run effects
         # again, its one meaning (docs/concepts.md).
         re.compile(r"\bre-?run(?:s|ning)?\b(?![-_]effects)", re.IGNORECASE),
-        "retry or fork (runner/engine/retry_fork.py); an effect runs again",
+        "retry or fork (runner/core/engine/retry_fork.py); an effect runs again",
     ),
     "respond": (
         re.compile(r"\brespond(?:s|ed|ing)?\b", re.IGNORECASE),
@@ -67,13 +67,13 @@ COMPATIBLE = [
 
 # The deprecated aliases themselves (CHANGELOG.md, "Unreleased"), file by file.
 ALIASES: dict[str, list[str]] = {
-    "runner/engine/engine.py": [
+    "runner/core/engine/engine.py": [
         r"def respond\b",
         r"Engine\.respond\b",
         r"def aexecute\b",
         r"Engine\.aexecute\b",
     ],
-    "runner/observe/__init__.py": [
+    "runner/core/observe/__init__.py": [
         r"def settled\b",
         r"Observers?\.settled\b",
         r"self\.settled\(",
@@ -85,7 +85,7 @@ ALIASES: dict[str, list[str]] = {
         r"TickReport\.recovered\b",
         r"``recovered``",
     ],
-    "runner/engine/deps.py": [r"def after_settle\b", r"Deps\.after_settle\b"],
+    "runner/core/engine/deps.py": [r"def after_settle\b", r"Deps\.after_settle\b"],
     "runner/testing/kit.py": [
         r"def (?:run_until_settled|recover|assert_recovered)\b",
         r"TestEngine\.(?:run_until_settled|recover|assert_recovered)\b",
@@ -93,9 +93,9 @@ ALIASES: dict[str, list[str]] = {
     "store/status.py": [r"def settled\b", r"RunStatus\.settled\b"],
     "store/models.py": [r"def settled\b", r"Run\.settled\b"],
     "runner/testing/scripted.py": [r"async def respond\b", r"ScriptedModel\.respond\b"],
-    "runner/events/feed.py": [r"""until == "settled"|'until="settled"'"""],
-    "runner/engine/rerun.py": [r"runner\.engine\.rerun\b", r"``rerun\.py``"],
-    "runner/engine/__init__.py": [r"``rerun\.py``"],
+    "runner/core/events/feed.py": [r"""until == "settled"|'until="settled"'"""],
+    "runner/core/engine/rerun.py": [r"runner\.engine\.rerun\b", r"``rerun\.py``"],
+    "runner/core/engine/__init__.py": [r"``rerun\.py``"],
     # The runs' event trigger, character for character as migration 0013
     # created it (tests/integration/test_migrations.py compares them).
     "store/events.py": [r"-- A child run's start and settle are events of its parent's too\."],
@@ -104,7 +104,7 @@ ALIASES: dict[str, list[str]] = {
 }
 
 # Files whose name holds a retired word: the deprecated module path.
-NAMED_FILES = {"runner/engine/rerun.py"}
+NAMED_FILES = {"runner/core/engine/rerun.py"}
 
 
 def _files() -> list[Path]:
@@ -208,11 +208,11 @@ def test_the_check_finds_the_old_words() -> None:
     """The scan is only as strong as its patterns: it finds each retired word
     where it used to be."""
     old = {
-        "runner/engine/engine.py": "from runner.engine import rerun\n",
+        "runner/core/engine/engine.py": "from runner.core.engine import rerun\n",
         "runner/cli/commands.py": "run = engine.respond(approval_id, True)\n"
-        "from runner.engine.rerun import retry\n",
-        "runner/engine/tick.py": "    report.recovered = lapsed  # recover next time\n",
-        "runner/engine/deps.py": "            self.observer.settled(result.run, 0.0)\n",
+        "from runner.core.engine.rerun import retry\n",
+        "runner/core/engine/tick.py": "    report.recovered = lapsed  # recover next time\n",
+        "runner/core/engine/deps.py": "            self.observer.settled(result.run, 0.0)\n",
         "docs/events.md": "engine.wait(run_id)  # the run once it settles\n",
         "docs/guarantees.md": "| started ones are not re-run |\n",
         "README.md": "await engine.aexecute(run.id)\n",

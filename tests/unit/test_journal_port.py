@@ -1,4 +1,4 @@
-"""The journal port (runner/journal.py): an execution, its step loop and its
+"""The journal port (runner/core/journal.py): an execution, its step loop and its
 tool calls see the store through it alone, it fits on one screen, and a tool
 call runs a few frames below the step loop, built from a handful of parts.
 
@@ -19,16 +19,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from runner.agent import Agent
-from runner.clock import SYSTEM
-from runner.journal import Journal, Start
-from runner.observe import Observer
-from runner.settings import Settings
-from runner.steps.history import open_step, trigger_message
-from runner.steps.run_context import AbortSignal, RunContext
-from runner.steps.step_loop import StepLoop
-from runner.steps.toolcalls import CallRunner
-from runner.steps.tools import tool
+from runner.core.agent import Agent
+from runner.core.clock import SYSTEM
+from runner.core.journal import Journal, Start
+from runner.core.observe import Observer
+from runner.core.settings import Settings
+from runner.core.steps.history import open_step, trigger_message
+from runner.core.steps.run_context import AbortSignal, RunContext
+from runner.core.steps.step_loop import StepLoop
+from runner.core.steps.toolcalls import CallRunner
+from runner.core.steps.tools import tool
 from store.models import (
     Effect,
     Ended,
@@ -44,9 +44,9 @@ from store.models import (
 ROOT = Path(__file__).resolve().parents[2]
 # The execution's path: what runs one execution, from its claim to its settle.
 EXECUTION_PATH = [
-    ROOT / "runner/journal.py",
-    ROOT / "runner/engine/execution.py",
-    *sorted((ROOT / "runner/steps").rglob("*.py")),
+    ROOT / "runner/core/journal.py",
+    ROOT / "runner/core/engine/execution.py",
+    *sorted((ROOT / "runner/core/steps").rglob("*.py")),
 ]
 # What of the store the execution's path may import: plain data and pure rules.
 STORE_ALLOWED = {"store.models", "store.jsonsafe", "store.rules"}
@@ -81,12 +81,15 @@ def test_the_execution_path_imports_of_the_store_only_plain_data_and_rules() -> 
 
 
 def test_the_steps_import_nothing_of_the_engine_above_them() -> None:
-    steps = [ROOT / "runner/steps/step_loop.py", *(ROOT / "runner/steps/toolcalls").glob("*.py")]
+    steps = [
+        ROOT / "runner/core/steps/step_loop.py",
+        *(ROOT / "runner/core/steps/toolcalls").glob("*.py"),
+    ]
     upward = {
         f"{path.relative_to(ROOT)}: {module}"
         for path in steps
         for module in _imports(path)
-        if module.startswith("runner.engine")
+        if module.startswith("runner.core.engine")
     }
     assert upward == set()
 
@@ -247,7 +250,7 @@ def test_a_tool_runs_at_most_4_frames_below_the_step_loop() -> None:
 
 
 def test_the_fault_points_wrap_the_journal_only_while_one_is_armed() -> None:
-    from runner import faults
+    from runner.core import faults
 
     now = datetime.now(UTC)
     run = Run("r1", "a", RunStatus.RUNNING, TriggerEnvelope(), Usage(), now, now)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from runner import model
+from runner.core import model
 
 
 def test_warm_up_takes_a_mocked_call_that_reaches_no_provider_and_no_callback(
@@ -54,7 +54,7 @@ def test_warm_up_takes_a_mocked_call_that_reaches_no_provider_and_no_callback(
     monkeypatch.setattr(litellm, "acompletion", spied)
     monkeypatch.setattr(litellm, "callbacks", [HostLogger()])
     monkeypatch.setattr(socket.socket, "connect", connect)
-    with caplog.at_level(logging.DEBUG, logger="runner.model"):
+    with caplog.at_level(logging.DEBUG, logger="runner.core.model"):
         model.warm_up()
     assert [r.choices[0].message.content for r in replies] == ["ready"]  # the call was taken
     assert "warm-up call failed" not in caplog.text

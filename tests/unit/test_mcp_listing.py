@@ -1,4 +1,4 @@
-"""What an agent is offered of an MCP server's listing (runner/mcp/tools.py,
+"""What an agent is offered of an MCP server's listing (runner/core/mcp/tools.py,
 names.py): prefixed names within what every provider takes, plain tools for
 read-only ones and effects for the rest (or as the declaration says), and a
 hostile listing's tools left out one by one, never the run."""
@@ -12,10 +12,10 @@ import pytest
 from mcp.types import CallToolResult, ImageContent, TextContent, ToolAnnotations
 from mcp.types import Tool as Listed
 
-from runner.errors import MCPToolError, ToolInputError
-from runner.mcp import MCPServer
-from runner.mcp.names import prefixed
-from runner.mcp.tools import DESCRIPTION_CHARS, build_tools, result_value
+from runner.core.errors import MCPToolError, ToolInputError
+from runner.core.mcp import MCPServer
+from runner.core.mcp.names import prefixed
+from runner.core.mcp.tools import DESCRIPTION_CHARS, build_tools, result_value
 
 SCHEMA: dict[str, Any] = {"type": "object", "properties": {"q": {"type": "string"}}}
 
@@ -56,7 +56,7 @@ def test_read_only_tools_are_plain_and_every_other_is_an_effect_unless_declared(
 
 
 def test_a_hostile_listing_loses_only_its_bad_tools(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="runner.mcp"):
+    with caplog.at_level(logging.WARNING, logger="runner.core.mcp"):
         made = build_tools(
             SERVER,
             [
@@ -109,7 +109,7 @@ def test_declaring_a_server_without_the_extra_says_how_to_install_it(
 ) -> None:
     import importlib.util
 
-    from runner.errors import ConfigurationError
+    from runner.core.errors import ConfigurationError
 
     real = importlib.util.find_spec
     monkeypatch.setattr(
@@ -141,7 +141,7 @@ def test_what_a_reviewer_sees_of_an_mcp_tool_is_text_never_markup() -> None:
 
 
 def test_a_tools_annotations_keep_the_protocols_hints_and_a_clipped_title() -> None:
-    from runner.mcp.tools import TITLE_CHARS
+    from runner.core.mcp.tools import TITLE_CHARS
 
     [tool] = build_tools(
         SERVER,

@@ -6,7 +6,7 @@ import math
 from types import SimpleNamespace
 from typing import Any
 
-from runner.model import _cost
+from runner.core.model import _cost
 
 
 class Litellm:

@@ -6,7 +6,7 @@ never rename them; a deliberate rename fails here first and needs a migration
 from __future__ import annotations
 
 from runner.celery import EXECUTE, TICK
-from runner.coordination import leases
+from runner.core.coordination import leases
 from store.models import Decision, EffectStatus, Interruption, RunStatus, StepKind
 from store.schema import metadata
 

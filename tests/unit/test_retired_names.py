@@ -7,15 +7,16 @@ from __future__ import annotations
 import asyncio
 import importlib
 import sys
+import warnings
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from runner.engine.deps import Deps
-from runner.engine.engine import Engine
-from runner.events.feed import statuses
-from runner.observe import Observer, Observers, TickReport
+from runner.core.engine.deps import Deps
+from runner.core.engine.engine import Engine
+from runner.core.events.feed import statuses
+from runner.core.observe import Observer, Observers, TickReport
 from runner.testing.kit import TestEngine
 from runner.testing.scripted import ScriptedModel, text
 from store.models import Ended, Run, RunStatus, TriggerEnvelope, Usage
@@ -124,10 +125,10 @@ def test_scripted_model_respond_is_reply_to_and_warns() -> None:
 
 
 def test_the_rerun_module_is_retry_fork_and_warns(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delitem(sys.modules, "runner.engine.rerun", raising=False)
+    monkeypatch.delitem(sys.modules, "runner.core.engine.rerun", raising=False)
     with pytest.warns(DeprecationWarning, match=r"runner\.engine\.rerun .*retry_fork"):
-        old = importlib.import_module("runner.engine.rerun")
-    new = importlib.import_module("runner.engine.retry_fork")
+        old = importlib.import_module("runner.core.engine.rerun")
+    new = importlib.import_module("runner.core.engine.retry_fork")
     assert old.retry is new.retry and old.fork is new.fork
 
 
@@ -174,3 +175,39 @@ def test_the_kit_s_old_names_call_the_new_ones_and_warn(old: str, new: str, retu
     with pytest.warns(DeprecationWarning, match=rf"TestEngine\.{old} .*TestEngine\.{new}"):
         assert getattr(kit, old)("r1") == returned
     assert kit.calls == [(new, "r1")]
+
+
+def test_a_core_module_s_old_path_warns_and_is_the_same_module(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """0.1's paths of the core's modules (``runner.engine.engine``) keep
+    working for a release: the module at the new path itself, its own spec kept."""
+    import runner.core.engine.engine as moved
+
+    for old in ("runner.engine", "runner.engine.engine"):
+        monkeypatch.delitem(sys.modules, old, raising=False)
+    with pytest.warns(DeprecationWarning) as caught:
+        import runner.engine.engine as old
+    assert [str(w.message).split(" is ")[0] for w in caught] == [
+        "the module runner.engine",
+        "the module runner.engine.engine",
+    ]
+    assert "use runner.core.engine.engine" in str(caught[1].message)
+    assert caught[1].filename == __file__  # the importer's line, not the import system's
+    assert old is moved and old.Engine is moved.Engine
+    assert moved.__spec__ is not None and moved.__spec__.name == "runner.core.engine.engine"
+    assert moved.__name__ == "runner.core.engine.engine"
+    # A public path is a module of its own, with no warning: runner.errors stays.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        from runner.errors import RunNotFound
+    from runner.core.errors import RunNotFound as core_error
+
+    assert RunNotFound is core_error
+
+
+def test_a_path_that_never_existed_is_still_not_found() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # runner.engine's own
+        with pytest.raises(ModuleNotFoundError, match=r"runner\.engine\.no_such_module"):
+            importlib.import_module("runner.engine.no_such_module")

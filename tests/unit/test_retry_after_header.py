@@ -1,5 +1,5 @@
 """``Retry-After`` values as RFC 9110 §10.2.3 reads them, and the retry
-policy's arithmetic on what they ask (runner/retry.py): the values an
+policy's arithmetic on what they ask (runner/core/retry.py): the values an
 HTTP server cannot even send (digits of other scripts), and policies whose
 numbers would overflow a date. The engine-level cases are
 tests/integration/test_retry_after.py."""
@@ -11,9 +11,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from runner.errors import ConfigurationError, InvalidInput, ModelError
-from runner.retry import RetryPolicy, next_wait, parse_retry_after
-from runner.settings import Settings
+from runner.core.errors import ConfigurationError, InvalidInput, ModelError
+from runner.core.retry import RetryPolicy, next_wait, parse_retry_after
+from runner.core.settings import Settings
 
 
 @pytest.mark.parametrize(

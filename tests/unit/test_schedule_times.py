@@ -1,4 +1,4 @@
-"""When a schedule fires (runner/schedules/times.py), with fixed times: cron
+"""When a schedule fires (runner/core/schedules/times.py), with fixed times: cron
 in a time zone across daylight-saving nights, intervals, jitter, and which
 due firings still run after tick() was away."""
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from runner.errors import InvalidInput
-from runner.schedules.times import When, check_name, jitter, plan, trigger_id
+from runner.core.errors import InvalidInput
+from runner.core.schedules.times import When, check_name, jitter, plan, trigger_id
 from store.models import NewRun, Overlap, Schedule, TriggerEnvelope
 
 BERLIN_SPRING = datetime(2026, 3, 28, 12, 0, tzinfo=UTC)  # the night of Sun 29 March

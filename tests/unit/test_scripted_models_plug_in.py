@@ -1,5 +1,5 @@
 """The model adapter serves ``scripted/`` models through what the testing kit
-plugs into it (``runner.model.serve_scripted_models``): the adapter imports
+plugs into it (``runner.core.model.serve_scripted_models``): the adapter imports
 nothing of the kit (tests/unit/test_engine_structure.py), so a process that
 never imported the kit is told so, and one that did finds its models."""
 
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 import runner.testing
-from runner import model
-from runner.errors import ModelError
+from runner.core import model
+from runner.core.errors import ModelError
 
 
 def test_importing_the_kit_plugs_its_scripted_models_in() -> None:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from runner.errors import InvalidInput
+from runner.core.errors import InvalidInput
 from runner.testing import ScriptedModel, call, text, tools
 
 

@@ -11,10 +11,10 @@ from typing import Any
 import pydantic
 import pytest
 
-from runner import model as model_adapter
-from runner.errors import InvalidInput, ModelError, ModelRequestsBlocked, RunwrightError
-from runner.retry import retry_after
-from runner.runtime import runtime
+from runner.core import model as model_adapter
+from runner.core.errors import InvalidInput, ModelError, ModelRequestsBlocked, RunwrightError
+from runner.core.retry import retry_after
+from runner.core.runtime import runtime
 from runner.testing import (
     Reply,
     Request,
@@ -205,7 +205,7 @@ def test_retry_after_belongs_to_an_error_and_is_a_pause() -> None:
     assert rate_limited().headers() == {}
 
 
-# ------------------------------------------ through runner.model.complete()
+# ------------------------------------------ through runner.core.model.complete()
 
 
 def _complete(

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from runner import ConfigurationError, InvalidInput, RunwrightError
-from runner.approvals.approval_tokens import Tokens
+from runner.core.approvals.approval_tokens import Tokens
 from store.local import LocalStack
 
 APPROVAL_ID = "0190a5f2-0000-7000-8000-000000000001"
@@ -103,7 +103,7 @@ def test_a_weak_or_malformed_setting_is_a_configuration_error(setting: str, mess
 def test_configuration_error_is_its_own_error() -> None:
     assert issubclass(ConfigurationError, RunwrightError)
     assert not issubclass(ConfigurationError, InvalidInput)
-    from runner.errors import ConfigurationError as from_errors
+    from runner.core.errors import ConfigurationError as from_errors
     from store.errors import ConfigurationError as from_store
 
     assert ConfigurationError is from_errors is from_store

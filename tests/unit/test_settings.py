@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from runner.settings import Settings
+from runner.core.settings import Settings
 from store.errors import ConfigurationError
 from tests.services import ROOT
 

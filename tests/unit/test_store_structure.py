@@ -311,7 +311,7 @@ def imports_of(folder: Path, tops: set[str]) -> dict[str, set[str]]:
 
 
 def test_the_store_imports_neither_redis_nor_the_runner() -> None:
-    """Redis (leases, claims, live wake-ups) lives in runner/coordination/; the
+    """Redis (leases, claims, live wake-ups) lives in runner/core/coordination/; the
     store is Postgres only, below the runner."""
     found = imports_of(STORE, {"redis", "runner"})
     assert found == {}
@@ -321,7 +321,7 @@ def test_the_import_scan_sees_redis_and_runner(tmp_path: Path) -> None:
     sample = tmp_path / "sample"
     sample.mkdir()
     (sample / "a.py").write_text("import redis.exceptions\n")
-    (sample / "b.py").write_text("def f():\n    from runner.coordination import leases\n")
+    (sample / "b.py").write_text("def f():\n    from runner.core.coordination import leases\n")
     (sample / "c.py").write_text(
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import runner\n"
     )
@@ -331,7 +331,7 @@ def test_the_import_scan_sees_redis_and_runner(tmp_path: Path) -> None:
     try:
         assert imports_of(sample, {"redis", "runner"}) == {
             "sample/a.py": {"redis.exceptions"},
-            "sample/b.py": {"runner.coordination"},
+            "sample/b.py": {"runner.core.coordination"},
             "sample/c.py": {"runner"},
         }
     finally:
@@ -340,10 +340,10 @@ def test_the_import_scan_sees_redis_and_runner(tmp_path: Path) -> None:
 
 def test_the_moved_names_still_resolve_from_the_store_with_a_warning() -> None:
     import store
-    from runner.coordination.claims import Claims
-    from runner.coordination.leases import Leases
+    from runner.core.coordination.claims import Claims
+    from runner.core.coordination.leases import Leases
 
-    with pytest.warns(DeprecationWarning, match="runner.coordination.leases"):
+    with pytest.warns(DeprecationWarning, match="runner.core.coordination.leases"):
         assert store.Leases is Leases
-    with pytest.warns(DeprecationWarning, match="runner.coordination.claims"):
+    with pytest.warns(DeprecationWarning, match="runner.core.coordination.claims"):
         assert store.Claims is Claims

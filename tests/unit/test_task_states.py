@@ -27,8 +27,8 @@ from runner.celery import (
     ignored_because,
     tick_result,
 )
-from runner.coordination.claims import NotClaimed, Refusal
-from runner.engine.engine import TickReport
+from runner.core.coordination.claims import NotClaimed, Refusal
+from runner.core.engine.engine import TickReport
 from store.models import RetryWait, Run, RunError, RunStatus, TriggerEnvelope, Usage
 
 NOW = datetime(2026, 5, 4, 12, 0, tzinfo=UTC)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from runner.runtime import DaemonThreadPool
+from runner.core.runtime import DaemonThreadPool
 
 
 def test_a_call_hands_its_result_and_its_error_to_the_loop() -> None:
@@ -84,7 +84,7 @@ def test_submit_is_still_an_executor() -> None:
 
 
 def _in_forked_child(parent_pid: int, out: Any) -> None:
-    from runner.runtime import runtime
+    from runner.core.runtime import runtime
 
     async def answer() -> int:
         return 7
@@ -96,7 +96,7 @@ def _in_forked_child(parent_pid: int, out: Any) -> None:
 def test_a_forked_child_gets_a_runtime_of_its_own() -> None:
     """The parent's runtime threads do not exist in a forked child: the child
     makes its own on first use, and its loop runs."""
-    from runner.runtime import runtime
+    from runner.core.runtime import runtime
 
     parent = runtime()
     context = multiprocessing.get_context("fork")

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from runner import effect, tool
-from runner.errors import ToolDefinitionError, ToolInputError
-from runner.retry import RetryPolicy
+from runner.core.errors import ToolDefinitionError, ToolInputError
+from runner.core.retry import RetryPolicy
 
 
 def test_an_int_means_that_many_more_attempts() -> None:

@@ -1,4 +1,4 @@
-"""The beat watchdog (runner/engine/watchdog.py): one WARNING per stretch without
+"""The beat watchdog (runner/core/engine/watchdog.py): one WARNING per stretch without
 tick(), an INFO when ticks come back, Redis outages ridden out; and the worker
 beacon it writes. A fake clock and fake beacons, except where it runs for real."""
 
@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from runner.engine.watchdog import BEACON_PERIODS, Watchdog, age_text, period
+from runner.core.engine.watchdog import BEACON_PERIODS, Watchdog, age_text, period
 from store.errors import StoreUnavailable
 from store.workers import WorkerInfo
 
@@ -54,7 +54,7 @@ def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [
         r.getMessage()
         for r in caplog.records
-        if r.name == "runner.engine.watchdog" and r.levelno == logging.WARNING
+        if r.name == "runner.core.engine.watchdog" and r.levelno == logging.WARNING
     ]
 
 
@@ -62,7 +62,7 @@ def infos(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [
         r.getMessage()
         for r in caplog.records
-        if r.name == "runner.engine.watchdog" and r.levelno == logging.INFO
+        if r.name == "runner.core.engine.watchdog" and r.levelno == logging.INFO
     ]
 
 
@@ -74,7 +74,7 @@ def clock() -> Clock:
 def test_no_tick_ever_warns_once_after_three_intervals(
     clock: Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, "runner.engine.watchdog")
+    caplog.set_level(logging.INFO, "runner.core.engine.watchdog")
     asked: list[float] = []
 
     def stored() -> float | None:
@@ -101,7 +101,7 @@ def test_no_tick_ever_warns_once_after_three_intervals(
 def test_one_warning_per_stretch_and_an_info_when_ticks_resume(
     clock: Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, "runner.engine.watchdog")
+    caplog.set_level(logging.INFO, "runner.core.engine.watchdog")
     beacons = Beacons(last=clock.now)
     dog = Watchdog(beacons, WorkerInfo("w1@host"), TICK, clock=clock)
     for _ in range(20):  # beat ticks every interval: all quiet
@@ -130,7 +130,7 @@ def test_a_worker_that_just_started_gives_beat_its_full_allowance(
 ) -> None:
     """Beat may be starting alongside the worker: the last tick being hours
     old says nothing until this worker has waited three intervals itself."""
-    caplog.set_level(logging.INFO, "runner.engine.watchdog")
+    caplog.set_level(logging.INFO, "runner.core.engine.watchdog")
     dog = Watchdog(Beacons(last=clock.now - 7200), WorkerInfo("w1@host"), TICK, clock=clock)
     dog.check()
     looks(dog, clock, 3 * TICK)
@@ -143,7 +143,7 @@ def test_a_worker_that_just_started_gives_beat_its_full_allowance(
 def test_a_redis_outage_is_logged_once_and_the_watchdog_carries_on(
     clock: Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, "runner.engine.watchdog")
+    caplog.set_level(logging.INFO, "runner.core.engine.watchdog")
     beacons = Beacons(last=clock.now)
     dog = Watchdog(beacons, WorkerInfo("w1@host"), TICK, clock=clock)
     beacons.down = True
@@ -163,7 +163,7 @@ def test_without_a_mark_in_redis_the_stores_mark_says_when_tick_last_ran(
 ) -> None:
     """Issue 32: a Redis restart loses Redis's mark. The store's mark answers,
     asked only once the worker has waited its allowance, and only until it warns."""
-    caplog.set_level(logging.INFO, "runner.engine.watchdog")
+    caplog.set_level(logging.INFO, "runner.core.engine.watchdog")
     asked: list[float] = []
     ticked = clock.now - 40
 
@@ -185,7 +185,7 @@ def test_without_a_mark_in_redis_the_stores_mark_says_when_tick_last_ran(
 def test_when_neither_redis_nor_the_store_can_say_the_warning_says_unknown(
     clock: Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, "runner.engine.watchdog")
+    caplog.set_level(logging.INFO, "runner.core.engine.watchdog")
 
     def stored() -> float | None:
         raise StoreUnavailable("the database is unavailable: connection refused")

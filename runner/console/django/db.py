@@ -13,7 +13,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
-from runner.errors import ConfigurationError
+from runner.core.errors import ConfigurationError
 
 APP_LABEL = "runwright_console"
 ALIAS_SETTING = "RUNWRIGHT_CONSOLE_DATABASE"

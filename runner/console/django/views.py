@@ -35,7 +35,7 @@ from runner.console.views import CSRF_FIELD, LIVE_TIMEOUT_SECONDS, ROUTES, Conso
 from runner.console.views import Response as ConsoleResponse
 
 if TYPE_CHECKING:
-    from runner.engine.engine import Engine
+    from runner.core.engine.engine import Engine
 
 ENGINE_SETTING = "RUNWRIGHT_CONSOLE_ENGINE"
 DEFAULT_ENGINE = "runner.default_engine"

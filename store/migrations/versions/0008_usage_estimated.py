@@ -18,7 +18,7 @@ depends_on = None
 
 def upgrade() -> None:
     # True once a model call of the run reported no usage and its tokens were
-    # counted by litellm's tokenizer (runner/model.py). An llm step says the
+    # counted by litellm's tokenizer (runner/core/model.py). An llm step says the
     # same in its output (``usage_estimated``), so steps need no column.
     # A constant default: Postgres adds the column without rewriting the table.
     op.add_column(

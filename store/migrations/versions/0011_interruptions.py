@@ -50,7 +50,7 @@ $$
 
 def upgrade() -> None:
     # When it was decided: an expiry is told from a denial by it
-    # (runner/approvals/expiry.py), on the console's live timeline too.
+    # (runner/core/approvals/expiry.py), on the console's live timeline too.
     op.execute(_APPROVAL_FUNCTION)
     # store/models.Interruption; set by the write that interrupts the run,
     # cleared by the next outcome (store/pg/base.OUTCOME_SET).

@@ -1,0 +1,436 @@
+"""Agents, their budgets and approval policies, and the registry that names them."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import importlib
+import os
+import sys
+import threading
+import types
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Generic, Literal, Protocol, TypeVar, cast, overload
+
+import pydantic
+
+from runner.core.approvals.expiry import check_expiry, expiry_seconds
+from runner.core.children import ChildTool, child_tool
+from runner.core.errors import (
+    AgentAlreadyRegistered,
+    AgentNotFound,
+    ConfigurationError,
+    InvalidInput,
+)
+from runner.core.mcp.servers import MCPServer
+from runner.core.retry import RetryPolicy
+from runner.core.steps.builtin_tools import AskHuman, ask_human_spec
+from runner.core.steps.run_context import RunContext
+from runner.core.steps.tools import Tool
+from store.models import TriggerEnvelope
+
+OnExpire = Literal["deny", "fail"]
+# What a person's denial does: the model is told (``"continue"``), or the run
+# fails ``approval_denied`` (``"fail"``).
+OnDenyRule = Literal["continue", "fail"]
+_ON_DENY = ("continue", "fail")
+
+# The overrides in force in this context (Agent.override): by agent (its
+# id), the fields replaced. A context of its own for each thread and task, so
+# that overrides on two threads never see, or end, each other's.
+_overrides: contextvars.ContextVar[Mapping[int, Mapping[str, Any]]] = contextvars.ContextVar(
+    "runwright_agent_overrides", default=types.MappingProxyType({})
+)
+_NO_DEFAULT = object()
+V = TypeVar("V")
+
+
+class _Overridable(Generic[V]):
+    """A field of :class:`Agent` that ``Agent.override`` replaces in the
+    current context only (a descriptor-typed dataclass field: read through
+    the context's overrides, stored on the agent)."""
+
+    def __init__(self, default: Any = _NO_DEFAULT) -> None:
+        self._default = default
+        self._name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    @overload
+    def __get__(self, agent: None, owner: type | None = None) -> V: ...
+    @overload
+    def __get__(self, agent: Agent, owner: type | None = None) -> V: ...
+    def __get__(self, agent: Agent | None, owner: type | None = None) -> V:
+        if agent is None:  # the dataclass asks for the field's default
+            if self._default is _NO_DEFAULT:
+                raise AttributeError(self._name)
+            return cast(V, self._default)
+        replaced = _overrides.get().get(id(agent))
+        if replaced is not None and self._name in replaced:
+            return cast(V, replaced[self._name])
+        return cast(V, agent.__dict__[self._name])
+
+    def __set__(self, agent: Agent, value: V) -> None:
+        agent.__dict__[self._name] = value
+
+
+class HasModel(Protocol):
+    """What names a model (a :class:`runner.testing.ScriptedModel`)."""
+
+    @property
+    def model(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Limits of a run. ``max_steps`` and ``max_tokens`` count over all of its
+    executions; ``timeout_ms`` applies afresh to each execution."""
+
+    max_steps: int = 20
+    max_tokens: int | None = None
+    timeout_ms: int | None = None
+    # What the run's model calls may cost, in USD (litellm's cost map).
+    max_cost_usd: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_steps < 1:
+            raise InvalidInput("Budget.max_steps must be at least 1")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise InvalidInput("Budget.max_tokens must be positive")
+        if self.timeout_ms is not None and self.timeout_ms < 1:
+            raise InvalidInput("Budget.timeout_ms must be positive")
+        if self.max_cost_usd is not None and not 0 < self.max_cost_usd < float("inf"):
+            raise InvalidInput("Budget.max_cost_usd must be a positive number")
+
+
+@dataclass(frozen=True)
+class ApprovalPolicy:
+    """When and how a tool call waits for a person.
+
+    ``when`` narrows the policy to some inputs; ``on_expire`` says what happens
+    if nobody decides in time: ``"deny"`` tells the model it was denied
+    (reason ``expired``), ``"fail"`` fails the run with ``approval_expired``.
+    ``on_deny`` says what a person's denial does (None: the agent's
+    ``on_deny``): ``"continue"`` gives the model the reason as the call's
+    result, ``"fail"`` fails the run with ``approval_denied``.
+    """
+
+    # None: the project's default, RUNWRIGHT_APPROVAL_EXPIRES_SECONDS (a day).
+    expires_in: timedelta | float | None = None
+    on_expire: OnExpire = "deny"
+    when: Callable[[dict[str, Any]], bool] | None = None
+    on_deny: OnDenyRule | None = None
+
+    def __post_init__(self) -> None:
+        check_expiry("ApprovalPolicy", self.expires_in, self.on_expire)
+        if self.on_deny is not None and self.on_deny not in _ON_DENY:
+            raise InvalidInput(f"on_deny must be 'continue' or 'fail', not {self.on_deny!r}")
+
+    def expires_seconds(self, default: float) -> float:
+        """Seconds until a request expires; ``default`` if the policy sets none."""
+        return expiry_seconds(self.expires_in, default)
+
+
+ApprovalRule = bool | Callable[[dict[str, Any]], bool] | ApprovalPolicy
+ToolsFactory = Callable[[RunContext], Iterable[Tool]]
+
+
+@dataclass(frozen=True)
+class ApprovalRequest:
+    """What a notifier receives: enough to build a link a person can follow.
+
+    ``kind`` is ``"approval"`` (approve or deny ``tool_name`` with ``input``;
+    ``schema`` is what edited arguments must fit) or ``"input"`` (answer the
+    model's ``question``; ``schema`` is what the answer must fit). The link
+    decides either with ``token``."""
+
+    run_id: str
+    agent: str
+    approval_id: str
+    tool_name: str
+    input: Any
+    expires_at: Any
+    token: str
+    token_id: str
+    # The top-level run of the run's tree: the run itself, unless it is a
+    # child run (runner/core/children.py), whose approvals a person judges for it.
+    root_run_id: str | None = None
+    kind: str = "approval"
+    question: str | None = None
+    schema: Any = None
+
+
+@dataclass
+class Agent:
+    """A named tool-calling LLM loop. Creating one registers it under its name."""
+
+    name: str
+    model: _Overridable[str] = _Overridable()
+    instructions: _Overridable[str] = _Overridable("")
+    tools: _Overridable[ToolsFactory | Iterable[Tool]] = _Overridable(())
+    # MCP servers whose tools the agent also gets (runner/core/mcp/, the ``mcp`` extra).
+    mcp: Sequence[MCPServer] = ()
+    model_settings: Mapping[str, Any] = field(default_factory=dict)
+    approvals: Mapping[str, ApprovalRule] = field(default_factory=dict)
+    budget: Budget = field(default_factory=Budget)
+    state: type[pydantic.BaseModel] | None = None
+    output: type[pydantic.BaseModel] | None = None
+    # The arguments a parent agent's model gives it when it is a tool
+    # (``as_tool``), which become its trigger payload; default: one ``task``.
+    input: type[pydantic.BaseModel] | None = None
+    concurrency_key: Callable[[TriggerEnvelope], str | None] | None = None
+    notifier: Callable[[ApprovalRequest], Any] | None = None
+    on_error: Callable[[str, BaseException], Any] | None = None
+    # Deprecated: RetryPolicy(in_call_retries=..., in_call_backoff=...). Retries
+    # of a transient provider error within one model call; None: the engine's.
+    model_retries: int | None = None
+    model_backoff_seconds: float | None = None
+    # Durable retries once those are spent; None: the project's default
+    # (RUNWRIGHT_RETRY_*). Its ``transient`` also decides the in-call retries.
+    retry: RetryPolicy | None = None
+    # Call the model with litellm's streaming API; deltas are published live, never stored.
+    stream: bool = False
+    # The model may ask a person a question (the ``ask_human`` tool): True
+    # (a text answer), a pydantic model (the answer's shape) or an AskHuman.
+    ask_human: bool | type[pydantic.BaseModel] | AskHuman = False
+    # What a person's denial does, unless a tool's ApprovalPolicy says: the
+    # model is told the reason ("continue"), or the run fails ("fail").
+    on_deny: OnDenyRule = "continue"
+    # How deep below its top-level run a child this agent's runs start may
+    # be (``as_tool`` calls); None: the project's RUNWRIGHT_MAX_CHILD_DEPTH.
+    max_child_depth: int | None = None
+    register: bool = True
+    # Registered where another agent of this name is: replace it on purpose
+    # (else AgentAlreadyRegistered).
+    replace: bool = False
+    _asks: AskHuman | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.name or not isinstance(self.name, str):
+            raise InvalidInput("an agent needs a name")
+        if not self.model:
+            raise InvalidInput(f"agent {self.name!r} needs a litellm model string")
+        if self.model_retries is not None and self.model_retries < 0:
+            raise InvalidInput(f"agent {self.name!r}: model_retries must be 0 or more")
+        if self.model_backoff_seconds is not None and self.model_backoff_seconds < 0:
+            raise InvalidInput(f"agent {self.name!r}: model_backoff_seconds must be 0 or more")
+        if self.model_retries is not None or self.model_backoff_seconds is not None:
+            warnings.warn(
+                f"agent {self.name!r}: model_retries and model_backoff_seconds are deprecated; "
+                "give retry=RetryPolicy(in_call_retries=..., in_call_backoff=...) instead "
+                "(they go in the next release)",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+        if self.retry is not None and not isinstance(self.retry, RetryPolicy):
+            raise InvalidInput(f"agent {self.name!r}: retry must be a RetryPolicy")
+        for tool_name, rule in self.approvals.items():
+            if not isinstance(rule, bool | ApprovalPolicy) and not callable(rule):
+                raise InvalidInput(
+                    f"approval rule for {tool_name!r} must be True, a predicate or an "
+                    "ApprovalPolicy"
+                )
+        if self.input is not None and not (
+            isinstance(self.input, type) and issubclass(self.input, pydantic.BaseModel)
+        ):
+            raise InvalidInput(f"agent {self.name!r}: input must be a pydantic model class")
+        if self.max_child_depth is not None and (
+            isinstance(self.max_child_depth, bool)
+            or not isinstance(self.max_child_depth, int)
+            or self.max_child_depth < 0
+        ):
+            raise InvalidInput(
+                f"agent {self.name!r}: max_child_depth must be a whole number, 0 or more"
+            )
+        if self.on_deny not in _ON_DENY:
+            raise InvalidInput(
+                f"agent {self.name!r}: on_deny must be 'continue' or 'fail', not {self.on_deny!r}"
+            )
+        try:
+            self._asks = ask_human_spec(self.ask_human)
+        except InvalidInput as exc:
+            raise InvalidInput(f"agent {self.name!r}: {exc.message}") from None
+        self.mcp = tuple(self.mcp)
+        names = set()
+        for server in self.mcp:
+            if not isinstance(server, MCPServer):
+                raise InvalidInput(
+                    f"agent {self.name!r}: mcp takes runner.core.mcp.MCPServer declarations, "
+                    f"not {server!r}"
+                )
+            if server.name in names:
+                raise InvalidInput(f"agent {self.name!r} has two MCP servers named {server.name!r}")
+            names.add(server.name)
+        if self.register:
+            # Where it is defined (the caller of the dataclass's __init__),
+            # for the error that names a second agent of its name.
+            caller = sys._getframe(2)
+            self.__dict__["_defined_in"] = (
+                f"{caller.f_globals.get('__name__', '?')}:{caller.f_lineno}"
+            )
+            registry.add(self, replace=self.replace)
+
+    @contextlib.contextmanager
+    def override(
+        self,
+        *,
+        model: str | HasModel | None = None,
+        tools: ToolsFactory | Iterable[Tool] | None = None,
+        instructions: str | None = None,
+    ) -> Iterator[Agent]:
+        """Run this agent on another ``model`` (a litellm model string, or a
+        :class:`runner.testing.ScriptedModel`), with other ``tools`` (a list,
+        or a function of the run's context) or other ``instructions``, inside
+        the ``with`` block; what is not given stays the agent's own, and so do
+        its approval rules, MCP servers and the rest. For tests: the agent
+        keeps its name and registration, so runs started by name use the
+        override, and its own are back when the block ends (even if it
+        raised). Overrides nest. An override holds in the context that made
+        it (a thread, an asyncio task), for the executions started from there
+        (``Engine.execute``, the testing kit): tests on two threads override
+        an agent each their own way."""
+        changes: dict[str, Any] = {}
+        if model is not None:
+            name = model if isinstance(model, str) else getattr(model, "model", None)
+            if not isinstance(name, str) or not name:
+                raise InvalidInput(
+                    f"agent {self.name!r}: override(model=...) takes a litellm model string or "
+                    f"a ScriptedModel, not {model!r}"
+                )
+            changes["model"] = name
+        if tools is not None:
+            if isinstance(tools, Tool):  # callable, but not a function of the run's context
+                tools = [tools]
+            if not callable(tools):
+                tools = tuple(tools)
+                wrong = [item for item in tools if not isinstance(item, Tool)]
+                if wrong:
+                    raise InvalidInput(
+                        f"agent {self.name!r}: override(tools=...) takes tools, and "
+                        f"{wrong[0]!r} is not one; decorate it with @tool"
+                    )
+            changes["tools"] = tools
+        if instructions is not None:
+            if not isinstance(instructions, str):
+                raise InvalidInput(f"agent {self.name!r}: override(instructions=...) takes text")
+            changes["instructions"] = instructions
+        if not changes:
+            raise InvalidInput(
+                f"agent {self.name!r}: override() takes a model, tools or instructions"
+            )
+        current = _overrides.get()
+        token = _overrides.set({**current, id(self): {**current.get(id(self), {}), **changes}})
+        try:
+            yield self
+        finally:
+            _overrides.reset(token)
+
+    def as_tool(
+        self, name: str | None = None, description: str | None = None, detached: bool = False
+    ) -> ChildTool:
+        """This agent as a tool of another agent: each call starts a child run
+        of it, and its result (its structured output, else its final text) is
+        the call's result (runner/core/children.py). ``name`` defaults to the
+        agent's; ``detached``: the child runs on when its parent is cancelled."""
+        return child_tool(self.name, self.instructions, self.input, name, description, detached)
+
+    @property
+    def asks_human(self) -> AskHuman | None:
+        """How the agent's model may ask a person (None: it may not)."""
+        return self._asks
+
+    def build_tools(self, ctx: RunContext) -> list[Tool]:
+        made = self.tools(ctx) if callable(self.tools) else self.tools
+        tools = list(made)
+        for item in tools:
+            if not isinstance(item, Tool):
+                raise InvalidInput(
+                    f"agent {self.name!r}: {item!r} is not a tool; decorate it with @tool"
+                )
+        return tools
+
+    def approval_policy(self, tool_name: str, arguments: dict[str, Any]) -> ApprovalPolicy | None:
+        """The policy that applies to this call, or None if it needs no approval."""
+        rule = self.approvals.get(tool_name)
+        if rule is None or rule is False:
+            return None
+        if rule is True:
+            return ApprovalPolicy()
+        if isinstance(rule, ApprovalPolicy):
+            if rule.when is not None and not rule.when(arguments):
+                return None
+            return rule
+        return ApprovalPolicy() if rule(arguments) else None
+
+    def denial(self, policy: ApprovalPolicy) -> OnDenyRule:
+        """What a person's denial of a call under ``policy`` does."""
+        return policy.on_deny or self.on_deny
+
+    def key_for(self, envelope: TriggerEnvelope) -> str | None:
+        if envelope.thread:
+            return f"thread:{envelope.thread}"
+        if self.concurrency_key is not None:
+            return self.concurrency_key(envelope)
+        return None
+
+
+class Registry:
+    """Agents by name. Workers fill it by importing the modules in ``RUNWRIGHT_AGENTS``."""
+
+    def __init__(self) -> None:
+        self._agents: dict[str, Agent] = {}
+        self._lock = threading.Lock()
+
+    def add(self, agent: Agent, *, replace: bool = False) -> None:
+        """Register ``agent`` by its name; one of that name already there
+        raises :class:`AgentAlreadyRegistered` unless ``replace``."""
+        with self._lock:
+            found = self._agents.get(agent.name)
+            if found is not None and found is not agent and not replace:
+                raise AgentAlreadyRegistered(
+                    f"an agent named {agent.name!r} is registered already (defined at "
+                    f"{_where(found)}); give this one another name, or replace=True to "
+                    "replace it on purpose"
+                )
+            self._agents[agent.name] = agent
+
+    def get(self, name: str) -> Agent:
+        try:
+            return self._agents[name]
+        except KeyError:
+            known = ", ".join(sorted(self._agents)) or "none"
+            raise AgentNotFound(
+                f"no agent named {name!r} is registered (known: {known}); "
+                "is its module listed in RUNWRIGHT_AGENTS?"
+            ) from None
+
+    def names(self) -> list[str]:
+        return sorted(self._agents)
+
+    def load(self, modules: Iterable[str]) -> None:
+        """Import the agent modules. The current directory is searched too (last,
+        so it never shadows an installed package), as people expect of a
+        command started in their app's folder."""
+        cwd = os.getcwd()
+        if "" not in sys.path and cwd not in sys.path:
+            sys.path.append(cwd)
+        for module in modules:
+            try:
+                importlib.import_module(module)
+            except ImportError as exc:
+                raise ConfigurationError(
+                    f"cannot import agent module {module!r} (RUNWRIGHT_AGENTS): {exc}"
+                ) from exc
+
+
+def _where(agent: Agent) -> str:
+    """Where ``agent`` was defined (module and line), for the error's reader."""
+    made = agent.__dict__.get("_defined_in")
+    return str(made) if made else "another module"
+
+
+registry = Registry()

@@ -1,0 +1,293 @@
+"""One execution of a run: claim, heartbeat, the step loop, end.
+
+The steps are docs/concepts.md's ("Execution", "Step"). The execution reaches
+the store through its journal (runner/core/journal.py, on Postgres:
+runner/core/engine/pg_journal.py), which holds the claim and fences every write; a
+refused write raises :class:`LeaseLostError` and the execution stops writing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import functools
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from runner.core import appdb, faults, retry
+from runner.core.agent import Agent
+from runner.core.engine.deps import Deps
+from runner.core.engine.pg_journal import NotClaimed, PgJournal
+from runner.core.errors import (
+    AgentNotFound,
+    LeaseLostError,
+    MCPUnavailable,
+    ModelError,
+    StoreUnavailable,
+)
+from runner.core.journal import Journal, Start
+from runner.core.runtime import in_io, runtime
+from runner.core.steps.run_context import AbortReason, AbortSignal, RunContext
+from runner.core.steps.step_loop import StepLoop
+from store.models import (
+    Ended,
+    Interruption,
+    Outcome,
+    RetryWait,
+    Run,
+    RunError,
+    RunStatus,
+)
+from store.rules import cancel_outcome
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_HOST = socket.gethostname()
+
+
+def new_owner() -> str:
+    """Unique per execution, readable in ``runwright show``: host, pid, nonce."""
+    return f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+
+def abort_outcome(reason: AbortReason, *, timeout_ms: int | None = None) -> Outcome:
+    if reason is AbortReason.CANCEL:
+        return cancel_outcome()
+    if reason is AbortReason.DRAIN:
+        return Outcome(RunStatus.INTERRUPTED, interruption=Interruption.DRAIN)
+    if reason is AbortReason.TIMEOUT:
+        return Outcome(
+            RunStatus.FAILED,
+            error=RunError("timeout", f"the execution ran past its timeout of {timeout_ms} ms"),
+        )
+    raise LeaseLostError("the lease was lost; the new owner carries the run on")
+
+
+class Execution:
+    def __init__(self, deps: Deps, run_id: str) -> None:
+        self.deps = deps
+        self.run_id = run_id
+        self.owner = new_owner()
+        self.signal = AbortSignal(asyncio.get_running_loop())
+        self.ended: Ended | None = None
+        # The store as this execution sees it (runner/core/journal.py), wrapped to
+        # crash at the named fault points when a test armed one.
+        self._pg = PgJournal(deps, run_id, self.owner, self.signal)
+        self.journal: Journal = faults.wrap(self._pg)
+
+    @property
+    def not_claimed(self) -> NotClaimed | None:
+        """Why the claim was refused, when it was."""
+        return self._pg.not_claimed
+
+    def abort(self, reason: AbortReason) -> None:
+        self.signal.abort(reason)
+
+    async def io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await in_io(fn, *args, **kwargs)
+
+    async def run(self) -> Ended | None:
+        rt = runtime()
+        if rt.draining:
+            # This worker is shutting down: hand the run to another one.
+            await self.io(self.deps.enqueue_ids, [self.run_id])
+            return None
+        start = await self.journal.start()
+        if start is None:
+            return None
+        run, fence = start.run, self.journal.fence
+        rt.add(self)
+        observer = self.deps.observer
+        began = time.monotonic()
+        with observer.execution(run, fence, self.owner):
+            if run.takeovers:
+                observer.taken_over(run, fence.epoch - 1)
+            heartbeat = asyncio.create_task(self._heartbeat(), name=f"heartbeat {self.run_id}")
+            try:
+                return await self._execute(run, start)
+            finally:
+                heartbeat.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await heartbeat
+                rt.remove(self)
+                await self.journal.close(self.ended)
+                if self.ended is not None:
+                    observer.ended(self.ended.run, time.monotonic() - began)
+
+    async def _execute(self, run: Run, start: Start) -> Ended | None:
+        agent: Agent | None = None
+        try:
+            try:
+                agent = self.deps.registry.get(run.agent)
+            except AgentNotFound as exc:
+                self.ended = await self._agent_missing(exc)
+                return self.ended
+            self.ended = await self._run_agent(agent, run, start)
+            return self.ended
+        except LeaseLostError as exc:
+            await self._lease_lost()
+            await self._report(agent, exc)
+            return None
+        except StoreUnavailable as exc:
+            # Not the run's fault: leave it to a takeover once the claim lapses.
+            log.error("run %s stopped: %s", self.run_id, exc)
+            await self._report(agent, exc)
+            return None
+        except Exception as exc:
+            log.exception("run %s crashed", self.run_id)
+            await self._report(agent, exc)
+            self.ended = await self._end_crash(exc)
+            return self.ended
+
+    async def _lease_lost(self) -> None:
+        current = None
+        with contextlib.suppress(Exception):  # only for the log line
+            claim = (await self.journal.run()).claim
+            current = claim.epoch if claim is not None else None
+        self.deps.observer.lease_lost(self.run_id, self.journal.fence.epoch, current)
+
+    async def _run_agent(self, agent: Agent, run: Run, start: Start) -> Ended:
+        if run.cancel_requested:
+            return await self.end(abort_outcome(AbortReason.CANCEL))
+        timer = None
+        if agent.budget.timeout_ms:
+            timer = asyncio.get_running_loop().call_later(
+                agent.budget.timeout_ms / 1000, self.abort, AbortReason.TIMEOUT
+            )
+        try:
+            ctx = RunContext(run.id, agent.name, run.trigger, self.signal)
+            loop = StepLoop(self, self.deps, agent, ctx, start)
+            try:
+                return await loop.run()
+            except (ModelError, MCPUnavailable) as exc:
+                return await self._step_failed(agent, loop.retry, exc)
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+    async def _step_failed(
+        self, agent: Agent, previous: RetryWait | None, exc: ModelError | MCPUnavailable
+    ) -> Ended:
+        """A step could not run: its model call failed, or an MCP server it
+        needs cannot be reached. A transient failure the retry policy still
+        allows sends the run back to the queue until its next attempt, holding
+        no worker thread meanwhile; otherwise the run fails with the error's
+        code (``model_error``, ``mcp_unavailable``, ``mcp_auth``), with its
+        attempts recorded."""
+        policy = agent.retry or self.deps.retry_policy
+        cap = self.deps.settings.max_retry_after_seconds
+        verdict = retry.next_wait(policy, previous, exc, self.deps.clock.now(), max_retry_after=cap)
+        wait = verdict.wait
+        if wait.at is None:
+            error = RunError(exc.code, verdict.gave_up or exc.message)
+            return await self.journal.defer_retry(wait, error)
+        log.warning(
+            "run %s: step failed (attempt %d): %s; retrying at %s",
+            self.run_id,
+            wait.attempts,
+            exc.message,
+            f"{wait.at:%H:%M:%S}",
+        )
+        ended = await self.journal.defer_retry(wait)
+        self.deps.observer.retry_scheduled(ended.run, wait)
+        return ended
+
+    async def _agent_missing(self, exc: AgentNotFound) -> Ended | None:
+        """During a rolling deploy an old worker can claim a run of an agent
+        that only new workers know: give the run back (tick() enqueues it again)
+        rather than fail it, until the grace period since the first miss ends."""
+        grace = self.deps.settings.agent_grace_seconds
+        deferred = await self.journal.defer_missing_agent(grace)
+        if deferred is not None:
+            log.warning(
+                "run %s: agent %r is not loaded in this worker; the run is left for a worker "
+                "that has it (it fails if none has within %.0f s)",
+                self.run_id,
+                deferred.agent,
+                grace,
+            )
+            return None
+        log.error("run %s: %s", self.run_id, exc)
+        return await self.end(
+            Outcome(
+                RunStatus.FAILED,
+                error=RunError(
+                    "agent_not_found",
+                    f"{exc.message} (no worker that knows it claimed the run within {grace:.0f} s)",
+                ),
+            )
+        )
+
+    async def _end_crash(self, exc: Exception) -> Ended | None:
+        """Fail the run after an unexpected error. This write must not fail on
+        what the error says: if the full message cannot be written, a bare one
+        is, so the run never stays claimed by an execution that is gone."""
+        messages = [f"{type(exc).__name__}: {exc}", f"{type(exc).__name__} (details in the log)"]
+        for message in messages:
+            try:
+                return await self.end(
+                    Outcome(RunStatus.FAILED, error=RunError("internal_error", message))
+                )
+            except (LeaseLostError, StoreUnavailable):
+                return None
+            except Exception:
+                log.exception("run %s: recording the failure failed", self.run_id)
+        return None
+
+    async def end(self, outcome: Outcome) -> Ended:
+        return await self.journal.end(outcome)
+
+    async def end_aborted(self, agent: Agent) -> Ended:
+        assert self.signal.reason is not None
+        return await self.end(abort_outcome(self.signal.reason, timeout_ms=agent.budget.timeout_ms))
+
+    async def _heartbeat(self) -> None:
+        interval = self.deps.settings.lease_ttl_seconds / 3
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                cancel_requested = await self.journal.heartbeat()
+            except LeaseLostError:
+                if await self._taken_over():
+                    log.warning("run %s: the claim was lost; aborting", self.run_id)
+                self.abort(AbortReason.LEASE_LOST)
+                return
+            except StoreUnavailable as exc:
+                log.warning("heartbeat of run %s failed: %s", self.run_id, exc)
+                continue
+            if cancel_requested is None:
+                return
+            if cancel_requested:
+                self.abort(AbortReason.CANCEL)
+
+    async def _taken_over(self) -> bool:
+        """Whether the claim is gone to another execution, rather than because
+        a write of this one moved the run on (ended, paused, given back)
+        while the heartbeat's renewal was in flight: only then is it news."""
+        try:
+            run = await self.journal.run()
+        except StoreUnavailable:
+            return True
+        return run.status is RunStatus.RUNNING
+
+    async def _report(self, agent: Agent | None, exc: BaseException) -> None:
+        """The agent's ``on_error``, on a thread of the tool pool, as a sync
+        tool runs: never on the loop, which it would hold for every run of
+        the process (and where Django refuses its ORM: runner/core/appdb.py)."""
+        if agent is None or agent.on_error is None:
+            return
+        loop = asyncio.get_running_loop()
+        call = functools.partial(appdb.call, agent.on_error, self.run_id, exc)
+        try:
+            await loop.run_in_executor(
+                self.deps.tool_executor, contextvars.copy_context().run, call
+            )
+        except Exception:
+            log.exception("on_error of agent %s raised", agent.name)
