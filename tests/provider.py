@@ -2,6 +2,10 @@
 it answers from a script, and can be made slow, rate-limited, failing with a
 status, down (refusing connections) or streaming.
 
+With :meth:`Provider.limit` it enforces requests and tokens per minute as a
+provider does (:class:`ProviderLimits`): a 429 with ``retry-after`` past them,
+``x-ratelimit-*`` headers on every answer, every request recorded.
+
 A streamed answer (a request with ``"stream": true``) is sent as server-sent
 events; a client that hangs up before its end is recorded
 (``Served.disconnected``, :attr:`Provider.disconnects`).
@@ -13,6 +17,7 @@ Worker subprocesses reach it like any provider, through litellm's OpenAI path
 from __future__ import annotations
 
 import json
+import math
 import socket
 import threading
 import time
@@ -41,6 +46,95 @@ class Served:
     body: dict[str, Any] = field(repr=False)
     # A stream the client closed before its last event.
     disconnected: bool = False
+
+
+@dataclass
+class Bucket:
+    """A provider's bucket: full at first, refilled continuously at
+    ``capacity / 60`` a second up to ``capacity`` (Anthropic documents its
+    limits so; OpenAI's replenish the same way)."""
+
+    capacity: float
+    level: float
+    at: float
+
+    @property
+    def per_second(self) -> float:
+        return self.capacity / 60
+
+    def refill(self, now: float) -> None:
+        self.level = min(self.capacity, self.level + (now - self.at) * self.per_second)
+        self.at = now
+
+    def wait_for(self, amount: float) -> float:
+        """Seconds until ``amount`` is in the bucket (after :meth:`refill`)."""
+        return max(0.0, (amount - self.level) / self.per_second)
+
+
+def count_prompt(body: dict[str, Any]) -> int:
+    """The request's prompt tokens, as litellm counts them for its model."""
+    import litellm
+
+    return int(litellm.token_counter(model=body.get("model", ""), messages=body["messages"]))
+
+
+class ProviderLimits:
+    """Requests and tokens per minute, enforced as a provider does: a request
+    takes one request and its estimate (the prompt's tokens plus its
+    ``max_tokens``, else ``default_max_tokens``) or is refused with a 429 and
+    the seconds until it could go; its answer gives back the tokens it did not
+    use. ``overdrawn`` counts admissions that took a bucket below zero (never,
+    by construction: a check that the accounting holds)."""
+
+    def __init__(
+        self,
+        rpm: int | None,
+        tpm: int | None,
+        *,
+        default_max_tokens: int = 256,
+        count: Callable[[dict[str, Any]], int] = count_prompt,
+    ) -> None:
+        now = time.monotonic()
+        self.requests = Bucket(rpm, rpm, now) if rpm else None
+        self.tokens = Bucket(tpm, tpm, now) if tpm else None
+        self.default_max_tokens = default_max_tokens
+        self.count = count
+        self.throttled = 0
+        self.overdrawn = 0
+
+    def admit(self, body: dict[str, Any]) -> tuple[int, int, dict[str, str]]:
+        """(prompt tokens, tokens taken; 0 taken: refused) and the headers to send."""
+        prompt = self.count(body)
+        estimate = prompt + int(body.get("max_tokens") or self.default_max_tokens)
+        now = time.monotonic()
+        wait = 0.0
+        for bucket, amount in ((self.requests, 1), (self.tokens, estimate)):
+            if bucket is not None:
+                bucket.refill(now)
+                wait = max(wait, bucket.wait_for(amount))
+        if wait > 0:
+            self.throttled += 1
+            return prompt, 0, {"retry-after": str(math.ceil(wait)), **self.headers()}
+        for bucket, amount in ((self.requests, 1), (self.tokens, estimate)):
+            if bucket is not None:
+                bucket.level -= amount
+                self.overdrawn += bucket.level < 0
+        return prompt, estimate, self.headers()
+
+    def settle(self, taken: int, used: int) -> None:
+        if self.tokens is not None:
+            self.tokens.level = min(self.tokens.capacity, self.tokens.level + taken - used)
+
+    def headers(self) -> dict[str, str]:
+        """OpenAI's ``x-ratelimit-*`` headers for the buckets as they are now."""
+        sent = {}
+        for name, bucket in (("requests", self.requests), ("tokens", self.tokens)):
+            if bucket is not None:
+                sent[f"x-ratelimit-limit-{name}"] = str(int(bucket.capacity))
+                sent[f"x-ratelimit-remaining-{name}"] = str(max(0, int(bucket.level)))
+                reset = (bucket.capacity - bucket.level) / bucket.per_second
+                sent[f"x-ratelimit-reset-{name}"] = f"{max(0.0, reset):.3f}s"
+        return sent
 
 
 def tool_calls(*calls: tuple[str, str, dict[str, Any]]) -> Message:
@@ -76,6 +170,7 @@ class Provider:
         self.latency = 0.0
         self.stream_delay = 0.0  # seconds after each streamed event
         self.chunk_chars = 4  # characters of text per streamed event
+        self.limits: ProviderLimits | None = None
         self._failures_left: int | None = None  # None: until recover()
         self._drops: list[int] = []  # streams to cut short, by events to send first
         self._lock = threading.Lock()
@@ -149,6 +244,19 @@ class Provider:
             self.failure = (status, sent)
             self._failures_left = times
 
+    def limit(self, rpm: int | None = None, tpm: int | None = None, **options: Any) -> None:
+        """Enforce ``rpm`` requests and ``tpm`` tokens a minute from now on
+        (:class:`ProviderLimits`); answers then report the prompt's tokens as
+        counted and the completion's from :attr:`usage`."""
+        with self._lock:
+            self.limits = ProviderLimits(rpm, tpm, **options)
+
+    @property
+    def throttled(self) -> int:
+        """How many requests the limits refused with a 429."""
+        with self._lock:
+            return 0 if self.limits is None else self.limits.throttled
+
     def recover(self) -> None:
         with self._lock:
             self.failure = None
@@ -211,6 +319,23 @@ class Provider:
             self._record(step, status, body)
             _send_json(handler, status, {"error": {"message": f"scripted {status}"}}, headers)
             return
+        usage, limit_headers = self.usage, {}
+        if self.limits is not None:
+            with self._lock:
+                prompt, taken, limit_headers = self.limits.admit(body)
+            if not taken:
+                self._record(step, 429, body)
+                error = {"error": {"message": "rate limit reached", "type": "rate_limit_exceeded"}}
+                _send_json(handler, 429, error, limit_headers)
+                return
+            completion = (usage or USAGE)["completion_tokens"]
+            usage = {
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": prompt + completion,
+            }
+            with self._lock:
+                self.limits.settle(taken, prompt + completion)
         message = self.script(step, body)
         served = self._record(step, 200, body)
         if body.get("stream"):
@@ -233,8 +358,9 @@ class Provider:
                 "created": int(time.time()),
                 "model": body.get("model", "loopback"),
                 "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                **({} if self.usage is None else {"usage": self.usage}),
+                **({} if usage is None else {"usage": usage}),
             },
+            limit_headers,
         )
 
     def _stream(
