@@ -441,6 +441,13 @@ def _top_level_names(path: Path) -> set[str]:
 def resolves(dotted: str, known: dict[str, Path]) -> bool:
     """Whether ``dotted`` is a module of ours, or a name defined at the top of one
     (read from its source: nothing is imported, so optional extras need not be)."""
+    from runner import MOVED_TO_CORE
+
+    moved = next(
+        (old for old in MOVED_TO_CORE if dotted == old or dotted.startswith(f"{old}.")), None
+    )
+    if moved is not None:  # an old path of a core module, which still imports (with a warning)
+        return resolves(MOVED_TO_CORE[moved] + dotted[len(moved) :], known)
     module = _resolve(dotted, known)
     if module is None:
         return False
@@ -463,6 +470,8 @@ def test_every_documented_import_path_resolves() -> None:
     assert {"runner.retry.RetryPolicy", "runner.sse.flask_response", "runner.testing"} <= paths
     assert [p for p in sorted(paths) if not resolves(p, known)] == []
     assert not resolves("runner.retry.NoSuchPolicy", known)
+    assert resolves("runner.engine.engine.Engine", known)  # moved, and still imports
+    assert not resolves("runner.engine.no_such_module", known)
     assert not resolves("runner.no_such_module", known)
 
 
