@@ -1,4 +1,4 @@
-"""The limiter on real Redis: what it lets through, what settling and
+"""The limiter on real Redis: what it lets through, what finishing and
 releasing give back, what a provider's word changes for every process, and
 the order in which contended waiters are admitted.
 
@@ -76,30 +76,30 @@ def test_requests_per_minute_hold_in_every_window(limiter: Limiter) -> None:
     assert limiter.state(KEY, now=T0 + 60.002)["requests_in_window"] == 3
 
 
-def test_tokens_are_reserved_and_settle_gives_back_or_takes_more(limiter: Limiter) -> None:
+def test_tokens_are_reserved_and_finish_gives_back_or_takes_more(limiter: Limiter) -> None:
     limit = ModelLimit(tpm=100)
     first = granted(limiter.acquire(KEY, limit, 60, "a", now=T0))
     denial = denied(limiter.acquire(KEY, limit, 50, "b", now=T0 + 1))
     assert (denial.reason, denial.retry_after) == (Reason.TOKENS, pytest.approx(59))
     # It used 30 of the 60 reserved: 30 come back, and the 50 fit.
-    assert limiter.settle(first, 30, now=T0 + 2)
+    assert limiter.finish(first, 30, now=T0 + 2)
     second = granted(limiter.acquire(KEY, limit, 50, "b", now=T0 + 3))
     assert limiter.state(KEY, now=T0 + 3)["tokens_in_window"] == 80
     # It used 60 of its 50: the window is in debt, and even 0 tokens wait.
-    assert limiter.settle(second, 60, now=T0 + 4)
+    assert limiter.finish(second, 60, now=T0 + 4)
     assert limiter.state(KEY, now=T0 + 4)["tokens_in_window"] == 90
     assert denied(limiter.acquire(KEY, limit, 20, "c", now=T0 + 5)).reason is Reason.TOKENS
     granted(limiter.acquire(KEY, limit, 10, "c", now=T0 + 5))
     assert denied(limiter.acquire(KEY, limit, 1, "d", now=T0 + 6)).reason is Reason.TOKENS
 
 
-def test_settling_twice_changes_nothing(limiter: Limiter) -> None:
+def test_finishing_twice_changes_nothing(limiter: Limiter) -> None:
     limit = ModelLimit(tpm=100, max_concurrent=2)
     grant = granted(limiter.acquire(KEY, limit, 50, "a", now=T0))
-    assert limiter.settle(grant, 10, now=T0 + 1)
+    assert limiter.finish(grant, 10, now=T0 + 1)
     other = granted(limiter.acquire(KEY, limit, 10, "b", now=T0 + 1))
     before = limiter.state(KEY, now=T0 + 2)
-    assert not limiter.settle(grant, 0, now=T0 + 2)
+    assert not limiter.finish(grant, 0, now=T0 + 2)
     assert not limiter.release(grant, now=T0 + 2)
     assert limiter.state(KEY, now=T0 + 2) == before
     assert before["tokens_in_window"] == 20
@@ -144,10 +144,10 @@ def test_concurrent_calls_are_limited_and_a_dead_holder_frees_its_slot(limiter: 
     b = granted(limiter.acquire(KEY, limit, 0, "b", hold_seconds=100, now=T0))
     denial = denied(limiter.acquire(KEY, limit, 0, "c", now=T0 + 1))
     assert (denial.reason, denial.retry_after) == (Reason.CONCURRENCY, pytest.approx(9))
-    # "a" never settles (its process died): its slot frees at its hold time.
+    # "a" never finishes (its process died): its slot frees at its hold time.
     granted(limiter.acquire(KEY, limit, 0, "c", now=T0 + 10.001))
     assert sorted(limiter.state(KEY, now=T0 + 11)["holders"]) == ["b", "c"]
-    limiter.settle(b, 0, now=T0 + 12)
+    limiter.finish(b, 0, now=T0 + 12)
     granted(limiter.acquire(KEY, limit, 0, "d", now=T0 + 12))
 
 
@@ -155,12 +155,12 @@ def test_a_holder_that_acquires_again_keeps_one_slot(limiter: Limiter) -> None:
     limit = ModelLimit(max_concurrent=1)
     old = granted(limiter.acquire(KEY, limit, 0, "run-1", now=T0))
     new = granted(limiter.acquire(KEY, limit, 0, "run-1", now=T0 + 1))  # after a crash
-    # The stale grant's settle does not free the slot its successor holds.
-    limiter.settle(old, 0, now=T0 + 2)
+    # The stale grant's finish does not free the slot its successor holds.
+    limiter.finish(old, 0, now=T0 + 2)
     assert denied(limiter.acquire(KEY, limit, 0, "run-2", now=T0 + 2)).reason is (
         Reason.CONCURRENCY
     )
-    limiter.settle(new, 0, now=T0 + 3)
+    limiter.finish(new, 0, now=T0 + 3)
     granted(limiter.acquire(KEY, limit, 0, "run-2", now=T0 + 3))
 
 
@@ -177,7 +177,7 @@ def test_a_slot_frees_on_the_server_clock(client: redis.Redis, prefix: str) -> N
 # ------------------------------------------------------- what the provider says
 
 
-def test_a_429_seen_by_one_process_lowers_the_limit_of_another_and_it_recovers(
+def test_a_429_seen_by_one_process_lowers_the_limit_of_another_and_it_rises_back(
     redis_url: str, prefix: str
 ) -> None:
     one, other = connect(redis_url), connect(redis_url)
@@ -251,7 +251,7 @@ def _hammer(
                 time.sleep(min(result.retry_after, 0.02))
                 continue
             used = rng.randint(0, tokens)
-            limiter.settle(result, used)
+            limiter.finish(result, used)
             taken.append((result.at, used))
         out.put(taken)
     finally:
@@ -315,7 +315,7 @@ def test_a_tenant_with_five_waiters_is_not_stuck_behind_one_with_a_hundred(
     blocker = granted(limiter.acquire(KEY, limit, 0, "blocker", now=T0))
     _fill(limiter, limit, [Waiter(f"a{i}", "A") for i in range(100)], T0 + 1)
     _fill(limiter, limit, [Waiter(f"b{i}", "B") for i in range(5)], T0 + 2)
-    assert limiter.state(KEY, now=T0 + 2)["waiting"] == {"A": 100, "B": 5}
+    assert limiter.state(KEY, now=T0 + 2)["waiters"] == {"A": 100, "B": 5}
     limiter.release(blocker, now=T0 + 3)
     order = _admit_all(limiter, limit, T0 + 3)
     assert [turn.waiter for turn in order[:10]] == [w for i in range(5) for w in (f"a{i}", f"b{i}")]
@@ -392,7 +392,7 @@ def test_a_withdrawn_waiter_gives_its_turn_at_once(limiter: Limiter) -> None:
     assert not limiter.withdraw(KEY, "cancelled")
     limiter.release(blocker, now=T0)
     granted(limiter.acquire(KEY, limit, 0, "next", waiter=Waiter("next", "B"), now=T0))
-    assert limiter.state(KEY, now=T0)["waiting"] == {}
+    assert limiter.state(KEY, now=T0)["waiters"] == {}
 
 
 def test_keys_are_apart_and_under_the_prefix(limiter: Limiter, client: redis.Redis) -> None:

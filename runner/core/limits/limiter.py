@@ -23,8 +23,8 @@ keys, all under one hash tag ``{<key>}`` (one cluster slot):
     expires (a holder that died frees it then); ``:slots`` maps each holder to
     the grant that holds its slot.
 ``<prefix>{<key>}:grant:<id>``
-    A grant's reservation (tokens, when), kept until it is settled or released
-    (which delete it: settling twice changes nothing), or expires.
+    A grant's reservation (tokens, when), kept until it is finished or released
+    (which delete it: finishing twice changes nothing), or expires.
 ``<prefix>{<key>}:ring``, ``:queue:<tenant>``, ``:waiters``, ``:deadlines``, ``:weights``
     Fair admission (see :class:`Waiter`): the tenants with waiters in turn
     order, each tenant's waiters by priority then arrival, each waiter's
@@ -132,13 +132,13 @@ local function log_wait(kind, sum, need, cap, now, window)
 end
 
 -- The share of the declared limit in force: lowered by the provider, rising
--- back by the whole of it over `recover` microseconds after a block ends.
-local function factor(now, recover)
+-- back by the whole of it over `rise` microseconds after a block ends.
+local function factor(now, rise)
   local f = state_number('factor', 1)
   if f >= 1 then return 1 end
   local from = math.max(state_number('factor_at', 0), state_number('blocked_until', 0))
   if now <= from then return f end
-  return math.min(1, f + (now - from) / recover)
+  return math.min(1, f + (now - from) / rise)
 end
 
 local function cap(limit, f) return math.max(1, math.floor(limit * f)) end
@@ -311,7 +311,7 @@ return {'deny', int(now), reason, int(wait)}
 
 # KEYS: base, grant record. ARGV: now, window, holder, grant id, used tokens
 # ('' for a release: the call never went), ttl.
-_SETTLE = (
+_FINISH = (
     _COMMON
     + """
 local now = clock(ARGV[1])
@@ -320,7 +320,7 @@ local went, ttl = ARGV[5] ~= '', tonumber(ARGV[6])
 free_slot(holder, grant)
 local record = redis.call('HMGET', KEYS[2], 'tokens', 'at', 'request', 'metered')
 if not record[2] then
-  return 0  -- settled already, or expired
+  return 0  -- finished already, or expired
 end
 redis.call('DEL', KEYS[2])
 local reserved, at = tonumber(record[1]), tonumber(record[2])
@@ -520,7 +520,7 @@ class Turn:
 
 @dataclass(frozen=True)
 class Grant:
-    """An acquisition that went through: settle it after the call, or release
+    """An acquisition that went through: finish it after the call, or release
     it if the call never went. ``at`` is the Redis server's time (epoch
     seconds); ``next`` is the waiter whose turn it now is, if any."""
 
@@ -576,9 +576,9 @@ class Limiter:
     """Model limits in one Redis database, shared by every process that uses it.
 
     ``window_seconds`` is the "minute" of requests and tokens per minute, and
-    the time a lowered limit takes to recover fully (tests shorten it);
+    the time a lowered limit takes to rise back fully (tests shorten it);
     ``hold_seconds``, how long a concurrency slot outlives a holder that never
-    settles; ``grace_seconds``, how long a denied waiter keeps its place past
+    finishes; ``grace_seconds``, how long a denied waiter keeps its place past
     the time it was told to come back; ``poll_seconds``, what a waiter that is
     not next is told to wait when the limits themselves would let it go;
     ``idle_seconds``, how long a key unused keeps its state."""
@@ -611,7 +611,7 @@ class Limiter:
         self.poll = _micros(poll_seconds)
         self.ttl = max(_micros(idle_seconds), 2 * self.window, self.hold)
         self._acquire = client.register_script(_ACQUIRE)
-        self._settle = client.register_script(_SETTLE)
+        self._finish = client.register_script(_FINISH)
         self._learn = client.register_script(_LEARN)
         self._next = client.register_script(_NEXT)
         self._withdraw = client.register_script(_WITHDRAW)
@@ -686,10 +686,10 @@ class Limiter:
             return Grant(key, grant_id, holder, reserved, at, turn)
         return Denial(key, Reason(_text(reply[2])), _seconds(reply[3]), at)
 
-    def settle(self, grant: Grant, used_tokens: int, *, now: float | None = None) -> bool:
+    def finish(self, grant: Grant, used_tokens: int, *, now: float | None = None) -> bool:
         """The call of ``grant`` is over and used ``used_tokens``: correct the
         tokens taken by the difference (giving back, or taking more, which
-        later calls then wait for) and free its slot. False if it was settled
+        later calls then wait for) and free its slot. False if it was finished
         or released already (which this changes nothing of), or its record
         expired (a call longer than the hold time plus two windows)."""
         if not _whole(used_tokens) or used_tokens < 0:
@@ -700,13 +700,13 @@ class Limiter:
 
     def release(self, grant: Grant, *, now: float | None = None) -> bool:
         """The call of ``grant`` never went: give back its request and its
-        tokens, and free its slot. False as for :meth:`settle`."""
+        tokens, and free its slot. False as for :meth:`finish`."""
         return self._end(grant, "", now)
 
     def _end(self, grant: Grant, used: str, now: float | None) -> bool:
         args = ["" if now is None else _micros(now), self.window, grant.holder, grant.id, used]
         with redis_errors():
-            done = self._settle(
+            done = self._finish(
                 keys=[self.base(grant.key), self._grant_key(grant.key, grant.id)],
                 args=[*args, self.ttl],
             )
@@ -757,7 +757,7 @@ class Limiter:
     def next_waiters(self, key: str, count: int = 1, *, now: float | None = None) -> list[Turn]:
         """The next ``count`` waiters of ``key`` in the order their turns come,
         the first of them the one whose turn it is: whom to wake after a
-        settle or a release."""
+        finish or a release."""
         with redis_errors():
             reply = self._next(
                 keys=[self.base(key)], args=["" if now is None else _micros(now), count]
@@ -801,5 +801,5 @@ class Limiter:
             "tokens_in_window": int(raw["tokens"]),
             "holders": [h for h in raw["holders"].split("\n") if h],
             "blocked_until": _seconds(blocked) if blocked > at else None,
-            "waiting": {tenant: int(count) for tenant, count in tenants},
+            "waiters": {tenant: int(count) for tenant, count in tenants},
         }

@@ -91,7 +91,7 @@ class ModelLimits:
         """Declare ``limit`` for the models ``pattern`` matches. Another limit
         already there for that pattern raises :class:`LimitError` unless
         ``replace``: two modules declaring one deployment differently is a
-        mistake to see, not to settle silently."""
+        mistake to see, not to resolve silently."""
         check_pattern(pattern)
         if not isinstance(limit, ModelLimit):
             raise LimitError(f"the limit of {pattern!r} must be a ModelLimit, not {limit!r:.60}")
