@@ -149,6 +149,9 @@ class Settings:
     io_threads: int = _setting("RUNWRIGHT_IO_THREADS", 32, minimum=1)
     tool_threads: int = _setting("RUNWRIGHT_TOOL_THREADS", 64, minimum=1)
     model: str | None = _setting("RUNWRIGHT_MODEL", None)
+    # Model limits as JSON, {"pattern": {"rpm": .., "tpm": .., "max_concurrent": ..}}:
+    # checked here, read by runner/core/limits/model_limits.py (configured()).
+    model_limits: str | None = _setting("RUNWRIGHT_MODEL_LIMITS", None)
     # Observing runs (runner/observe): log lines, traces, metrics.
     log_format: str = _setting("RUNWRIGHT_LOG_FORMAT", "text")
     otel: bool = _setting("RUNWRIGHT_OTEL", False)
@@ -168,6 +171,10 @@ class Settings:
                 "RUNWRIGHT_MAX_RETRY_AFTER_SECONDS must be from 1 to "
                 f"{MAX_RETRY_AFTER_LIMIT}, not {self.max_retry_after_seconds}"
             )
+        if self.model_limits is not None:
+            from runner.core.limits.model_limits import ModelLimits
+
+            ModelLimits.from_json(self.model_limits)
         if self.metrics_port is not None and self.metrics_port > 65535:
             raise ConfigurationError(
                 f"RUNWRIGHT_METRICS_PORT must be a port number, not {self.metrics_port}"

@@ -96,6 +96,8 @@ LAYER_OF = {
     "runner.core.coordination": "runtime",  # leases, claims, live wake-ups (Redis)
     "runner.core.journal": "runtime",  # the port of one execution's journal
     "runner.core.faults": "runtime",  # the named fault points, which wrap the journal
+    "runner.core.limits": "runtime",  # model limits taken in Redis, tenants in turn
+    "runner.core.limits.model_limits": "foundations",  # declarations, read by the settings
     "runner.core.model": "agents",
     "runner.core.agent": "agents",
     "runner.core.children": "agents",

@@ -110,7 +110,11 @@ def test_every_setting_is_parsed_from_its_variable() -> None:
             raw = "7.5"
         if default is False:
             raw = "true"
-        special = {"log_format": "json", "metrics_port": "9100"}
+        special = {
+            "log_format": "json",
+            "metrics_port": "9100",
+            "model_limits": '{"*": {"rpm": 60}}',
+        }
         raw = special.get(field, raw)
         value = getattr(Settings.from_env({name: raw}), field)
         assert value != default, (name, value)
