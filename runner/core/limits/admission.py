@@ -1,0 +1,166 @@
+"""An execution's admission to a model call under its model's limits
+(docs/flow-control.md).
+
+Before a step's model call, the call takes its model's limit in Redis
+(:class:`~runner.core.limits.limiter.Limiter`): one request, the tokens it is
+expected to take, a concurrency slot. A call that can go within a short wait
+(``RUNWRIGHT_LIMIT_WAIT_SECONDS``) waits in place; a longer wait raises
+:class:`Park`, and the execution parks the run: back to the queue until the
+time it may go, holding no lease and no worker thread. Nothing of the step
+was journaled yet, so parking repeats no model call and no effect.
+
+After the call, its grant is finished with the tokens the provider reported,
+and the waiters whose turn it now is are handed back to be woken. A 429 or
+the ``x-ratelimit-*`` headers of an answer lower the limit for every process
+(:meth:`Admission.learn`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from runner.core.clock import SYSTEM, Clock
+from runner.core.limits.limiter import Denial, Grant, Limiter, Reason, Waiter
+from runner.core.limits.model_limits import ModelLimit, ModelLimits
+from runner.core.runtime import in_io
+from store.models import Run
+
+log = logging.getLogger(__name__)
+
+# The tenant of a run whose agent declares none: all such runs take turns as one.
+NO_TENANT = "-"
+
+
+class Park(Exception):  # noqa: N818: it is an instruction, not an error
+    """The step's model call cannot go before ``at``: park the run on ``key``."""
+
+    def __init__(self, key: str, at: datetime, reason: Reason) -> None:
+        super().__init__(f"parked on {key} until {at:%H:%M:%S} ({reason.value})")
+        self.key = key
+        self.at = at
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A call that may go: finish its grant after the call (:meth:`Admission.leave`)."""
+
+    grant: Grant
+
+
+def waiter_of(run: Run) -> Waiter:
+    """How a run waits its turn: by its tenant, then its priority."""
+    return Waiter(run.id, run.tenant or NO_TENANT, run.priority)
+
+
+class Admission:
+    """Model calls admitted under the limits in force (``limits``), taken in
+    ``limiter``'s Redis. ``wait_seconds``: how long a call waits in place
+    before its run parks instead."""
+
+    def __init__(
+        self,
+        limiter: Limiter,
+        limits: ModelLimits,
+        *,
+        wait_seconds: float,
+        clock: Clock = SYSTEM,
+    ) -> None:
+        self.limiter = limiter
+        self.limits = limits
+        self.wait_seconds = wait_seconds
+        self.clock = clock
+
+    def limit_for(self, model: str) -> ModelLimit | None:
+        """The limit of ``model`` (the most specific pattern's), or None."""
+        found = self.limits.for_model(model)
+        return None if found is None else found[1]
+
+    async def enter(
+        self,
+        model: str,
+        tokens: int,
+        run: Run,
+        waited: Callable[[float], Awaitable[bool]],
+    ) -> Admitted | None:
+        """Take ``model``'s limit for a call expected to take ``tokens``:
+        :class:`Admitted`, or None if the run was aborted while it waited in
+        place (``waited(seconds)`` waits and says whether it was). Raises
+        :class:`Park` when the call cannot go within the short wait, and
+        :class:`~runner.core.limits.limiter.CallTooLarge` when it never can.
+        The key is the model's name: each deployment its own budget, the
+        matched pattern giving only the numbers."""
+        limit = self.limit_for(model)
+        assert limit is not None
+        waiter = waiter_of(run)
+        while True:
+            got = await in_io(self.limiter.acquire, model, limit, tokens, run.id, waiter=waiter)
+            if isinstance(got, Grant):
+                return Admitted(got)
+            if got.retry_after > self.wait_seconds:
+                raise Park(model, self._at(got), got.reason)
+            if await waited(got.retry_after):
+                await in_io(self.limiter.withdraw, model, run.id)
+                return None
+
+    def _at(self, denial: Denial) -> datetime:
+        return self.clock.now() + timedelta(seconds=denial.retry_after)
+
+    async def leave(self, admitted: Admitted, used_tokens: int) -> list[str]:
+        """Finish the call's grant with the tokens it used (0: it failed or
+        was cancelled; its request still counts): the ids of the waiters whose
+        turn it now is, to be woken."""
+        grant = admitted.grant
+        await in_io(self.limiter.finish, grant, used_tokens)
+        turns = await in_io(self.limiter.next_waiters, grant.key)
+        return [turn.waiter for turn in turns]
+
+    async def learn(
+        self,
+        model: str,
+        *,
+        retry_after: float | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        """What the provider said of ``model``'s limits, for every process: a
+        429 (``retry_after``, 0 when it named no pause), or the
+        ``x-ratelimit-*`` headers of an answer."""
+        news = rate_limit_headers(headers or {})
+        if retry_after is None and not news:
+            return
+        await in_io(self.limiter.learn, model, retry_after=retry_after, **news)
+
+    async def withdraw(self, key: str, run_id: str) -> None:
+        """A parked run that will not come back (cancelled) gives up its turn."""
+        await in_io(self.limiter.withdraw, key, run_id)
+
+
+# OpenAI-compatible providers' headers, and the names learn() takes them by.
+_HEADERS = {
+    "x-ratelimit-remaining-requests": "remaining_requests",
+    "x-ratelimit-remaining-tokens": "remaining_tokens",
+    "x-ratelimit-limit-requests": "limit_requests",
+    "x-ratelimit-limit-tokens": "limit_tokens",
+}
+
+
+def rate_limit_headers(headers: Mapping[str, str]) -> dict[str, int]:
+    """The ``x-ratelimit-*`` counts in ``headers`` (litellm passes them on as
+    they are, and prefixed ``llm_provider-``); a value that is not a whole
+    number is left out."""
+    found: dict[str, int] = {}
+    for name, value in headers.items():
+        bare = name.lower().removeprefix("llm_provider-")
+        field = _HEADERS.get(bare)
+        if field is None:
+            continue
+        try:
+            count = int(str(value).strip())
+        except ValueError:
+            continue
+        if count >= 0:
+            found[field] = count
+    return found
