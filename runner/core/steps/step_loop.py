@@ -397,8 +397,27 @@ class StepLoop:
     async def _call_model(self, model_name: str, k: int) -> model.ModelReply | None:
         """The model's reply, or None if an abort won the race."""
         policy = self.agent.retry or self.deps.retry_policy
-        call = asyncio.create_task(
-            model.complete(
+        # The call is awaited in this task, and an abort cancels the task
+        # while the call is in flight: the race a task of its own and
+        # ``asyncio.wait`` would make, without the task and the three turns
+        # of the loop they cost a step.
+        task = asyncio.current_task()
+        assert task is not None
+        racing = True
+        aborted = False
+
+        def abort(_: asyncio.Future[Any]) -> None:
+            nonlocal aborted
+            if racing:  # else the call has returned: the loop checks the signal next
+                aborted = True
+                task.cancel()
+
+        fired = self.x.signal.fired()
+        if fired.done():
+            return None
+        fired.add_done_callback(abort)
+        try:
+            reply = await model.complete(
                 model_name,
                 for_model(self.agent.instructions, self.messages, self.edits),
                 [t.schema() for t in self.tools.values()],
@@ -415,15 +434,22 @@ class StepLoop:
                 on_delta=self._deltas(k) if self.agent.stream else None,
                 sleep=self.deps.clock.sleep,
             )
-        )
-        racers: set[asyncio.Future[Any]] = {call, self.x.signal.fired()}
-        done, _ = await asyncio.wait(racers, return_when=asyncio.FIRST_COMPLETED)
-        if call not in done:
-            call.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await call
+        except asyncio.CancelledError:
+            # Ours unless someone else cancelled the execution too.
+            if aborted and task.uncancel() == 0:
+                return None
+            raise
+        except Exception:
+            if aborted and task.uncancel() == 0:
+                return None  # the call failed as it was cancelled: the abort won
+            raise
+        finally:
+            racing = False
+            fired.remove_done_callback(abort)
+        if aborted:  # the call let the cancellation pass and returned: the abort won
+            task.uncancel()
             return None
-        return call.result()
+        return reply
 
     async def _journal(self, step: OpenStep) -> dict[str, Effect]:
         """The effects journaled for the step's pending calls, by call id."""

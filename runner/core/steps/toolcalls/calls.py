@@ -88,7 +88,12 @@ class CallRunner:
         if delegated:
             await self.children.delegate(k, step, delegated, out)
         if runnable:
-            done = await asyncio.gather(*(self.invocation.call(k, *item) for item in runnable))
+            if len(runnable) == 1:
+                # Most steps make one call: awaited in this task, without the
+                # task and the loop's turns that gathering it would add.
+                done = [await self.invocation.call(k, *runnable[0])]
+            else:
+                done = await asyncio.gather(*(self.invocation.call(k, *item) for item in runnable))
             halted = [result for result in done if isinstance(result, MCPUnavailable)]
             if halted:
                 # The other calls have finished (an effect's outcome is
