@@ -259,7 +259,7 @@ class Agent:
         for server in self.mcp:
             if not isinstance(server, MCPServer):
                 raise InvalidInput(
-                    f"agent {self.name!r}: mcp takes runner.core.mcp.MCPServer declarations, "
+                    f"agent {self.name!r}: mcp takes runner.mcp.MCPServer declarations, "
                     f"not {server!r}"
                 )
             if server.name in names:

@@ -87,6 +87,11 @@ class Journal(Protocol):
         """Record the tool results with the checkpoint; waits (approvals, questions,
         children) or ends the run as ``commit`` says."""
 
+    async def commit_step_soon(self, commit: StepCommit) -> None:
+        """The same for a step that neither waits nor ends the run, without
+        waiting for it: every later operation but the heartbeat waits for it
+        first, and raises what it raised. The next model call overlaps it."""
+
     # -- effects
     async def effects(self, call_ids: list[str]) -> dict[str, Effect]:
         """The effects journaled for these tool calls, by call id."""

@@ -75,7 +75,7 @@ def test_importing_tasks_and_warming_up_loads_no_test_or_cli_module(tmp_path: Pa
     imported, warm = _probe(
         "import tasks\nreport('import')\n"
         "from runner.core.model import warm_up\nwarm_up()\nreport('warm')\n"
-        "from runner import faults\n"
+        "from runner.core import faults\n"
         "for point in faults.POINTS:\n    faults.hit(point)\n",
         env,
         tmp_path,
@@ -117,7 +117,7 @@ def test_a_worker_warm_up_loads_no_test_or_cli_module(
 def test_the_scripted_provider_is_registered_on_first_use(tmp_path: Path) -> None:
     before, after = _probe(
         "import asyncio\n"
-        "from runner import model\n"
+        "from runner.core import model\n"
         "model.warm_up()\n"
         "report('before')\n"
         "from runner.testing import ScriptedModel, text\n"

@@ -125,6 +125,9 @@ class _Journal:
         self.commits.append(commit)
         return None
 
+    async def commit_step_soon(self, commit: StepCommit) -> None:
+        self.commits.append(commit)
+
     async def effects(self, call_ids: list[str]) -> dict[str, Effect]:
         return {}
 

@@ -71,7 +71,7 @@ def _loopback(address: Any) -> bool:
 
 
 _PROBE = (
-    "from runner import model\n"
+    "from runner.core import model\n"
     "model._load()\n"
     "from litellm.litellm_core_utils import logging_utils\n"
     "print(logging_utils.MAX_BASE64_LENGTH_FOR_LOGGING)\n"

@@ -74,6 +74,9 @@ class PgJournal:
         # lock keeps a heartbeat already in flight from renewing it after that.
         self._lease_lock = threading.Lock()
         self._lease_released = False
+        # A step's commit still in flight (commit_step_soon): every later
+        # operation but the heartbeat waits for it first.
+        self._pending: asyncio.Future[Ended | None] | None = None
 
     @property
     def fence(self) -> Fence:
@@ -82,6 +85,23 @@ class PgJournal:
 
     async def io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await in_io(fn, *args, **kwargs)
+
+    async def read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """A read of the run, after the commit in flight (it may read what that wrote)."""
+        await self.caught_up()
+        return await in_io(fn, *args, **kwargs)
+
+    async def caught_up(self) -> None:
+        """Wait for the step's commit in flight, if any: raises what it raised
+        (a lost lease), to every caller until it is done."""
+        pending = self._pending
+        if pending is None:
+            return
+        try:
+            await asyncio.shield(pending)
+        finally:
+            if pending.done() and self._pending is pending:
+                self._pending = None
 
     # ------------------------------------------------------ the claim
 
@@ -151,6 +171,12 @@ class PgJournal:
             return self.deps.claims.heartbeat(fence)
 
     async def close(self, ended: Ended | None) -> None:
+        if self._pending is not None:
+            # The execution stopped on an error while a commit was in flight:
+            # that commit ends before the lease goes. What it raised is the
+            # execution's to report, not the close's.
+            with contextlib.suppress(Exception):
+                await self.caught_up()
         # A run that completed let its lease go with its last write, and an
         # end that hands nothing on needs no thread either.
         if not self._lease_released or (ended is not None and ended.hands_on):
@@ -179,6 +205,10 @@ class PgJournal:
         (:meth:`_through_outage`); a write whose commit was ambiguous is
         idempotent on retry.
         """
+        await self.caught_up()
+        return await self._write(fn, *args, **kwargs)
+
+    async def _write(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         fence = self.fence
         if self.deps.store_on_loop and self.deps.claims.answers_from_memory(fence):
             try:
@@ -272,6 +302,10 @@ class PgJournal:
     async def commit_step(self, commit: StepCommit) -> Ended | None:
         return await self.write(self.store.commit_step, commit)
 
+    async def commit_step_soon(self, commit: StepCommit) -> None:
+        await self.caught_up()
+        self._pending = asyncio.ensure_future(self._write(self.store.commit_step, commit))
+
     async def begin_effect(
         self, key: str, tool: str, input: Any, *, rerun_started: bool
     ) -> EffectBegin:
@@ -302,28 +336,28 @@ class PgJournal:
     # ------------------------------------------------------ reads
 
     async def run(self) -> Run:
-        return await self.io(self.store.get_run, self.run_id)
+        return await self.read(self.store.get_run, self.run_id)
 
     async def model_step(self, index: int) -> Step | None:
-        return await self.io(self.store.llm_step, self.run_id, index)
+        return await self.read(self.store.llm_step, self.run_id, index)
 
     async def effects(self, call_ids: list[str]) -> dict[str, Effect]:
-        return await self.io(self.store.journaled_effects, self.run_id, call_ids)
+        return await self.read(self.store.journaled_effects, self.run_id, call_ids)
 
     async def thread_start(self, thread: str) -> ThreadStart | None:
-        return await self.io(self.store.thread_start, thread, self.run_id)
+        return await self.read(self.store.thread_start, thread, self.run_id)
 
     async def mcp_listing(self) -> dict[str, Any] | None:
-        return await self.io(self.store.mcp_listing, self.run_id)
+        return await self.read(self.store.mcp_listing, self.run_id)
 
     async def approval(self, approval_id: str) -> Approval:
-        return await self.io(self.store.get_approval, approval_id)
+        return await self.read(self.store.get_approval, approval_id)
 
     async def standing_approvals(self) -> list[StandingApproval]:
-        return await self.io(self.store.standing_approvals, self.run_id)
+        return await self.read(self.store.standing_approvals, self.run_id)
 
     async def children(self) -> list[Run]:
-        return await self.io(self.store.children, self.run_id)
+        return await self.read(self.store.children, self.run_id)
 
     async def attempts(self) -> list[RunAttempt]:
-        return await self.io(self.store.attempts, self.run_id)
+        return await self.read(self.store.attempts, self.run_id)

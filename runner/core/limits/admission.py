@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 NO_TENANT = "-"
 
 
-class Park(Exception):  # noqa: N818: it is an instruction, not an error
+class Park(Exception):  # an instruction, not an error
     """The step's model call cannot go before ``at``: park the run on ``key``."""
 
     def __init__(self, key: str, at: datetime, reason: Reason) -> None:

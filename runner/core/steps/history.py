@@ -45,18 +45,35 @@ def for_model(
     ran, with the edited arguments; the history keeps the model's own, and the
     call's result says a person changed them (:func:`edited_content`).
     ``edits``: :func:`edited_arguments` of ``history``, if the caller has them."""
-    messages: list[Message] = []
-    if instructions:
-        messages.append({"role": "system", "content": instructions})
-    if edits is None:
-        edits = edited_arguments(history)
-    for message in history:
-        if message.get("role") in ENGINE_ROLES:
-            continue
-        if edits and message.get("role") == "assistant":
-            message = _as_ran(message, edits)
-        messages.append(message)
-    return messages
+    return Request(instructions, edited_arguments(history) if edits is None else edits).of(history)
+
+
+class Request:
+    """:func:`for_model` of a history that only grows, as an execution's
+    does: each request converts only the messages added since the last one
+    (a long run's history is not walked again at every step)."""
+
+    def __init__(self, instructions: str, edits: Mapping[str, Any]) -> None:
+        self.edits = edits
+        self.head: list[Message] = (
+            [{"role": "system", "content": instructions}] if instructions else []
+        )
+        self.built: list[Message] = list(self.head)
+        self.upto = 0  # how many messages of the history ``built`` holds
+
+    def of(self, history: list[Message]) -> list[Message]:
+        """The messages to send for ``history`` (a list of its own)."""
+        if len(history) < self.upto:  # not the history this was built from
+            self.built, self.upto = list(self.head), 0
+        edits = self.edits
+        for message in history[self.upto :]:
+            if message.get("role") in ENGINE_ROLES:
+                continue
+            if edits and message.get("role") == "assistant":
+                message = _as_ran(message, edits)
+            self.built.append(message)
+        self.upto = len(history)
+        return list(self.built)
 
 
 def edited_arguments(history: Iterable[Message]) -> dict[str, Any]:

@@ -30,11 +30,11 @@ from runner.core.steps.builtin_tools import (
 )
 from runner.core.steps.history import (
     OpenStep,
+    Request,
     assign_call_ids,
     call_ids,
     continue_thread,
     edited_arguments,
-    for_model,
     open_step,
     trigger_message,
 )
@@ -128,6 +128,7 @@ class StepLoop:
         self.edits: dict[str, Any] = {}  # arguments people edited, by call id
         self._start = start
         self._journaled: Step | None = None
+        self._built: Request | None = None  # the model calls' messages, built as the history grows
         # The run's failed attempts at its current model step; progress clears them.
         self.retry = run.retry
 
@@ -302,10 +303,16 @@ class StepLoop:
         """What the step's model call is expected to take (runner/core/model.py)."""
         return await model.expected_tokens(
             self.run_.model or self.agent.model,
-            for_model(self.agent.instructions, self.messages, self.edits),
+            self._request(),
             [t.schema() for t in self.tools.values()],
             self.agent.model_settings,
         )
+
+    def _request(self) -> list[Message]:
+        """The next model call's messages (history.for_model), built on from the last call's."""
+        if self._built is None:
+            self._built = Request(self.agent.instructions, self.edits)
+        return self._built.of(self.messages)
 
     async def _aborted_within(self, seconds: float) -> bool:
         """Waits ``seconds`` on the engine's clock; True at once if the run is aborted."""
@@ -419,7 +426,7 @@ class StepLoop:
         try:
             reply = await model.complete(
                 model_name,
-                for_model(self.agent.instructions, self.messages, self.edits),
+                self._request(),
                 [t.schema() for t in self.tools.values()],
                 self.agent.model_settings,
                 retries=_first(
@@ -504,6 +511,14 @@ class StepLoop:
             waits=calls.waits,
             outcome=outcome,
         )
+        if not (commit.outcome or commit.waits or commit.approvals or started):
+            # The run goes on: the next model call overlaps this commit, and
+            # the next write waits for it (Journal.commit_step_soon).
+            await self.journal.commit_step_soon(commit)
+            self.saved = len(self.messages)
+            self.index = k
+            self.state.changed = False
+            return None
         ended = await self.journal.commit_step(commit)
         queued = [child.id for child in started if child.status is RunStatus.QUEUED]
         if queued:
