@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from runner.core.clock import SYSTEM, Clock
+from runner.core.errors import RunwrightError
 from runner.core.limits.limiter import Denial, Grant, Limiter, Reason, Waiter
 from runner.core.limits.model_limits import ModelLimit, ModelLimits
 from runner.core.runtime import in_io
@@ -34,8 +35,9 @@ log = logging.getLogger(__name__)
 NO_TENANT = "-"
 
 
-class Park(Exception):  # an instruction, not an error
-    """The step's model call cannot go before ``at``: park the run on ``key``."""
+class Park(RunwrightError):
+    """The step's model call cannot go before ``at``: park the run on ``key``.
+    The execution catches it and parks the run; it never reaches a caller."""
 
     def __init__(self, key: str, at: datetime, reason: Reason) -> None:
         super().__init__(f"parked on {key} until {at:%H:%M:%S} ({reason.value})")
