@@ -55,16 +55,23 @@ class ModelError(RunwrightError):
 
     ``transient``: the failure may pass (429, 5xx, a connection error, a
     timeout), so the run may be retried later (runner/core/retry.py);
-    ``retry_after``: the provider asked for that many seconds' pause."""
+    ``retry_after``: the provider asked for that many seconds' pause;
+    ``rate_limited``: it was a 429, the provider's limit (runner/core/limits/)."""
 
     code = "model_error"  # what the run fails with once no retry is left
 
     def __init__(
-        self, message: str, *, transient: bool = False, retry_after: float | None = None
+        self,
+        message: str,
+        *,
+        transient: bool = False,
+        retry_after: float | None = None,
+        rate_limited: bool = False,
     ) -> None:
         super().__init__(message)
         self.transient = transient
         self.retry_after = retry_after
+        self.rate_limited = rate_limited
 
 
 class ModelRequestsBlocked(ModelError):

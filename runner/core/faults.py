@@ -186,6 +186,9 @@ class Faulted:
     async def defer_retry(self, wait: RetryWait, error: RunError | None = None) -> Ended:
         return await self.journal.defer_retry(wait, error)
 
+    async def park(self, key: str, at: datetime) -> Ended:
+        return await self.journal.park(key, at)
+
     async def defer_missing_agent(self, grace_seconds: float) -> Run | None:
         return await self.journal.defer_missing_agent(grace_seconds)
 
@@ -239,12 +242,9 @@ class Faulted:
         hit(AFTER_CHILDREN_START)
         return started
 
-    async def commit_step(self, commit: StepCommit) -> Ended | None:
+    async def commit_step(self, commit: StepCommit, *, soon: bool = False) -> Ended | None:
+        # While a point is armed the commit is waited for, ``soon`` or not: a
+        # crash after it leaves the store as a process dying right after that write.
         ended = await self.journal.commit_step(commit)
         hit(AFTER_COMMIT)
         return ended
-
-    async def commit_step_soon(self, commit: StepCommit) -> None:
-        # While a point is armed the commit is waited for: a crash after it
-        # leaves the store as a process dying right after that write does.
-        await self.commit_step(commit)

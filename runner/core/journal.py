@@ -83,14 +83,12 @@ class Journal(Protocol):
     async def start_children(self, children: list[NewChild]) -> list[Run]:
         """Create the child runs a step's calls start, before its commit."""
 
-    async def commit_step(self, commit: StepCommit) -> Ended | None:
+    async def commit_step(self, commit: StepCommit, *, soon: bool = False) -> Ended | None:
         """Record the tool results with the checkpoint; waits (approvals, questions,
-        children) or ends the run as ``commit`` says."""
-
-    async def commit_step_soon(self, commit: StepCommit) -> None:
-        """The same for a step that neither waits nor ends the run, without
-        waiting for it: every later operation but the heartbeat waits for it
-        first, and raises what it raised. The next model call overlaps it."""
+        children) or ends the run as ``commit`` says. ``soon``, for a step that
+        neither waits nor ends the run: return at once, the commit in flight;
+        every later operation but the heartbeat waits for it first and raises
+        what it raised, so the next model call overlaps it."""
 
     # -- effects
     async def effects(self, call_ids: list[str]) -> dict[str, Effect]:
@@ -118,6 +116,9 @@ class Journal(Protocol):
 
     async def defer_retry(self, wait: RetryWait, error: RunError | None = None) -> Ended:
         """Sleep until the failed step's next attempt, or fail with ``error``."""
+
+    async def park(self, key: str, at: datetime) -> Ended:
+        """Back to the queue until ``at``: the model call waits for limit ``key``."""
 
     async def defer_missing_agent(self, grace_seconds: float) -> Run | None:
         """Give the run back for a worker that knows its agent; None once too late."""

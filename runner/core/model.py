@@ -21,7 +21,7 @@ import os
 import random
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from runner.core.errors import ModelError, ModelRequestsBlocked
@@ -164,6 +164,16 @@ class ModelReply:
     finish_reason: str | None
     # From litellm's cost map; None when the model has no price there.
     cost_usd: float | None = None
+    # The provider's rate-limit headers on the answer (``x-ratelimit-*``), as
+    # sent: what the limits of its model learn from (runner/core/limits/).
+    rate_limits: Mapping[str, str] = field(default_factory=dict)
+
+
+def _rate_limited(litellm: Any, exc: BaseException) -> bool:
+    """A 429: the provider's limit, not a failure of the call."""
+    return isinstance(exc, litellm.exceptions.RateLimitError) or (
+        getattr(exc, "status_code", None) == 429
+    )
 
 
 def _transient(litellm: Any, exc: BaseException) -> bool:
@@ -193,6 +203,7 @@ async def complete(
     transient: Callable[[BaseException], bool] | None = None,
     on_delta: OnDelta | None = None,
     sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+    retry_rate_limits: bool = True,
 ) -> ModelReply:
     """One model call with short retries on transient provider errors (blips).
 
@@ -217,6 +228,9 @@ async def complete(
     A reply whose provider reported no usage (or only zeros) has its tokens
     counted by litellm's tokenizer instead, ``usage.estimated`` set, and is
     priced from that count: a budget never stops counting.
+
+    ``retry_rate_limits=False``: a 429 raises at once, not retried here: a
+    model under a limit (runner/core/limits/) waits on that shared limit instead.
 
     ``sleep`` waits out the backoff between attempts (a test's clock may skip
     it); it must stay cancellable, as :func:`asyncio.sleep` is.
@@ -257,7 +271,8 @@ async def complete(
             name = type(exc).__name__
             passing = _transient(litellm, exc) if transient is None else bool(transient(exc))
             pause = retry_after(exc) if passing else None
-            if passing and attempt <= retries:
+            limited = _rate_limited(litellm, exc)
+            if passing and attempt <= retries and (retry_rate_limits or not limited):
                 delay = backoff_seconds * 2 ** (attempt - 1) * (0.5 + random.random() / 2)
                 if pause is not None:
                     delay = max(delay, pause)
@@ -271,6 +286,7 @@ async def complete(
                 f"{model}: {name}: {_short(exc)} (after {attempt} attempt(s))",
                 transient=passing,
                 retry_after=pause,
+                rate_limited=limited,
             ) from exc
         reply = _reply(response, _cost(litellm, response))
         if reply.usage.total == 0:
@@ -470,7 +486,23 @@ def _reply(response: Any, cost_usd: float | None = None) -> ModelReply:
         ),
         finish_reason=choice.finish_reason,
         cost_usd=cost_usd,
+        rate_limits=rate_limit_headers(response),
     )
+
+
+def rate_limit_headers(response: Any) -> dict[str, str]:
+    """The ``x-ratelimit-*`` headers of the provider's answer, which litellm
+    keeps among the response's hidden parameters (also prefixed
+    ``llm_provider-``: both are kept, the reader takes either)."""
+    hidden = getattr(response, "_hidden_params", None)
+    headers = hidden.get("additional_headers") if isinstance(hidden, dict) else None
+    if not isinstance(headers, Mapping):
+        return {}
+    return {
+        str(name): str(value)
+        for name, value in headers.items()
+        if "ratelimit" in str(name).lower() and value is not None
+    }
 
 
 def _unwrap(litellm: Any, exc: Exception) -> Exception:

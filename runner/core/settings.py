@@ -152,6 +152,9 @@ class Settings:
     # Model limits as JSON, {"pattern": {"rpm": .., "tpm": .., "max_concurrent": ..}}:
     # checked here, read by runner/core/limits/model_limits.py (configured()).
     model_limits: str | None = _setting("RUNWRIGHT_MODEL_LIMITS", None)
+    # How long a model call waits in place for its limit before its run parks
+    # (docs/flow-control.md): parked, it holds no worker thread and no lease.
+    limit_wait_seconds: float = _setting("RUNWRIGHT_LIMIT_WAIT_SECONDS", 2.0, minimum=0)
     # Observing runs (runner/observe): log lines, traces, metrics.
     log_format: str = _setting("RUNWRIGHT_LOG_FORMAT", "text")
     otel: bool = _setting("RUNWRIGHT_OTEL", False)

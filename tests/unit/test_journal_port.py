@@ -121,12 +121,9 @@ class _Journal:
     def fence(self) -> Any:
         return type("Fence", (), {"run_id": self.run_.id, "epoch": 1})()
 
-    async def commit_step(self, commit: StepCommit) -> Ended | None:
+    async def commit_step(self, commit: StepCommit, *, soon: bool = False) -> Ended | None:
         self.commits.append(commit)
         return None
-
-    async def commit_step_soon(self, commit: StepCommit) -> None:
-        self.commits.append(commit)
 
     async def effects(self, call_ids: list[str]) -> dict[str, Effect]:
         return {}

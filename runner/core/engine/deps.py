@@ -24,6 +24,9 @@ from runner.core.coordination.leases import Leases
 from runner.core.deprecation import retired
 from runner.core.errors import NotifierGone
 from runner.core.events.feed import Feed
+from runner.core.limits.admission import Admission
+from runner.core.limits.limiter import Limiter
+from runner.core.limits.model_limits import ModelLimits, limits
 from runner.core.observe import Observer, Observers
 from runner.core.observe.logs import LogObserver
 from runner.core.retry import RetryPolicy
@@ -43,6 +46,20 @@ log = logging.getLogger(__name__)
 # delivers a run at that time (see ``tasks.enqueue``); without it, a run that
 # waits to retry is found by tick() once due.
 Enqueue = Callable[[str], object]
+
+
+def _admission(leases: Leases | None, settings: Settings, clock: Clock) -> Admission | None:
+    """Model limits for the executions: in the leases' Redis. Without Redis
+    (an engine built by hand without leases) there is none: limits declared
+    then are not enforced, which the log says once."""
+    env = ModelLimits.from_json(settings.model_limits) if settings.model_limits else ModelLimits()
+    if leases is None:
+        if len(env) or len(limits):
+            log.warning("model limits are declared but this engine has no Redis: not enforced")
+        return None
+    return Admission(
+        Limiter(leases.redis), env, wait_seconds=settings.limit_wait_seconds, clock=clock
+    )
 
 
 def takes_eta(enqueue: Callable[..., object]) -> bool:
@@ -79,6 +96,9 @@ class Deps:
     clock: Clock = SYSTEM
     # Fenced writes from the loop (RUNWRIGHT_STORE_ON_LOOP, PgJournal.write).
     store_on_loop: bool = False
+    # Model calls admitted under their models' limits, in Redis
+    # (runner/core/limits/admission.py); None without Redis.
+    admission: Admission | None = None
 
     @classmethod
     def build(
@@ -129,7 +149,20 @@ class Deps:
             feed=feed,
             clock=clock,
             store_on_loop=settings.store_on_loop,
+            admission=_admission(leases, settings, clock),
         )
+
+    def wake(self, run_ids: Sequence[str]) -> None:
+        """Send the parked runs among ``run_ids`` now: their turn has come
+        under a limit, before the time they were parked until."""
+        if not run_ids:
+            return
+        try:
+            woken = self.store.wake_parked(list(run_ids))
+        except StoreUnavailable as exc:  # they go at their time, or tick() sends them
+            log.warning("could not wake parked runs %s (%s)", list(run_ids), exc)
+            return
+        self.send(woken)
 
     @property
     def tool_executor(self) -> Executor:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
 import functools
 import logging
 import os
@@ -18,6 +19,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from runner.core import appdb, faults, retry
@@ -32,6 +34,8 @@ from runner.core.errors import (
     StoreUnavailable,
 )
 from runner.core.journal import Journal, Start
+from runner.core.limits.admission import Park
+from runner.core.limits.limiter import CallTooLarge
 from runner.core.runtime import in_io, runtime
 from runner.core.steps.run_context import AbortReason, AbortSignal, RunContext
 from runner.core.steps.step_loop import StepLoop
@@ -167,24 +171,57 @@ class Execution:
             try:
                 return await loop.run()
             except (ModelError, MCPUnavailable) as exc:
-                return await self._step_failed(agent, loop.retry, exc)
+                return await self._step_failed(agent, loop.retry, exc, run.model or agent.model)
+            except Park as park:
+                return await self._park(run, park)
+            except CallTooLarge as exc:
+                error = RunError("call_too_large", str(exc))
+                return await self.end(Outcome(RunStatus.FAILED, error=error))
         finally:
             if timer is not None:
                 timer.cancel()
 
+    async def _park(self, run: Run, park: Park) -> Ended:
+        """The step's model call waits for its limit longer than a call waits
+        in place: the run goes back to the queue until it may go, holding no
+        lease and no worker thread, and is sent again then (tick() too, if
+        that message is lost). Nothing of the step was journaled: the call is
+        made once, when the run comes back."""
+        log.info("run %s: %s", self.run_id, park)
+        ended = await self.journal.park(park.key, park.at)
+        self.deps.observer.parked(ended.run, park.key, park.reason.value)
+        return ended
+
     async def _step_failed(
-        self, agent: Agent, previous: RetryWait | None, exc: ModelError | MCPUnavailable
+        self,
+        agent: Agent,
+        previous: RetryWait | None,
+        exc: ModelError | MCPUnavailable,
+        model_name: str,
     ) -> Ended:
         """A step could not run: its model call failed, or an MCP server it
         needs cannot be reached. A transient failure the retry policy still
         allows sends the run back to the queue until its next attempt, holding
         no worker thread meanwhile; otherwise the run fails with the error's
         code (``model_error``, ``mcp_unavailable``, ``mcp_auth``), with its
-        attempts recorded."""
+        attempts recorded. A 429 of a model under a limit is retried when that
+        shared limit lets calls go again (what the provider asked for), not on
+        the policy's own backoff; the policy still counts the attempts."""
         policy = agent.retry or self.deps.retry_policy
         cap = self.deps.settings.max_retry_after_seconds
-        verdict = retry.next_wait(policy, previous, exc, self.deps.clock.now(), max_retry_after=cap)
+        now = self.deps.clock.now()
+        verdict = retry.next_wait(policy, previous, exc, now, max_retry_after=cap)
         wait = verdict.wait
+        admission = self.deps.admission
+        if (
+            wait.at is not None
+            and isinstance(exc, ModelError)
+            and exc.rate_limited
+            and admission is not None
+            and admission.limit_for(model_name) is not None
+        ):
+            pause = min(exc.retry_after or 0.0, cap)
+            wait = dataclasses.replace(wait, at=now + timedelta(seconds=pause))
         if wait.at is None:
             error = RunError(exc.code, verdict.gave_up or exc.message)
             return await self.journal.defer_retry(wait, error)

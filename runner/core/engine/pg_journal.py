@@ -299,12 +299,12 @@ class PgJournal:
     async def start_children(self, children: list[NewChild]) -> list[Run]:
         return await self.write(self.store.start_children, children)
 
-    async def commit_step(self, commit: StepCommit) -> Ended | None:
-        return await self.write(self.store.commit_step, commit)
-
-    async def commit_step_soon(self, commit: StepCommit) -> None:
+    async def commit_step(self, commit: StepCommit, *, soon: bool = False) -> Ended | None:
+        if not soon:
+            return await self.write(self.store.commit_step, commit)
         await self.caught_up()
         self._pending = asyncio.ensure_future(self._write(self.store.commit_step, commit))
+        return None
 
     async def begin_effect(
         self, key: str, tool: str, input: Any, *, rerun_started: bool
@@ -329,6 +329,9 @@ class PgJournal:
 
     async def defer_retry(self, wait: RetryWait, error: RunError | None = None) -> Ended:
         return await self.write(self.store.defer_retry, wait, error)
+
+    async def park(self, key: str, at: datetime) -> Ended:
+        return await self.write(self.store.park, key, at)
 
     async def defer_missing_agent(self, grace_seconds: float) -> Run | None:
         return await self.write(self.store.defer_missing_agent, grace_seconds)

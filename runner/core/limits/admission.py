@@ -26,6 +26,7 @@ from runner.core.clock import SYSTEM, Clock
 from runner.core.errors import RunwrightError
 from runner.core.limits.limiter import Denial, Grant, Limiter, Reason, Waiter
 from runner.core.limits.model_limits import ModelLimit, ModelLimits
+from runner.core.limits.model_limits import limits as in_code
 from runner.core.runtime import in_io
 from store.models import Run
 
@@ -59,26 +60,31 @@ def waiter_of(run: Run) -> Waiter:
 
 
 class Admission:
-    """Model calls admitted under the limits in force (``limits``), taken in
-    ``limiter``'s Redis. ``wait_seconds``: how long a call waits in place
-    before its run parks instead."""
+    """Model calls admitted under the limits in force, taken in ``limiter``'s
+    Redis: those declared in code (:func:`~runner.core.limits.model_limits.register`,
+    read at each call, so an agent module imported later counts), with the
+    patterns of ``env`` (``RUNWRIGHT_MODEL_LIMITS``) replacing theirs.
+    ``wait_seconds``: how long a call waits in place before its run parks."""
 
     def __init__(
         self,
         limiter: Limiter,
-        limits: ModelLimits,
+        env: ModelLimits,
         *,
         wait_seconds: float,
         clock: Clock = SYSTEM,
     ) -> None:
         self.limiter = limiter
-        self.limits = limits
+        self.env = env
         self.wait_seconds = wait_seconds
         self.clock = clock
 
     def limit_for(self, model: str) -> ModelLimit | None:
         """The limit of ``model`` (the most specific pattern's), or None."""
-        found = self.limits.for_model(model)
+        if not len(in_code):
+            found = self.env.for_model(model)
+        else:
+            found = in_code.overlaid(self.env).for_model(model)
         return None if found is None else found[1]
 
     async def enter(

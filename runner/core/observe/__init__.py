@@ -177,6 +177,15 @@ class Observer:
     def retry_scheduled(self, run: Run, wait: RetryWait) -> None:
         return None
 
+    def parked(self, run: Run, key: str, reason: str) -> None:
+        """The run's model call waits for limit ``key`` (``reason``: which part
+        of it, runner/core/limits/limiter.py's Reason): parked until ``run.retry_at``."""
+        return None
+
+    def throttled(self, model: str) -> None:
+        """A provider answered a call to ``model`` with a 429."""
+        return None
+
     def ended(self, run: Run, seconds: float) -> None:
         """An execution ended after ``seconds``: it moved the run out of
         ``running`` (to a final status, ``waiting``, ``interrupted``, or
@@ -258,6 +267,12 @@ class Observers(Observer):
 
     def retry_scheduled(self, run: Run, wait: RetryWait) -> None:
         self._each("retry_scheduled", run, wait)
+
+    def parked(self, run: Run, key: str, reason: str) -> None:
+        self._each("parked", run, key, reason)
+
+    def throttled(self, model: str) -> None:
+        self._each("throttled", model)
 
     def ended(self, run: Run, seconds: float) -> None:
         self._each("ended", run, seconds)

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from runner.core.agent import Agent
 from runner.core.clock import Clock
+from runner.core.limits.admission import Admission
 from runner.core.observe import Observer
 from runner.core.retry import RetryPolicy
 from runner.core.settings import Settings
@@ -51,8 +52,12 @@ class Services(Protocol):
     def notify_delay(self) -> timedelta: ...
     @property
     def tool_executor(self) -> Executor: ...
+    @property
+    def admission(self) -> Admission | None: ...
 
     def send(self, run_ids: Iterable[str]) -> None: ...
+
+    def wake(self, run_ids: Sequence[str]) -> None: ...
 
     async def notify_approvals(
         self, agent: Agent, run: Run, new: Sequence[NewApproval]

@@ -18,7 +18,7 @@ from typing import Any, Protocol, TypeVar
 
 from runner.core import model
 from runner.core.agent import Agent
-from runner.core.errors import InvalidInput
+from runner.core.errors import InvalidInput, ModelError
 from runner.core.journal import Journal, Start
 from runner.core.observe import FirstSeen, ModelCall
 from runner.core.steps.builtin_tools import (
@@ -342,7 +342,7 @@ class StepLoop:
         model_name = self.run_.model or self.agent.model
         observed = ModelCall(model_name, k, messages=self.messages, tools=tuple(self.tools))
         with self.deps.observer.model_call(self.run_, observed):
-            reply = await self._call_model(model_name, k)
+            reply = await self._admitted_call(model_name, k)
             if reply is None:
                 return None
             observed.usage = reply.usage
@@ -401,7 +401,41 @@ class StepLoop:
 
         return publish
 
-    async def _call_model(self, model_name: str, k: int) -> model.ModelReply | None:
+    async def _admitted_call(self, model_name: str, k: int) -> model.ModelReply | None:
+        """The model's reply, under its model's limit when it has one
+        (docs/flow-control.md): the call takes a request, its expected
+        tokens and a slot first, waiting its turn a short while in place; a
+        longer wait raises :class:`~runner.core.limits.admission.Park` and
+        the execution parks the run, none of the step journaled yet. After
+        the call its grant is finished with the tokens it used, what the
+        provider said of its limits is learnt by every process, and the
+        parked runs whose turn it now is are sent."""
+        admission = self.deps.admission
+        if admission is None or admission.limit_for(model_name) is None:
+            return await self._call_model(model_name, k)
+        tokens = await self._expected_tokens()
+        admitted = await admission.enter(model_name, tokens, self.run_, self._aborted_within)
+        if admitted is None:
+            return None
+        used = 0
+        try:
+            reply = await self._call_model(model_name, k, retry_rate_limits=False)
+            if reply is not None:
+                used = reply.usage.total
+                await admission.learn(model_name, headers=reply.rate_limits)
+            return reply
+        except ModelError as exc:
+            if exc.rate_limited:  # for every process: the durable retry waits on the limit
+                self.deps.observer.throttled(model_name)
+                await admission.learn(model_name, retry_after=exc.retry_after or 0.0)
+            raise
+        finally:
+            turns = await asyncio.shield(admission.leave(admitted, used))
+            self.deps.wake([run_id for run_id in turns if run_id != self.run_.id])
+
+    async def _call_model(
+        self, model_name: str, k: int, *, retry_rate_limits: bool = True
+    ) -> model.ModelReply | None:
         """The model's reply, or None if an abort won the race."""
         policy = self.agent.retry or self.deps.retry_policy
         # The call is awaited in this task, and an abort cancels the task
@@ -440,6 +474,7 @@ class StepLoop:
                 transient=policy.transient,
                 on_delta=self._deltas(k) if self.agent.stream else None,
                 sleep=self.deps.clock.sleep,
+                retry_rate_limits=retry_rate_limits,
             )
         except asyncio.CancelledError:
             # Ours unless someone else cancelled the execution too.
@@ -513,8 +548,8 @@ class StepLoop:
         )
         if not (commit.outcome or commit.waits or commit.approvals or started):
             # The run goes on: the next model call overlaps this commit, and
-            # the next write waits for it (Journal.commit_step_soon).
-            await self.journal.commit_step_soon(commit)
+            # the next write waits for it (Journal.commit_step).
+            await self.journal.commit_step(commit, soon=True)
             self.saved = len(self.messages)
             self.index = k
             self.state.changed = False
