@@ -7,8 +7,9 @@ approval can take a decision are decided here; the statements of
 what is claimable and when a takeover crashes a run (``pg/execution.py``,
 ``CLAIM``), what a park writes (``pg/flow.py``, ``PARK``), what progress
 resets (``RECORD_LLM_STEP``, ``COMMIT_STEP``), which run of a concurrency key
-goes next (``CLAIM``, and ``pg/base.py``'s ``NEXT_IN_KEY``), what a retry resets and reopens (``pg/retry_fork.py``), and
-which events a write makes (``store/events.py``).
+goes next (``CLAIM``, and ``pg/base.py``'s ``NEXT_IN_KEY``), what a retry
+resets and reopens (``pg/retry_fork.py``), and which events a write makes
+(``store/events.py``).
 """
 
 from __future__ import annotations
