@@ -3,7 +3,9 @@
 Events are derived from the rows the store commits, never written beside them:
 
 - a ``step`` event is a ``steps`` row;
-- a ``status`` event is a change of ``runs.status`` (and a run's creation);
+- a ``status`` event is a change of ``runs.status`` (and a run's creation),
+  with the time a queued run may go (``retry_at``) and the limit it is parked
+  on (``parked_on``), when it has them;
 - an ``execution`` event is a rise of ``runs.claim_epoch`` (a claim; a takeover
   when the run was ``running`` under an older epoch);
 - an ``approval`` event is an approval row (a request for a person: an
@@ -155,7 +157,7 @@ BEGIN
         INSERT INTO run_events (run_id, type, data)
         VALUES (NEW.id, 'status', jsonb_strip_nulls(jsonb_build_object(
             'status', NEW.status, 'error_code', NEW.error_code,
-            'retry_at', to_jsonb(NEW.retry_at))));
+            'retry_at', to_jsonb(NEW.retry_at), 'parked_on', NEW.parked_key)));
     END IF;
     -- A child run's start and settle are events of its parent's too.
     IF NEW.parent_id IS NOT NULL AND (TG_OP = 'INSERT' OR (

@@ -260,6 +260,14 @@ class Run:
     # A child's ancestors, its parent first and its top-level run last; a
     # top-level run has none.
     ancestors: tuple[str, ...] = ()
+    # Flow control (docs/architecture.md): the tenant the run belongs to, and
+    # its priority, 0 to 9 (a child takes its parent's).
+    tenant: str | None = None
+    priority: int = 0
+    # The limit the queued run is parked on (``PostgresStore.park``), and
+    # when it may go; None when it is not parked.
+    parked_key: str | None = None
+    parked_until: datetime | None = None
 
     @property
     def depth(self) -> int:
@@ -506,6 +514,9 @@ class NewRun:
     id: str = field(default_factory=new_id)
     # W3C trace context to carry to the executions (runner/observe).
     trace_context: dict[str, str] | None = None
+    # The tenant the run belongs to, and its priority, 0 to 9 (store/validate.py).
+    tenant: str | None = None
+    priority: int = 0
 
     @property
     def thread(self) -> str | None:
@@ -575,6 +586,8 @@ class NewChild:
     id: str = field(default_factory=new_id)
     trace_context: dict[str, str] | None = None
     bounds: tuple[BudgetBound, ...] = ()
+    # None: the parent's tenant. A child always takes its parent's priority.
+    tenant: str | None = None
 
 
 @dataclass(frozen=True)
@@ -668,7 +681,7 @@ class Ended:
     def hands_on(self) -> bool:
         """Whether the end leaves anything to queue or send: the run again
         (interrupted), the next run of its concurrency key, the parents it
-        resumed, or its retry's delayed message. Everything
+        resumed, or the delayed message of its retry or its park. Everything
         ``Deps.after_end`` acts on, which an execution skips (and the
         thread it takes) when this is False."""
         run = self.run
@@ -677,7 +690,19 @@ class Ended:
             or self.next_in_key is not None
             or bool(self.resumed)
             or run.retry_at is not None
+            or run.parked_until is not None
         )
+
+
+@dataclass(frozen=True)
+class ParkedKey:
+    """The runs parked on one limit (``PostgresStore.parked``): how many, how
+    many of each tenant (None: runs of no tenant), and when the first may go."""
+
+    key: str
+    runs: int
+    tenants: dict[str | None, int]
+    next_at: datetime
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@ statements that decide them, beside the code that runs them in ``store/pg/``).
 
 The class is assembled from one part per concern (``store/pg/``): runs, claims
 and fenced execution writes, child runs, effects of unknown outcome, approvals, tick
-maintenance, retry and fork, what the metrics endpoint reads, and schedules.
+maintenance, retry and fork, what the metrics endpoint reads, schedules, and
+flow control (a run parked on a limit).
 Each part holds its statements; :class:`store.db.Executor` runs them.
 
 Methods taking a :class:`~store.models.Fence` are the writes of a running run:
@@ -25,6 +26,7 @@ from store.pg.approvals import PgApprovals
 from store.pg.children import PgChildren
 from store.pg.effects import PgEffects
 from store.pg.execution import PgExecution
+from store.pg.flow import PgFlow
 from store.pg.maintenance import PgMaintenance
 from store.pg.observe import PgObserve
 from store.pg.retry_fork import PgRetryFork
@@ -36,6 +38,7 @@ from store.validate import DEFAULT_MAX_PAYLOAD_BYTES
 class PostgresStore(
     PgRuns,
     PgChildren,
+    PgFlow,
     PgExecution,
     PgEffects,
     PgApprovals,

@@ -97,6 +97,11 @@ def run_from_row(row: Mapping[str, Any], waiting: WaitPoint | None = None) -> Ru
         detached=bool(m.get("detached", False)),
         budget_bounds=tuple(BudgetBound.from_json(b) for b in m.get("budget_bounds") or ()),
         ancestors=tuple(str(a) for a in m.get("ancestors") or ()),
+        tenant=m.get("tenant"),
+        priority=int(m.get("priority") or 0),
+        parked_key=m.get("parked_key"),
+        # A parked run may go at its retry_at (store/pg/flow.py).
+        parked_until=None if m.get("parked_key") is None else m["retry_at"],
     )
 
 

@@ -5,10 +5,11 @@ step's commit moves a run to and which steps it journals, and whether an
 approval can take a decision are decided here; the statements of
 ``store/pg/`` apply them. The rules that SQL decides are written there only:
 what is claimable and when a takeover crashes a run (``pg/execution.py``,
-``CLAIM``), what progress resets (``RECORD_LLM_STEP``, ``COMMIT_STEP``), which
-run of a concurrency key goes next (``CLAIM``, and ``pg/base.py``'s
-``NEXT_IN_KEY``), what a retry resets and reopens (``pg/retry_fork.py``), and
-which events a write makes (``store/events.py``).
+``CLAIM``), what a park writes (``pg/flow.py``, ``PARK``), what progress
+resets (``RECORD_LLM_STEP``, ``COMMIT_STEP``), which run of a concurrency key
+goes next (``CLAIM``, and ``pg/base.py``'s ``NEXT_IN_KEY``), what a retry
+resets and reopens (``pg/retry_fork.py``), and which events a write makes
+(``store/events.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from store.errors import (
     ApprovalAlreadyDecided,
     ApprovalExpired,
     CheckpointConflict,
+    InvalidInput,
     InvalidTransition,
     RunNotWaiting,
     WrongRequestKind,
@@ -179,6 +181,14 @@ def retry_outcome(wait: RetryWait, error: RunError | None) -> Outcome:
     if wait.at is None:
         raise InvalidTransition("a run waiting to retry needs a time to retry at")
     return Outcome(RunStatus.QUEUED, not_before=wait.at)
+
+
+def park_outcome(at: datetime) -> Outcome:
+    """A run parked on a limit (store/pg/flow.py): back to the queue until
+    ``at``, an aware time, as a run waiting to retry is."""
+    if not isinstance(at, datetime) or at.utcoffset() is None:
+        raise InvalidInput(f"a parked run needs an aware time to go at, not {at!r}")
+    return Outcome(RunStatus.QUEUED, not_before=at)
 
 
 def check_fail_waiting(run_id: str, status: RunStatus) -> None:

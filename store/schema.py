@@ -118,6 +118,15 @@ runs = sa.Table(
         nullable=False,
         server_default=sa.text("nextval('runs_arrival_seq')"),
     ),
+    # Flow control (0018, docs/architecture.md): the tenant the engine computed
+    # at the run's start, and its priority, 0 to 9 (a child takes its parent's).
+    sa.Column("tenant", sa.Text),
+    sa.Column("priority", sa.SmallInteger, nullable=False, server_default="0"),
+    # The limit a queued run is parked on (a model, a concurrency key...) until
+    # its retry_at: set by the park (store/pg/flow.py), cleared by the claim and
+    # by an end from the queue (a cancel), so that it is set only while the run
+    # is parked now.
+    sa.Column("parked_key", sa.Text),
     sa.Column("enqueued_at", _TS),
     sa.Column("created_at", _TS, nullable=False, server_default=_NOW),
     sa.Column("updated_at", _TS, nullable=False, server_default=_NOW),
@@ -132,6 +141,7 @@ runs = sa.Table(
         "interrupted_reason IS NULL OR interrupted_reason IN ('drain', 'agent_missing')",
         name="runs_interrupted_reason_valid",
     ),
+    sa.CheckConstraint("priority BETWEEN 0 AND 9", name="runs_priority_valid"),
     sa.UniqueConstraint("agent", "trigger_id", name="runs_agent_trigger_id_key"),
     # One holder per concurrency key, race-free: a second claim fails on this index.
     sa.Index(
@@ -184,6 +194,8 @@ runs = sa.Table(
     ),
     # A tree's reservations in flight (the shared budget's admission).
     sa.Index("runs_root_reserved_idx", "root_id", postgresql_where=sa.text("reserved_tokens > 0")),
+    # The runs parked on each limit (``parked``: runwright limits).
+    sa.Index("runs_parked_idx", "parked_key", postgresql_where=sa.text("parked_key IS NOT NULL")),
 )
 
 steps = sa.Table(

@@ -29,6 +29,12 @@ MAX_AGENT_CHARS = 128
 
 _SCALARS = (str, int, float, bool, type(None))
 
+# Flow control: a run's priority, and the longest tenant and limit key.
+MIN_PRIORITY, MAX_PRIORITY = 0, 9
+MAX_TENANT_CHARS = 200
+MAX_LIMIT_KEY_CHARS = 200
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
 
 def check_text(value: object, what: str, *, max_chars: int | None = None) -> str:
     """A string Postgres can store: no NUL, valid UTF-8 (no lone surrogates)."""
@@ -102,6 +108,8 @@ def check_new_run(new: NewRun, limit: int) -> None:
         check_text(trigger.thread, "the thread", max_chars=MAX_ID_CHARS)
     if new.concurrency_key is not None:
         check_text(new.concurrency_key, "the concurrency key", max_chars=MAX_KEY_CHARS)
+    check_tenant(new.tenant)
+    check_priority(new.priority)
     check_text(trigger.source, "the trigger source")
     check_text(trigger.trigger, "the trigger name")
     if not isinstance(trigger.keys, dict):
@@ -123,6 +131,39 @@ def check_new_run(new: NewRun, limit: int) -> None:
             f"trigger payload is {payload_size} bytes; the limit is {limit} "
             "(RUNWRIGHT_MAX_PAYLOAD_BYTES)"
         )
+
+
+def check_tenant(tenant: object) -> str | None:
+    """A run's tenant: None, or a name of at most :data:`MAX_TENANT_CHARS`
+    characters with no control characters."""
+    if tenant is None:
+        return None
+    text = check_text(tenant, "the tenant", max_chars=MAX_TENANT_CHARS)
+    if not text.strip():
+        raise InvalidInput("the tenant must be a non-empty name, or None for no tenant")
+    if _CONTROL.search(text):
+        raise InvalidInput(f"the tenant {shown_id(text)} contains a control character")
+    return text
+
+
+def check_priority(priority: object) -> int:
+    """A run's priority: an int from :data:`MIN_PRIORITY` to :data:`MAX_PRIORITY`."""
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise InvalidInput(f"the priority must be an int, not {type(priority).__name__}")
+    if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        raise InvalidInput(
+            f"the priority is {priority}; it must be from {MIN_PRIORITY} to {MAX_PRIORITY}"
+        )
+    return priority
+
+
+def check_limit_key(key: object) -> str:
+    """The limit a run is parked on: non-empty text of at most
+    :data:`MAX_LIMIT_KEY_CHARS` characters."""
+    text = check_text(key, "the limit key", max_chars=MAX_LIMIT_KEY_CHARS)
+    if not text:
+        raise InvalidInput("the limit key is empty")
+    return text
 
 
 # Runwright writes every id as a lowercase, hyphenated UUID, and only that

@@ -45,6 +45,8 @@ LOCK_RUN = Statement(
     """,
 )
 
+# An end by another process (a cancel, a failed wait): a run cancelled from the
+# queue is parked on nothing any more (store/pg/flow.py).
 END_BY_ID = Statement(
     "end_by_id",
     """
@@ -72,7 +74,8 @@ END_BY_ID = Statement(
         reserved_tokens = CASE WHEN CAST(:o_status AS text) IS NULL THEN reserved_tokens
                                ELSE 0 END,
         updated_at = now(),
-        cancel_requested = cancel_requested OR CAST(:cancel AS bool)
+        cancel_requested = cancel_requested OR CAST(:cancel AS bool),
+        parked_key = NULL
      WHERE id = CAST(:run_id AS uuid)
     """,
 )

@@ -20,18 +20,20 @@ from store.pg.execution import PgExecution, lost_lease
 from store.rows import run_from_row
 from store.rules import admit
 from store.statements import Statement
-from store.validate import check_run_id
+from store.validate import check_run_id, check_tenant
 
+# A child takes its parent's priority, and its tenant unless it has its own.
 START_CHILD = Statement(
     "start_child",
     """
     INSERT INTO runs (id, agent, status, trigger, trigger_id, trace_context, enqueued_at,
-                      parent_id, parent_call_id, detached, budget_bounds, ancestors, root_id)
+                      parent_id, parent_call_id, detached, budget_bounds, ancestors, root_id,
+                      tenant, priority)
     SELECT CAST(:id AS uuid), CAST(:agent AS text), 'queued',
            CAST(:trigger AS json), CAST(:trigger_id AS text), CAST(:trace_context AS json),
            now(), p.id, CAST(:call_id AS text), CAST(:detached AS bool),
            CAST(:bounds AS json), ARRAY[p.id] || COALESCE(p.ancestors, '{}'),
-           COALESCE(p.root_id, p.id)
+           COALESCE(p.root_id, p.id), COALESCE(CAST(:tenant AS text), p.tenant), p.priority
       FROM runs AS p
      -- A parent whose cancel was asked for starts no more children.
      WHERE p.id = CAST(:run_id AS uuid) AND NOT p.cancel_requested
@@ -173,6 +175,7 @@ class PgChildren(PgExecution):
         sends those still queued once the parent's wait is committed."""
         params = []
         for child in children:
+            tenant = check_tenant(child.tenant)
             params.append(
                 {
                     "id": child.id,
@@ -184,6 +187,7 @@ class PgChildren(PgExecution):
                     "call_id": child.call_id,
                     "detached": child.detached,
                     "bounds": dumps([b.as_json() for b in child.bounds]) if child.bounds else None,
+                    "tenant": tenant,
                 }
             )
         calls = {child.call_id for child in children}

@@ -81,6 +81,7 @@ CLAIM = Statement(
            takeovers = r.takeovers + CASE WHEN r.status = 'running' THEN 1 ELSE 0 END,
            -- A reservation an execution that died left (the shared budget's admission).
            reserved_tokens = 0,
+           parked_key = NULL,
            started_at = COALESCE(r.started_at, now()),
            updated_at = now()
      WHERE r.id = CAST(:run_id AS uuid)

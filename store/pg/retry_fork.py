@@ -197,17 +197,20 @@ EXISTING_RUN = Statement(
     """,
 )
 
+# A fork keeps its original's tenant and priority (a retry, the same row, keeps
+# them too).
 CREATE_FORK = Statement(
     "create_fork",
     """
     INSERT INTO runs (id, agent, status, trigger, trigger_id, concurrency_key, thread,
                       trace_context, enqueued_at, state, steps_used, extra_steps, model,
-                      forked_from, forked_at_step)
-    VALUES (CAST(:id AS uuid), CAST(:agent AS text), 'queued',
-            CAST(:trigger AS json), CAST(:trigger_id AS text), CAST(:key AS text),
-            CAST(:thread AS text), CAST(:trace_context AS json), now(), CAST(:state AS json),
-            CAST(:at AS int), CAST(:at AS int), CAST(:model AS text), CAST(:run_id AS uuid),
-            CAST(:at AS int))
+                      forked_from, forked_at_step, tenant, priority)
+    SELECT CAST(:id AS uuid), CAST(:agent AS text), 'queued',
+           CAST(:trigger AS json), CAST(:trigger_id AS text), CAST(:key AS text),
+           CAST(:thread AS text), CAST(:trace_context AS json), now(), CAST(:state AS json),
+           CAST(:at AS int), CAST(:at AS int), CAST(:model AS text), o.id,
+           CAST(:at AS int), o.tenant, o.priority
+      FROM runs AS o WHERE o.id = CAST(:run_id AS uuid)
     ON CONFLICT DO NOTHING
     RETURNING *
     """,

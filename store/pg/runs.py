@@ -20,10 +20,11 @@ CREATE_RUN = Statement(
     "create_run",
     """
     INSERT INTO runs (id, agent, status, trigger, trigger_id, concurrency_key, thread,
-                      trace_context, enqueued_at)
+                      trace_context, enqueued_at, tenant, priority)
     VALUES (CAST(:id AS uuid), CAST(:agent AS text), 'queued',
             CAST(:trigger AS json), CAST(:trigger_id AS text), CAST(:key AS text),
-            CAST(:thread AS text), CAST(:trace_context AS json), now())
+            CAST(:thread AS text), CAST(:trace_context AS json), now(),
+            CAST(:tenant AS text), CAST(:priority AS smallint))
     ON CONFLICT ON CONSTRAINT runs_agent_trigger_id_key DO NOTHING
     RETURNING *
     """,
@@ -183,6 +184,8 @@ def new_run_params(new: NewRun) -> dict[str, Any]:
         "key": new.concurrency_key,
         "thread": new.thread,
         "trace_context": dumps(new.trace_context) if new.trace_context else None,
+        "tenant": new.tenant,
+        "priority": new.priority,
     }
 
 

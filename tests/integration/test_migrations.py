@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -11,6 +13,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
 from store.migrate import downgrade, upgrade
+from store.models import Fence
 from store.postgres import PostgresStore
 from store.schema import metadata
 from tests.helpers import try_claim
@@ -306,5 +309,58 @@ def test_0014_keeps_a_waiting_approval_decidable_and_goes_back(
             assert conn.execute(sa.text("SELECT decision FROM approvals")).scalar_one() == (
                 "approved"
             )
+    finally:
+        engine.dispose()
+
+
+def test_0018_keeps_the_runs_0017_stored_and_goes_back(empty_databases: tuple[str, str]) -> None:
+    """Runs stored under 0017 have no tenant, the default priority and are
+    parked on nothing after 0018; a park's status event says on what, and a
+    priority out of range is refused. Going back to 0017 keeps the runs, and
+    their status events no longer name a limit."""
+    url, _ = empty_databases
+    upgrade(url, "0017")
+    engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg2://"))
+    insert = sa.text(
+        "INSERT INTO runs (id, agent, status, trigger, trigger_id)"
+        " VALUES (gen_random_uuid(), 'a', 'queued', '{}', :t) RETURNING id"
+    )
+    try:
+        with engine.begin() as conn:
+            run_id = str(conn.execute(insert, {"t": "t1"}).scalar_one())
+        upgrade(url)
+        with engine.connect() as conn:
+            row = conn.execute(sa.text("SELECT tenant, priority, parked_key FROM runs")).one()
+        assert tuple(row) == (None, 0, None)
+        store = PostgresStore.from_url(url)
+        try:
+            claim = try_claim(store, run_id, "w", 30)
+            assert claim is not None
+            at = datetime.now(UTC) + timedelta(minutes=1)
+            store.park(Fence(run_id, "w", claim.epoch), "openai/gpt-4o", at)
+            assert store.events(run_id)[-1].data["parked_on"] == "openai/gpt-4o"
+        finally:
+            store.close()
+        refused = pytest.raises(sa.exc.IntegrityError, match="runs_priority_valid")
+        with refused, engine.begin() as conn:
+            conn.execute(sa.text("UPDATE runs SET priority = 10"))
+
+        downgrade(url, "0017")
+        with engine.begin() as conn:
+            assert conn.execute(sa.text("SELECT id, status FROM runs")).one() == (
+                uuid.UUID(run_id),
+                "queued",
+            )
+            conn.execute(sa.text("UPDATE runs SET status = 'cancelled'"))
+            data = conn.execute(
+                sa.text(
+                    "SELECT data FROM run_events WHERE type = 'status' ORDER BY id DESC LIMIT 1"
+                )
+            ).scalar_one()
+            assert data["status"] == "cancelled" and "parked_on" not in data
+            conn.execute(insert, {"t": "t2"})
+        upgrade(url)
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(*) FROM runs")).scalar_one() == 2
     finally:
         engine.dispose()

@@ -13,7 +13,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -32,6 +32,7 @@ from store.errors import (
     ScheduleNotFound,
     WrongRequestKind,
 )
+from store.events import EventType
 from store.models import (
     AdmissionVerdict,
     BudgetBound,
@@ -47,8 +48,10 @@ from store.models import (
     OnDeny,
     Outcome,
     Overlap,
+    ParkedKey,
     RequestKind,
     RetryWait,
+    Run,
     RunError,
     RunStatus,
     Schedule,
@@ -1029,6 +1032,185 @@ def test_defer_retry_queues_the_run_not_before_its_time(store: PostgresStore) ->
     assert store.get_run(due).retry is not None  # kept until progress
     assert store.record_llm_step(again, llm_record(2))
     assert store.get_run(due).retry is None
+
+
+def _reserve(store: PostgresStore, run_id: str, tokens: int) -> None:
+    """What an admitted model call in flight holds of a shared budget."""
+    with store.engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE runs SET reserved_tokens = :tokens WHERE id = :id"),
+            {"tokens": tokens, "id": run_id},
+        )
+
+
+def test_a_parked_run_waits_in_the_queue_until_its_time(store: PostgresStore) -> None:
+    """A park gives the run back as a retry's wait does (queued, claim and
+    reservation released, not claimable before its time, found by tick()
+    after it), with the limit it waits on, which its status event carries and
+    its next claim clears; a fence that is not the run's writes nothing."""
+    fence = claimed(store)
+    store.commit_step(fence, commit(1, 0, [msg(0)]))
+    _reserve(store, fence.run_id, 500)
+    at = utcnow() + timedelta(seconds=30)
+    before = snapshot(store)
+    for stale in (Fence(fence.run_id, fence.owner, fence.epoch + 1), Fence(fence.run_id, "x", 1)):
+        with pytest.raises(LeaseLostError):
+            store.park(stale, "openai/gpt-4o-mini", at)
+    assert snapshot(store) == before
+
+    ended = store.park(fence, "openai/gpt-4o-mini", at)
+    run = ended.run
+    assert run.status is RunStatus.QUEUED and run.claim is None
+    assert (run.parked_key, run.parked_until, run.enqueued_at) == ("openai/gpt-4o-mini", at, at)
+    assert run.retry is None and run.retry_at is None  # no failed attempt
+    assert ended.hands_on  # its message is sent at its time
+    assert store.get_run(fence.run_id) == run
+    with store.engine.connect() as conn:
+        reserved = conn.execute(
+            sa.text("SELECT reserved_tokens FROM runs WHERE id = :id"), {"id": fence.run_id}
+        ).scalar_one()
+    assert reserved == 0
+    with pytest.raises(LeaseLostError):  # the fence is gone with the claim
+        store.park(fence, "openai/gpt-4o-mini", at)
+    status = [e for e in store.events(fence.run_id) if e.type is EventType.STATUS][-1]
+    assert status.data == {**status.data, "status": "queued", "parked_on": "openai/gpt-4o-mini"}
+    assert datetime.fromisoformat(status.data["retry_at"]) == at
+
+    # Not claimable before its time; tick() finds it once the re-enqueue delay passed.
+    assert store.claim_run(fence.run_id, "worker-b", 30, now=at - timedelta(seconds=1)) is None
+    assert fence.run_id not in store.stale_claimable(100, 10)
+    assert fence.run_id in store.stale_claimable(100, 10, now=at + timedelta(seconds=11))
+    claimed_again = store.claim_run(fence.run_id, "worker-b", 30, now=at + timedelta(seconds=1))
+    assert isinstance(claimed_again, Run) and claimed_again.claim is not None
+    assert (claimed_again.parked_key, claimed_again.parked_until) == (None, None)
+    assert store.parked() == []
+    running = [e for e in store.events(fence.run_id) if e.type is EventType.STATUS][-1]
+    assert running.data["status"] == "running" and "parked_on" not in running.data
+
+
+def test_a_park_keeps_a_durable_retrys_attempts(store: PostgresStore) -> None:
+    """A run waiting to retry a failing call, parked on its limit: the
+    attempts stay (parking is admission, not a failure); its time is the park's."""
+    fence = claimed(store)
+    since = utcnow()
+    first = since + timedelta(seconds=5)
+    store.defer_retry(fence, RetryWait(attempts=2, since=since, error="429", at=first))
+    force_retry_due(store, fence.run_id)
+    again = claimed_run(store, fence.run_id)
+    at = since + timedelta(seconds=60)
+    run = store.park(again, "anthropic/*", at).run
+    assert run.retry == RetryWait(attempts=2, since=since, error="429", at=at)
+    assert (run.parked_key, run.parked_until, run.retry_at) == ("anthropic/*", at, at)
+
+
+def test_a_cancelled_parked_run_is_parked_no_more(store: PostgresStore) -> None:
+    fence = claimed(store)
+    store.park(fence, "concurrency:acme", utcnow() + timedelta(minutes=5))
+    assert [p.key for p in store.parked()] == ["concurrency:acme"]
+    result = store.request_cancel(fence.run_id)
+    assert result.run.status is RunStatus.CANCELLED and result.run.parked_key is None
+    assert store.parked() == []
+
+
+def test_parked_counts_each_limits_runs_by_tenant(store: PostgresStore) -> None:
+    now = utcnow()
+    plan = [
+        ("openai/gpt-4o", "acme", 30),
+        ("openai/gpt-4o", "acme", 10),
+        ("openai/gpt-4o", "beta", 20),
+        ("openai/gpt-4o", None, 40),
+        ("anthropic/*", "acme", 50),
+    ]
+    for key, tenant, seconds in plan:
+        run, _ = store.create_run(dataclasses.replace(new_run(), tenant=tenant))
+        store.park(claimed_run(store, run.id), key, now + timedelta(seconds=seconds))
+    claimed(store)  # running: parked on nothing
+    gone = claimed(store)
+    store.park(gone, "openai/gpt-4o", now)
+    claimed_run(store, gone.run_id)  # claimed again: parked no more
+
+    anthropic = ParkedKey("anthropic/*", 1, {"acme": 1}, now + timedelta(seconds=50))
+    openai = ParkedKey(
+        "openai/gpt-4o", 4, {None: 1, "acme": 2, "beta": 1}, now + timedelta(seconds=10)
+    )
+    assert store.parked() == [anthropic, openai]
+    assert store.parked("openai/gpt-4o") == [openai]
+    assert store.parked("nothing/parked") == []
+    with pytest.raises(InvalidInput):
+        store.parked("")
+
+
+def test_tenant_and_priority_go_with_a_run_its_children_retries_and_forks(
+    store: PostgresStore,
+) -> None:
+    """A run keeps the tenant and priority it started with; a child takes its
+    parent's priority, and its tenant unless it has its own; a retry and a
+    fork keep their original's."""
+    plain, _ = store.create_run(new_run())
+    assert (plain.tenant, plain.priority) == (None, 0)
+    run, _ = store.create_run(
+        dataclasses.replace(new_run(trigger_id="acme-1"), tenant="acme", priority=7)
+    )
+    assert (run.tenant, run.priority) == ("acme", 7)
+    assert (store.get_run(run.id).tenant, store.get_run(run.id).priority) == ("acme", 7)
+    fence = claimed_run(store, run.id)
+    own = dataclasses.replace(_child(fence, "c2"), tenant="beta")
+    started = store.start_children(fence, [_child(fence, "c1"), own])
+    assert {c.parent_call_id: (c.tenant, c.priority) for c in started} == {
+        "c1": ("acme", 7),
+        "c2": ("beta", 7),
+    }
+
+    store.commit_step(fence, commit(1, 0, [msg(0), msg(1)]))
+    store.end(fence, Outcome(RunStatus.FAILED, error=RunError("model_error", "no")))
+    retried = store.retry_run(run.id).run
+    assert (retried.tenant, retried.priority) == ("acme", 7)
+    new = dataclasses.replace(new_run(trigger_id="fork-acme"), tenant="other", priority=1)
+    fork = store.fork_run(run.id, 1, new, model=None)
+    assert (fork.tenant, fork.priority) == ("acme", 7)
+    assert (store.get_run(fork.id).tenant, store.get_run(fork.id).priority) == ("acme", 7)
+
+
+@pytest.mark.parametrize(
+    ("fields", "error"),
+    [
+        ({"priority": 10}, "from 0 to 9"),
+        ({"priority": -1}, "from 0 to 9"),
+        ({"priority": True}, "must be an int, not bool"),
+        ({"priority": "3"}, "must be an int, not str"),
+        ({"priority": 2.0}, "must be an int, not float"),
+        ({"tenant": ""}, "non-empty"),
+        ({"tenant": "   "}, "non-empty"),
+        ({"tenant": "t" * 201}, "the limit is 200"),
+        ({"tenant": "acme\nbeta"}, "control character"),
+        ({"tenant": "acme\x00"}, "NUL"),
+        ({"tenant": 5}, "must be a string, not int"),
+    ],
+)
+def test_a_bad_tenant_or_priority_is_one_clear_error_and_writes_nothing(
+    store: PostgresStore, fields: dict[str, Any], error: str
+) -> None:
+    fence = claimed(store)
+    before = snapshot(store)
+    with pytest.raises(InvalidInput, match=error):
+        store.create_run(dataclasses.replace(new_run(trigger_id="bad"), **fields))
+    if "tenant" in fields:
+        with pytest.raises(InvalidInput, match=error):
+            store.start_children(fence, [dataclasses.replace(_child(fence, "c"), **fields)])
+    assert snapshot(store) == before
+
+
+def test_a_bad_park_is_one_clear_error_and_writes_nothing(store: PostgresStore) -> None:
+    fence = claimed(store)
+    at = utcnow() + timedelta(seconds=30)
+    before = snapshot(store)
+    for key, error in (("", "empty"), ("k" * 201, "the limit is 200"), (3, "not int")):
+        with pytest.raises(InvalidInput, match=error):
+            store.park(fence, key, at)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match="aware time"):
+        store.park(fence, "openai/gpt-4o", at.replace(tzinfo=None))
+    assert snapshot(store) == before
+    assert store.get_run(fence.run_id).status is RunStatus.RUNNING
 
 
 def test_effect_reads_back_as_journaled(store: PostgresStore) -> None:

@@ -39,7 +39,8 @@ TABLES = {
         "forked_at_step", "trace_context", "cost_usd", "usage_estimated", "needs_attention",
         "cancelled_by", "interrupted_reason", "interrupted_by", "cost_unpriced",
         "parent_id", "parent_call_id", "detached", "budget_bounds", "root_id", "ancestors",
-        "reserved_tokens", "arrival", "enqueued_at", "created_at",
+        "reserved_tokens", "arrival", "tenant", "priority", "parked_key", "enqueued_at",
+        "created_at",
         "updated_at", "started_at", "finished_at",
     ],
     "steps": [
