@@ -183,6 +183,10 @@ class Agent:
     # (``as_tool``), which become its trigger payload; default: one ``task``.
     input: type[pydantic.BaseModel] | None = None
     concurrency_key: Callable[[TriggerEnvelope], str | None] | None = None
+    # Whose run it is, from its trigger (``lambda t: t.keys["org"]``): runs
+    # waiting for a contended limit are admitted tenant by tenant, in turn
+    # (docs/flow-control.md). None: all its runs are one tenant's.
+    tenant: Callable[[TriggerEnvelope], str | None] | None = None
     notifier: Callable[[ApprovalRequest], Any] | None = None
     on_error: Callable[[str, BaseException], Any] | None = None
     # Deprecated: RetryPolicy(in_call_retries=..., in_call_backoff=...). Retries
@@ -228,6 +232,11 @@ class Agent:
             )
         if self.retry is not None and not isinstance(self.retry, RetryPolicy):
             raise InvalidInput(f"agent {self.name!r}: retry must be a RetryPolicy")
+        if self.tenant is not None and not callable(self.tenant):
+            raise InvalidInput(
+                f"agent {self.name!r}: tenant must be a function of the trigger, "
+                f"not {self.tenant!r:.60}"
+            )
         for tool_name, rule in self.approvals.items():
             if not isinstance(rule, bool | ApprovalPolicy) and not callable(rule):
                 raise InvalidInput(
@@ -369,6 +378,25 @@ class Agent:
     def denial(self, policy: ApprovalPolicy) -> OnDenyRule:
         """What a person's denial of a call under ``policy`` does."""
         return policy.on_deny or self.on_deny
+
+    def tenant_for(self, envelope: TriggerEnvelope) -> str | None:
+        """The run's tenant: what ``tenant`` says of its trigger. A function
+        that raises or returns anything but a string (or None) is one clear
+        error, and no run is made."""
+        if self.tenant is None:
+            return None
+        try:
+            found = self.tenant(envelope)
+        except Exception as exc:
+            raise InvalidInput(
+                f"agent {self.name!r}: its tenant function raised {type(exc).__name__}: {exc}"
+            ) from exc
+        if found is not None and not isinstance(found, str):
+            raise InvalidInput(
+                f"agent {self.name!r}: its tenant function must return a string or None, "
+                f"not {type(found).__name__}"
+            )
+        return found
 
     def key_for(self, envelope: TriggerEnvelope) -> str | None:
         if envelope.thread:

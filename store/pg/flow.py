@@ -17,7 +17,7 @@ from store.pg.base import fence_params, outcome_params
 from store.pg.execution import PgExecution, lost_lease
 from store.rules import park_outcome
 from store.statements import Statement
-from store.validate import check_limit_key
+from store.validate import check_limit_key, is_canonical_id
 
 # The park: the outcome of a run waiting to retry (queued, the claim and any
 # reservation released, enqueued at the time it may go: tick()'s re-enqueue
@@ -74,6 +74,19 @@ PARKED = Statement(
 )
 
 
+# Parked runs whose turn came under their limit before their time: claimable
+# now. Only runs still parked (a claim or a cancel cleared the key meanwhile).
+WAKE_PARKED = Statement(
+    "wake_parked",
+    """
+    UPDATE runs SET retry_at = now(), enqueued_at = now(), updated_at = now()
+     WHERE id = ANY(CAST(:ids AS uuid[])) AND status = 'queued'
+       AND parked_key IS NOT NULL AND retry_at > now()
+    RETURNING id
+    """,
+)
+
+
 class PgFlow(PgExecution):
     def park(self, fence: Fence, key: str, at: datetime) -> Ended:
         """Park the fenced run on the limit ``key`` until ``at``: queued, its
@@ -88,6 +101,14 @@ class PgFlow(PgExecution):
         ended = self._after_end(fence.run_id, outcome)
         assert ended is not None
         return ended
+
+    def wake_parked(self, run_ids: list[str]) -> list[str]:
+        """Make the parked runs among ``run_ids`` claimable now (their turn
+        came under their limit): the ids of those still parked, to send."""
+        ids = [run_id for run_id in run_ids if is_canonical_id(run_id)]
+        if not ids:
+            return []
+        return [str(row["id"]) for row in self.db.rows(WAKE_PARKED, {"ids": ids})]
 
     def parked(self, key: str | None = None) -> list[ParkedKey]:
         """The runs parked on each limit (only ``key``'s, if given), by key."""

@@ -8,6 +8,7 @@ of them -> deps), so no module of the core needs the engine to work.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 from collections.abc import Callable, Iterable, Sequence
@@ -22,7 +23,7 @@ from runner.core.clock import SYSTEM, Clock
 from runner.core.coordination.claims import Claims
 from runner.core.coordination.leases import Leases
 from runner.core.deprecation import retired
-from runner.core.errors import NotifierGone
+from runner.core.errors import NotifierGone, RunwrightError
 from runner.core.events.feed import Feed
 from runner.core.limits.admission import Admission
 from runner.core.limits.limiter import Limiter
@@ -202,9 +203,12 @@ class Deps:
     def cancel(self, run_id: str, *, by: str | None = None) -> CancelResult:
         """Cancel the run (``Engine.cancel``; a schedule's ``cancel_other``):
         ended now, or its execution, and its children's, told to stop."""
+        parked = self._parked_on(run_id)
         result = self.store.request_cancel(run_id, by=by)
         if result.action is CancelAction.CANCELLED:
             self.observer.ended(result.run, 0.0)
+            if parked is not None:
+                self._withdraw(parked, run_id)
         # Its own execution, and its children's (runner/core/children.py), stop.
         stopping = [run_id] if result.action is CancelAction.REQUESTED else []
         for stop in [*stopping, *result.stopping]:
@@ -218,6 +222,26 @@ class Deps:
             again = [result.next_in_key] if result.next_in_key else []
             self.send(again + list(result.resumed))  # a parent it let out of its wait
         return result
+
+    def _parked_on(self, run_id: str) -> str | None:
+        """The limit a run is parked on, if it is (and limits are in force)."""
+        if self.admission is None:
+            return None
+        with contextlib.suppress(RunwrightError):
+            return self.store.get_run(run_id).parked_key
+        return None
+
+    def _withdraw(self, key: str, run_id: str) -> None:
+        """A parked run that was cancelled gives up its turn under ``key`` at
+        once, so the waiter after it goes now, not after its grace."""
+        assert self.admission is not None
+        try:
+            self.admission.limiter.withdraw(key, run_id)
+            woken = self.admission.limiter.next_waiters(key)
+        except StoreUnavailable as exc:  # its turn lapses after the limiter's grace
+            log.warning("could not withdraw run %s from %s (%s)", run_id, key, exc)
+            return
+        self.wake([turn.waiter for turn in woken])
 
     def enqueue_ids(self, run_ids: list[str]) -> None:
         """Mark runs enqueued now and send them."""
@@ -240,6 +264,8 @@ class Deps:
             self.send(list(ended.resumed))
         if run.retry_at is not None:
             self.send_at(run.id, run.retry_at)
+        elif run.parked_until is not None:
+            self.send_at(run.id, run.parked_until)
 
     def after_settle(self, ended: Ended) -> None:
         """Deprecated: :meth:`after_end`."""

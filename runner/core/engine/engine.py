@@ -194,8 +194,12 @@ class Engine:
         keys: Mapping[str, str] | None = None,
         thread: str | None = None,
         id: str | None = None,
+        priority: int = 0,
     ) -> Run:
-        """Create a run of ``agent`` and enqueue it. Idempotent on ``id``."""
+        """Create a run of ``agent`` and enqueue it. Idempotent on ``id``.
+        ``priority`` (0 to 9, higher first) orders its admission to a
+        contended limit among its tenant's runs, and its message among the
+        broker's (docs/flow-control.md)."""
         spec = self.deps.registry.get(agent)
         fields: dict[str, Any] = {
             "source": source,
@@ -218,6 +222,8 @@ class Engine:
                     trigger=envelope,
                     concurrency_key=spec.key_for(envelope),
                     trace_context=carrier or None,
+                    tenant=spec.tenant_for(envelope),
+                    priority=priority,
                 )
             )
             self.deps.observer.started(run)

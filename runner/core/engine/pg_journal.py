@@ -284,7 +284,7 @@ class PgJournal:
         self._release(fence)
         run = ended.run
         if run.status is RunStatus.WAITING or (
-            run.status is RunStatus.QUEUED and run.retry_at is None
+            run.status is RunStatus.QUEUED and run.retry_at is None and run.parked_until is None
         ):
             with contextlib.suppress(StoreUnavailable):  # then tick() re-enqueues it
                 if self.store.get_run(self.run_id).status is RunStatus.QUEUED:

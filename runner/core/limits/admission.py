@@ -18,6 +18,7 @@ the ``x-ratelimit-*`` headers of an answer lower the limit for every process
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -31,6 +32,9 @@ from runner.core.runtime import in_io
 from store.models import Run
 
 log = logging.getLogger(__name__)
+
+# How often a call waiting in place for a concurrency slot looks again.
+SLOT_POLL_SECONDS = 0.05
 
 # The tenant of a run whose agent declares none: all such runs take turns as one.
 NO_TENANT = "-"
@@ -104,13 +108,20 @@ class Admission:
         limit = self.limit_for(model)
         assert limit is not None
         waiter = waiter_of(run)
+        deadline = time.monotonic() + self.wait_seconds
         while True:
             got = await in_io(self.limiter.acquire, model, limit, tokens, run.id, waiter=waiter)
             if isinstance(got, Grant):
                 return Admitted(got)
-            if got.retry_after > self.wait_seconds:
+            pause = got.retry_after
+            if got.reason is Reason.CONCURRENCY:
+                # A slot frees when a call ends, any moment: look again soon.
+                # (The denial's time is when the oldest holder's slot would
+                # expire, the bound for a holder that died.)
+                pause = min(pause, SLOT_POLL_SECONDS)
+            if time.monotonic() + pause > deadline:
                 raise Park(model, self._at(got), got.reason)
-            if await waited(got.retry_after):
+            if await waited(pause):
                 await in_io(self.limiter.withdraw, model, run.id)
                 return None
 
