@@ -186,6 +186,15 @@ class Observer:
         """A provider answered a call to ``model`` with a 429."""
         return None
 
+    def limit_admitted(self, model: str, tokens: int, waited: float) -> None:
+        """A call to ``model`` took its limit, reserving ``tokens``, after
+        waiting ``waited`` seconds in place (its run's time parked aside)."""
+        return None
+
+    def limit_used(self, model: str, tokens: int) -> None:
+        """That call ended having used ``tokens`` (0: it failed or was cancelled)."""
+        return None
+
     def ended(self, run: Run, seconds: float) -> None:
         """An execution ended after ``seconds``: it moved the run out of
         ``running`` (to a final status, ``waiting``, ``interrupted``, or
@@ -273,6 +282,12 @@ class Observers(Observer):
 
     def throttled(self, model: str) -> None:
         self._each("throttled", model)
+
+    def limit_admitted(self, model: str, tokens: int, waited: float) -> None:
+        self._each("limit_admitted", model, tokens, waited)
+
+    def limit_used(self, model: str, tokens: int) -> None:
+        self._each("limit_used", model, tokens)
 
     def ended(self, run: Run, seconds: float) -> None:
         self._each("ended", run, seconds)

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import time
 from typing import Any, Protocol, TypeVar
 
 from runner.core import model
@@ -414,9 +415,11 @@ class StepLoop:
         if admission is None or admission.limit_for(model_name) is None:
             return await self._call_model(model_name, k)
         tokens = await self._expected_tokens()
+        began = time.monotonic()
         admitted = await admission.enter(model_name, tokens, self.run_, self._aborted_within)
         if admitted is None:
             return None
+        self.deps.observer.limit_admitted(model_name, tokens, time.monotonic() - began)
         used = 0
         try:
             reply = await self._call_model(model_name, k, retry_rate_limits=False)
@@ -431,6 +434,7 @@ class StepLoop:
             raise
         finally:
             turns = await asyncio.shield(admission.leave(admitted, used))
+            self.deps.observer.limit_used(model_name, used)
             self.deps.wake([run_id for run_id in turns if run_id != self.run_.id])
 
     async def _call_model(
