@@ -167,3 +167,16 @@ def test_unserved_names_the_agents_no_live_worker_loaded() -> None:
     live = {"w1@h": TRIAGE, "w2@h": OTHER}
     assert unserved(live, ["triage", "billing", "ledger", "ledger"]) == ["ledger"]
     assert unserved({}, ["triage"]) == ["triage"]
+
+
+def test_a_parked_run_says_on_what_limit_and_when_it_may_go() -> None:
+    parked = run(
+        RunStatus.QUEUED,
+        enqueued_at=NOW,
+        parked_key="openai/gpt-4o-mini",
+        parked_until=NOW + timedelta(seconds=42),
+    )
+    assert explain(parked, {"w1@h": TRIAGE}) == (
+        "waiting: rate_limit on 'openai/gpt-4o-mini', may go at 2026-12-01 20:00:42 UTC "
+        "(parked: it holds no worker; it goes sooner if its turn comes)"
+    )

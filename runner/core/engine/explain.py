@@ -64,6 +64,12 @@ def _waiting(run: Run, children: Sequence[Run]) -> str:
 
 
 def _queued(run: Run, workers: Mapping[str, WorkerInfo] | None) -> str:
+    if run.parked_key is not None and run.parked_until is not None:
+        # Parked on a limit (docs/flow-control.md): no worker holds it meanwhile.
+        return (
+            f"waiting: rate_limit on {run.parked_key!r}, may go at {at(run.parked_until)} "
+            "(parked: it holds no worker; it goes sooner if its turn comes)"
+        )
     retry = run.retry
     if retry is not None and run.retry_at is not None:
         return (
