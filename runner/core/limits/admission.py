@@ -23,7 +23,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+import redis
+
 from runner.core.clock import SYSTEM, Clock
+from runner.core.coordination.leases import redis_errors
 from runner.core.errors import RunwrightError
 from runner.core.limits.limiter import Denial, Grant, Limiter, Reason, Waiter
 from runner.core.limits.model_limits import ModelLimit, ModelLimits
@@ -152,9 +155,43 @@ class Admission:
             return
         await in_io(self.limiter.learn, model, retry_after=retry_after, **news)
 
+    async def note_throttled(self, model: str) -> None:
+        """A 429 from ``model``'s provider, limit or not: kept a day in Redis
+        for ``runwright doctor`` (a model that sees 429s and has no limit)."""
+        await in_io(note_throttled, self.limiter.redis, model)
+
     async def withdraw(self, key: str, run_id: str) -> None:
         """A parked run that will not come back (cancelled) gives up its turn."""
         await in_io(self.limiter.withdraw, key, run_id)
+
+
+# Models whose providers answered 429, and when last (epoch seconds): a hash
+# whose fields expire with the key, a day after the last 429.
+THROTTLED_KEY = "runwright:throttled"
+THROTTLED_SECONDS = 86400
+
+
+def note_throttled(client: redis.Redis, model: str) -> None:
+    """Record a 429 from ``model``'s provider (see :data:`THROTTLED_KEY`)."""
+    with redis_errors():
+        pipe = client.pipeline(transaction=False)
+        pipe.hset(THROTTLED_KEY, model, f"{time.time():.3f}")
+        pipe.expire(THROTTLED_KEY, THROTTLED_SECONDS)
+        pipe.execute()
+
+
+def throttled_models(client: redis.Redis) -> dict[str, float]:
+    """The models whose providers answered 429 in the last day, with when last."""
+    with redis_errors():
+        raw = client.hgetall(THROTTLED_KEY)
+    found = {}
+    for name, at in raw.items():
+        model = name.decode() if isinstance(name, bytes) else str(name)
+        try:
+            found[model] = float(at)
+        except (TypeError, ValueError):
+            continue
+    return found
 
 
 # OpenAI-compatible providers' headers, and the names learn() takes them by.

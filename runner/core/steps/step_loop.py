@@ -19,7 +19,7 @@ from typing import Any, Protocol, TypeVar
 
 from runner.core import model
 from runner.core.agent import Agent
-from runner.core.errors import InvalidInput, ModelError
+from runner.core.errors import InvalidInput, ModelError, RunwrightError
 from runner.core.journal import Journal, Start
 from runner.core.observe import FirstSeen, ModelCall
 from runner.core.steps.builtin_tools import (
@@ -413,7 +413,15 @@ class StepLoop:
         parked runs whose turn it now is are sent."""
         admission = self.deps.admission
         if admission is None or admission.limit_for(model_name) is None:
-            return await self._call_model(model_name, k)
+            try:
+                return await self._call_model(model_name, k)
+            except ModelError as exc:
+                if exc.rate_limited:
+                    self.deps.observer.throttled(model_name)
+                if exc.rate_limited and admission is not None:  # for runwright doctor
+                    with contextlib.suppress(RunwrightError):
+                        await admission.note_throttled(model_name)
+                raise
         tokens = await self._expected_tokens()
         began = time.monotonic()
         admitted = await admission.enter(model_name, tokens, self.run_, self._aborted_within)
@@ -431,6 +439,7 @@ class StepLoop:
             if exc.rate_limited:  # for every process: the durable retry waits on the limit
                 self.deps.observer.throttled(model_name)
                 await admission.learn(model_name, retry_after=exc.retry_after or 0.0)
+                await admission.note_throttled(model_name)
             raise
         finally:
             turns = await asyncio.shield(admission.leave(admitted, used))
