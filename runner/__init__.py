@@ -38,7 +38,14 @@ from runner.core.release import version  # noqa: E402
 from store.lazy import lazy_attributes  # noqa: E402
 
 if TYPE_CHECKING:
-    from runner.core.agent import Agent, ApprovalPolicy, ApprovalRequest, Budget, registry
+    from runner.core.agent import (
+        Agent,
+        ApprovalPolicy,
+        ApprovalRequest,
+        Budget,
+        Concurrency,
+        registry,
+    )
     from runner.core.engine.engine import Engine
     from runner.core.errors import (
         AgentAlreadyRegistered,
@@ -53,6 +60,7 @@ if TYPE_CHECKING:
         RunNotFound,
         RunwrightError,
     )
+    from runner.core.limits.model_limits import ModelLimit
     from runner.core.model import warm_up
     from runner.core.retry import RetryPolicy
     from runner.core.steps.builtin_tools import AskHuman
@@ -78,6 +86,8 @@ _LAZY = {
     "ApprovalRequest": "runner.core.agent",
     "AskHuman": "runner.core.steps.builtin_tools",
     "Budget": "runner.core.agent",
+    "Concurrency": "runner.core.agent",
+    "ModelLimit": "runner.core.limits.model_limits",
     "ConfigurationError": "runner.core.errors",
     "Engine": "runner.core.engine.engine",
     "ForkRepeatsEffects": "runner.core.errors",
@@ -183,6 +193,17 @@ def start_run(agent: str, payload: Any = None, **kwargs: Any) -> Run:
     return default_engine().start(agent, payload, **kwargs)
 
 
+def limit_model(pattern: str, limit: ModelLimit, *, replace: bool = False) -> None:
+    """Limit the calls to the models ``pattern`` names (a model, a provider's
+    prefix ending in ``*``, or ``*``; the most specific wins), shared by every
+    worker (docs/flow-control.md). ``RUNWRIGHT_MODEL_LIMITS`` replaces a
+    pattern declared here; declaring one again with another limit is refused
+    unless ``replace=True``."""
+    from runner.core.limits.model_limits import register
+
+    register(pattern, limit, replace=replace)
+
+
 def wait_for(run_id: str, timeout: float | None = None, until: str = "ended") -> Run:
     """The run once it ends (``until="waiting"``: or waits for an approval),
     or as it is after ``timeout`` seconds: :meth:`Engine.wait` on the default
@@ -199,12 +220,14 @@ __all__ = [
     "ApprovalRequest",
     "AskHuman",
     "Budget",
+    "Concurrency",
     "ConfigurationError",
     "Engine",
     "InvalidApprovalInput",
     "InvalidInput",
     "LeaseLostError",
     "ModelError",
+    "ModelLimit",
     "PayloadTooLarge",
     "RetryPolicy",
     "Run",
@@ -217,6 +240,7 @@ __all__ = [
     "default_engine",
     "done",
     "effect",
+    "limit_model",
     "not_done",
     "registry",
     "set_default_engine",

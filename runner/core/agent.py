@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import hashlib
 import importlib
 import os
 import sys
@@ -83,6 +84,42 @@ class HasModel(Protocol):
 
     @property
     def model(self) -> str: ...
+
+
+# A slot key of a run's limits (Concurrency, max_running) past this length is
+# hashed: the limiter's keys are at most 200 characters.
+_SLOT_KEY_CHARS = 160
+
+
+@dataclass(frozen=True)
+class Concurrency:
+    """How many runs of a key execute at once (docs/flow-control.md): ``key``,
+    a function of the trigger (None: the run has no key), and ``limit``. With
+    ``limit=1`` it is ``concurrency_key``: one run of the key at a time, from
+    its start to its end, oldest first. Above 1, up to ``limit`` runs of the
+    key execute at once; a run over it waits without a worker, and goes when
+    one of theirs ends its execution, in turn by tenant."""
+
+    key: Callable[[TriggerEnvelope], str | None]
+    limit: int = 1
+
+    def __post_init__(self) -> None:
+        if not callable(self.key):
+            raise InvalidInput(
+                f"Concurrency.key must be a function of the trigger, not {self.key!r:.60}"
+            )
+        if not isinstance(self.limit, int) or isinstance(self.limit, bool) or self.limit < 1:
+            raise InvalidInput(
+                f"Concurrency.limit must be a whole number of 1 or more, not {self.limit!r:.40}"
+            )
+
+
+def slot_key(kind: str, *parts: str) -> str:
+    """The limiter's key of a run limit: readable, or hashed past its length."""
+    key = ":".join((kind, *parts))
+    if len(key) <= _SLOT_KEY_CHARS:
+        return key
+    return f"{kind}:{hashlib.sha256(key.encode()).hexdigest()}"
 
 
 @dataclass(frozen=True)
@@ -187,6 +224,9 @@ class Agent:
     # waiting for a contended limit are admitted tenant by tenant, in turn
     # (docs/flow-control.md). None: all its runs are one tenant's.
     tenant: Callable[[TriggerEnvelope], str | None] | None = None
+    # How many of its runs execute at once: per key (Concurrency), and in all.
+    concurrency: Concurrency | None = None
+    max_running: int | None = None
     notifier: Callable[[ApprovalRequest], Any] | None = None
     on_error: Callable[[str, BaseException], Any] | None = None
     # Deprecated: RetryPolicy(in_call_retries=..., in_call_backoff=...). Retries
@@ -232,6 +272,22 @@ class Agent:
             )
         if self.retry is not None and not isinstance(self.retry, RetryPolicy):
             raise InvalidInput(f"agent {self.name!r}: retry must be a RetryPolicy")
+        if self.concurrency is not None and not isinstance(self.concurrency, Concurrency):
+            raise InvalidInput(f"agent {self.name!r}: concurrency must be a Concurrency")
+        if self.concurrency is not None and self.concurrency_key is not None:
+            raise InvalidInput(
+                f"agent {self.name!r}: give concurrency or concurrency_key, not both "
+                "(concurrency_key=f is Concurrency(key=f, limit=1))"
+            )
+        if self.max_running is not None and (
+            not isinstance(self.max_running, int)
+            or isinstance(self.max_running, bool)
+            or self.max_running < 1
+        ):
+            raise InvalidInput(
+                f"agent {self.name!r}: max_running must be a whole number of 1 or more, "
+                f"not {self.max_running!r:.40}"
+            )
         if self.tenant is not None and not callable(self.tenant):
             raise InvalidInput(
                 f"agent {self.name!r}: tenant must be a function of the trigger, "
@@ -403,7 +459,28 @@ class Agent:
             return f"thread:{envelope.thread}"
         if self.concurrency_key is not None:
             return self.concurrency_key(envelope)
+        if self.concurrency is not None and self.concurrency.limit == 1:
+            return self.concurrency.key(envelope)
         return None
+
+    def run_limits(self, envelope: TriggerEnvelope) -> list[tuple[str, int]]:
+        """The limits an execution of a run takes before its first step, as
+        (limiter key, how many at once): its key's (``Concurrency`` above 1)
+        and its agent's (``max_running``). A key function that raises or
+        returns anything but a string is the run's failure, said by the caller."""
+        found = []
+        if self.concurrency is not None and self.concurrency.limit > 1:
+            key = self.concurrency.key(envelope)
+            if key is not None:
+                if not isinstance(key, str) or not key:
+                    raise InvalidInput(
+                        f"agent {self.name!r}: its concurrency key function must return a "
+                        f"non-empty string or None, not {key!r:.40}"
+                    )
+                found.append((slot_key("concurrency", self.name, key), self.concurrency.limit))
+        if self.max_running is not None:
+            found.append((slot_key("agent", self.name), self.max_running))
+        return found
 
 
 class Registry:

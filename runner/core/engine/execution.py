@@ -31,11 +31,12 @@ from runner.core.errors import (
     LeaseLostError,
     MCPUnavailable,
     ModelError,
+    RunwrightError,
     StoreUnavailable,
 )
 from runner.core.journal import Journal, Start
 from runner.core.limits.admission import Park
-from runner.core.limits.limiter import CallTooLarge
+from runner.core.limits.limiter import CallTooLarge, Grant
 from runner.core.runtime import in_io, runtime
 from runner.core.steps.run_context import AbortReason, AbortSignal, RunContext
 from runner.core.steps.step_loop import StepLoop
@@ -81,6 +82,8 @@ class Execution:
         self.owner = new_owner()
         self.signal = AbortSignal(asyncio.get_running_loop())
         self.ended: Ended | None = None
+        # The run's own limits this execution holds (Concurrency, max_running).
+        self._slots: list[Grant] = []
         # The store as this execution sees it (runner/core/journal.py), wrapped to
         # crash at the named fault points when a test armed one.
         self._pg = PgJournal(deps, run_id, self.owner, self.signal)
@@ -165,10 +168,15 @@ class Execution:
             timer = asyncio.get_running_loop().call_later(
                 agent.budget.timeout_ms / 1000, self.abort, AbortReason.TIMEOUT
             )
+        slots: list[Grant] = []
         try:
             ctx = RunContext(run.id, agent.name, run.trigger, self.signal)
             loop = StepLoop(self, self.deps, agent, ctx, start)
             try:
+                taken = await self._run_limits(agent, run)
+                if taken is None:
+                    return await self.end_aborted(agent)
+                slots = self._slots = taken
                 return await loop.run()
             except (ModelError, MCPUnavailable) as exc:
                 return await self._step_failed(agent, loop.retry, exc, run.model or agent.model)
@@ -180,6 +188,35 @@ class Execution:
         finally:
             if timer is not None:
                 timer.cancel()
+            if slots:
+                self._slots = []
+                admission = self.deps.admission
+                assert admission is not None
+                with contextlib.suppress(RunwrightError):
+                    self.deps.wake(await asyncio.shield(admission.leave_run(slots)))
+
+    async def _run_limits(self, agent: Agent, run: Run) -> list[Grant] | None:
+        """The run's own limits, taken before its first step (``Concurrency``
+        above 1, ``max_running``): held by this execution, renewed with its
+        heartbeat, given back when it ends. None if aborted while waiting;
+        raises Park to park the run when they cannot be had soon."""
+        admission = self.deps.admission
+        limits = agent.run_limits(run.trigger)
+        if admission is None or not limits:
+            return []
+        hold = 3 * self.deps.settings.lease_ttl_seconds
+        return await admission.enter_run(limits, run, self._aborted_within, hold_seconds=hold)
+
+    async def _aborted_within(self, seconds: float) -> bool:
+        """Waits ``seconds`` on the engine's clock; True at once if aborted."""
+        pause = asyncio.ensure_future(self.deps.clock.sleep(seconds))
+        racers: set[asyncio.Future[Any]] = {pause, self.signal.fired()}
+        await asyncio.wait(racers, return_when=asyncio.FIRST_COMPLETED)
+        if not pause.done():
+            pause.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pause
+        return self.signal.aborted
 
     async def _park(self, run: Run, park: Park) -> Ended:
         """The step's model call waits for its limit longer than a call waits
@@ -303,6 +340,10 @@ class Execution:
                 return
             if cancel_requested:
                 self.abort(AbortReason.CANCEL)
+            if self._slots and self.deps.admission is not None:
+                hold = 3 * self.deps.settings.lease_ttl_seconds
+                with contextlib.suppress(RunwrightError):  # the hold is the bound meanwhile
+                    await self.deps.admission.renew(self._slots, hold)
 
     async def _taken_over(self) -> bool:
         """Whether the claim is gone to another execution, rather than because

@@ -17,6 +17,7 @@ the ``x-ratelimit-*`` headers of an answer lower the limit for every process
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -127,6 +128,78 @@ class Admission:
             if await waited(pause):
                 await in_io(self.limiter.withdraw, model, run.id)
                 return None
+
+    async def enter_run(
+        self,
+        limits: list[tuple[str, int]],
+        run: Run,
+        waited: Callable[[float], Awaitable[bool]],
+        *,
+        hold_seconds: float,
+    ) -> list[Grant] | None:
+        """Take the run's own limits before its first step (``Agent.run_limits``:
+        a key's ``Concurrency`` above 1, the agent's ``max_running``), a slot
+        each, held ``hold_seconds`` unless renewed (:meth:`renew`): the
+        grants, or None if the run was aborted while it waited. Raises
+        :class:`Park` as :meth:`enter` does; the slots taken before it are
+        given back."""
+        taken: list[Grant] = []
+        try:
+            for key, many in limits:
+                got = await self._slot(key, many, run, waited, hold_seconds)
+                if got is None:
+                    await self.leave_run(taken)
+                    return None
+                taken.append(got)
+        except BaseException:
+            await asyncio.shield(self.leave_run(taken))
+            raise
+        return taken
+
+    async def _slot(
+        self,
+        key: str,
+        many: int,
+        run: Run,
+        waited: Callable[[float], Awaitable[bool]],
+        hold: float,
+    ) -> Grant | None:
+        limit = ModelLimit(max_concurrent=many)
+        waiter = waiter_of(run)
+        deadline = time.monotonic() + self.wait_seconds
+        while True:
+            got = await in_io(
+                self.limiter.acquire,
+                key,
+                limit,
+                0,
+                run.id,
+                waiter=waiter,
+                hold_seconds=hold,
+            )
+            if isinstance(got, Grant):
+                return got
+            pause = min(got.retry_after, SLOT_POLL_SECONDS)
+            if time.monotonic() + pause > deadline:
+                # Its turn comes when a run of the key ends its execution (which
+                # wakes it); the slot's hold is the bound if that run died.
+                raise Park(key, self._at(got), got.reason)
+            if await waited(pause):
+                await in_io(self.limiter.withdraw, key, run.id)
+                return None
+
+    async def renew(self, grants: list[Grant], hold_seconds: float) -> None:
+        """The execution holding ``grants`` is alive: hold their slots on."""
+        for grant in grants:
+            await in_io(self.limiter.renew, grant, hold_seconds)
+
+    async def leave_run(self, grants: list[Grant]) -> list[str]:
+        """Give back the run's slots: the waiters whose turn it now is."""
+        woken: list[str] = []
+        for grant in grants:
+            await in_io(self.limiter.release, grant)
+            woken += [turn.waiter for turn in await in_io(self.limiter.next_waiters, grant.key)]
+        return woken
 
     def _at(self, denial: Denial) -> datetime:
         return self.clock.now() + timedelta(seconds=denial.retry_after)

@@ -348,6 +348,21 @@ return 1
 """
 )
 
+# KEYS: base. ARGV: now, holder, grant id, hold, ttl. The holder's slot, if
+# it is still this grant's, is held ``hold`` from now.
+_RENEW = (
+    _COMMON
+    + """
+local now = clock(ARGV[1])
+local holder, grant, hold, ttl = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
+expire_holders(now)
+if redis.call('HGET', K_SLOTS, holder) ~= grant then return 0 end
+redis.call('ZADD', K_HOLDERS, 'XX', int(now + hold), holder)
+touch(now, ttl)
+return 1
+"""
+)
+
 # KEYS: base. ARGV: now, window, retry_after ('' for none: no 429), remaining
 # requests, remaining tokens, limit requests, limit tokens ('' for unknown), ttl.
 _LEARN = (
@@ -612,6 +627,7 @@ class Limiter:
         self.ttl = max(_micros(idle_seconds), 2 * self.window, self.hold)
         self._acquire = client.register_script(_ACQUIRE)
         self._finish = client.register_script(_FINISH)
+        self._renew = client.register_script(_RENEW)
         self._learn = client.register_script(_LEARN)
         self._next = client.register_script(_NEXT)
         self._withdraw = client.register_script(_WITHDRAW)
@@ -702,6 +718,17 @@ class Limiter:
         """The call of ``grant`` never went: give back its request and its
         tokens, and free its slot. False as for :meth:`finish`."""
         return self._end(grant, "", now)
+
+    def renew(self, grant: Grant, hold_seconds: float, *, now: float | None = None) -> bool:
+        """Hold ``grant``'s slot ``hold_seconds`` from now (a holder that is
+        alive says so; one that died lets its slot expire). False if the slot
+        is no longer the grant's: it expired, or was freed."""
+        args = ["" if now is None else _micros(now), grant.holder, grant.id]
+        with redis_errors():
+            done = self._renew(
+                keys=[self.base(grant.key)], args=[*args, _micros(hold_seconds), self.ttl]
+            )
+        return bool(done)
 
     def _end(self, grant: Grant, used: str, now: float | None) -> bool:
         args = ["" if now is None else _micros(now), self.window, grant.holder, grant.id, used]
