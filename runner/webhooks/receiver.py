@@ -109,11 +109,12 @@ class Delivery:
 @dataclass(frozen=True)
 class Mapped:
     """What a ``mapper`` makes of a delivery: the run's payload, and its
-    thread and keys."""
+    thread, keys and priority (0 to 9, docs/flow-control.md)."""
 
     payload: Any
     thread: str | None = None
     keys: Mapping[str, str] = field(default_factory=dict)
+    priority: int = 0
 
 
 Mapper = Callable[[Delivery], Mapped]
@@ -258,6 +259,7 @@ class WebhookReceiver:
                 id=delivery_trigger_id(route, delivery_id),
                 keys={**mapped.keys, "webhook_id": delivery_id},
                 thread=mapped.thread,
+                priority=mapped.priority,
             )
         except PayloadTooLarge as exc:
             raise Refused(413, exc.message) from None

@@ -221,6 +221,27 @@ def test_a_mapper_chooses_the_payload_thread_and_keys(engine: Engine, agent: str
     assert snapshot(engine.store) == before
 
 
+def test_a_mapper_gives_the_run_its_priority(engine: Engine, agent: str) -> None:
+    def mapper(delivery: Delivery) -> Mapped:
+        urgent = delivery.payload.get("urgent") is True
+        return Mapped(delivery.payload, priority=9 if urgent else 0)
+
+    receiver = WebhookReceiver(engine, routes={"gh": agent}, secrets={"gh": [NEW]}, mapper=mapper)
+    assert receiver.handle("gh", *signed({"urgent": True})).status == 200
+    [run] = runs(engine)
+    assert run.priority == 9
+    before = snapshot(engine.store)
+    bad = WebhookReceiver(
+        engine,
+        routes={"gh": agent},
+        secrets={"gh": [NEW]},
+        mapper=lambda delivery: Mapped(delivery.payload, priority=12),
+    )
+    answer = bad.handle("gh", *signed({"n": 2}))
+    assert answer.status == 422 and "priority" in answer.body["error"]
+    assert snapshot(engine.store) == before
+
+
 def test_the_receiver_refuses_a_bad_configuration(engine: Engine, agent: str) -> None:
     for secrets, match in [
         ({}, "has no secret"),

@@ -281,7 +281,12 @@ class Schedules:
             raise InvalidInput(
                 f"the concurrency key of agent {spec.name!r} raised {type(exc).__name__}: {exc}"
             ) from None
-        new = NewRun(agent=spec.name, trigger=envelope, concurrency_key=key)
+        new = NewRun(
+            agent=spec.name,
+            trigger=envelope,
+            concurrency_key=key,
+            tenant=spec.tenant_for(envelope),
+        )
         check_new_run(new, self.deps.store.max_payload_bytes)
         return new
 
