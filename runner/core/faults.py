@@ -213,7 +213,10 @@ class Faulted:
     async def attempts(self) -> list[RunAttempt]:
         return await self.journal.attempts()
 
-    async def record_model_step(self, record: StepRecord, *, rolls_up: bool) -> bool:
+    async def record_model_step(
+        self, record: StepRecord, *, rolls_up: bool, soon: bool = False
+    ) -> bool:
+        # Waited for, ``soon`` or not, while a point is armed (see commit_step).
         recorded = await self.journal.record_model_step(record, rolls_up=rolls_up)
         hit(AFTER_JOURNAL)
         return recorded

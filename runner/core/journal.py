@@ -74,8 +74,12 @@ class Journal(Protocol):
     async def admit(self, run: Run, tokens: int, *, now: datetime | None) -> Admission:
         """May a child's model call take ``tokens`` of the budgets it shares?"""
 
-    async def record_model_step(self, record: StepRecord, *, rolls_up: bool) -> bool:
-        """The journal write: the model's reply; False if one was recorded meanwhile."""
+    async def record_model_step(
+        self, record: StepRecord, *, rolls_up: bool, soon: bool = False
+    ) -> bool:
+        """The journal write: the model's reply; False if one was recorded meanwhile.
+        ``soon``: in flight, as ``commit_step``'s (True then; a reply found
+        recorded by another execution raises the lost lease later)."""
 
     async def model_step(self, index: int) -> Step | None:
         """Step ``index``'s recorded model reply."""

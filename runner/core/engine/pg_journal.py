@@ -76,7 +76,7 @@ class PgJournal:
         self._lease_released = False
         # A step's commit still in flight (commit_step_soon): every later
         # operation but the heartbeat waits for it first.
-        self._pending: asyncio.Future[Ended | None] | None = None
+        self._pending: asyncio.Future[Any] | None = None
 
     @property
     def fence(self) -> Fence:
@@ -293,8 +293,26 @@ class PgJournal:
     async def admit(self, run: Run, tokens: int, *, now: datetime | None) -> Admission:
         return await self.write(self.store.admit, run, tokens, now=now)
 
-    async def record_model_step(self, record: StepRecord, *, rolls_up: bool) -> bool:
-        return await self.write(self.store.record_llm_step, record, rolls_up=rolls_up)
+    async def record_model_step(
+        self, record: StepRecord, *, rolls_up: bool, soon: bool = False
+    ) -> bool:
+        if not soon:
+            return await self.write(self.store.record_llm_step, record, rolls_up=rolls_up)
+        await self.caught_up()
+        self._pending = asyncio.ensure_future(self._record_soon(record, rolls_up))
+        return True
+
+    async def _record_soon(self, record: StepRecord, rolls_up: bool) -> None:
+        """The journal write in flight. Found written already, it must be this
+        execution's own (a write retried through an outage): a reply another
+        execution journaled means this one lost the run."""
+        if await self._write(self.store.record_llm_step, record, rolls_up=rolls_up):
+            return
+        found = await self.io(self.store.llm_step, self.run_id, record.index)
+        if found is None or found.output != record.output:
+            raise LeaseLostError(
+                f"run {self.run_id}: step {record.index} was journaled by another execution"
+            )
 
     async def start_children(self, children: list[NewChild]) -> list[Run]:
         return await self.write(self.store.start_children, children)

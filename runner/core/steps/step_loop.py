@@ -369,7 +369,9 @@ class StepLoop:
         )
         self.retry = None  # the journal write clears the run's failed attempts
         rolls_up = self.run_.parent_id is not None  # a child's use counts for its ancestors
-        if await self.journal.record_model_step(record, rolls_up=rolls_up):
+        # In flight while the step's plain tools run: a journal operation
+        # (an effect's start, a child's, the commit) waits for it first.
+        if await self.journal.record_model_step(record, rolls_up=rolls_up, soon=True):
             self._mcp_record = None  # recorded: the next steps offer the same
             self.usage = self.usage + reply.usage
             self.cost_usd += reply.cost_usd or 0.0
