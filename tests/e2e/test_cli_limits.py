@@ -82,9 +82,7 @@ def test_each_key_with_its_limit_use_and_parked_runs(
     assert by_key["nolimit/model"]["limit"] is None
 
 
-def test_a_limit_lowered_by_the_provider_says_so(
-    cli_env: dict[str, str], leases: Leases
-) -> None:
+def test_a_limit_lowered_by_the_provider_says_so(cli_env: dict[str, str], leases: Leases) -> None:
     Limiter(leases.redis).learn("openai/gpt-a", retry_after=30)
     out = rw(_env(cli_env), "limits").stdout
     gpt = next(line for line in out.splitlines() if line.startswith("openai/gpt-a  "))
