@@ -20,6 +20,7 @@ import json
 import math
 import sys
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +33,7 @@ from store.models import RequestKind
 from store.status import RunStatus
 
 if TYPE_CHECKING:
-    from runner.cli.limits import KeyLine
+    from runner.core.limits import ModelLimit
     from store.migrate import Migrated, Revision
     from store.models import (
         Approval,
@@ -371,6 +372,19 @@ def doctor_json(
     }
 
 
+@dataclass(frozen=True)
+class KeyLine:
+    """What ``runwright limits`` says of one key (runner/cli/limits.py), in
+    words or as :func:`limits_json`."""
+
+    key: str
+    pattern: str | None  # the pattern whose limit governs the key (None: none does)
+    source: str | None  # "code" or RUNWRIGHT_MODEL_LIMITS
+    limit: ModelLimit | None
+    in_use: dict[str, Any] | None  # Limiter.state, for a model's own key
+    parked: ParkedKey | None
+
+
 def limits_json(lines: Iterable[KeyLine]) -> Document:
     """``runwright limits --json``: each key with the pattern and limit that
     govern it (null: none), where that limit is declared (``code`` or
@@ -393,7 +407,7 @@ def limits_json(lines: Iterable[KeyLine]) -> Document:
             "rpm_in_force": state["rpm_in_force"],
             "tpm_in_force": state["tpm_in_force"],
             "blocked_until": when(until),
-            "waiting": dict(state["waiters"]),
+            "waiters": dict(state["waiters"]),
         }
 
     def parked(found: ParkedKey | None) -> Document | None:

@@ -9,32 +9,18 @@ each model under it keeps its own budget."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
-from runner.cli.as_json import Document, json_option, limits_json
+from runner.cli.as_json import Document, KeyLine, json_option, limits_json
 from runner.cli.terminal import say
 
 if TYPE_CHECKING:
-    from runner.core.limits import ModelLimit
     from store.models import ParkedKey
 
 ENV = "RUNWRIGHT_MODEL_LIMITS"
-
-
-@dataclass(frozen=True)
-class KeyLine:
-    """What ``runwright limits`` says of one key."""
-
-    key: str
-    pattern: str | None  # the pattern whose limit governs the key (None: none does)
-    source: str | None  # "code" or RUNWRIGHT_MODEL_LIMITS
-    limit: ModelLimit | None
-    in_use: dict[str, Any] | None  # Limiter.state, for a model's own key
-    parked: ParkedKey | None
 
 
 @click.command("limits")
