@@ -6,6 +6,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -236,6 +237,24 @@ def force_retry_due(store: PostgresStore, run_id: str) -> None:
             sa.text("UPDATE runs SET retry_at = now() - interval '1 second' WHERE id = :id"),
             {"id": run_id},
         )
+
+
+def parked_run(
+    store: PostgresStore,
+    key: str,
+    *,
+    agent: str = "triage",
+    tenant: str | None = None,
+    until: timedelta = timedelta(minutes=1),
+) -> Run:
+    """A run parked on limit ``key`` for ``until``, as an execution parks it
+    (claimed, then ``park``), of ``tenant``."""
+    run, _ = store.create_run(replace(new_run(agent), tenant=tenant))
+    claim = try_claim(store, run.id, "worker-a", 30)
+    assert claim is not None
+    ended = store.park(Fence(run.id, "worker-a", claim.epoch), key, utcnow() + until)
+    assert ended.run.parked_key == key
+    return ended.run
 
 
 def unique(prefix: str) -> str:

@@ -20,6 +20,7 @@ import json
 import math
 import sys
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -32,12 +33,14 @@ from store.models import RequestKind
 from store.status import RunStatus
 
 if TYPE_CHECKING:
+    from runner.core.limits import ModelLimit
     from store.migrate import Migrated, Revision
     from store.models import (
         Approval,
         Checkpoint,
         Effect,
         Firing,
+        ParkedKey,
         Run,
         RunAttempt,
         RunError,
@@ -366,6 +369,77 @@ def doctor_json(
         "checks": [
             {"name": name, "state": state, "detail": detail} for name, state, detail in checks
         ],
+    }
+
+
+@dataclass(frozen=True)
+class KeyLine:
+    """What ``runwright limits`` says of one key (runner/cli/limits.py), in
+    words or as :func:`limits_json`."""
+
+    key: str
+    pattern: str | None  # the pattern whose limit governs the key (None: none does)
+    source: str | None  # "code" or RUNWRIGHT_MODEL_LIMITS
+    limit: ModelLimit | None
+    in_use: dict[str, Any] | None  # Limiter.state, for a model's own key
+    parked: ParkedKey | None
+
+
+def limits_json(lines: Iterable[KeyLine]) -> Document:
+    """``runwright limits --json``: each key with the pattern and limit that
+    govern it (null: none), where that limit is declared (``code`` or
+    ``RUNWRIGHT_MODEL_LIMITS``), what is in use under it now (null for a
+    pattern ending in ``*``: each model under it has its own), and the runs
+    parked on it by tenant (a null tenant: runs of none) and when the first
+    may go (null: none is parked)."""
+
+    def in_use(state: Mapping[str, Any] | None) -> Document | None:
+        if state is None:
+            return None
+        blocked = state["blocked_until"]
+        until = None if blocked is None else datetime.fromtimestamp(blocked, UTC)
+        return {
+            "requests": state["requests_in_window"],
+            "tokens": state["tokens_in_window"],
+            "in_flight": len(state["holders"]),
+            "holders": list(state["holders"]),
+            "share": state["factor"],
+            "rpm_in_force": state["rpm_in_force"],
+            "tpm_in_force": state["tpm_in_force"],
+            "blocked_until": when(until),
+            "waiters": dict(state["waiters"]),
+        }
+
+    def parked(found: ParkedKey | None) -> Document | None:
+        if found is None:
+            return None
+        return {
+            "runs": found.runs,
+            "tenants": [
+                {"tenant": tenant, "runs": runs}
+                for tenant, runs in sorted(found.tenants.items(), key=lambda item: -item[1])
+            ],
+            "next_at": when(found.next_at),
+        }
+
+    return {
+        "limits": [
+            {
+                "key": line.key,
+                "pattern": line.pattern,
+                "source": line.source,
+                "limit": None
+                if line.limit is None
+                else {
+                    "rpm": line.limit.rpm,
+                    "tpm": line.limit.tpm,
+                    "max_concurrent": line.limit.max_concurrent,
+                },
+                "in_use": in_use(line.in_use),
+                "parked": parked(line.parked),
+            }
+            for line in lines
+        ]
     }
 
 

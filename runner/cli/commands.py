@@ -42,6 +42,7 @@ from runner.cli.as_json import (
 )
 from runner.cli.console import console as console_command
 from runner.cli.describe import describe, requests_lines, status_cell, when
+from runner.cli.limits import limits as limits_command
 from runner.cli.shape import worker_shape as worker_shape_command
 from runner.cli.step_lines import arguments as as_text
 from runner.cli.step_lines import clip as _clip
@@ -803,6 +804,7 @@ def demo(keep: bool) -> None:
 
 main.add_command(console_command)
 main.add_command(workers_command)
+main.add_command(limits_command)
 main.add_command(schedule_command)
 main.add_command(webhook_command)
 main.add_command(worker_shape_command)

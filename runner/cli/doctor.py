@@ -110,7 +110,7 @@ def _run(doctor: Doctor, found: Found) -> None:
     found.config_ok = doctor.check("configuration", lambda: _configuration(found))
     settings = found.settings
     if settings is None:
-        for name in ("signing key", *SERVICE_CHECKS, "agents"):
+        for name in ("signing key", *SERVICE_CHECKS, "agents", "model limits"):
             doctor.skip(name, "the configuration cannot be read")
         return
     _resolve(found, settings)
@@ -129,6 +129,13 @@ def _run(doctor: Doctor, found: Found) -> None:
         for name in SERVICE_CHECKS:
             doctor.skip(name, "only one of RUNWRIGHT_DATABASE_URL and RUNWRIGHT_REDIS_URL is set")
     doctor.check("agents", lambda: _agents(settings))
+    # After the agents: their modules declare limits in code.
+    if found.redis is not None:
+        doctor.check("model limits", lambda: _model_limits(found, settings))
+    elif services is not None:
+        doctor.skip("model limits", "Redis is unreachable")
+    else:
+        doctor.skip("model limits", "Redis is not known")
 
 
 # The checks of the Celery app that follow its own ("celery app").
@@ -810,6 +817,48 @@ def _tools(found: Found) -> str:
             f"{TOOL_WINDOW_TEXT}"
         )
     raise Problem(failing_reason(failing))
+
+
+def _model_limits(found: Found, settings: Settings) -> str:
+    """No model whose provider answered 429 in the last day (noted in Redis by
+    the executions, runner/core/limits/admission.py) is without a limit in
+    force: without one, every process keeps calling it at its own pace."""
+    from runner.core.limits import configured
+    from runner.core.limits.admission import throttled_models
+
+    seen = throttled_models(found.redis)
+    in_force = configured(settings.model_limits)
+    bare = [model for model in seen if in_force.for_model(model) is None]
+    if bare:
+        raise Problem(throttled_reason(bare, seen))
+    if not seen:
+        return "no provider answered 429 in the last day"
+    return f"the {len(seen)} model(s) answered 429 in the last day each have a limit in force"
+
+
+def throttled_reason(bare: list[str], seen: Mapping[str, float]) -> str:
+    """Why "model limits" fails: the models that saw 429s and have no limit,
+    the latest first, as many named as fit in a line and the rest counted."""
+    ordered = sorted(bare, key=lambda model: (-seen[model], model))
+    first = ordered[0]
+    last = datetime.fromtimestamp(seen[first], UTC)
+
+    def compose(count: int) -> str:
+        text = (
+            f"model {first!r} was answered 429 in the last day (last at {last:%Y-%m-%d %H:%M} "
+            "UTC) and has no limit in force"
+        )
+        text += "".join(f", nor {model!r}" for model in ordered[1:count])
+        rest = len(ordered) - count
+        if rest:
+            text += f", nor {rest} other model(s) answered 429"
+        example = f'{{"{first}": {{"rpm": ..., "tpm": ...}}}}'
+        return (
+            f"{text}: set RUNWRIGHT_MODEL_LIMITS (e.g. '{example}') to its provider's limits, "
+            "or declare them in code (runner.core.limits.register)"
+        )
+
+    return _fitting(compose, len(ordered))
 
 
 def _agents(settings: Settings) -> str:

@@ -15,6 +15,7 @@ from runner.cli.terminal import inert
 from runner.core.approvals.expiry import marked_event
 from runner.core.children import child_event_title
 from runner.core.coordination.leases import connect
+from runner.core.engine.explain import at
 from runner.core.events.feed import Feed
 from runner.core.settings import Settings, open_store
 from store.events import EventType, RunEvent, step_of
@@ -34,6 +35,12 @@ def _status_line(event: RunEvent, run: Run) -> str:
             extra = f": an answer to question {wait.approval_id}"
         else:
             extra = f": approval {wait.approval_id} for {wait.tool_name}"
+    elif event.data.get("parked_on"):
+        # Parked on a limit (docs/operations.md, "runwright limits"): retry_at is when it may go.
+        until = _time(event.data.get("retry_at"))
+        time = f" until {at(until)}" if until is not None else ""
+        key = event.data["parked_on"]
+        return f"-- {event.data.get('status')} (waiting: rate_limit on {key}{time})"
     elif event.data.get("retry_at"):
         extra = f": retrying at {event.data['retry_at']}"
     elif event.ends and run.error is not None:

@@ -32,7 +32,7 @@ details>summary{cursor:pointer;color:#34577e;overflow-wrap:anywhere}
 .st{display:inline-block;padding:0 .45rem;border-radius:.6rem;background:#dde3ea;font-size:.85em}
 .st-completed{background:#cdebd3}.st-failed{background:#f5c9c9}.st-waiting{background:#fbe7b5}
 .st-running{background:#cfe1fb}.st-cancelled,.st-interrupted{background:#e6e0f0}
-.st-attention{background:#f7b267}
+.st-attention{background:#f7b267}.st-parked{background:#f3e3c3}
 .note{background:#e8f3ea;border:1px solid #b9dcc1;padding:.5rem .8rem}
 .problem{background:#fbeaea;border:1px solid #e8b5b5;padding:.5rem .8rem}
 dl.facts{display:grid;grid-template-columns:max-content 1fr;gap:.15rem 1rem;margin:0}

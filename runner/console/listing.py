@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from runner.console.render import attention, e, status_badge, url, when
+from runner.console.render import attention, e, parked, status_badge, url, when
 from runner.core.costs import listed_cost, money
 from store.models import Run, RunStatus
 
@@ -80,7 +80,7 @@ def _table(runs: Sequence[Run], *, base: str) -> str:
     for run in runs:
         rows.append(
             f'<tr><td><a href="{e(base)}/runs/{e(run.id)}">{e(run.id)}</a></td>'
-            f"<td>{e(run.agent)}</td><td>{status_badge(run.status.value)}{attention(run)}</td>"
+            f"<td>{e(run.agent)}</td><td>{status_badge(run.status.value)}{parked(run)}{attention(run)}</td>"
             f"<td>{e(run.thread or '')}</td><td>{when(run.created_at)}</td>"
             f'<td class="num">{run.steps_used}</td>'
             f'<td class="num">{run.usage.input_tokens + run.usage.output_tokens}</td>'

@@ -111,6 +111,18 @@ def status_badge(status: str, *, id: str | None = None) -> str:
     return f'<span{ident} class="st st-{e(status)}">{e(status)}</span>'
 
 
+def parked(run: Run) -> str:
+    """The badge of a run parked on a limit: its key, and when it may go."""
+    if run.parked_key is None or run.parked_until is None:
+        return ""
+    until = run.parked_until.astimezone(UTC)
+    title = f"waiting: rate_limit on {run.parked_key}, may go at {until:%Y-%m-%d %H:%M:%S} UTC"
+    return (
+        f' <span class="st st-parked" title="{e(title)}">parked on {e(run.parked_key)} '
+        f"until {until:%H:%M:%S} UTC</span>"
+    )
+
+
 def attention(run: Run) -> str:
     """The badge of a run with an effect of unknown outcome nobody resolved."""
     if not run.needs_attention:

@@ -14,13 +14,13 @@ its global registry to itself (no name can clash, and nothing of ours appears
 in its own ``/metrics``), and tests can read ours alone. The endpoint adds the
 usual process, platform and GC collectors to it.
 
-Label values are agent, model and tool names and a few fixed words, never a
-run id, call id or error text. Names come from code and configuration, but a
-model can be chosen per run (a fork) and a stored run names its agent, so each
-of those labels keeps at most :data:`MAX_AGENTS`, :data:`MAX_MODELS` and
-:data:`MAX_TOOLS` distinct values per process, each clipped to
-:data:`MAX_LABEL_CHARS`; values first seen beyond the cap are counted under
-``other``.
+Label values are agent, model and tool names, limit keys and a few fixed
+words, never a run id, call id or error text. Names come from code and
+configuration, but a model can be chosen per run (a fork) and a stored run
+names its agent, so each of those labels keeps at most :data:`MAX_AGENTS`,
+:data:`MAX_MODELS`, :data:`MAX_KEYS` and :data:`MAX_TOOLS` distinct values per
+process, each clipped to :data:`MAX_LABEL_CHARS`; values first seen beyond the
+cap are counted under ``other``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, TypeVar
 
@@ -40,7 +41,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from runner.core.approvals.expiry import expired
 from runner.core.errors import ConfigurationError
 from runner.core.observe import ModelCall, Observer, TickReport, ToolCall, ToolStatus
-from store.models import Approval, Fence, RetryWait, Run, utcnow
+from store.models import Approval, Fence, ParkedKey, RetryWait, Run, utcnow
 
 if TYPE_CHECKING:
     from runner.core.settings import Settings
@@ -55,6 +56,8 @@ OTHER = "other"
 MAX_AGENTS = 100
 MAX_MODELS = 50
 MAX_TOOLS = 200
+# Limit keys are model names today (runner/core/limits/admission.py): as many.
+MAX_KEYS = MAX_MODELS
 MAX_LABEL_CHARS = 100
 # Scrapes come every few seconds from each Prometheus; the backlog query is
 # asked at most this often per worker.
@@ -63,6 +66,9 @@ BACKLOG_CACHE_SECONDS = 5.0
 MODEL_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 TOOL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 TICK_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+# A call waits in place at most RUNWRIGHT_LIMIT_WAIT_SECONDS (2 s by default);
+# most wait not at all, which the first bucket tells apart.
+LIMIT_WAIT_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
 
 class Bounded:
@@ -180,6 +186,37 @@ class Metrics:
             buckets=TOOL_BUCKETS,
             registry=registry,
         )
+        self.limit_wait = Histogram(
+            "runwright_limit_wait_seconds",
+            "How long a model call under its model's limit waited in place before it went "
+            "(a run parked meanwhile is not counted here: runwright_runs_parked_total).",
+            ["model"],
+            buckets=LIMIT_WAIT_BUCKETS,
+            registry=registry,
+        )
+        self.tokens_reserved = counter(
+            "runwright_limit_tokens_reserved_total",
+            "Tokens model calls reserved under their model's limit before they went "
+            "(the prompt's and the output cap).",
+            ("model",),
+        )
+        self.tokens_used = counter(
+            "runwright_limit_tokens_used_total",
+            "Tokens those calls used, as the provider reported them (a failed call uses none).",
+            ("model",),
+        )
+        self.rate_limited = counter(
+            "runwright_provider_rate_limited_total",
+            "Model calls a provider answered with a 429, whether a limit is declared or not.",
+            ("model",),
+        )
+        self.runs_parked = counter(
+            "runwright_runs_parked_total",
+            "Runs parked on a limit: back to the queue, holding no worker, until they may go; "
+            "by the limit's key and the part of it that was full (requests, tokens, "
+            "concurrency, blocked, turn).",
+            ("key", "reason"),
+        )
         self.tick_seconds = Histogram(
             "runwright_tick_duration_seconds",
             "Duration of the tick() rounds this process ran (not those skipped for "
@@ -199,11 +236,13 @@ class MetricsObserver(Observer):
         max_agents: int = MAX_AGENTS,
         max_models: int = MAX_MODELS,
         max_tools: int = MAX_TOOLS,
+        max_keys: int = MAX_KEYS,
     ) -> None:
         self.metrics = metrics
         self.agent = Bounded(max_agents)
         self.model = Bounded(max_models)
         self.tool = Bounded(max_tools)
+        self.key = Bounded(max_keys)
         # (run id, epoch) -> agent label of the executions in flight, so that a
         # lease loss, reported by run id, is counted under its agent.
         self._running: dict[tuple[str, int], str] = {}
@@ -283,17 +322,42 @@ class MetricsObserver(Observer):
     def effect_unknown(self, run: Run, tool: str) -> None:
         self.metrics.effects_unknown.labels(self.agent(run.agent), self.tool(tool)).inc()
 
+    def limit_admitted(self, model: str, tokens: int, waited: float) -> None:
+        label = self.model(model)
+        self.metrics.limit_wait.labels(label).observe(max(0.0, waited))
+        self.metrics.tokens_reserved.labels(label).inc(max(0, tokens))
+
+    def limit_used(self, model: str, tokens: int) -> None:
+        self.metrics.tokens_used.labels(self.model(model)).inc(max(0, tokens))
+
+    def throttled(self, model: str) -> None:
+        self.metrics.rate_limited.labels(self.model(model)).inc()
+
+    def parked(self, run: Run, key: str, reason: str) -> None:
+        # reason is one of the limiter's few words (runner/core/limits/limiter.py's Reason).
+        self.metrics.runs_parked.labels(self.key(key), reason).inc()
+
 
 Backlog = tuple[int, datetime | None]
 
 
+@dataclass(frozen=True)
+class StoreFigures:
+    """What one read of the store gives the scrape-time gauges."""
+
+    backlog: Backlog
+    unresolved: int | None = None
+    # Runs parked now, by limit key (None: not read).
+    parked: dict[str, int] | None = None
+
+
 class ScrapeTimeCollector:
-    """The gauges read when Prometheus scrapes: the approval backlog and the
-    effects of unknown outcome nobody resolved (from the store, at most once
-    every ``cache_seconds``) and the age of the last
-    ``tick()`` (from Redis, every scrape). A source that fails leaves its
-    gauges out of that scrape and reads 0 in ``runwright_metrics_source_up``;
-    the rest of the scrape goes on."""
+    """The gauges read when Prometheus scrapes: the approval backlog, the
+    effects of unknown outcome nobody resolved and the runs parked on each
+    limit (from the store, at most once every ``cache_seconds``) and the age
+    of the last ``tick()`` (from Redis, every scrape). A source that fails
+    leaves its gauges out of that scrape and reads 0 in
+    ``runwright_metrics_source_up``; the rest of the scrape goes on."""
 
     def __init__(
         self,
@@ -301,13 +365,17 @@ class ScrapeTimeCollector:
         last_tick: Callable[[], float | None],
         *,
         unresolved: Callable[[], int] | None = None,
+        parked: Callable[[], Sequence[ParkedKey]] | None = None,
         cache_seconds: float = BACKLOG_CACHE_SECONDS,
+        max_keys: int = MAX_KEYS,
     ) -> None:
         self._backlog = backlog
         self._unresolved = unresolved
+        self._parked = parked
         self._last_tick = last_tick
         self.cache_seconds = cache_seconds
-        self._cached: tuple[float, tuple[Backlog, int | None] | None] | None = None
+        self.key = Bounded(max_keys)
+        self._cached: tuple[float, StoreFigures | None] | None = None
         self._lock = threading.Lock()
         self._failing: set[str] = set()
 
@@ -317,6 +385,7 @@ class ScrapeTimeCollector:
             GaugeMetricFamily("runwright_approvals_pending", ""),
             GaugeMetricFamily("runwright_approval_oldest_pending_age_seconds", ""),
             GaugeMetricFamily("runwright_effects_unknown_unresolved", ""),
+            GaugeMetricFamily("runwright_runs_parked", "", labels=["key"]),
             GaugeMetricFamily("runwright_last_tick_age_seconds", ""),
             GaugeMetricFamily("runwright_metrics_source_up", "", labels=["source"]),
         ]
@@ -329,17 +398,27 @@ class ScrapeTimeCollector:
             "when Redis has no mark, from the store) succeeded.",
             labels=["source"],
         )
-        cached = self._cached_backlog()
-        up.add_metric(["store"], 0 if cached is None else 1)
-        if cached is not None:
-            (pending, oldest), unresolved = cached
-            if unresolved is not None:
+        figures = self._cached_figures()
+        up.add_metric(["store"], 0 if figures is None else 1)
+        if figures is not None:
+            pending, oldest = figures.backlog
+            if figures.unresolved is not None:
                 yield GaugeMetricFamily(
                     "runwright_effects_unknown_unresolved",
                     "Effects of unknown outcome that nobody has resolved yet, over all runs "
                     "(runwright runs --needs-attention lists their runs).",
-                    value=unresolved,
+                    value=figures.unresolved,
                 )
+            if figures.parked is not None:
+                gauge = GaugeMetricFamily(
+                    "runwright_runs_parked",
+                    "Runs parked on each limit now: queued until they may go, holding no "
+                    "worker (runwright limits says when the first may go).",
+                    labels=["key"],
+                )
+                for key, runs in sorted(figures.parked.items()):
+                    gauge.add_metric([key], runs)
+                yield gauge
             yield GaugeMetricFamily(
                 "runwright_approvals_pending",
                 "Approvals waiting for a decision, over all runs.",
@@ -362,7 +441,7 @@ class ScrapeTimeCollector:
             )
         yield up
 
-    def _cached_backlog(self) -> tuple[Backlog, int | None] | None:
+    def _cached_figures(self) -> StoreFigures | None:
         with self._lock:
             now = time.monotonic()
             if self._cached is None or now - self._cached[0] >= self.cache_seconds:
@@ -370,9 +449,15 @@ class ScrapeTimeCollector:
                 self._cached = (now, value if read else None)
             return self._cached[1]
 
-    def _store_figures(self) -> tuple[Backlog, int | None]:
+    def _store_figures(self) -> StoreFigures:
         unresolved = None if self._unresolved is None else self._unresolved()
-        return self._backlog(), unresolved
+        parked: dict[str, int] | None = None
+        if self._parked is not None:
+            parked = {}
+            for found in self._parked():
+                label = self.key(found.key)  # several past the cap add up under "other"
+                parked[label] = parked.get(label, 0) + found.runs
+        return StoreFigures(self._backlog(), unresolved, parked)
 
     def _read(self, source: str, read: Callable[[], T]) -> tuple[bool, T | None]:
         try:
@@ -519,7 +604,9 @@ def _scrape_time_collector(settings: Settings) -> ScrapeTimeCollector:
     leases = Leases.from_url(settings.redis_url)
     # Redis's mark of the last tick, else (after a Redis restart) the store's.
     last = functools.partial(last_tick, leases, store)
-    return ScrapeTimeCollector(store.approval_backlog, last, unresolved=store.unresolved_effects)
+    return ScrapeTimeCollector(
+        store.approval_backlog, last, unresolved=store.unresolved_effects, parked=store.parked
+    )
 
 
 def _unserved_schedules_collector(settings: Settings) -> UnservedSchedulesCollector:

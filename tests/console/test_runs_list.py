@@ -10,7 +10,9 @@ from flask.testing import FlaskClient
 
 from runner import Agent, Engine
 from runner.testing import ScriptedModel, text
+from store.postgres import PostgresStore
 from tests.console.conftest import BASE, execute_all, page_text, plain_agent, unique
+from tests.helpers import parked_run
 
 ROW = re.compile(r'<tr><td><a href="/console/runs/([^"]+)">')
 NEXT = re.compile(r'<a rel="next" href="([^"]+)">')
@@ -99,3 +101,31 @@ def test_bad_filters_are_one_clear_400(client: FlaskClient, engine: Engine) -> N
     ]:
         page = page_text(client, f"{BASE}/?{query}", status=400)
         assert words in page, query
+
+
+def test_a_parked_run_shows_its_key_and_when_it_may_go_in_the_list_and_on_its_page(
+    client: FlaskClient, engine: Engine, pg_store: PostgresStore
+) -> None:
+    agent = plain_agent()
+    parked = parked_run(pg_store, "openai/gpt-<busy>", agent=agent, tenant="acme")
+    plain = engine.start(agent, {"n": 2})  # queued for a worker, not parked
+    assert parked.parked_until is not None
+    until = parked.parked_until.astimezone(UTC)
+
+    page = page_text(client, f"{BASE}/?agent={agent}")
+    assert listed(page) == [plain.id, parked.id]
+    rows = dict(zip(listed(page), page.split("<tr><td>")[1:], strict=True))
+    badge = (
+        f'<span class="st st-parked" title="waiting: rate_limit on openai/gpt-&lt;busy&gt;, '
+        f'may go at {until:%Y-%m-%d %H:%M:%S} UTC">parked on openai/gpt-&lt;busy&gt; '
+        f"until {until:%H:%M:%S} UTC</span>"
+    )
+    assert badge in rows[parked.id]
+    assert "st-parked" not in rows[plain.id]
+
+    shown = page_text(client, f"{BASE}/runs/{parked.id}")
+    why = re.search(r'<p class="note" id="why">(.*?)</p>', shown)
+    assert why is not None, shown
+    assert html.unescape(why.group(1)).startswith(
+        f"Waiting: rate_limit on 'openai/gpt-<busy>', may go at {until:%Y-%m-%d %H:%M:%S} UTC"
+    )

@@ -36,6 +36,7 @@ CHECKS = [
     "agents served",
     "tools",
     "agents",
+    "model limits",
 ]
 # The checks of Runwright's own Celery app, whose preset stops on an invalid
 # configuration: skipped when the configuration check failed.
@@ -123,6 +124,7 @@ def test_a_healthy_set_up_passes_every_check(setup: Setup) -> None:
     assert lines["routes"] == "ok    runwright.execute and runwright.tick go to queue 'runwright'"
     assert lines["consumers"].startswith("ok    1 worker(s) take queue 'runwright': doc@")
     assert lines["agents served"] == "ok    no agent has open or recent runs"
+    assert lines["model limits"] == "ok    no provider answered 429 in the last day"
     assert lines["agents"].startswith("ok    ") and "from tests.agents" in lines["agents"]
     assert "test-secret" not in str(lines)  # a key is named by its id, never shown
 
@@ -193,6 +195,7 @@ def test_redis_down_fails_the_redis_line_once_refused(setup: Setup) -> None:
         "workers": "skipped: Redis is unreachable",
         "consumers": "skipped: the broker is unreachable",
         "agents served": "skipped: Redis is unreachable",
+        "model limits": "skipped: Redis is unreachable",
     }
     assert lines["redis"].startswith("FAIL  ConnectionError: ") and "refused" in lines["redis"]
 

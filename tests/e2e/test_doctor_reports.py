@@ -128,3 +128,30 @@ def test_doctor_says_which_runwright_it_is(cli_env: dict[str, str], as_json: boo
         assert json.loads(done.stdout)["version"] == version("runwright")
     else:
         assert f"runwright {version('runwright')}" in done.stdout.strip().splitlines()[-1]
+
+
+def test_a_model_answered_429_without_a_limit_is_named_with_the_variable_to_set(
+    leases: Leases, cli_env: dict[str, str]
+) -> None:
+    from runner.core.limits.admission import note_throttled
+
+    note_throttled(leases.redis, "openai/gpt-busy")
+    code, lines, out = doctor_lines(cli_env)
+    assert code == 1
+    line = lines["model limits"]
+    assert line.startswith(
+        "FAIL  model 'openai/gpt-busy' was answered 429 in the last day (last at "
+    ), out
+    assert "has no limit in force: set RUNWRIGHT_MODEL_LIMITS" in line, line
+
+    # A limit in force for it (here by a pattern) is what the line asks for.
+    limited = {**cli_env, "RUNWRIGHT_MODEL_LIMITS": '{"openai/*": {"rpm": 100}}'}
+    _, lines, out = doctor_lines(limited)
+    assert lines["model limits"] == (
+        "ok    the 1 model(s) answered 429 in the last day each have a limit in force"
+    ), out
+
+
+def test_no_429s_pass_the_model_limits_line(cli_env: dict[str, str]) -> None:
+    _, lines, out = doctor_lines(cli_env)
+    assert lines["model limits"] == "ok    no provider answered 429 in the last day", out

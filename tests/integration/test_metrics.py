@@ -3,6 +3,7 @@ counted into a registry of the test's own, read without HTTP."""
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import time
@@ -16,17 +17,18 @@ from prometheus_client import CollectorRegistry
 
 import tests.agents_planned as planned
 from runner import Agent, Budget, Engine, RunContext, tool
+from runner.core.coordination.leases import Leases
 from runner.core.errors import ConfigurationError
 from runner.core.observe import ModelCall, TickReport, ToolCall
 from runner.core.retry import RetryPolicy
 from runner.core.settings import Settings
 from runner.observe import metrics as m
-from runner.testing import Reply, Request, ScriptedModel, call, text, tools
+from runner.testing import Reply, Request, ScriptedModel, call, rate_limited, text, tools
 from store.local import free_port
 from store.models import Fence, RunStatus, StepKind, Usage, utcnow
 from store.postgres import PostgresStore
 from tests.agents import lookup
-from tests.helpers import expire_approval, unique
+from tests.helpers import expire_approval, parked_run, unique
 
 
 @pytest.fixture
@@ -461,3 +463,86 @@ def test_decisions_are_counted_by_kind_and_whether_they_were_edited(
         if s.name == "runwright_approval_decisions_total"
     )
     assert total == 6
+
+
+# ------------------------------------------------------------ flow control
+
+
+def test_a_limit_s_waits_tokens_parks_and_429s_are_counted_by_model_and_key(
+    pg_store: PostgresStore, leases: Leases, registry: CollectorRegistry
+) -> None:
+    """One request a minute: the first run's call goes (its wait in place,
+    its tokens reserved and used), the second parks on the model's key; a
+    model with no limit whose provider answers 429 is counted too."""
+    name, throttled = unique("limited"), unique("throttled")
+    model = ScriptedModel(name, lambda request: text("done", usage=(100, 10)))
+    Agent(name=name, model=model.model)
+    refusing = ScriptedModel(throttled, [rate_limited(), text("late")])
+    Agent(name=throttled, model=refusing.model)
+    settings = Settings(
+        lease_ttl_seconds=3,
+        secret_key="test:test-secret-for-runwright-tests-only",
+        model_limits=json.dumps({model.model: {"rpm": 1}}),
+    )
+    engine = Engine(
+        pg_store,
+        leases=leases,
+        settings=settings,
+        model_retries=0,
+        observers=[m.MetricsObserver(m.Metrics(registry))],
+    )
+    try:
+        first = engine.execute(engine.start(name).id)
+        assert first is not None and first.status is RunStatus.COMPLETED
+        second = engine.execute(engine.start(name).id)
+        assert second is not None and second.parked_key == model.model
+        engine.execute(engine.start(throttled).id)
+    finally:
+        engine.close()
+
+    labels = {"model": model.model}
+    assert value(registry, "runwright_limit_wait_seconds_count", **labels) == 1  # not the parked
+    reserved = value(registry, "runwright_limit_tokens_reserved_total", **labels)
+    assert reserved >= 100  # the prompt's tokens counted, and the output cap
+    assert value(registry, "runwright_limit_tokens_used_total", **labels) == 110
+    parked = {"key": model.model, "reason": "requests"}
+    assert value(registry, "runwright_runs_parked_total", **parked) == 1
+    assert value(registry, "runwright_provider_rate_limited_total", model=refusing.model) == 1
+    assert value(registry, "runwright_provider_rate_limited_total", **labels) == 0
+
+
+def test_limit_keys_are_capped_like_models(
+    pg_store: PostgresStore, registry: CollectorRegistry
+) -> None:
+    observer = m.MetricsObserver(m.Metrics(registry), max_keys=1)
+    for key in ("a", "b", "c"):
+        observer.parked(parked_run(pg_store, key), key, "tokens")
+    assert value(registry, "runwright_runs_parked_total", key="a", reason="tokens") == 1
+    assert value(registry, "runwright_runs_parked_total", key=m.OTHER, reason="tokens") == 2
+
+
+def test_runs_parked_now_are_read_from_the_store_at_scrape_time(
+    pg_store: PostgresStore,
+) -> None:
+    parked_run(pg_store, "openai/gpt-a", tenant="acme")
+    parked_run(pg_store, "openai/gpt-a")
+    parked_run(pg_store, "openai/gpt-b", tenant="acme")
+    registry = CollectorRegistry()
+    collector = m.ScrapeTimeCollector(
+        pg_store.approval_backlog, lambda: None, parked=pg_store.parked, cache_seconds=0
+    )
+    registry.register(collector)
+    samples = scrape(registry)
+    assert samples["runwright_runs_parked[('key', 'openai/gpt-a')]"] == 2
+    assert samples["runwright_runs_parked[('key', 'openai/gpt-b')]"] == 1
+
+    # Past the cap, keys add up under "other".
+    capped = CollectorRegistry()
+    capped.register(
+        m.ScrapeTimeCollector(
+            pg_store.approval_backlog, lambda: None, parked=pg_store.parked, max_keys=1
+        )
+    )
+    samples = scrape(capped)
+    assert samples["runwright_runs_parked[('key', 'openai/gpt-a')]"] == 2
+    assert samples[f"runwright_runs_parked[('key', '{m.OTHER}')]"] == 1

@@ -6,7 +6,7 @@ a tool's 64)."""
 
 from __future__ import annotations
 
-from runner.cli.doctor import REASON_CHARS, failing_reason, unserved_reason
+from runner.cli.doctor import REASON_CHARS, failing_reason, throttled_reason, unserved_reason
 
 
 def test_the_agent_whose_runs_wait_comes_first_and_the_others_are_counted() -> None:
@@ -76,3 +76,16 @@ def test_failing_tools_after_the_first_are_named_with_their_counts() -> None:
         "error: refused); also 'charge' of agent 'billing' (3 of 5): runwright show RUN "
         "prints each call's error"
     )
+
+
+def test_models_answered_429_without_a_limit_latest_first_and_the_rest_counted() -> None:
+    seen = {f"openai/model-{n:02}": 1_700_000_000.0 + n for n in range(8)}
+    seen["x" * 190] = 1_600_000_000.0  # a long name, and the oldest
+    reason = throttled_reason(sorted(seen), seen)
+    assert reason.startswith(
+        "model 'openai/model-07' was answered 429 in the last day (last at 2023-11-14 22:13 UTC) "
+        "and has no limit in force, nor 'openai/model-06', nor 'openai/model-05', nor 6 other "
+        "model(s) answered 429: set RUNWRIGHT_MODEL_LIMITS "
+        """(e.g. '{"openai/model-07": {"rpm": ..., "tpm": ...}}')"""
+    ), reason
+    assert len(reason) <= REASON_CHARS
