@@ -488,6 +488,8 @@ class Schedule:
     next_due_at: datetime
     created_at: datetime
     updated_at: datetime
+    # The priority its runs take (docs/flow-control.md).
+    priority: int = 0
 
 
 @dataclass(frozen=True)

@@ -247,6 +247,7 @@ def schedule_from_row(row: Mapping[str, Any]) -> Schedule:
         overlap=Overlap(m["overlap"]),
         catchup_window_seconds=float(m["catchup_window_seconds"]),
         jitter_seconds=float(m["jitter_seconds"]),
+        priority=int(m.get("priority") or 0),
         paused=bool(m["paused"]),
         next_at=m["next_at"],
         next_due_at=m["next_due_at"],

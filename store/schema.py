@@ -445,11 +445,14 @@ schedules = sa.Table(
     sa.Column("next_due_at", _TS, nullable=False),
     sa.Column("created_at", _TS, nullable=False, server_default=_NOW),
     sa.Column("updated_at", _TS, nullable=False, server_default=_NOW),
+    # The priority its runs take (0018).
+    sa.Column("priority", sa.SmallInteger, nullable=False, server_default="0"),
     sa.CheckConstraint("(cron IS NULL) <> (every_seconds IS NULL)", name="schedules_one_spec"),
     sa.CheckConstraint(
         "overlap IN ('skip', 'buffer_one', 'allow_all', 'cancel_other')",
         name="schedules_overlap_valid",
     ),
+    sa.CheckConstraint("priority BETWEEN 0 AND 9", name="schedules_priority_valid"),
     # What tick() fires: the due schedules that are not paused.
     sa.Index("schedules_due_idx", "next_due_at", postgresql_where=sa.text("NOT paused")),
 )

@@ -39,13 +39,13 @@ CREATE_SCHEDULE = Statement(
     """
     INSERT INTO schedules (name, agent, cron, timezone, every_seconds, payload, thread, keys,
                            overlap, catchup_window_seconds, jitter_seconds, paused, next_at,
-                           next_due_at)
+                           next_due_at, priority)
     VALUES (CAST(:name AS text), CAST(:agent AS text), CAST(:cron AS text),
             CAST(:timezone AS text), CAST(:every_seconds AS float8), CAST(:payload AS json),
             CAST(:thread AS text), CAST(:keys AS json), CAST(:overlap AS text),
             CAST(:catchup_window_seconds AS float8), CAST(:jitter_seconds AS float8),
             CAST(:paused AS bool), CAST(:next_at AS timestamptz),
-            CAST(:next_due_at AS timestamptz))
+            CAST(:next_due_at AS timestamptz), CAST(:priority AS smallint))
     ON CONFLICT (name) DO NOTHING
     RETURNING *
     """,
@@ -57,13 +57,14 @@ REPLACE_SCHEDULE = Statement(
     """
     UPDATE schedules
        SET (name, agent, cron, timezone, every_seconds, payload, thread, keys, overlap,
-            catchup_window_seconds, jitter_seconds, paused, next_at, next_due_at, updated_at)
+            catchup_window_seconds, jitter_seconds, paused, next_at, next_due_at, priority,
+            updated_at)
          = (CAST(:name AS text), CAST(:agent AS text), CAST(:cron AS text),
             CAST(:timezone AS text), CAST(:every_seconds AS float8), CAST(:payload AS json),
             CAST(:thread AS text), CAST(:keys AS json), CAST(:overlap AS text),
             CAST(:catchup_window_seconds AS float8), CAST(:jitter_seconds AS float8),
             CAST(:paused AS bool), CAST(:next_at AS timestamptz),
-            CAST(:next_due_at AS timestamptz), now())
+            CAST(:next_due_at AS timestamptz), CAST(:priority AS smallint), now())
      WHERE name = CAST(:name AS text)
     RETURNING *
     """,
@@ -280,6 +281,7 @@ def _params(schedule: Schedule) -> dict[str, Any]:
         "paused": schedule.paused,
         "next_at": schedule.next_at,
         "next_due_at": schedule.next_due_at,
+        "priority": schedule.priority,
     }
 
 

@@ -343,3 +343,21 @@ def test_a_tick_without_the_agent_leaves_the_firing_to_another(
     finally:
         with_agent.close()
         without.close()
+
+
+def test_a_schedule_s_runs_take_its_priority_and_its_agent_s_tenant(engine: Engine) -> None:
+    name = unique("sched-tenant")
+    model = ScriptedModel(name, lambda request: text("done"))
+    Agent(name=name, model=model.model, tenant=lambda trigger: trigger.keys.get("org"))
+    made = engine.schedules.create("urgent", name, every=60, keys={"org": "acme"}, priority=8)
+    assert made.priority == 8 and engine.schedules.get("urgent").priority == 8
+    report = engine.tick(now=made.next_at + timedelta(seconds=1))
+    [run] = runs_of(engine, "urgent")
+    assert report.fired == [run.id] and (run.priority, run.tenant) == (8, "acme")
+    assert engine.schedules.update("urgent", priority=2).priority == 2
+    before = tables(engine)
+    with pytest.raises(InvalidInput, match="priority"):
+        engine.schedules.update("urgent", priority=10)
+    with pytest.raises(InvalidInput, match="priority"):
+        engine.schedules.create("too-urgent", name, every=60, priority=-1)
+    assert tables(engine) == before

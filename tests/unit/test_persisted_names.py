@@ -51,7 +51,7 @@ TABLES = {
     "schedules": [
         "name", "agent", "cron", "timezone", "every_seconds", "payload", "thread", "keys",
         "overlap", "catchup_window_seconds", "jitter_seconds", "paused", "next_at",
-        "next_due_at", "created_at", "updated_at",
+        "next_due_at", "created_at", "updated_at", "priority",
     ],
     "schedule_firings": ["schedule", "scheduled_at", "outcome", "run_id", "reason", "fired_at"],
     "tick_mark": ["id", "finished_at"],

@@ -38,7 +38,7 @@ from runner.core.settings import Settings
 from store.models import Firing, NewRun, Overlap, Schedule, TriggerEnvelope
 from store.pg.schedules import SET_ASIDE_FOR, Fired, FiringPlan
 from store.postgres import PostgresStore
-from store.validate import check_new_run
+from store.validate import check_new_run, check_priority
 
 log = logging.getLogger(__name__)
 
@@ -108,13 +108,15 @@ class Schedules:
         catchup_window: float | timedelta = DEFAULT_CATCHUP_SECONDS,
         jitter: float | timedelta = 0.0,
         paused: bool = False,
+        priority: int = 0,
     ) -> Schedule:
         """A new schedule of ``agent``: by ``cron`` (five fields, read in the
         IANA ``timezone``) or ``every`` seconds. ``overlap`` says what a firing
         does while an earlier one's run has not ended (``skip``,
         ``buffer_one``, ``allow_all``, ``cancel_other``); firings that
         ``tick()`` comes to later than ``catchup_window`` (beat was down) are
-        recorded missed; ``jitter`` delays each firing by up to that long. A bad
+        recorded missed; ``jitter`` delays each firing by up to that long;
+        ``priority`` (0 to 9) is its runs' (docs/flow-control.md). A bad
         expression, zone, interval or payload is one :class:`InvalidInput`, and
         nothing is stored."""
         now = datetime.now(UTC)
@@ -131,6 +133,7 @@ class Schedules:
             catchup_window_seconds=0.0,
             jitter_seconds=0.0,
             paused=bool(paused),
+            priority=check_priority(priority),
             next_at=now,
             next_due_at=now,
             created_at=now,
@@ -160,6 +163,7 @@ class Schedules:
         overlap: Overlap | str = _UNSET,
         catchup_window: float | timedelta = _UNSET,
         jitter: float | timedelta = _UNSET,
+        priority: int = _UNSET,
     ) -> Schedule:
         """Change what is given, keeping the rest. A change of its times (cron,
         interval, zone, jitter) moves the next firing to the first new time
@@ -181,6 +185,7 @@ class Schedules:
                 thread=current.thread if thread is _UNSET else thread,
                 keys=current.keys if keys is _UNSET else _keys(keys),
                 overlap=current.overlap if overlap is _UNSET else _overlap(overlap),
+                priority=current.priority if priority is _UNSET else check_priority(priority),
             )
             checked = self._checked(
                 changed,
@@ -286,6 +291,7 @@ class Schedules:
             trigger=envelope,
             concurrency_key=key,
             tenant=spec.tenant_for(envelope),
+            priority=schedule.priority,
         )
         check_new_run(new, self.deps.store.max_payload_bytes)
         return new

@@ -94,10 +94,17 @@ def upgrade() -> None:
         postgresql_where=sa.text("parked_key IS NOT NULL"),
     )
     op.execute(_RUN_EVENTS)
+    # A schedule's runs take its priority; the schedules there are have the default.
+    op.add_column(
+        "schedules", sa.Column("priority", sa.SmallInteger(), nullable=False, server_default="0")
+    )
+    op.create_check_constraint("schedules_priority_valid", "schedules", "priority BETWEEN 0 AND 9")
 
 
 def downgrade() -> None:
     # A parked run stays queued until its retry_at, as a run waiting to retry.
+    op.drop_constraint("schedules_priority_valid", "schedules", type_="check")
+    op.drop_column("schedules", "priority")
     op.execute(_RUN_EVENTS_BEFORE)
     op.drop_index("runs_parked_idx", table_name="runs")
     op.drop_column("runs", "parked_key")
