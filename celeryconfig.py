@@ -7,6 +7,7 @@ threads (``worker_pool = "threads"``) rather than one per core.
 
 from __future__ import annotations
 
+from runner.celery import MAX_BROKER_PRIORITY, broker_priority_options
 from runner.core.settings import Settings, resolve
 from store.errors import ConfigurationError
 
@@ -42,7 +43,13 @@ task_ignore_result = True
 # Longer than any execution, so Redis never hands a running task's message to
 # another worker; recovery of dead workers is tick()'s job, not the broker's.
 _visibility = _settings.visibility_timeout_seconds
-broker_transport_options = {"visibility_timeout": _visibility}
+broker_transport_options: dict[str, object] = {"visibility_timeout": _visibility}
+# A run's priority on the broker (RUNWRIGHT_BROKER_PRIORITIES, docs/flow-control.md).
+if _settings.broker_priorities:
+    if broker_url.startswith(("redis://", "rediss://")):
+        broker_transport_options.update(broker_priority_options())
+    else:  # AMQP: queues declared with x-max-priority (a queue made before keeps its own)
+        task_queue_max_priority = MAX_BROKER_PRIORITY
 result_backend_transport_options = {"visibility_timeout": _visibility}
 visibility_timeout = _visibility
 

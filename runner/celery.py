@@ -94,6 +94,8 @@ _execute_task: Task | None = None
 # signal, sent before logging is set up), for the signals that name no app.
 _started_app: Celery | None = None
 # Set when this process is a worker that takes Runwright's queue.
+# RUNWRIGHT_BROKER_PRIORITIES, as install() read it.
+_broker_priorities = False
 _runs_agents = False
 
 
@@ -107,8 +109,9 @@ def install(app: Celery) -> tuple[Task, Task]:
     shutdown. The app's configuration is not read here, so a lazy one
     (Django's settings) stays lazy. :func:`enqueue` then sends through
     ``app``. Returns the two tasks (execute, tick)."""
-    global _execute_task
+    global _execute_task, _broker_priorities
     settings = Settings.from_env()
+    _broker_priorities = settings.broker_priorities
     execute_task = app.task(
         name=EXECUTE,
         bind=True,
@@ -170,16 +173,46 @@ def engine() -> Engine:
     return _engine
 
 
-def enqueue(run_id: str, *, eta: datetime | None = None) -> None:
+def enqueue(run_id: str, *, eta: datetime | None = None, priority: int | None = None) -> None:
     """Hand a run to a worker through the app that installed Runwright in this
     process: the ``enqueue`` callable of the engine (``RUNWRIGHT_ENQUEUE``).
-    With ``eta``, not before then (a run waiting to retry a model step)."""
+    With ``eta``, not before then (a run waiting to retry a model step). With
+    ``RUNWRIGHT_BROKER_PRIORITIES``, the message carries the run's
+    ``priority`` (0 when not given) as its broker counts it."""
     if _execute_task is None:
         raise ConfigurationError(
             "no Celery app in this process installed Runwright: import the module that "
             "calls runner.celery.install(app) before starting runs (docs/celery.md)"
         )
-    _execute_task.apply_async(args=[run_id], eta=eta)
+    if not _broker_priorities:
+        _execute_task.apply_async(args=[run_id], eta=eta)
+        return
+    url = str(_execute_task.app.conf.broker_url or "")
+    sent = broker_priority(priority or 0, url)
+    _execute_task.apply_async(args=[run_id], eta=eta, priority=sent)
+
+
+# The most a broker counts priorities to: RabbitMQ's x-max-priority, and the
+# last of kombu's Redis priority steps.
+MAX_BROKER_PRIORITY = 9
+
+
+def broker_priority_options() -> dict[str, object]:
+    """kombu's Redis transport options for priorities: a list of the queue
+    per step, read lowest step first (celeryconfig.py; docs/flow-control.md)."""
+    return {
+        "priority_steps": list(range(MAX_BROKER_PRIORITY + 1)),
+        "sep": ":",
+        "queue_order_strategy": "priority",
+    }
+
+
+def broker_priority(priority: int, broker_url: str) -> int:
+    """A run's priority (0 to 9, higher first) as its broker counts it:
+    RabbitMQ takes the higher first, kombu's Redis transport the lower."""
+    if broker_url.startswith(("redis://", "rediss://")):
+        return MAX_BROKER_PRIORITY - priority
+    return priority
 
 
 # ------------------------------------------------------------ the tasks

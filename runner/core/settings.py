@@ -121,6 +121,9 @@ class Settings:
     home: Path = _setting("RUNWRIGHT_HOME", Path(".runwright"))  # noqa: RUF009 (a field)
     enqueue: str = _setting("RUNWRIGHT_ENQUEUE", "tasks:enqueue")
     queue: str = _setting("RUNWRIGHT_QUEUE", "runwright")
+    # A run's priority on the broker too (docs/flow-control.md): RabbitMQ's
+    # x-max-priority queue, Redis's priority steps. Off: the broker's order.
+    broker_priorities: bool = _setting("RUNWRIGHT_BROKER_PRIORITIES", False)
     # The project's Celery app that installed Runwright (runner.celery.install),
     # as `celery -A` names it: what doctor and worker-shape check without -A.
     celery_app: str | None = _setting("RUNWRIGHT_CELERY_APP", None)

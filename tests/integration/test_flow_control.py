@@ -306,3 +306,29 @@ def test_bad_concurrency_declarations_are_one_clear_error(provider: Provider) ->
             concurrency=Concurrency(key=lambda t: "k", limit=2),
             concurrency_key=lambda t: "k",
         )
+
+
+def test_a_run_s_priority_goes_to_an_enqueue_that_takes_it(
+    pg_store: PostgresStore, provider: Provider
+) -> None:
+    name, _ = _agent(provider)
+    sent: list[tuple[str, int | None]] = []
+
+    def enqueue(run_id: str, *, priority: int | None = None) -> None:
+        sent.append((run_id, priority))
+
+    engine = Engine(pg_store, enqueue=enqueue)
+    try:
+        urgent = engine.start(name, {"n": 1}, priority=9)
+        plain = engine.start(name, {"n": 2})
+        assert sent == [(urgent.id, 9), (plain.id, 0)]
+        # An enqueue that takes no priority is called as before.
+        bare: list[str] = []
+        other = Engine(pg_store, enqueue=bare.append)
+        try:
+            other.start(name, {"n": 3})
+        finally:
+            other.close()
+        assert len(bare) == 1
+    finally:
+        engine.close()

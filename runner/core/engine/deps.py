@@ -63,12 +63,17 @@ def _admission(leases: Leases | None, settings: Settings, clock: Clock) -> Admis
     )
 
 
-def takes_eta(enqueue: Callable[..., object]) -> bool:
+def takes(enqueue: Callable[..., object], keyword: str) -> bool:
+    """Whether ``enqueue`` takes ``keyword`` (or any keyword)."""
     try:
         parameters = inspect.signature(enqueue).parameters.values()
     except (TypeError, ValueError):
         return False
-    return any(p.name == "eta" or p.kind is p.VAR_KEYWORD for p in parameters)
+    return any(p.name == keyword or p.kind is p.VAR_KEYWORD for p in parameters)
+
+
+def takes_eta(enqueue: Callable[..., object]) -> bool:
+    return takes(enqueue, "eta")
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,16 +175,22 @@ class Deps:
         """This process's tool pool (a new one after a fork)."""
         return runtime().tools
 
-    def send(self, run_ids: Iterable[str]) -> None:
+    def send(self, run_ids: Iterable[str], *, priority: int | None = None) -> None:
         """Hand runs to workers. A failed send is logged, not raised: the run is
         stored, marked unsent, and the next tick() sends it (once the broker is
-        back, not RUNWRIGHT_REENQUEUE_SECONDS later)."""
+        back, not RUNWRIGHT_REENQUEUE_SECONDS later). ``priority``: the runs',
+        for an enqueue callable that takes it (the broker's order)."""
         if self.enqueue is None:
             return
+        extra = (
+            {}
+            if priority is None or not takes(self.enqueue, "priority")
+            else {"priority": priority}
+        )
         unsent = []
         for run_id in run_ids:
             try:
-                self.enqueue(run_id)
+                self.enqueue(run_id, **extra)
             except Exception as exc:
                 log.warning("could not enqueue run %s (%s); tick() will retry", run_id, exc)
                 unsent.append(run_id)

@@ -228,7 +228,7 @@ class Engine:
             )
             self.deps.observer.started(run)
         if created:
-            self.deps.send([run.id])
+            self.deps.send([run.id], priority=run.priority)
         return run
 
     def execute(self, run_id: str) -> Run | None:
