@@ -332,3 +332,24 @@ def test_a_run_s_priority_goes_to_an_enqueue_that_takes_it(
         assert len(bare) == 1
     finally:
         engine.close()
+
+
+def test_the_provider_s_headers_lower_the_limit_before_it_answers_429(
+    pg_store: PostgresStore, leases: Leases, provider: Provider
+) -> None:
+    """Runwright was told 100 requests a minute; the provider allows 2 and
+    says so in its x-ratelimit-* headers. After its second answer says none
+    remain, the third call parks instead of drawing a 429."""
+    name, model = _agent(provider)
+    provider.limit(rpm=2, count=lambda body: 10)
+    engine = _engine(pg_store, leases, model, {"rpm": 100}, limit_wait_seconds=0.0)
+    try:
+        for n in range(2):
+            done = engine.execute(engine.start(name, {"n": n}).id)
+            assert done is not None and done.status is RunStatus.COMPLETED
+        third = engine.execute(engine.start(name, {"n": 3}).id)
+        assert third is not None and third.status is RunStatus.QUEUED
+        assert third.parked_key == model
+        assert provider.throttled == 0 and len(provider.requests) == 2
+    finally:
+        engine.close()
