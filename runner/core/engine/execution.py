@@ -82,8 +82,9 @@ class Execution:
         self.owner = new_owner()
         self.signal = AbortSignal(asyncio.get_running_loop())
         self.ended: Ended | None = None
-        # The run's own limits this execution holds (Concurrency, max_running).
-        self._slots: list[Grant] = []
+        # The limits' grants this execution holds (its run's Concurrency and
+        # max_running, its model call's), renewed by its heartbeat.
+        self.held: list[Grant] = []
         # The store as this execution sees it (runner/core/journal.py), wrapped to
         # crash at the named fault points when a test armed one.
         self._pg = PgJournal(deps, run_id, self.owner, self.signal)
@@ -176,7 +177,7 @@ class Execution:
                 taken = await self._run_limits(agent, run)
                 if taken is None:
                     return await self.end_aborted(agent)
-                slots = self._slots = taken
+                slots, self.held = taken, list(taken)
                 return await loop.run()
             except (ModelError, MCPUnavailable) as exc:
                 return await self._step_failed(agent, loop.retry, exc, run.model or agent.model)
@@ -189,7 +190,7 @@ class Execution:
             if timer is not None:
                 timer.cancel()
             if slots:
-                self._slots = []
+                self.held = []
                 admission = self.deps.admission
                 assert admission is not None
                 with contextlib.suppress(RunwrightError):
@@ -340,10 +341,10 @@ class Execution:
                 return
             if cancel_requested:
                 self.abort(AbortReason.CANCEL)
-            if self._slots and self.deps.admission is not None:
+            if self.held and self.deps.admission is not None:
                 hold = 3 * self.deps.settings.lease_ttl_seconds
                 with contextlib.suppress(RunwrightError):  # the hold is the bound meanwhile
-                    await self.deps.admission.renew(self._slots, hold)
+                    await self.deps.admission.renew(list(self.held), hold)
 
     async def _taken_over(self) -> bool:
         """Whether the claim is gone to another execution, rather than because

@@ -37,6 +37,10 @@ from store.models import Run
 
 log = logging.getLogger(__name__)
 
+# How many parked runs a call's end wakes, in turn order: what it gave back
+# may let more than one go; those that cannot park again.
+WAKE_AT_ONCE = 3
+
 # How often a call waiting in place for a concurrency slot looks again.
 SLOT_POLL_SECONDS = 0.05
 
@@ -101,6 +105,8 @@ class Admission:
         tokens: int,
         run: Run,
         waited: Callable[[float], Awaitable[bool]],
+        *,
+        hold_seconds: float | None = None,
     ) -> Admitted | None:
         """Take ``model``'s limit for a call expected to take ``tokens``:
         :class:`Admitted`, or None if the run was aborted while it waited in
@@ -114,7 +120,15 @@ class Admission:
         waiter = waiter_of(run)
         deadline = time.monotonic() + self.wait_seconds
         while True:
-            got = await in_io(self.limiter.acquire, model, limit, tokens, run.id, waiter=waiter)
+            got = await in_io(
+                self.limiter.acquire,
+                model,
+                limit,
+                tokens,
+                run.id,
+                waiter=waiter,
+                hold_seconds=hold_seconds,
+            )
             if isinstance(got, Grant):
                 return Admitted(got)
             pause = got.retry_after
@@ -210,7 +224,7 @@ class Admission:
         turn it now is, to be woken."""
         grant = admitted.grant
         await in_io(self.limiter.finish, grant, used_tokens)
-        turns = await in_io(self.limiter.next_waiters, grant.key)
+        turns = await in_io(self.limiter.next_waiters, grant.key, WAKE_AT_ONCE)
         return [turn.waiter for turn in turns]
 
     async def learn(

@@ -21,6 +21,7 @@ from runner.core import model
 from runner.core.agent import Agent
 from runner.core.errors import InvalidInput, ModelError, RunwrightError
 from runner.core.journal import Journal, Start
+from runner.core.limits.limiter import Grant
 from runner.core.observe import FirstSeen, ModelCall
 from runner.core.steps.builtin_tools import (
     AskHumanTool,
@@ -71,6 +72,9 @@ class Host(Protocol):
 
     journal: Journal
     signal: AbortSignal
+    # The limits' grants it holds, which its heartbeat keeps held (a worker
+    # that dies lets them go after three lease TTLs).
+    held: list[Grant]
 
     async def end(self, outcome: Outcome) -> Ended: ...
 
@@ -426,9 +430,13 @@ class StepLoop:
                 raise
         tokens = await self._expected_tokens()
         began = time.monotonic()
-        admitted = await admission.enter(model_name, tokens, self.run_, self._aborted_within)
+        hold = 3 * self.deps.settings.lease_ttl_seconds
+        admitted = await admission.enter(
+            model_name, tokens, self.run_, self._aborted_within, hold_seconds=hold
+        )
         if admitted is None:
             return None
+        self.x.held.append(admitted.grant)
         self.deps.observer.limit_admitted(model_name, tokens, time.monotonic() - began)
         used = 0
         try:
@@ -444,6 +452,7 @@ class StepLoop:
                 await admission.note_throttled(model_name)
             raise
         finally:
+            self.x.held.remove(admitted.grant)
             turns = await asyncio.shield(admission.leave(admitted, used))
             self.deps.observer.limit_used(model_name, used)
             self.deps.wake([run_id for run_id in turns if run_id != self.run_.id])
