@@ -17,6 +17,7 @@ import dataclasses
 import signal
 import time
 from collections.abc import Iterator
+from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -257,7 +258,7 @@ def test_a_429_to_one_worker_holds_back_the_other_workers_calls_until_its_pause_
     other = second.worker("w2", concurrency=2)
     flow.procs += first.procs + second.procs
     provider.fail(429, retry_after=5, times=1)
-    with first.engine() as on_first, second.engine() as on_second:
+    with closing(first.engine()) as on_first, closing(second.engine()) as on_second:
         refused = on_first.start("flow_blocked")
         wait_until(lambda: provider.answered(429), 30, "the provider to answer 429")
         back = wait_until(
@@ -273,6 +274,8 @@ def test_a_429_to_one_worker_holds_back_the_other_workers_calls_until_its_pause_
         assert state["rpm_in_force"] < state["rpm"]
         held = on_second.start("flow_blocked")
         assert time.time() < blocked_until  # it was started during the block
+        # The other worker parks it on the block instead of calling.
+        assert _parked(engine, held.id, BLOCKED).status is RunStatus.QUEUED
         done = _ended(engine, [refused.id, held.id])
     assert [r.status for r in done] == [RunStatus.COMPLETED] * 2
     assert held.id in completed_by(other)
