@@ -25,23 +25,23 @@ from typing import Any
 import pytest
 import redis
 
-import tests.agents_flow  # noqa: F401  (this process starts the runs by name)
 from runner import Engine, Run
 from runner.core.limits import Limiter
 from runner.core.limits.limiter import Grant
 from runner.core.limits.model_limits import ModelLimit
 from store.models import RunStatus
 from tests.agents import read_effect_log
-from tests.agents_flow import (
+from tests.agents_flow import (  # and the agents, which this process starts by name
     BLOCKED,
     EFFECT,
+    LIMITS,
     MAX_TOKENS,
     SLOTTED,
     TOKENS,
     TOKENS_RUNS,
     limits_json,
 )
-from tests.e2e.cluster import Cluster, completed_by, wait_until
+from tests.e2e.cluster import Cluster, Proc, completed_by, wait_until
 from tests.provider import Provider, Served, answer, tool_calls
 
 AGENTS = "tests.agents,tests.agents_flow"
@@ -96,7 +96,8 @@ def _ended(engine: Engine, run_ids: list[str], timeout: float = 60) -> list[Run]
     except AssertionError as exc:
         left = [engine.get_run(run_id) for run_id in run_ids]
         raise AssertionError(
-            f"{exc}: " + ", ".join(f"{r.status.value} {r.parked_key} {r.parked_until}" for r in left)
+            f"{exc}: "
+            + ", ".join(f"{r.status.value} {r.parked_key} {r.parked_until}" for r in left)
         ) from None
     return found
 
@@ -109,6 +110,13 @@ def _parked(engine: Engine, run_id: str, key: str) -> Run:
         interval=0.05,
     )
     return found
+
+
+def _workers(*started: Proc) -> Proc:
+    """Workers started side by side, once each is ready: the last of them."""
+    for proc in started:
+        proc.wait_for(" ready.", timeout=90)
+    return started[-1]
 
 
 def _hold_slot(limiter: Limiter, model: str, seconds: float) -> Grant:
@@ -143,16 +151,15 @@ def test_two_workers_together_stay_inside_the_providers_requests_and_tokens_a_mi
     # minute's 1,000 tokens at once, a third does not, so the calls of 8
     # threads contend for the tokens; each run makes one request, and the
     # minute has exactly as many.
-    limit = tests.agents_flow.LIMITS[TOKENS]
+    limit = LIMITS[TOKENS]
     provider.limit(rpm=limit["rpm"], tpm=limit["tpm"])
     provider.latency = 0.3
-    flow.worker("w1", concurrency=4)
-    flow.worker("w2", concurrency=4)
+    _workers(
+        flow.worker("w1", concurrency=4, wait=False), flow.worker("w2", concurrency=4, wait=False)
+    )
     runs = [engine.start("flow_tokens", {"n": n}).id for n in range(TOKENS_RUNS)]
     done = _ended(engine, runs)
-    assert [r.status for r in done] == [RunStatus.COMPLETED] * TOKENS_RUNS, [
-        r.error for r in done
-    ]
+    assert [r.status for r in done] == [RunStatus.COMPLETED] * TOKENS_RUNS, [r.error for r in done]
     assert provider.throttled == 0
     assert provider.limits is not None and provider.limits.overdrawn == 0
     assert len(provider.requests) == TOKENS_RUNS  # one call each, none refused
@@ -167,8 +174,9 @@ def test_two_workers_together_stay_inside_the_providers_requests_and_tokens_a_mi
 def test_a_parked_run_holds_no_thread_and_another_agents_runs_go_meanwhile(
     flow: Cluster, provider: Provider, engine: Engine, limiter: Limiter
 ) -> None:
-    worker = flow.worker("w1", concurrency=1)
-    grant = _hold_slot(limiter, SLOTTED, 10)
+    # One thread; a call over its limit parks at once rather than wait in place.
+    worker = flow.worker("w1", concurrency=1, RUNWRIGHT_LIMIT_WAIT_SECONDS="0")
+    grant = _hold_slot(limiter, SLOTTED, 6)
     parked = _parked(engine, engine.start("flow_slotted").id, SLOTTED)
     assert parked.status is RunStatus.QUEUED and parked.claim is None
     assert parked.parked_until is not None
@@ -190,9 +198,8 @@ def test_a_parked_run_holds_no_thread_and_another_agents_runs_go_meanwhile(
 def test_cancel_ends_a_parked_run_at_once_and_its_call_is_never_made(
     flow: Cluster, provider: Provider, engine: Engine, limiter: Limiter
 ) -> None:
-    worker = flow.worker("w1", concurrency=2)
-    flow.beat()
-    grant = _hold_slot(limiter, SLOTTED, 5)
+    worker = flow.worker("w1", concurrency=2, RUNWRIGHT_LIMIT_WAIT_SECONDS="0")
+    grant = _hold_slot(limiter, SLOTTED, 4)
     parked = _parked(engine, engine.start("flow_slotted").id, SLOTTED)
     assert parked.parked_until is not None
     assert limiter.state(SLOTTED)["waiters"] == {"-": 1}
@@ -202,11 +209,10 @@ def test_cancel_ends_a_parked_run_at_once_and_its_call_is_never_made(
     assert datetime.now(UTC) < parked.parked_until  # before the time it would have gone
     assert limiter.state(SLOTTED)["waiters"] == {}  # it gave up its turn
     limiter.release(grant)
-    # Past its parked time, the worker serves the model (another run's call
-    # goes) and the cancelled run's message has come and gone.
-    wait_until(
-        lambda: datetime.now(UTC) > parked.parked_until, 30, "the parked time to pass"
-    )
+    # At its parked time its message comes back, and is refused.
+    refused = f"run {parked.id} is already cancelled"
+    wait_until(lambda: refused in worker.log(), 30, "the parked run's message to be refused")
+    # The worker serves the model meanwhile: another run's call goes.
     later = engine.start("flow_slotted").id
     [done] = _ended(engine, [later])
     assert done.status is RunStatus.COMPLETED
@@ -229,12 +235,14 @@ def test_a_worker_killed_while_runs_are_parked_loses_none_and_repeats_no_effect(
     # the step until the gate opens; the model's one slot is then taken, so
     # each second step's call parks.
     wait_until(lambda: len(read_effect_log(effects)) == 3, 60, "three effects to begin")
-    _hold_slot(limiter, EFFECT, 8)
+    _hold_slot(limiter, EFFECT, 6)
     gate.touch()
-    for run_id in runs:
-        _parked(engine, run_id, EFFECT)
+    parked = [_parked(engine, run_id, EFFECT) for run_id in runs]
     assert len(_called(provider, EFFECT)) == 3  # the first steps' calls only
-    doomed.signal(signal.SIGKILL)
+    assert datetime.now(UTC) < min(
+        r.parked_until or datetime.min.replace(tzinfo=UTC) for r in parked
+    )
+    doomed.signal(signal.SIGKILL)  # before any of them may go
     doomed.wait(10)
     flow.worker("w2", concurrency=4, RUNWRIGHT_LIMIT_WAIT_SECONDS="0.5")
     done = _ended(engine, runs, timeout=60)
@@ -254,8 +262,10 @@ def test_a_429_to_one_worker_holds_back_the_other_workers_calls_until_its_pause_
     # test sends it.
     first = dataclasses.replace(flow, queue="flow-first", procs=[])
     second = dataclasses.replace(flow, queue="flow-second", procs=[])
-    first.worker("w1", concurrency=2)
-    other = second.worker("w2", concurrency=2)
+    other = _workers(
+        first.worker("w1", concurrency=2, wait=False),
+        second.worker("w2", concurrency=2, wait=False),
+    )
     flow.procs += first.procs + second.procs
     provider.fail(429, retry_after=5, times=1)
     with closing(first.engine()) as on_first, closing(second.engine()) as on_second:
