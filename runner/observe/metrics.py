@@ -385,7 +385,7 @@ class ScrapeTimeCollector:
             GaugeMetricFamily("runwright_approvals_pending", ""),
             GaugeMetricFamily("runwright_approval_oldest_pending_age_seconds", ""),
             GaugeMetricFamily("runwright_effects_unknown_unresolved", ""),
-            GaugeMetricFamily("runwright_runs_parked", "", labels=["key"]),
+            GaugeMetricFamily("runwright_parked_runs", "", labels=["key"]),
             GaugeMetricFamily("runwright_last_tick_age_seconds", ""),
             GaugeMetricFamily("runwright_metrics_source_up", "", labels=["source"]),
         ]
@@ -411,7 +411,7 @@ class ScrapeTimeCollector:
                 )
             if figures.parked is not None:
                 gauge = GaugeMetricFamily(
-                    "runwright_runs_parked",
+                    "runwright_parked_runs",
                     "Runs parked on each limit now: queued until they may go, holding no "
                     "worker (runwright limits says when the first may go).",
                     labels=["key"],

@@ -533,8 +533,8 @@ def test_runs_parked_now_are_read_from_the_store_at_scrape_time(
     )
     registry.register(collector)
     samples = scrape(registry)
-    assert samples["runwright_runs_parked[('key', 'openai/gpt-a')]"] == 2
-    assert samples["runwright_runs_parked[('key', 'openai/gpt-b')]"] == 1
+    assert samples["runwright_parked_runs[('key', 'openai/gpt-a')]"] == 2
+    assert samples["runwright_parked_runs[('key', 'openai/gpt-b')]"] == 1
 
     # Past the cap, keys add up under "other".
     capped = CollectorRegistry()
@@ -544,5 +544,5 @@ def test_runs_parked_now_are_read_from_the_store_at_scrape_time(
         )
     )
     samples = scrape(capped)
-    assert samples["runwright_runs_parked[('key', 'openai/gpt-a')]"] == 2
-    assert samples[f"runwright_runs_parked[('key', '{m.OTHER}')]"] == 1
+    assert samples["runwright_parked_runs[('key', 'openai/gpt-a')]"] == 2
+    assert samples[f"runwright_parked_runs[('key', '{m.OTHER}')]"] == 1

@@ -1103,6 +1103,26 @@ def test_a_park_keeps_a_durable_retrys_attempts(store: PostgresStore) -> None:
     assert (run.parked_key, run.parked_until, run.retry_at) == ("anthropic/*", at, at)
 
 
+def test_a_parked_run_whose_turn_came_is_claimable_now(store: PostgresStore) -> None:
+    """wake_parked: the parked runs among the ids become claimable now (their
+    turn came under their limit before their time); a run not parked, an
+    unknown id or a malformed one is left alone and not returned."""
+    fence = claimed(store)
+    at = utcnow() + timedelta(minutes=5)
+    store.park(fence, "openai/gpt-4o-mini", at)
+    other = claimed(store)  # running, not parked
+    assert store.claim_run(fence.run_id, "worker-b", 30) is None  # not before its time
+    woken = store.wake_parked([fence.run_id, other.run_id, str(uuid.uuid4()), "not-an-id"])
+    assert woken == [fence.run_id]
+    run = store.get_run(fence.run_id)
+    assert run.status is RunStatus.QUEUED and run.parked_until is not None
+    assert run.parked_until <= utcnow() + timedelta(seconds=1)
+    assert store.get_run(other.run_id).status is RunStatus.RUNNING
+    assert store.wake_parked([]) == []
+    assert isinstance(store.claim_run(fence.run_id, "worker-b", 30), Run)
+    assert store.wake_parked([fence.run_id]) == []  # claimed: parked no more
+
+
 def test_a_cancelled_parked_run_is_parked_no_more(store: PostgresStore) -> None:
     fence = claimed(store)
     store.park(fence, "concurrency:acme", utcnow() + timedelta(minutes=5))
