@@ -353,3 +353,42 @@ def test_the_provider_s_headers_lower_the_limit_before_it_answers_429(
         assert provider.throttled == 0 and len(provider.requests) == 2
     finally:
         engine.close()
+
+
+def test_a_run_refused_its_turn_wakes_the_parked_run_whose_turn_it_is(
+    pg_store: PostgresStore, leases: Leases, provider: Provider
+) -> None:
+    """The head of the line is parked and the limit has room again, but no
+    call is in flight whose end would wake it. The next run refused for its
+    turn parks (holding no thread) and wakes the head, which goes at once;
+    its end wakes the other. Without that, every thread spins on refusals
+    while the head waits for its time (bench/flow.py saw admission stall)."""
+    from runner.core.limits import ModelLimit
+
+    name, model = _agent(provider)
+    engine = _engine(pg_store, leases, model, {"max_concurrent": 1}, limit_wait_seconds=0.0)
+    elsewhere = Limiter(leases.redis)
+    held = elsewhere.acquire(model, ModelLimit(max_concurrent=1), 10, "elsewhere")
+    try:
+        head = engine.execute(engine.start(name, {"n": 1}).id)
+        assert head is not None and head.status is RunStatus.QUEUED and head.parked_key == model
+        assert head.parked_until is not None
+        assert head.parked_until > datetime.now(UTC) + timedelta(seconds=60)  # the hold's end
+        elsewhere.release(held)  # room again, and nobody to say so
+        second = engine.execute(engine.start(name, {"n": 2}).id)
+        assert second is not None and second.status is RunStatus.QUEUED
+        assert second.parked_key == model and len(provider.requests) == 0
+        woken = engine.get_run(head.id)
+        assert woken.parked_until is not None
+        assert woken.parked_until <= datetime.now(UTC) + timedelta(seconds=1)
+        done = engine.execute(head.id)
+        assert done is not None and done.status is RunStatus.COMPLETED
+        # The head's end woke the second run: claimable now, not in 5 s.
+        after = engine.get_run(second.id)
+        assert after.parked_until is not None
+        assert after.parked_until <= datetime.now(UTC) + timedelta(seconds=1)
+        finished = engine.execute(second.id)
+        assert finished is not None and finished.status is RunStatus.COMPLETED
+        assert len(provider.requests) == 2
+    finally:
+        engine.close()

@@ -49,6 +49,10 @@ log = logging.getLogger(__name__)
 Enqueue = Callable[[str], object]
 
 
+# How long a waiter under a limit keeps its place past its time (see _admission).
+LIMIT_GRACE_SECONDS = 30.0
+
+
 def _admission(leases: Leases | None, settings: Settings, clock: Clock) -> Admission | None:
     """Model limits for the executions: in the leases' Redis. Without Redis
     (an engine built by hand without leases) there is none: limits declared
@@ -58,9 +62,10 @@ def _admission(leases: Leases | None, settings: Settings, clock: Clock) -> Admis
         if len(env) or len(limits):
             log.warning("model limits are declared but this engine has no Redis: not enforced")
         return None
-    return Admission(
-        Limiter(leases.redis), env, wait_seconds=settings.limit_wait_seconds, clock=clock
-    )
+    # A parked run's message can wait behind busy threads: its place in line
+    # is kept well past the time it was told to come back.
+    limiter = Limiter(leases.redis, grace_seconds=LIMIT_GRACE_SECONDS)
+    return Admission(limiter, env, wait_seconds=settings.limit_wait_seconds, clock=clock)
 
 
 def takes(enqueue: Callable[..., object], keyword: str) -> bool:

@@ -228,6 +228,9 @@ class Execution:
         log.info("run %s: %s", self.run_id, park)
         ended = await self.journal.park(park.key, park.at)
         self.deps.observer.parked(ended.run, park.key, park.reason.value)
+        wake = [run_id for run_id in park.wake if run_id != self.run_id]
+        if wake:
+            await self.io(self.deps.wake, wake)
         return ended
 
     async def _step_failed(

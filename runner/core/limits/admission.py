@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -41,6 +41,10 @@ log = logging.getLogger(__name__)
 # may let more than one go; those that cannot park again.
 WAKE_AT_ONCE = 3
 
+# How long a run refused for its turn parks (its place kept meanwhile: the
+# limiter's grace is longer); it comes back sooner when its turn comes.
+TURN_PARK_SECONDS = 5.0
+
 # How often a call waiting in place for a concurrency slot looks again.
 SLOT_POLL_SECONDS = 0.05
 
@@ -52,11 +56,14 @@ class Park(RunwrightError):
     """The step's model call cannot go before ``at``: park the run on ``key``.
     The execution catches it and parks the run; it never reaches a caller."""
 
-    def __init__(self, key: str, at: datetime, reason: Reason) -> None:
+    def __init__(self, key: str, at: datetime, reason: Reason, wake: Sequence[str] = ()) -> None:
         super().__init__(f"parked on {key} until {at:%H:%M:%S} ({reason.value})")
         self.key = key
         self.at = at
         self.reason = reason
+        # The waiters whose turn it is, to be sent now: the limit has room
+        # and they are parked, so nobody else would wake them.
+        self.wake = tuple(wake)
 
 
 @dataclass(frozen=True)
@@ -117,30 +124,53 @@ class Admission:
         matched pattern giving only the numbers."""
         limit = self.limit_for(model)
         assert limit is not None
+        got = await self._acquire(model, limit, tokens, run, waited, hold_seconds)
+        return None if got is None else Admitted(got)
+
+    async def _acquire(
+        self,
+        key: str,
+        limit: ModelLimit,
+        tokens: int,
+        run: Run,
+        waited: Callable[[float], Awaitable[bool]],
+        hold: float | None,
+    ) -> Grant | None:
+        """Take ``limit`` under ``key``, waiting in place up to the short wait:
+        the grant, None if aborted meanwhile, or :class:`Park`.
+
+        Refused for its turn while the limit has room, a caller that is not
+        among the next in turn does not hold its thread waiting: it parks a
+        while (its place kept), and wakes those whose turn it is, who may be
+        parked themselves; nobody else would wake them, since no call is in
+        flight to end."""
         waiter = waiter_of(run)
         deadline = time.monotonic() + self.wait_seconds
         while True:
             got = await in_io(
-                self.limiter.acquire,
-                model,
-                limit,
-                tokens,
-                run.id,
-                waiter=waiter,
-                hold_seconds=hold_seconds,
+                self.limiter.acquire, key, limit, tokens, run.id, waiter=waiter, hold_seconds=hold
             )
             if isinstance(got, Grant):
-                return Admitted(got)
+                return got
             pause = got.retry_after
-            if got.reason is Reason.CONCURRENCY:
+            ahead: list[str] = []
+            if got.reason is Reason.TURN:
+                turns = await in_io(self.limiter.next_waiters, key, WAKE_AT_ONCE)
+                ahead = [turn.waiter for turn in turns]
+                if run.id not in ahead:
+                    deadline = 0.0  # not among the next: park now
+            elif got.reason is Reason.CONCURRENCY:
                 # A slot frees when a call ends, any moment: look again soon.
                 # (The denial's time is when the oldest holder's slot would
                 # expire, the bound for a holder that died.)
                 pause = min(pause, SLOT_POLL_SECONDS)
             if time.monotonic() + pause > deadline:
-                raise Park(model, self._at(got), got.reason)
+                if got.reason is Reason.TURN:
+                    at = self.clock.now() + timedelta(seconds=TURN_PARK_SECONDS)
+                    raise Park(key, at, got.reason, wake=ahead)
+                raise Park(key, self._at(got), got.reason)
             if await waited(pause):
-                await in_io(self.limiter.withdraw, model, run.id)
+                await in_io(self.limiter.withdraw, key, run.id)
                 return None
 
     async def enter_run(
@@ -178,29 +208,9 @@ class Admission:
         waited: Callable[[float], Awaitable[bool]],
         hold: float,
     ) -> Grant | None:
-        limit = ModelLimit(max_concurrent=many)
-        waiter = waiter_of(run)
-        deadline = time.monotonic() + self.wait_seconds
-        while True:
-            got = await in_io(
-                self.limiter.acquire,
-                key,
-                limit,
-                0,
-                run.id,
-                waiter=waiter,
-                hold_seconds=hold,
-            )
-            if isinstance(got, Grant):
-                return got
-            pause = min(got.retry_after, SLOT_POLL_SECONDS)
-            if time.monotonic() + pause > deadline:
-                # Its turn comes when a run of the key ends its execution (which
-                # wakes it); the slot's hold is the bound if that run died.
-                raise Park(key, self._at(got), got.reason)
-            if await waited(pause):
-                await in_io(self.limiter.withdraw, key, run.id)
-                return None
+        # Its turn comes when a run of the key ends its execution (which wakes
+        # it); the slot's hold is the bound if that run died.
+        return await self._acquire(key, ModelLimit(max_concurrent=many), 0, run, waited, hold)
 
     async def renew(self, grants: list[Grant], hold_seconds: float) -> None:
         """The execution holding ``grants`` is alive: hold their slots on."""
