@@ -1,6 +1,7 @@
 """Flow control toward a provider's limits, against the provider (issue 51).
 
     python -m bench.flow [--runs-a 300] [--runs-b 20] [--rpm 400] [--tpm 20000]
+                         [--phase-seconds 300]
 
 A provider on loopback that enforces requests and tokens per minute as a
 provider does (``bench.limited_server``: buckets refilled continuously, a 429
@@ -27,8 +28,9 @@ against B alone (target <= 1.5x); and the worker threads busy (runs
 ``running`` in Postgres, sampled every 0.25 s) while parked runs existed,
 with whether any parked run was ever held by a thread (claimed or running;
 target: none). The defaults make the limited configuration limit-bound on a
-two-core machine: about 320 x 2 calls of about 75 tokens against 20,000
-tokens a minute, two and a half minutes.
+two-core machine: 320 x 2 calls of 79 and 98 tokens against 20,000 tokens
+a minute, under three minutes. A configuration whose runs have not all ended
+after ``--phase-seconds`` is reported as it stands, with how many had not.
 """
 
 from __future__ import annotations
@@ -165,8 +167,33 @@ def tokens_per_minute(records: list[Record]) -> list[int]:
     ]
 
 
+def _settle(engine: Engine, ids: list[str], seconds: float) -> int:
+    """Wait up to ``seconds`` for the runs to end: how many had not."""
+    with engine.store.engine.connect() as conn:
+        deadline = time.monotonic() + seconds
+        while True:
+            left = conn.execute(
+                sa.text(
+                    "SELECT count(*) FROM runs WHERE id = ANY(CAST(:ids AS uuid[]))"
+                    " AND status NOT IN ('completed', 'failed', 'cancelled')"
+                ),
+                {"ids": ids},
+            ).scalar_one()
+            conn.commit()
+            if not left or time.monotonic() > deadline:
+                return int(left)
+            time.sleep(0.1)
+
+
 def _phase(
-    server: Client, *, limited: bool, runs_a: int, runs_b: int, rpm: int, tpm: int
+    server: Client,
+    *,
+    limited: bool,
+    runs_a: int,
+    runs_b: int,
+    rpm: int,
+    tpm: int,
+    phase_seconds: float,
 ) -> dict[str, Any]:
     limits = json.dumps({FLOW_MODEL: {"rpm": rpm, "tpm": tpm}}) if limited else None
     with _cluster(server.base_url, limits) as cluster:
@@ -186,15 +213,18 @@ def _phase(
             sent = time.time()
             for run_id in ids["A"] + ids["B"]:
                 engine.enqueue(run_id)
-            _wait_all(engine, ids["A"] + ids["B"], 900)
+            unfinished = _settle(engine, ids["A"] + ids["B"], phase_seconds)
         records = server.records()
         server.limit(0, 0)
         runs = {org: [engine.get_run(i) for i in found] for org, found in ids.items()}
         engine.close()
 
     def last(org: str) -> float | None:
-        ends = [r.finished_at for r in runs[org] if r.finished_at is not None]
-        return round(max(ends).timestamp() - sent, 2) if ends else None
+        """When the tenant's last run ended; None if one had not."""
+        ends = [r.finished_at for r in runs[org]]
+        if not ends or None in ends:
+            return None
+        return round(max(e for e in ends if e is not None).timestamp() - sent, 2)
 
     per_minute = tokens_per_minute(records)
     answered = [r for r in records if r[1] == 200]
@@ -202,9 +232,15 @@ def _phase(
     return {
         "limits_configured": limits,
         "runs": {org: len(found) for org, found in ids.items()},
+        # Runs not ended when the phase's time was up (--phase-seconds).
+        "unfinished": unfinished,
+        "phase_seconds": phase_seconds,
         "statuses": {
             org: dict(Counter(r.status.value for r in found)) for org, found in runs.items()
         },
+        "failed_by_code": dict(
+            Counter(r.error.code for found in runs.values() for r in found if r.error)
+        ),
         "requests_answered": len(answered),
         "provider_429s": sum(1 for r in records if r[1] == 429),
         "tokens_used": sum(r[2] for r in answered),
@@ -219,13 +255,13 @@ def _phase(
     }
 
 
-def run(runs_a: int, runs_b: int, rpm: int, tpm: int) -> dict[str, Any]:
+def run(runs_a: int, runs_b: int, rpm: int, tpm: int, phase_seconds: float) -> dict[str, Any]:
     speed = machine_speed()
     with serving(COMPLETION_TOKENS) as server:
         shape = {"runs_a": runs_a, "runs_b": runs_b, "rpm": rpm, "tpm": tpm}
-        limited = _phase(server, limited=True, **shape)
-        alone = _phase(server, limited=True, **{**shape, "runs_a": 0})
-        unlimited = _phase(server, limited=False, **shape)
+        limited = _phase(server, limited=True, phase_seconds=phase_seconds, **shape)
+        alone = _phase(server, limited=True, phase_seconds=phase_seconds, **{**shape, "runs_a": 0})
+        unlimited = _phase(server, limited=False, phase_seconds=phase_seconds, **shape)
     b_alone = alone["last_completion_seconds"]["B"]
     tpm_share = (limited["median_tokens_per_minute"] or 0) / tpm
     b_ratio = (limited["last_completion_seconds"]["B"] or 0) / b_alone if b_alone else None
@@ -279,11 +315,15 @@ def main() -> None:
     parser.add_argument("--runs-b", type=int, default=20)
     parser.add_argument("--rpm", type=int, default=400)
     parser.add_argument("--tpm", type=int, default=20_000)
+    parser.add_argument(
+        "--phase-seconds", type=float, default=300, help="the most each configuration may take"
+    )
     args = parser.parse_args()
-    result = run(args.runs_a, args.runs_b, args.rpm, args.tpm)
+    result = run(args.runs_a, args.runs_b, args.rpm, args.tpm, args.phase_seconds)
     report("flow", result, all(t["met"] for t in result["targets"].values()))
     print(f"{'':44s} {'limited':>10s} {'unlimited':>10s} {'B alone':>10s}")
     rows = [
+        ("runs not ended in time", lambda p: p["unfinished"]),
         ("429s the provider answered", lambda p: p["provider_429s"]),
         ("tokens per whole minute (median)", lambda p: p["median_tokens_per_minute"]),
         ("A's last completion, s", lambda p: p["last_completion_seconds"].get("A")),
