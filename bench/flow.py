@@ -153,14 +153,15 @@ class Sampler:
         }
 
 
-def tokens_per_minute(records: list[Record]) -> list[int]:
+def tokens_per_minute(records: list[Record], until: float) -> list[int]:
     """The tokens admitted in each whole minute from the first request to
-    the last: the minutes the backlog filled (a last, partial one left out)."""
+    ``until`` (when the last run ended, or the phase's time was up): the
+    minutes the backlog lasted, a last, partial one left out."""
     answered = [(at, tokens) for at, status, tokens in records if status == 200]
     if not answered:
         return []
-    first, last = answered[0][0], answered[-1][0]
-    minutes = int((last - first) // 60)
+    first = answered[0][0]
+    minutes = int((until - first) // 60)
     return [
         sum(t for at, t in answered if first + 60 * k <= at < first + 60 * (k + 1))
         for k in range(minutes)
@@ -214,6 +215,7 @@ def _phase(
             for run_id in ids["A"] + ids["B"]:
                 engine.enqueue(run_id)
             unfinished = _settle(engine, ids["A"] + ids["B"], phase_seconds)
+            settled = time.time()
         records = server.records()
         server.limit(0, 0)
         runs = {org: [engine.get_run(i) for i in found] for org, found in ids.items()}
@@ -226,7 +228,8 @@ def _phase(
             return None
         return round(max(e for e in ends if e is not None).timestamp() - sent, 2)
 
-    per_minute = tokens_per_minute(records)
+    ends = [r.finished_at.timestamp() for found in runs.values() for r in found if r.finished_at]
+    per_minute = tokens_per_minute(records, settled if unfinished else max(ends))
     answered = [r for r in records if r[1] == 200]
     span = answered[-1][0] - answered[0][0] if len(answered) > 1 else 0.0
     return {
@@ -264,7 +267,8 @@ def run(runs_a: int, runs_b: int, rpm: int, tpm: int, phase_seconds: float) -> d
         unlimited = _phase(server, limited=False, phase_seconds=phase_seconds, **shape)
     b_alone = alone["last_completion_seconds"]["B"]
     tpm_share = (limited["median_tokens_per_minute"] or 0) / tpm
-    b_ratio = (limited["last_completion_seconds"]["B"] or 0) / b_alone if b_alone else None
+    b_last = limited["last_completion_seconds"]["B"]
+    b_ratio = b_last / b_alone if b_last is not None and b_alone else None
     targets = {
         "429s received (limited)": {
             "figure": limited["provider_429s"],
