@@ -168,7 +168,7 @@ def tokens_per_minute(records: list[Record], until: float) -> list[int]:
     ]
 
 
-def _settle(engine: Engine, ids: list[str], seconds: float) -> int:
+def _wait_ended(engine: Engine, ids: list[str], seconds: float) -> int:
     """Wait up to ``seconds`` for the runs to end: how many had not."""
     with engine.store.engine.connect() as conn:
         deadline = time.monotonic() + seconds
@@ -214,8 +214,8 @@ def _phase(
             sent = time.time()
             for run_id in ids["A"] + ids["B"]:
                 engine.enqueue(run_id)
-            unfinished = _settle(engine, ids["A"] + ids["B"], phase_seconds)
-            settled = time.time()
+            unfinished = _wait_ended(engine, ids["A"] + ids["B"], phase_seconds)
+            given_up = time.time()
         records = server.records()
         server.limit(0, 0)
         runs = {org: [engine.get_run(i) for i in found] for org, found in ids.items()}
@@ -229,7 +229,7 @@ def _phase(
         return round(max(e for e in ends if e is not None).timestamp() - sent, 2)
 
     ends = [r.finished_at.timestamp() for found in runs.values() for r in found if r.finished_at]
-    per_minute = tokens_per_minute(records, settled if unfinished else max(ends))
+    per_minute = tokens_per_minute(records, given_up if unfinished else max(ends))
     answered = [r for r in records if r[1] == 200]
     span = answered[-1][0] - answered[0][0] if len(answered) > 1 else 0.0
     return {

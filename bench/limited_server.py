@@ -53,7 +53,7 @@ class _Recorded(ProviderLimits):
 
 class LimitedServer(Provider):
     """The loopback provider with its requests kept as :data:`Record`\\ s only
-    (not their bodies): answered ones when they settle their tokens, refused
+    (not their bodies): answered ones when their tokens are counted, refused
     ones when they are refused."""
 
     def __init__(self, completion_tokens: int) -> None:
