@@ -19,6 +19,7 @@ BENCHMARKS = [
     "bench.children",
     "bench.throughput",
     "bench.store_ceiling",
+    "bench.flow",
 ]
 
 

@@ -16,7 +16,7 @@ MODULES = sorted(
 
 
 def test_the_benchmarks_are_found() -> None:
-    assert {"bench.floors", "bench.hot_path", "bench.step_overhead"} <= set(MODULES)
+    assert {"bench.floors", "bench.flow", "bench.hot_path", "bench.step_overhead"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("module", MODULES)
