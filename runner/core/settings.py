@@ -158,6 +158,9 @@ class Settings:
     # How long a model call waits in place for its limit before its run parks
     # (docs/flow-control.md): parked, it holds no worker thread and no lease.
     limit_wait_seconds: float = _setting("RUNWRIGHT_LIMIT_WAIT_SECONDS", 2.0, minimum=0)
+    # Tenants' turns a round under a contended limit, as JSON {"acme": 2}: checked
+    # here, read by runner/core/limits/model_limits.py (tenant_weights()).
+    tenant_weights: str | None = _setting("RUNWRIGHT_TENANT_WEIGHTS", None)
     # Observing runs (runner/observe): log lines, traces, metrics.
     log_format: str = _setting("RUNWRIGHT_LOG_FORMAT", "text")
     otel: bool = _setting("RUNWRIGHT_OTEL", False)
@@ -177,6 +180,10 @@ class Settings:
                 "RUNWRIGHT_MAX_RETRY_AFTER_SECONDS must be from 1 to "
                 f"{MAX_RETRY_AFTER_LIMIT}, not {self.max_retry_after_seconds}"
             )
+        if self.tenant_weights is not None:
+            from runner.core.limits.model_limits import tenant_weights
+
+            tenant_weights(self.tenant_weights)
         if self.model_limits is not None:
             from runner.core.limits.model_limits import ModelLimits
 

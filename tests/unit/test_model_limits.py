@@ -150,3 +150,32 @@ def test_the_environment_replaces_what_code_declares_for_a_pattern() -> None:
 def test_a_bad_waiter_is_one_clear_error(values: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         Waiter(**values)
+
+
+def test_tenant_weights_are_turns_a_round_and_bad_ones_are_one_clear_error() -> None:
+    from datetime import UTC, datetime
+
+    from runner.core.limits.admission import NO_TENANT, waiter_of
+    from runner.core.limits.model_limits import tenant_weights
+    from store.models import Run, RunStatus, TriggerEnvelope, Usage
+
+    assert tenant_weights(None) == {} and tenant_weights('{"acme": 3}') == {"acme": 3}
+    for text, said in [
+        ("[1]", "JSON object"),
+        ("{", "not JSON"),
+        ('{"acme": 0}', "1 to 1000"),
+        ('{"acme": true}', "whole number"),
+        ('{"acme": "2"}', "whole number"),
+        ('{"": 2}', "whole number"),
+    ]:
+        with pytest.raises(LimitError, match=said):
+            tenant_weights(text)
+    with pytest.raises(ConfigurationError, match="RUNWRIGHT_TENANT_WEIGHTS"):
+        Settings.from_env({"RUNWRIGHT_TENANT_WEIGHTS": '{"acme": -1}'})
+    now = datetime.now(UTC)
+    trigger = TriggerEnvelope.model_construct()
+    run = Run("r1", "a", RunStatus.QUEUED, trigger, Usage(), now, now, tenant="acme", priority=4)
+    assert waiter_of(run, {"acme": 3}).weight == 3 and waiter_of(run).weight == 1
+    assert waiter_of(run).priority == 4
+    other = Run("r2", "a", RunStatus.QUEUED, trigger, Usage(), now, now)
+    assert waiter_of(other, {"acme": 3}).tenant == NO_TENANT and waiter_of(other).weight == 1

@@ -114,6 +114,7 @@ def test_every_setting_is_parsed_from_its_variable() -> None:
             "log_format": "json",
             "metrics_port": "9100",
             "model_limits": '{"*": {"rpm": 60}}',
+            "tenant_weights": '{"acme": 2}',
         }
         raw = special.get(field, raw)
         value = getattr(Settings.from_env({name: raw}), field)

@@ -27,7 +27,7 @@ from runner.core.errors import NotifierGone, RunwrightError
 from runner.core.events.feed import Feed
 from runner.core.limits.admission import Admission
 from runner.core.limits.limiter import Limiter
-from runner.core.limits.model_limits import ModelLimits, limits
+from runner.core.limits.model_limits import ModelLimits, limits, tenant_weights
 from runner.core.observe import Observer, Observers
 from runner.core.observe.logs import LogObserver
 from runner.core.retry import RetryPolicy
@@ -65,7 +65,13 @@ def _admission(leases: Leases | None, settings: Settings, clock: Clock) -> Admis
     # A parked run's message can wait behind busy threads: its place in line
     # is kept well past the time it was told to come back.
     limiter = Limiter(leases.redis, grace_seconds=LIMIT_GRACE_SECONDS)
-    return Admission(limiter, env, wait_seconds=settings.limit_wait_seconds, clock=clock)
+    return Admission(
+        limiter,
+        env,
+        wait_seconds=settings.limit_wait_seconds,
+        clock=clock,
+        weights=tenant_weights(settings.tenant_weights),
+    )
 
 
 def takes(enqueue: Callable[..., object], keyword: str) -> bool:

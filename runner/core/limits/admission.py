@@ -73,9 +73,11 @@ class Admitted:
     grant: Grant
 
 
-def waiter_of(run: Run) -> Waiter:
-    """How a run waits its turn: by its tenant, then its priority."""
-    return Waiter(run.id, run.tenant or NO_TENANT, run.priority)
+def waiter_of(run: Run, weights: Mapping[str, int] | None = None) -> Waiter:
+    """How a run waits its turn: by its tenant (of ``weights[tenant]`` turns
+    a round, 1 unless given), then its priority."""
+    tenant = run.tenant or NO_TENANT
+    return Waiter(run.id, tenant, run.priority, (weights or {}).get(tenant, 1))
 
 
 class Admission:
@@ -92,9 +94,12 @@ class Admission:
         *,
         wait_seconds: float,
         clock: Clock = SYSTEM,
+        weights: Mapping[str, int] | None = None,
     ) -> None:
         self.limiter = limiter
         self.env = env
+        # Tenants' turns a round when they contend (RUNWRIGHT_TENANT_WEIGHTS).
+        self.weights = dict(weights or {})
         self.wait_seconds = wait_seconds
         self.clock = clock
 
@@ -144,7 +149,7 @@ class Admission:
         while (its place kept), and wakes those whose turn it is, who may be
         parked themselves; nobody else would wake them, since no call is in
         flight to end."""
-        waiter = waiter_of(run)
+        waiter = waiter_of(run, self.weights)
         deadline = time.monotonic() + self.wait_seconds
         while True:
             got = await in_io(

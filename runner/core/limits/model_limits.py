@@ -196,3 +196,28 @@ def configured(env_json: str | None) -> ModelLimits:
     if env_json is None:
         return limits.overlaid(ModelLimits())
     return limits.overlaid(ModelLimits.from_json(env_json))
+
+
+def tenant_weights(text: str | None) -> dict[str, int]:
+    """``RUNWRIGHT_TENANT_WEIGHTS``: how many turns a round each named tenant
+    takes under a contended limit (others take 1), as JSON ``{"acme": 2}``.
+    Anything else is one clear error naming the variable."""
+    if text is None:
+        return {}
+    try:
+        found = json.loads(text)
+    except ValueError as exc:
+        raise LimitError(f"RUNWRIGHT_TENANT_WEIGHTS is not JSON: {exc}") from None
+    if not isinstance(found, dict):
+        raise LimitError("RUNWRIGHT_TENANT_WEIGHTS must be a JSON object of tenant: turns")
+    for tenant, weight in found.items():
+        if not tenant or isinstance(weight, bool) or not isinstance(weight, int):
+            raise LimitError(
+                f"RUNWRIGHT_TENANT_WEIGHTS: tenant {tenant!r} needs a whole number of turns, "
+                f"not {weight!r:.40}"
+            )
+        if not 1 <= weight <= 1000:
+            raise LimitError(
+                f"RUNWRIGHT_TENANT_WEIGHTS: tenant {tenant!r} takes 1 to 1000 turns, not {weight}"
+            )
+    return found
