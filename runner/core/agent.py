@@ -122,6 +122,17 @@ def slot_key(kind: str, *parts: str) -> str:
     return f"{kind}:{hashlib.sha256(key.encode()).hexdigest()}"
 
 
+def limit_label(key: str) -> str:
+    """A limit key as metrics name it: a model or an agent as it is, a key's
+    ``Concurrency`` by its agent alone, since the key is the trigger's value
+    (a customer's id, say) and no label carries a payload's."""
+    kind, _, rest = key.partition(":")
+    if kind != "concurrency":
+        return key
+    agent, colon, _ = rest.partition(":")
+    return f"concurrency:{agent}" if colon else "concurrency"
+
+
 @dataclass(frozen=True)
 class Budget:
     """Limits of a run. ``max_steps`` and ``max_tokens`` count over all of its

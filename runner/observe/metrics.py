@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, TypeVar
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from runner.core.agent import limit_label
 from runner.core.approvals.expiry import expired
 from runner.core.errors import ConfigurationError
 from runner.core.observe import ModelCall, Observer, TickReport, ToolCall, ToolStatus
@@ -335,7 +336,7 @@ class MetricsObserver(Observer):
 
     def parked(self, run: Run, key: str, reason: str) -> None:
         # reason is one of the limiter's few words (runner/core/limits/limiter.py's Reason).
-        self.metrics.runs_parked.labels(self.key(key), reason).inc()
+        self.metrics.runs_parked.labels(self.key(limit_label(key)), reason).inc()
 
 
 Backlog = tuple[int, datetime | None]
@@ -455,7 +456,8 @@ class ScrapeTimeCollector:
         if self._parked is not None:
             parked = {}
             for found in self._parked():
-                label = self.key(found.key)  # several past the cap add up under "other"
+                # Several past the cap, or of one agent's Concurrency, add up.
+                label = self.key(limit_label(found.key))
                 parked[label] = parked.get(label, 0) + found.runs
         return StoreFigures(self._backlog(), unresolved, parked)
 

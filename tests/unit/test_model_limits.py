@@ -179,3 +179,13 @@ def test_tenant_weights_are_turns_a_round_and_bad_ones_are_one_clear_error() -> 
     assert waiter_of(run).priority == 4
     other = Run("r2", "a", RunStatus.QUEUED, trigger, Usage(), now, now)
     assert waiter_of(other, {"acme": 3}).tenant == NO_TENANT and waiter_of(other).weight == 1
+
+
+def test_a_limit_key_s_metric_label_carries_no_value_of_a_trigger() -> None:
+    from runner.core.agent import limit_label, slot_key
+
+    assert limit_label("openai/gpt-4o-mini") == "openai/gpt-4o-mini"
+    assert limit_label(slot_key("agent", "billing")) == "agent:billing"
+    assert limit_label(slot_key("concurrency", "billing", "cust-4711")) == "concurrency:billing"
+    long = slot_key("concurrency", "billing", "x" * 500)  # hashed past its length
+    assert "x" not in long and limit_label(long) == "concurrency"

@@ -23,7 +23,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from runner.core import appdb, faults, retry
-from runner.core.agent import Agent
+from runner.core.agent import Agent, limit_label
 from runner.core.engine.deps import Deps
 from runner.core.engine.pg_journal import NotClaimed, PgJournal
 from runner.core.errors import (
@@ -225,7 +225,14 @@ class Execution:
         lease and no worker thread, and is sent again then (tick() too, if
         that message is lost). Nothing of the step was journaled: the call is
         made once, when the run comes back."""
-        log.info("run %s: %s", self.run_id, park)
+        # The key by its kind alone: a Concurrency key is a value of the trigger.
+        log.info(
+            "run %s: parked on %s until %s (%s)",
+            self.run_id,
+            limit_label(park.key),
+            f"{park.at:%H:%M:%S}",
+            park.reason.value,
+        )
         ended = await self.journal.park(park.key, park.at)
         self.deps.observer.parked(ended.run, park.key, park.reason.value)
         wake = [run_id for run_id in park.wake if run_id != self.run_id]
