@@ -571,9 +571,10 @@ class StepLoop:
             outcome=outcome,
         )
         if not (commit.outcome or commit.waits or commit.approvals or started):
-            # The run goes on: the next model call overlaps this commit, and
-            # the next write waits for it (Journal.commit_step).
-            await self.journal.commit_step(commit, soon=True)
+            # The run goes on. Not in flight (soon): a model call that holds
+            # the loop (a test's scripted model waiting on a gate) would keep
+            # the step from being committed, and from being seen, meanwhile.
+            await self.journal.commit_step(commit)
             self.saved = len(self.messages)
             self.index = k
             self.state.changed = False
