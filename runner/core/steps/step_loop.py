@@ -570,15 +570,6 @@ class StepLoop:
             waits=calls.waits,
             outcome=outcome,
         )
-        if not (commit.outcome or commit.waits or commit.approvals or started):
-            # The run goes on. Not in flight (soon): a model call that holds
-            # the loop (a test's scripted model waiting on a gate) would keep
-            # the step from being committed, and from being seen, meanwhile.
-            await self.journal.commit_step(commit)
-            self.saved = len(self.messages)
-            self.index = k
-            self.state.changed = False
-            return None
         ended = await self.journal.commit_step(commit)
         queued = [child.id for child in started if child.status is RunStatus.QUEUED]
         if queued:
