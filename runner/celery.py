@@ -26,6 +26,7 @@ from typing import Any, NoReturn
 from celery import Celery, Task, signals, states
 from celery.exceptions import Ignore, Reject
 
+from runner.core import versions
 from runner.core.coordination.claims import NotClaimed, Refusal
 from runner.core.engine import watchdog
 from runner.core.engine.engine import Engine, TickReport
@@ -173,23 +174,31 @@ def engine() -> Engine:
     return _engine
 
 
-def enqueue(run_id: str, *, eta: datetime | None = None, priority: int | None = None) -> None:
+def enqueue(
+    run_id: str,
+    *,
+    eta: datetime | None = None,
+    priority: int | None = None,
+    queue: str | None = None,
+) -> None:
     """Hand a run to a worker through the app that installed Runwright in this
     process: the ``enqueue`` callable of the engine (``RUNWRIGHT_ENQUEUE``).
     With ``eta``, not before then (a run waiting to retry a model step). With
     ``RUNWRIGHT_BROKER_PRIORITIES``, the message carries the run's
-    ``priority`` (0 when not given) as its broker counts it."""
+    ``priority`` (0 when not given) as its broker counts it. ``queue``: a
+    pinned version's queue (docs/deploying.md) instead of Runwright's."""
     if _execute_task is None:
         raise ConfigurationError(
             "no Celery app in this process installed Runwright: import the module that "
             "calls runner.celery.install(app) before starting runs (docs/celery.md)"
         )
+    options: dict[str, Any] = {} if queue is None else {"queue": queue}
     if not _broker_priorities:
-        _execute_task.apply_async(args=[run_id], eta=eta)
+        _execute_task.apply_async(args=[run_id], eta=eta, **options)
         return
     url = str(_execute_task.app.conf.broker_url or "")
     sent = broker_priority(priority or 0, url)
-    _execute_task.apply_async(args=[run_id], eta=eta, priority=sent)
+    _execute_task.apply_async(args=[run_id], eta=eta, priority=sent, **options)
 
 
 # The most a broker counts priorities to: RabbitMQ's x-max-priority, and the
@@ -512,12 +521,32 @@ def _worker_init(sender: Any = None, **_: Any) -> None:
         )
     try:
         warm_up()
-        settings, worker = engine().settings, _worker_info(sender)
+        settings = engine().settings
+        _serve_versions(sender, settings.queue)
+        worker = _worker_info(sender)
         observe.start_worker(settings, _handlers())
         watchdog.start(settings, worker)
+        engine().versions_loaded()
         freeze_heap()
     except RunwrightError as exc:
         raise SystemExit(f"runwright: the worker cannot start: {exc.message}") from exc
+
+
+def _serve_versions(worker: Any, queue: str) -> list[str]:
+    """The queues of the versions this worker loaded of its pinned agents
+    (``on_new_version="pin"``), added to those it takes: a pinned run resumes
+    only on a worker of its version (docs/deploying.md). Their names."""
+    registry = engine().deps.registry
+    queues = []
+    for name in registry.names():
+        agent = registry.get(name)
+        if agent.on_new_version == "pin":
+            queues.append(versions.queue_for(queue, agent.current_version().id))
+    amqp = getattr(getattr(worker, "app", None), "amqp", None)
+    if amqp is not None:
+        for name in queues:
+            amqp.queues.select_add(name)
+    return queues
 
 
 def freeze_heap() -> None:
@@ -552,6 +581,7 @@ def _worker_info(worker: Any) -> WorkerInfo:
         queues=tuple(sorted(queues.queues.consume_from)) if queues is not None else (),
         host=socket.gethostname(),
         pid=os.getpid(),
+        agent_versions=engine().deps.registry.versions(),
     )
 
 

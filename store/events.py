@@ -10,8 +10,11 @@ Events are derived from the rows the store commits, never written beside them:
   when the run was ``running`` under an older epoch);
 - an ``approval`` event is an approval row (a request for a person: an
   approval or a question) created (``requested``) or decided.
+- a ``version`` event is a move of ``runs.version`` from one agent version
+  to another (runner/core/versions.py): ``from``, ``to``, what ``changes``,
+  and ``by`` whom when a person moved it (``runwright runs upgrade``).
 
-Postgres derives the last three with triggers (:data:`TRIGGERS`), into
+Postgres derives the others with triggers (:data:`TRIGGERS`), into
 ``run_events``, so that no statement that changes a run can forget one.
 ``steps.id`` and ``run_events.id`` come from one sequence, and every
 write of a run holds its row lock when it takes ids, so a run's events in id
@@ -41,6 +44,7 @@ class EventType(enum.StrEnum):
     APPROVAL = "approval"
     EXECUTION = "execution"
     CHILD = "child"
+    VERSION = "version"
     TOKEN = "token"
 
 
@@ -196,6 +200,20 @@ END
 $$
 """
 
+# A run's move to another version: what changed is written with the move
+# (``runs.version_change``), so the event says it.
+_VERSION_FUNCTION = """
+CREATE FUNCTION runwright_version_events() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO run_events (run_id, type, data)
+    VALUES (NEW.id, 'version', jsonb_strip_nulls(jsonb_build_object(
+        'from', OLD.version, 'to', NEW.version,
+        'changes', NEW.version_change -> 'changes', 'by', NEW.version_change -> 'by')));
+    RETURN NULL;
+END
+$$
+"""
+
 # (name, create statement, drop statement), in creation order.
 TRIGGERS: tuple[tuple[str, str, str], ...] = (
     (
@@ -218,6 +236,19 @@ TRIGGERS: tuple[tuple[str, str, str], ...] = (
         " OR OLD.claim_epoch IS DISTINCT FROM NEW.claim_epoch)"
         " EXECUTE FUNCTION runwright_run_events()",
         "DROP TRIGGER IF EXISTS runs_events_update ON runs",
+    ),
+    (
+        "runwright_version_events",
+        _VERSION_FUNCTION,
+        "DROP FUNCTION IF EXISTS runwright_version_events()",
+    ),
+    (
+        "runs_version_events",
+        # A run's first version (its first execution) is no move.
+        "CREATE TRIGGER runs_version_events AFTER UPDATE OF version ON runs"
+        " FOR EACH ROW WHEN (OLD.version IS NOT NULL AND OLD.version IS DISTINCT FROM NEW.version)"
+        " EXECUTE FUNCTION runwright_version_events()",
+        "DROP TRIGGER IF EXISTS runs_version_events ON runs",
     ),
     (
         "runwright_approval_events",

@@ -268,6 +268,10 @@ class Run:
     # when it may go; None when it is not parked.
     parked_key: str | None = None
     parked_until: datetime | None = None
+    # The agent version of its latest execution (None before its first), and
+    # the one it started on (runner/core/versions.py).
+    version: str | None = None
+    started_version: str | None = None
 
     @property
     def depth(self) -> int:
@@ -378,6 +382,10 @@ class Approval:
     # The approval whose "for this run" decided this one (a standing approval).
     standing_from: str | None = None
     on_deny: OnDeny = OnDeny.CONTINUE
+    # The agent version that asked, and the kind of tool it asked about
+    # (``tool``, ``effect``, ``child``); None for a request made before versions.
+    version: str | None = None
+    tool_kind: str | None = None
 
     @property
     def pending(self) -> bool:
@@ -427,6 +435,8 @@ class Effect:
     resolved_by: str | None = None
     resolved_note: str | None = None
     resolved_at: datetime | None = None
+    # The agent version whose execution started it (None: before versions).
+    version: str | None = None
 
     @property
     def unresolved(self) -> bool:
@@ -625,6 +635,9 @@ class NewApproval:
     on_deny: OnDeny = OnDeny.CONTINUE
     # Approved already, by a standing approval of the run: recorded, not asked.
     granted: StandingApproval | None = None
+    # The agent version that asks, and the kind of the tool asked about.
+    version: str | None = None
+    tool_kind: str | None = None
 
     @property
     def pending(self) -> bool:

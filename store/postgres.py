@@ -32,6 +32,7 @@ from store.pg.observe import PgObserve
 from store.pg.retry_fork import PgRetryFork
 from store.pg.runs import PgRuns
 from store.pg.schedules import PgSchedules
+from store.pg.versions import PgVersions
 from store.validate import DEFAULT_MAX_PAYLOAD_BYTES
 
 
@@ -39,6 +40,7 @@ class PostgresStore(
     PgRuns,
     PgChildren,
     PgFlow,
+    PgVersions,
     PgExecution,
     PgEffects,
     PgApprovals,

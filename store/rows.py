@@ -102,6 +102,8 @@ def run_from_row(row: Mapping[str, Any], waiting: WaitPoint | None = None) -> Ru
         parked_key=m.get("parked_key"),
         # A parked run may go at its retry_at (store/pg/flow.py).
         parked_until=None if m.get("parked_key") is None else m["retry_at"],
+        version=m.get("version"),
+        started_version=m.get("started_version"),
     )
 
 
@@ -184,6 +186,8 @@ def approval_from_row(row: Mapping[str, Any]) -> Approval:
         for_run=bool(m.get("for_run")),
         standing_from=None if m.get("standing_from") is None else str(m["standing_from"]),
         on_deny=OnDeny(m.get("on_deny") or OnDeny.CONTINUE),
+        version=m.get("version"),
+        tool_kind=m.get("tool_kind"),
     )
 
 
@@ -217,6 +221,7 @@ def effect_from_row(row: Mapping[str, Any]) -> Effect:
         resolved_by=m.get("resolved_by"),
         resolved_note=m.get("resolved_note"),
         resolved_at=m.get("resolved_at"),
+        version=m.get("version"),
     )
 
 

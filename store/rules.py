@@ -336,3 +336,12 @@ def overlap_action(policy: Overlap, runs_open: bool, buffered: bool) -> OverlapA
     if policy is Overlap.BUFFER_ONE and not buffered:
         return OverlapAction.BUFFER
     return OverlapAction.SKIP
+
+
+# Agent versions (runner/core/versions.py). The error code of a run whose
+# agent's version changed under it, the agent saying ``on_new_version="fail"``:
+# a retry starts it on the version then.
+VERSION_CHANGED = "version_changed"
+# The prefix of the limit key (``runs.parked_key``) of a pinned run waiting
+# for a worker of its version: ``version:<agent>:<version>``.
+WAITING_PREFIX = "version:"

@@ -127,6 +127,12 @@ runs = sa.Table(
     # by an end from the queue (a cancel), so that it is set only while the run
     # is parked now.
     sa.Column("parked_key", sa.Text),
+    # Agent versions (0019, runner/core/versions.py): the version of the run's
+    # latest execution, the one it started on, and what changed at its last
+    # move to another (its version event carries it: store/events.py).
+    sa.Column("version", sa.Text),
+    sa.Column("started_version", sa.Text),
+    sa.Column("version_change", JSONB),
     sa.Column("enqueued_at", _TS),
     sa.Column("created_at", _TS, nullable=False, server_default=_NOW),
     sa.Column("updated_at", _TS, nullable=False, server_default=_NOW),
@@ -196,6 +202,13 @@ runs = sa.Table(
     sa.Index("runs_root_reserved_idx", "root_id", postgresql_where=sa.text("reserved_tokens > 0")),
     # The runs parked on each limit (``parked``: runwright limits).
     sa.Index("runs_parked_idx", "parked_key", postgresql_where=sa.text("parked_key IS NOT NULL")),
+    # The runs of each version not ended (runwright versions).
+    sa.Index(
+        "runs_live_version_idx",
+        "agent",
+        "version",
+        postgresql_where=sa.text("status IN ('queued', 'running', 'waiting', 'interrupted')"),
+    ),
 )
 
 steps = sa.Table(
@@ -326,6 +339,9 @@ effects = sa.Table(
     sa.Column("resolved_by", sa.Text),
     sa.Column("resolved_note", sa.Text),
     sa.Column("resolved_at", _TS),
+    # The agent version whose execution started it (0019): another version
+    # that finds it ``started`` marks it unknown, whatever its tools are.
+    sa.Column("version", sa.Text),
     sa.CheckConstraint(
         "status IN ('started', 'completed', 'failed', 'unknown')",
         name="effects_status_valid",
@@ -375,6 +391,11 @@ approvals = sa.Table(
     sa.Column("for_run", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("standing_from", sa.Uuid(as_uuid=False)),
     sa.Column("on_deny", sa.Text, nullable=False, server_default="continue"),
+    # The agent version that asked, and the kind of the tool it asked about
+    # (``tool``, ``effect``, ``child``; 0019): a decision on a tool that changed
+    # since is checked against the tool as it is now.
+    sa.Column("version", sa.Text),
+    sa.Column("tool_kind", sa.Text),
     sa.CheckConstraint(
         "decision IS NULL OR decision IN ('approved', 'denied', 'withdrawn', 'answered')",
         name="approvals_decision_valid",
@@ -508,8 +529,25 @@ run_events = sa.Table(
     sa.Column("data", JSONB, nullable=False),
     sa.Column("at", _TS, nullable=False, server_default=_NOW),
     sa.CheckConstraint(
-        "type IN ('status', 'execution', 'approval', 'child')", name="run_events_type_valid"
+        "type IN ('status', 'execution', 'approval', 'child', 'version')",
+        name="run_events_type_valid",
     ),
+)
+
+# The agent versions loaded by a worker or an execution (runner/core/versions.py):
+# the definition each is the fingerprint of, so that any process can say what
+# changed between two; ``policy``: the agent's on_new_version then.
+agent_versions = sa.Table(
+    "agent_versions",
+    metadata,
+    sa.Column("agent", sa.Text, primary_key=True),
+    sa.Column("version", sa.Text, primary_key=True),
+    sa.Column("label", sa.Text),
+    sa.Column("policy", sa.Text, nullable=False, server_default="continue"),
+    sa.Column("definition", JSONB, nullable=False),
+    sa.Column("first_seen", _TS, nullable=False, server_default=_NOW),
+    sa.Column("last_seen", _TS, nullable=False, server_default=_NOW),
+    sa.CheckConstraint("policy IN ('continue', 'pin', 'fail')", name="agent_versions_policy_valid"),
 )
 
 # When tick() last finished: one row, written at the end of every tick

@@ -37,6 +37,9 @@ class WorkerInfo:
     # The process: what an execution's owner names (runner/core/engine/execution.new_owner).
     host: str | None = None
     pid: int | None = None
+    # The version of each agent it loaded, by agent (runner/core/versions.py);
+    # None: a worker of an earlier release, which did not say.
+    agent_versions: Mapping[str, str] | None = None
 
     def seen(self, at: float) -> WorkerInfo:
         return replace(self, seen_at=at)
@@ -53,6 +56,9 @@ class WorkerInfo:
                 "queues": list(self.queues),
                 "host": self.host,
                 "pid": self.pid,
+                "agent_versions": None
+                if self.agent_versions is None
+                else dict(self.agent_versions),
             }
         )
 
@@ -82,7 +88,12 @@ class WorkerInfo:
             queues=_names(data.get("queues")) or (),
             host=_text(data.get("host")),
             pid=int(data["pid"]) if _number(data.get("pid")) else None,
+            agent_versions=_versions(data.get("agent_versions")),
         )
+
+    def serves_version(self, agent: str, version: str) -> bool:
+        """Whether this worker loaded ``agent`` at ``version``."""
+        return self.agent_versions is not None and self.agent_versions.get(agent) == version
 
 
 def serving(workers: Iterable[WorkerInfo], agent: str) -> list[WorkerInfo]:
@@ -119,3 +130,9 @@ def _names(value: object) -> tuple[str, ...] | None:
     if not isinstance(value, list):
         return None
     return tuple(item for item in value if isinstance(item, str))
+
+
+def _versions(value: object) -> dict[str, str] | None:
+    if not isinstance(value, dict):
+        return None
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}

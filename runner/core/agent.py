@@ -18,6 +18,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar, cast, overload
 
 import pydantic
 
+from runner.core import versions
 from runner.core.approvals.expiry import check_expiry, expiry_seconds
 from runner.core.children import ChildTool, child_tool
 from runner.core.errors import (
@@ -31,6 +32,7 @@ from runner.core.retry import RetryPolicy
 from runner.core.steps.builtin_tools import AskHuman, ask_human_spec
 from runner.core.steps.run_context import RunContext
 from runner.core.steps.tools import Tool
+from runner.core.versions import POLICIES, AgentVersion, OnNewVersion, check_label
 from store.models import TriggerEnvelope
 
 OnExpire = Literal["deny", "fail"]
@@ -258,6 +260,13 @@ class Agent:
     # How deep below its top-level run a child this agent's runs start may
     # be (``as_tool`` calls); None: the project's RUNWRIGHT_MAX_CHILD_DEPTH.
     max_child_depth: int | None = None
+    # A label for this version of the agent (``"2026-12-05"``), shown beside
+    # its fingerprint (runner/core/versions.py, docs/deploying.md).
+    version: str | None = None
+    # What a run does when it resumes on another version than it last ran on:
+    # go on with this one ("continue"), wait for a worker of its own ("pin"),
+    # or end failed ``version_changed`` ("fail").
+    on_new_version: OnNewVersion = "continue"
     register: bool = True
     # Registered where another agent of this name is: replace it on purpose
     # (else AgentAlreadyRegistered).
@@ -322,6 +331,12 @@ class Agent:
             raise InvalidInput(
                 f"agent {self.name!r}: max_child_depth must be a whole number, 0 or more"
             )
+        if self.on_new_version not in POLICIES:
+            raise InvalidInput(
+                f"agent {self.name!r}: on_new_version must be 'continue', 'pin' or 'fail', "
+                f"not {self.on_new_version!r:.40}"
+            )
+        check_label(self.name, self.version)
         if self.on_deny not in _ON_DENY:
             raise InvalidInput(
                 f"agent {self.name!r}: on_deny must be 'continue' or 'fail', not {self.on_deny!r}"
@@ -413,6 +428,18 @@ class Agent:
         the call's result (runner/core/children.py). ``name`` defaults to the
         agent's; ``detached``: the child runs on when its parent is cancelled."""
         return child_tool(self.name, self.instructions, self.input, name, description, detached)
+
+    def current_version(self) -> AgentVersion:
+        """This agent's version as defined now (runner/core/versions.py): its
+        fingerprint, label and definition. Computed once; again inside an
+        ``override``, which makes another version."""
+        if _overrides.get().get(id(self)):
+            return versions.of(self)
+        found = self.__dict__.get("_version")
+        if found is None:
+            found = versions.of(self)
+            self.__dict__["_version"] = found
+        return found
 
     @property
     def asks_human(self) -> AskHuman | None:
@@ -526,6 +553,12 @@ class Registry:
 
     def names(self) -> list[str]:
         return sorted(self._agents)
+
+    def versions(self) -> dict[str, str]:
+        """The version of each agent, by name (runner/core/versions.py)."""
+        with self._lock:
+            agents = list(self._agents.values())
+        return {agent.name: agent.current_version().id for agent in agents}
 
     def load(self, modules: Iterable[str]) -> None:
         """Import the agent modules. The current directory is searched too (last,

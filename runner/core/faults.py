@@ -192,6 +192,9 @@ class Faulted:
     async def defer_missing_agent(self, grace_seconds: float) -> Run | None:
         return await self.journal.defer_missing_agent(grace_seconds)
 
+    async def record_version(self, version: str, change: dict[str, Any] | None) -> None:
+        await self.journal.record_version(version, change)
+
     async def run(self) -> Run:
         return await self.journal.run()
 
@@ -222,9 +225,11 @@ class Faulted:
         return recorded
 
     async def begin_effect(
-        self, key: str, tool: str, input: Any, *, rerun_started: bool
+        self, key: str, tool: str, input: Any, *, rerun_started: bool, version: str | None = None
     ) -> EffectBegin:
-        begin = await self.journal.begin_effect(key, tool, input, rerun_started=rerun_started)
+        begin = await self.journal.begin_effect(
+            key, tool, input, rerun_started=rerun_started, version=version
+        )
         hit(AFTER_EFFECT_START)
         return begin
 

@@ -99,9 +99,11 @@ class Journal(Protocol):
         """The effects journaled for these tool calls, by call id."""
 
     async def begin_effect(
-        self, key: str, tool: str, input: Any, *, rerun_started: bool
+        self, key: str, tool: str, input: Any, *, rerun_started: bool, version: str | None = None
     ) -> EffectBegin:
-        """May the effect run? Journaled ``started`` if so."""
+        """May the effect run? Journaled ``started`` under the agent's
+        ``version`` if so. One an earlier execution left ``started`` runs
+        again only if ``rerun_started`` and under the same version."""
 
     async def finish_effect(
         self, key: str, *, output: Any = None, error: str | None = None
@@ -126,6 +128,10 @@ class Journal(Protocol):
 
     async def defer_missing_agent(self, grace_seconds: float) -> Run | None:
         """Give the run back for a worker that knows its agent; None once too late."""
+
+    async def record_version(self, version: str, change: dict[str, Any] | None) -> None:
+        """The run runs on agent ``version`` now: its first, or a move to it
+        (``change``: what changed, its version event)."""
 
     # -- reads of this run
     async def run(self) -> Run:

@@ -101,6 +101,11 @@ class Settings:
     max_child_depth: int = _setting("RUNWRIGHT_MAX_CHILD_DEPTH", 16, minimum=0)
     max_takeovers: int = _setting("RUNWRIGHT_MAX_TAKEOVERS", 5, minimum=1)
     agent_grace_seconds: float = _setting("RUNWRIGHT_AGENT_GRACE_SECONDS", 600.0, minimum=0)
+    # How often a pinned run that no live worker of its version takes is
+    # looked at again (docs/deploying.md).
+    version_recheck_seconds: float = _setting(
+        "RUNWRIGHT_VERSION_RECHECK_SECONDS", 60.0, minimum=0.1
+    )
     model_retries: int = _setting("RUNWRIGHT_MODEL_RETRIES", 3, minimum=0)
     model_backoff_seconds: float = _setting("RUNWRIGHT_MODEL_BACKOFF_SECONDS", 0.5, minimum=0)
     # Durable retries of a model call once the in-call ones are spent (runner/core/retry.py).

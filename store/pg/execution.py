@@ -435,17 +435,18 @@ COMMIT_STEP_WAIT = Statement(
     ), a AS (
         INSERT INTO approvals (approval_id, run_id, step_index, tool_call_id, tool_name, input,
                                expires_at, on_expire, token_id, next_notify_at, kind, schema,
-                               on_deny, decision, decided_at, decided_by, standing_from)
+                               on_deny, decision, decided_at, decided_by, standing_from,
+                               version, tool_kind)
         SELECT a.approval_id, cp.run_id, CAST(:step_index AS int), a.tool_call_id, a.tool_name,
                a.input, a.expires_at, a.on_expire, a.token_id, a.next_notify_at, a.kind,
                a.schema, a.on_deny, a.decision,
                CASE WHEN a.decision IS NULL THEN NULL ELSE now() END, a.decided_by,
-               a.standing_from
+               a.standing_from, a.version, a.tool_kind
           FROM cp, json_to_recordset(CAST(:approvals AS json)) AS a(
                approval_id uuid, tool_call_id text, tool_name text, input json,
                expires_at timestamptz, on_expire text, token_id text, next_notify_at timestamptz,
                kind text, schema json, on_deny text, decision text, decided_by text,
-               standing_from uuid)
+               standing_from uuid, version text, tool_kind text)
         ON CONFLICT DO NOTHING
         RETURNING 1
     ), w AS (
@@ -633,17 +634,18 @@ COMMIT_STEP_REPLACE_WAIT = Statement(
     ), a AS (
         INSERT INTO approvals (approval_id, run_id, step_index, tool_call_id, tool_name, input,
                                expires_at, on_expire, token_id, next_notify_at, kind, schema,
-                               on_deny, decision, decided_at, decided_by, standing_from)
+                               on_deny, decision, decided_at, decided_by, standing_from,
+                               version, tool_kind)
         SELECT a.approval_id, cp.run_id, CAST(:step_index AS int), a.tool_call_id, a.tool_name,
                a.input, a.expires_at, a.on_expire, a.token_id, a.next_notify_at, a.kind,
                a.schema, a.on_deny, a.decision,
                CASE WHEN a.decision IS NULL THEN NULL ELSE now() END, a.decided_by,
-               a.standing_from
+               a.standing_from, a.version, a.tool_kind
           FROM cp, json_to_recordset(CAST(:approvals AS json)) AS a(
                approval_id uuid, tool_call_id text, tool_name text, input json,
                expires_at timestamptz, on_expire text, token_id text, next_notify_at timestamptz,
                kind text, schema json, on_deny text, decision text, decided_by text,
-               standing_from uuid)
+               standing_from uuid, version text, tool_kind text)
         ON CONFLICT DO NOTHING
         RETURNING 1
     ), w AS (
@@ -775,9 +777,10 @@ DEFER = Statement(
 BEGIN_EFFECT = Statement(
     "begin_effect",
     """
-    INSERT INTO effects (run_id, key, tool, input, status, claim_epoch, started_at)
+    INSERT INTO effects (run_id, key, tool, input, status, claim_epoch, started_at, version)
     VALUES (CAST(:run_id AS uuid), CAST(:key AS text), CAST(:tool AS text),
-            CAST(:input AS json), 'started', CAST(:epoch AS int), now())
+            CAST(:input AS json), 'started', CAST(:epoch AS int), now(),
+            CAST(:version AS text))
     ON CONFLICT DO NOTHING
     RETURNING *
     """,
@@ -850,6 +853,8 @@ def _approval_json(a: NewApproval) -> dict[str, Any]:
         "decision": None if granted is None else Decision.APPROVED.value,
         "decided_by": None if granted is None else granted.granted_by,
         "standing_from": None if granted is None else granted.approval_id,
+        "version": a.version,
+        "tool_kind": a.tool_kind,
     }
 
 
@@ -1064,9 +1069,26 @@ class PgExecution(PgBase):
         return ended
 
     def begin_effect(
-        self, fence: Fence, key: str, tool: str, input: object, *, rerun_started: bool
+        self,
+        fence: Fence,
+        key: str,
+        tool: str,
+        input: object,
+        *,
+        rerun_started: bool,
+        version: str | None = None,
     ) -> EffectBegin:
-        params = {**fence_params(fence), "key": key, "tool": tool, "input": dumps(input)}
+        """Journal the effect ``started`` under ``version`` (the agent's), if
+        it may run. One found ``started`` by an earlier execution runs again
+        only if ``rerun_started`` and it was started under the same version
+        (an effect of another version's tools is of unknown outcome)."""
+        params = {
+            **fence_params(fence),
+            "key": key,
+            "tool": tool,
+            "input": dumps(input),
+            "version": version,
+        }
         with self.db.tx() as tx:
             self._lock_fenced(tx, fence)
             row = tx.first(BEGIN_EFFECT, params)
@@ -1077,7 +1099,8 @@ class PgExecution(PgBase):
             existing = effect_from_row(found)
             if existing.status is EffectStatus.STARTED and existing.epoch == fence.epoch:
                 return EffectBegin(existing, execute=True)  # our own retried write
-            if existing.status is EffectStatus.STARTED and rerun_started:
+            same_version = existing.version is None or existing.version == version
+            if existing.status is EffectStatus.STARTED and rerun_started and same_version:
                 row = tx.first(RERUN_EFFECT, params)
                 assert row is not None
                 return EffectBegin(effect_from_row(row), execute=True)

@@ -26,6 +26,7 @@ from store.retry_fork import (
     may_retry,
 )
 from store.rows import attempt_from_row, run_from_row
+from store.rules import VERSION_CHANGED
 from store.statements import Statement
 from store.validate import check_new_run, check_run_id
 
@@ -112,6 +113,10 @@ REQUEUE = Statement(
            agent_missing_since = NULL,
            retry_attempts = 0, retry_at = NULL, retry_since = NULL, retry_error = NULL,
            extra_steps = extra_steps + CAST(:extra_steps AS int),
+           -- A run that failed because its agent's version changed starts
+           -- again on the version of the worker that takes it.
+           version = CASE WHEN error_code = CAST(:version_changed AS text) THEN NULL
+                          ELSE version END,
            enqueued_at = now(),
            updated_at = now()
      WHERE id = CAST(:run_id AS uuid)
@@ -270,7 +275,14 @@ class PgRetryFork(PgBase):
             tx.execute(REOPEN_APPROVALS, {"run_id": run_id, "withdrawn": Decision.WITHDRAWN.value})
             if not keep_standing:
                 tx.execute(DROP_STANDING, {"run_id": run_id})
-            tx.execute(REQUEUE, {"run_id": run_id, "extra_steps": extra_steps})
+            tx.execute(
+                REQUEUE,
+                {
+                    "run_id": run_id,
+                    "extra_steps": extra_steps,
+                    "version_changed": VERSION_CHANGED,
+                },
+            )
             retried = self._get_run(tx, run_id)
         self._committed(run_id)
         return RetryResult(retried, retried=True)

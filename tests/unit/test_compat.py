@@ -79,6 +79,9 @@ def test_what_a_runs_user_writes_is_json_not_jsonb() -> None:
         ("schedules", "payload"): "JSON",
         ("schedules", "keys"): "JSON",
         ("run_events", "data"): "JSONB",
+        # Runwright's own, not a user's: versions and what changed between them (0019).
+        ("runs", "version_change"): "JSONB",
+        ("agent_versions", "definition"): "JSONB",
     }
 
 

@@ -100,6 +100,7 @@ LAYER_OF = {
     "runner.core.limits.model_limits": "foundations",  # declarations, read by the settings
     "runner.core.model": "agents",
     "runner.core.agent": "agents",
+    "runner.core.versions": "agents",  # an agent's fingerprint and what changed
     "runner.core.children": "agents",
     "runner.core.mcp": "agents",
     "runner.core.steps.tools": "agents",

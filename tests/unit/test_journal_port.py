@@ -98,7 +98,9 @@ def test_the_port_fits_on_one_screen() -> None:
     source, _ = inspect.getsourcelines(Journal)
     members = [name for name in vars(Journal) if not name.startswith("_")]
     assert len(source) <= 120, len(source)
-    assert len(members) <= 25, members
+    # 26: the version an execution runs on is recorded through it too
+    # (record_version; DESIGN.md §12 names version records among its duties).
+    assert len(members) <= 26, members
 
 
 def test_call_runner_is_built_from_a_handful_of_parts() -> None:

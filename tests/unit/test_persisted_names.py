@@ -11,17 +11,20 @@ from store.models import Decision, EffectStatus, Interruption, RunStatus, StepKi
 from store.schema import metadata
 
 TABLES = {
+    "agent_versions": [
+        "agent", "version", "label", "policy", "definition", "first_seen", "last_seen",
+    ],
     "approvals": [
         "approval_id", "run_id", "step_index", "tool_call_id", "tool_name", "input",
         "expires_at", "on_expire", "token_id", "notified_at", "next_notify_at", "attempts",
         "decision", "reason", "decided_at", "created_at", "decided_by", "kind", "schema",
-        "arguments", "answer", "for_run", "standing_from", "on_deny",
+        "arguments", "answer", "for_run", "standing_from", "on_deny", "version", "tool_kind",
     ],
     "checkpoints": ["run_id", "step_index", "message_count", "finish_reason", "created_at"],
     "effects": [
         "run_id", "key", "tool", "input", "status", "attempts", "claim_epoch", "output",
         "error", "started_at", "finished_at", "resolved_outcome", "resolved_by",
-        "resolved_note", "resolved_at",
+        "resolved_note", "resolved_at", "version",
     ],
     "messages": ["run_id", "seq", "body", "step_index"],
     "run_attempts": [
@@ -39,7 +42,8 @@ TABLES = {
         "forked_at_step", "trace_context", "cost_usd", "usage_estimated", "needs_attention",
         "cancelled_by", "interrupted_reason", "interrupted_by", "cost_unpriced",
         "parent_id", "parent_call_id", "detached", "budget_bounds", "root_id", "ancestors",
-        "reserved_tokens", "arrival", "tenant", "priority", "parked_key", "enqueued_at",
+        "reserved_tokens", "arrival", "tenant", "priority", "parked_key", "version",
+        "started_version", "version_change", "enqueued_at",
         "created_at",
         "updated_at", "started_at", "finished_at",
     ],

@@ -15,7 +15,9 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
+from runner.core import versions
 from runner.core.agent import Agent, Registry
 from runner.core.approvals import decisions
 from runner.core.approvals.approval_tokens import Tokens
@@ -34,6 +36,7 @@ from runner.core.retry import RetryPolicy
 from runner.core.runtime import in_io, runtime
 from runner.core.settings import Settings
 from runner.core.steps.run_context import AbortReason
+from runner.core.versions import AgentVersion, version_row
 from store.errors import StoreUnavailable
 from store.models import Ended, NewApproval, Run, RunStatus
 from store.pg.approvals import CancelResult
@@ -48,6 +51,9 @@ log = logging.getLogger(__name__)
 # waits to retry is found by tick() once due.
 Enqueue = Callable[[str], object]
 
+
+# The versions this process recorded in each database (Deps.note_version).
+_noted: set[tuple[str, str, str]] = set()
 
 # How long a waiter under a limit keeps its place past its time (see _admission).
 LIMIT_GRACE_SECONDS = 30.0
@@ -186,18 +192,24 @@ class Deps:
         """This process's tool pool (a new one after a fork)."""
         return runtime().tools
 
-    def send(self, run_ids: Iterable[str], *, priority: int | None = None) -> None:
+    def send(
+        self, run_ids: Iterable[str], *, priority: int | None = None, queue: str | None = None
+    ) -> None:
         """Hand runs to workers. A failed send is logged, not raised: the run is
         stored, marked unsent, and the next tick() sends it (once the broker is
         back, not RUNWRIGHT_REENQUEUE_SECONDS later). ``priority``: the runs',
-        for an enqueue callable that takes it (the broker's order)."""
+        for an enqueue callable that takes it (the broker's order); ``queue``:
+        another queue than Runwright's (a pinned version's), for one that
+        takes it (else the run goes to Runwright's, whose worker passes it on)."""
         if self.enqueue is None:
             return
-        extra = (
+        extra: dict[str, Any] = (
             {}
             if priority is None or not takes(self.enqueue, "priority")
             else {"priority": priority}
         )
+        if queue is not None and takes(self.enqueue, "queue"):
+            extra["queue"] = queue
         unsent = []
         for run_id in run_ids:
             try:
@@ -286,8 +298,29 @@ class Deps:
             self.send(list(ended.resumed))
         if run.retry_at is not None:
             self.send_at(run.id, run.retry_at)
-        elif run.parked_until is not None:
+        elif run.parked_until is not None and versions.waiting_for(run.parked_key) is None:
+            # (A run waiting for a worker of its version is sent to that
+            # version's queue by the execution that parked it, if one is live.)
             self.send_at(run.id, run.parked_until)
+
+    def serves_version(self, agent: str, version: str) -> bool:
+        """Whether a live worker loaded ``agent`` at ``version`` (its record
+        in Redis says so: store/workers.py)."""
+        if self.leases is None:
+            return False
+        try:
+            workers = self.leases.workers()
+        except StoreUnavailable:
+            return False
+        return any(worker.serves_version(agent, version) for worker in workers.values())
+
+    def note_version(self, version: AgentVersion) -> None:
+        """Record a version this process runs (``agent_versions``), once."""
+        key = (str(self.store.engine.url), version.agent, version.id)
+        if key in _noted:
+            return
+        self.store.note_versions([version_row(version)])
+        _noted.add(key)
 
     def after_settle(self, ended: Ended) -> None:
         """Deprecated: :meth:`after_end`."""

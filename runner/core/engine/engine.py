@@ -20,7 +20,7 @@ from runner.core.clock import SYSTEM, Clock
 from runner.core.coordination.claims import NotClaimed
 from runner.core.coordination.leases import CancelListener, Leases
 from runner.core.deprecation import retired
-from runner.core.engine import retry_fork
+from runner.core.engine import retry_fork, versioning
 from runner.core.engine.deps import Deps, Enqueue
 from runner.core.engine.execution import Execution
 from runner.core.engine.tick import tick
@@ -489,6 +489,29 @@ class Engine:
             rerun_effects=rerun_effects,
             keep_standing=keep_standing,
         )
+
+    # ------------------------------------------------------------ versions
+
+    def versions_loaded(self) -> int:
+        """This process loaded its agents (a worker starting): record their
+        versions, and send the pinned runs waiting for a worker of one of
+        them to that version's queue (docs/deploying.md). How many it sent."""
+        return versioning.loaded(self.deps)
+
+    def versions(self, agent: str | None = None) -> list[versioning.VersionLine]:
+        """Each agent's versions (``agent``'s only, if given): the runs of each
+        not ended (running, queued, parked, waiting) and the live workers
+        that run it, so that an operator knows when an old one can stop."""
+        return versioning.lines(self.deps, self.workers(), agent)
+
+    def upgrade_runs(
+        self, agent: str, old: str, new: str | None = None, *, by: str | None = None
+    ) -> versioning.UpgradeReport:
+        """Move the runs of ``agent`` on version ``old`` that are not running
+        to version ``new`` (its id, a prefix, or its label; default: the
+        current one), one version event each; refuses, with the reason, a
+        run waiting on a call whose tool ``new`` does not have."""
+        return versioning.upgrade(self.deps, self.workers(), agent, old, new, by=by)
 
     def workers(self) -> dict[str, WorkerInfo] | None:
         """The live workers by name, with what each serves (store/workers.py);

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from runner.core import appdb, faults, retry
+from runner.core import appdb, faults, retry, versions
 from runner.core.agent import Agent, limit_label
 from runner.core.engine.deps import Deps
 from runner.core.engine.pg_journal import NotClaimed, PgJournal
@@ -49,7 +49,7 @@ from store.models import (
     RunError,
     RunStatus,
 )
-from store.rules import cancel_outcome
+from store.rules import VERSION_CHANGED, cancel_outcome
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -164,6 +164,11 @@ class Execution:
     async def _run_agent(self, agent: Agent, run: Run, start: Start) -> Ended:
         if run.cancel_requested:
             return await self.end(abort_outcome(AbortReason.CANCEL))
+        moved = await self._on_version(agent, run)
+        if isinstance(moved, Ended):
+            return moved
+        run = moved
+        start = dataclasses.replace(start, run=run)
         timer = None
         if agent.budget.timeout_ms:
             timer = asyncio.get_running_loop().call_later(
@@ -195,6 +200,81 @@ class Execution:
                 assert admission is not None
                 with contextlib.suppress(RunwrightError):
                     self.deps.wake(await asyncio.shield(admission.leave_run(slots)))
+
+    async def _on_version(self, agent: Agent, run: Run) -> Run | Ended:
+        """The run on this worker's version of its agent (docs/deploying.md):
+        its first execution records the version; one on another version than
+        the run last ran on does what the agent's ``on_new_version`` says:
+        goes on, recording what changed ("continue"), waits for a worker of
+        the run's version ("pin"), or ends the run ``version_changed`` ("fail")."""
+        version = agent.current_version()
+        with contextlib.suppress(StoreUnavailable):  # recorded by the next execution then
+            await self.io(self.deps.note_version, version)
+        if run.version == version.id:
+            return run
+        if run.version is None:
+            await self.journal.record_version(version.id, None)
+            return dataclasses.replace(run, version=version.id, started_version=version.id)
+        earlier = await self.io(self.deps.store.agent_version, agent.name, run.version)
+        changes = (
+            versions.diff(earlier.definition, version.definition)
+            if earlier is not None
+            else [f"version {run.version} was not recorded: what changed is not known"]
+        )
+        policy = agent.on_new_version
+        if policy == "pin":
+            return await self._wait_for_version(agent, run.version)
+        if policy == "fail":
+            said = "; ".join(changes) or "no change of behaviour"
+            error = RunError(
+                VERSION_CHANGED,
+                f"the run ran on version {run.version} of {agent.name} and this worker runs "
+                f"{version.title} ({said}); `runwright retry {run.id}` starts it again on "
+                "the new version",
+            )
+            return await self.end(Outcome(RunStatus.FAILED, error=error))
+        log.info(
+            "run %s: resumed on version %s of %s (it ran on %s): %s",
+            self.run_id,
+            version.title,
+            agent.name,
+            run.version,
+            "; ".join(changes) or "no change of behaviour",
+        )
+        await self.journal.record_version(version.id, {"changes": changes})
+        return dataclasses.replace(run, version=version.id)
+
+    async def _wait_for_version(self, agent: Agent, wanted: str) -> Ended:
+        """A pinned run that this worker's version may not run: back to the
+        queue, parked for a worker of its own version (``version:agent:v``),
+        holding no lease. Sent to that version's queue now if a live worker
+        takes it; else it waits, looked at again every
+        RUNWRIGHT_VERSION_RECHECK_SECONDS (tick() re-sends it), and a worker
+        of its version that starts sends it at once. Never failed for it."""
+        settings = self.deps.settings
+        served = await self.io(self.deps.serves_version, agent.name, wanted)
+        now = self.deps.clock.now()
+        at = now if served else now + timedelta(seconds=settings.version_recheck_seconds)
+        ended = await self.journal.park(versions.waiting_key(agent.name, wanted), at)
+        if served:
+            queue = versions.queue_for(settings.queue, wanted)
+            await self.io(self.deps.send, [self.run_id], queue=queue)
+            log.info(
+                "run %s: pinned to version %s of %s; sent to %s",
+                self.run_id,
+                wanted,
+                agent.name,
+                queue,
+            )
+        else:
+            log.warning(
+                "run %s: pinned to version %s of %s, which no live worker runs; it waits "
+                "for a worker of that version",
+                self.run_id,
+                wanted,
+                agent.name,
+            )
+        return ended
 
     async def _run_limits(self, agent: Agent, run: Run) -> list[Grant] | None:
         """The run's own limits, taken before its first step (``Concurrency``

@@ -325,10 +325,10 @@ class PgJournal:
         return None
 
     async def begin_effect(
-        self, key: str, tool: str, input: Any, *, rerun_started: bool
+        self, key: str, tool: str, input: Any, *, rerun_started: bool, version: str | None = None
     ) -> EffectBegin:
         return await self.write(
-            self.store.begin_effect, key, tool, input, rerun_started=rerun_started
+            self.store.begin_effect, key, tool, input, rerun_started=rerun_started, version=version
         )
 
     async def finish_effect(
@@ -353,6 +353,9 @@ class PgJournal:
 
     async def defer_missing_agent(self, grace_seconds: float) -> Run | None:
         return await self.write(self.store.defer_missing_agent, grace_seconds)
+
+    async def record_version(self, version: str, change: dict[str, Any] | None) -> None:
+        await self.write(self.store.record_version, version, change)
 
     # ------------------------------------------------------ reads
 

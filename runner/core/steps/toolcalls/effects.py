@@ -66,12 +66,32 @@ class EffectJournal:
         """None if the effect may run now (its start is journaled); else its
         result as the journal has it: reused, failed, or of unknown outcome."""
         key = f"{self.ctx.run_id}:{call_id}"
+        version = self.run_.version
         begin = await self.journal.begin_effect(
-            key, tool.name, input, rerun_started=tool.retry == "at_least_once"
+            key, tool.name, input, rerun_started=tool.retry == "at_least_once", version=version
         )
         if begin.execute:
             return None
         effect = begin.effect
+        if (
+            effect.status is EffectStatus.STARTED
+            and effect.version is not None
+            and effect.version != version
+        ):
+            # Started under another version of the agent: what that version's
+            # tool did is not this one's to find out or repeat (no reconcile, and
+            # it never runs again, whatever today's tool declares): a person resolves it.
+            return await self.unknown(
+                call_id,
+                None,
+                input,
+                key,
+                started,
+                tool.name,
+                why=f"started in epoch {{epoch}} under version {effect.version} of the agent, "
+                f"which died before recording its outcome",
+                observed=observed,
+            )
         if effect.status is EffectStatus.COMPLETED:
             log.info("effect %s already completed; reusing its recorded result", key)
             return success(call_id, tool, input, storable(effect.output), started)

@@ -10,6 +10,7 @@ from typing import Any
 
 import pydantic
 
+from runner.core import versions
 from runner.core.agent import Agent
 from runner.core.approvals.expiry import expired, expiry_message
 from runner.core.errors import ApprovalNotFound, ToolInputError
@@ -137,6 +138,8 @@ class Gate:
             schema=schema if schema is not None else tool.schema()["function"]["parameters"],
             on_deny=on_deny,
             granted=granted,
+            version=self.run_.version,
+            tool_kind=versions.tool_spec(tool)["kind"],
         )
 
     def _question(
