@@ -314,13 +314,16 @@ class Deps:
             return False
         return any(worker.serves_version(agent, version) for worker in workers.values())
 
+    def noted(self, version: AgentVersion) -> bool:
+        """Whether this process recorded ``version`` in its store already."""
+        return (str(self.store.engine.url), version.agent, version.id) in _noted
+
     def note_version(self, version: AgentVersion) -> None:
         """Record a version this process runs (``agent_versions``), once."""
-        key = (str(self.store.engine.url), version.agent, version.id)
-        if key in _noted:
+        if self.noted(version):
             return
         self.store.note_versions([version_row(version)])
-        _noted.add(key)
+        _noted.add((str(self.store.engine.url), version.agent, version.id))
 
     def after_settle(self, ended: Ended) -> None:
         """Deprecated: :meth:`after_end`."""

@@ -208,8 +208,9 @@ class Execution:
         goes on, recording what changed ("continue"), waits for a worker of
         the run's version ("pin"), or ends the run ``version_changed`` ("fail")."""
         version = agent.current_version()
-        with contextlib.suppress(StoreUnavailable):  # recorded by the next execution then
-            await self.io(self.deps.note_version, version)
+        if not self.deps.noted(version):
+            with contextlib.suppress(StoreUnavailable):  # recorded by the next execution then
+                await self.io(self.deps.note_version, version)
         if run.version == version.id:
             return run
         if run.version is None:
