@@ -201,6 +201,10 @@ def test_a_rolling_deploy_with_waiting_runs_follows_each_agents_version_policy(
 
     # A version-a worker starts again: the other pinned runs complete on it.
     _worker(cluster, "w4", folder_a)
+    workers = engine.workers() or {}
+    [w4] = [w for name, w in workers.items() if name.startswith("w4@")]
+    assert versions.queue_for(cluster.queue, version_a["deploy-pin"]) in w4.queues
+    assert versions.queue_for(cluster.queue, version_a["deploy-continue"]) not in w4.queues
     _ended(engine, runs["deploy-pin"], "the pinned runs to end on a worker of version a")
     for run_id in runs["deploy-pin"]:
         run = engine.get_run(run_id)
