@@ -31,4 +31,6 @@ def test_start_runs_one_thread_per_process_and_stop_ends_it(redis_url: str, leas
     finally:
         watchdog.stop()
     assert _watchdog_threads() == []
+    # A worker that stops takes its record with it, not at the end of its TTL.
+    assert leases.workers() == {}
     watchdog.stop()  # again: nothing to do

@@ -148,6 +148,11 @@ class Leases:
         with redis_errors():
             self.redis.set(WORKER_PREFIX + info.name, info.encode(), px=int(ttl_seconds * 1000))
 
+    def forget_worker(self, name: str) -> None:
+        """Remove worker ``name``'s record: it stopped."""
+        with redis_errors():
+            self.redis.delete(WORKER_PREFIX + name)
+
     def workers(self) -> dict[str, WorkerInfo]:
         """The live workers (seen within their record's TTL), by name."""
         seen: dict[str, WorkerInfo] = {}

@@ -14,6 +14,7 @@ and one INFO when ticks come back. ``stop`` ends the thread.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -24,6 +25,7 @@ from typing import Protocol
 
 from runner.core.coordination.leases import Leases
 from runner.core.settings import Settings
+from store.errors import StoreUnavailable
 from store.workers import WorkerInfo
 
 log = logging.getLogger(__name__)
@@ -212,4 +214,8 @@ def stop() -> None:
         return  # none, or the parent's (a forked child never ran that thread)
     _, dog, leases = current
     dog.stop()
+    # The worker is gone: its record goes now, not when its TTL lapses, so
+    # that `runwright versions` and `workers` stop listing it at once.
+    with contextlib.suppress(StoreUnavailable):
+        leases.forget_worker(dog.worker.name)
     leases.redis.close()
