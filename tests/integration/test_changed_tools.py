@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from runner.core.settings import Settings
 from runner.testing import Request, ScriptedModel, call, text, tools
 from store.models import Decision, RunStatus
 from store.postgres import PostgresStore
+from tests.e2e.clirun import make_cli_env, rw
 
 
 def unique(prefix: str) -> str:
@@ -313,3 +315,28 @@ def test_edited_arguments_are_parsed_by_the_tool_now_not_the_models_first(
     output = told(engine, run_id)
     assert "A-9" in output
     assert refunds.done == [{"order_id": "A-9"}]
+
+
+# ------------------------------------------------------------ the CLI
+
+
+def test_show_marks_the_call_and_deny_fail_run_ends_the_run(
+    engine: Engine, runwright_database_url: str, redis_url: str, tmp_path: Path
+) -> None:
+    refunds = Refunds(unique("changed-cli"))
+    run_id = waiting(engine, refunds)
+    refunds.with_reason()
+    # The CLI's process does not define the agent: it reads its latest recorded version.
+    engine.deps.note_version(registry.get(refunds.name).current_version())
+    env = make_cli_env(runwright_database_url, redis_url, tmp_path, engine.settings)
+    shown = rw(env, "show", run_id).stdout
+    assert (
+        "    tool changed since requested:\n      tool refund: parameter reason added (required)\n"
+    ) in shown
+    refused = rw(env, "approve", run_id, ok=False)
+    assert "parameter reason added (required)" in refused.stderr
+    assert pending(engine, run_id).pending
+    rw(env, "deny", run_id, "--fail-run", "--reason", "ask again", "--by", "ops")
+    failed = engine.get_run(run_id)
+    assert failed.status is RunStatus.FAILED and failed.error is not None
+    assert failed.error.code == "tool_changed" and failed.error.message.endswith("ask again")
