@@ -63,7 +63,7 @@ NOTES = {
     "edited": "Approved with your edited arguments.",
     "for_run": "Approved for the rest of the run.",
     "denied": "Denied.",
-    "failed": "Denied, and the run failed.",
+    "run_failed": "Denied, and the run failed.",
     "answered": "Answered.",
     "cancel": "The run is cancelled.",
     "cancel_requested": "Cancel requested: the run stops within a second or so.",
@@ -475,7 +475,7 @@ class Console:
                 by=by,
                 fail_run=True,
             )
-            return run, "failed"
+            return run, "run_failed"
         approve = decision == "approve"
         arguments = _arguments(form, approval)
         for_run = _for_run(form)
@@ -615,7 +615,7 @@ _LINK_DONE = {
     "edited": "Approved",
     "for_run": "Approved",
     "denied": "Denied",
-    "failed": "Denied",
+    "run_failed": "Denied",
     "answered": "Answered",
 }
 
@@ -629,7 +629,7 @@ def _link_thanks(note: str, approval: Approval) -> str:
         said += ", with your arguments"
     elif note == "for_run":
         said += ", for the rest of the run"
-    elif note == "failed":
+    elif note == "run_failed":
         said += ", and the run failed"
     return said + ". Thank you."
 

@@ -58,7 +58,7 @@ def test_a_renamed_tools_call_is_marked_and_its_run_can_be_failed_from_the_inbox
         {"decision": "fail", "reason": "refunds moved", "run": run.id, "next": "inbox"},
         csrf_from=INBOX,
     )
-    assert answer.status_code == 303 and "note=failed" in answer.headers["Location"]
+    assert answer.status_code == 303 and "note=run_failed" in answer.headers["Location"]
     failed = engine.get_run(run.id)
     assert failed.status is RunStatus.FAILED and failed.error is not None
     assert failed.error.code == "tool_changed" and "refunds moved" in failed.error.message
