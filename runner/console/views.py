@@ -517,6 +517,17 @@ class Console:
         ]
         if not of_step:
             raise http_errors.NoSuchStep(f"run {run_id} asked for no approval at step {step}")
+        if approve:
+            # A call whose tool changed since it was requested is decided on
+            # its own, where its change is shown; approving the step's calls
+            # together would leave them half decided.
+            changed = [a.tool_name for a in of_step if a.pending and engine.tool_change(a)]
+            if changed:
+                exc = InvalidApprovalInput(
+                    f"the tool of {', '.join(changed)} changed since its call was requested: "
+                    "decide that call on its own"
+                )
+                return self._not_decided(exc, request)
         decided = 0
         for approval in of_step:
             if not approval.pending:

@@ -64,3 +64,38 @@ def test_a_renamed_tools_call_is_marked_and_its_run_can_be_failed_from_the_inbox
     assert failed.error.code == "tool_changed" and "refunds moved" in failed.error.message
     decided = engine.approvals(run.id)[0]
     assert decided.decision is Decision.DENIED and decided.decided_by == "alice"
+
+
+def test_approving_a_steps_calls_together_is_refused_when_a_tool_changed(
+    client: FlaskClient, engine: Engine, queued: list[str]
+) -> None:
+    name = unique("changed-step")
+    asks = tools(call("refund", {"order": "A-1"}), call("refund", {"order": "A-2"}))
+    model = ScriptedModel(unique("changed-step-model"), [asks, text("done")])
+
+    @effect
+    def refund(order: str, idempotency_key: str) -> str:
+        """Refund an order."""
+        return order
+
+    _agent(name, model, refund)
+    run = engine.start(name, {})
+    execute_all(engine, queued)
+    first, _second = engine.approvals(run.id)
+
+    @effect
+    def refund(order: str, reason: str, idempotency_key: str) -> str:  # type: ignore[no-redef]
+        """Refund an order."""
+        return order
+
+    _agent(name, model, refund)
+    answer = post(
+        client,
+        f"{BASE}/runs/{run.id}/steps/{first.step_index}/decide",
+        {"decision": "approve"},
+        csrf_from=INBOX,
+    )
+    body = answer.get_data(as_text=True)
+    assert answer.status_code == 400
+    assert "changed since its call was requested: decide that call on its own" in body
+    assert all(a.pending for a in engine.approvals(run.id))
