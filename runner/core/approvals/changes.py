@@ -87,7 +87,8 @@ class _Tools:
     def change(self, run: Run, approval: Approval) -> ToolChange | None:
         definition = self._definition(run)
         if definition is None or "tools" not in definition:
-            return None  # tools made by a function of the run: known only to a run
+            # No version recorded, or tools made by a function of the run: known only to a run.
+            return None
         tools = definition.get("tools") or {}
         name = approval.tool_name
         now = tools.get(name)
