@@ -60,8 +60,10 @@ from store.rules import CancelAction
 from store.status import RunStatus
 
 if TYPE_CHECKING:
+    from runner.core.approvals.changes import ToolChange
     from runner.core.engine.engine import Engine
-    from store.models import Run
+    from store.models import Approval, Run
+    from store.postgres import PostgresStore
     from store.workers import WorkerInfo
 
 
@@ -238,7 +240,7 @@ def show(run_id: str, messages: bool, as_json: bool) -> Document | None:
         )
     for line in describe(run, store.attempts(run_id), steps, why, children):
         say(line)
-    for line in requests_lines(approvals, standing):
+    for line in requests_lines(approvals, standing, _tool_changes(settings, store, run, approvals)):
         say(line)
     unknown = store.unknown_effects(run_id)
     if unknown:
@@ -353,6 +355,22 @@ def _after(run: Run) -> str:
     return run.status.value
 
 
+def _tool_changes(
+    settings: Settings, store: PostgresStore, run: Run, approvals: list[Approval]
+) -> dict[str, ToolChange]:
+    """How the tools of the run's pending calls changed since they were
+    requested, as ``runwright approve`` would apply a decision: with the
+    agents it loads (``RUNWRIGHT_AGENTS``), else their latest recorded versions."""
+    from runner.core.agent import registry
+    from runner.core.approvals.changes import tool_changes
+
+    waiting = [(run, a) for a in approvals if a.pending and a.kind is RequestKind.APPROVAL]
+    if not waiting:
+        return {}
+    registry.load(settings.agents)
+    return tool_changes(store, registry, waiting)
+
+
 def _decide(
     given: str,
     approve: bool,
@@ -365,6 +383,7 @@ def _decide(
     as_json: bool,
     arguments: str | None = None,
     for_run: bool = False,
+    fail_run: bool = False,
 ) -> Document | None:
     from runner.cli.pending import arguments_value, chosen
 
@@ -381,6 +400,7 @@ def _decide(
         by=who,
         arguments=edited,
         for_run=for_run,
+        fail_run=fail_run,
     )
     decided = engine.store.get_approval(asked.approval_id)
     # The run's other pending calls of the tool, approved with it (``--for-run``).
@@ -453,6 +473,12 @@ def approve(
 @click.argument("approval_id", metavar="ID")
 @_token_option
 @click.option("--reason", default=None, help="Why (the model sees it).")
+@click.option(
+    "--fail-run",
+    is_flag=True,
+    help="End the run failed, with the reason, instead of telling the model "
+    "(for a call whose tool no longer exists, say).",
+)
 @_tool_option
 @_call_option
 @_by_option
@@ -461,6 +487,7 @@ def deny(
     approval_id: str,
     token: str | None,
     reason: str | None,
+    fail_run: bool,
     tool: str | None,
     call_id: str | None,
     by: str | None,
@@ -476,6 +503,7 @@ def deny(
         call_id=call_id,
         by=by,
         as_json=as_json,
+        fail_run=fail_run,
     )
 
 

@@ -19,6 +19,7 @@ from store.status import Interruption, RunStatus
 from store.workers import WorkerInfo, serving
 
 if TYPE_CHECKING:
+    from runner.core.approvals.changes import ToolChange
     from store.models import Approval, Run, RunAttempt, StandingApproval, Step
 
 
@@ -94,13 +95,24 @@ def describe(
     return lines
 
 
-def requests_lines(approvals: list[Approval], standing: list[StandingApproval]) -> list[str]:
+def requests_lines(
+    approvals: list[Approval],
+    standing: list[StandingApproval],
+    changes: Mapping[str, ToolChange] | None = None,
+) -> list[str]:
     """``runwright show``'s approvals and questions, each with what became of
-    it and by whom, then the tools approved for the rest of the run."""
+    it and by whom, then the tools approved for the rest of the run.
+    ``changes``: how the tools of pending calls changed since they were
+    requested, by approval id (runner/core/approvals/changes.py)."""
     lines = []
     if approvals:
         lines.append("approvals and questions")
-        lines.extend("  " + request_line(a) for a in approvals)
+        for approval in approvals:
+            lines.append("  " + request_line(approval))
+            change = (changes or {}).get(approval.approval_id)
+            if change is not None:
+                lines.append("    tool changed since requested:")
+                lines.extend(f"      {line}" for line in change.lines)
     if standing:
         lines.append(
             "approved for the rest of the run (a retry or fork asks again, unless --keep-standing)"

@@ -34,6 +34,7 @@ from runner.console.timeline import answer_block, assistant_message, decision_li
 from store.models import Approval, RequestKind, Run
 
 if TYPE_CHECKING:
+    from runner.core.approvals.changes import ToolChange
     from runner.core.approvals.inbox import InboxItem, SeenResult
 
 MAX_REASON = 2000
@@ -44,25 +45,42 @@ MAX_EDIT_CHARS = 16_000
 
 
 def _decision_form(
-    action: str, csrf: str, extra: str = "", *, label: str = "", approval: Approval | None = None
+    action: str,
+    csrf: str,
+    extra: str = "",
+    *,
+    label: str = "",
+    approval: Approval | None = None,
+    change: ToolChange | None = None,
 ) -> str:
     """Approve or deny, with a reason; for one ``approval``, also its
-    arguments to edit and its tool to approve for the rest of the run."""
-    beyond = "" if approval is None else _edit_fields(approval) + _for_run_box(approval)
+    arguments to edit and its tool to approve for the rest of the run. A
+    call whose tool changed since it was requested (``change``) may also
+    fail its run; one whose tool is gone is only denied, or its run failed."""
+    beyond = ""
+    if approval is not None and not (change is not None and change.gone):
+        beyond = _edit_fields(approval, change) + _for_run_box(approval)
+    buttons = ""
+    if change is None or not change.gone:
+        buttons += '<button class="approve" name="decision" value="approve">Approve</button> '
+    buttons += '<button class="deny" name="decision" value="deny">Deny</button>'
+    if change is not None:
+        buttons += (
+            ' <button class="fail" name="decision" value="fail">Deny and fail the run</button>'
+        )
     return (
         f'<form class="once" method="post" action="{e(action)}">'
         f"{hidden('csrf_token', csrf)}{extra}{beyond}"
         f'<label>Reason{e(label)}<br><textarea name="reason" maxlength="{MAX_REASON}">'
-        "</textarea></label><br>"
-        '<button class="approve" name="decision" value="approve">Approve</button> '
-        '<button class="deny" name="decision" value="deny">Deny</button></form>'
+        f"</textarea></label><br>{buttons}</form>"
     )
 
 
-def _edit_fields(approval: Approval) -> str:
-    """The call's arguments in a box to edit, folded away until wanted. The
-    box goes back with every decision; the server takes it as an edit only
-    when it differs from the model's arguments."""
+def _edit_fields(approval: Approval, change: ToolChange | None = None) -> str:
+    """The call's arguments in a box to edit, folded away until wanted (open
+    when the tool changed: the call may fit it only once edited). The box
+    goes back with every decision; the server takes it as an edit only when
+    it differs from the model's arguments."""
     if not isinstance(approval.input, dict):
         return ""  # the engine takes edited arguments of an object only
     text = json_text(approval.input)
@@ -75,11 +93,52 @@ def _edit_fields(approval: Approval) -> str:
         label="Arguments (JSON)",
         want_object=True,
     )
+    if change is None:
+        return (
+            '<details class="edit"><summary>Edit the arguments</summary>'
+            + box
+            + '<p class="meta">Approve runs the call with these arguments; they must fit the '
+            "tool's schema. The model is told what you changed.</p></details>"
+        )
     return (
-        '<details class="edit"><summary>Edit the arguments</summary>'
+        '<details class="edit" open><summary>Edit the arguments</summary>'
         + box
         + '<p class="meta">Approve runs the call with these arguments; they must fit the '
-        "tool's schema. The model is told what you changed.</p></details>"
+        "tool as it is now. The model is told what you changed.</p>"
+        + "<p>Its parameters now:</p>"
+        + _parameters(change.schema)
+        + json_block(change.schema, "schema")
+        + "</details>"
+    )
+
+
+def _parameters(schema: Any) -> str:
+    """A tool's parameters as a person reads them: each name, its type, and
+    whether it is required (the schema itself follows, folded)."""
+    if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
+        return ""
+    required = set(schema.get("required") or ())
+    items = []
+    for name, spec in schema["properties"].items():
+        kind = spec.get("type") if isinstance(spec, dict) else None
+        said = kind if isinstance(kind, str) else "any"
+        needed = "required" if name in required else "optional"
+        items.append(f"<li><b>{e(str(name))}</b> {e(said)}, {needed}</li>")
+    return f'<ul class="params">{"".join(items)}</ul>'
+
+
+def changed_block(change: ToolChange | None) -> str:
+    """The mark of a call whose tool changed since it was requested, and what changed."""
+    if change is None:
+        return ""
+    lines = "".join(f"<li>{e(line)}</li>" for line in change.lines)
+    if change.gone:
+        what = "It cannot be approved: deny it (the model is told), or fail the run."
+    else:
+        what = "Approve it as it is only if its arguments fit the tool now; else edit them."
+    return (
+        '<div class="changed"><p><b>Tool changed since requested</b></p>'
+        f'<ul class="changes">{lines}</ul><p class="meta">{what}</p></div>'
     )
 
 
@@ -150,7 +209,14 @@ def _card(group: Sequence[InboxItem], *, base: str, csrf: str, now: datetime) ->
             parts.append(_question_section(item.approval, base=base, csrf=csrf, now=now))
         else:
             parts.append(
-                _approval_section(item.approval, base=base, csrf=csrf, now=now, about=item.about)
+                _approval_section(
+                    item.approval,
+                    base=base,
+                    csrf=csrf,
+                    now=now,
+                    about=item.about,
+                    change=item.change,
+                )
             )
     # Questions are answered one by one: "all" decides approvals only.
     pending = [a for a in first.step_approvals if a.pending and a.kind is RequestKind.APPROVAL]
@@ -193,6 +259,7 @@ def _approval_section(
     csrf: str,
     now: datetime,
     about: Mapping[str, Any] | None = None,
+    change: ToolChange | None = None,
 ) -> str:
     action = f"{base}/approvals/{approval.approval_id}"
     extra = _back_to_inbox(approval)
@@ -200,8 +267,9 @@ def _approval_section(
         f'<section class="approval" id="a-{e(approval.approval_id)}">'
         f"<h3>{e(approval.tool_name)} {expires(approval.expires_at, now)}</h3>"
         + tool_about(about)
+        + changed_block(change)
         + json_block(approval.input, "arguments")
-        + _decision_form(action, csrf, extra, approval=approval)
+        + _decision_form(action, csrf, extra, approval=approval, change=change)
         + "</section>"
     )
 
@@ -263,15 +331,24 @@ def link_title(approval: Approval) -> str:
     return f"Approve {approval.tool_name}?"
 
 
-def link_body(approval: Approval, *, action: str, token: str, csrf: str, now: datetime) -> str:
+def link_body(
+    approval: Approval,
+    *,
+    action: str,
+    token: str,
+    csrf: str,
+    now: datetime,
+    change: ToolChange | None = None,
+) -> str:
     """The page of an approval link: that approval (or question), and
-    nothing else of its run."""
+    nothing else of its run; ``change``: how its tool changed since."""
     question = approval.kind is RequestKind.INPUT
     parts = [f"<h1>{e(link_title(approval))}</h1>"]
     if question:
         parts += ["<p>A run asks you:</p>", _question_text(approval)]
     else:
         parts += [
+            changed_block(change if approval.pending else None),
             f"<p>A run asks to call <b>{e(approval.tool_name)}</b> with:</p>",
             json_block(approval.input, "arguments"),
         ]
@@ -287,7 +364,9 @@ def link_body(approval: Approval, *, action: str, token: str, csrf: str, now: da
         if question:
             parts.append(_answer_form(action, csrf, approval, hidden("token", token)))
         else:
-            form = _decision_form(action, csrf, hidden("token", token), approval=approval)
+            form = _decision_form(
+                action, csrf, hidden("token", token), approval=approval, change=change
+            )
             parts.append(form)
     return "\n".join(parts)
 

@@ -63,6 +63,7 @@ NOTES = {
     "edited": "Approved with your edited arguments.",
     "for_run": "Approved for the rest of the run.",
     "denied": "Denied.",
+    "run_failed": "Denied, and the run failed.",
     "answered": "Answered.",
     "cancel": "The run is cancelled.",
     "cancel_requested": "Cancel requested: the run stops within a second or so.",
@@ -368,8 +369,14 @@ class Console:
         approval = self._by_token(approval_id, token)
         link = Request("GET", csrf_token=request.csrf_token)  # a link page shows no console
         action = f"{self.base}/approvals/{approval.approval_id}"
+        change = self.engine.tool_change(approval) if approval.pending else None
         body = link_body(
-            approval, action=action, token=token, csrf=request.csrf_token, now=self.now()
+            approval,
+            action=action,
+            token=token,
+            csrf=request.csrf_token,
+            now=self.now(),
+            change=change,
         )
         return self._html(link_title(approval), body, link)
 
@@ -458,6 +465,17 @@ class Console:
                 value = form.get(answer_form.ANSWER)
             run = engine.answer(approval_id, value, token=token, trusted=trusted, by=by)
             return run, "answered"
+        if decision == "fail":
+            run = engine.decide(
+                approval_id,
+                False,
+                _reason(form),
+                token=token,
+                trusted=trusted,
+                by=by,
+                fail_run=True,
+            )
+            return run, "run_failed"
         approve = decision == "approve"
         arguments = _arguments(form, approval)
         for_run = _for_run(form)
@@ -499,6 +517,17 @@ class Console:
         ]
         if not of_step:
             raise http_errors.NoSuchStep(f"run {run_id} asked for no approval at step {step}")
+        if approve:
+            # A call whose tool changed since it was requested is decided on
+            # its own, where its change is shown; approving the step's calls
+            # together would leave them half decided.
+            changed = [a.tool_name for a in of_step if a.pending and engine.tool_change(a)]
+            if changed:
+                exc = InvalidApprovalInput(
+                    f"the tool of {', '.join(changed)} changed since its call was requested: "
+                    "decide that call on its own"
+                )
+                return self._not_decided(exc, request)
         decided = 0
         for approval in of_step:
             if not approval.pending:
@@ -554,11 +583,12 @@ def _moment(raw: str | None, name: str) -> datetime | None:
 
 
 def _decision(form: Mapping[str, str], *, answers: bool = False) -> str:
-    """``approve`` or ``deny`` (or, where a question may be answered, ``answer``)."""
+    """``approve`` or ``deny`` (or, where one request is decided, ``fail``:
+    deny and fail the run, or ``answer`` a question)."""
     decision = form.get("decision", "")
-    if decision in ("approve", "deny") or (answers and decision == "answer"):
+    if decision in ("approve", "deny") or (answers and decision in ("answer", "fail")):
         return decision
-    raise InvalidInput("decision must be approve, deny" + (" or answer" if answers else ""))
+    raise InvalidInput("decision must be approve, deny" + (", fail or answer" if answers else ""))
 
 
 def _arguments(form: Mapping[str, str], approval: Approval | None) -> dict[str, Any] | None:
@@ -596,6 +626,7 @@ _LINK_DONE = {
     "edited": "Approved",
     "for_run": "Approved",
     "denied": "Denied",
+    "run_failed": "Denied",
     "answered": "Answered",
 }
 
@@ -609,6 +640,8 @@ def _link_thanks(note: str, approval: Approval) -> str:
         said += ", with your arguments"
     elif note == "for_run":
         said += ", for the rest of the run"
+    elif note == "run_failed":
+        said += ", and the run failed"
     return said + ". Thank you."
 
 

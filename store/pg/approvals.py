@@ -464,6 +464,7 @@ class PgApprovals(PgBase):
         arguments: JSON = None,
         answer: JSON = None,
         for_run: bool = False,
+        failure: RunError | None = None,
     ) -> DecisionResult:
         """Record a person's (or the engine's) decision of a request, with the
         history's record of it (``response(decided)``, appended to the
@@ -471,7 +472,9 @@ class PgApprovals(PgBase):
         ``arguments``: the edited arguments an approval runs with; ``answer``:
         a question's; ``for_run``: the tool is approved for the rest of the
         run, and its other pending calls with it. A denial whose request says
-        ``on_deny="fail"`` fails the run instead (``DecisionResult.ended``)."""
+        ``on_deny="fail"`` fails the run instead (``DecisionResult.ended``),
+        as does a denial given a ``failure`` (a person failing the run from
+        the decision), with that error."""
         with self.db.tx() as tx:
             # The run row first, then its approvals (the lock order everywhere).
             # An approval's run never changes, so reading it unlocked first is safe.
@@ -498,7 +501,8 @@ class PgApprovals(PgBase):
                 "for_run": for_run,
             }
             decided = approval_from_row(_one(tx.first(DECIDE, params)))
-            failure = denial_failure(decided, expiry=allow_expired)
+            if failure is None or decision is not Decision.DENIED:
+                failure = denial_failure(decided, expiry=allow_expired)
             if failure is not None:
                 outcome = Outcome(RunStatus.FAILED, error=failure)
                 self._end_by_id(tx, run_id, outcome, cancel=False)

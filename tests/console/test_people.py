@@ -216,7 +216,7 @@ def test_a_changed_type_is_an_edit_though_python_holds_the_values_equal(
         ({"decision": "approve", "for_run": "yes"}, 400, "for_run is 1"),
         ({"decision": "answer", "answer": "yes"}, 400, "it takes no answer"),
         ({"decision": "answer"}, 400, "it takes no answer"),
-        ({"decision": "maybe"}, 400, "decision must be approve, deny or answer"),
+        ({"decision": "maybe"}, 400, "decision must be approve, deny, fail or answer"),
     ],
 )
 def test_a_bad_edit_is_one_clear_400_and_decides_nothing(

@@ -4,6 +4,8 @@
   and record of a decision.
 - ``approval_tokens.py``: the signed tokens of approval links, and their keys.
 - ``inbox.py``: what waits for a person, with what they need to judge it.
+- ``changes.py``: how the tool of a waiting call changed since it was
+  requested, as a decision will be applied.
 - ``expiry.py``: how an approval nobody decided in time reads, told apart
   from a person's denial.
 

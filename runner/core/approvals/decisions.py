@@ -16,12 +16,14 @@ from datetime import timedelta
 from typing import Any
 
 from runner.core import appdb
-from runner.core.agent import Agent, ApprovalRequest
+from runner.core.agent import Agent, ApprovalRequest, Registry
+from runner.core.approvals import changes
 from runner.core.approvals.approval_tokens import Tokens
+from runner.core.approvals.changes import ToolChange
 from runner.core.errors import InvalidApprovalInput, InvalidApprovalToken
 from runner.core.observe import logs
 from runner.core.steps.history import approval_response
-from store.models import Approval, Decision, RequestKind
+from store.models import Approval, Decision, RequestKind, RunError
 from store.pg.approvals import DecisionResult
 from store.postgres import PostgresStore
 
@@ -192,6 +194,7 @@ def _authorized(
 def decide(
     store: PostgresStore,
     tokens: Tokens,
+    registry: Registry,
     approval_id: str,
     approve: bool,
     reason: str | None,
@@ -201,23 +204,38 @@ def decide(
     by: str | None = None,
     arguments: Any = None,
     for_run: bool = False,
+    fail_run: bool = False,
 ) -> DecisionResult:
     """Check the token and record the decision, and ``by`` whom; the store
     checks the rest (decided once, not expired, run still waiting, a request
     of the kind that takes it) in one transaction. ``arguments``: the edited
     arguments the call runs with, checked against the tool's schema first;
-    ``for_run``: the tool is approved for the rest of the run."""
+    ``for_run``: the tool is approved for the rest of the run; ``fail_run``:
+    the call is denied and the run ends failed, with the reason.
+
+    A call whose tool changed since it was requested
+    (runner/core/approvals/changes.py) is approved only with arguments that
+    fit the tool now: its edited ones, else the model's; a call whose tool
+    no longer exists is denied, or its run failed, never approved."""
     check_reason(reason)
     check_decider(by)
-    if not isinstance(approve, bool) or not isinstance(for_run, bool):
-        raise InvalidApprovalInput("approve and for_run are True or False")
+    if not all(isinstance(flag, bool) for flag in (approve, for_run, fail_run)):
+        raise InvalidApprovalInput("approve, for_run and fail_run are True or False")
+    if fail_run and approve:
+        raise InvalidApprovalInput("a decision that fails the run denies the call")
     approval = _authorized(store, tokens, approval_id, token, trusted)
+    change = None
+    if approve or fail_run:
+        change = changes.tool_change(store, registry, approval)
     if arguments is not None:
         if not isinstance(arguments, dict):
             raise InvalidApprovalInput("edited arguments must be a JSON object")
         arguments = check_value(arguments, "the edited arguments")
-        if approval.kind is RequestKind.APPROVAL:
+        if approval.kind is RequestKind.APPROVAL and change is None:
             fits(approval.schema, arguments, f"the edited arguments of {approval.tool_name}")
+    if approve and change is not None:
+        _fits_now(change, approval, arguments)
+    failure = _failure(approval, change, reason, by) if fail_run else None
     decision = Decision.APPROVED if approve else Decision.DENIED
     return store.decide(
         approval.approval_id,
@@ -227,7 +245,45 @@ def decide(
         by=by,
         arguments=arguments,
         for_run=for_run,
+        failure=failure,
     )
+
+
+def _fits_now(change: ToolChange, approval: Approval, arguments: Any) -> None:
+    """Approving a call whose tool changed: its arguments (a person's edit,
+    else the model's) must fit the tool now. Raises ``InvalidApprovalInput``
+    saying what changed."""
+    changed = f"tool {change.tool} changed since the call was requested ({change.summary})"
+    if change.gone:
+        raise InvalidApprovalInput(f"{changed}: it cannot be approved; deny it, or fail the run")
+    if arguments is not None:
+        try:
+            fits(change.schema, arguments, "the edited arguments")
+        except InvalidApprovalInput as exc:
+            raise InvalidApprovalInput(f"{changed}: {exc}") from None
+        return
+    try:
+        fits(change.schema, approval.input, "the call's arguments")
+    except InvalidApprovalInput as exc:
+        raise InvalidApprovalInput(
+            f"{changed}: {exc}; edit the arguments to fit it, or deny the call"
+        ) from None
+
+
+def _failure(
+    approval: Approval, change: ToolChange | None, reason: str | None, by: str | None
+) -> RunError:
+    """The run's failure when a person fails it from a decision."""
+    who = by or "a person"
+    what = (
+        f"{who} failed the run at its call of {approval.tool_name} "
+        f"(approval {approval.approval_id})"
+    )
+    if change is not None:
+        what += f": the tool changed since the call was requested ({change.summary})"
+    if reason:
+        what += f": {reason}"
+    return RunError("tool_changed" if change is not None else "failed_by_person", what)
 
 
 def answer(

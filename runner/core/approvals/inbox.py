@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from runner.core.agent import Registry
+from runner.core.approvals.changes import ToolChange, tool_changes
 from runner.core.steps.history import APPROVAL_REQUEST
 from store.models import Approval, Message, Run
 from store.postgres import PostgresStore
@@ -36,6 +38,9 @@ class InboxItem:
     # A child run's parent chain (runner/core/children.py): its parent first, its
     # top-level run last; empty for a run that is no child.
     parents: list[Run] = field(default_factory=list)
+    # How the call's tool changed since it was requested (None: it did not,
+    # or cannot be told): runner/core/approvals/changes.py.
+    change: ToolChange | None = None
 
 
 def context_of(
@@ -73,10 +78,17 @@ def _called(call: dict[str, object]) -> str:
     return name if isinstance(name, str) and name else "tool"
 
 
-def inbox(store: PostgresStore, limit: int, agent: str | None) -> list[InboxItem]:
+def inbox(
+    store: PostgresStore, registry: Registry, limit: int, agent: str | None
+) -> list[InboxItem]:
     pending = store.pending_approvals(limit, agent)
     # One read for the runs of every item, however many there are.
     contexts = store.runs_for_review([a.run_id for a in pending])
+    changed = tool_changes(
+        store,
+        registry,
+        [(contexts[a.run_id].run, a) for a in pending if a.run_id in contexts],
+    )
     items: list[InboxItem] = []
     for approval in pending:
         context = contexts.get(approval.run_id)
@@ -86,5 +98,6 @@ def inbox(store: PostgresStore, limit: int, agent: str | None) -> list[InboxItem
         step = [a for a in context.approvals if a.step_index == approval.step_index]
         about = about_of(context.messages, approval.approval_id)
         parents = [] if context.run.parent_id is None else store.ancestors(context.run.id)
-        items.append(InboxItem(approval, context.run, asking, seen, step, about, parents))
+        change = changed.get(approval.approval_id)
+        items.append(InboxItem(approval, context.run, asking, seen, step, about, parents, change))
     return items

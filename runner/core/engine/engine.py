@@ -14,7 +14,8 @@ import pydantic
 
 from runner.core.agent import Registry
 from runner.core.agent import registry as default_registry
-from runner.core.approvals import decisions
+from runner.core.approvals import changes, decisions
+from runner.core.approvals.changes import ToolChange
 from runner.core.approvals.inbox import InboxItem, inbox
 from runner.core.clock import SYSTEM, Clock
 from runner.core.coordination.claims import NotClaimed
@@ -309,7 +310,13 @@ class Engine:
     def inbox(self, limit: int = 50, agent: str | None = None) -> list[InboxItem]:
         """Approvals waiting for a person, oldest first, each with what an
         approver needs to judge it (runner/core/approvals/inbox.py)."""
-        return inbox(self.deps.store, limit, agent)
+        return inbox(self.deps.store, self.deps.registry, limit, agent)
+
+    def tool_change(self, approval: Approval) -> ToolChange | None:
+        """How the tool of a pending approval changed since its call was
+        requested, as a decision would be applied; None if it did not, or
+        cannot be told (runner/core/approvals/changes.py)."""
+        return changes.tool_change(self.deps.store, self.deps.registry, approval)
 
     def result(self, run_id: str, model: type[M]) -> M:
         """The completed run's output validated as ``model`` (see :meth:`Run.output_as`)."""
@@ -375,6 +382,7 @@ class Engine:
         by: str | None = None,
         arguments: dict[str, Any] | None = None,
         for_run: bool = False,
+        fail_run: bool = False,
     ) -> Run:
         """Decide an approval, recording ``by`` whom (the app's user, "link").
         With the last decision the run is queued again.
@@ -385,10 +393,17 @@ class Engine:
         tool's schema (else :class:`InvalidApprovalInput`, and nothing is
         decided), and are recorded beside the model's. ``for_run``: approve
         the tool for the rest of the run: its later calls (and the run's other
-        pending ones) are approved without asking, as decided by ``by``."""
+        pending ones) are approved without asking, as decided by ``by``.
+        ``fail_run`` (with ``approve=False``): deny the call and end the run
+        failed, with ``reason``.
+
+        A call whose tool changed since it was requested (:meth:`tool_change`)
+        is approved only with arguments that fit the tool now, and one whose
+        tool no longer exists only denied or its run failed (docs/approvals.md)."""
         result = decisions.decide(
             self.deps.store,
             self.deps.tokens,
+            self.deps.registry,
             approval_id,
             approve,
             reason,
@@ -397,6 +412,7 @@ class Engine:
             by=by,
             arguments=arguments,
             for_run=for_run,
+            fail_run=fail_run,
         )
         return self._decided(result)
 

@@ -186,6 +186,8 @@ class StepLoop:
         if step is not None:
             journal = await self._journal(step) if resumed else None
             calls = await self.calls.run(k, step, journal)
+            if calls.failure is not None:
+                return await self.x.end(Outcome(RunStatus.FAILED, error=calls.failure))
         return await self._commit(k, step is None, calls)
 
     # ---------------------------------------------------------- start point

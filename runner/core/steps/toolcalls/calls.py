@@ -14,6 +14,7 @@ from runner.core.agent import Agent
 from runner.core.children import ChildTool
 from runner.core.errors import MCPUnavailable, ToolInputError
 from runner.core.journal import Journal
+from runner.core.steps.builtin_tools import ASK_HUMAN
 from runner.core.steps.history import OpenStep
 from runner.core.steps.run_context import RunContext
 from runner.core.steps.services import Services
@@ -66,21 +67,33 @@ class CallRunner:
                     await self.effects.from_journal(call_id, name, journaled, self.tools)
                 )
                 continue
-            if tool is None:
-                known = ", ".join(sorted(self.tools)) or "none"
-                message = f"unknown tool {name!r}; available: {known}"
-                out.results.append(error(call_id, name, raw_args, message))
-                continue
-            try:
-                args = tool.parse(raw_args)
-            except ToolInputError as exc:
-                out.results.append(error(call_id, name, raw_args, str(exc)))
-                continue
-            input = clean_json(args.model_dump(mode="json"))
-            passed = await self.gate.check(step, call_id, tool, args, input, out)
-            if passed is None:
-                continue
-            args, input = passed
+            response = step.responses.get(call_id)
+            if response is not None and name != ASK_HUMAN:
+                # A person decided the call: whatever its tool is now, the
+                # decision is applied, before the tool and the model's
+                # arguments are checked (their tool may have changed since).
+                decided = await self.gate.decided(call_id, name, tool, raw_args, response, out)
+                if out.failure is not None:
+                    return out
+                if decided is None:
+                    continue
+                tool, args, input = decided
+            else:
+                if tool is None:
+                    known = ", ".join(sorted(self.tools)) or "none"
+                    message = f"unknown tool {name!r}; available: {known}"
+                    out.results.append(error(call_id, name, raw_args, message))
+                    continue
+                try:
+                    args = tool.parse(raw_args)
+                except ToolInputError as exc:
+                    out.results.append(error(call_id, name, raw_args, str(exc)))
+                    continue
+                input = clean_json(args.model_dump(mode="json"))
+                passed = await self.gate.check(step, call_id, tool, args, input, out)
+                if passed is None:
+                    continue
+                args, input = passed
             if isinstance(tool, ChildTool):
                 delegated.append((call, tool, input))
                 continue

@@ -22,7 +22,15 @@ from runner.core.steps.services import Services
 from runner.core.steps.toolcalls.results import CallResult, StepCalls, error
 from runner.core.steps.tools import Tool
 from store.jsonsafe import clean_json
-from store.models import Message, NewApproval, OnDeny, RequestKind, Run, StandingApproval
+from store.models import (
+    Message,
+    NewApproval,
+    OnDeny,
+    RequestKind,
+    Run,
+    RunError,
+    StandingApproval,
+)
 
 
 class Gate:
@@ -53,9 +61,10 @@ class Gate:
         input: Any,
         out: StepCalls,
     ) -> tuple[pydantic.BaseModel, Any] | None:
-        """The arguments and input the call runs with (a person's edit in
-        place of the model's); None when the gate answered it: a result, or a
-        request for a person, added to ``out``."""
+        """The arguments and input a call nobody decided yet runs with; None
+        when the gate answered it: a result, or a request for a person, added
+        to ``out``. A decided call is :meth:`decided`'s (a question's answer
+        is this one's)."""
         name = tool.name
         response = step.responses.get(call_id)
         if isinstance(tool, AskHumanTool):
@@ -65,23 +74,7 @@ class Gate:
             elif call_id not in step.requests:
                 out.approvals.append(self._question(call_id, tool, input))
             return None
-        if response is not None:
-            if not response.get("approved"):
-                out.results.append(await self._refused(call_id, name, input, response))
-                self._denied(call_id, tool, input)
-                return None
-            if response.get("arguments") is not None:
-                # Approved with the arguments a person edited (checked
-                # against the tool's schema when they decided; again here).
-                try:
-                    args = tool.parse(response["arguments"])
-                except ToolInputError as exc:
-                    message = f"the arguments a person approved do not fit {name}: {exc}"
-                    out.results.append(error(call_id, name, input, message))
-                    return None
-                self.edited[call_id] = input
-                input = clean_json(args.model_dump(mode="json"))
-        elif call_id not in step.requests:
+        if response is None and call_id not in step.requests:
             policy = self.agent.approval_policy(name, input)
             if policy is not None:
                 grant = (await self._standing()).get(name)
@@ -102,6 +95,56 @@ class Gate:
                     return None
                 out.granted.append(approval)  # approved for the rest of the run
         return args, input
+
+    async def decided(
+        self,
+        call_id: str,
+        name: str,
+        tool: Tool | None,
+        raw_args: Any,
+        response: Message,
+        out: StepCalls,
+    ) -> tuple[Tool, pydantic.BaseModel, Any] | None:
+        """A call a person decided, applied to its tool as it is now, which
+        may have changed since the call was requested (docs/approvals.md):
+        the tool, arguments and input it runs with; None when the gate
+        answered it. A denial is told to the model whatever the tool is now;
+        an approval runs the person's edited arguments, else the model's,
+        parsed by the tool now, and the model is told when they no longer
+        fit it; an approved call whose tool no longer exists ends the run
+        (``out.failure``), never read as a call of an unknown tool."""
+        given = _given(tool, raw_args)
+        if not response.get("approved"):
+            out.results.append(await self._refused(call_id, name, given, response))
+            self._denied(call_id, name, tool, given)
+            return None
+        if tool is None:
+            approval = response.get("approval_id") or "?"
+            out.failure = RunError(
+                "tool_changed",
+                f"a person approved the call of {name} (approval {approval}), and the "
+                f"agent has no tool {name} now: the tool was renamed or removed since "
+                "the call was requested, so the call was not run",
+            )
+            return None
+        edited = response.get("arguments")
+        try:
+            # A person's edit was checked against the tool when they decided; again here.
+            args = tool.parse(raw_args if edited is None else edited)
+        except ToolInputError as exc:
+            if edited is None:
+                message = (
+                    f"the call a person approved no longer fits {name} as it is now "
+                    f"(the tool changed since the call was requested): {exc}"
+                )
+            else:
+                message = f"the arguments a person approved do not fit {name}: {exc}"
+            out.results.append(error(call_id, name, given, message))
+            return None
+        input = clean_json(args.model_dump(mode="json"))
+        if edited is not None:
+            self.edited[call_id] = given
+        return tool, args, input
 
     def edit(self, results: list[CallResult]) -> None:
         """Tell the model, in each edited call's result, what a person changed."""
@@ -192,16 +235,32 @@ class Gate:
         # A person's refusal, marked as one, with their reason: the model adjusts.
         return error(call_id, name, input, "denied by a human reviewer", reason=reason)
 
-    def _denied(self, call_id: str, tool: Tool, input: Any) -> None:
+    def _denied(self, call_id: str, name: str, tool: Tool | None, input: Any) -> None:
         """Told as a call of its own: a person refused it, so it never ran."""
         refused = ToolCall(
-            tool.name,
+            name,
             call_id,
             self.step,
-            effect=tool.effect,
+            effect=tool is not None and tool.effect,
             arguments=input,
-            mcp_server=tool.mcp_server,
+            mcp_server=None if tool is None else tool.mcp_server,
             status=ToolStatus.DENIED,
         )
         with self.services.observer.tool_call(self.run_, refused):
             pass
+
+
+def _given(tool: Tool | None, raw_args: Any) -> Any:
+    """The model's arguments of a call, as its records show them: parsed by
+    its tool, or as JSON when the tool is gone or takes them no longer."""
+    if tool is not None:
+        try:
+            return clean_json(tool.parse(raw_args).model_dump(mode="json"))
+        except ToolInputError:
+            pass
+    if isinstance(raw_args, str):
+        try:
+            return clean_json(json.loads(raw_args))
+        except ValueError:
+            return raw_args
+    return clean_json(raw_args)

@@ -11,7 +11,7 @@ from runner.core.steps.builtin_tools import FINAL_RESULT
 from runner.core.steps.history import error_content, tool_message
 from runner.core.steps.tools import Tool
 from store.jsonsafe import NotStorable, clean_json, clean_message, clip
-from store.models import Message, NewApproval, NewChild, StepKind, StepRecord, utcnow
+from store.models import Message, NewApproval, NewChild, RunError, StepKind, StepRecord, utcnow
 
 MAX_RESULT_CHARS = 100_000
 
@@ -57,6 +57,9 @@ class StepCalls:
     # history entries; and whether a child started before has not ended.
     children: list[tuple[NewChild, Message]] = field(default_factory=list)
     children_running: bool = False
+    # Why the run ends instead of going on (an approved call whose tool is
+    # gone): no call of the step runs, nor is the step committed.
+    failure: RunError | None = None
 
     @property
     def waits(self) -> bool:
