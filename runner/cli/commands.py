@@ -41,7 +41,7 @@ from runner.cli.as_json import (
     standing_json,
 )
 from runner.cli.console import console as console_command
-from runner.cli.describe import describe, requests_lines, status_cell, when
+from runner.cli.describe import describe, requests_lines, status_cell, version_lines, when
 from runner.cli.limits import limits as limits_command
 from runner.cli.shape import worker_shape as worker_shape_command
 from runner.cli.step_lines import arguments as as_text
@@ -51,6 +51,8 @@ from runner.cli.step_lines import step_line as _step_line
 from runner.cli.terminal import Group, fail, inert, say
 from runner.cli.triggers import schedule as schedule_command
 from runner.cli.triggers import webhook as webhook_command
+from runner.cli.versions import upgrade as upgrade_command
+from runner.cli.versions import versions as versions_command
 from runner.cli.workers import workers as workers_command
 from runner.core.costs import listed_cost, money
 from runner.core.settings import Settings
@@ -155,20 +157,64 @@ def start(
     return None
 
 
-@main.command()
+@main.group(invoke_without_command=True)
 @click.option("--status", default=None, help="Only runs with this status.")
 @click.option("--agent", default=None, help="Only runs of this agent.")
+@click.option(
+    "--version",
+    "version",
+    default=None,
+    help="Only runs on this agent version: its id, a prefix of it, or its label.",
+)
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 10_000))
 @click.option(
     "--needs-attention",
     is_flag=True,
     help="Only runs with an effect of unknown outcome nobody resolved (runwright resolve).",
 )
-@json_option
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@click.pass_context
 def runs(
-    status: str | None, agent: str | None, limit: int, needs_attention: bool, as_json: bool
+    ctx: click.Context,
+    status: str | None,
+    agent: str | None,
+    version: str | None,
+    limit: int,
+    needs_attention: bool,
+    as_json: bool,
+) -> None:
+    """List the latest runs; `runwright runs upgrade` moves runs to another version."""
+    if ctx.invoked_subcommand is not None:
+        given = [
+            name
+            for name in ctx.params
+            if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
+        ]
+        if given:
+            raise InvalidInput(
+                f"the options of `runwright runs` list runs: give {ctx.invoked_subcommand}'s "
+                f"after it (runwright runs {ctx.invoked_subcommand} --help)"
+            )
+        return
+    _list_runs(
+        status=status,
+        agent=agent,
+        version=version,
+        limit=limit,
+        needs_attention=needs_attention,
+        as_json=as_json,
+    )
+
+
+@json_option
+def _list_runs(
+    status: str | None,
+    agent: str | None,
+    version: str | None,
+    limit: int,
+    needs_attention: bool,
+    as_json: bool,
 ) -> Document | None:
-    """List the latest runs."""
     from rich.table import Table
     from rich.text import Text
 
@@ -177,16 +223,26 @@ def runs(
     settings = _settings()
     url = settings.database_url
     assert url is not None
-    rows = list_runs(url, status=status, agent=agent, limit=limit, needs_attention=needs_attention)
+    rows = list_runs(
+        url,
+        status=status,
+        agent=agent,
+        version=version,
+        limit=limit,
+        needs_attention=needs_attention,
+    )
     if as_json:
         return runs_json(rows)
     workers = _live_workers(settings) if any(_waits_for_worker(row) for row in rows) else None
-    table = Table("run", "agent", "status", "steps", "tokens", "cost", "created", "error")
+    table = Table(
+        "run", "agent", "status", "version", "steps", "tokens", "cost", "created", "error"
+    )
     for row in rows:
         cells = (
             row["id"],
             row["agent"],
             status_cell(row, workers),
+            row["version"] or "-",
             row["steps_used"],
             row["input_tokens"] + row["output_tokens"],
             listed_cost(row["cost_usd"], row["cost_unpriced"]).words(money),
@@ -199,6 +255,9 @@ def runs(
     if not rows:
         click.echo("no runs")
     return None
+
+
+runs.add_command(upgrade_command)
 
 
 @main.command()
@@ -223,6 +282,12 @@ def show(run_id: str, messages: bool, as_json: bool) -> Document | None:
         grace_seconds=settings.agent_grace_seconds,
         children=children,
     )
+    moves = store.version_events(run_id)
+    titles = store.version_titles(
+        run.agent,
+        [run.version, run.started_version]
+        + [str(e.data.get(end)) for e in moves for end in ("from", "to")],
+    )
     if as_json:
         return show_json(
             run,
@@ -235,8 +300,12 @@ def show(run_id: str, messages: bool, as_json: bool) -> Document | None:
             children=children,
             approvals=approvals,
             standing=standing,
+            version_events=moves,
+            version_titles=titles,
         )
-    for line in describe(run, store.attempts(run_id), steps, why, children):
+    for line in describe(run, store.attempts(run_id), steps, why, children, titles):
+        say(line)
+    for line in version_lines(moves, titles):
         say(line)
     for line in requests_lines(approvals, standing):
         say(line)
@@ -805,6 +874,7 @@ def demo(keep: bool) -> None:
 main.add_command(console_command)
 main.add_command(workers_command)
 main.add_command(limits_command)
+main.add_command(versions_command)
 main.add_command(schedule_command)
 main.add_command(webhook_command)
 main.add_command(worker_shape_command)

@@ -19,6 +19,7 @@ from store.status import Interruption, RunStatus
 from store.workers import WorkerInfo, serving
 
 if TYPE_CHECKING:
+    from store.events import RunEvent
     from store.models import Approval, Run, RunAttempt, StandingApproval, Step
 
 
@@ -32,13 +33,16 @@ def describe(
     steps: list[Step],
     why: str | None = None,
     children: list[Run] | None = None,
+    titles: Mapping[str, str] | None = None,
 ) -> list[str]:
     """``runwright show``'s header: the run, then its child runs and its
     earlier attempts; ``steps`` tell whether its cost is known, ``why`` why
-    the run is where it is (runner/core/engine/explain.py)."""
+    the run is where it is (runner/core/engine/explain.py), ``titles`` how
+    its versions read (label and id)."""
     lines = [
         f"run      {run.id}",
         f"agent    {run.agent}",
+        *([version_line(run, titles or {})] if run.version else []),
         f"status   {run.status.value}",
         *([f"why      {why}"] if why else []),
         f"usage    {run.usage.input_tokens} in, {run.usage.output_tokens} out, "
@@ -91,6 +95,36 @@ def describe(
     if attempts:
         lines.append("attempts (earlier, retried)")
         lines.extend("  " + attempt_line(a) for a in attempts)
+    return lines
+
+
+def version_line(run: Run, titles: Mapping[str, str]) -> str:
+    """The version the run is on, and the one it started on if another."""
+    assert run.version is not None
+    line = f"version  {titles.get(run.version, run.version)}"
+    started = run.started_version
+    if started and started != run.version:
+        line += f", started on {titles.get(started, started)}"
+    return line
+
+
+def version_lines(events: list[RunEvent], titles: Mapping[str, str]) -> list[str]:
+    """``runwright show``'s moves of the run to another version: from, to,
+    by whom (none: its execution, on a worker of the new version), and what
+    changed."""
+    if not events:
+        return []
+    lines = ["versions (moves to another version)"]
+    for event in events:
+        old, new = event.data.get("from"), event.data.get("to")
+        by = event.data.get("by")
+        who = f" by {by}" if by else " on resuming"
+        lines.append(
+            f"  {when(event.at)}  {titles.get(str(old), old)} -> {titles.get(str(new), new)}{who}"
+        )
+        changes = event.data.get("changes")
+        said = [str(c) for c in changes] if isinstance(changes, list) else []
+        lines.extend(f"    {clip(change, 200)}" for change in said or ["no change of behaviour"])
     return lines
 
 
