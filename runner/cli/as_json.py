@@ -538,10 +538,12 @@ def versions_json(lines: Iterable[VersionLine]) -> Document:
                 "title": line.title,
                 "policy": None if line.record is None else line.record.policy,
                 "current": line.current,
-                "running": line.running,
-                "queued": line.queued,
+                # The runs on it by status (parked: queued, and parked on a
+                # limit or for a worker of its version).
+                RunStatus.RUNNING.value: line.running,
+                RunStatus.QUEUED.value: line.queued,
                 "parked": line.parked,
-                "waiting": line.waiting,
+                RunStatus.WAITING.value: line.waiting,
                 "workers": list(line.workers),
                 "first_seen": None if line.record is None else when(line.record.first_seen),
                 "last_seen": None if line.record is None else when(line.record.last_seen),

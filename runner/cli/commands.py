@@ -39,6 +39,8 @@ from runner.cli.as_json import (
     runs_json,
     show_json,
     standing_json,
+    upgrade_json,
+    versions_json,
 )
 from runner.cli.console import console as console_command
 from runner.cli.describe import describe, requests_lines, status_cell, version_lines, when
@@ -51,8 +53,6 @@ from runner.cli.step_lines import step_line as _step_line
 from runner.cli.terminal import Group, fail, inert, say
 from runner.cli.triggers import schedule as schedule_command
 from runner.cli.triggers import webhook as webhook_command
-from runner.cli.versions import upgrade as upgrade_command
-from runner.cli.versions import versions as versions_command
 from runner.cli.workers import workers as workers_command
 from runner.core.costs import listed_cost, money
 from runner.core.settings import Settings
@@ -257,7 +257,82 @@ def _list_runs(
     return None
 
 
-runs.add_command(upgrade_command)
+@main.command("versions")
+@click.option("--agent", default=None, help="Only this agent's versions.")
+@json_option
+def versions(agent: str | None, as_json: bool) -> Document | None:
+    """Show each agent's versions: the current one, the runs on each that have
+    not ended (running, queued, parked, waiting) and the live workers that run
+    it, so that you know when an old version's workers can stop."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from runner.cli.versions import drain_words
+
+    engine = _engine()
+    try:
+        lines = engine.versions(agent)
+    finally:
+        engine.close()
+    if as_json:
+        return versions_json(lines)
+    if not lines:
+        which = f"of agent {agent!r} " if agent else ""
+        say(f"no version {which}is recorded: a worker records its agents' versions as it starts")
+        return None
+    by_status = (RunStatus.RUNNING, RunStatus.QUEUED, "parked", RunStatus.WAITING)
+    table = Table("agent", "version", "", *map(str, by_status), "workers", "its workers")
+    for line in lines:
+        cells = (
+            line.agent,
+            line.title,
+            "current" if line.current else "",
+            line.running,
+            line.queued,
+            line.parked,
+            line.waiting,
+            ", ".join(line.workers) or "-",
+            drain_words(line),
+        )
+        # Text, not str: labels and worker names come from the store and Redis.
+        table.add_row(*(Text(inert(cell)) for cell in cells))
+    _console().print(table)
+    return None
+
+
+@runs.command("upgrade")
+@click.option("--agent", required=True, help="The agent whose runs to move.")
+@click.option(
+    "--from", "old", required=True, help="The version they are on: its id, a prefix, or its label."
+)
+@click.option(
+    "--to",
+    "new",
+    default=None,
+    help="The version to move them to (default: the current one, as `runwright versions` marks).",
+)
+@click.option("--by", default=None, help="Who moves them (default: your login name).")
+@json_option
+def upgrade(
+    agent: str, old: str, new: str | None, by: str | None, as_json: bool
+) -> Document | None:
+    """Move the runs of an agent's version that are not running (waiting,
+    queued, parked for a worker of that version) to another version, each
+    with a version event saying what changed. A run waiting on a call of a
+    tool the new version no longer has is refused, with the reason."""
+    from runner.cli.versions import upgrade_lines
+
+    who = _operator(by)
+    engine = _engine()
+    try:
+        report = engine.upgrade_runs(agent, old, new, by=who)
+    finally:
+        engine.close()
+    if as_json:
+        return upgrade_json(report)
+    for line in upgrade_lines(report, who):
+        say(line)
+    return None
 
 
 @main.command()
@@ -874,7 +949,6 @@ def demo(keep: bool) -> None:
 main.add_command(console_command)
 main.add_command(workers_command)
 main.add_command(limits_command)
-main.add_command(versions_command)
 main.add_command(schedule_command)
 main.add_command(webhook_command)
 main.add_command(worker_shape_command)

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from store.db import dumps
-from store.events import RunEvent
+from store.events import EventType, RunEvent
 from store.models import Fence, Run
 from store.pg.execution import PgExecution, lost_lease
 from store.rows import event_from_row, run_from_row
@@ -136,7 +136,7 @@ VERSION_EVENTS = Statement(
     "version_events",
     """
     SELECT run_id, id, type, data, at FROM run_events
-     WHERE run_id = CAST(:run_id AS uuid) AND type = 'version'
+     WHERE run_id = CAST(:run_id AS uuid) AND type = CAST(:type AS text)
      ORDER BY id
     """,
 )
@@ -224,7 +224,7 @@ class PgVersions(PgExecution):
 
     def version_events(self, run_id: str) -> list[RunEvent]:
         """The run's moves to another version (its ``version`` events), oldest first."""
-        params = {"run_id": check_run_id(run_id)}
+        params = {"run_id": check_run_id(run_id), "type": EventType.VERSION.value}
         return [event_from_row(row) for row in self.db.rows(VERSION_EVENTS, params)]
 
     def version_titles(self, agent: str, ids: list[str | None]) -> dict[str, str]:
