@@ -18,6 +18,8 @@ from store.revision import current_revision, require_revision
 from store.statements import Statement
 from store.status import RunStatus
 
+# ``:version`` names a version by its label (an agent's version so labelled)
+# or else by its id or a prefix of it, as ``runwright runs upgrade`` reads it.
 RUN_SUMMARIES = Statement(
     "run_summaries",
     """
@@ -34,9 +36,13 @@ RUN_SUMMARIES = Statement(
      WHERE (CAST(:status AS text) IS NULL OR status = CAST(:status AS text))
        AND (CAST(:agent AS text) IS NULL OR agent = CAST(:agent AS text))
        AND (NOT CAST(:attention AS bool) OR needs_attention)
-       AND (CAST(:version AS text) IS NULL OR starts_with(version, CAST(:version AS text))
-            OR version IN (SELECT v.version FROM agent_versions AS v
-                            WHERE v.agent = runs.agent AND v.label = CAST(:version AS text)))
+       AND (CAST(:version AS text) IS NULL OR EXISTS (
+            SELECT 1 FROM agent_versions AS v
+             WHERE v.agent = runs.agent AND v.label = CAST(:version AS text)
+               AND v.version = runs.version)
+            OR (starts_with(version, CAST(:version AS text)) AND NOT EXISTS (
+                SELECT 1 FROM agent_versions AS v
+                 WHERE v.agent = runs.agent AND v.label = CAST(:version AS text))))
      ORDER BY id DESC LIMIT CAST(:limit AS int)
     """,
 )
