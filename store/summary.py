@@ -26,7 +26,7 @@ RUN_SUMMARIES = Statement(
     SELECT id, agent, status, steps_used, input_tokens, output_tokens, usage_estimated,
            cost_usd, error_code, error_message, concurrency_key, created_at, updated_at,
            finished_at, retry_at, retry_attempts, needs_attention, cost_unpriced,
-           interrupted_reason, version,
+           interrupted_reason, version, parked_key,
            w.tool_name AS waiting_on, w.kind AS waiting_kind
       FROM runs
       LEFT JOIN LATERAL (

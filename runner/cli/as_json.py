@@ -272,6 +272,7 @@ def listed_run_json(row: Mapping[str, Any]) -> Document:
         "waiting_on": row["waiting_on"] if status == RunStatus.WAITING else None,
         "waiting_kind": row["waiting_kind"] if status == RunStatus.WAITING else None,
         "version": row["version"],
+        "parked_key": row["parked_key"],
     }
 
 

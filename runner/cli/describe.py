@@ -15,6 +15,7 @@ from runner.cli.step_lines import arguments as as_text
 from runner.core.approvals.expiry import expired
 from runner.core.costs import listed_cost, money, run_cost
 from store.models import Decision, RequestKind
+from store.rules import WAITING_PREFIX
 from store.status import Interruption, RunStatus
 from store.workers import WorkerInfo, serving
 
@@ -236,8 +237,9 @@ def attempt_line(attempt: RunAttempt) -> str:
 def status_cell(row: dict[str, Any], workers: Mapping[str, WorkerInfo] | None = None) -> str:
     """``runwright runs``' status, with why in a few words where the status
     does not say (``runwright show`` has the sentence: runner/core/engine/explain.py):
-    a retry's time, a drain, the approval a run waits on, an agent no live
-    worker has (``workers``: the live ones, None if unknown)."""
+    a retry's time, a drain, the approval a run waits on, a worker of the
+    version a pinned run waits for, an agent no live worker has
+    (``workers``: the live ones, None if unknown)."""
     status = str(row["status"])
     at = row.get("retry_at")
     if status == RunStatus.QUEUED and at is not None and row.get("retry_attempts"):
@@ -247,6 +249,9 @@ def status_cell(row: dict[str, Any], workers: Mapping[str, WorkerInfo] | None = 
         if row.get("waiting_kind") == "input":
             return f"{status} (a person's answer)"
         return f"{status} (approval of {row['waiting_on']})"
+    parked = row.get("parked_key")
+    if status == RunStatus.QUEUED and parked and parked.startswith(WAITING_PREFIX):
+        return f"{status} (for a worker of its version)"  # pinned (runner/core/versions.py)
     reason = None
     if status == RunStatus.INTERRUPTED:
         reason = _GIVEN_BACK.get(str(row.get("interrupted_reason")))

@@ -249,6 +249,9 @@ def test_show_says_the_runs_versions_its_moves_and_why_it_waits(
     assert "none of the 0 live worker(s) runs it" in shown.output
     assert f"runwright runs upgrade --agent {name} --from {old}" in shown.output
     assert "versions (moves" not in shown.output  # it has not moved
+    listed = cli("runs", "--agent", name)
+    [row] = [line for line in listed.output.splitlines() if run_id in line]
+    assert "queued (for a worker of its version)" in row and old in row
 
     leases.mark_worker(WorkerInfo("old@h", seen_at=time.time(), agent_versions={name: old}), 30)
     served = cli("show", run_id)
@@ -272,3 +275,24 @@ def test_show_says_the_runs_versions_its_moves_and_why_it_waits(
     assert move["from"] == old and move["to"] == new and move["by"] == "ops"
     assert move["changes"] == ["label: a → b", "instructions changed"]
     assert document["version_titles"] == {old: f"a ({old})", new: f"b ({new})"}
+
+
+def test_watch_says_a_pinned_run_waits_for_its_version_and_prints_its_moves(
+    engine: Engine, database_url: str, redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from runner.cli.follow import follow
+
+    name = unique("vcli-watch")
+    define(name, label="a")
+    run_id, old = pinned_run(engine, name, "b")
+    settings = Settings(database_url=database_url, redis_url=redis_url)
+    assert follow(settings, run_id, 0.2, False) is RunStatus.QUEUED
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == f"-- queued (waiting for a worker of version {old})", lines
+
+    engine.versions_loaded()
+    engine.upgrade_runs(name, "a", by="ops")
+    new = engine.get_run(run_id).version
+    follow(settings, run_id, 0.2, False)
+    lines = capsys.readouterr().out.splitlines()
+    assert f"-- version {old} -> {new} by ops: label: a → b; instructions changed" in lines
