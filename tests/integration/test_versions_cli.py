@@ -233,6 +233,9 @@ def test_runs_lists_as_before_and_filters_by_version(engine: Engine, cli: Any) -
     assert none.exit_code == 0 and json.loads(none.output)["runs"] == []
     bad = cli("runs", "--version", "a b;--")
     assert bad.exit_code == 1 and "is not a version's id" in bad.stderr
+    # The group's own options are checked as a command's are: text only.
+    not_text = cli("runs", "--agent", "fleet\udcff")
+    assert not_text.exit_code == 1 and "--agent is not valid UTF-8 text" in not_text.stderr
 
 
 def test_show_says_the_runs_versions_its_moves_and_why_it_waits(
