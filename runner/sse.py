@@ -75,11 +75,14 @@ def public_event(event: RunEvent) -> dict[str, Any]:
         data = {key: value for key, value in data.items() if key != "owner"}  # a host name
     elif event.type is EventType.CHILD:
         data = {key: data.get(key) for key in _CHILD_FIELDS}
+    elif event.type is EventType.VERSION:
+        data = {key: data.get(key) for key in _VERSION_FIELDS}  # not who moved it
     return {**event.to_dict(), "data": data}
 
 
 _STEP_FIELDS = ("kind", "index", "name", "tool_call_id", "output", "started_at", "finished_at")
 _CHILD_FIELDS = ("action", "run_id", "agent", "call_id", "status", "error_code")
+_VERSION_FIELDS = ("from", "to", "changes")
 _APPROVAL_FIELDS = ("action", "step_index", "tool_call_id", "tool_name", "decision", "expires_at")
 
 
@@ -140,7 +143,8 @@ def sse_stream(
     ``shape(event)`` gives the JSON of each frame, or None to leave the event
     out; the frame's id and type are the event's own. The default,
     :func:`public_event`, leaves out tool inputs, error messages, approval ids,
-    who decided and why, and worker host names; :func:`full_event` keeps all.
+    who decided and why, who moved the run to another version, and worker
+    host names; :func:`full_event` keeps all.
     """
     after = parse_last_event_id(last_event_id)
     if not keepalive > 0:

@@ -6,6 +6,7 @@ SQLAlchemy or pydantic for a listing. Everything else goes through the store.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import psycopg2
@@ -17,13 +18,15 @@ from store.revision import current_revision, require_revision
 from store.statements import Statement
 from store.status import RunStatus
 
+# ``:version`` names a version by its label (an agent's version so labelled)
+# or else by its id or a prefix of it, as ``runwright runs upgrade`` reads it.
 RUN_SUMMARIES = Statement(
     "run_summaries",
     """
     SELECT id, agent, status, steps_used, input_tokens, output_tokens, usage_estimated,
            cost_usd, error_code, error_message, concurrency_key, created_at, updated_at,
            finished_at, retry_at, retry_attempts, needs_attention, cost_unpriced,
-           interrupted_reason,
+           interrupted_reason, version, parked_key,
            w.tool_name AS waiting_on, w.kind AS waiting_kind
       FROM runs
       LEFT JOIN LATERAL (
@@ -33,12 +36,22 @@ RUN_SUMMARIES = Statement(
      WHERE (CAST(:status AS text) IS NULL OR status = CAST(:status AS text))
        AND (CAST(:agent AS text) IS NULL OR agent = CAST(:agent AS text))
        AND (NOT CAST(:attention AS bool) OR needs_attention)
+       AND (CAST(:version AS text) IS NULL OR EXISTS (
+            SELECT 1 FROM agent_versions AS v
+             WHERE v.agent = runs.agent AND v.label = CAST(:version AS text)
+               AND v.version = runs.version)
+            OR (starts_with(version, CAST(:version AS text)) AND NOT EXISTS (
+                SELECT 1 FROM agent_versions AS v
+                 WHERE v.agent = runs.agent AND v.label = CAST(:version AS text))))
      ORDER BY id DESC LIMIT CAST(:limit AS int)
     """,
 )
 
 
 STATUSES = tuple(status.value for status in RunStatus)
+# What names a version: an id or a prefix of it (hex), or a label
+# (runner/core/versions.py, LABEL; that module is not loaded for a listing).
+VERSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
 
 # The agents a worker must have now: those with runs not yet ended, or
 # created since :since (an id bound, store/ids.py: read off the primary key).
@@ -70,9 +83,16 @@ def list_runs(
     agent: str | None = None,
     limit: int = 50,
     needs_attention: bool = False,
+    version: str | None = None,
 ) -> list[dict[str, Any]]:
+    """The latest runs, newest first. ``version``: only runs on that agent
+    version, named by its id, a prefix of it, or its label."""
     if status is not None and status not in STATUSES:
         raise InvalidInput(f"unknown status {status!r}; use one of {', '.join(STATUSES)}")
+    if version is not None and not VERSION_NAME.fullmatch(version):
+        raise InvalidInput(
+            f"--version {version[:70]!r} is not a version's id, a prefix of it, or its label"
+        )
     conn = _connect(url)
     try:
         with translated():
@@ -83,6 +103,7 @@ def list_runs(
                     "agent": agent,
                     "limit": limit,
                     "attention": bool(needs_attention),
+                    "version": version,
                 }
                 cursor.execute(RUN_SUMMARIES.pyformat, params)
                 return [dict(row) for row in cursor.fetchall()]

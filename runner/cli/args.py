@@ -76,14 +76,19 @@ def seconds(low: float, high: float) -> Callable[[click.Context, click.Parameter
     return check
 
 
+def check_text(command: click.Command, ctx: click.Context) -> None:
+    """Refuses the arguments of ``command`` that are not text."""
+    for param in command.params:
+        value = ctx.params.get(param.name or "")
+        for item in value if isinstance(value, tuple) else (value,):
+            if isinstance(item, str) and not is_text(item):
+                label = param.opts[0] if isinstance(param, click.Option) else param.name
+                raise InvalidInput(f"{label} is not valid UTF-8 text")
+
+
 class Command(click.Command):
     """Refuses arguments that are not text before the command runs."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        for param in self.params:
-            value = ctx.params.get(param.name or "")
-            for item in value if isinstance(value, tuple) else (value,):
-                if isinstance(item, str) and not is_text(item):
-                    label = param.opts[0] if isinstance(param, click.Option) else param.name
-                    raise InvalidInput(f"{label} is not valid UTF-8 text")
+        check_text(self, ctx)
         return super().invoke(ctx)

@@ -33,7 +33,9 @@ from store.models import RequestKind
 from store.status import RunStatus
 
 if TYPE_CHECKING:
+    from runner.core.engine.versioning import UpgradeReport, VersionLine
     from runner.core.limits import ModelLimit
+    from store.events import RunEvent
     from store.migrate import Migrated, Revision
     from store.models import (
         Approval,
@@ -170,6 +172,9 @@ def run_json(run: Run, known: Cost | None = None) -> Document:
         "retry_attempts": 0 if retry is None else retry.attempts,
         "retry_at": when(run.retry_at),
         "model": run.model,
+        "version": run.version,
+        "started_version": run.started_version,
+        "parked_key": run.parked_key,
         "forked_from": run.forked_from,
         "forked_at_step": run.forked_at_step,
         "parent_id": run.parent_id,
@@ -266,6 +271,8 @@ def listed_run_json(row: Mapping[str, Any]) -> Document:
         else None,
         "waiting_on": row["waiting_on"] if status == RunStatus.WAITING else None,
         "waiting_kind": row["waiting_kind"] if status == RunStatus.WAITING else None,
+        "version": row["version"],
+        "parked_key": row["parked_key"],
     }
 
 
@@ -331,14 +338,20 @@ def show_json(
     children: list[Run] | None = None,
     approvals: list[Approval] | None = None,
     standing: list[StandingApproval] | None = None,
+    version_events: list[RunEvent] | None = None,
+    version_titles: Mapping[str, str] | None = None,
 ) -> Document:
     """``runwright show --json``: the run, its child runs, its approvals and
     questions, the tools approved for the rest of it, its steps, earlier
     attempts, effects of unknown outcome, its checkpoint and (unless
     ``messages`` is False, then null) the checkpoint's messages; ``why``: why
-    the run is where it is (runner/core/engine/explain.py)."""
+    the run is where it is (runner/core/engine/explain.py); its moves to
+    another version (``version_events``) and how its versions read
+    (``version_titles``: label and id, by id)."""
     return {
         "run": {**run_json(shown_run, run_cost(shown_run.cost_usd, steps)), "why": why},
+        "version_titles": dict(version_titles or {}),
+        "version_events": [version_event_json(e) for e in version_events or ()],
         "children": [run_json(c) for c in children or ()],
         "approvals": [approval_json(a) for a in approvals or ()],
         "standing_approvals": [standing_json(s) for s in standing or ()],
@@ -470,6 +483,9 @@ def workers_json(workers: Iterable[WorkerInfo]) -> Document:
                 "pid": info.pid,
                 "started_at": info.started_at,
                 "seen_at": info.seen_at,
+                "agent_versions": None
+                if info.agent_versions is None
+                else dict(info.agent_versions),
             }
             for info in workers
         ]
@@ -506,4 +522,61 @@ def firing_json(firing: Firing, run_status: str | None = None) -> Document:
         "run_id": firing.run_id,
         "run_status": run_status,
         "reason": firing.reason,
+    }
+
+
+def versions_json(lines: Iterable[VersionLine]) -> Document:
+    """``runwright versions --json``: each agent's versions, the agent's
+    current one marked, with the runs on each that have not ended and the
+    live workers that run it. ``version`` null: runs that have not run yet;
+    ``label``, ``policy`` and ``last_seen`` null: a version no process recorded."""
+    return {
+        "versions": [
+            {
+                "agent": line.agent,
+                "version": line.version,
+                "label": None if line.record is None else line.record.label,
+                "title": line.title,
+                "policy": None if line.record is None else line.record.policy,
+                "current": line.current,
+                # The runs on it by status (parked: queued, and parked on a
+                # limit or for a worker of its version).
+                RunStatus.RUNNING.value: line.running,
+                RunStatus.QUEUED.value: line.queued,
+                "parked": line.parked,
+                RunStatus.WAITING.value: line.waiting,
+                "workers": list(line.workers),
+                "first_seen": None if line.record is None else when(line.record.first_seen),
+                "last_seen": None if line.record is None else when(line.record.last_seen),
+            }
+            for line in lines
+        ]
+    }
+
+
+def upgrade_json(report: UpgradeReport) -> Document:
+    """``runwright runs upgrade --json``: the runs moved, those refused with
+    why, and what changed from the old version to the new."""
+    return {
+        "agent": report.agent,
+        "from": report.old,
+        "to": report.new,
+        "moved": list(report.moved),
+        "refused": [{"run_id": run_id, "reason": why} for run_id, why in report.refused],
+        "changes": list(report.changes),
+    }
+
+
+def version_event_json(event: RunEvent) -> Document:
+    """A run's move to another version, as its ``version`` event says it
+    (store/events.py): ``from``, ``to``, what ``changes`` and who moved it
+    (``by``, null: its execution did, on a worker of the new version)."""
+    data = event.data
+    changes = data.get("changes")
+    return {
+        "at": when(event.at),
+        "from": data.get("from"),
+        "to": data.get("to"),
+        "changes": [str(c) for c in changes] if isinstance(changes, list) else [],
+        "by": data.get("by"),
     }

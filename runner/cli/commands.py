@@ -39,9 +39,11 @@ from runner.cli.as_json import (
     runs_json,
     show_json,
     standing_json,
+    upgrade_json,
+    versions_json,
 )
 from runner.cli.console import console as console_command
-from runner.cli.describe import describe, requests_lines, status_cell, when
+from runner.cli.describe import describe, requests_lines, status_cell, version_lines, when
 from runner.cli.limits import limits as limits_command
 from runner.cli.shape import worker_shape as worker_shape_command
 from runner.cli.step_lines import arguments as as_text
@@ -157,20 +159,64 @@ def start(
     return None
 
 
-@main.command()
+@main.group(invoke_without_command=True)
 @click.option("--status", default=None, help="Only runs with this status.")
 @click.option("--agent", default=None, help="Only runs of this agent.")
+@click.option(
+    "--version",
+    "version",
+    default=None,
+    help="Only runs on this agent version: its id, a prefix of it, or its label.",
+)
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 10_000))
 @click.option(
     "--needs-attention",
     is_flag=True,
     help="Only runs with an effect of unknown outcome nobody resolved (runwright resolve).",
 )
-@json_option
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@click.pass_context
 def runs(
-    status: str | None, agent: str | None, limit: int, needs_attention: bool, as_json: bool
+    ctx: click.Context,
+    status: str | None,
+    agent: str | None,
+    version: str | None,
+    limit: int,
+    needs_attention: bool,
+    as_json: bool,
+) -> None:
+    """List the latest runs; `runwright runs upgrade` moves runs to another version."""
+    if ctx.invoked_subcommand is not None:
+        given = [
+            name
+            for name in ctx.params
+            if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
+        ]
+        if given:
+            raise InvalidInput(
+                f"the options of `runwright runs` list runs: give {ctx.invoked_subcommand}'s "
+                f"after it (runwright runs {ctx.invoked_subcommand} --help)"
+            )
+        return
+    _list_runs(
+        status=status,
+        agent=agent,
+        version=version,
+        limit=limit,
+        needs_attention=needs_attention,
+        as_json=as_json,
+    )
+
+
+@json_option
+def _list_runs(
+    status: str | None,
+    agent: str | None,
+    version: str | None,
+    limit: int,
+    needs_attention: bool,
+    as_json: bool,
 ) -> Document | None:
-    """List the latest runs."""
     from rich.table import Table
     from rich.text import Text
 
@@ -179,16 +225,26 @@ def runs(
     settings = _settings()
     url = settings.database_url
     assert url is not None
-    rows = list_runs(url, status=status, agent=agent, limit=limit, needs_attention=needs_attention)
+    rows = list_runs(
+        url,
+        status=status,
+        agent=agent,
+        version=version,
+        limit=limit,
+        needs_attention=needs_attention,
+    )
     if as_json:
         return runs_json(rows)
     workers = _live_workers(settings) if any(_waits_for_worker(row) for row in rows) else None
-    table = Table("run", "agent", "status", "steps", "tokens", "cost", "created", "error")
+    table = Table(
+        "run", "agent", "status", "version", "steps", "tokens", "cost", "created", "error"
+    )
     for row in rows:
         cells = (
             row["id"],
             row["agent"],
             status_cell(row, workers),
+            row["version"] or "-",
             row["steps_used"],
             row["input_tokens"] + row["output_tokens"],
             listed_cost(row["cost_usd"], row["cost_unpriced"]).words(money),
@@ -200,6 +256,84 @@ def runs(
     _console().print(table)
     if not rows:
         click.echo("no runs")
+    return None
+
+
+@main.command("versions")
+@click.option("--agent", default=None, help="Only this agent's versions.")
+@json_option
+def versions(agent: str | None, as_json: bool) -> Document | None:
+    """Show each agent's versions: the current one, the runs on each that have
+    not ended (running, queued, parked, waiting) and the live workers that run
+    it, so that you know when an old version's workers can stop."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from runner.cli.versions import drain_words
+
+    engine = _engine()
+    try:
+        lines = engine.versions(agent)
+    finally:
+        engine.close()
+    if as_json:
+        return versions_json(lines)
+    if not lines:
+        which = f"of agent {agent!r} " if agent else ""
+        say(f"no version {which}is recorded: a worker records its agents' versions as it starts")
+        return None
+    by_status = (RunStatus.RUNNING, RunStatus.QUEUED, "parked", RunStatus.WAITING)
+    table = Table("agent", "version", "", *map(str, by_status), "workers", "its workers")
+    for line in lines:
+        cells = (
+            line.agent,
+            line.title,
+            "current" if line.current else "",
+            line.running,
+            line.queued,
+            line.parked,
+            line.waiting,
+            ", ".join(line.workers) or "-",
+            drain_words(line),
+        )
+        # Text, not str: labels and worker names come from the store and Redis.
+        table.add_row(*(Text(inert(cell)) for cell in cells))
+    _console().print(table)
+    return None
+
+
+@runs.command("upgrade")
+@click.option("--agent", required=True, help="The agent whose runs to move.")
+@click.option(
+    "--from", "old", required=True, help="The version they are on: its id, a prefix, or its label."
+)
+@click.option(
+    "--to",
+    "new",
+    default=None,
+    help="The version to move them to (default: the current one, as `runwright versions` marks).",
+)
+@click.option("--by", default=None, help="Who moves them (default: your login name).")
+@json_option
+def upgrade(
+    agent: str, old: str, new: str | None, by: str | None, as_json: bool
+) -> Document | None:
+    """Move the runs of an agent's version that are not running (waiting,
+    queued, parked for a worker of that version) to another version, each
+    with a version event saying what changed. A run waiting on a call of a
+    tool the new version no longer has is refused, with the reason."""
+    from runner.cli.versions import upgrade_lines
+
+    who = _operator(by)
+    engine = _engine()
+    try:
+        report = engine.upgrade_runs(agent, old, new, by=who)
+    finally:
+        engine.close()
+    if as_json:
+        return upgrade_json(report)
+    for line in upgrade_lines(report, who):
+        say(line)
     return None
 
 
@@ -225,6 +359,12 @@ def show(run_id: str, messages: bool, as_json: bool) -> Document | None:
         grace_seconds=settings.agent_grace_seconds,
         children=children,
     )
+    moves = store.version_events(run_id)
+    titles = store.version_titles(
+        run.agent,
+        [run.version, run.started_version]
+        + [str(e.data.get(end)) for e in moves for end in ("from", "to")],
+    )
     if as_json:
         return show_json(
             run,
@@ -237,8 +377,12 @@ def show(run_id: str, messages: bool, as_json: bool) -> Document | None:
             children=children,
             approvals=approvals,
             standing=standing,
+            version_events=moves,
+            version_titles=titles,
         )
-    for line in describe(run, store.attempts(run_id), steps, why, children):
+    for line in describe(run, store.attempts(run_id), steps, why, children, titles):
+        say(line)
+    for line in version_lines(moves, titles):
         say(line)
     for line in requests_lines(approvals, standing, _tool_changes(settings, store, run, approvals)):
         say(line)

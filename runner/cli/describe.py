@@ -15,11 +15,13 @@ from runner.cli.step_lines import arguments as as_text
 from runner.core.approvals.expiry import expired
 from runner.core.costs import listed_cost, money, run_cost
 from store.models import Decision, RequestKind
+from store.rules import WAITING_PREFIX
 from store.status import Interruption, RunStatus
 from store.workers import WorkerInfo, serving
 
 if TYPE_CHECKING:
     from runner.core.approvals.changes import ToolChange
+    from store.events import RunEvent
     from store.models import Approval, Run, RunAttempt, StandingApproval, Step
 
 
@@ -33,13 +35,16 @@ def describe(
     steps: list[Step],
     why: str | None = None,
     children: list[Run] | None = None,
+    titles: Mapping[str, str] | None = None,
 ) -> list[str]:
     """``runwright show``'s header: the run, then its child runs and its
     earlier attempts; ``steps`` tell whether its cost is known, ``why`` why
-    the run is where it is (runner/core/engine/explain.py)."""
+    the run is where it is (runner/core/engine/explain.py), ``titles`` how
+    its versions read (label and id)."""
     lines = [
         f"run      {run.id}",
         f"agent    {run.agent}",
+        *([version_line(run, titles or {})] if run.version else []),
         f"status   {run.status.value}",
         *([f"why      {why}"] if why else []),
         f"usage    {run.usage.input_tokens} in, {run.usage.output_tokens} out, "
@@ -92,6 +97,36 @@ def describe(
     if attempts:
         lines.append("attempts (earlier, retried)")
         lines.extend("  " + attempt_line(a) for a in attempts)
+    return lines
+
+
+def version_line(run: Run, titles: Mapping[str, str]) -> str:
+    """The version the run is on, and the one it started on if another."""
+    assert run.version is not None
+    line = f"version  {titles.get(run.version, run.version)}"
+    started = run.started_version
+    if started and started != run.version:
+        line += f", started on {titles.get(started, started)}"
+    return line
+
+
+def version_lines(events: list[RunEvent], titles: Mapping[str, str]) -> list[str]:
+    """``runwright show``'s moves of the run to another version: from, to,
+    by whom (none: its execution, on a worker of the new version), and what
+    changed."""
+    if not events:
+        return []
+    lines = ["versions (moves to another version)"]
+    for event in events:
+        old, new = event.data.get("from"), event.data.get("to")
+        by = event.data.get("by")
+        who = f" by {by}" if by else " on resuming"
+        lines.append(
+            f"  {when(event.at)}  {titles.get(str(old), old)} -> {titles.get(str(new), new)}{who}"
+        )
+        changes = event.data.get("changes")
+        said = [str(c) for c in changes] if isinstance(changes, list) else []
+        lines.extend(f"    {clip(change, 200)}" for change in said or ["no change of behaviour"])
     return lines
 
 
@@ -214,8 +249,9 @@ def attempt_line(attempt: RunAttempt) -> str:
 def status_cell(row: dict[str, Any], workers: Mapping[str, WorkerInfo] | None = None) -> str:
     """``runwright runs``' status, with why in a few words where the status
     does not say (``runwright show`` has the sentence: runner/core/engine/explain.py):
-    a retry's time, a drain, the approval a run waits on, an agent no live
-    worker has (``workers``: the live ones, None if unknown)."""
+    a retry's time, a drain, the approval a run waits on, a worker of the
+    version a pinned run waits for, an agent no live worker has
+    (``workers``: the live ones, None if unknown)."""
     status = str(row["status"])
     at = row.get("retry_at")
     if status == RunStatus.QUEUED and at is not None and row.get("retry_attempts"):
@@ -225,6 +261,9 @@ def status_cell(row: dict[str, Any], workers: Mapping[str, WorkerInfo] | None = 
         if row.get("waiting_kind") == "input":
             return f"{status} (a person's answer)"
         return f"{status} (approval of {row['waiting_on']})"
+    parked = row.get("parked_key")
+    if status == RunStatus.QUEUED and parked and parked.startswith(WAITING_PREFIX):
+        return f"{status} (for a worker of its version)"  # pinned (runner/core/versions.py)
     reason = None
     if status == RunStatus.INTERRUPTED:
         reason = _GIVEN_BACK.get(str(row.get("interrupted_reason")))

@@ -18,6 +18,7 @@ from runner.core.coordination.leases import connect
 from runner.core.engine.explain import at
 from runner.core.events.feed import Feed
 from runner.core.settings import Settings, open_store
+from runner.core.versions import waiting_for
 from store.events import EventType, RunEvent, step_of
 from store.models import RequestKind, Run, RunStatus
 from store.postgres import PostgresStore
@@ -35,6 +36,8 @@ def _status_line(event: RunEvent, run: Run) -> str:
             extra = f": an answer to question {wait.approval_id}"
         else:
             extra = f": approval {wait.approval_id} for {wait.tool_name}"
+    elif (pinned := waiting_for(event.data.get("parked_on"))) is not None:
+        return f"-- {event.data.get('status')} (waiting for a worker of version {pinned[1]})"
     elif event.data.get("parked_on"):
         # Parked on a limit (docs/operations.md, "runwright limits"): retry_at is when it may go.
         until = _time(event.data.get("retry_at"))
@@ -59,6 +62,11 @@ def _line(event: RunEvent, store: PostgresStore) -> str:
         return _approval_line(event)
     if event.type is EventType.CHILD:
         return f"-- {child_event_title(data)} ({data.get('agent')})"
+    if event.type is EventType.VERSION:
+        by = f" by {data['by']}" if data.get("by") else " on resuming"
+        changes = data.get("changes")
+        said = "; ".join(str(c) for c in changes) if isinstance(changes, list) else ""
+        return f"-- version {data.get('from')} -> {data.get('to')}{by}: {said or 'no change'}"
     return _status_line(event, store.get_run(event.run_id))
 
 

@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 import click
 
-from runner.cli.args import Command
+from runner.cli.args import Command, check_text
 from store.errors import RunwrightError
 
 # Bidirectional overrides and isolates reorder what a reader sees without being
@@ -75,14 +75,15 @@ def fail(message: str) -> NoReturn:
 
 
 class Group(click.Group):
-    """Turns Runwright's errors into one clear line and a non-zero exit; its
-    commands refuse arguments that are not text (:class:`Command`)."""
+    """Turns Runwright's errors into one clear line and a non-zero exit; it
+    and its commands refuse arguments that are not text (:class:`Command`)."""
 
     command_class = Command
-    group_class = type  # subgroups (``local``) are Groups too
+    group_class = type  # subgroups (``local``, ``runs``) are Groups too
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
+            check_text(self, ctx)  # a group's own options (``runs --agent``)
             return super().invoke(ctx)
         except RunwrightError as exc:
             fail(exc.message)

@@ -44,7 +44,7 @@ form.filters label{display:flex;flex-direction:column;font-size:.85em;color:#5b6
 ol.timeline{list-style:none;padding:0;margin:0}
 li.ev{background:#fff;border:1px solid #e3e6ea;border-radius:.3rem;padding:.4rem .6rem;
 margin:.3rem 0}
-li.kind-status,li.kind-execution,li.kind-approval,li.kind-child{background:transparent;border-style:dashed}
+li.kind-status,li.kind-execution,li.kind-approval,li.kind-child,li.kind-version{background:transparent;border-style:dashed}
 .head{display:flex;flex-wrap:wrap;gap:.5rem;align-items:baseline}
 .idx{font-weight:600;color:#5b6670}.meta{color:#5b6670;font-size:.85em}
 .call{margin:.3rem 0 .3rem 1rem}
@@ -263,6 +263,17 @@ function approvalItem(li, d) {
   }
 }
 
+// A move to another version of the agent (timeline.py's _version_event).
+function versionItem(li, d) {
+  const who = d.by ? "by " + d.by : "on resuming";
+  head(li, null, "version " + d.from + " \u2192 " + d.to, null, who);
+  const list = el("ul", "changes");
+  const given = Array.isArray(d.changes) && d.changes.length;
+  const changes = given ? d.changes : ["no change of behaviour"];
+  for (const change of changes) list.append(el("li", null, String(change)));
+  li.append(list);
+}
+
 function item(event) {
   const d = event.data;
   const li = el("li", "ev kind-" + (event.type === "step" ? d.kind : event.type));
@@ -281,6 +292,8 @@ function item(event) {
     head(li, null, title, d.agent || null, null);
   } else if (event.type === "approval") {
     approvalItem(li, d);
+  } else if (event.type === "version") {
+    versionItem(li, d);
   }
   return li;
 }
@@ -360,7 +373,7 @@ if (timeline && timeline.dataset.events) {
   let last = Number(timeline.dataset.after || "0");
   const streaming = new Streaming(timeline, Number(timeline.dataset.journaled || "0"));
   const source = new EventSource(timeline.dataset.events + "?after=" + last);
-  for (const type of ["status", "step", "approval", "execution", "child"]) {
+  for (const type of ["status", "step", "approval", "execution", "child", "version"]) {
     source.addEventListener(type, (message) => {
       const event = JSON.parse(message.data);
       if (event.id !== null && event.id <= last) return;

@@ -71,17 +71,21 @@ def run_body(
     why: str | None = None,
     children: Sequence[Run] = (),
     standing: Sequence[StandingApproval] = (),
+    titles: Mapping[str, str] | None = None,
 ) -> str:
     """The page of ``run`` (HTML inside <main>). ``live``: the timeline
     follows the run's event stream (the events were replayed, not rebuilt).
     ``unknown``: its effects of unknown outcome, each with its resolution or
     a form to record one. ``why``: why the run is queued, interrupted or
     waiting (runner/core/engine/explain.py). ``standing``: the tools a person
-    approved for the rest of the run."""
+    approved for the rest of the run. ``titles``: how its agent versions read
+    (label and id), by id."""
     by_id = {a.approval_id: a for a in approvals}
     parts = [
         f"<h1>{e(run.agent)} {status_badge(run.status.value, id='status')}{attention(run)}</h1>",
-        _facts(run, [step_of(ev) for ev in events if ev.type is EventType.STEP], base),
+        _facts(
+            run, [step_of(ev) for ev in events if ev.type is EventType.STEP], base, titles or {}
+        ),
         _actions(run, base=base, csrf=csrf),
     ]
     if run.error is not None:
@@ -110,7 +114,7 @@ def run_body(
             f' data-events="{e(base)}/runs/{e(run.id)}/events" data-after="{last}"'
             f' data-journaled="{journaled}"'
         )
-    items = "".join(event_item(ev, by_id) for ev in events)
+    items = "".join(event_item(ev, by_id, titles or {}) for ev in events)
     parts.append(f'<h2>Timeline</h2><ol class="timeline" id="timeline"{follow}>{items}</ol>')
     if attempts:
         parts.append("<h2>Earlier attempts</h2>" + _attempts(attempts))
@@ -134,9 +138,14 @@ def trigger_block(run: Run) -> str:
     return facts(rows) + "<h3>Payload</h3>" + json_block(trigger.payload, "payload")
 
 
-def _facts(run: Run, steps: Sequence[Step], base: str) -> str:
-    rows = [
-        ("run", e(run.id)),
+def _facts(run: Run, steps: Sequence[Step], base: str, titles: Mapping[str, str]) -> str:
+    rows = [("run", e(run.id))]
+    if run.version is not None:
+        rows.append(("version", e(titles.get(run.version, run.version))))
+        started = run.started_version
+        if started is not None and started != run.version:
+            rows.append(("started on", e(titles.get(started, started))))
+    rows += [
         ("created", when(run.created_at)),
         ("started", when(run.started_at)),
         ("finished", when(run.finished_at)),
@@ -314,9 +323,11 @@ def _attempts(attempts: Sequence[RunAttempt]) -> str:
 # ---------------------------------------------------------------- events
 
 
-def event_item(event: RunEvent, approvals: Mapping[str, Approval]) -> str:
+def event_item(
+    event: RunEvent, approvals: Mapping[str, Approval], titles: Mapping[str, str] | None = None
+) -> str:
     """One timeline entry. The script's ``item()`` renders live events in the
-    same markup."""
+    same markup (a version by its id: ``titles`` adds its label here)."""
     data = event.data
     if event.type is EventType.STEP:
         step = step_of(event)
@@ -333,7 +344,22 @@ def event_item(event: RunEvent, approvals: Mapping[str, Approval]) -> str:
         return _li("approval", _approval_event(data, approvals))
     if event.type is EventType.CHILD:
         return _li("child", _head(None, child_event_title(data), data.get("agent"), None))
+    if event.type is EventType.VERSION:
+        return _li("version", _version_event(data, titles or {}))
     return ""
+
+
+def _version_event(data: Mapping[str, Any], titles: Mapping[str, str]) -> str:
+    """A move to another version of the agent: from, to, by whom (none: its
+    execution, resuming on a worker of the new version), and what changed."""
+    old, new = str(data.get("from")), str(data.get("to"))
+    by = data.get("by")
+    who = f"by {by}" if by else "on resuming"
+    title = f"version {titles.get(old, old)} \u2192 {titles.get(new, new)}"
+    changes = data.get("changes")
+    said = [str(c) for c in changes] if isinstance(changes, list) else []
+    listed = "".join(f"<li>{e(change)}</li>" for change in said or ["no change of behaviour"])
+    return _head(None, title, None, who) + f'<ul class="changes">{listed}</ul>'
 
 
 def _li(kind: str, inner: str) -> str:

@@ -42,7 +42,7 @@ from runner.core.errors import (
 )
 from runner.sse import HEADERS as SSE_HEADERS
 from runner.sse import sse_stream
-from store.events import RunEvent, step_event
+from store.events import EventType, RunEvent, step_event
 from store.models import Approval, Firing, RequestKind, Run
 from store.rules import CancelAction
 
@@ -252,6 +252,9 @@ class Console:
         attempts = engine.attempts(run.id)
         unknown = engine.unknown_effects(run.id)
         note = self._note(request)
+        moves = [ev for ev in events if ev.type is EventType.VERSION]
+        named = [run.version, run.started_version]
+        named += [str(ev.data.get(end)) for ev in moves for end in ("from", "to")]
         body = run_body(
             run,
             events,
@@ -264,6 +267,7 @@ class Console:
             why=self.engine.explain(run),
             children=engine.children(run.id),
             standing=engine.standing_approvals(run.id),
+            titles=engine.store.version_titles(run.agent, named),
         )
         if note:
             body = f'<p class="note">{note}</p>' + body

@@ -14,11 +14,12 @@ its global registry to itself (no name can clash, and nothing of ours appears
 in its own ``/metrics``), and tests can read ours alone. The endpoint adds the
 usual process, platform and GC collectors to it.
 
-Label values are agent, model and tool names, limit keys and a few fixed
-words, never a run id, call id or error text. Names come from code and
+Label values are agent, model and tool names, agent versions (12 hex
+digits), limit keys and a few fixed words, never a run id, call id or error
+text. Names come from code and
 configuration, but a model can be chosen per run (a fork) and a stored run
 names its agent, so each of those labels keeps at most :data:`MAX_AGENTS`,
-:data:`MAX_MODELS`, :data:`MAX_KEYS` and :data:`MAX_TOOLS` distinct values per
+:data:`MAX_MODELS`, :data:`MAX_KEYS`, :data:`MAX_TOOLS` and :data:`MAX_VERSIONS` distinct values per
 process, each clipped to :data:`MAX_LABEL_CHARS`; values first seen beyond the
 cap are counted under ``other``.
 """
@@ -57,6 +58,9 @@ OTHER = "other"
 MAX_AGENTS = 100
 MAX_MODELS = 50
 MAX_TOOLS = 200
+# A worker runs one version of each agent; a process sees more only across
+# deploys, as runs of older versions end on it.
+MAX_VERSIONS = 100
 # Limit keys are model names today (runner/core/limits/admission.py): as many.
 MAX_KEYS = MAX_MODELS
 MAX_LABEL_CHARS = 100
@@ -111,6 +115,12 @@ class Metrics:
             "Executions that ended with their run at no final status, by the status they left it "
             "in: waiting (an approval), queued (a retry), interrupted (a shutdown).",
             ("agent", "status"),
+        )
+        self.executions = counter(
+            "runwright_executions_total",
+            "Executions ended, by the agent version they ran on (none: ended before their "
+            "first step recorded one) and the status they left their run in.",
+            ("agent", "version", "status"),
         )
         self.steps = counter(
             "runwright_steps_total",
@@ -238,12 +248,14 @@ class MetricsObserver(Observer):
         max_models: int = MAX_MODELS,
         max_tools: int = MAX_TOOLS,
         max_keys: int = MAX_KEYS,
+        max_versions: int = MAX_VERSIONS,
     ) -> None:
         self.metrics = metrics
         self.agent = Bounded(max_agents)
         self.model = Bounded(max_models)
         self.tool = Bounded(max_tools)
         self.key = Bounded(max_keys)
+        self.version = Bounded(max_versions)
         # (run id, epoch) -> agent label of the executions in flight, so that a
         # lease loss, reported by run id, is counted under its agent.
         self._running: dict[tuple[str, int], str] = {}
@@ -292,7 +304,10 @@ class MetricsObserver(Observer):
 
     def ended(self, run: Run, seconds: float) -> None:
         counter = self.metrics.runs_settled if run.status.ended else self.metrics.runs_paused
-        counter.labels(self.agent(run.agent), run.status.value).inc()
+        agent = self.agent(run.agent)
+        counter.labels(agent, run.status.value).inc()
+        version = self.version(run.version) if run.version else "none"
+        self.metrics.executions.labels(agent, version, run.status.value).inc()
 
     def taken_over(self, run: Run, previous_epoch: int) -> None:
         self.metrics.takeovers.labels(self.agent(run.agent)).inc()
@@ -369,6 +384,7 @@ class ScrapeTimeCollector:
         parked: Callable[[], Sequence[ParkedKey]] | None = None,
         cache_seconds: float = BACKLOG_CACHE_SECONDS,
         max_keys: int = MAX_KEYS,
+        max_versions: int = MAX_VERSIONS,
     ) -> None:
         self._backlog = backlog
         self._unresolved = unresolved
@@ -376,6 +392,7 @@ class ScrapeTimeCollector:
         self._last_tick = last_tick
         self.cache_seconds = cache_seconds
         self.key = Bounded(max_keys)
+        self.version = Bounded(max_versions)
         self._cached: tuple[float, StoreFigures | None] | None = None
         self._lock = threading.Lock()
         self._failing: set[str] = set()

@@ -15,9 +15,10 @@ from datetime import datetime
 from typing import Any
 
 from store.db import dumps
+from store.events import EventType, RunEvent
 from store.models import Fence, Run
 from store.pg.execution import PgExecution, lost_lease
-from store.rows import run_from_row
+from store.rows import event_from_row, run_from_row
 from store.rules import WAITING_PREFIX
 from store.statements import Statement
 from store.validate import check_run_id
@@ -130,6 +131,17 @@ WAKE_VERSIONS = Statement(
 )
 
 
+# A run's moves to another version, oldest first (run_events' primary key).
+VERSION_EVENTS = Statement(
+    "version_events",
+    """
+    SELECT run_id, id, type, data, at FROM run_events
+     WHERE run_id = CAST(:run_id AS uuid) AND type = CAST(:type AS text)
+     ORDER BY id
+    """,
+)
+
+
 @dataclass(frozen=True)
 class VersionRecord:
     """A version as the store has it (``agent_versions``)."""
@@ -209,6 +221,18 @@ class PgVersions(PgExecution):
     def agent_versions(self, agent: str | None = None) -> list[VersionRecord]:
         """The versions seen, by agent, the latest loaded first."""
         return [_record(row) for row in self.db.rows(AGENT_VERSIONS, {"agent": agent})]
+
+    def version_events(self, run_id: str) -> list[RunEvent]:
+        """The run's moves to another version (its ``version`` events), oldest first."""
+        params = {"run_id": check_run_id(run_id), "type": EventType.VERSION.value}
+        return [event_from_row(row) for row in self.db.rows(VERSION_EVENTS, params)]
+
+    def version_titles(self, agent: str, ids: list[str | None]) -> dict[str, str]:
+        """How people read these versions of ``agent``: the label with the
+        id where one was recorded, else the id."""
+        wanted = {version for version in ids if version}
+        found = {r.version: r.title for r in self.agent_versions(agent) if r.version in wanted}
+        return {version: found.get(version, version) for version in wanted}
 
     def version_counts(self, agent: str | None = None) -> list[VersionCount]:
         return [

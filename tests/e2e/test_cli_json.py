@@ -61,6 +61,9 @@ RUN_FIELDS = {
     "retry_attempts",
     "retry_at",
     "model",
+    "version",
+    "started_version",
+    "parked_key",
     "forked_from",
     "forked_at_step",
     "trigger",
@@ -85,6 +88,8 @@ LISTED_FIELDS = {
     "interrupted_reason",
     "retry_attempts",
     "retry_at",
+    "version",
+    "parked_key",
 }
 STEP_FIELDS = {
     "kind",
@@ -185,6 +190,8 @@ def test_start_runs_show_approve_deny_as_json(env: dict[str, str], engine: Engin
         "unknown_effects",
         "checkpoint",
         "messages",
+        "version_events",
+        "version_titles",
     }
     assert shown["children"] == [] and shown["standing_approvals"] == []
     [pending] = shown["approvals"]

@@ -278,6 +278,31 @@ def test_label_values_are_capped_and_clipped(engine: Engine) -> None:
     assert long == "x" * m.MAX_LABEL_CHARS
 
 
+def test_executions_are_counted_by_the_agent_version_they_ran_on(
+    engine: Engine, registry: CollectorRegistry
+) -> None:
+    from dataclasses import replace
+
+    name = unique("versioned")
+    model = ScriptedModel(name, [tools(call("lookup", {"q": "a"})), text("done")])
+    Agent(name=name, model=model.model, tools=[lookup], version="2026-12-07")
+    run = engine.start(name)
+    done = engine.execute(run.id)
+    assert done is not None and done.status is RunStatus.COMPLETED
+    version = done.version
+    assert version is not None and done.started_version == version
+    executions = "runwright_executions_total"
+    assert value(registry, executions, agent=name, version=version, status="completed") == 1
+    # A run that ended before any execution recorded its version, and the cap.
+    own = CollectorRegistry()
+    capped = m.MetricsObserver(m.Metrics(own), max_versions=1)
+    for seen in (None, "aaaaaaaaaaaa", "bbbbbbbbbbbb"):
+        capped.ended(replace(done, version=seen), 1.0)
+    assert value(own, executions, agent=name, version="none", status="completed") == 1
+    assert value(own, executions, agent=name, version="aaaaaaaaaaaa", status="completed") == 1
+    assert value(own, executions, agent=name, version=m.OTHER, status="completed") == 1
+
+
 def test_no_label_holds_a_run_or_call_id(engine: Engine, registry: CollectorRegistry) -> None:
     name = unique("ids")
     model = ScriptedModel(name, [tools(call("lookup", {"q": "a"})), text("done")])

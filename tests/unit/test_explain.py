@@ -46,6 +46,29 @@ def test_a_queued_run_says_whether_any_live_worker_has_its_agent() -> None:
     assert unknown is not None and "Redis is unreachable" in unknown
 
 
+def test_a_pinned_run_says_which_version_s_worker_it_waits_for() -> None:
+    until = NOW + timedelta(seconds=60)
+    pinned = run(RunStatus.QUEUED, parked_key="version:triage:3f9a1c2b7d10", parked_until=until)
+    assert explain(pinned, {"w1@h": TRIAGE}) == (
+        "waiting for a worker of version 3f9a1c2b7d10 of 'triage' (the agent pins its runs): "
+        "none of the 1 live worker(s) runs it; `runwright runs upgrade --agent triage --from "
+        "3f9a1c2b7d10` moves it to the current one"
+    )
+    old = WorkerInfo(
+        "w3@h", seen_at=1.0, agents=("triage",), agent_versions={"triage": "3f9a1c2b7d10"}
+    )
+    assert explain(pinned, {"w1@h": TRIAGE, "w3@h": old}) == (
+        "waiting for a worker of version 3f9a1c2b7d10 of 'triage' (the agent pins its runs); "
+        "sent to its queue, which 1 live worker(s) of that version take"
+    )
+    unknown = explain(pinned, None)
+    assert unknown is not None and unknown.endswith("Redis is unreachable")
+    # Parked on a limit, it still says the limit.
+    limited = run(RunStatus.QUEUED, parked_key="openai/gpt-4o", parked_until=until)
+    assert explain(limited, {}) is not None
+    assert "rate_limit on 'openai/gpt-4o'" in str(explain(limited, {}))
+
+
 def test_a_queued_run_waiting_to_retry_says_which_attempt_when_and_after_what() -> None:
     wait = RetryWait(2, NOW, "RateLimitError: slow down", at=NOW + timedelta(seconds=30))
     queued = replace(run(RunStatus.QUEUED), retry=wait)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
+from runner.core.versions import waiting_for
 from store.jsonsafe import clip
 from store.models import Interruption, RequestKind, Run
 from store.status import RunStatus
@@ -64,6 +65,9 @@ def _waiting(run: Run, children: Sequence[Run]) -> str:
 
 
 def _queued(run: Run, workers: Mapping[str, WorkerInfo] | None) -> str:
+    pinned = waiting_for(run.parked_key)
+    if pinned is not None:
+        return _for_its_version(run, *pinned, workers)
     if run.parked_key is not None and run.parked_until is not None:
         # Parked on a limit (docs/flow-control.md): no worker holds it meanwhile.
         return (
@@ -102,6 +106,21 @@ def _interrupted(
             f"{_for_a_worker(run, workers)}"
         )
     return f"given back by its execution at {at(run.updated_at)}; {_for_a_worker(run, workers)}"
+
+
+def _for_its_version(
+    run: Run, agent: str, version: str, workers: Mapping[str, WorkerInfo] | None
+) -> str:
+    """A pinned run (``on_new_version="pin"``) parked until a worker of the
+    version it ran on takes it (runner/core/engine/execution.py)."""
+    said = f"waiting for a worker of version {version} of {agent!r} (the agent pins its runs)"
+    move = f"`runwright runs upgrade --agent {agent} --from {version}` moves it to the current one"
+    if workers is None:
+        return f"{said}; which workers are live is unknown: Redis is unreachable"
+    able = [w for w in workers.values() if w.serves_version(agent, version)]
+    if able:
+        return f"{said}; sent to its queue, which {len(able)} live worker(s) of that version take"
+    return f"{said}: none of the {len(workers)} live worker(s) runs it; {move}"
 
 
 def _for_a_worker(run: Run, workers: Mapping[str, WorkerInfo] | None) -> str:
