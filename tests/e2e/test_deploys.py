@@ -7,16 +7,18 @@ agent's ``on_new_version`` decides what its runs do; no effect runs twice."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import signal
 import textwrap
 from pathlib import Path
+from typing import Any
 
 from runner import Engine
 from runner.core import versions
-from runner.core.engine.versioning import VersionLine
 from store.events import EventType
 from store.models import RunStatus
 from tests.agents import read_effect_log
+from tests.e2e.clirun import rw
 from tests.e2e.cluster import Cluster, Proc, wait_until
 from tests.services import ROOT
 
@@ -109,13 +111,11 @@ def _worker(cluster: Cluster, name: str, folder: Path) -> Proc:
     )
 
 
-def _line(engine: Engine, agent: str, label: str) -> VersionLine:
-    [found] = [
-        line
-        for line in engine.versions(agent)
-        if line.record is not None and line.record.label == label
-    ]
-    return found
+def _line(cluster: Cluster, agent: str, label: str) -> dict[str, Any]:
+    """Version ``label`` of ``agent`` as ``runwright versions --json`` lists it."""
+    done = rw(cluster.env(), "versions", "--agent", agent, "--json")
+    [found] = [v for v in json.loads(done.stdout)["versions"] if v["label"] == label]
+    return dict(found)
 
 
 def _ended(engine: Engine, run_ids: list[str], what: str, timeout: float = 90) -> None:
@@ -138,9 +138,9 @@ def test_a_rolling_deploy_with_waiting_runs_follows_each_agents_version_policy(
         "every run to wait for its approval on version a",
     )
     version_a = {agent: engine.get_run(runs[agent][0]).version for agent in AGENTS}
-    line = _line(engine, "deploy-pin", "a")
-    assert (line.waiting, line.running, line.parked) == (RUNS_EACH, 0, 0)
-    assert sorted(w.split("@")[0] for w in line.workers) == ["w1", "w2"]
+    line = _line(cluster, "deploy-pin", "a")
+    assert (line["waiting"], line["running"], line["parked"]) == (RUNS_EACH, 0, 0)
+    assert sorted(w.split("@")[0] for w in line["workers"]) == ["w1", "w2"]
 
     # The deploy: version b starts, the version-a workers stop.
     new = _worker(cluster, "w3", folder_b)
@@ -185,13 +185,20 @@ def test_a_rolling_deploy_with_waiting_runs_follows_each_agents_version_policy(
         60,
         "the pinned runs to wait for a worker of version a",
     )
-    line = _line(engine, "deploy-pin", "a")
-    assert line.parked == RUNS_EACH and line.workers == ()
+    line = _line(cluster, "deploy-pin", "a")
+    assert line["parked"] == RUNS_EACH and line["workers"] == []
+    assert _line(cluster, "deploy-pin", "b")["current"]
     assert all(engine.get_run(r).status is RunStatus.QUEUED for r in pinned)
 
     # An operator moves one agent's pinned runs to b: one event each; they run on b.
-    report = engine.upgrade_runs("deploy-pin-moved", "a", "b", by="ops")
-    assert sorted(report.moved) == sorted(runs["deploy-pin-moved"]) and report.refused == []
+    done = rw(
+        cluster.env(),
+        "runs", "upgrade", "--agent", "deploy-pin-moved", "--from", "a", "--to", "b",
+        "--by", "ops", "--json",
+    )  # fmt: skip
+    report = json.loads(done.stdout)
+    assert sorted(report["moved"]) == sorted(runs["deploy-pin-moved"])
+    assert report["refused"] == []
     _ended(engine, runs["deploy-pin-moved"], "the moved runs to end on b")
     for run_id in runs["deploy-pin-moved"]:
         run = engine.get_run(run_id)
@@ -210,8 +217,9 @@ def test_a_rolling_deploy_with_waiting_runs_follows_each_agents_version_policy(
         run = engine.get_run(run_id)
         assert run.status is RunStatus.COMPLETED and run.output == "done on a"
         assert run.version == version_a["deploy-pin"]
-    line = _line(engine, "deploy-pin", "a")
-    assert line.runs == 0 and [w.split("@")[0] for w in line.workers] == ["w4"]
+    line = _line(cluster, "deploy-pin", "a")
+    counts = [line[k] for k in ("running", "queued", "parked", "waiting")]
+    assert counts == [0, 0, 0, 0] and [w.split("@")[0] for w in line["workers"]] == ["w4"]
 
     # No effect ran twice: one refund per run, each under its own key.
     refunds = [
