@@ -481,7 +481,13 @@ class ScriptedModel:
         request = Request([dict(m) for m in messages], [dict(t) for t in tools])
         with self._lock:
             self.calls.append(request)
-        reply = self.choose(request)
+        if callable(self._script):
+            # Off the loop: a script that waits (for a test's gate, say) holds
+            # its own thread, not the worker's loop, whose heartbeats and the
+            # step's commit in flight go on meanwhile.
+            reply = await asyncio.to_thread(self.choose, request)
+        else:
+            reply = self.choose(request)
         self._record(request, reply)
         if self.strict:
             self._check_offered(request, reply)

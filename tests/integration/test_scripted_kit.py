@@ -10,6 +10,7 @@ import asyncio
 import logging
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -236,3 +237,37 @@ def test_a_real_model_under_block_fails_the_run_and_sends_nothing(
         call = model.complete("openai/gpt-4o-mini", messages, [], settings, retries=0)
         runtime().run(call, timeout=60)
     assert listener.accepted >= 1
+
+
+def test_a_script_that_waits_holds_its_own_thread_and_the_step_before_is_committed(
+    engine: Engine, pg_store: PostgresStore
+) -> None:
+    """Step 2's model call waits for a gate: step 1's commit, in flight when the
+    call starts, is in the store meanwhile, and the worker's loop is free."""
+    from tests.agents import lookup
+    from tests.helpers import SAFETY_NET, run_in_thread
+
+    gate = threading.Event()
+
+    def script(request: object) -> object:
+        if getattr(request, "step", 0) == 2:
+            assert gate.wait(SAFETY_NET), "the test never opened the gate"
+            return text("done")
+        return tools(call("lookup", {"query": "orders"}))
+
+    name = unique("kit-gate")
+    scripted = ScriptedModel(name, script)  # type: ignore[arg-type]
+    Agent(name=name, model=scripted.model, tools=[lookup])
+    run = engine.start(name)
+    worker, box = run_in_thread(engine, run.id)
+    try:
+        deadline = time.monotonic() + SAFETY_NET
+        while (checkpoint := pg_store.checkpoint(run.id)) is None or checkpoint.step_index < 1:
+            assert time.monotonic() < deadline, "step 1 was not committed while step 2 waited"
+            time.sleep(0.01)
+        assert scripted.call_count == 2  # step 2's call is waiting on the gate
+        assert pg_store.get_run(run.id).status is RunStatus.RUNNING
+    finally:
+        gate.set()
+        worker.join(SAFETY_NET)
+    assert box["run"].status is RunStatus.COMPLETED

@@ -572,6 +572,14 @@ class StepLoop:
             waits=calls.waits,
             outcome=outcome,
         )
+        if not (commit.outcome or commit.waits or commit.approvals or started):
+            # The run goes on: the next model call overlaps this commit, and
+            # the journal's next operation waits for it (Journal.commit_step).
+            await self.journal.commit_step(commit, soon=True)
+            self.saved = len(self.messages)
+            self.index = k
+            self.state.changed = False
+            return None
         ended = await self.journal.commit_step(commit)
         queued = [child.id for child in started if child.status is RunStatus.QUEUED]
         if queued:
