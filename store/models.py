@@ -272,6 +272,9 @@ class Run:
     # the one it started on (runner/core/versions.py).
     version: str | None = None
     started_version: str | None = None
+    # Erased by a person (``erased_by``): its payloads removed, its skeleton kept.
+    erased_at: datetime | None = None
+    erased_by: str | None = None
 
     @property
     def depth(self) -> int:

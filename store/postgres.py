@@ -23,6 +23,7 @@ import sqlalchemy as sa
 
 from store.db import DEFAULT_POOL_SIZE, Executor, shared_engine
 from store.pg.approvals import PgApprovals
+from store.pg.audit import PgAudit
 from store.pg.children import PgChildren
 from store.pg.effects import PgEffects
 from store.pg.execution import PgExecution
@@ -48,6 +49,7 @@ class PostgresStore(
     PgRetryFork,
     PgObserve,
     PgSchedules,
+    PgAudit,
 ):
     """The store: what the engine, the console and the command line call."""
 

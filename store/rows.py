@@ -104,6 +104,8 @@ def run_from_row(row: Mapping[str, Any], waiting: WaitPoint | None = None) -> Ru
         parked_until=None if m.get("parked_key") is None else m["retry_at"],
         version=m.get("version"),
         started_version=m.get("started_version"),
+        erased_at=m.get("erased_at"),
+        erased_by=m.get("erased_by"),
     )
 
 

@@ -133,6 +133,9 @@ runs = sa.Table(
     sa.Column("version", sa.Text),
     sa.Column("started_version", sa.Text),
     sa.Column("version_change", JSONB),
+    # Erased (0020): its payloads removed by a person, its skeleton kept.
+    sa.Column("erased_at", _TS),
+    sa.Column("erased_by", sa.Text),
     sa.Column("enqueued_at", _TS),
     sa.Column("created_at", _TS, nullable=False, server_default=_NOW),
     sa.Column("updated_at", _TS, nullable=False, server_default=_NOW),
@@ -548,6 +551,28 @@ agent_versions = sa.Table(
     sa.Column("first_seen", _TS, nullable=False, server_default=_NOW),
     sa.Column("last_seen", _TS, nullable=False, server_default=_NOW),
     sa.CheckConstraint("policy IN ('continue', 'pin', 'fail')", name="agent_versions_policy_valid"),
+)
+
+# Every action of a person on runs' data (store/pg/audit.py, docs/security.md):
+# who (``actor``), from where (``source``), what (``action``: viewed payloads,
+# decided, edited, answered, cancelled, retried, forked, erased...), on which
+# run, and ``detail``. Each row's ``hash`` covers its fields and the row
+# before's (``prev_hash``), so that a row deleted or altered breaks the chain
+# (``runwright audit verify``). No foreign key: the log outlives pruned runs.
+audit = sa.Table(
+    "audit",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(always=True), primary_key=True),
+    sa.Column("at", _TS, nullable=False, server_default=_NOW),
+    sa.Column("actor", sa.Text, nullable=False),
+    sa.Column("source", sa.Text),
+    sa.Column("action", sa.Text, nullable=False),
+    sa.Column("run_id", sa.Uuid(as_uuid=False)),
+    sa.Column("detail", JSONB),
+    sa.Column("prev_hash", sa.Text, nullable=False),
+    sa.Column("hash", sa.Text, nullable=False),
+    sa.UniqueConstraint("hash", name="audit_hash_key"),
+    sa.Index("audit_run_idx", "run_id", "id", postgresql_where=sa.text("run_id IS NOT NULL")),
 )
 
 # When tick() last finished: one row, written at the end of every tick

@@ -111,6 +111,7 @@ def test_downgrade_to_base_and_up_again(empty_databases: tuple[str, str]) -> Non
         "schedules",
         "schedule_firings",
         "agent_versions",
+        "audit",
     }
 
 

@@ -82,6 +82,7 @@ def test_what_a_runs_user_writes_is_json_not_jsonb() -> None:
         # Runwright's own, not a user's: versions and what changed between them (0019).
         ("runs", "version_change"): "JSONB",
         ("agent_versions", "definition"): "JSONB",
+        ("audit", "detail"): "JSONB",
     }
 
 

@@ -11,6 +11,7 @@ from store.models import Decision, EffectStatus, Interruption, RunStatus, StepKi
 from store.schema import metadata
 
 TABLES = {
+    "audit": ["id", "at", "actor", "source", "action", "run_id", "detail", "prev_hash", "hash"],
     "agent_versions": [
         "agent", "version", "label", "policy", "definition", "first_seen", "last_seen",
     ],
@@ -43,7 +44,7 @@ TABLES = {
         "cancelled_by", "interrupted_reason", "interrupted_by", "cost_unpriced",
         "parent_id", "parent_call_id", "detached", "budget_bounds", "root_id", "ancestors",
         "reserved_tokens", "arrival", "tenant", "priority", "parked_key", "version",
-        "started_version", "version_change", "enqueued_at",
+        "started_version", "version_change", "erased_at", "erased_by", "enqueued_at",
         "created_at",
         "updated_at", "started_at", "finished_at",
     ],
