@@ -129,6 +129,8 @@ def sse_stream(
     timeout: float | None = None,
     keepalive: float = KEEPALIVE_SECONDS,
     shape: Shape | None = None,
+    viewer: str | None = None,
+    source: str | None = None,
 ) -> Iterator[bytes]:
     """The frames of the run's events after ``last_event_id``, then of its new
     events until it ends or ``timeout`` seconds pass; a final ``end`` frame
@@ -145,12 +147,18 @@ def sse_stream(
     :func:`public_event`, leaves out tool inputs, error messages, approval ids,
     who decided and why, who moved the run to another version, and worker
     host names; :func:`full_event` keeps all.
+
+    ``viewer``: the person the stream is for, and ``source`` where from;
+    given, the view of the run's payloads goes to the audit log
+    (:meth:`Engine.viewed_payloads`, once per person and run per window).
     """
     after = parse_last_event_id(last_event_id)
     if not keepalive > 0:
         raise InvalidInput("keepalive must be a positive number of seconds")
     stream = engine.events(run_id, after, timeout=timeout)
     engine.get_run(run_id)  # an unknown run is a 404 now, not a broken stream later
+    if viewer is not None:
+        engine.viewed_payloads(run_id, by=viewer, source=source)
     return _frames(stream, keepalive, shape or public_event)
 
 

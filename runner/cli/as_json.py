@@ -50,6 +50,7 @@ if TYPE_CHECKING:
         StandingApproval,
         Step,
     )
+    from store.pg.audit import AuditEntry
     from store.workers import WorkerInfo
 
 Document = dict[str, Any]
@@ -552,6 +553,12 @@ def versions_json(lines: Iterable[VersionLine]) -> Document:
             for line in lines
         ]
     }
+
+
+def audit_json(entry: AuditEntry) -> Document:
+    """One entry of the audit log (``runwright audit --json``, a line each):
+    id, at, actor, source, action, run_id, detail, prev_hash, hash."""
+    return entry.to_dict()
 
 
 def upgrade_json(report: UpgradeReport) -> Document:

@@ -42,6 +42,8 @@ from runner.cli.as_json import (
     upgrade_json,
     versions_json,
 )
+from runner.cli.audit import audit as audit_command
+from runner.cli.audit import cli_source, login_name
 from runner.cli.console import console as console_command
 from runner.cli.describe import describe, requests_lines, status_cell, version_lines, when
 from runner.cli.limits import limits as limits_command
@@ -327,7 +329,7 @@ def upgrade(
     who = _operator(by)
     engine = _engine()
     try:
-        report = engine.upgrade_runs(agent, old, new, by=who)
+        report = engine.upgrade_runs(agent, old, new, by=who, source=cli_source())
     finally:
         engine.close()
     if as_json:
@@ -343,12 +345,15 @@ def upgrade(
 @json_option
 def show(run_id: str, messages: bool, as_json: bool) -> Document | None:
     """Show a run: its status, steps, usage and checkpoint messages."""
+    from runner.core.audit import AuditAction, record
     from runner.core.engine.explain import explain
     from runner.core.settings import open_store
 
     settings = _settings()
     store = open_store(settings)
     run = store.get_run(run_id)
+    # What follows prints the run's payloads (its steps' calls, its messages).
+    record(store, AuditAction.VIEWED_PAYLOADS, login_name(), run_id=run.id, source=cli_source())
     steps = store.steps(run_id)
     children = store.children(run_id)
     approvals = store.approvals(run_id)
@@ -464,12 +469,10 @@ def _operator(by: str | None) -> str:
     """Who a command acts as: ``--by``, else the login name."""
     if by is not None:
         return by
-    import getpass
-
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):  # no name for this uid (a bare container)
-        raise InvalidInput("cannot tell your login name: say who you are with --by NAME") from None
+    name = login_name()
+    if name is None:
+        raise InvalidInput("cannot tell your login name: say who you are with --by NAME")
+    return name
 
 
 # The options every deciding command shares.
@@ -545,6 +548,7 @@ def _decide(
         arguments=edited,
         for_run=for_run,
         fail_run=fail_run,
+        source=cli_source(),
     )
     decided = engine.store.get_approval(asked.approval_id)
     # The run's other pending calls of the tool, approved with it (``--for-run``).
@@ -678,7 +682,14 @@ def answer(
     engine = _engine()
     question = chosen(engine.store, request_id, RequestKind.INPUT, tool=tool, call=call_id)
     given = answer_value(question, value)
-    run = engine.answer(question.approval_id, given, token=token, trusted=token is None, by=who)
+    run = engine.answer(
+        question.approval_id,
+        given,
+        token=token,
+        trusted=token is None,
+        by=who,
+        source=cli_source(),
+    )
     answered = engine.store.get_approval(question.approval_id)
     if as_json:
         return {
@@ -708,7 +719,7 @@ def resolve(
     call ids, and `runwright runs --needs-attention` the runs that have one."""
     who = _operator(by)
     engine = _engine()
-    effect = engine.resolve_effect(run_id, call_id, outcome, note=note, by=who)
+    effect = engine.resolve_effect(run_id, call_id, outcome, note=note, by=who, source=cli_source())
     run = engine.get_run(run_id)
     if as_json:
         return {"effect": effect_json(effect), "run": run_json(run)}
@@ -724,7 +735,7 @@ def resolve(
 def cancel(run_id: str, by: str | None, as_json: bool) -> Document | None:
     """Cancel a run, from any machine."""
     who = _operator(by)
-    result = _engine().cancel(run_id, by=who)
+    result = _engine().cancel(run_id, by=who, source=cli_source())
     if as_json:
         return {"action": result.action.value, "by": who, "run": run_json(result.run)}
     if result.action is CancelAction.CANCELLED:
@@ -748,31 +759,39 @@ _keep_standing_option = click.option(
 @click.argument("run_id")
 @click.option("--extra-steps", default="0", help="Steps to add to the run's budget.")
 @_keep_standing_option
+@click.option("--by", default=None, help="Who retries it (default: your login name).")
 @json_option
-def retry(run_id: str, extra_steps: str, keep_standing: bool, as_json: bool) -> Document | None:
+def retry(
+    run_id: str, extra_steps: str, keep_standing: bool, by: str | None, as_json: bool
+) -> Document | None:
     """Queue a failed or cancelled run again, from its last checkpoint."""
-    from runner.core.engine.retry_fork import retry as retry_run
     from store.retry_fork import MAX_EXTRA_STEPS
 
     extra = parse_count(extra_steps, "--extra-steps", 0, MAX_EXTRA_STEPS)
+    who = _operator(by)
     engine = _engine()
     # What the retry keeps or drops, read before it: afterwards a drop is gone.
     granted = [s.tool_name for s in engine.store.standing_approvals(run_id)]
-    result = retry_run(engine.deps, run_id, extra_steps=extra, keep_standing=keep_standing)
-    run = result.run
-    number = engine.store.attempt_count(run.id) + 1 if result.retried else None
+    # A retry keeps the outcome it replaces as an attempt: one more means retried.
+    before = engine.store.attempt_count(run_id)
+    run = engine.retry(
+        run_id, extra_steps=extra, keep_standing=keep_standing, by=who, source=cli_source()
+    )
+    attempts = engine.store.attempt_count(run.id)
+    retried = attempts > before
+    number = attempts + 1 if retried else None
     if as_json:
         return {
-            "retried": result.retried,
+            "retried": retried,
             "attempt": number,
-            "extra_steps": extra if result.retried else 0,
+            "extra_steps": extra if retried else 0,
             "keep_standing": keep_standing,
             "standing_approvals": [
                 standing_json(s) for s in engine.store.standing_approvals(run.id)
             ],
             "run": run_json(run),
         }
-    if not result.retried:
+    if not retried:
         say(f"run {run.id} is already {run.status.value}; nothing to retry")
         return None
     more = f", {extra} more steps" if extra else ""
@@ -799,6 +818,7 @@ def retry(run_id: str, extra_steps: str, keep_standing: bool, as_json: bool) -> 
     help="Fork even though effects ran after the step: the fork may run them again.",
 )
 @_keep_standing_option
+@click.option("--by", default=None, help="Who forks it (default: your login name).")
 @json_option
 def fork(
     run_id: str,
@@ -808,6 +828,7 @@ def fork(
     trigger_id: str | None,
     rerun_effects: bool,
     keep_standing: bool,
+    by: str | None,
     as_json: bool,
 ) -> Document | None:
     """Start a new run from RUN_ID's history after a step.
@@ -822,6 +843,7 @@ def fork(
     unless --keep-standing.
     """
     step = parse_count(at_step, "--at-step", 1, MAX_STEP)
+    who = _operator(by)
     engine = _engine()
     try:
         run = engine.fork(
@@ -832,6 +854,8 @@ def fork(
             id=trigger_id,
             rerun_effects=rerun_effects,
             keep_standing=keep_standing,
+            by=who,
+            source=cli_source(),
         )
     except ForkRepeatsEffects as exc:
         raise ForkRepeatsEffects(
@@ -974,6 +998,7 @@ def demo(keep: bool) -> None:
     run_demo(keep=keep)
 
 
+main.add_command(audit_command)
 main.add_command(console_command)
 main.add_command(workers_command)
 main.add_command(limits_command)

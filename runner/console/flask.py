@@ -125,6 +125,7 @@ def _view(
                 csrf_ok=csrf_ok,
                 csrf_token=token,
                 headers=headers,
+                remote=request.remote_addr,
             ),
         )
         return _to_flask(answer)

@@ -174,6 +174,7 @@ class StandaloneConsole:
             csrf_ok=method == "POST" and self._csrf_ok(visit, form),
             csrf_token=self.sessions.csrf_token(visit.holder),
             headers={} if last is None else {"Last-Event-ID": last},
+            remote=visit.address or None,
         )
         return self.console.handle(route.name, request), visit.cookies
 

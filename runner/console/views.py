@@ -79,7 +79,8 @@ class Request:
     ``params``: the URL's path parameters; ``query`` and ``form``: the first
     value of each field; ``user``: who the host app says is signed in (None:
     nobody); ``csrf_ok``: the form carried this session's CSRF token;
-    ``csrf_token``: that token, for the forms a page renders."""
+    ``csrf_token``: that token, for the forms a page renders; ``remote``:
+    the client's address (for the audit log)."""
 
     method: str
     params: Mapping[str, str] = field(default_factory=dict)
@@ -89,6 +90,12 @@ class Request:
     csrf_ok: bool = False
     csrf_token: str = ""
     headers: Mapping[str, str] = field(default_factory=dict)
+    remote: str | None = None
+
+    @property
+    def source(self) -> str:
+        """Where the request came from, as the audit log names it."""
+        return f"console {self.remote or 'unknown'}"
 
 
 @dataclass
@@ -271,6 +278,7 @@ class Console:
         )
         if note:
             body = f'<p class="note">{note}</p>' + body
+        engine.viewed_payloads(run.id, by=request.user, source=request.source)
         return self._html(f"{run.agent} {run.id}", body, request)
 
     def _replay(self, run_id: str) -> tuple[list[RunEvent], bool]:
@@ -294,11 +302,15 @@ class Console:
             # is for signed-in users, who see everything a run wrote anyway.
             shape=marked_event,
             timeout=self.live_timeout,
+            viewer=request.user,
+            source=request.source,
         )
         return Response(200, frames, dict(SSE_HEADERS), "text/event-stream")
 
     def _cancel(self, request: Request) -> Response:
-        result = self.engine.cancel(request.params["run_id"], by=request.user)
+        result = self.engine.cancel(
+            request.params["run_id"], by=request.user, source=request.source
+        )
         run = result.run
         if result.action is CancelAction.ENDED:
             message = f"The run is already {run.status.value}; nothing changed."
@@ -314,7 +326,7 @@ class Console:
                 f"The run is {run.status.value}; only a failed or cancelled run can be retried."
             )
             return self.error(409, "Not retried", message, request)
-        run = engine.retry(run.id)
+        run = engine.retry(run.id, by=request.user, source=request.source)
         return self._redirect(f"/runs/{run.id}", "retried")
 
     # -------------------------------------------------------- approvals
@@ -359,6 +371,9 @@ class Console:
             agent=agent,
             note=self._note(request),
         )
+        # The inbox shows each pending call's arguments.
+        for run_id in dict.fromkeys(item.run.id for item in items):
+            self.engine.viewed_payloads(run_id, by=request.user, source=request.source)
         return self._html("Approvals", body, request)
 
     def _approval(self, request: Request) -> Response:
@@ -382,6 +397,8 @@ class Console:
             now=self.now(),
             change=change,
         )
+        # The link's holder sees the call's arguments (or the question).
+        self.engine.viewed_payloads(approval.run_id, by="link", source=request.source)
         return self._html(link_title(approval), body, link)
 
     def _by_token(self, approval_id: str, token: str) -> Approval:
@@ -411,7 +428,13 @@ class Console:
                 return self._already(approval, link)
             try:
                 _run, note = self._record(
-                    approval_id, approval, decision, form, by="link", token=token
+                    approval_id,
+                    approval,
+                    decision,
+                    form,
+                    by="link",
+                    token=token,
+                    source=request.source,
                 )
             except ApprovalAlreadyDecided:
                 return self._already(self._by_token(approval_id, token), link)
@@ -424,7 +447,9 @@ class Console:
         if asked is not None and not asked.pending:
             return self._already(asked, request)
         try:
-            run, note = self._record(approval_id, asked, decision, form, by=request.user)
+            run, note = self._record(
+                approval_id, asked, decision, form, by=request.user, source=request.source
+            )
         except ApprovalAlreadyDecided as exc:
             return self.error(409, "Already decided", exc.message + "; nothing changed.", request)
         except InvalidApprovalInput as exc:
@@ -455,6 +480,7 @@ class Console:
         *,
         by: str,
         token: str | None = None,
+        source: str | None = None,
     ) -> tuple[Run, str]:
         """Hand the decision to the engine (``approval``: the request, when the
         console read it); the run, and the note that says what was done."""
@@ -467,7 +493,9 @@ class Console:
                 value = answer_form.read(answer_form.plan(approval.schema), form)
             else:
                 value = form.get(answer_form.ANSWER)
-            run = engine.answer(approval_id, value, token=token, trusted=trusted, by=by)
+            run = engine.answer(
+                approval_id, value, token=token, trusted=trusted, by=by, source=source
+            )
             return run, "answered"
         if decision == "fail":
             run = engine.decide(
@@ -478,6 +506,7 @@ class Console:
                 trusted=trusted,
                 by=by,
                 fail_run=True,
+                source=source,
             )
             return run, "run_failed"
         approve = decision == "approve"
@@ -492,6 +521,7 @@ class Console:
             by=by,
             arguments=arguments,
             for_run=for_run,
+            source=source,
         )
         if not approve:
             return run, "denied"
@@ -537,7 +567,14 @@ class Console:
             if not approval.pending:
                 continue
             try:
-                engine.decide(approval.approval_id, approve, reason, trusted=True, by=request.user)
+                engine.decide(
+                    approval.approval_id,
+                    approve,
+                    reason,
+                    trusted=True,
+                    by=request.user,
+                    source=request.source,
+                )
             except ApprovalAlreadyDecided:
                 continue  # decided meanwhile (a double click): once is enough
             decided += 1
@@ -551,7 +588,12 @@ class Console:
         outcome = request.form.get("outcome", "")
         note = request.form.get("note", "").strip() or None
         self.engine.resolve_effect(
-            run_id, request.params["call_id"], outcome, note=note, by=request.user
+            run_id,
+            request.params["call_id"],
+            outcome,
+            note=note,
+            by=request.user,
+            source=request.source,
         )
         return self._redirect(f"/runs/{run_id}", "resolved")
 

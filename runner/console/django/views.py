@@ -149,6 +149,7 @@ def _answer(
             csrf_ok=method == "POST" and _csrf_ok(request, form, csrf),
             csrf_token=_token(request),
             headers=headers,
+            remote=request.META.get("REMOTE_ADDR"),
         ),
     )
     return _to_django(answer)

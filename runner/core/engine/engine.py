@@ -17,6 +17,7 @@ from runner.core.agent import registry as default_registry
 from runner.core.approvals import changes, decisions
 from runner.core.approvals.changes import ToolChange
 from runner.core.approvals.inbox import InboxItem, inbox
+from runner.core.audit import UNKNOWN_ACTOR, AuditAction, ViewWindow, decision, record
 from runner.core.clock import SYSTEM, Clock
 from runner.core.coordination.claims import NotClaimed
 from runner.core.coordination.leases import CancelListener, Leases
@@ -54,7 +55,9 @@ from store.models import (
     TriggerEnvelope,
 )
 from store.pg.approvals import CancelResult, DecisionResult
+from store.pg.audit import AuditCheck, AuditEntry
 from store.postgres import PostgresStore
+from store.rules import CancelAction
 from store.validate import check_run_id
 from store.workers import WorkerInfo
 
@@ -122,6 +125,7 @@ class Engine:
         self._stop_waking = store.on_commit(self.deps.feed.wake)
         self._listener: CancelListener | None = None
         self._listener_lock = threading.Lock()
+        self._views = ViewWindow()
 
     @classmethod
     def from_env(cls, *, enqueue: Enqueue | None = _FROM_SETTINGS) -> Engine:
@@ -365,11 +369,18 @@ class Engine:
 
     # --------------------------------------------------------- control
 
-    def cancel(self, run_id: str, *, by: str | None = None) -> CancelResult:
+    def cancel(
+        self, run_id: str, *, by: str | None = None, source: str | None = None
+    ) -> CancelResult:
         """Cancel from any process, recording ``by`` whom (the app's user, a
-        console login). A running run's owner aborts within about a second
-        (pub/sub; heartbeat polling covers a missed message)."""
-        return self.deps.cancel(run_id, by=by)
+        console login) and from where (``source``, for the audit log). A
+        running run's owner aborts within about a second (pub/sub; heartbeat
+        polling covers a missed message)."""
+        result = self.deps.cancel(run_id, by=by)
+        if result.action is not CancelAction.ENDED:  # an ended run: nothing was done
+            detail = {"action": result.action.value}
+            self.audit(AuditAction.CANCELLED, by=by, run_id=run_id, source=source, detail=detail)
+        return result
 
     def decide(
         self,
@@ -383,9 +394,12 @@ class Engine:
         arguments: dict[str, Any] | None = None,
         for_run: bool = False,
         fail_run: bool = False,
+        source: str | None = None,
     ) -> Run:
-        """Decide an approval, recording ``by`` whom (the app's user, "link").
-        With the last decision the run is queued again.
+        """Decide an approval, recording ``by`` whom (the app's user, "link")
+        and from where (``source``, for the audit log: ``decided``, or
+        ``edited`` with the names of the fields edited). With the last
+        decision the run is queued again.
 
         ``reason``: on a denial, what the model is told (unless the agent ends
         the run on a denial: ``on_deny="fail"``). ``arguments``: approve the
@@ -414,7 +428,10 @@ class Engine:
             for_run=for_run,
             fail_run=fail_run,
         )
-        return self._decided(result)
+        run = self._decided(result)
+        action, detail = decision(result, fail_run=fail_run)
+        self.audit(action, by=by, run_id=run.id, source=source, detail=detail)
+        return run
 
     def answer(
         self,
@@ -424,6 +441,7 @@ class Engine:
         token: str | None = None,
         trusted: bool = False,
         by: str | None = None,
+        source: str | None = None,
     ) -> Run:
         """Answer the model's question (a request of kind ``input``: the agent's
         ``ask_human`` tool), recording ``by`` whom. ``value`` must fit the
@@ -440,7 +458,10 @@ class Engine:
             trusted=trusted,
             by=by,
         )
-        return self._decided(result)
+        run = self._decided(result)
+        detail = {"approval_id": result.approval.approval_id}  # not the answer itself
+        self.audit(AuditAction.ANSWERED, by=by, run_id=run.id, source=source, detail=detail)
+        return run
 
     def respond(self, approval_id: str, approve: bool, *args: Any, **kwargs: Any) -> Run:
         """Deprecated: :meth:`decide`."""
@@ -463,16 +484,29 @@ class Engine:
         (``decide(..., for_run=True)``), oldest first."""
         return self.deps.store.standing_approvals(run_id)
 
-    def retry(self, run_id: str, *, extra_steps: int = 0, keep_standing: bool = False) -> Run:
+    def retry(
+        self,
+        run_id: str,
+        *,
+        extra_steps: int = 0,
+        keep_standing: bool = False,
+        by: str | None = None,
+        source: str | None = None,
+    ) -> Run:
         """Queue a failed or cancelled run again from its checkpoint, with
         ``extra_steps`` more in its step budget, and enqueue it; its outcome is
         kept as an attempt (:meth:`attempts`). A live run is returned as it is;
         a completed run raises :class:`InvalidTransition`. The tools people
         approved for the rest of the run (``decide(..., for_run=True)``) ask
-        again, unless ``keep_standing``."""
-        return retry_fork.retry(
+        again, unless ``keep_standing``. ``by`` whom and from where
+        (``source``) go to the audit log."""
+        result = retry_fork.retry(
             self.deps, run_id, extra_steps=extra_steps, keep_standing=keep_standing
-        ).run
+        )
+        if result.retried:
+            detail = {"extra_steps": extra_steps, "keep_standing": keep_standing}
+            self.audit(AuditAction.RETRIED, by=by, run_id=run_id, source=source, detail=detail)
+        return result.run
 
     def fork(
         self,
@@ -484,6 +518,8 @@ class Engine:
         id: str | None = None,
         rerun_effects: bool = False,
         keep_standing: bool = False,
+        by: str | None = None,
+        source: str | None = None,
     ) -> Run:
         """Start a new run from ``run_id``'s history as it stood after step
         ``at_step``, of ``agent`` (default: the original's) on ``model``
@@ -494,8 +530,10 @@ class Engine:
         not know: if an effect ran after ``at_step``, it is refused
         (:class:`ForkRepeatsEffects` names them; nothing is written) unless
         ``rerun_effects=True``. The tools approved for the rest of the
-        original run are not approved in the fork, unless ``keep_standing``."""
-        return retry_fork.fork(
+        original run are not approved in the fork, unless ``keep_standing``.
+        The audit log records the fork on the original run, ``by`` whom and
+        from where (``source``)."""
+        run = retry_fork.fork(
             self.deps,
             run_id,
             at_step,
@@ -505,6 +543,16 @@ class Engine:
             rerun_effects=rerun_effects,
             keep_standing=keep_standing,
         )
+        detail = {
+            "fork": run.id,
+            "at_step": at_step,
+            "agent": run.agent,
+            "model": model,
+            "rerun_effects": rerun_effects,
+            "keep_standing": keep_standing,
+        }
+        self.audit(AuditAction.FORKED, by=by, run_id=run_id, source=source, detail=detail)
+        return run
 
     # ------------------------------------------------------------ versions
 
@@ -521,13 +569,26 @@ class Engine:
         return versioning.lines(self.deps, self.workers(), agent)
 
     def upgrade_runs(
-        self, agent: str, old: str, new: str | None = None, *, by: str | None = None
+        self,
+        agent: str,
+        old: str,
+        new: str | None = None,
+        *,
+        by: str | None = None,
+        source: str | None = None,
     ) -> versioning.UpgradeReport:
         """Move the runs of ``agent`` on version ``old`` that are not running
         to version ``new`` (its id, a prefix, or its label; default: the
         current one), one version event each; refuses, with the reason, a
-        run waiting on a call whose tool ``new`` does not have."""
-        return versioning.upgrade(self.deps, self.workers(), agent, old, new, by=by)
+        run waiting on a call whose tool ``new`` does not have. Each run
+        moved is one entry in the audit log, ``by`` whom from ``source``."""
+        report = versioning.upgrade(self.deps, self.workers(), agent, old, new, by=by)
+        detail = {"agent": report.agent, "from": report.old, "to": report.new}
+        for run_id in report.moved:
+            self.audit(
+                AuditAction.UPGRADED_RUNS, by=by, run_id=run_id, source=source, detail=detail
+            )
+        return report
 
     def workers(self) -> dict[str, WorkerInfo] | None:
         """The live workers by name, with what each serves (store/workers.py);
@@ -569,9 +630,11 @@ class Engine:
         *,
         note: str | None = None,
         by: str | None = None,
+        source: str | None = None,
     ) -> Effect:
         """Record what a person found an effect of unknown outcome did
-        (``"done"`` or ``"not_done"``), with ``note`` and ``by`` whom; the run's
+        (``"done"`` or ``"not_done"``), with ``note`` and ``by`` whom (and
+        from where, ``source``, for the audit log); the run's
         ``needs_attention`` clears with its last unresolved one."""
         effect = self.deps.store.resolve_effect(run_id, call_id, outcome, note=note, by=by)
         log.info(
@@ -581,7 +644,56 @@ class Engine:
             effect.resolved_outcome,
             by or "someone unnamed",
         )
+        outcome_name = None if effect.resolved_outcome is None else effect.resolved_outcome.value
+        detail = {"call_id": call_id, "outcome": outcome_name}  # not the note
+        self.audit(AuditAction.RESOLVED_EFFECT, by=by, run_id=run_id, source=source, detail=detail)
         return effect
+
+    # ------------------------------------------------------------ audit
+
+    def audit(
+        self,
+        action: AuditAction,
+        *,
+        by: str | None,
+        run_id: str | None = None,
+        source: str | None = None,
+        detail: Mapping[str, Any] | None = None,
+    ) -> int | None:
+        """Append ``action`` of ``by`` (None: "unknown") from ``source`` to
+        the audit log, after the action committed; the entry's id. An entry
+        that cannot be appended is logged as an ERROR and the action stands
+        (None then): it is done, and the log's gap is named in the logs."""
+        return record(self.deps.store, action, by, run_id=run_id, source=source, detail=detail)
+
+    def viewed_payloads(self, run_id: str, *, by: str | None, source: str | None = None) -> bool:
+        """A person was shown ``run_id``'s payloads (its messages, tool
+        arguments and results): one ``viewed_payloads`` entry per person and
+        run per :data:`~runner.core.audit.VIEW_WINDOW_SECONDS`, counted in
+        this process, so that a polling page does not flood the log. True
+        if this view was recorded."""
+        who = by or UNKNOWN_ACTOR
+        if not self._views.claim(who, run_id):
+            return False
+        if self.audit(AuditAction.VIEWED_PAYLOADS, by=who, run_id=run_id, source=source) is None:
+            self._views.release(who, run_id)
+            return False
+        return True
+
+    def audit_log(
+        self, run_id: str | None = None, *, after: int = 0, limit: int = 1000
+    ) -> list[AuditEntry]:
+        """The audit log in order, after the entry ``after``, of ``run_id`` if given."""
+        if run_id is not None:
+            check_run_id(run_id)
+        if after < 0 or limit < 1:
+            raise InvalidInput("after must be 0 or more, and limit 1 or more")
+        return self.deps.store.audit_entries(run_id=run_id, after=after, limit=limit)
+
+    def verify_audit(self) -> AuditCheck:
+        """Walk the audit log's hash chain: its first row that does not
+        follow the one before (a row deleted, or altered, with SQL)."""
+        return self.deps.store.verify_audit()
 
     def attempts(self, run_id: str) -> list[RunAttempt]:
         """A retried run's earlier attempts, oldest first."""
