@@ -110,6 +110,7 @@ LAYER_OF = {
     "runner.core.approvals": "services",
     "runner.core.events": "services",
     "runner.core.schedules": "services",
+    "runner.core.audit": "services",  # the audit log's actions, appended after them
     # The log listener and which listeners a process gets: the engine calls
     # them, they read what it hands them, not the engine. The trace and metric
     # listeners are integrations (runner/observe/), loaded by name when configured.

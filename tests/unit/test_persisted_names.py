@@ -6,6 +6,7 @@ never rename them; a deliberate rename fails here first and needs a migration
 from __future__ import annotations
 
 from runner.celery import EXECUTE, TICK
+from runner.core.audit import AuditAction
 from runner.core.coordination import leases
 from store.models import Decision, EffectStatus, Interruption, RunStatus, StepKind
 from store.schema import metadata
@@ -75,6 +76,10 @@ def test_stored_enum_values_keep_their_spelling() -> None:
     assert [d.value for d in Decision] == ["approved", "denied", "withdrawn", "answered"]
     assert [i.value for i in Interruption] == ["drain", "agent_missing"]
     assert [e.value for e in EffectStatus] == ["started", "completed", "failed", "unknown"]
+    assert [a.value for a in AuditAction] == [
+        "viewed_payloads", "decided", "edited", "answered", "cancelled", "retried", "forked",
+        "resolved_effect", "erased", "upgraded_runs", "rotated_keys",
+    ]  # fmt: skip
 
 
 def test_task_names_and_redis_keys_keep_their_names() -> None:
