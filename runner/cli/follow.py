@@ -9,10 +9,12 @@ from typing import Any
 
 import click
 
+from runner.cli.audit import cli_source, login_name
 from runner.cli.describe import decision_words
 from runner.cli.step_lines import clip, step_line
 from runner.cli.terminal import inert
 from runner.core.approvals.expiry import marked_event
+from runner.core.audit import AuditAction, record
 from runner.core.children import child_event_title
 from runner.core.coordination.leases import connect
 from runner.core.engine.explain import at
@@ -133,6 +135,9 @@ def follow(
     text = _Text()
     ended = False
     try:
+        # What follows prints the run's payloads as they are written.
+        run = store.get_run(run_id)
+        record(store, AuditAction.VIEWED_PAYLOADS, login_name(), run_id=run.id, source=cli_source())
         for event in feed.events(run_id, timeout=timeout):
             if as_json:
                 click.echo(json.dumps(event.to_dict(), default=str))

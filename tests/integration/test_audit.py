@@ -306,17 +306,20 @@ def send(run_id: str, **_: Any) -> None:
     """What the command line's engine sends to: nowhere (the tests execute)."""
 
 
-def test_cli_actions_name_the_login_and_host_and_show_is_a_view(
+def test_cli_actions_name_the_login_and_host_and_show_and_watch_are_views(
     cli: Any, engine: Engine, queued: list[str]
 ) -> None:
     run = engine.start(plain_agent(), {})
     assert cli("show", run.id).exit_code == 0
+    watched = cli("watch", run.id, "--timeout", "0.2")
+    assert watched.exit_code == 1 and "still queued" in watched.output
     assert cli("cancel", run.id, "--by", "ana").exit_code == 0
     retried = cli("retry", run.id, "--by", "bo", "--json")
     assert retried.exit_code == 0 and json.loads(retried.output)["retried"] is True
     where = f"cli {getpass.getuser()}@{socket.gethostname()}"
     found = [(e.actor, e.action, e.source, e.run_id) for e in entries(engine)]
     assert found == [
+        (getpass.getuser(), AuditAction.VIEWED_PAYLOADS, where, run.id),
         (getpass.getuser(), AuditAction.VIEWED_PAYLOADS, where, run.id),
         ("ana", AuditAction.CANCELLED, where, run.id),
         ("bo", AuditAction.RETRIED, where, run.id),
