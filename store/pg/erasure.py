@@ -82,8 +82,8 @@ ERASE_RUN = Statement(
     """
     UPDATE runs
        SET trigger = CAST(:trigger AS json), output = NULL, state = NULL,
-           error_message = CASE WHEN error_message IS NULL THEN NULL ELSE CAST(:erased AS text) END,
-           retry_error = CASE WHEN retry_error IS NULL THEN NULL ELSE CAST(:erased AS text) END,
+           error_message = CASE WHEN error_message IS NOT NULL THEN CAST(:erased AS text) END,
+           retry_error = CASE WHEN retry_error IS NOT NULL THEN CAST(:erased AS text) END,
            erased_at = now(), erased_by = CAST(:by AS text)
      WHERE id = CAST(:run_id AS uuid) AND status IN ('completed', 'failed', 'cancelled')
     RETURNING erased_at
@@ -104,22 +104,22 @@ ERASE_PAYLOADS = Statement(
                output = CASE WHEN json_typeof(output) = 'object'
                               AND output ->> 'usage_estimated' = 'true'
                              THEN CAST('{"usage_estimated": true}' AS json) END,
-               error = CASE WHEN error IS NULL THEN NULL ELSE to_json(CAST(:erased AS text)) END
+               error = CASE WHEN error IS NOT NULL THEN to_json(CAST(:erased AS text)) END
          WHERE run_id = CAST(:run_id AS uuid)
     ), e AS (
         UPDATE effects
            SET input = NULL, output = NULL,
-               error = CASE WHEN error IS NULL THEN NULL ELSE CAST(:erased AS text) END,
-               resolved_note = CASE WHEN resolved_note IS NULL THEN NULL ELSE CAST(:erased AS text) END
+               error = CASE WHEN error IS NOT NULL THEN CAST(:erased AS text) END,
+               resolved_note = CASE WHEN resolved_note IS NOT NULL THEN CAST(:erased AS text) END
          WHERE run_id = CAST(:run_id AS uuid)
     ), a AS (
         UPDATE approvals
            SET input = NULL, arguments = NULL, answer = NULL, schema = NULL,
-               reason = CASE WHEN reason IS NULL THEN NULL ELSE CAST(:erased AS text) END
+               reason = CASE WHEN reason IS NOT NULL THEN CAST(:erased AS text) END
          WHERE run_id = CAST(:run_id AS uuid)
     ), t AS (
         UPDATE run_attempts
-           SET error_message = CASE WHEN error_message IS NULL THEN NULL ELSE CAST(:erased AS text) END
+           SET error_message = CASE WHEN error_message IS NOT NULL THEN CAST(:erased AS text) END
          WHERE run_id = CAST(:run_id AS uuid)
     )
     UPDATE run_events
@@ -149,6 +149,8 @@ def hashed_key(name: str, value: str) -> str:
     """What an erased run's trigger keeps of a key's value. Unsalted, so that
     erasure by key still finds the run: it hides the value from a reader of
     the run, not from someone who guesses it and hashes the guess."""
+    # A run erased again keeps its hash (not the hash of it), and a key given
+    # as its hash finds the runs that keep it.
     if value.startswith(_HASHED):
         return value
     digest = hashlib.sha256(f"{name}={value}".encode()).hexdigest()

@@ -343,6 +343,23 @@ def test_a_run_is_erased_with_its_ended_children_and_a_child_of_a_live_run_is_no
     ]
 
 
+def test_the_next_run_of_a_thread_starts_without_the_erased_history(engine: Engine) -> None:
+    marker = unique("MARKER")
+    name = unique("thread")
+    model = ScriptedModel(name, lambda request: text("noted"))
+    Agent(name=name, model=model.model)
+    thread = unique("t")
+    first = engine.start(name, {"said": marker}, thread=thread)
+    assert engine.execute(first.id) is not None
+    engine.erase([first.id], by="dpo")
+
+    second = engine.start(name, {"said": "hello again"}, thread=thread)
+    done = engine.execute(second.id)
+    assert done is not None and done.status is RunStatus.COMPLETED
+    seen = json.dumps(model.calls[-1].messages)
+    assert "hello again" in seen and marker not in seen
+
+
 # ------------------------------------------------------------ command line
 
 sent_runs: list[str] = []
