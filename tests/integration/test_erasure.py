@@ -415,5 +415,13 @@ def test_the_command_line_asks_erases_and_shows(
     assert document["erased"] == [] and document["refused"][0]["run_id"] == live.id
     assert "the run is queued" in document["refused"][0]["reason"]
 
+    customer = unique("c")
+    keyed = completed_run(engine, unique("MARKER"), customer=customer)
+    by_key = cli("runs", "erase", "--key", f"customer={customer}", "--by", "dpo", "--yes", "--json")
+    assert by_key.exit_code == 0, by_key.output
+    assert [r["run_id"] for r in json.loads(by_key.output)["erased"]] == [keyed]
+    nobody = cli("runs", "erase", "--key", "customer=nobody", "--by", "dpo", "--yes")
+    assert nobody.exit_code == 0 and "nothing erased" in nobody.output
+
     bad = cli("runs", "erase", "--by", "dpo", "--yes")
     assert bad.exit_code == 1 and "by their ids or by one trigger key" in bad.output
