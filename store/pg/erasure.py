@@ -187,16 +187,6 @@ class ErasedRun:
     def erased(self) -> bool:
         return self.erased_at is not None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "status": self.status.value,
-            "erased": self.erased,
-            "erased_at": None if self.erased_at is None else self.erased_at.isoformat(),
-            "refused": self.refused,
-            "via": self.via,
-        }
-
 
 def _refusal(status: RunStatus) -> str:
     return f"the run is {status.value}: it may still need its payloads; erase it once it ends"
