@@ -26,6 +26,7 @@ from store.pg.approvals import PgApprovals
 from store.pg.audit import PgAudit
 from store.pg.children import PgChildren
 from store.pg.effects import PgEffects
+from store.pg.erasure import PgErasure
 from store.pg.execution import PgExecution
 from store.pg.flow import PgFlow
 from store.pg.maintenance import PgMaintenance
@@ -50,6 +51,7 @@ class PostgresStore(
     PgObserve,
     PgSchedules,
     PgAudit,
+    PgErasure,
 ):
     """The store: what the engine, the console and the command line call."""
 

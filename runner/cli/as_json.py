@@ -19,7 +19,7 @@ import functools
 import json
 import math
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -51,6 +51,7 @@ if TYPE_CHECKING:
         Step,
     )
     from store.pg.audit import AuditEntry
+    from store.pg.erasure import ErasedRun
     from store.workers import WorkerInfo
 
 Document = dict[str, Any]
@@ -140,6 +141,10 @@ def run_json(run: Run, known: Cost | None = None) -> Document:
         "error": _error(run.error),
         "output": run.output,
         "state": run.state,
+        # Its payloads were erased (store/pg/erasure.py): output and state are gone.
+        "erased": None
+        if run.erased_at is None
+        else {"at": when(run.erased_at), "by": run.erased_by},
         "waiting": None
         if waiting is None
         else {
@@ -571,6 +576,25 @@ def upgrade_json(report: UpgradeReport) -> Document:
         "moved": list(report.moved),
         "refused": [{"run_id": run_id, "reason": why} for run_id, why in report.refused],
         "changes": list(report.changes),
+    }
+
+
+def erasure_json(runs: Sequence[ErasedRun], by: str) -> Document:
+    """``runwright runs erase --json``: who erased, the runs erased and
+    those refused with why; ``via``: the run whose erasure took a
+    descendant along."""
+    return {
+        "by": by,
+        "erased": [
+            {"run_id": r.run_id, "status": r.status.value, "at": when(r.erased_at), "via": r.via}
+            for r in runs
+            if r.erased
+        ],
+        "refused": [
+            {"run_id": r.run_id, "status": r.status.value, "reason": r.refused, "via": r.via}
+            for r in runs
+            if not r.erased
+        ],
     }
 
 

@@ -33,6 +33,7 @@ from runner.cli.as_json import (
     Document,
     approval_json,
     effect_json,
+    erasure_json,
     json_option,
     migration_json,
     run_json,
@@ -187,7 +188,8 @@ def runs(
     needs_attention: bool,
     as_json: bool,
 ) -> None:
-    """List the latest runs; `runwright runs upgrade` moves runs to another version."""
+    """List the latest runs; `runwright runs upgrade` moves runs to another
+    version, `runwright runs erase` erases runs' payloads."""
     if ctx.invoked_subcommand is not None:
         given = [
             name
@@ -336,6 +338,63 @@ def upgrade(
         return upgrade_json(report)
     for line in upgrade_lines(report, who):
         say(line)
+    return None
+
+
+@runs.command("erase")
+@click.argument("run_ids", nargs=-1)
+@click.option(
+    "--key", default=None, help="Erase the runs whose trigger has this key, as name=value."
+)
+@click.option("--agent", default=None, help="With --key: only this agent's runs.")
+@click.option("--by", default=None, help="Who erases them (default: your login name).")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@json_option
+def erase(
+    run_ids: tuple[str, ...],
+    key: str | None,
+    agent: str | None,
+    by: str | None,
+    yes: bool,
+    as_json: bool,
+) -> Document | None:
+    """Erase runs' payloads (trigger payload, messages, tool arguments and
+    results, approvals' inputs and answers, output, state) and keep their
+    skeleton (ids, statuses, times, usage) for the records: the runs named,
+    or those of a trigger key, with their ended child runs. A run not ended
+    is refused, with the reason. Each erasure goes in the audit log."""
+    from runner.core.engine.erasure import select
+
+    who = _operator(by)
+    engine = _engine()
+    try:
+        ids = select(engine.deps, list(run_ids) or None, key, agent)
+        if not ids:
+            if as_json:
+                return erasure_json([], who)
+            say(f"no run has the trigger key {key}; nothing erased")
+            return None
+        if not yes:
+            named = "1 run" if len(ids) == 1 else f"{len(ids)} runs"
+            click.confirm(
+                f"Erase the payloads of {named} (and of their ended child runs)?"
+                " This cannot be undone",
+                abort=True,
+                err=True,
+            )
+        report = engine.erase(ids, by=who, source="cli")
+    finally:
+        engine.close()
+    if as_json:
+        return erasure_json(report.runs, who)
+    for run in report.runs:
+        via = f" (a descendant of {run.via})" if run.via else ""
+        if run.erased:
+            say(f"run {run.run_id}{via} erased by {who}")
+        else:
+            say(f"run {run.run_id}{via} not erased: {run.refused}")
+    if report.refused:
+        sys.exit(1)
     return None
 
 

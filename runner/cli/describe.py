@@ -47,6 +47,7 @@ def describe(
         *([version_line(run, titles or {})] if run.version else []),
         f"status   {run.status.value}",
         *([f"why      {why}"] if why else []),
+        *([erased_line(run)] if run.erased_at else []),
         f"usage    {run.usage.input_tokens} in, {run.usage.output_tokens} out, "
         f"{run.steps_used} steps{ESTIMATED if run.usage.estimated else ''}",
         f"cost     {run_cost(run.cost_usd, steps).words(money)}",
@@ -98,6 +99,14 @@ def describe(
         lines.append("attempts (earlier, retried)")
         lines.extend("  " + attempt_line(a) for a in attempts)
     return lines
+
+
+def erased_line(run: Run) -> str:
+    """When and by whom the run's payloads were erased (store/pg/erasure.py)."""
+    return (
+        f"erased   {when(run.erased_at)} by {run.erased_by}: its payloads are gone,"
+        " its ids, statuses, times and usage stay"
+    )
 
 
 def version_line(run: Run, titles: Mapping[str, str]) -> str:

@@ -92,6 +92,12 @@ def run_body(
         parts.append(
             f'<div class="problem"><b>{e(run.error.code)}</b>{text_block(run.error.message)}</div>'
         )
+    if run.erased_at is not None:
+        parts.append(
+            f'<p class="note" id="erased">Erased {when(run.erased_at)} by {e(run.erased_by or "")}:'
+            " its payloads (trigger payload, messages, tool arguments and results, answers,"
+            " output) are gone; its ids, statuses, times and usage stay.</p>"
+        )
     pending = [a for a in approvals if a.pending]
     if pending and run.status is RunStatus.WAITING:
         parts.append(f'<p class="note" id="why">Waits for {_waits_for(pending, base)}.</p>')
@@ -297,7 +303,8 @@ def _actions(run: Run, *, base: str, csrf: str) -> str:
     token = hidden("csrf_token", csrf)
     path = f"{e(base)}/runs/{e(run.id)}"
     cancel_hidden = " hidden" if run.ended else ""
-    retry_hidden = "" if run.status in RETRYABLE else " hidden"
+    # An erased run has no history to retry from (store/pg/retry_fork.py refuses it).
+    retry_hidden = "" if run.status in RETRYABLE and run.erased_at is None else " hidden"
     return (
         '<div class="actions">'
         f'<form id="cancel" class="once" method="post" action="{path}/cancel"{cancel_hidden}>'

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from store.db import Row, Tx, dumps
-from store.errors import RanEffect, RunNotFound
+from store.errors import InvalidTransition, RanEffect, RunNotFound
 from store.models import Decision, EffectStatus, NewRun, Run, RunAttempt
 from store.pg.base import PgBase
 from store.pg.runs import LLM_STEP, new_run_params
@@ -246,6 +246,15 @@ COPY_HISTORY = Statement(
 )
 
 
+def erased_refusal(run: Run, what: str) -> str:
+    """Why an erased run cannot be retried or forked: its history is gone."""
+    when = "" if run.erased_at is None else f" at {run.erased_at.isoformat(timespec='seconds')}"
+    return (
+        f"run {run.id} was erased{when} by {run.erased_by}: its history is gone,"
+        f" so it cannot be {what}"
+    )
+
+
 @dataclass(frozen=True)
 class RetryResult:
     run: Run
@@ -266,6 +275,8 @@ class PgRetryFork(PgBase):
             if row is None:
                 raise RunNotFound(f"no run with id {run_id!r}")
             run = run_from_row(row)
+            if run.erased_at is not None:
+                raise InvalidTransition(erased_refusal(run, "retried"))
             if not may_retry(run, extra_steps):
                 return RetryResult(self._get_run(tx, run_id), retried=False)
             count = tx.first(ATTEMPT_COUNT, {"run_id": run_id})
@@ -326,6 +337,8 @@ class PgRetryFork(PgBase):
                 raise RunNotFound(f"no run with id {run_id!r}")
             source = tx.first(FORK_SOURCE, {"run_id": run_id})
             assert source is not None  # locked above
+            if source["erased_at"] is not None:
+                raise InvalidTransition(erased_refusal(run_from_row(source), "forked"))
             cp_step = source["cp_step"]
             at_step = check_fork_step(run_id, at_step, cp_step)
             history = tx.rows(FORK_HISTORY, {"run_id": run_id, "count": source["cp_count"]})

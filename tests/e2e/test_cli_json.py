@@ -49,6 +49,7 @@ RUN_FIELDS = {
     "error",
     "output",
     "state",
+    "erased",
     "waiting",
     "claim",
     "takeovers",

@@ -22,7 +22,7 @@ from runner.core.clock import SYSTEM, Clock
 from runner.core.coordination.claims import NotClaimed
 from runner.core.coordination.leases import CancelListener, Leases
 from runner.core.deprecation import retired
-from runner.core.engine import retry_fork, versioning
+from runner.core.engine import erasure, retry_fork, versioning
 from runner.core.engine.deps import Deps, Enqueue
 from runner.core.engine.execution import Execution
 from runner.core.engine.tick import tick
@@ -553,6 +553,25 @@ class Engine:
         }
         self.audit(AuditAction.FORKED, by=by, run_id=run_id, source=source, detail=detail)
         return run
+
+    # ------------------------------------------------------------ erasure
+
+    def erase(
+        self,
+        run_ids: Sequence[str] | None = None,
+        *,
+        key: str | None = None,
+        agent: str | None = None,
+        by: str,
+        source: str | None = None,
+    ) -> erasure.ErasureReport:
+        """Erase runs' payloads and keep their skeleton (ids, statuses, times,
+        usage; store/pg/erasure.py says what goes): the runs ``run_ids``, or
+        those whose trigger has ``key`` (``"customer=42"``, of ``agent`` if
+        given), with their ended descendants. A run not ended is refused,
+        with the reason. Each run erased gets an audit entry by ``by``, from
+        ``source``. Bad input raises one error and changes nothing."""
+        return erasure.erase(self.deps, run_ids=run_ids, key=key, agent=agent, by=by, source=source)
 
     # ------------------------------------------------------------ versions
 
