@@ -10,18 +10,34 @@ import json
 import logging
 import re
 import time
+from collections.abc import Iterator
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import runner.core.agent as agent_module
 from runner import Agent
 from runner.core.errors import ConfigurationError, InvalidInput
+from runner.core.observe import ModelCall, ToolCall
 from runner.core.observe.logs import LINE_FIELDS, JsonFormatter, TextFormatter
 from runner.core.redaction import BUILTINS, Redactor, luhn
 from runner.core.settings import Settings
+from runner.observe.otel import OtelObserver
 from runner.sse import public_event
 from store.events import EventType, RunEvent
+from store.models import Run, RunStatus, TriggerEnvelope, Usage, utcnow
 from tests.helpers import unique
+
+
+@pytest.fixture(autouse=True)
+def _no_project_default(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """These tests say what the project's RUNWRIGHT_REDACT is: none, unless set."""
+    monkeypatch.delenv("RUNWRIGHT_REDACT", raising=False)
+    agent_module.project_redactor.cache_clear()
+    yield
+    agent_module.project_redactor.cache_clear()
 
 
 def redacted(name: str, text: str) -> str:
@@ -219,16 +235,14 @@ def test_a_pattern_that_does_not_compile_is_one_clear_error() -> None:
 
 def test_an_agent_adds_its_own_to_the_projects(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RUNWRIGHT_REDACT", "api_key")
+    agent = Agent(name=unique("redact"), model="scripted/x", redact=["email"], register=False)
+    plain = Agent(name=unique("redact"), model="scripted/x", register=False)
+    # A process that does not know the agent uses the project's.
+    assert agent_module.registry.redactor(unique("unknown")).names == ("api_key",)
+    monkeypatch.delenv("RUNWRIGHT_REDACT")
     agent_module.project_redactor.cache_clear()
-    try:
-        agent = Agent(name=unique("redact"), model="scripted/x", redact=["email"], register=False)
-        plain = Agent(name=unique("redact"), model="scripted/x", register=False)
-    finally:
-        monkeypatch.delenv("RUNWRIGHT_REDACT")
-        agent_module.project_redactor.cache_clear()
     assert agent.redactor.names == ("api_key", "email")
     assert plain.redactor.names == ("api_key",)
-    # A process that does not know the agent uses the project's.
     assert agent_module.registry.redactor(unique("unknown")).names == ()
 
 
@@ -285,3 +299,25 @@ def test_the_public_shape_of_an_event_is_redacted() -> None:
     assert shown["data"]["output"]["message"]["content"] == "Mailed [redacted:email]"
     assert event.data["output"]["message"]["content"] == "Mailed ada@example.com"
     assert "ada@example.com" in json.dumps(public_event(event))  # no project default here
+
+
+def test_error_texts_on_spans_are_redacted_without_content_capture() -> None:
+    agent = Agent(name=unique("redact-spans"), model="scripted/x", redact=["email"])
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    observer = OtelObserver(Settings(otel=True), tracer_provider=provider)
+    now = utcnow()
+    run = Run("run-1", agent.name, RunStatus.RUNNING, TriggerEnvelope(), Usage(), now, now)
+    call = ToolCall("send_mail", "call-1", 0, error="no mailbox ada@example.com")
+    with observer.tool_call(run, call):
+        pass
+    with pytest.raises(ValueError), observer.model_call(run, ModelCall("scripted/x", 0)):
+        raise ValueError("refused ada@example.com")
+    provider.shutdown()
+    tool_span, model_span = exporter.get_finished_spans()
+    assert tool_span.status.description == "no mailbox [redacted:email]"
+    assert model_span.status.description == "ValueError: refused [redacted:email]"
+    [raised] = [dict(e.attributes or {}) for e in model_span.events if e.name == "exception"]
+    assert raised["exception.message"] == "refused [redacted:email]"
+    assert "ada@example.com" not in str(raised["exception.stacktrace"])
