@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     )
     from runner.core.limits.model_limits import ModelLimit
     from runner.core.model import warm_up
+    from runner.core.redaction import Redactor
     from runner.core.retry import RetryPolicy
     from runner.core.steps.builtin_tools import AskHuman
     from runner.core.steps.run_context import RunContext
@@ -96,6 +97,7 @@ _LAZY = {
     "LeaseLostError": "runner.core.errors",
     "ModelError": "runner.core.errors",
     "PayloadTooLarge": "runner.core.errors",
+    "Redactor": "runner.core.redaction",
     "RetryPolicy": "runner.core.retry",
     "Run": "store.models",
     "RunContext": "runner.core.steps.run_context",
@@ -229,6 +231,7 @@ __all__ = [
     "ModelError",
     "ModelLimit",
     "PayloadTooLarge",
+    "Redactor",
     "RetryPolicy",
     "Run",
     "RunContext",

@@ -15,6 +15,7 @@ keep-alive, and the stream's reader is detached then.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -22,7 +23,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from runner.core.agent import registry
 from runner.core.errors import InvalidInput, RunNotFound, StoreUnavailable
+from runner.core.redaction import Redactor
 from store.events import EventType, RunEvent
 
 if TYPE_CHECKING:
@@ -47,7 +50,7 @@ _EVENT_ID = re.compile(r"[0-9]{1,19}")  # ASCII digits only: str.isdigit takes o
 _BAD_EVENT_ID = f"a last event id must be a decimal integer from 0 to {MAX_EVENT_ID}"
 
 
-def public_event(event: RunEvent) -> dict[str, Any]:
+def public_event(event: RunEvent, redactor: Redactor | None = None) -> dict[str, Any]:
     """What a stream shows of an event by default: its public shape.
 
     A run's stream is often open to whoever has its id, like an app's
@@ -57,7 +60,9 @@ def public_event(event: RunEvent) -> dict[str, Any]:
     the model's tool calls, not error messages (they may quote the arguments),
     and neither the approval ids. Nor who decided an approval (a console
     user's sign-in name) or the reason they gave: the console shows both to
-    those signed in. Outputs and the model's text stay.
+    those signed in. Outputs and the model's text stay, redacted with
+    ``redactor`` (the run's agent's, in :func:`sse_stream`; the project's
+    RUNWRIGHT_REDACT if None).
     """
     data = event.data
     if event.type is EventType.STEP:
@@ -77,7 +82,8 @@ def public_event(event: RunEvent) -> dict[str, Any]:
         data = {key: data.get(key) for key in _CHILD_FIELDS}
     elif event.type is EventType.VERSION:
         data = {key: data.get(key) for key in _VERSION_FIELDS}  # not who moved it
-    return {**event.to_dict(), "data": data}
+    redactor = redactor if redactor is not None else registry.redactor(None)
+    return {**event.to_dict(), "data": redactor.redact(data)}
 
 
 _STEP_FIELDS = ("kind", "index", "name", "tool_call_id", "output", "started_at", "finished_at")
@@ -146,7 +152,8 @@ def sse_stream(
     out; the frame's id and type are the event's own. The default,
     :func:`public_event`, leaves out tool inputs, error messages, approval ids,
     who decided and why, who moved the run to another version, and worker
-    host names; :func:`full_event` keeps all.
+    host names, and redacts the rest with the redactor of the run's agent;
+    :func:`full_event` keeps all.
 
     ``viewer``: the person the stream is for, and ``source`` where from;
     given, the view of the run's payloads goes to the audit log
@@ -156,10 +163,12 @@ def sse_stream(
     if not keepalive > 0:
         raise InvalidInput("keepalive must be a positive number of seconds")
     stream = engine.events(run_id, after, timeout=timeout)
-    engine.get_run(run_id)  # an unknown run is a 404 now, not a broken stream later
+    run = engine.get_run(run_id)  # an unknown run is a 404 now, not a broken stream later
     if viewer is not None:
         engine.viewed_payloads(run_id, by=viewer, source=source)
-    return _frames(stream, keepalive, shape or public_event)
+    if shape is None:
+        shape = functools.partial(public_event, redactor=registry.redactor(run.agent))
+    return _frames(stream, keepalive, shape)
 
 
 def _frames(stream: EventStream, keepalive: float, shape: Shape) -> Iterator[bytes]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import hashlib
 import importlib
 import os
@@ -28,7 +29,9 @@ from runner.core.errors import (
     InvalidInput,
 )
 from runner.core.mcp.servers import MCPServer
+from runner.core.redaction import Redactor, RedactSpec
 from runner.core.retry import RetryPolicy
+from runner.core.settings import Settings
 from runner.core.steps.builtin_tools import AskHuman, ask_human_spec
 from runner.core.steps.run_context import RunContext
 from runner.core.steps.tools import Tool
@@ -241,6 +244,11 @@ class Agent:
     concurrency: Concurrency | None = None
     max_running: int | None = None
     notifier: Callable[[ApprovalRequest], Any] | None = None
+    # What is taken out of its runs' data on the way to logs, spans, the
+    # public event stream and notifiers, on top of RUNWRIGHT_REDACT: built-in
+    # pattern names, compiled regexes, a function of a string, or a Redactor
+    # (runner/core/redaction.py). The model and the journal see real values.
+    redact: RedactSpec | Sequence[RedactSpec] | None = None
     on_error: Callable[[str, BaseException], Any] | None = None
     # Deprecated: RetryPolicy(in_call_retries=..., in_call_backoff=...). Retries
     # of a transient provider error within one model call; None: the engine's.
@@ -272,6 +280,7 @@ class Agent:
     # (else AgentAlreadyRegistered).
     replace: bool = False
     _asks: AskHuman | None = field(default=None, init=False, repr=False, compare=False)
+    _redactor: Redactor = field(default_factory=Redactor, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
@@ -341,6 +350,10 @@ class Agent:
             raise InvalidInput(
                 f"agent {self.name!r}: on_deny must be 'continue' or 'fail', not {self.on_deny!r}"
             )
+        try:
+            self._redactor = project_redactor() + Redactor.of(self.redact)
+        except InvalidInput as exc:
+            raise InvalidInput(f"agent {self.name!r}: {exc.message}") from None
         try:
             self._asks = ask_human_spec(self.ask_human)
         except InvalidInput as exc:
@@ -440,6 +453,13 @@ class Agent:
             found = versions.of(self)
             self.__dict__["_version"] = found
         return found
+
+    @property
+    def redactor(self) -> Redactor:
+        """What is taken out of this agent's runs' data where it leaves for
+        people and other systems: the project's RUNWRIGHT_REDACT and its own
+        ``redact``."""
+        return self._redactor
 
     @property
     def asks_human(self) -> AskHuman | None:
@@ -554,6 +574,12 @@ class Registry:
     def names(self) -> list[str]:
         return sorted(self._agents)
 
+    def redactor(self, name: str | None) -> Redactor:
+        """The redactor of the agent named ``name``; the project's
+        (RUNWRIGHT_REDACT) if this process has no agent of that name."""
+        found = self._agents.get(name) if name is not None else None
+        return found.redactor if found is not None else project_redactor()
+
     def versions(self) -> dict[str, str]:
         """The version of each agent, by name (runner/core/versions.py)."""
         with self._lock:
@@ -574,6 +600,12 @@ class Registry:
                 raise ConfigurationError(
                     f"cannot import agent module {module!r} (RUNWRIGHT_AGENTS): {exc}"
                 ) from exc
+
+
+@functools.cache
+def project_redactor() -> Redactor:
+    """The project's redactor, from RUNWRIGHT_REDACT (read once a process)."""
+    return Redactor(*Settings.from_env().redact)
 
 
 def _where(agent: Agent) -> str:

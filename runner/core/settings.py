@@ -14,7 +14,8 @@ from dataclasses import Field, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from store.errors import ConfigurationError
+from runner.core.redaction import builtin_names
+from store.errors import ConfigurationError, InvalidInput
 from store.validate import DEFAULT_MAX_PAYLOAD_BYTES
 
 if TYPE_CHECKING:
@@ -173,6 +174,9 @@ class Settings:
     metrics_port: int | None = _setting("RUNWRIGHT_METRICS_PORT", None, minimum=1)
     # Loopback unless told otherwise: the endpoint has no authentication.
     metrics_host: str = _setting("RUNWRIGHT_METRICS_HOST", "127.0.0.1")
+    # Built-in redaction patterns for every agent's data on its way to logs,
+    # spans, the public event stream and notifiers (runner/core/redaction.py).
+    redact: tuple[str, ...] = _setting("RUNWRIGHT_REDACT", ())
 
     def __post_init__(self) -> None:
         if self.log_format not in LOG_FORMATS:
@@ -193,6 +197,10 @@ class Settings:
             from runner.core.limits.model_limits import ModelLimits
 
             ModelLimits.from_json(self.model_limits)
+        try:
+            builtin_names(self.redact, "RUNWRIGHT_REDACT")
+        except InvalidInput as exc:
+            raise ConfigurationError(exc.message) from None
         if self.metrics_port is not None and self.metrics_port > 65535:
             raise ConfigurationError(
                 f"RUNWRIGHT_METRICS_PORT must be a port number, not {self.metrics_port}"

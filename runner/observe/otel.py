@@ -16,7 +16,9 @@ Nothing a run carries (its payload, the messages, tool arguments and results,
 an approval's input, a person's edited arguments, reason or answer, the
 output) goes into a span unless
 ``RUNWRIGHT_OTEL_CAPTURE_CONTENT`` is on: traces often go to a service with
-wider access than the run store.
+wider access than the run store. What is captured, and every error text a
+span carries, is redacted first with the redactor of the run's agent
+(runner/core/redaction.py).
 
 The spans go to the global tracer provider. A worker installs one if the
 process has none (:func:`start_worker`): the SDK's, exporting over OTLP/HTTP
@@ -32,6 +34,7 @@ import json
 import logging
 import os
 import threading
+import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,7 +43,9 @@ from opentelemetry import context, trace
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from runner.core.agent import registry
 from runner.core.observe import ModelCall, Observer, ToolCall
+from runner.core.redaction import Redactor
 from runner.core.release import version
 from runner.core.settings import Settings
 from runner.observe.genai import provider_of, system_of
@@ -192,13 +197,14 @@ class OtelObserver(Observer):
         if approval.decided_at is not None:
             event[APPROVAL_WAITED] = (approval.decided_at - approval.created_at).total_seconds()
         if self.capture:
-            event[TOOL_ARGUMENTS] = _content(approval.input)
+            redactor = _redactor(run)
+            event[TOOL_ARGUMENTS] = _content(approval.input, redactor)
             if approval.reason is not None:
-                event[APPROVAL_REASON] = _clip(approval.reason, MAX_CONTENT_CHARS)
+                event[APPROVAL_REASON] = _content(approval.reason, redactor)
             if approval.arguments is not None:
-                event[APPROVAL_ARGUMENTS] = _content(approval.arguments)
+                event[APPROVAL_ARGUMENTS] = _content(approval.arguments, redactor)
             if approval.answer is not None:
-                event[APPROVAL_ANSWER] = _content(approval.answer)
+                event[APPROVAL_ANSWER] = _content(approval.answer, redactor)
         span.add_event(APPROVAL_DECIDED, event)
         span.end()
 
@@ -219,7 +225,7 @@ class OtelObserver(Observer):
         if run.thread:
             attributes[CONVERSATION] = run.thread
         if self.capture:
-            attributes[PAYLOAD] = _content(run.trigger.payload)
+            attributes[PAYLOAD] = _content(run.trigger.payload, _redactor(run))
         span = self.tracer.start_span(
             f"invoke_agent {run.agent}",
             context=parent,
@@ -229,7 +235,7 @@ class OtelObserver(Observer):
         )
         token = _current.set(_Spans(span, fence.epoch))
         try:
-            with _active(span):
+            with _active(span, redactor=_redactor(run)):
                 yield
         finally:
             _current.reset(token)
@@ -247,7 +253,7 @@ class OtelObserver(Observer):
         if spans is not None:
             spans.step = span
         try:
-            with _active(span):
+            with _active(span, redactor=_redactor(run)):
                 yield
         finally:
             if spans is not None:
@@ -268,10 +274,11 @@ class OtelObserver(Observer):
             attributes[PROVIDER] = provider
             attributes[SYSTEM] = system_of(provider)
         span = self.tracer.start_span(f"chat {model}", kind=SpanKind.CLIENT, attributes=attributes)
-        with _active(span, lambda: self._answered(span, call)):
+        redactor = _redactor(run)
+        with _active(span, lambda: self._answered(span, call, redactor), redactor):
             yield
 
-    def _answered(self, span: Span, call: ModelCall) -> None:
+    def _answered(self, span: Span, call: ModelCall, redactor: Redactor) -> None:
         if call.usage is not None:
             span.set_attribute(INPUT_TOKENS, call.usage.input_tokens)
             span.set_attribute(OUTPUT_TOKENS, call.usage.output_tokens)
@@ -280,8 +287,8 @@ class OtelObserver(Observer):
         if call.cost_usd is not None:
             span.set_attribute(COST, call.cost_usd)
         if self.capture:
-            _maybe(span, INPUT_MESSAGES, list(call.messages) or None)
-            _maybe(span, OUTPUT_MESSAGES, call.output)
+            _maybe(span, INPUT_MESSAGES, list(call.messages) or None, redactor)
+            _maybe(span, OUTPUT_MESSAGES, call.output, redactor)
 
     @contextlib.contextmanager
     def tool_call(self, run: Run, call: ToolCall) -> Iterator[None]:
@@ -297,18 +304,19 @@ class OtelObserver(Observer):
                 **({MCP_SERVER: call.mcp_server} if call.mcp_server else {}),
             },
         )
-        with _active(span, lambda: self._returned(span, call)):
+        redactor = _redactor(run)
+        with _active(span, lambda: self._returned(span, call, redactor), redactor):
             yield
 
-    def _returned(self, span: Span, call: ToolCall) -> None:
+    def _returned(self, span: Span, call: ToolCall, redactor: Redactor) -> None:
         if call.error is not None:
             # What the model was told, which quotes the tool's exception but
             # never its arguments.
-            span.set_status(Status(StatusCode.ERROR, _clip(call.error, MAX_ERROR_CHARS)))
+            span.set_status(Status(StatusCode.ERROR, _error(call.error, redactor)))
             span.set_attribute(ERROR_TYPE, "tool_error")
         if self.capture:
-            _maybe(span, TOOL_ARGUMENTS, call.arguments)
-            _maybe(span, TOOL_RESULT, call.result)
+            _maybe(span, TOOL_ARGUMENTS, call.arguments, redactor)
+            _maybe(span, TOOL_RESULT, call.result, redactor)
 
     # ---------------------------------------------------------------- events
 
@@ -326,7 +334,7 @@ class OtelObserver(Observer):
                 APPROVAL_EXPIRES: approval.expires_at.isoformat(),
             }
             if self.capture:
-                event[TOOL_ARGUMENTS] = _content(approval.input)
+                event[TOOL_ARGUMENTS] = _content(approval.input, _redactor(run))
             span.add_event(APPROVAL_REQUESTED, event)
 
     def retry_scheduled(self, run: Run, wait: RetryWait) -> None:
@@ -335,7 +343,7 @@ class OtelObserver(Observer):
             return
         event: dict[str, Any] = {
             RETRY_ATTEMPTS: wait.attempts,
-            RETRY_ERROR: _clip(wait.error, MAX_ERROR_CHARS),
+            RETRY_ERROR: _error(wait.error, _redactor(run)),
         }
         if wait.at is not None:
             event[RETRY_AT] = wait.at.isoformat()
@@ -374,11 +382,11 @@ class OtelObserver(Observer):
             }
         )
         if run.status is RunStatus.FAILED and run.error is not None:
-            description = _clip(f"{run.error.code}: {run.error.message}", MAX_ERROR_CHARS)
+            description = _error(f"{run.error.code}: {run.error.message}", _redactor(run))
             span.set_status(Status(StatusCode.ERROR, description))
             span.set_attribute(ERROR_TYPE, run.error.code)
         if self.capture and run.output is not None:
-            span.set_attribute(OUTPUT, _content(run.output))
+            span.set_attribute(OUTPUT, _content(run.output, _redactor(run)))
 
 
 def observer(settings: Settings) -> Observer:
@@ -390,16 +398,30 @@ def observer(settings: Settings) -> Observer:
 
 
 @contextlib.contextmanager
-def _active(span: Span, finish: Callable[[], None] | None = None) -> Iterator[None]:
+def _active(
+    span: Span, finish: Callable[[], None] | None = None, redactor: Redactor | None = None
+) -> Iterator[None]:
     """``span`` as the current span for the block, then ended. The context is
     attached and detached here, in the block's own task or thread, so the
-    token is always reset in the context that made it."""
+    token is always reset in the context that made it. An exception is
+    recorded redacted."""
     token = context.attach(trace.set_span_in_context(span))
     try:
         yield
     except Exception as exc:
-        span.record_exception(exc)
-        description = _clip(f"{type(exc).__name__}: {exc}", MAX_ERROR_CHARS)
+        redactor = redactor or registry.redactor(None)
+        if redactor:
+            span.add_event(
+                "exception",
+                {
+                    "exception.type": type(exc).__qualname__,
+                    "exception.message": redactor.text(str(exc)),
+                    "exception.stacktrace": redactor.text("".join(traceback.format_exception(exc))),
+                },
+            )
+        else:
+            span.record_exception(exc)
+        description = _error(f"{type(exc).__name__}: {exc}", redactor)
         span.set_status(Status(StatusCode.ERROR, description))
         span.set_attribute(ERROR_TYPE, type(exc).__qualname__)
         raise
@@ -426,19 +448,29 @@ def _parent(run: Run) -> context.Context | None:
     return extracted
 
 
-def _content(value: Any) -> str:
+def _redactor(run: Run) -> Redactor:
+    return registry.redactor(run.agent)
+
+
+def _content(value: Any, redactor: Redactor) -> str:
+    """Captured content as an attribute: redacted, as JSON text, clipped."""
     if isinstance(value, str):
-        return _clip(value, MAX_CONTENT_CHARS)
+        return _clip(redactor.text(value), MAX_CONTENT_CHARS)
     try:
-        text = json.dumps(value, default=str, ensure_ascii=False)
+        text = json.dumps(redactor.redact(value), default=str, ensure_ascii=False)
     except (TypeError, ValueError):
-        text = repr(value)
-    return _clip(text, MAX_CONTENT_CHARS)
+        text = redactor.text(repr(value))
+    return _clip(redactor.text(text), MAX_CONTENT_CHARS)
 
 
-def _maybe(span: Span, name: str, value: Any) -> None:
+def _error(text: str, redactor: Redactor) -> str:
+    """An error's text as a span's status or attribute: redacted, clipped."""
+    return _clip(redactor.text(text), MAX_ERROR_CHARS)
+
+
+def _maybe(span: Span, name: str, value: Any, redactor: Redactor) -> None:
     if value is not None:
-        span.set_attribute(name, _content(value))
+        span.set_attribute(name, _content(value, redactor))
 
 
 def _clip(text: str, limit: int) -> str:

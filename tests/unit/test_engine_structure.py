@@ -91,6 +91,7 @@ LAYER_OF = {
     "runner.core.deprecation": "foundations",  # the warning a deprecated name gives
     "runner.core.release": "foundations",  # the installed version
     "runner.core.observe": "foundations",  # the Observer protocol and what it is handed
+    "runner.core.redaction": "foundations",  # what is taken out of data leaving for others
     "runner.core.runtime": "runtime",
     "runner.core.steps.run_context": "runtime",
     "runner.core.coordination": "runtime",  # leases, claims, live wake-ups (Redis)

@@ -115,6 +115,7 @@ def test_every_setting_is_parsed_from_its_variable() -> None:
             "metrics_port": "9100",
             "model_limits": '{"*": {"rpm": 60}}',
             "tenant_weights": '{"acme": 2}',
+            "redact": "email,card",
         }
         raw = special.get(field, raw)
         value = getattr(Settings.from_env({name: raw}), field)

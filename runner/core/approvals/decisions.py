@@ -40,19 +40,24 @@ def backoff(attempts: int, base: float, cap: float) -> timedelta:
 def request_for(
     agent: Agent, run_id: str, approval: Approval, tokens: Tokens, *, root_run_id: str | None = None
 ) -> ApprovalRequest:
-    """``root_run_id``: the top-level run of the run's tree (default: the run)."""
+    """``root_run_id``: the top-level run of the run's tree (default: the run).
+
+    The input and the question are redacted (the agent's ``redactor``): a
+    notifier's message goes to a chat or another system. The page its link
+    opens shows the person the real values, read from the store."""
+    redactor = agent.redactor
     return ApprovalRequest(
         run_id=run_id,
         root_run_id=root_run_id or run_id,
         agent=agent.name,
         approval_id=approval.approval_id,
         tool_name=approval.tool_name,
-        input=approval.input,
+        input=redactor.redact(approval.input),
         expires_at=approval.expires_at,
         token=tokens.sign(approval.approval_id, approval.token_id),
         token_id=approval.token_id,
         kind=approval.kind.value,
-        question=approval.question,
+        question=None if approval.question is None else redactor.text(approval.question),
         schema=approval.schema,
     )
 

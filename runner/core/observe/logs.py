@@ -11,6 +11,12 @@ so do approval notifiers, on the first send and on tick()'s re-sends
 ``RUNWRIGHT_LOG_FORMAT=json`` makes every line one JSON object; a line that
 carries facts of its own (a decision: its kind, whether it was edited) has
 them as fields of that object (:data:`LINE_FIELDS`).
+
+Both formats redact each line as they write it (runner/core/redaction.py):
+the message, the exception and the line's own fields, with the redactor of
+the agent the record names (``RUNWRIGHT_REDACT`` where it names none, or one
+this process does not know). Whatever logger wrote it, a tool's, litellm's
+or Runwright's, no matched value reaches a handler Runwright formats.
 """
 
 from __future__ import annotations
@@ -25,8 +31,10 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+from runner.core.agent import registry
 from runner.core.approvals.expiry import expired
 from runner.core.observe import Observer
+from runner.core.redaction import Redactor
 from store.models import Approval, Fence, RequestKind, Run, RunStatus
 
 log = logging.getLogger(__name__)
@@ -84,16 +92,23 @@ def _from_celery(record: logging.LogRecord) -> dict[str, Any]:
     return {"run_id": found.group(0)} if found else {}
 
 
+def redactor_of(record: logging.LogRecord) -> Redactor:
+    """The redactor of the agent ``record`` names (the project's if none)."""
+    agent = getattr(record, "agent", None)
+    return registry.redactor(agent if isinstance(agent, str) else None)
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, the run
-    context, and the exception's traceback as a string field."""
+    context, and the exception's traceback as a string field; redacted."""
 
     def format(self, record: logging.LogRecord) -> str:
+        redactor = redactor_of(record)
         entry: dict[str, Any] = {
             "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": redactor.text(record.getMessage()),
         }
         for name in FIELDS:
             value = getattr(record, name, None)
@@ -101,20 +116,23 @@ class JsonFormatter(logging.Formatter):
                 entry[name] = value
         own = getattr(record, LINE_FIELDS, None)
         if isinstance(own, dict):
-            for name, value in own.items():
+            for name, value in redactor.redact(own).items():
                 entry.setdefault(name, value)  # never over the standard fields
         if record.exc_info:
             entry["exception"] = "".join(traceback.format_exception(*record.exc_info))
         elif record.exc_text:
             entry["exception"] = record.exc_text
+        if "exception" in entry:
+            entry["exception"] = redactor.text(entry["exception"])
         return json.dumps(entry, default=str, ensure_ascii=False)
 
 
 class TextFormatter(logging.Formatter):
-    """The usual text line, with ``[run=… step=…]`` when a run is in context."""
+    """The usual text line, with ``[run=… step=…]`` when a run is in context;
+    redacted."""
 
     def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)
+        line = redactor_of(record).text(super().format(record))
         run_id = getattr(record, "run_id", None)
         if run_id is None:
             return line
