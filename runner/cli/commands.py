@@ -240,20 +240,21 @@ def _list_runs(
     if as_json:
         return runs_json(rows)
     workers = _live_workers(settings) if any(_waits_for_worker(row) for row in rows) else None
+    # The version last: the columns before it keep the places scripts read them at.
     table = Table(
-        "run", "agent", "status", "version", "steps", "tokens", "cost", "created", "error"
+        "run", "agent", "status", "steps", "tokens", "cost", "created", "error", "version"
     )
     for row in rows:
         cells = (
             row["id"],
             row["agent"],
             status_cell(row, workers),
-            row["version"] or "-",
             row["steps_used"],
             row["input_tokens"] + row["output_tokens"],
             listed_cost(row["cost_usd"], row["cost_unpriced"]).words(money),
             when(row["created_at"]),
             row["error_code"] or ("needs attention" if row["needs_attention"] else ""),
+            row["version"] or "-",
         )
         # Text, not str: a str cell is parsed as rich markup ("[red]...").
         table.add_row(*(Text(inert(cell)) for cell in cells))

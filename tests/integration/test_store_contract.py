@@ -1750,6 +1750,50 @@ def claimed_run(store: PostgresStore, run_id: str) -> Fence:
     return Fence(run_id, "worker-c", claim.epoch)
 
 
+def test_versions_are_recorded_and_runs_move_between_them(store: PostgresStore) -> None:
+    a, b = "aaaaaaaaaaaa", "bbbbbbbbbbbb"
+    store.note_versions(
+        [
+            {
+                "agent": "triage",
+                "version": a,
+                "label": "a",
+                "policy": "pin",
+                "definition": {"n": 1},
+            },
+            {"agent": "triage", "version": b, "label": None, "definition": {"n": 2}},
+        ]
+    )
+    record = store.agent_version("triage", a)
+    assert record is not None and record.title == f"a ({a})" and record.policy == "pin"
+    assert record.definition == {"n": 1}
+    assert store.agent_version("triage", "nope") is None
+    assert {r.version for r in store.agent_versions("triage")} == {a, b}
+    assert store.agent_versions("nobody") == []
+    fence = claimed(store)
+    store.record_version(fence, a, None)  # its first: no move
+    run = store.get_run(fence.run_id)
+    assert (run.version, run.started_version) == (a, a)
+    store.record_version(fence, b, {"changes": ["instructions changed"]})
+    [moved] = store.version_events(fence.run_id)
+    assert moved.data == {"from": a, "to": b, "changes": ["instructions changed"]}
+    with pytest.raises(LeaseLostError):
+        store.record_version(Fence(fence.run_id, "someone-else", fence.epoch), a, None)
+    [count] = [c for c in store.version_counts("triage") if c.version == b]
+    assert (count.running, count.queued, count.parked, count.waiting) == (1, 0, 0, 0)
+    assert store.version_titles("triage", [a, None, "zzz"]) == {a: f"a ({a})", "zzz": "zzz"}
+    # Parked for a worker of version b: movable, woken, moved by a person.
+    key = f"version:triage:{b}"
+    store.park(fence, key, utcnow() + timedelta(hours=1))
+    assert [r.id for r in store.movable_runs("triage", b)] == [fence.run_id]
+    assert store.wake_versions([key]) == [(fence.run_id, key)]
+    assert store.wake_versions([]) == []
+    again = store.move_run(fence.run_id, b, a, {"changes": [], "by": "ops"})
+    assert again is not None and again.version == a and again.parked_key is None
+    assert store.move_run(fence.run_id, b, a, {"changes": []}) is None  # it moved already
+    assert store.version_events(fence.run_id)[-1].data["by"] == "ops"
+
+
 def _contract_tests() -> Iterator[tuple[Callable[..., Any], dict[str, Any]]]:
     """This module's tests of the store, in order, each with the arguments
     besides ``store`` of its first parametrized case."""
