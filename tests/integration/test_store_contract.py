@@ -1794,6 +1794,27 @@ def test_versions_are_recorded_and_runs_move_between_them(store: PostgresStore) 
     assert store.version_events(fence.run_id)[-1].data["by"] == "ops"
 
 
+def test_the_audit_log_is_one_chain_and_erasure_keeps_a_runs_skeleton(
+    store: PostgresStore,
+) -> None:
+    first = store.append_audit("ana", "decided", run_id=None, source="cli ana@host")
+    second = store.append_audit("bo", "viewed_payloads", detail={"page": "run"})
+    assert [e.id for e in store.audit_entries()] == [first, second]
+    assert [e.id for e in store.audit_entries(after=first)] == [second]
+    assert store.verify_audit().ok
+    envelope = TriggerEnvelope(payload={"secret": "marker-42"}, keys={"customer": "42"})
+    run, _ = store.create_run(NewRun(agent="triage", trigger=envelope))
+    assert store.runs_by_key("customer", "42") == [run.id]
+    [refused] = store.erase_runs([run.id], "ana")  # queued: live
+    assert not refused.erased and refused.refused
+    store.request_cancel(run.id)
+    [erased] = store.erase_runs([run.id], "ana")
+    assert erased.erased
+    after = store.get_run(run.id)
+    assert after.erased_by == "ana" and "marker-42" not in str(after.trigger)
+    assert store.runs_by_key("customer", "42") == [run.id]  # found by the hash it keeps
+
+
 def _contract_tests() -> Iterator[tuple[Callable[..., Any], dict[str, Any]]]:
     """This module's tests of the store, in order, each with the arguments
     besides ``store`` of its first parametrized case."""
