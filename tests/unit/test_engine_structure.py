@@ -90,6 +90,7 @@ LAYER_OF = {
     "runner.core.appdb": "foundations",
     "runner.core.deprecation": "foundations",  # the warning a deprecated name gives
     "runner.core.release": "foundations",  # the installed version
+    "runner.core.keyring": "foundations",  # encryption at rest: the keys and the cipher
     "runner.core.observe": "foundations",  # the Observer protocol and what it is handed
     "runner.core.redaction": "foundations",  # what is taken out of data leaving for others
     "runner.core.runtime": "runtime",
