@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import threading
 import time
@@ -510,6 +511,10 @@ def test_a_decision_before_the_lease_is_given_up_resumes_without_tick(
 def test_a_decision_before_the_pause_is_read_back_resumes_without_tick(
     pg_store: PostgresStore, leases: Leases, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Writes on the I/O pool: the hook below waits for another execution, which
+    # a write carried on the loop (RUNWRIGHT_STORE_ON_LOOP) would hold up until
+    # the lease lapsed, whenever the lease's check answers from memory.
+    settings = dataclasses.replace(settings, store_on_loop=False)
     threaded = ThreadedEngine(pg_store, leases, settings)
     made = threaded.engine
     after_end = pg_store._after_end
