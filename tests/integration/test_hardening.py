@@ -490,6 +490,8 @@ def test_a_decision_during_the_notifier_resumes_the_run_before_the_notifier_retu
 def test_a_decision_before_the_lease_is_given_up_resumes_without_tick(
     pg_store: PostgresStore, leases: Leases, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Writes on the I/O pool, as in the test below: the hook waits for another execution.
+    settings = dataclasses.replace(settings, store_on_loop=False)
     threaded = ThreadedEngine(pg_store, leases, settings)
     made = threaded.engine
     commit_step = pg_store.commit_step
