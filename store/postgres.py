@@ -35,6 +35,7 @@ from store.pg.retry_fork import PgRetryFork
 from store.pg.runs import PgRuns
 from store.pg.schedules import PgSchedules
 from store.pg.versions import PgVersions
+from store.sealing import Cipher, Sealing
 from store.validate import DEFAULT_MAX_PAYLOAD_BYTES
 
 
@@ -56,10 +57,17 @@ class PostgresStore(
     """The store: what the engine, the console and the command line call."""
 
     def __init__(
-        self, engine: sa.Engine, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+        self,
+        engine: sa.Engine,
+        *,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        cipher: Cipher | None = None,
     ) -> None:
+        """``cipher``: the key ring that seals the payload columns
+        (store/sealing.py); None writes them in clear."""
         self.db = Executor(engine)
         self.max_payload_bytes = max_payload_bytes
+        self.sealing = Sealing(cipher)
 
     @classmethod
     def from_url(
@@ -69,10 +77,11 @@ class PostgresStore(
         pool_size: int = DEFAULT_POOL_SIZE,
         prepared: bool = True,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        cipher: Cipher | None = None,
     ) -> PostgresStore:
         """The store on this process's pool for ``url`` (see ``make_engine``)."""
         engine = shared_engine(url, pool_size=pool_size, prepared=prepared)
-        return cls(engine, max_payload_bytes=max_payload_bytes)
+        return cls(engine, max_payload_bytes=max_payload_bytes, cipher=cipher)
 
     def close(self) -> None:
         self.db.close()

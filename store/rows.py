@@ -34,10 +34,17 @@ from store.models import (
     WaitPoint,
     usage_estimated,
 )
+from store.sealing import PLAIN, Sealing
+
+# The approval columns an approval event carries (store/events.py).
+APPROVAL_EVENT_PAYLOADS = ("input", "arguments", "answer")
 
 
-def run_from_row(row: Mapping[str, Any], waiting: WaitPoint | None = None) -> Run:
+def run_from_row(
+    row: Mapping[str, Any], waiting: WaitPoint | None = None, *, sealing: Sealing = PLAIN
+) -> Run:
     m = row
+    run_id = str(m["id"])
     claim = None
     if m["claim_owner"] is not None:
         claim = Claim(
@@ -50,29 +57,29 @@ def run_from_row(row: Mapping[str, Any], waiting: WaitPoint | None = None) -> Ru
         waiting = WaitPoint(
             approval_id=str(m["w_approval_id"]),
             tool_name=m["w_tool_name"],
-            input=m["w_input"],
+            input=sealing.open(m["w_input"], "approvals", "input", str(m["w_approval_id"])),
             expires_at=m["w_expires_at"],
             token_id=m["w_token_id"],
             notified_at=m["w_notified_at"],
             kind=m.get("w_kind") or RequestKind.APPROVAL.value,
         )
     return Run(
-        id=str(m["id"]),
+        id=run_id,
         agent=m["agent"],
         status=RunStatus(m["status"]),
-        trigger=TriggerEnvelope.model_validate(m["trigger"]),
+        trigger=TriggerEnvelope.model_validate(sealing.trigger(m["trigger"], run_id, opening=True)),
         usage=Usage(int(m["input_tokens"]), int(m["output_tokens"]), bool(m["usage_estimated"])),
         created_at=m["created_at"],
         updated_at=m["updated_at"],
         concurrency_key=m["concurrency_key"],
         thread=m["thread"],
-        output=m["output"],
+        output=sealing.open(m["output"], "runs", "output", run_id),
         error=error,
         waiting=waiting,
         claim=claim,
         cancel_requested=bool(m["cancel_requested"]),
         steps_used=int(m["steps_used"]),
-        state=m["state"],
+        state=sealing.open(m["state"], "runs", "state", run_id),
         enqueued_at=m["enqueued_at"],
         started_at=m["started_at"],
         finished_at=m["finished_at"],
@@ -137,8 +144,8 @@ def attempt_from_row(m: Mapping[str, Any]) -> RunAttempt:
     )
 
 
-def step_from_row(row: Mapping[str, Any]) -> Step:
-    m = row
+def step_from_row(row: Mapping[str, Any], *, sealing: Sealing = PLAIN) -> Step:
+    m = sealing.step(row, str(row["run_id"]), opening=True)
     usage = None
     if m["input_tokens"] is not None:
         usage = Usage(
@@ -161,15 +168,20 @@ def step_from_row(row: Mapping[str, Any]) -> Step:
     )
 
 
-def approval_from_row(row: Mapping[str, Any]) -> Approval:
+def approval_from_row(row: Mapping[str, Any], *, sealing: Sealing = PLAIN) -> Approval:
     m = row
+    approval_id = str(m["approval_id"])
+
+    def opened(column: str) -> Any:
+        return sealing.open(m.get(column), "approvals", column, approval_id)
+
     return Approval(
-        approval_id=str(m["approval_id"]),
+        approval_id=approval_id,
         run_id=str(m["run_id"]),
         step_index=int(m["step_index"]),
         tool_call_id=m["tool_call_id"],
         tool_name=m["tool_name"],
-        input=m["input"],
+        input=opened("input"),
         expires_at=m["expires_at"],
         on_expire=m["on_expire"],
         token_id=m["token_id"],
@@ -183,8 +195,8 @@ def approval_from_row(row: Mapping[str, Any]) -> Approval:
         decided_by=m.get("decided_by"),
         kind=RequestKind(m.get("kind") or RequestKind.APPROVAL),
         schema=m.get("schema"),
-        arguments=m.get("arguments"),
-        answer=m.get("answer"),
+        arguments=opened("arguments"),
+        answer=opened("answer"),
         for_run=bool(m.get("for_run")),
         standing_from=None if m.get("standing_from") is None else str(m["standing_from"]),
         on_deny=OnDeny(m.get("on_deny") or OnDeny.CONTINUE),
@@ -203,18 +215,19 @@ def standing_from_row(row: Mapping[str, Any]) -> StandingApproval:
     )
 
 
-def effect_from_row(row: Mapping[str, Any]) -> Effect:
+def effect_from_row(row: Mapping[str, Any], *, sealing: Sealing = PLAIN) -> Effect:
     m = row
+    run_id = str(m["run_id"])
     return Effect(
-        run_id=str(m["run_id"]),
+        run_id=run_id,
         key=m["key"],
         tool=m["tool"],
-        input=m["input"],
+        input=sealing.open(m["input"], "effects", "input", run_id, m["key"]),
         status=EffectStatus(m["status"]),
         started_at=m["started_at"],
         epoch=int(m["claim_epoch"]),
         attempts=int(m["attempts"]),
-        output=m["output"],
+        output=sealing.open(m["output"], "effects", "output", run_id, m["key"]),
         error=m["error"],
         finished_at=m["finished_at"],
         resolved_outcome=None
@@ -227,20 +240,28 @@ def effect_from_row(row: Mapping[str, Any]) -> Effect:
     )
 
 
-def event_from_row(row: Mapping[str, Any]) -> RunEvent:
+def event_from_row(row: Mapping[str, Any], *, sealing: Sealing = PLAIN) -> RunEvent:
     """A row of ``EVENTS_AFTER``: a steps row, or a run_events row."""
     if row["type"] == EventType.STEP.value:
-        return step_event(step_from_row(row))
+        return step_event(step_from_row(row, sealing=sealing))
+    data = dict(row["data"])
+    if row["type"] == EventType.APPROVAL.value:
+        # The approval's row, copied by a trigger: sealed as the row is.
+        for column in APPROVAL_EVENT_PAYLOADS:
+            if column in data:
+                data[column] = sealing.open(
+                    data[column], "approvals", column, str(data["approval_id"])
+                )
     return RunEvent(
         run_id=str(row["run_id"]),
         type=EventType(row["type"]),
-        data=dict(row["data"]),
+        data=data,
         id=int(row["id"]),
         at=row["at"],
     )
 
 
-def schedule_from_row(row: Mapping[str, Any]) -> Schedule:
+def schedule_from_row(row: Mapping[str, Any], *, sealing: Sealing = PLAIN) -> Schedule:
     m = row
     return Schedule(
         name=m["name"],
@@ -248,7 +269,7 @@ def schedule_from_row(row: Mapping[str, Any]) -> Schedule:
         cron=m["cron"],
         timezone=m["timezone"],
         every_seconds=m["every_seconds"],
-        payload=m["payload"],
+        payload=sealing.open(m["payload"], "schedules", "payload", m["name"]),
         thread=m["thread"],
         keys=dict(m["keys"] or {}),
         overlap=Overlap(m["overlap"]),

@@ -203,7 +203,7 @@ def journaled_effect(store: PostgresStore, run_id: str, key: str) -> Effect | No
             .mappings()
             .first()
         )
-    return None if row is None else effect_from_row(row)
+    return None if row is None else effect_from_row(row, sealing=store.sealing)
 
 
 # Moving a row past a point in time or into a status that no public call reaches.

@@ -777,9 +777,12 @@ def failing_reason(failing: list[Mapping[str, Any]]) -> str:
     most failures first), the first with its counts, window and last error,
     as many others named as fit in a line and the rest counted."""
     from runner.cli.step_lines import clip
+    from store.sealing import key_of
 
     first = failing[0]
     error = clip(" ".join(str(first["last_error"]).split()), 100)
+    if key_of(first["last_error"]) is not None:
+        error = "sealed by encryption at rest"
 
     def compose(count: int) -> str:
         text = (

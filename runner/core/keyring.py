@@ -14,9 +14,8 @@ comma-separated, each key 32 random bytes (:func:`new_key`). The first
 encrypts. A wrong or missing key is one clear error that names the key id,
 never the key, and never garbage.
 
-This module is the cipher and the ring; issue 53's wiring of the store's
-payload columns to it is the next step (docs/security.md says what is
-encrypted today).
+This module is the cipher and the ring; ``store/sealing.py`` says which
+columns the store seals with it, and how a value is bound to its row.
 """
 
 from __future__ import annotations
@@ -24,35 +23,22 @@ from __future__ import annotations
 import base64
 import binascii
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.core.errors import ConfigurationError, InvalidInput, RunwrightError
+from runner.core.errors import ConfigurationError
+from store.sealing import KEY_ID, PREFIX, CannotDecrypt, binding, key_of
 
-PREFIX = "rw1"
+__all__ = ["CannotDecrypt", "KeyRing", "binding", "key_of", "new_key"]
+
 KEY_BYTES = 32
 NONCE_BYTES = 12
-KEY_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")
-
-
-class CannotDecrypt(RunwrightError):
-    """A sealed value that does not open: its key is not in the ring, or the
-    value was altered, or it belongs to another row or column."""
 
 
 def new_key() -> str:
     """A fresh key, as ``RUNWRIGHT_ENCRYPTION_KEYS`` takes it (base64 of 32 random bytes)."""
     return base64.b64encode(os.urandom(KEY_BYTES)).decode()
-
-
-def binding(table: str, column: str, *row: object) -> bytes:
-    """The associated data of a value: its table, column and row's key parts."""
-    parts = [table, column, *(str(part) for part in row)]
-    if any("|" in part for part in parts[:2]):
-        raise InvalidInput("a table or column name has no '|'")
-    return "|".join(["runwright", *parts]).encode()
 
 
 def _aead(key: bytes) -> Any:
@@ -158,11 +144,3 @@ class KeyRing:
         if key_of(value) == self.current:
             return value
         return self.seal(self.open(value, associated), associated)
-
-
-def key_of(value: object) -> str | None:
-    """The id of the key a sealed value needs; None for anything else."""
-    if not isinstance(value, str) or not value.startswith(f"{PREFIX}:"):
-        return None
-    parts = value.split(":", 2)
-    return parts[1] if len(parts) == 3 and KEY_ID.fullmatch(parts[1]) else None

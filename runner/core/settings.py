@@ -19,6 +19,7 @@ from store.errors import ConfigurationError, InvalidInput
 from store.validate import DEFAULT_MAX_PAYLOAD_BYTES
 
 if TYPE_CHECKING:
+    from runner.core.keyring import KeyRing
     from store.postgres import PostgresStore
 # RUNWRIGHT_MAX_RETRY_AFTER_SECONDS at most: a retry time must stay a date
 # Python and Postgres hold, and a year is already past any provider's reason.
@@ -58,13 +59,19 @@ def _parse(item: Field[Any], kind: Any, raw: str) -> Any:
 
 
 def _setting(
-    env: str, default: Any, *, minimum: float | None = None, maximum: float | None = None
+    env: str,
+    default: Any,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    secret: bool = False,
 ) -> Any:
-    """A field read from the environment variable ``env``."""
+    """A field read from the environment variable ``env``; a ``secret`` one is
+    left out of the settings' repr."""
     meta = {"env": env, "minimum": minimum, "maximum": maximum}
     if isinstance(default, Path):
         return field(default_factory=lambda: default, metadata=meta)
-    return field(default=default, metadata=meta)
+    return field(default=default, metadata=meta, repr=not secret)
 
 
 @dataclass(frozen=True)
@@ -177,6 +184,9 @@ class Settings:
     # Built-in redaction patterns for every agent's data on its way to logs,
     # spans, the public event stream and notifiers (runner/core/redaction.py).
     redact: tuple[str, ...] = _setting("RUNWRIGHT_REDACT", ())
+    # Encryption at rest (docs/security.md): the key ring, ``id:base64-key``
+    # pairs, the first sealing (runner/core/keyring.py).
+    encryption_keys: str | None = _setting("RUNWRIGHT_ENCRYPTION_KEYS", None, secret=True)
 
     def __post_init__(self) -> None:
         if self.log_format not in LOG_FORMATS:
@@ -201,6 +211,10 @@ class Settings:
             builtin_names(self.redact, "RUNWRIGHT_REDACT")
         except InvalidInput as exc:
             raise ConfigurationError(exc.message) from None
+        if self.encryption_keys is not None:
+            from runner.core.keyring import KeyRing
+
+            KeyRing.parse(self.encryption_keys)
         if self.metrics_port is not None and self.metrics_port > 65535:
             raise ConfigurationError(
                 f"RUNWRIGHT_METRICS_PORT must be a port number, not {self.metrics_port}"
@@ -298,4 +312,14 @@ def open_store(settings: Settings) -> PostgresStore:
         pool_size=settings.db_pool_size,
         prepared=settings.db_prepared,
         max_payload_bytes=settings.max_payload_bytes,
+        cipher=key_ring(settings),
     )
+
+
+def key_ring(settings: Settings) -> KeyRing | None:
+    """The key ring ``RUNWRIGHT_ENCRYPTION_KEYS`` holds; None without it."""
+    if not settings.encryption_keys:
+        return None
+    from runner.core.keyring import KeyRing
+
+    return KeyRing.parse(settings.encryption_keys)

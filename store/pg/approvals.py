@@ -347,8 +347,19 @@ class PgApprovals(PgBase):
         return RunStatus(row["status"]), row["now"]
 
     def _end_by_id(self, tx: Tx, run_id: str, outcome: Outcome, *, cancel: bool) -> None:
-        tx.execute(END_BY_ID, {"run_id": run_id, "cancel": cancel, **outcome_params(outcome)})
+        params = {
+            "run_id": run_id,
+            "cancel": cancel,
+            **outcome_params(outcome, run_id, self.sealing),
+        }
+        tx.execute(END_BY_ID, params)
         tx.execute(WITHDRAW, {"run_id": run_id, "withdrawn": Decision.WITHDRAWN.value})
+
+    def _sealed(self, value: object, column: str, approval_id: str) -> str | None:
+        """A person's edit or answer as its column stores it."""
+        if value is None:
+            return None
+        return dumps(self.sealing.seal(value, "approvals", column, approval_id))
 
     def request_cancel(self, run_id: str, *, by: str | None = None) -> CancelResult:
         """Cancel the run, or ask its execution to stop, and the same for its
@@ -410,25 +421,30 @@ class PgApprovals(PgBase):
 
     def approvals(self, run_id: str) -> list[Approval]:
         run_id = check_run_id(run_id)
-        return [approval_from_row(r) for r in self.db.rows(RUN_APPROVALS, {"run_id": run_id})]
+        return [
+            approval_from_row(r, sealing=self.sealing)
+            for r in self.db.rows(RUN_APPROVALS, {"run_id": run_id})
+        ]
 
     def pending_approvals(self, limit: int = 50, agent: str | None = None) -> list[Approval]:
         rows = self.db.rows(PENDING_APPROVALS, {"limit": limit, "agent": agent})
-        return [approval_from_row(r) for r in rows]
+        return [approval_from_row(r, sealing=self.sealing) for r in rows]
 
     def runs_for_review(self, run_ids: Sequence[str]) -> dict[str, RunForReview]:
         ids = list(dict.fromkeys(i for i in run_ids if is_canonical_id(i)))
         if not ids:
             return {}
         with self.db.tx() as tx:
-            runs = [run_from_row(r) for r in tx.rows(RUNS_BY_IDS, {"ids": ids})]
+            runs = [
+                run_from_row(r, sealing=self.sealing) for r in tx.rows(RUNS_BY_IDS, {"ids": ids})
+            ]
             messages = {
-                str(r["run_id"]): r["messages"]
+                str(r["run_id"]): self.sealing.opened_messages(r["messages"], str(r["run_id"]))
                 for r in tx.rows(CHECKPOINT_MESSAGES_BY_RUN_IDS, {"ids": ids})
             }
             approvals: dict[str, list[Approval]] = {}
             for row in tx.rows(APPROVALS_BY_RUN_IDS, {"ids": ids}):
-                approval = approval_from_row(row)
+                approval = approval_from_row(row, sealing=self.sealing)
                 approvals.setdefault(approval.run_id, []).append(approval)
         return {
             run.id: RunForReview(run, messages.get(run.id, []), approvals.get(run.id, []))
@@ -444,7 +460,7 @@ class PgApprovals(PgBase):
         row = tx.first(LOCK_APPROVAL if lock else APPROVAL, {"approval_id": approval_id})
         if row is None:
             raise ApprovalNotFound(f"no approval with id {approval_id!r}")
-        return approval_from_row(row)
+        return approval_from_row(row, sealing=self.sealing)
 
     def standing_approvals(self, run_id: str) -> list[StandingApproval]:
         """The tools a person approved for the rest of the run, oldest first."""
@@ -496,11 +512,11 @@ class PgApprovals(PgBase):
                 "reason": reason,
                 "at": at,
                 "by": by,
-                "arguments": None if arguments is None else dumps(arguments),
-                "answer": None if answer is None else dumps(answer),
+                "arguments": self._sealed(arguments, "arguments", approval_id),
+                "answer": self._sealed(answer, "answer", approval_id),
                 "for_run": for_run,
             }
-            decided = approval_from_row(_one(tx.first(DECIDE, params)))
+            decided = approval_from_row(_one(tx.first(DECIDE, params)), sealing=self.sealing)
             if failure is None or decision is not Decision.DENIED:
                 failure = denial_failure(decided, expiry=allow_expired)
             if failure is not None:
@@ -542,7 +558,10 @@ class PgApprovals(PgBase):
             "by": decided.decided_by,
         }
         tx.execute(GRANT_STANDING, grant)
-        return [approval_from_row(row) for row in tx.rows(DECIDE_BY_STANDING, grant)]
+        return [
+            approval_from_row(row, sealing=self.sealing)
+            for row in tx.rows(DECIDE_BY_STANDING, grant)
+        ]
 
     def _append_responses(self, tx: Tx, run_id: str, responses: list[Message]) -> None:
         """The decisions' records, appended to the checkpoint at its step index
@@ -556,7 +575,9 @@ class PgApprovals(PgBase):
                 {
                     "run_id": run_id,
                     "seq": count + offset,
-                    "body": dumps(body),
+                    "body": dumps(
+                        self.sealing.seal(body, "messages", "body", run_id, count + offset)
+                    ),
                     "step_index": cp["step_index"],
                 },
             )

@@ -12,7 +12,7 @@ spells it (tests/unit/test_store_structure.py checks each against the enums).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import sqlalchemy as sa
@@ -22,6 +22,7 @@ from store.errors import RunNotFound
 from store.models import Checkpoint, Ended, Fence, Outcome, Run
 from store.rows import run_from_row
 from store.rules import outcome_columns, wakes_key
+from store.sealing import PLAIN, Sealing
 from store.statements import Statement
 from store.status import RunStatus
 from store.validate import check_run_id
@@ -186,14 +187,17 @@ def fence_params(fence: Fence) -> dict[str, Any]:
     return {"run_id": fence.run_id, "owner": fence.owner, "epoch": fence.epoch}
 
 
-def outcome_params(outcome: Outcome | None) -> dict[str, Any]:
-    """The parameters of :data:`OUTCOME_SET`."""
+def outcome_params(
+    outcome: Outcome | None, run_id: str, sealing: Sealing = PLAIN
+) -> dict[str, Any]:
+    """The parameters of :data:`OUTCOME_SET` for run ``run_id``."""
     columns = outcome_columns(outcome)
     error = columns.error
+    output = sealing.seal(columns.output, "runs", "output", run_id) if columns.ended else None
     return {
         "o_status": None if columns.status is None else columns.status.value,
         "o_ended": columns.ended,
-        "o_output": dumps(columns.output) if columns.ended else None,
+        "o_output": dumps(output) if columns.ended else None,
         "o_code": error.code if error else None,
         "o_message": error.message if error else None,
         "o_requeue": columns.requeue,
@@ -210,6 +214,8 @@ class PgBase:
     db: Executor
     max_payload_bytes: int
     _wakes: tuple[Wake, ...] = ()
+    # Encryption at rest (store/sealing.py): PLAIN without a key ring.
+    sealing: Sealing = PLAIN
 
     def on_commit(self, wake: Wake) -> Callable[[], None]:
         """Call ``wake(run_id)`` after each committed write that made events of
@@ -237,10 +243,19 @@ class PgBase:
     def _read_run(self, run_id: str) -> Run:
         """The run, read by one statement that commits as it ends: one round
         trip, where a transaction around it takes three (BEGIN, the read, COMMIT)."""
-        return _found(self.db.first(GET_RUN, {"id": run_id}), run_id)
+        return self._found(self.db.first(GET_RUN, {"id": run_id}), run_id)
 
     def _get_run(self, tx: Tx, run_id: str) -> Run:
-        return _found(tx.first(GET_RUN, {"id": run_id}), run_id)
+        return self._found(tx.first(GET_RUN, {"id": run_id}), run_id)
+
+    def _found(self, row: dict[str, Any] | None, run_id: str) -> Run:
+        if row is None:
+            raise RunNotFound(f"no run with id {run_id!r}")
+        return self._run(row)
+
+    def _run(self, row: Mapping[str, Any]) -> Run:
+        """A runs row (with its wait point's columns, if selected) as a run."""
+        return run_from_row(row, sealing=self.sealing)
 
     def _require_run(self, tx: Tx, run_id: str) -> None:
         if tx.first(RUN_EXISTS, {"id": run_id}) is None:
@@ -248,7 +263,16 @@ class PgBase:
 
     def _checkpoint(self, tx: Tx, run_id: str) -> Checkpoint | None:
         row = tx.first(CHECKPOINT, {"run_id": run_id})
-        return None if row is None else checkpoint_from_row(run_id, row)
+        return None if row is None else self._checkpoint_from_row(run_id, row)
+
+    def _checkpoint_from_row(self, run_id: str, row: Mapping[str, Any]) -> Checkpoint:
+        return Checkpoint(
+            run_id=run_id,
+            step_index=row["step_index"],
+            messages=self.sealing.opened_messages(row["messages"], run_id),
+            created_at=row["created_at"],
+            finish_reason=row["finish_reason"],
+        )
 
     def _next_in_key(self, key: str) -> str | None:
         row = self.db.first(NEXT_IN_KEY, {"key": key})
@@ -278,19 +302,3 @@ class PgBase:
             return []
         self._committed(run_id)
         return [str(row["id"])]
-
-
-def _found(row: dict[str, Any] | None, run_id: str) -> Run:
-    if row is None:
-        raise RunNotFound(f"no run with id {run_id!r}")
-    return run_from_row(row)
-
-
-def checkpoint_from_row(run_id: str, row: dict[str, Any]) -> Checkpoint:
-    return Checkpoint(
-        run_id=run_id,
-        step_index=row["step_index"],
-        messages=row["messages"],
-        created_at=row["created_at"],
-        finish_reason=row["finish_reason"],
-    )

@@ -180,7 +180,9 @@ class PgChildren(PgExecution):
                 {
                     "id": child.id,
                     "agent": child.agent,
-                    "trigger": dumps(child.trigger.model_dump(mode="json")),
+                    "trigger": dumps(
+                        self.sealing.trigger(child.trigger.model_dump(mode="json"), child.id)
+                    ),
                     "trigger_id": child.trigger.id,
                     "trace_context": dumps(child.trace_context) if child.trace_context else None,
                     "run_id": fence.run_id,
@@ -195,7 +197,10 @@ class PgChildren(PgExecution):
             self._lock_fenced(tx, fence)
             for row in params:
                 tx.execute(START_CHILD, row)
-            found = [run_from_row(r) for r in tx.rows(CHILDREN, {"run_id": fence.run_id})]
+            found = [
+                run_from_row(r, sealing=self.sealing)
+                for r in tx.rows(CHILDREN, {"run_id": fence.run_id})
+            ]
         for run in found:
             self._committed(run.id)
         self._committed(fence.run_id)  # its feed has the children's start
@@ -206,13 +211,15 @@ class PgChildren(PgExecution):
         run_id = check_run_id(run_id)
         with self.db.tx() as tx:
             self._require_run(tx, run_id)
-            return [run_from_row(r) for r in tx.rows(CHILDREN, {"run_id": run_id})]
+            return [
+                run_from_row(r, sealing=self.sealing) for r in tx.rows(CHILDREN, {"run_id": run_id})
+            ]
 
     def ancestors(self, run_id: str) -> list[Run]:
         """The runs whose tool calls led to ``run_id``: its parent first, its
         top-level run last; [] for a run that is no child."""
         rows = self.db.rows(ANCESTORS, {"run_id": check_run_id(run_id)})
-        return [run_from_row(r) for r in rows]
+        return [run_from_row(r, sealing=self.sealing) for r in rows]
 
     def resume_stranded_parents(
         self, limit: int, grace_seconds: float, *, now: datetime | None = None

@@ -98,20 +98,26 @@ class PgEffects(PgBase):
                 raise InvalidTransition(f"effect {key!r} is not started: its outcome is known")
             tx.execute(FLAG, {"run_id": fence.run_id})
         self._committed(fence.run_id)
-        return effect_from_row(row)
+        return effect_from_row(row, sealing=self.sealing)
 
     def journaled_effects(self, run_id: str, call_ids: list[str]) -> dict[str, Effect]:
         """The effects journaled for these tool calls of the run, by call id."""
         keys = [f"{check_run_id(run_id)}:{call_id}" for call_id in call_ids]
         rows = self.db.rows(EFFECTS_OF_CALLS, {"run_id": run_id, "keys": keys})
-        return {effect.call_id: effect for effect in map(effect_from_row, rows)}
+        return {
+            effect.call_id: effect
+            for effect in (effect_from_row(r, sealing=self.sealing) for r in rows)
+        }
 
     def unknown_effects(self, run_id: str) -> list[Effect]:
         """The run's effects of unknown outcome, resolved or not, oldest first."""
         run_id = check_run_id(run_id)
         with self.db.tx() as tx:
             self._require_run(tx, run_id)
-            return [effect_from_row(r) for r in tx.rows(UNKNOWN_EFFECTS, {"run_id": run_id})]
+            return [
+                effect_from_row(r, sealing=self.sealing)
+                for r in tx.rows(UNKNOWN_EFFECTS, {"run_id": run_id})
+            ]
 
     def resolve_effect(
         self,
@@ -151,14 +157,13 @@ class PgEffects(PgBase):
             tx.execute(FLAG, {"run_id": run_id})
         assert row is not None  # locked above
         self._committed(run_id)
-        return effect_from_row(row)
+        return effect_from_row(row, sealing=self.sealing)
 
-    @staticmethod
-    def _effect(tx: Tx, run_id: str, key: str, call_id: str) -> Effect:
+    def _effect(self, tx: Tx, run_id: str, key: str, call_id: str) -> Effect:
         row = tx.first(EFFECT_FOR_UPDATE, {"run_id": run_id, "key": key})
         if row is None:
             raise EffectNotFound(f"run {run_id} has no effect for tool call {call_id!r}")
-        return effect_from_row(row)
+        return effect_from_row(row, sealing=self.sealing)
 
 
 def _outcome(outcome: EffectOutcome | str) -> EffectOutcome:

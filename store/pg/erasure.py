@@ -28,8 +28,9 @@ from typing import Any
 
 from store.db import Tx, dumps
 from store.errors import InvalidInput
-from store.models import TriggerEnvelope
+from store.models import StepKind, TriggerEnvelope, usage_estimated
 from store.pg.base import PgBase
+from store.sealing import CannotDecrypt
 from store.statements import Statement
 from store.status import ENDED, RunStatus
 from store.validate import check_run_id
@@ -101,8 +102,9 @@ ERASE_PAYLOADS = Statement(
     ), s AS (
         UPDATE steps
            SET input = NULL,
-               output = CASE WHEN json_typeof(output) = 'object'
-                              AND output ->> 'usage_estimated' = 'true'
+               output = CASE WHEN (json_typeof(output) = 'object'
+                                   AND output ->> 'usage_estimated' = 'true')
+                                  OR id = ANY(CAST(:estimated AS bigint[]))
                              THEN CAST('{"usage_estimated": true}' AS json) END,
                error = CASE WHEN error IS NOT NULL THEN to_json(CAST(:erased AS text)) END
          WHERE run_id = CAST(:run_id AS uuid)
@@ -126,6 +128,17 @@ ERASE_PAYLOADS = Statement(
        SET data = (data - 'input' - 'arguments' - 'answer' - 'reason')
                   || CAST('{"erased": true}' AS jsonb)
      WHERE run_id = CAST(:run_id AS uuid) AND type = 'approval'
+    """,
+)
+
+# The run's llm steps whose output is sealed (store/sealing.py): erasure opens
+# them to keep the flag that says a step's usage is an estimate.
+SEALED_LLM_STEPS = Statement(
+    "sealed_llm_steps",
+    """
+    SELECT id, run_id, kind, index, tool_call_id, output FROM steps
+     WHERE run_id = CAST(:run_id AS uuid) AND kind = CAST(:llm AS text)
+       AND json_typeof(output) = 'string'
     """,
 )
 
@@ -236,8 +249,15 @@ class PgErasure(PgBase):
         self._committed(run_id)
         return [ErasedRun(run_id, status, erased_at=erased, via=via)]
 
-    @staticmethod
-    def _erase_locked(tx: Tx, run_id: str, trigger: Mapping[str, Any], by: str) -> datetime:
+    def _estimated(self, step: Mapping[str, Any], run_id: str) -> bool:
+        """Whether a sealed llm step's output says its usage is an estimate
+        (False when its key is gone: erasure never waits on a key)."""
+        try:
+            return usage_estimated(self.sealing.step(step, run_id, opening=True)["output"])
+        except CannotDecrypt:
+            return False
+
+    def _erase_locked(self, tx: Tx, run_id: str, trigger: Mapping[str, Any], by: str) -> datetime:
         params = {
             "run_id": run_id,
             "by": by,
@@ -246,7 +266,12 @@ class PgErasure(PgBase):
         }
         row = tx.first(ERASE_RUN, params)
         assert row is not None  # locked, and ended
-        tx.execute(ERASE_PAYLOADS, {"run_id": run_id, "erased": ERASED})
+        estimated = [
+            int(step["id"])
+            for step in tx.rows(SEALED_LLM_STEPS, {"run_id": run_id, "llm": StepKind.LLM.value})
+            if self._estimated(step, run_id)
+        ]
+        tx.execute(ERASE_PAYLOADS, {"run_id": run_id, "erased": ERASED, "estimated": estimated})
         erased_at: datetime = row["erased_at"]
         return erased_at
 

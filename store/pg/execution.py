@@ -50,6 +50,7 @@ from store.rules import (
     unpriced_call,
     with_state_step,
 )
+from store.sealing import Sealing
 from store.statements import Statement
 from store.validate import check_run_id
 
@@ -835,13 +836,13 @@ def lost_lease(fence: Fence) -> LeaseLostError:
     return LeaseLostError(f"run {fence.run_id} is no longer claimed by this execution")
 
 
-def _approval_json(a: NewApproval) -> dict[str, Any]:
+def _approval_json(a: NewApproval, sealing: Sealing) -> dict[str, Any]:
     granted = a.granted
     return {
         "approval_id": a.approval_id,
         "tool_call_id": a.tool_call_id,
         "tool_name": a.tool_name,
-        "input": a.input,
+        "input": sealing.seal(a.input, "approvals", "input", a.approval_id),
         "expires_at": a.expires_at,
         "on_expire": a.on_expire,
         "token_id": a.token_id,
@@ -910,7 +911,7 @@ class PgExecution(PgBase):
             raise
         if row is not None:
             self._committed(run_id)
-            return run_from_row(row)
+            return run_from_row(row, sealing=self.sealing)
         if max_takeovers is not None and self._end_crashed(run_id, max_takeovers, now):
             self._committed(run_id)
             return self._after_end(run_id, Outcome(RunStatus.FAILED))
@@ -931,7 +932,7 @@ class PgExecution(PgBase):
                 {
                     "run_id": run_id,
                     "takeovers": row["takeovers"] + 1,
-                    **outcome_params(Outcome(RunStatus.FAILED, error=error)),
+                    **outcome_params(Outcome(RunStatus.FAILED, error=error), run_id),
                 },
             )
             return True
@@ -952,13 +953,14 @@ class PgExecution(PgBase):
         """The step's journal write; ``rolls_up``: the run is a child, whose
         usage counts toward its ancestors' totals too."""
         usage = step.usage
+        sealed = self.sealing.step(_step_json(step), fence.run_id)
         params = {
             **fence_params(fence),
             "index": step.index,
             "name": step.name,
-            "input": dumps(step.input),
-            "output": dumps(step.output),
-            "error": dumps(step.error),
+            "input": dumps(sealed["input"]),
+            "output": dumps(sealed["output"]),
+            "error": dumps(sealed["error"]),
             "input_tokens": usage.input_tokens if usage else 0,
             "output_tokens": usage.output_tokens if usage else 0,
             "usage_estimated": bool(usage and usage.estimated),
@@ -978,7 +980,8 @@ class PgExecution(PgBase):
 
     def commit_step(self, fence: Fence, commit: StepCommit) -> Ended | None:
         outcome = commit_outcome(commit)
-        approvals = [_approval_json(a) for a in commit.approvals]
+        run_id = fence.run_id
+        approvals = [_approval_json(a, self.sealing) for a in commit.approvals]
         waits = commit_waits(commit)
         asked = [a for a in commit.approvals if a.pending]
         wait_input: dict[str, Any] = {"approval_ids": [a.approval_id for a in asked]}
@@ -986,15 +989,21 @@ class PgExecution(PgBase):
             wait_input["child_calls"] = list(commit.child_calls)
         params: dict[str, Any] = {
             **fence_params(fence),
-            **outcome_params(outcome),
+            **outcome_params(outcome, run_id, self.sealing),
             "step_index": commit.step_index,
             "base_count": commit.base_count,
             "message_count": commit.base_count + len(commit.new_messages),
             "finish_reason": commit.finish_reason,
-            "messages": dumps(commit.new_messages),
-            "steps": dumps([_step_json(s) for s in with_state_step(commit)]),
+            "messages": dumps(
+                self.sealing.messages(commit.new_messages, run_id, commit.base_count)
+            ),
+            "steps": dumps(
+                [self.sealing.step(_step_json(s), run_id) for s in with_state_step(commit)]
+            ),
             "state_changed": commit.state_changed,
-            "state": dumps(commit.state) if commit.state_changed else None,
+            "state": dumps(self.sealing.seal(commit.state, "runs", "state", run_id))
+            if commit.state_changed
+            else None,
             "approvals": dumps(approvals) if approvals else None,
             "wait_input": dumps(wait_input) if waits else None,
             "wait_name": _wait_name(asked) if asked else "children",
@@ -1026,7 +1035,8 @@ class PgExecution(PgBase):
 
     def end(self, fence: Fence, outcome: Outcome) -> Ended:
         check_end(outcome)
-        if self.db.first(END_RUN, {**fence_params(fence), **outcome_params(outcome)}) is None:
+        params = {**fence_params(fence), **outcome_params(outcome, fence.run_id, self.sealing)}
+        if self.db.first(END_RUN, params) is None:
             raise lost_lease(fence)
         self._committed(fence.run_id)
         ended = self._after_end(fence.run_id, outcome)
@@ -1037,7 +1047,8 @@ class PgExecution(PgBase):
         params = {
             **fence_params(fence),
             **outcome_params(
-                Outcome(RunStatus.INTERRUPTED, interruption=Interruption.AGENT_MISSING)
+                Outcome(RunStatus.INTERRUPTED, interruption=Interruption.AGENT_MISSING),
+                fence.run_id,
             ),
             "grace": grace_seconds,
         }
@@ -1056,7 +1067,7 @@ class PgExecution(PgBase):
         outcome = retry_outcome(wait, error)
         params = {
             **fence_params(fence),
-            **outcome_params(outcome),
+            **outcome_params(outcome, fence.run_id, self.sealing),
             "attempts": wait.attempts,
             "since": wait.since,
             "error": wait.error,
@@ -1086,24 +1097,24 @@ class PgExecution(PgBase):
             **fence_params(fence),
             "key": key,
             "tool": tool,
-            "input": dumps(input),
+            "input": dumps(self.sealing.seal(input, "effects", "input", fence.run_id, key)),
             "version": version,
         }
         with self.db.tx() as tx:
             self._lock_fenced(tx, fence)
             row = tx.first(BEGIN_EFFECT, params)
             if row is not None:
-                return EffectBegin(effect_from_row(row), execute=True)
+                return EffectBegin(effect_from_row(row, sealing=self.sealing), execute=True)
             found = tx.first(EFFECT_FOR_KEY, params)
             assert found is not None  # the insert conflicted on this key
-            existing = effect_from_row(found)
+            existing = effect_from_row(found, sealing=self.sealing)
             if existing.status is EffectStatus.STARTED and existing.epoch == fence.epoch:
                 return EffectBegin(existing, execute=True)  # our own retried write
             same_version = existing.version is None or existing.version == version
             if existing.status is EffectStatus.STARTED and rerun_started and same_version:
                 row = tx.first(RERUN_EFFECT, params)
                 assert row is not None
-                return EffectBegin(effect_from_row(row), execute=True)
+                return EffectBegin(effect_from_row(row, sealing=self.sealing), execute=True)
             return EffectBegin(existing, execute=False)
 
     def withdraw_effect(self, fence: Fence, key: str) -> bool:
@@ -1121,7 +1132,9 @@ class PgExecution(PgBase):
             **fence_params(fence),
             "key": key,
             "status": status.value,
-            "output": None if output is None else dumps(output),
+            "output": None
+            if output is None
+            else dumps(self.sealing.seal(output, "effects", "output", fence.run_id, key)),
             "error": error,
         }
         with self.db.tx() as tx:
@@ -1129,4 +1142,4 @@ class PgExecution(PgBase):
             row = tx.first(FINISH_EFFECT, params)
         if row is None:
             raise InvalidTransition(f"effect {key!r} was never started")
-        return effect_from_row(row)
+        return effect_from_row(row, sealing=self.sealing)

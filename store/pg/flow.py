@@ -94,7 +94,11 @@ class PgFlow(PgExecution):
         at ``at`` (``Ended.run.parked_until``)."""
         key = check_limit_key(key)
         outcome = park_outcome(at)
-        params = {**fence_params(fence), **outcome_params(outcome), "key": key}
+        params = {
+            **fence_params(fence),
+            **outcome_params(outcome, fence.run_id, self.sealing),
+            "key": key,
+        }
         if self.db.first(PARK, params) is None:
             raise lost_lease(fence)
         self._committed(fence.run_id)

@@ -147,11 +147,14 @@ class PgMaintenance(PgBase):
     ) -> list[DueNotification]:
         params = {"limit": limit, "base": backoff_base, "cap": backoff_cap, "now": now}
         rows = self.db.rows(CLAIM_DUE_NOTIFICATIONS, params)
-        return [DueNotification(approval_from_row(row), row["agent"]) for row in rows]
+        return [
+            DueNotification(approval_from_row(row, sealing=self.sealing), row["agent"])
+            for row in rows
+        ]
 
     def expired_approvals(self, limit: int, now: datetime | None = None) -> list[Approval]:
         rows = self.db.rows(EXPIRED_APPROVALS, {"limit": limit, "now": now})
-        return [approval_from_row(row) for row in rows]
+        return [approval_from_row(row, sealing=self.sealing) for row in rows]
 
     def lapsed_claims(
         self, limit: int, reenqueue_seconds: float, now: datetime | None = None

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from datetime import datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
+from store.models import StepKind
 from store.pg.base import PgBase
+from store.sealing import key_of
 from store.statements import Statement
 
 # Pending approvals: their number and the oldest one's age. The predicate is the
@@ -45,7 +49,10 @@ FAILING_TOOLS = Statement(
     SELECT r.agent, s.name AS tool, count(*) AS calls,
            count(*) FILTER (WHERE json_typeof(s.error) <> 'null') AS failures,
            (array_agg(s.error #>> '{}' ORDER BY s.started_at DESC, s.id DESC)
-                FILTER (WHERE json_typeof(s.error) <> 'null'))[1] AS last_error
+                FILTER (WHERE json_typeof(s.error) <> 'null'))[1] AS last_error,
+           (array_agg(json_build_array(s.run_id, s.index, s.tool_call_id)
+                      ORDER BY s.started_at DESC, s.id DESC)
+                FILTER (WHERE json_typeof(s.error) <> 'null'))[1] AS last_error_at
       FROM runs AS r
       JOIN steps AS s ON s.run_id = r.id AND s.kind = 'tool' AND s.started_at >= :since
      WHERE r.status IN ('queued', 'running', 'waiting', 'interrupted')
@@ -87,7 +94,18 @@ class PgObserve(PgBase):
         rows = self.db.rows(FAILING_TOOLS, {"since": since, "min_calls": min_calls})
         return [
             ToolFailures(
-                r["agent"], r["tool"], int(r["calls"]), int(r["failures"]), r["last_error"]
+                r["agent"], r["tool"], int(r["calls"]), int(r["failures"]), self._last_error(r)
             )
             for r in rows
         ]
+
+    def _last_error(self, row: Mapping[str, Any]) -> str:
+        """A ``FAILING_TOOLS`` row's last error, opened if it is sealed."""
+        error = row["last_error"]
+        if key_of(error) is None:
+            return str(error)
+        run_id, index, call_id = row["last_error_at"]
+        opened = self.sealing.open(
+            error, "steps", "error", run_id, index, StepKind.TOOL.value, call_id
+        )
+        return opened if isinstance(opened, str) else json.dumps(opened)

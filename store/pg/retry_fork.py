@@ -25,7 +25,7 @@ from store.retry_fork import (
     fork_state,
     may_retry,
 )
-from store.rows import attempt_from_row, run_from_row
+from store.rows import attempt_from_row, run_from_row, step_from_row
 from store.rules import VERSION_CHANGED
 from store.statements import Statement
 from store.validate import check_new_run, check_run_id
@@ -152,7 +152,7 @@ FORK_SOURCE = Statement(
 FORK_HISTORY = Statement(
     "fork_history",
     """
-    SELECT step_index, body FROM messages
+    SELECT seq, step_index, body FROM messages
      WHERE run_id = CAST(:run_id AS uuid) AND seq < CAST(:count AS int)
      ORDER BY seq
     """,
@@ -162,31 +162,46 @@ FORK_HISTORY = Statement(
 FORK_STATE = Statement(
     "fork_state",
     """
-    SELECT output FROM steps
+    SELECT run_id, kind, index, tool_call_id, output FROM steps
      WHERE run_id = CAST(:run_id AS uuid) AND kind = 'state' AND index <= CAST(:at AS int)
      ORDER BY id DESC LIMIT 1
     """,
 )
 
-# The effects the run journaled after step :at that may have taken place
-# (completed, or started with an unknown outcome; a failed one did nothing to
-# repeat), with the step whose model call asked for them: the llm step whose
-# message holds the call id of the effect's key (``{run_id}:{call_id}``, unique
-# within the run). The step's journal write records that step before any of its effects
-# starts, so this finds an effect whose step's commit never happened, too.
+# The llm steps after step :at, whose messages hold the calls of the effects
+# that may have taken place since (an effect's key is ``{run_id}:{call_id}``,
+# unique within the run). The step's journal write records that step before
+# any of its effects starts, so this finds an effect whose step's commit never
+# happened, too. Read and matched in Python: the messages may be sealed.
+FORK_CALLS = Statement(
+    "fork_calls",
+    """
+    SELECT run_id, kind, index, tool_call_id, output FROM steps
+     WHERE run_id = CAST(:run_id AS uuid) AND kind = 'llm' AND index > CAST(:at AS int)
+     ORDER BY index
+    """,
+)
+
+# The run's effects that may have taken place (completed, or started with an
+# unknown outcome; a failed one did nothing to repeat).
 FORK_EFFECTS = Statement(
     "fork_effects",
     """
-    SELECT e.tool, s.index AS step_index, e.status
-      FROM steps AS s
-     CROSS JOIN LATERAL json_array_elements(
-           CASE WHEN json_typeof(s.output -> 'message' -> 'tool_calls') = 'array'
-                THEN s.output -> 'message' -> 'tool_calls' ELSE '[]'::json END) AS c(call)
-      JOIN effects AS e
-        ON e.run_id = s.run_id AND e.key = s.run_id::text || ':' || (c.call ->> 'id')
-     WHERE s.run_id = CAST(:run_id AS uuid) AND s.kind = 'llm' AND s.index > CAST(:at AS int)
-       AND e.status <> CAST(:failed_effect AS text)
-     ORDER BY s.index, e.started_at, e.key
+    SELECT key, tool, status FROM effects
+     WHERE run_id = CAST(:run_id AS uuid) AND status <> CAST(:failed_effect AS text)
+     ORDER BY started_at, key
+    """,
+)
+
+# The state steps up to :at, oldest first (a fork copies them).
+FORK_STATE_STEPS = Statement(
+    "fork_state_steps",
+    """
+    SELECT kind, index, name, tool_call_id, input, output, error, input_tokens,
+           output_tokens, started_at, finished_at
+      FROM steps
+     WHERE run_id = CAST(:run_id AS uuid) AND kind = 'state' AND index <= CAST(:at AS int)
+     ORDER BY id
     """,
 )
 
@@ -221,23 +236,28 @@ CREATE_FORK = Statement(
     """,
 )
 
-# The fork's history: the original's first :count messages (exactly, step
-# numbers included), its state steps up to :at, and a checkpoint at :at.
+# The fork's history: the original's first messages (exactly, step numbers
+# included), its state steps up to the fork's step, and a checkpoint there;
+# each sealed for the fork's row when there is a key (store/sealing.py).
 COPY_HISTORY = Statement(
     "copy_history",
     """
     WITH m AS (
         INSERT INTO messages (run_id, seq, body, step_index)
-        SELECT CAST(:new_id AS uuid), seq, body, step_index FROM messages
-         WHERE run_id = CAST(:run_id AS uuid) AND seq < CAST(:count AS int)
+        SELECT CAST(:new_id AS uuid), m.seq, m.body, m.step_index
+          FROM json_to_recordset(CAST(:messages AS json)) AS m(seq int, body json, step_index int)
     ), s AS (
         INSERT INTO steps (run_id, kind, index, name, tool_call_id, input, output, error,
                            input_tokens, output_tokens, started_at, finished_at)
-        SELECT CAST(:new_id AS uuid), kind, index, name, tool_call_id, input, output, error,
-               input_tokens, output_tokens, started_at, finished_at
-          FROM steps
-         WHERE run_id = CAST(:run_id AS uuid) AND kind = 'state' AND index <= CAST(:at AS int)
-         ORDER BY id
+        SELECT CAST(:new_id AS uuid), s.kind, s.index, s.name, s.tool_call_id, s.input,
+               s.output, s.error, s.input_tokens, s.output_tokens, s.started_at, s.finished_at
+          FROM ROWS FROM (json_to_recordset(CAST(:steps AS json)) AS (
+               kind text, index int, name text, tool_call_id text, input json, output json,
+               error json, input_tokens bigint, output_tokens bigint, started_at timestamptz,
+               finished_at timestamptz)) WITH ORDINALITY
+               AS s(kind, index, name, tool_call_id, input, output, error, input_tokens,
+                    output_tokens, started_at, finished_at, ord)
+         ORDER BY s.ord
     )
     INSERT INTO checkpoints (run_id, step_index, message_count, finish_reason)
     VALUES (CAST(:new_id AS uuid), CAST(:at AS int), CAST(:count AS int),
@@ -274,7 +294,7 @@ class PgRetryFork(PgBase):
             row = tx.first(LOCK_FOR_RETRY, {"run_id": run_id})
             if row is None:
                 raise RunNotFound(f"no run with id {run_id!r}")
-            run = run_from_row(row)
+            run = run_from_row(row, sealing=self.sealing)
             if run.erased_at is not None:
                 raise InvalidTransition(erased_refusal(run, "retried"))
             if not may_retry(run, extra_steps):
@@ -328,7 +348,7 @@ class PgRetryFork(PgBase):
         check_new_run(new, self.max_payload_bytes)
         model = check_model(model)
         check_new_id(new.id)
-        params = {**new_run_params(new), "model": model, "run_id": run_id}
+        params = {**new_run_params(new, self.sealing), "model": model, "run_id": run_id}
         with self.db.tx() as tx:
             existing = tx.first(EXISTING_RUN, params)
             if existing is not None:
@@ -338,33 +358,35 @@ class PgRetryFork(PgBase):
             source = tx.first(FORK_SOURCE, {"run_id": run_id})
             assert source is not None  # locked above
             if source["erased_at"] is not None:
-                raise InvalidTransition(erased_refusal(run_from_row(source), "forked"))
+                raise InvalidTransition(
+                    erased_refusal(run_from_row(source, sealing=self.sealing), "forked")
+                )
             cp_step = source["cp_step"]
             at_step = check_fork_step(run_id, at_step, cp_step)
             history = tx.rows(FORK_HISTORY, {"run_id": run_id, "count": source["cp_count"]})
+            bodies = self.sealing.opened_messages((r["body"] for r in history), run_id)
             messages = fork_messages(
-                run_id, at_step, cp_step, [(r["step_index"], r["body"]) for r in history]
-            )
-            ran = tx.rows(
-                FORK_EFFECTS,
-                {"run_id": run_id, "at": at_step, "failed_effect": EffectStatus.FAILED.value},
-            )
-            check_fork_effects(
                 run_id,
                 at_step,
-                [
-                    RanEffect(r["tool"], r["step_index"], r["status"] == EffectStatus.COMPLETED)
-                    for r in ran
-                ],
-                rerun_effects=rerun_effects,
+                cp_step,
+                [(r["step_index"], body) for r, body in zip(history, bodies, strict=True)],
+            )
+            check_fork_effects(
+                run_id, at_step, self._ran_effects(tx, run_id, at_step), rerun_effects=rerun_effects
             )
             journaled = tx.first(FORK_STATE, {"run_id": run_id, "at": at_step})
             state = fork_state(
-                (journaled is not None, journaled["output"] if journaled else None),
+                (
+                    journaled is not None,
+                    self.sealing.step(journaled, run_id, opening=True)["output"]
+                    if journaled
+                    else None,
+                ),
                 at_step,
                 cp_step,
-                source["state"],
+                self.sealing.open(source["state"], "runs", "state", run_id),
             )
+            state = self.sealing.seal(state, "runs", "state", new.id)
             row = tx.first(CREATE_FORK, {**params, "at": at_step, "state": _json_or_null(state)})
             if row is None:
                 # A concurrent fork with this id or trigger id committed first
@@ -373,26 +395,59 @@ class PgRetryFork(PgBase):
                 assert existing is not None
                 return self._same_fork(tx, existing, run_id, at_step)
             llm = tx.first(LLM_STEP, {"run_id": run_id, "index": at_step})
+            llm_output = None if llm is None else step_from_row(llm, sealing=self.sealing).output
+            sealed = self.sealing.messages(messages, new.id, 0)
+            copied = [
+                {"seq": seq, "body": body, "step_index": r["step_index"]}
+                for seq, (r, body) in enumerate(zip(history, sealed, strict=False))
+            ]
+            steps = [
+                self.sealing.step(self.sealing.step(r, run_id, opening=True), new.id)
+                for r in tx.rows(FORK_STATE_STEPS, {"run_id": run_id, "at": at_step})
+            ]
             tx.execute(
                 COPY_HISTORY,
                 {
                     "new_id": new.id,
-                    "run_id": run_id,
+                    "messages": dumps(copied),
+                    "steps": dumps(steps),
                     "count": len(messages),
                     "at": at_step,
                     "finish_reason": fork_finish_reason(
-                        at_step, cp_step, source["cp_finish"], llm["output"] if llm else None
+                        at_step, cp_step, source["cp_finish"], llm_output
                     ),
                 },
             )
             if keep_standing:
                 tx.execute(COPY_STANDING, {"new_id": new.id, "run_id": run_id})
-        fork = run_from_row(row)
+        fork = run_from_row(row, sealing=self.sealing)
         self._committed(fork.id)
         return fork
 
+    def _ran_effects(self, tx: Tx, run_id: str, at_step: int) -> list[RanEffect]:
+        """The effects the run journaled after step ``at_step`` that may have
+        taken place, each with the step whose model call asked for it."""
+        step_of: dict[str, int] = {}
+        for row in tx.rows(FORK_CALLS, {"run_id": run_id, "at": at_step}):
+            output = self.sealing.step(row, run_id, opening=True)["output"]
+            message = output.get("message") if isinstance(output, dict) else None
+            calls = message.get("tool_calls") if isinstance(message, dict) else None
+            for call in calls if isinstance(calls, list) else ():
+                if isinstance(call, dict) and isinstance(call.get("id"), str):
+                    step_of.setdefault(f"{run_id}:{call['id']}", int(row["index"]))
+        ran = tx.rows(FORK_EFFECTS, {"run_id": run_id, "failed_effect": EffectStatus.FAILED.value})
+        found = [
+            (
+                step_of[r["key"]],
+                RanEffect(r["tool"], step_of[r["key"]], r["status"] == EffectStatus.COMPLETED),
+            )
+            for r in ran
+            if r["key"] in step_of
+        ]
+        return [effect for _, effect in sorted(found, key=lambda pair: pair[0])]
+
     def _same_fork(self, tx: Tx, existing: Row, run_id: str, at_step: int) -> Run:
-        check_existing_fork(run_from_row(existing), run_id, at_step)
+        check_existing_fork(run_from_row(existing, sealing=self.sealing), run_id, at_step)
         return self._get_run(tx, str(existing["id"]))  # with its wait point, if waiting
 
 

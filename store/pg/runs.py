@@ -11,8 +11,9 @@ from store.db import Tx, dumps
 from store.events import RunEvent
 from store.models import Checkpoint, Effect, NewRun, Run, RunStatus, Step
 from store.models import ThreadStart as ThreadStart  # moved: plain data of the journal port
-from store.pg.base import PgBase, checkpoint_from_row
+from store.pg.base import PgBase
 from store.rows import effect_from_row, event_from_row, run_from_row, step_from_row
+from store.sealing import Sealing
 from store.statements import Statement
 from store.validate import check_new_run, check_page_from, check_run_id, check_text
 
@@ -174,12 +175,12 @@ class StartPoint:
     journaled: Step | None
 
 
-def new_run_params(new: NewRun) -> dict[str, Any]:
+def new_run_params(new: NewRun, sealing: Sealing) -> dict[str, Any]:
     """A new run's columns as statement parameters (a start, a firing, a fork)."""
     return {
         "id": new.id,
         "agent": new.agent,
-        "trigger": dumps(new.trigger.model_dump(mode="json")),
+        "trigger": dumps(sealing.trigger(new.trigger.model_dump(mode="json"), new.id)),
         "trigger_id": new.trigger.id,
         "key": new.concurrency_key,
         "thread": new.thread,
@@ -189,17 +190,17 @@ def new_run_params(new: NewRun) -> dict[str, Any]:
     }
 
 
-def insert_run(tx: Tx, new: NewRun) -> tuple[Run, bool]:
+def insert_run(tx: Tx, new: NewRun, sealing: Sealing) -> tuple[Run, bool]:
     """Create the run in ``tx`` (checked already: ``check_new_run``), or find
     the one its trigger id names for its agent; whether it was created. The
     one way a new run is written (a start, a schedule's firing)."""
-    params = new_run_params(new)
+    params = new_run_params(new, sealing)
     row = tx.first(CREATE_RUN, params)
     if row is None:
         existing = tx.first(RUN_BY_TRIGGER, params)
         assert existing is not None  # the conflict was on (agent, trigger_id)
-        return run_from_row(existing), False
-    return run_from_row(row), True
+        return run_from_row(existing, sealing=sealing), False
+    return run_from_row(row, sealing=sealing), True
 
 
 class PgRuns(PgBase):
@@ -208,12 +209,12 @@ class PgRuns(PgBase):
         agent = check_text(agent, "agent", max_chars=512)
         trigger_id = check_text(trigger_id, "trigger id", max_chars=512)
         row = self.db.first(RUN_BY_TRIGGER, {"agent": agent, "trigger_id": trigger_id})
-        return None if row is None else run_from_row(row)
+        return None if row is None else run_from_row(row, sealing=self.sealing)
 
     def create_run(self, new: NewRun) -> tuple[Run, bool]:
         check_new_run(new, self.max_payload_bytes)
         with self.db.tx() as tx:
-            run, created = insert_run(tx, new)
+            run, created = insert_run(tx, new, self.sealing)
         if created:
             self._committed(run.id)
         return run, created
@@ -242,7 +243,7 @@ class PgRuns(PgBase):
             "since": since,
             "until": until,
         }
-        return [run_from_row(row) for row in self.db.rows(LIST_RUNS, params)]
+        return [run_from_row(row, sealing=self.sealing) for row in self.db.rows(LIST_RUNS, params)]
 
     def run_counts(self, agent: str | None = None) -> dict[RunStatus, int]:
         rows = self.db.rows(RUN_COUNTS, {"agent": agent})
@@ -252,19 +253,27 @@ class PgRuns(PgBase):
         run_id = check_run_id(run_id)
         with self.db.tx() as tx:
             self._require_run(tx, run_id)
-            return [step_from_row(row) for row in tx.rows(STEPS, {"run_id": run_id})]
+            return [
+                step_from_row(row, sealing=self.sealing)
+                for row in tx.rows(STEPS, {"run_id": run_id})
+            ]
 
     def effects(self, run_id: str) -> list[Effect]:
         """The run's effect journal: one entry per effect call, oldest first."""
         run_id = check_run_id(run_id)
         with self.db.tx() as tx:
             self._require_run(tx, run_id)
-            return [effect_from_row(row) for row in tx.rows(EFFECTS, {"run_id": run_id})]
+            return [
+                effect_from_row(row, sealing=self.sealing)
+                for row in tx.rows(EFFECTS, {"run_id": run_id})
+            ]
 
     def events(self, run_id: str, after: int | None = None, limit: int = 1000) -> list[RunEvent]:
         run_id = check_run_id(run_id)
         params = {"run_id": run_id, "after": after or 0, "limit": limit}
-        events = [event_from_row(row) for row in self.db.rows(EVENTS_AFTER, params)]
+        events = [
+            event_from_row(row, sealing=self.sealing) for row in self.db.rows(EVENTS_AFTER, params)
+        ]
         if not events:
             with self.db.tx() as tx:
                 self._require_run(tx, run_id)  # none yet, or no such run
@@ -280,7 +289,7 @@ class PgRuns(PgBase):
 
     def llm_step(self, run_id: str, index: int) -> Step | None:
         row = self.db.first(LLM_STEP, {"run_id": run_id, "index": index})
-        return None if row is None else step_from_row(row)
+        return None if row is None else step_from_row(row, sealing=self.sealing)
 
     def checkpoint(self, run_id: str) -> Checkpoint | None:
         run_id = check_run_id(run_id)
@@ -293,8 +302,8 @@ class PgRuns(PgBase):
         assert row is not None  # the statement selects from a one-row VALUES
         checkpoint = None
         if row["step_index"] is not None:
-            checkpoint = checkpoint_from_row(run_id, row)
-        journaled = None if row["kind"] is None else step_from_row(row)
+            checkpoint = self._checkpoint_from_row(run_id, row)
+        journaled = None if row["kind"] is None else step_from_row(row, sealing=self.sealing)
         return StartPoint(checkpoint=checkpoint, journaled=journaled)
 
     def thread_start(self, thread: str, before_run_id: str) -> ThreadStart | None:
@@ -302,6 +311,8 @@ class PgRuns(PgBase):
             row = tx.first(THREAD_START, {"thread": thread, "before": before_run_id})
             if row is None:
                 return None
-            checkpoint = self._checkpoint(tx, str(row["id"]))
+            checkpoint = self._checkpoint(tx, str(row["id"]))  # opened
             messages = checkpoint.messages if checkpoint else []
-            return ThreadStart(run_id=str(row["id"]), messages=messages, state=row["state"])
+            before = str(row["id"])
+            state = self.sealing.open(row["state"], "runs", "state", before)
+            return ThreadStart(run_id=before, messages=messages, state=state)

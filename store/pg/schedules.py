@@ -31,6 +31,7 @@ from store.pg.base import PgBase
 from store.pg.runs import insert_run
 from store.rows import firing_from_row, schedule_from_row
 from store.rules import OverlapAction, overlap_action
+from store.sealing import Sealing
 from store.statements import Statement
 from store.validate import check_new_run
 
@@ -265,14 +266,14 @@ Plan = Callable[[Schedule, datetime], "FiringPlan | None"]
 Build = Callable[[Schedule, datetime], "NewRun | str | None"]
 
 
-def _params(schedule: Schedule) -> dict[str, Any]:
+def _params(schedule: Schedule, sealing: Sealing) -> dict[str, Any]:
     return {
         "name": schedule.name,
         "agent": schedule.agent,
         "cron": schedule.cron,
         "timezone": schedule.timezone,
         "every_seconds": schedule.every_seconds,
-        "payload": dumps(schedule.payload),
+        "payload": dumps(sealing.seal(schedule.payload, "schedules", "payload", schedule.name)),
         "thread": schedule.thread,
         "keys": dumps(schedule.keys),
         "overlap": schedule.overlap.value,
@@ -288,19 +289,19 @@ def _params(schedule: Schedule) -> dict[str, Any]:
 class PgSchedules(PgBase):
     def create_schedule(self, schedule: Schedule) -> Schedule:
         """Store a new schedule; :class:`InvalidInput` if the name is taken."""
-        row = self.db.first(CREATE_SCHEDULE, _params(schedule))
+        row = self.db.first(CREATE_SCHEDULE, _params(schedule, self.sealing))
         if row is None:
             raise InvalidInput(f"a schedule named {schedule.name!r} exists already")
-        return schedule_from_row(row)
+        return schedule_from_row(row, sealing=self.sealing)
 
     def get_schedule(self, name: str) -> Schedule:
         row = self.db.first(SCHEDULE, {"name": name})
         if row is None:
             raise ScheduleNotFound(f"no schedule named {name!r}")
-        return schedule_from_row(row)
+        return schedule_from_row(row, sealing=self.sealing)
 
     def list_schedules(self) -> list[Schedule]:
-        return [schedule_from_row(row) for row in self.db.rows(SCHEDULES, {})]
+        return [schedule_from_row(row, sealing=self.sealing) for row in self.db.rows(SCHEDULES, {})]
 
     def change_schedule(self, name: str, change: Callable[[Schedule], Schedule]) -> Schedule:
         """Replace the schedule with ``change(current)`` (the caller recomputes
@@ -310,12 +311,12 @@ class PgSchedules(PgBase):
             row = tx.first(LOCK_SCHEDULE, {"name": name})
             if row is None:
                 raise ScheduleNotFound(f"no schedule named {name!r}")
-            changed = change(schedule_from_row(row))
+            changed = change(schedule_from_row(row, sealing=self.sealing))
             if changed.name != name:
                 raise InvalidInput("a schedule's name cannot change; create another")
-            updated = tx.first(REPLACE_SCHEDULE, _params(changed))
+            updated = tx.first(REPLACE_SCHEDULE, _params(changed, self.sealing))
             assert updated is not None  # locked above
-            return schedule_from_row(updated)
+            return schedule_from_row(updated, sealing=self.sealing)
 
     def delete_schedule(self, name: str) -> None:
         """Delete the schedule and its firings' records (their runs stay)."""
@@ -351,7 +352,7 @@ class PgSchedules(PgBase):
                     row = tx.first(NEXT_DUE, {"seen": seen, "agents": _names(agents), "now": now})
                     if row is None:
                         break
-                    schedule = schedule_from_row(row)
+                    schedule = schedule_from_row(row, sealing=self.sealing)
                     seen.append(schedule.name)
                     chosen = plan(schedule, _clock(tx, now))
                     if chosen is None:
@@ -434,7 +435,7 @@ class PgSchedules(PgBase):
         """The firing's run (created, or the one its trigger id already
         names), recorded with it."""
         check_new_run(new, self.max_payload_bytes)
-        run, created = insert_run(tx, new)
+        run, created = insert_run(tx, new, self.sealing)
         if self._record(tx, schedule, scheduled_at, outcome, run.id, None, fired) and created:
             fired.started.append(run.id)
 
@@ -483,7 +484,9 @@ class PgSchedules(PgBase):
                         break
                     name, scheduled_at = row["schedule"], row["scheduled_at"]
                     seen.append(name)
-                    schedule = schedule_from_row(_one(tx.first(LOCK_SCHEDULE, {"name": name})))
+                    schedule = schedule_from_row(
+                        _one(tx.first(LOCK_SCHEDULE, {"name": name})), sealing=self.sealing
+                    )
                     new = build(schedule, scheduled_at)
                     if new is None:
                         continue
@@ -493,7 +496,7 @@ class PgSchedules(PgBase):
                         mine.firings.append(firing_from_row(_one(missed)))
                     else:
                         check_new_run(new, self.max_payload_bytes)
-                        run, created = insert_run(tx, new)
+                        run, created = insert_run(tx, new, self.sealing)
                         started = tx.first(START_BUFFERED, {**at, "run_id": run.id})
                         mine.firings.append(firing_from_row(_one(started)))
                         if created:
@@ -518,7 +521,7 @@ class PgSchedules(PgBase):
             row = tx.first(LOCK_SCHEDULE, {"name": name})
             if row is None:
                 raise ScheduleNotFound(f"no schedule named {name!r}")
-            schedule = schedule_from_row(row)
+            schedule = schedule_from_row(row, sealing=self.sealing)
             at = _clock(tx, None)
             new = build(schedule, at)
             if new is None:

@@ -225,7 +225,10 @@ class PgVersions(PgExecution):
     def version_events(self, run_id: str) -> list[RunEvent]:
         """The run's moves to another version (its ``version`` events), oldest first."""
         params = {"run_id": check_run_id(run_id), "type": EventType.VERSION.value}
-        return [event_from_row(row) for row in self.db.rows(VERSION_EVENTS, params)]
+        return [
+            event_from_row(row, sealing=self.sealing)
+            for row in self.db.rows(VERSION_EVENTS, params)
+        ]
 
     def version_titles(self, agent: str, ids: list[str | None]) -> dict[str, str]:
         """How people read these versions of ``agent``: the label with the
@@ -250,7 +253,7 @@ class PgVersions(PgExecution):
     def movable_runs(self, agent: str, version: str) -> list[Run]:
         """The runs of ``agent`` on ``version`` that are not running nor ended."""
         rows = self.db.rows(MOVABLE, {"agent": agent, "version": version})
-        return [run_from_row(row) for row in rows]
+        return [run_from_row(row, sealing=self.sealing) for row in rows]
 
     def move_run(self, run_id: str, old: str, new: str, change: dict[str, Any]) -> Run | None:
         """Move a run that is not running from version ``old`` to ``new``
@@ -266,7 +269,7 @@ class PgVersions(PgExecution):
         if row is None:
             return None
         self._committed(run_id)
-        return run_from_row(row)
+        return run_from_row(row, sealing=self.sealing)
 
     def wake_versions(self, keys: list[str]) -> list[tuple[str, str]]:
         """Make the runs parked for a worker of these versions claimable now:

@@ -1,6 +1,7 @@
-"""The store's contract, run twice: with prepared statements (the default)
-and without (``RUNWRIGHT_DB_PREPARED=false``, for PgBouncer in transaction
-mode). Every call goes through a recorder, and the last test checks that each
+"""The store's contract, run three times: with prepared statements (the
+default), without (``RUNWRIGHT_DB_PREPARED=false``, for PgBouncer in
+transaction mode), and with its payload columns sealed by a key ring
+(``RUNWRIGHT_ENCRYPTION_KEYS``, store/sealing.py). Every call goes through a recorder, and the last test checks that each
 public method of ``PostgresStore`` returned normally at least once in each mode
 (running itself, in this process, the tests that ran elsewhere).
 """
@@ -20,6 +21,7 @@ import pytest
 import sqlalchemy as sa
 
 from runner.core import faults
+from runner.core.keyring import KeyRing, new_key
 from store.db import make_engine
 from store.errors import (
     ApprovalError,
@@ -78,7 +80,9 @@ from tests.helpers import (
 )
 from tests.services import Services
 
-KINDS = ("postgres", "postgres-unprepared")
+KINDS = ("postgres", "postgres-unprepared", "postgres-sealed")
+# The sealed mode's key ring: the first key seals, the second only opens.
+RING = KeyRing.parse(f"now:{new_key()},before:{new_key()}")
 # Every public method of the store (from_url builds one: the fixtures use it).
 PUBLIC_METHODS = sorted(
     name
@@ -121,9 +125,14 @@ def store(request: pytest.FixtureRequest) -> Any:
         store = request.getfixturevalue("pg_store")
     else:
         url = request.getfixturevalue("database_url")
-        store = PostgresStore(make_engine(url, pool_size=5, prepared=False))
+        store = _store(url, request.param)
         request.addfinalizer(store.close)
     return Recording(store, request.param)
+
+
+def _store(url: str, kind: str) -> PostgresStore:
+    engine = make_engine(url, pool_size=5, prepared=kind != "postgres-unprepared")
+    return PostgresStore(engine, cipher=RING if kind == "postgres-sealed" else None)
 
 
 def test_create_is_idempotent_on_trigger_id_per_agent(store: PostgresStore) -> None:
@@ -1847,9 +1856,7 @@ def test_every_public_method_succeeded_in_each_mode(services: Services) -> None:
             if not set(PUBLIC_METHODS) - SUCCEEDED[kind]:
                 break
             name = services.new_database()
-            store = PostgresStore(
-                make_engine(services.database_url(name), pool_size=5, prepared=kind == "postgres")
-            )
+            store = _store(services.database_url(name), kind)
             try:
                 contract(Recording(store, kind), **arguments)
             finally:
