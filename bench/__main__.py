@@ -20,6 +20,7 @@ BENCHMARKS = [
     "bench.throughput",
     "bench.store_ceiling",
     "bench.flow",
+    "bench.encryption",
 ]
 
 

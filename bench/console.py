@@ -30,6 +30,7 @@ from runner import Agent, ApprovalPolicy, Budget, Engine, effect, tool
 from runner.testing import Reply, Request, ScriptedModel, call, text
 from store.db import make_engine
 from store.postgres import PostgresStore
+from store.sealing import Cipher
 
 LIST_RUNS = 1000
 TIMELINE_STEPS = 500
@@ -111,12 +112,14 @@ def _timed(client: Any, path: str, repeats: int, expect: str) -> dict[str, Any]:
     }
 
 
-def run(repeats: int) -> dict[str, Any]:
+def run(repeats: int, cipher: Cipher | None = None) -> dict[str, Any]:
+    """The console's pages timed; ``cipher``: the store's payloads sealed
+    with it (``bench.encryption`` compares)."""
     logging.getLogger("runner").setLevel(logging.ERROR)
     long_agent, asking_agent, short_agent = _agents()
     with bench_database() as url:
         db = make_engine(url, pool_size=4)
-        engine = durable_engine(PostgresStore(db), enqueue=lambda run_id: None)
+        engine = durable_engine(PostgresStore(db, cipher=cipher), enqueue=lambda run_id: None)
         try:
             started = time.perf_counter()
             long_run = engine.start(long_agent, {"order": "A-1"})

@@ -29,6 +29,7 @@ from store.pg.effects import PgEffects
 from store.pg.erasure import PgErasure
 from store.pg.execution import PgExecution
 from store.pg.flow import PgFlow
+from store.pg.keys import PgKeys
 from store.pg.maintenance import PgMaintenance
 from store.pg.observe import PgObserve
 from store.pg.retry_fork import PgRetryFork
@@ -53,6 +54,7 @@ class PostgresStore(
     PgSchedules,
     PgAudit,
     PgErasure,
+    PgKeys,
 ):
     """The store: what the engine, the console and the command line call."""
 

@@ -37,7 +37,7 @@ from store.models import (
 from store.sealing import PLAIN, Sealing
 
 # The approval columns an approval event carries (store/events.py).
-APPROVAL_EVENT_PAYLOADS = ("input", "arguments", "answer")
+APPROVAL_EVENT_PAYLOADS = ("input", "arguments", "answer", "reason")
 
 
 def run_from_row(
@@ -190,7 +190,7 @@ def approval_from_row(row: Mapping[str, Any], *, sealing: Sealing = PLAIN) -> Ap
         notified_at=m["notified_at"],
         attempts=int(m["attempts"]),
         decision=Decision(m["decision"]) if m["decision"] else None,
-        reason=m["reason"],
+        reason=opened("reason"),
         decided_at=m["decided_at"],
         decided_by=m.get("decided_by"),
         kind=RequestKind(m.get("kind") or RequestKind.APPROVAL),

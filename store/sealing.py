@@ -11,9 +11,11 @@ Sealed, per table: the trigger's payload (inside ``runs.trigger``, whose id,
 source, keys and time stay in clear), a run's output and state; messages;
 steps' input (an ``llm`` step's is the MCP listing: tool names, in clear),
 output and error; effects' input and output; approvals' input, edited
-arguments and answer, and the approval events that carry them; schedules'
-payload. Ids, statuses, times, usage, costs, names, keys, error codes and
-messages stay in clear, so operators can query and the console can list.
+arguments, answer and the reason a person gave (a text column: the value
+sealed is the JSON of the text), and the approval events that carry them;
+schedules' payload. Ids, statuses, times, usage, costs, names, keys, error
+codes and the error messages of runs and effects (clipped, for operators to
+diagnose) stay in clear, so operators can query and the console can list.
 
 A value not sealed reads as it is: a database that turns encryption on keeps
 its old rows readable, and ``runwright keys rotate`` seals them. A sealed
@@ -80,6 +82,7 @@ BOUND: Mapping[tuple[str, str], tuple[str, ...]] = {
     ("approvals", "input"): ("approval_id",),
     ("approvals", "arguments"): ("approval_id",),
     ("approvals", "answer"): ("approval_id",),
+    ("approvals", "reason"): ("approval_id",),
     ("schedules", "payload"): ("name",),
 }
 
@@ -121,6 +124,26 @@ class Sealing:
         except CannotDecrypt as exc:
             raise CannotDecrypt(f"{table}.{column} of {_row_name(row)}: {exc}") from None
         return json.loads(plain)
+
+    def reseal(self, value: Any, table: str, column: str, *row: object) -> Any:
+        """``value`` sealed under the current key: as it is if it already is,
+        opened and sealed again if another key sealed it, sealed if it was
+        written in clear (``runwright keys rotate``)."""
+        if self.cipher is None:
+            raise CannotDecrypt(
+                "RUNWRIGHT_ENCRYPTION_KEYS is not set: there is no key to seal with"
+            )
+        key_id = key_of(value)
+        if value is None or key_id == self.cipher.current:
+            return value
+        if key_id is None:
+            return self.seal(value, table, column, *row)
+        associated = binding(table, column, *row)
+        try:
+            plain = self.cipher.open(value, associated)
+        except CannotDecrypt as exc:
+            raise CannotDecrypt(f"{table}.{column} of {_row_name(row)}: {exc}") from None
+        return self.cipher.seal(plain, associated)
 
     # ------------------------------------------------------ a row's payloads
 

@@ -47,6 +47,7 @@ from runner.cli.audit import audit as audit_command
 from runner.cli.audit import cli_source, login_name
 from runner.cli.console import console as console_command
 from runner.cli.describe import describe, requests_lines, status_cell, version_lines, when
+from runner.cli.keys import keys as keys_command
 from runner.cli.limits import limits as limits_command
 from runner.cli.shape import worker_shape as worker_shape_command
 from runner.cli.step_lines import arguments as as_text
@@ -1059,6 +1060,7 @@ def demo(keep: bool) -> None:
 
 
 main.add_command(audit_command)
+main.add_command(keys_command)
 main.add_command(console_command)
 main.add_command(workers_command)
 main.add_command(limits_command)

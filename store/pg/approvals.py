@@ -509,7 +509,7 @@ class PgApprovals(PgBase):
             params = {
                 "approval_id": approval_id,
                 "decision": decision.value,
-                "reason": reason,
+                "reason": self.sealing.seal(reason, "approvals", "reason", approval_id),
                 "at": at,
                 "by": by,
                 "arguments": self._sealed(arguments, "arguments", approval_id),

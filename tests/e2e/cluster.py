@@ -18,7 +18,7 @@ from celery import Celery
 import tests.agents  # noqa: F401  (the agents the workers run, known here too)
 from runner import Engine, Run
 from runner.core.coordination.leases import Leases
-from runner.core.settings import Settings
+from runner.core.settings import Settings, key_ring
 from store.postgres import PostgresStore
 from tests.services import ROOT
 
@@ -194,11 +194,14 @@ class Cluster:
         def enqueue(run_id: str) -> None:
             client.send_task("runwright.execute", args=[run_id])
 
+        settings = Settings.from_env(self.env())
         return Engine(
-            PostgresStore.from_url(self.engine_database_url or self.database_url),
+            PostgresStore.from_url(
+                self.engine_database_url or self.database_url, cipher=key_ring(settings)
+            ),
             leases=Leases.from_url(self.redis_url),
             enqueue=enqueue,
-            settings=Settings.from_env(self.env()),
+            settings=settings,
         )
 
 

@@ -183,7 +183,9 @@ def test_a_second_cancel_finishes_what_a_first_one_left(runwright_engine: TestEn
         from store.pg.approvals import END_BY_ID
         from store.pg.base import outcome_params
 
-        tx.execute(END_BY_ID, {"run_id": top, "cancel": True, **outcome_params(cancel_outcome())})
+        tx.execute(
+            END_BY_ID, {"run_id": top, "cancel": True, **outcome_params(cancel_outcome(), top)}
+        )
     assert store.get_run(descendants[-1]).status is RunStatus.QUEUED
     again = runwright_engine.engine.cancel(top)
     assert again.run.status is RunStatus.CANCELLED

@@ -116,10 +116,20 @@ def test_every_setting_is_parsed_from_its_variable() -> None:
             "model_limits": '{"*": {"rpm": 60}}',
             "tenant_weights": '{"acme": 2}',
             "redact": "email,card",
+            "encryption_keys": f"k1:{'A' * 43}=",
         }
         raw = special.get(field, raw)
         value = getattr(Settings.from_env({name: raw}), field)
         assert value != default, (name, value)
+
+
+def test_the_key_ring_is_checked_at_once_and_never_in_the_settings_repr() -> None:
+    ring = f"k1:{'B' * 43}=,k0:{'C' * 43}="
+    settings = Settings.from_env({"RUNWRIGHT_ENCRYPTION_KEYS": ring})
+    assert settings.encryption_keys == ring
+    assert "BBBB" not in repr(settings) and "encryption_keys" not in repr(settings)
+    with pytest.raises(ConfigurationError, match="key 'k1' is 3 bytes"):
+        Settings.from_env({"RUNWRIGHT_ENCRYPTION_KEYS": "k1:AAAA"})
 
 
 def test_nothing_else_reads_a_runwright_variable() -> None:

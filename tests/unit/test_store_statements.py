@@ -227,6 +227,21 @@ NOT_ENUM_VALUES = {
     "mcp_tools",
     "step",
     "tool_calls",
+    # The sealed columns' tables and names, and a sealed value's JSON type
+    # (store/pg/keys.py, store/pg/erasure.py).
+    "approvals",
+    "body",
+    "effects",
+    "error",
+    "messages",
+    "output",
+    "payload",
+    "run_events",
+    "runs",
+    "schedules",
+    "steps",
+    "string",
+    "trigger",
 }
 
 TABLE = re.compile(r"\b(?:UPDATE|FROM|INTO|JOIN)\s+(\w+)(?:\s+AS\s+(\w+))?", re.IGNORECASE)
