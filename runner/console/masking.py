@@ -94,7 +94,7 @@ def masked_attempt(attempt: RunAttempt) -> RunAttempt:
 
 
 def masked_schedule(schedule: Schedule) -> Schedule:
-    return replace(schedule, payload=mask(schedule.payload))
+    return replace(schedule, payload=mask(schedule.payload), keys=mask(schedule.keys))
 
 
 def masked_item(item: InboxItem) -> InboxItem:
