@@ -59,6 +59,9 @@ def masked_run(run: Run) -> Run:
     waiting = run.waiting
     if waiting is not None:
         waiting = replace(waiting, input=mask(waiting.input))
+    retry = run.retry  # a provider's error may quote the request
+    if retry is not None:
+        retry = replace(retry, error=MASK)
     return replace(
         run,
         trigger=trigger,
@@ -66,6 +69,7 @@ def masked_run(run: Run) -> Run:
         error=_masked_error(run.error),
         state=mask(run.state),
         waiting=waiting,
+        retry=retry,
     )
 
 

@@ -296,13 +296,13 @@ class Console:
         approvals = engine.approvals(run.id)
         attempts = engine.attempts(run.id)
         unknown = engine.unknown_effects(run.id)
-        why = engine.explain(run)
         if not request.payloads:
             events = [masked_event(ev) for ev in events]
             run = masked_run(run)
             approvals = [masked_approval(a) for a in approvals]
             attempts = [masked_attempt(a) for a in attempts]
             unknown = [masked_effect(u) for u in unknown]
+        why = engine.explain(run)  # it quotes a failed model call's error
         note = self._note(request)
         moves = [ev for ev in events if ev.type is EventType.VERSION]
         named = [run.version, run.started_version]

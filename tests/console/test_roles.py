@@ -10,18 +10,21 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from runner import Engine
+from runner import Agent, Engine
 from runner.console.abilities import EVERY_ABILITY, Ability, abilities_of, parse_role
 from runner.console.flask import console_blueprint
 from runner.console.masking import MASK
 from runner.core.audit import AuditAction
-from store.models import Decision
+from runner.testing import ScriptedModel, text
+from store.models import Decision, Fence, RetryWait, utcnow
+from store.postgres import PostgresStore
 from tests.console.conftest import (
     BASE,
     USER_HEADER,
@@ -30,10 +33,11 @@ from tests.console.conftest import (
     execute_all,
     guard,
     plain_agent,
+    unique,
     waiting_question,
     waiting_run,
 )
-from tests.helpers import snapshot
+from tests.helpers import snapshot, try_claim
 
 ROLE_HEADER = "X-Test-Role"
 ASKED = {"customer": "Ada Lovelace", "order": {"id": "A-1001", "items": [1, 2]}}
@@ -207,3 +211,21 @@ def test_without_an_abilities_callable_a_signed_in_user_may_do_everything(
     body = page.get_data(as_text=True)
     assert "Ada Lovelace" in body and 'id="cancel"' in body and MASK not in body
     assert views(engine) == [("alice", run.id)]
+
+
+def test_a_failed_model_calls_error_is_masked_where_the_page_says_why_it_waits(
+    client: FlaskClient, engine: Engine, pg_store: PostgresStore
+) -> None:
+    name = unique("again")
+    Agent(name=name, model=ScriptedModel(name, [text("never")]).model)
+    run = engine.start(name, {})
+    claim = try_claim(pg_store, run.id, "worker-x", 30)
+    assert claim is not None
+    at = utcnow() + timedelta(minutes=2)
+    said = "rate limited for ada@example.com"
+    pg_store.defer_retry(
+        Fence(run.id, "worker-x", claim.epoch), RetryWait(5, utcnow(), said, at=at)
+    )
+    page = get(client, f"{BASE}/runs/{run.id}", "viewer")
+    assert "attempt 6 at" in page and MASK in page and "ada@example.com" not in page
+    assert said in get(client, f"{BASE}/runs/{run.id}", "reader")
