@@ -57,6 +57,7 @@ from examples.web import (
     webhook_receiver,
 )
 from runner import Engine, Run, RunwrightError, default_engine
+from runner.console.abilities import Ability
 from runner.console.assets import PAGE_HEADERS
 from runner.console.flask import console_blueprint, csrf_token, csrf_valid
 from runner.console.render import e, hidden, page
@@ -137,8 +138,18 @@ def create_app(engine: Engine | None = None) -> Flask:
         found = current()
         return None if found is None else found.user
 
+    def abilities(flask_request: Any) -> frozenset[Ability]:
+        """What the signed-in account's role in the accounts file lets it do
+        (docs/security.md, "Roles")."""
+        found = current()
+        accounts = None if sign_in is None else sign_in.accounts()
+        if found is None or accounts is None:
+            return frozenset()
+        return accounts.abilities(found.user)
+
     app.register_blueprint(
-        console_blueprint(runwright, guard=signed_in, login_url="/login"), url_prefix=CONSOLE
+        console_blueprint(runwright, guard=signed_in, abilities=abilities, login_url="/login"),
+        url_prefix=CONSOLE,
     )
     # Signed deliveries to /hooks/tickets start runs (examples/web.py).
     receiver = webhook_receiver(runwright, examples.agents.AGENT)

@@ -135,12 +135,21 @@ def console(
 @click.option(
     "--password-stdin", is_flag=True, help="Read the password from the first line of stdin."
 )
+@click.option(
+    "--role",
+    help="viewer (sees runs), reader (and their payloads) or approver (and decides). "
+    "A new account without one may do everything; an existing one keeps its own.",
+)
 @click.pass_context
-def add_user(ctx: click.Context, name: str, users: Path | None, password_stdin: bool) -> None:
+def add_user(
+    ctx: click.Context, name: str, users: Path | None, password_stdin: bool, role: str | None
+) -> None:
     """Add the account NAME, or set its password (which ends its sessions)."""
+    from runner.console.abilities import parse_role
     from runner.console.accounts import add_account, check_name, check_password
 
     check_name(name)
+    given = None if role is None else parse_role(role)  # before the password is asked
     path = _users_option(users or ctx.obj.get("users"))
     if password_stdin:
         line = sys.stdin.readline()
@@ -152,9 +161,10 @@ def add_user(ctx: click.Context, name: str, users: Path | None, password_stdin: 
             f"Password for {name}", hide_input=True, confirmation_prompt=True, type=str
         )
     check_password(password)
-    replaced = add_account(path, name, password)
+    replaced = add_account(path, name, password, given)
     where = inert(str(path))
+    said = "" if given is None else f", role {given.value}"
     if replaced:
-        click.echo(f"password of {name} set in {where}; its sessions end")
+        click.echo(f"password of {name} set in {where}{said}; its sessions end")
     else:
-        click.echo(f"account {name} added to {where}")
+        click.echo(f"account {name} added to {where}{said}")

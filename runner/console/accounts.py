@@ -1,8 +1,13 @@
 """Sign-in accounts of the standalone console (``runwright console``), kept
-in a file of their own: one account a line, ``name:hash``, where the hash is
-a salted scrypt hash that carries its own parameters::
+in a file of their own: one account a line, ``name:hash:role``, where the hash
+is a salted scrypt hash that carries its own parameters, and the role says what
+the account may do (runner/console/abilities.py: ``viewer``, ``reader`` or
+``approver``)::
 
-    alice:scrypt$32768$8$1$<salt, base64>$<key, base64>
+    alice:scrypt$32768$8$1$<salt, base64>$<key, base64>:approver
+
+A line without a role (``name:hash``, as files were written before roles)
+may do everything: an ``approver``.
 
 The file holds password hashes, so it is refused, as ssh refuses a private
 key, when its mode lets anyone but its owner read or write it.
@@ -25,6 +30,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner.console.abilities import Ability, Role, abilities_of, parse_role
 from runner.core.errors import ConfigurationError, InvalidInput
 
 MAX_NAME_CHARS = 150
@@ -162,11 +168,17 @@ def hash_password(password: str) -> str:
 
 
 class Accounts:
-    """The accounts of a file, by name."""
+    """The accounts of a file, by name; ``roles``: the role of each account
+    that has one (one without may do everything)."""
 
-    def __init__(self, hashes: Mapping[str, str]) -> None:
+    def __init__(self, hashes: Mapping[str, str], roles: Mapping[str, Role] | None = None) -> None:
         self._hashes: dict[str, _Hash] = {}
         self._texts: dict[str, str] = {}
+        self._roles: dict[str, Role] = {}
+        for name, role in (roles or {}).items():
+            if name not in hashes:
+                raise InvalidInput(f"the role of {name!r} is given for no account")
+            self._roles[name] = Role(role)
         for name, text in hashes.items():
             check_name(name)
             parsed = _Hash.parse(text)
@@ -192,6 +204,16 @@ class Accounts:
     def __contains__(self, name: object) -> bool:
         return name in self._hashes
 
+    def role(self, name: str) -> Role | None:
+        """The account's role (None: it has none, or there is no such account)."""
+        return self._roles.get(name)
+
+    def abilities(self, name: str) -> frozenset[Ability]:
+        """What the account may do (nothing: there is no such account)."""
+        if name not in self._hashes:
+            return frozenset()
+        return abilities_of(self._roles.get(name))
+
     def check(self, name: str, password: str) -> str | None:
         """``name`` if ``password`` is its account's password, else None. The
         same work is done whether the account exists or not."""
@@ -212,7 +234,14 @@ class Accounts:
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
     def lines(self) -> str:
-        return "".join(f"{name}:{text}\n" for name, text in self._texts.items())
+        return "".join(
+            f"{name}:{text}{_role_suffix(self._roles.get(name))}\n"
+            for name, text in self._texts.items()
+        )
+
+
+def _role_suffix(role: Role | None) -> str:
+    return "" if role is None else f":{role.value}"
 
 
 _Stamp = tuple[int, int, int, int, int]
@@ -248,44 +277,59 @@ def _read(path: Path) -> tuple[Accounts, _Stamp]:
     except UnicodeDecodeError:
         raise ConfigurationError(f"{where} is not UTF-8 text") from None
     hashes: dict[str, str] = {}
+    roles: dict[str, Role] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
-        # The line is not quoted in the error: it holds a hash.
-        name, sep, stored = line.partition(":")
+        # The line is not quoted in the error: it holds a hash. A hash has
+        # no ":" (base64 and "$"), so a third field is the role.
+        name, sep, rest = line.partition(":")
+        stored, has_role, role = rest.partition(":")
         try:
             check_name(name)
+            if has_role:
+                roles[name] = parse_role(role)
         except InvalidInput as exc:
             raise ConfigurationError(f"line {number} of {where}: {exc.message}") from None
         if not sep or _Hash.parse(stored) is None:
             raise ConfigurationError(
-                f"line {number} of {where} is not name:hash (a hash as "
+                f"line {number} of {where} is not name:hash or name:hash:role (as "
                 "`runwright console add-user` writes it)"
             )
         if name in hashes:
             raise ConfigurationError(f"line {number} of {where} repeats the account {name!r}")
         hashes[name] = stored
     stamp = (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_size, info.st_mode)
-    return Accounts(hashes), stamp
+    return Accounts(hashes, roles), stamp
 
 
-def add_account(path: str | os.PathLike[str], name: str, password: str) -> bool:
+def add_account(
+    path: str | os.PathLike[str], name: str, password: str, role: Role | str | None = None
+) -> bool:
     """Add the account ``name`` to the file at ``path`` (created 0600, with
-    its directory 0700), or set its password if it exists. The file is
+    its directory 0700), or set its password if it exists; with ``role``,
+    set its role too (None: a new account has none, and may do everything;
+    an existing one keeps its own). An unknown role raises
+    :class:`InvalidInput` and leaves the file as it was. The file is
     replaced atomically: a console reading it sees the old accounts or the
     new ones. True: an existing account's password was replaced (its
     sessions end)."""
     check_name(name)
+    given = None if role is None else parse_role(role)
     stored = hash_password(password)
     target = Path(path)
     target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     with _locked(target.parent):
         hashes: dict[str, str] = {}
+        roles: dict[str, Role] = {}
         if target.exists():
-            hashes = dict(_read(target)[0]._texts)
+            found = _read(target)[0]
+            hashes, roles = dict(found._texts), dict(found._roles)
         replaced = name in hashes
         hashes[name] = stored
-        _write(target, Accounts(hashes).lines())
+        if given is not None:
+            roles[name] = given
+        _write(target, Accounts(hashes, roles).lines())
     return replaced
 
 

@@ -52,14 +52,16 @@ def _decision_form(
     label: str = "",
     approval: Approval | None = None,
     change: ToolChange | None = None,
+    edit: bool = True,
 ) -> str:
     """Approve or deny, with a reason; for one ``approval``, also its
-    arguments to edit and its tool to approve for the rest of the run. A
+    arguments to edit (unless not ``edit``: the reader sees them masked)
+    and its tool to approve for the rest of the run. A
     call whose tool changed since it was requested (``change``) may also
     fail its run; one whose tool is gone is only denied, or its run failed."""
     beyond = ""
     if approval is not None and not (change is not None and change.gone):
-        beyond = _edit_fields(approval, change) + _for_run_box(approval)
+        beyond = (_edit_fields(approval, change) if edit else "") + _for_run_box(approval)
     buttons = ""
     if change is None or not change.gone:
         buttons += '<button class="approve" name="decision" value="approve">Approve</button> '
@@ -170,7 +172,13 @@ def inbox_body(
     now: datetime,
     agent: str | None,
     note: str | None,
+    decide: bool = True,
+    payloads: bool = True,
 ) -> str:
+    """The pending requests, one card per step. ``decide``: the reader may
+    decide them (False: the cards have no forms); ``payloads``: the reader
+    sees the payloads (False: they are masked, and no box offers the
+    masked arguments for editing)."""
     head = "<h1>Approvals</h1>"
     if note:
         head += f'<p class="note">{e(note)}</p>'
@@ -185,11 +193,22 @@ def inbox_body(
     groups: dict[tuple[str, int], list[InboxItem]] = {}
     for item in items:
         groups.setdefault((item.run.id, item.approval.step_index), []).append(item)
-    cards = [_card(group, base=base, csrf=csrf, now=now) for group in groups.values()]
+    cards = [
+        _card(group, base=base, csrf=csrf, now=now, decide=decide, payloads=payloads)
+        for group in groups.values()
+    ]
     return head + "\n".join(cards)
 
 
-def _card(group: Sequence[InboxItem], *, base: str, csrf: str, now: datetime) -> str:
+def _card(
+    group: Sequence[InboxItem],
+    *,
+    base: str,
+    csrf: str,
+    now: datetime,
+    decide: bool,
+    payloads: bool,
+) -> str:
     first = group[0]
     run = first.run
     run_link = f'<a href="{e(base)}/runs/{e(run.id)}">{e(run.id)}</a>'
@@ -206,7 +225,9 @@ def _card(group: Sequence[InboxItem], *, base: str, csrf: str, now: datetime) ->
         parts.append(f"<h3>Results it had seen ({len(first.seen)})</h3>" + seen_list(first.seen))
     for item in group:
         if item.approval.kind is RequestKind.INPUT:
-            parts.append(_question_section(item.approval, base=base, csrf=csrf, now=now))
+            parts.append(
+                _question_section(item.approval, base=base, csrf=csrf, now=now, decide=decide)
+            )
         else:
             parts.append(
                 _approval_section(
@@ -216,11 +237,13 @@ def _card(group: Sequence[InboxItem], *, base: str, csrf: str, now: datetime) ->
                     now=now,
                     about=item.about,
                     change=item.change,
+                    decide=decide,
+                    edit=payloads,
                 )
             )
     # Questions are answered one by one: "all" decides approvals only.
     pending = [a for a in first.step_approvals if a.pending and a.kind is RequestKind.APPROVAL]
-    if len(pending) > 1:
+    if decide and len(pending) > 1:
         action = f"{base}/runs/{run.id}/steps/{first.approval.step_index}/decide"
         parts.append(
             f'<section class="approval"><h3>All {len(pending)} calls of this step</h3>'
@@ -260,27 +283,33 @@ def _approval_section(
     now: datetime,
     about: Mapping[str, Any] | None = None,
     change: ToolChange | None = None,
+    decide: bool = True,
+    edit: bool = True,
 ) -> str:
     action = f"{base}/approvals/{approval.approval_id}"
     extra = _back_to_inbox(approval)
+    form = _decision_form(action, csrf, extra, approval=approval, change=change, edit=edit)
     return (
         f'<section class="approval" id="a-{e(approval.approval_id)}">'
         f"<h3>{e(approval.tool_name)} {expires(approval.expires_at, now)}</h3>"
         + tool_about(about)
         + changed_block(change)
         + json_block(approval.input, "arguments")
-        + _decision_form(action, csrf, extra, approval=approval, change=change)
+        + (form if decide else "")
         + "</section>"
     )
 
 
-def _question_section(approval: Approval, *, base: str, csrf: str, now: datetime) -> str:
+def _question_section(
+    approval: Approval, *, base: str, csrf: str, now: datetime, decide: bool
+) -> str:
     action = f"{base}/approvals/{approval.approval_id}"
+    form = _answer_form(action, csrf, approval, _back_to_inbox(approval)) if decide else ""
     return (
         f'<section class="approval question" id="a-{e(approval.approval_id)}">'
         f"<h3>Question {expires(approval.expires_at, now)}</h3>"
         + _question_text(approval)
-        + _answer_form(action, csrf, approval, _back_to_inbox(approval))
+        + form
         + "</section>"
     )
 

@@ -13,8 +13,12 @@
 
 ``guard(request)`` names the signed-in user, or returns None: then every page
 answers 403 except an approval link's (``/approvals/<id>?token=...``), which
-its token opens. Decisions made in the console are recorded as the guard's
-user; those made through a link as ``"link"``. Serve the app with threads
+its token opens. ``abilities(request)``, if given, says what that user may do
+(runner/console/abilities.py), e.g.
+``abilities=lambda request: {"see_runs", "see_payloads"}`` for someone who
+reads but does not decide; without it every signed-in user may do everything.
+Decisions made in the console are recorded as the guard's user; those made
+through a link as ``"link"``. Serve the app with threads
 (``gunicorn -k gthread``): a run page's live stream holds one while it is open.
 
 Flask is imported only here, and this module only by apps that mount it.
@@ -24,10 +28,11 @@ from __future__ import annotations
 
 import hmac
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
+from runner.console.abilities import EVERY_ABILITY, Ability
 from runner.console.forms import FormRefused, check_length, parse_form
 from runner.console.views import CSRF_FIELD, LIVE_TIMEOUT_SECONDS, ROUTES, Console, Request, Route
 from runner.console.views import Response as ConsoleResponse
@@ -41,12 +46,14 @@ if TYPE_CHECKING:
 SESSION_KEY = "runwright_console_csrf"
 
 Guard = Callable[["flask.Request"], str | None]
+Abilities = Callable[["flask.Request"], Iterable[Ability | str]]
 
 
 def console_blueprint(
     engine: Engine | Callable[[], Engine],
     *,
     guard: Guard,
+    abilities: Abilities | None = None,
     name: str = "runwright_console",
     live_timeout: float = LIVE_TIMEOUT_SECONDS,
     login_url: str | None = None,
@@ -82,14 +89,18 @@ def console_blueprint(
         blueprint.add_url_rule(
             route.rule,
             route.name,
-            _view(route, console_here, guard, login_url),
+            _view(route, console_here, guard, abilities, login_url),
             methods=[route.method],
         )
     return blueprint
 
 
 def _view(
-    route: Route, console_here: Callable[[], Console], guard: Guard, login_url: str | None
+    route: Route,
+    console_here: Callable[[], Console],
+    guard: Guard,
+    abilities: Abilities | None,
+    login_url: str | None,
 ) -> Callable[..., Any]:
     def view(**params: str) -> flask.Response:
         from flask import request
@@ -126,12 +137,30 @@ def _view(
                 csrf_token=token,
                 headers=headers,
                 remote=request.remote_addr,
+                abilities=_abilities(abilities, request, user),
             ),
         )
         return _to_flask(answer)
 
     view.__name__ = f"console_{route.name}"
     return view
+
+
+def _abilities(
+    abilities: Abilities | None, request: flask.Request, user: str | None
+) -> frozenset[Ability]:
+    if user is None:
+        return frozenset()
+    if abilities is None:
+        return EVERY_ABILITY
+    given = list(abilities(request))
+    try:
+        return frozenset(Ability(ability) for ability in given)
+    except ValueError:
+        names = ", ".join(a.value for a in Ability)
+        raise ConfigurationError(
+            f"the console's abilities callable returned {given!r}: each is one of {names}"
+        ) from None
 
 
 def csrf_token() -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from runner.console.abilities import Ability
 from runner.core.errors import (
     AgentNotFound,
     ApprovalAlreadyDecided,
@@ -23,6 +24,15 @@ CSRF_MESSAGE = (
     "from this console). Nothing changed: reload the page and try again."
 )
 FORBIDDEN_MESSAGE = "Sign in to use the console."
+# What a signed-in user is told when their role lacks the ability a page needs.
+NOT_ALLOWED = {
+    Ability.SEE_RUNS: "Your account may not see runs.",
+    Ability.SEE_PAYLOADS: "Your account may not see what runs carry.",
+    Ability.DECIDE: (
+        "Your account may not decide (approve, edit, answer, deny, cancel, retry or "
+        "resolve): nothing changed."
+    ),
+}
 
 
 class BadLink(InvalidApprovalToken):

@@ -11,7 +11,8 @@ for teams without a Python web app to mount it in (``runwright console``).
                             secret_key=..., prefix="/console")
     serve(app, "127.0.0.1", 8765)
 
-Accounts live in a file (``runner.console.accounts``); a session is a signed
+Accounts live in a file (``runner.console.accounts``), each with a role that
+says what it may do (``runner.console.abilities``); a session is a signed
 cookie (``runner.console.sessions``); the rules of signing in and of a
 session's end are ``runner.console.signin``'s, which the Flask example shares.
 The pages and their rules are :class:`~runner.console.views.Console`'s: this
@@ -32,6 +33,7 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from runner.console.abilities import Ability
 from runner.console.accounts import Accounts, AccountsFile
 from runner.console.assets import PAGE_HEADERS
 from runner.console.forms import FormRefused
@@ -84,6 +86,15 @@ class _Visit:
     @property
     def user(self) -> str | None:
         return self.holder.user if isinstance(self.holder, Session) else None
+
+    @property
+    def abilities(self) -> frozenset[Ability]:
+        """What the signed-in account's role lets it do, as the accounts file
+        says now (a role changed there holds from the next request)."""
+        user = self.user
+        if user is None or self.accounts is None:
+            return frozenset()
+        return self.accounts.abilities(user)
 
 
 class StandaloneConsole:
@@ -175,6 +186,7 @@ class StandaloneConsole:
             csrf_token=self.sessions.csrf_token(visit.holder),
             headers={} if last is None else {"Last-Event-ID": last},
             remote=visit.address or None,
+            abilities=visit.abilities,
         )
         return self.console.handle(route.name, request), visit.cookies
 

@@ -72,6 +72,7 @@ def run_body(
     children: Sequence[Run] = (),
     standing: Sequence[StandingApproval] = (),
     titles: Mapping[str, str] | None = None,
+    decide: bool = True,
 ) -> str:
     """The page of ``run`` (HTML inside <main>). ``live``: the timeline
     follows the run's event stream (the events were replayed, not rebuilt).
@@ -79,14 +80,15 @@ def run_body(
     a form to record one. ``why``: why the run is queued, interrupted or
     waiting (runner/core/engine/explain.py). ``standing``: the tools a person
     approved for the rest of the run. ``titles``: how its agent versions read
-    (label and id), by id."""
+    (label and id), by id. ``decide``: the reader may decide (False: the
+    page has no cancel, retry or resolve form)."""
     by_id = {a.approval_id: a for a in approvals}
     parts = [
         f"<h1>{e(run.agent)} {status_badge(run.status.value, id='status')}{attention(run)}</h1>",
         _facts(
             run, [step_of(ev) for ev in events if ev.type is EventType.STEP], base, titles or {}
         ),
-        _actions(run, base=base, csrf=csrf),
+        _actions(run, base=base, csrf=csrf) if decide else "",
     ]
     if run.error is not None:
         parts.append(
@@ -104,7 +106,7 @@ def run_body(
     elif why:
         parts.append(f'<p class="note" id="why">{e(why[:1].upper() + why[1:])}.</p>')
     if unknown:
-        parts.append(_unknown_effects(run, unknown, base=base, csrf=csrf))
+        parts.append(_unknown_effects(run, unknown, base=base, csrf=csrf, decide=decide))
     if children:
         parts.append(_children(children, base))
     if standing:
@@ -251,7 +253,9 @@ def _standing(standing: Sequence[StandingApproval]) -> str:
     )
 
 
-def _unknown_effects(run: Run, effects: Sequence[Effect], *, base: str, csrf: str) -> str:
+def _unknown_effects(
+    run: Run, effects: Sequence[Effect], *, base: str, csrf: str, decide: bool
+) -> str:
     """Effects whose worker died between starting them and recording their
     outcome: what was asked, under which key, and what a person said of it."""
     items = []
@@ -273,7 +277,7 @@ def _unknown_effects(run: Run, effects: Sequence[Effect], *, base: str, csrf: st
                 f'<p class="resolved">Resolved: it {said}, by {e(effect.resolved_by or "someone")}'
                 f" {when(effect.resolved_at)}{note}</p>"
             )
-        else:
+        elif decide:
             action = (
                 f"{e(base)}/runs/{e(run.id)}/effects/{e(quote(effect.call_id, safe=''))}/resolve"
             )

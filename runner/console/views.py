@@ -5,6 +5,10 @@ Django one only translate; the rules are here, once:
 - every page wants a user (the host app's, given in :attr:`Request.user`),
   except an approval link's page, which wants that approval's token instead;
 - every POST wants :attr:`Request.csrf_ok`, checked before anything else;
+- each page wants an ability of the user (runner/console/abilities.py):
+  seeing runs for a page, deciding for a form's POST (a link's decision
+  wants its token instead); without seeing payloads, the pages and the
+  event stream mask them (runner/console/masking.py) and record no view;
 - whatever the engine refuses is one clear answer (4xx, or 503 when the store
   is down), never a 500;
 - approve, deny and answer are idempotent: a second POST answers "already
@@ -24,10 +28,20 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from runner.console import answer_form, http_errors
+from runner.console.abilities import EVERY_ABILITY, Ability
 from runner.console.approval_pages import decided_text, inbox_body, link_body, link_title
 from runner.console.assets import PAGE_HEADERS
 from runner.console.forms import parse_json
 from runner.console.listing import runs_body
+from runner.console.masking import (
+    masked_approval,
+    masked_attempt,
+    masked_effect,
+    masked_event,
+    masked_item,
+    masked_run,
+    masked_schedule,
+)
 from runner.console.render import message_page, page, sign_out_form, url
 from runner.console.schedule_pages import schedule_body, schedules_body
 from runner.console.timeline import RETRYABLE, run_body
@@ -80,7 +94,8 @@ class Request:
     value of each field; ``user``: who the host app says is signed in (None:
     nobody); ``csrf_ok``: the form carried this session's CSRF token;
     ``csrf_token``: that token, for the forms a page renders; ``remote``:
-    the client's address (for the audit log)."""
+    the client's address (for the audit log); ``abilities``: what the user
+    may do (an adapter that does not say: everything, as before roles)."""
 
     method: str
     params: Mapping[str, str] = field(default_factory=dict)
@@ -91,6 +106,16 @@ class Request:
     csrf_token: str = ""
     headers: Mapping[str, str] = field(default_factory=dict)
     remote: str | None = None
+    abilities: frozenset[Ability] = EVERY_ABILITY
+
+    @property
+    def payloads(self) -> bool:
+        """The user may see what runs carry."""
+        return Ability.SEE_PAYLOADS in self.abilities
+
+    @property
+    def decides(self) -> bool:
+        return Ability.DECIDE in self.abilities
 
     @property
     def source(self) -> str:
@@ -112,25 +137,33 @@ class Response:
 class Route:
     """``rule``: the path under the console's base, with ``<name>`` parameters
     (the syntax of both Flask and Django's ``path()``). ``public``: reachable
-    without a user (the handler asks for an approval token instead)."""
+    without a user (the handler asks for an approval token instead).
+    ``needs``: the ability a signed-in user must have."""
 
     name: str
     method: str
     rule: str
     public: bool = False
+    needs: Ability = Ability.SEE_RUNS
 
 
 ROUTES = (
     Route("runs", "GET", "/"),
     Route("run", "GET", "/runs/<run_id>"),
     Route("events", "GET", "/runs/<run_id>/events"),
-    Route("cancel", "POST", "/runs/<run_id>/cancel"),
-    Route("retry", "POST", "/runs/<run_id>/retry"),
-    Route("decide_step", "POST", "/runs/<run_id>/steps/<step>/decide"),
-    Route("resolve_effect", "POST", "/runs/<run_id>/effects/<call_id>/resolve"),
+    Route("cancel", "POST", "/runs/<run_id>/cancel", needs=Ability.DECIDE),
+    Route("retry", "POST", "/runs/<run_id>/retry", needs=Ability.DECIDE),
+    Route("decide_step", "POST", "/runs/<run_id>/steps/<step>/decide", needs=Ability.DECIDE),
+    Route(
+        "resolve_effect",
+        "POST",
+        "/runs/<run_id>/effects/<call_id>/resolve",
+        needs=Ability.DECIDE,
+    ),
     Route("inbox", "GET", "/approvals"),
     Route("approval", "GET", "/approvals/<approval_id>", public=True),
-    Route("decide", "POST", "/approvals/<approval_id>", public=True),
+    # Public for a link's token; a signed-in user's decision wants DECIDE (_decide).
+    Route("decide", "POST", "/approvals/<approval_id>", public=True, needs=Ability.DECIDE),
     Route("schedules", "GET", "/schedules"),
     Route("schedule", "GET", "/schedules/<name>"),
 )
@@ -176,6 +209,8 @@ class Console:
             return self._forbidden(request)
         if method == "POST" and not request.csrf_ok:
             return self.error(403, "Not done", http_errors.CSRF_MESSAGE, request)
+        if not route.public and route.needs not in request.abilities:
+            return self._not_allowed(route.needs, request)
         handler: Callable[[Request], Response] = getattr(self, "_" + name)
         try:
             return handler(request)
@@ -204,6 +239,9 @@ class Console:
 
     def _forbidden(self, request: Request) -> Response:
         return self.error(403, "Forbidden", http_errors.FORBIDDEN_MESSAGE, request)
+
+    def _not_allowed(self, ability: Ability, request: Request) -> Response:
+        return self.error(403, "Forbidden", http_errors.NOT_ALLOWED[ability], request)
 
     def _redirect(self, path: str, note: str) -> Response:
         return Response(303, "", {"Location": url(self.base, path, {"note": note})})
@@ -258,6 +296,13 @@ class Console:
         approvals = engine.approvals(run.id)
         attempts = engine.attempts(run.id)
         unknown = engine.unknown_effects(run.id)
+        if not request.payloads:
+            events = [masked_event(ev) for ev in events]
+            run = masked_run(run)
+            approvals = [masked_approval(a) for a in approvals]
+            attempts = [masked_attempt(a) for a in attempts]
+            unknown = [masked_effect(u) for u in unknown]
+        why = engine.explain(run)  # it quotes a failed model call's error
         note = self._note(request)
         moves = [ev for ev in events if ev.type is EventType.VERSION]
         named = [run.version, run.started_version]
@@ -271,14 +316,16 @@ class Console:
             csrf=request.csrf_token,
             live=live,
             unknown=unknown,
-            why=self.engine.explain(run),
+            why=why,
             children=engine.children(run.id),
             standing=engine.standing_approvals(run.id),
             titles=engine.store.version_titles(run.agent, named),
+            decide=request.decides,
         )
         if note:
             body = f'<p class="note">{note}</p>' + body
-        engine.viewed_payloads(run.id, by=request.user, source=request.source)
+        if request.payloads:
+            engine.viewed_payloads(run.id, by=request.user, source=request.source)
         return self._html(f"{run.agent} {run.id}", body, request)
 
     def _replay(self, run_id: str) -> tuple[list[RunEvent], bool]:
@@ -294,17 +341,26 @@ class Console:
         last = request.headers.get("Last-Event-ID")
         if last is None:
             last = request.query.get("after")
-        frames = sse_stream(
-            self.engine,
-            request.params["run_id"],
-            last,
+        if request.payloads:
             # Every event whole, the model's token deltas included: the page
             # is for signed-in users, who see everything a run wrote anyway.
-            shape=marked_event,
-            timeout=self.live_timeout,
-            viewer=request.user,
-            source=request.source,
-        )
+            frames = sse_stream(
+                self.engine,
+                request.params["run_id"],
+                last,
+                shape=marked_event,
+                timeout=self.live_timeout,
+                viewer=request.user,
+                source=request.source,
+            )
+        else:  # the shape, no view: see _masked_frame
+            frames = sse_stream(
+                self.engine,
+                request.params["run_id"],
+                last,
+                shape=_masked_frame,
+                timeout=self.live_timeout,
+            )
         return Response(200, frames, dict(SSE_HEADERS), "text/event-stream")
 
     def _cancel(self, request: Request) -> Response:
@@ -344,6 +400,8 @@ class Console:
     def _schedule(self, request: Request) -> Response:
         book = self.engine.schedules
         found = book.get(request.params["name"])
+        if not request.payloads:
+            found = masked_schedule(found)
         upcoming = [] if found.paused else book.next_firings(found.name, count=5)
         firings = book.firings(found.name, limit=_limit(request.query.get("limit")))
         body = schedule_body(found, upcoming, firings, self._runs_of(firings), base=self.base)
@@ -363,6 +421,8 @@ class Console:
     def _inbox(self, request: Request) -> Response:
         agent = _text(request.query, "agent") or None
         items = self.engine.inbox(limit=_limit(request.query.get("limit")), agent=agent)
+        if not request.payloads:
+            items = [masked_item(item) for item in items]
         body = inbox_body(
             items,
             base=self.base,
@@ -370,7 +430,11 @@ class Console:
             now=self.now(),
             agent=agent,
             note=self._note(request),
+            decide=request.decides,
+            payloads=request.payloads,
         )
+        if not request.payloads:
+            return self._html("Approvals", body, request)
         # The inbox shows each pending call's arguments.
         for run_id in dict.fromkeys(item.run.id for item in items):
             self.engine.viewed_payloads(run_id, by=request.user, source=request.source)
@@ -443,6 +507,8 @@ class Console:
             return self.error(200, _LINK_DONE[note], _link_thanks(note, approval), link)
         if request.user is None:
             return self._forbidden(request)
+        if not request.decides:
+            return self._not_allowed(Ability.DECIDE, request)
         asked = self._asked(approval_id, decision, form)
         if asked is not None and not asked.pending:
             return self._already(asked, request)
@@ -596,6 +662,14 @@ class Console:
             source=request.source,
         )
         return self._redirect(f"/runs/{run_id}", "resolved")
+
+
+def _masked_frame(event: RunEvent) -> dict[str, Any] | None:
+    """An event for a reader who may not see payloads: its shape, masked;
+    token deltas left out (they are the model's text, and nothing else)."""
+    if event.type is EventType.TOKEN:
+        return None
+    return marked_event(masked_event(event))
 
 
 # ------------------------------------------------------------ input

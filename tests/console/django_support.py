@@ -26,6 +26,8 @@ STAFF_PERMISSIONS = (
     "cancel_run",
     "retry_run",
     "resolve_effect",
+    "view_payloads",
+    "decide_runs",
 )
 
 

@@ -374,7 +374,8 @@ def test_each_action_wants_its_permission(console: Engine, queued: list[str]) ->
     run_id, _ = waiting_run(console, queued)
     [approval] = console.approvals(run_id)
     before = snapshot(console.store)
-    viewer = client_of(make_user(permissions=("view_run", "view_approval")))
+    # decide_runs shows the forms; each action's own permission still refuses them.
+    viewer = client_of(make_user(permissions=("view_run", "view_approval", "decide_runs")))
     assert run_id in page(viewer, f"{BASE}/runs/{run_id}")
     assert approval.approval_id in page(viewer, INBOX)
     _, forms = everything(run_id, approval)
@@ -564,7 +565,7 @@ def test_the_admin_lists_runs_and_approvals_read_only(admin_db: Engine) -> None:
     # Without view permissions, staff see neither list.
     blind = client_of(make_user(permissions=("decide_approval",)))
     assert blind.get(runs).status_code == 403 and blind.get(approvals).status_code == 403
-    assert Permission.objects.filter(content_type__app_label="runwright_console").count() == 6
+    assert Permission.objects.filter(content_type__app_label="runwright_console").count() == 8
 
 
 def test_the_models_map_columns_that_exist_and_their_migration_is_current(

@@ -23,6 +23,7 @@ from urllib.parse import urlencode
 import pytest
 
 from runner import Engine, RunStatus
+from runner.console.abilities import Role
 from runner.console.accounts import Accounts, add_account
 from runner.core.coordination.leases import Leases
 from runner.core.settings import Settings
@@ -372,3 +373,17 @@ def test_add_user_from_stdin_or_a_prompt(env: dict[str, str], tmp_path: Path) ->
         assert complaint in one_line_error(done)
     assert Accounts.load(path).names == ("carol",)
     assert os.listdir(path.parent) == ["users"]
+
+
+def test_add_user_takes_a_role_and_refuses_an_unknown_one(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    path = tmp_path / "users"
+    args = ("console", "add-user", "vera", "--users", str(path), "--password-stdin")
+    out = run_cli(env, *args, "--role", "viewer", stdin="vera's password\n").stdout
+    assert out.startswith("account vera added to") and "role viewer" in out
+    assert Accounts.load(path).role("vera") is Role.VIEWER
+    before = path.read_bytes()
+    done = run_cli(env, *args, "--role", "admin", stdin="vera's password\n", ok=False)
+    assert "a role is one of viewer, reader, approver" in one_line_error(done)
+    assert path.read_bytes() == before

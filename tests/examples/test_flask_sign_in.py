@@ -197,3 +197,18 @@ def test_next_keeps_a_console_page_and_its_query(client: FlaskClient) -> None:
     answer = sign_in(client, next="/console/approvals?agent=a%20b")
     assert answer.status_code == 303
     assert answer.headers["Location"] == "/console/approvals?agent=a%20b"
+
+
+def test_an_accounts_role_holds_in_the_examples_console(
+    client: FlaskClient, users: Path, engine: Engine
+) -> None:
+    from runner.console.flask import SESSION_KEY
+
+    add_account(users, "vera", "vera's long password", role="viewer")
+    assert sign_in(client, "vera's long password", name="vera").status_code == 303
+    assert in_console(client)
+    with client.session_transaction() as held:
+        token = held[SESSION_KEY]
+    run_id = "00000000-0000-4000-8000-000000000000"
+    refused = client.post(f"/console/runs/{run_id}/cancel", data={"csrf_token": token})
+    assert refused.status_code == 403 and "may not decide" in refused.get_data(as_text=True)

@@ -65,6 +65,8 @@ class Run(models.Model):
             ("cancel_run", "Can cancel runs in the console"),
             ("retry_run", "Can retry runs in the console"),
             ("resolve_effect", "Can record what an effect of unknown outcome did"),
+            ("view_payloads", "Can see what runs carry in the console"),
+            ("decide_runs", "Can decide in the console (with each action's own permission)"),
         ]
 
     def __str__(self) -> str:

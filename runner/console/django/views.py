@@ -10,6 +10,12 @@ Settings (all optional):
 - ``RUNWRIGHT_CONSOLE_LIVE_TIMEOUT``: seconds a run page's live stream stays
   open before the browser reconnects (default 600).
 
+Who sees payloads and who decides (runner/console/abilities.py) are two
+permissions of the app beside the per-route ones: ``view_payloads`` (without
+it, the pages and the event stream show payloads masked) and ``decide_runs``
+(without it, no form is shown and every decision's POST is refused, whatever
+per-route permission the user has). A superuser has both.
+
 Serve the project from WSGI with threads (``gunicorn -k gthread``): a run
 page's live stream holds one while it is open.
 """
@@ -29,6 +35,7 @@ from django.utils.module_loading import import_string
 from django.views.decorators.csrf import csrf_exempt
 
 from runner.console import http_errors
+from runner.console.abilities import Ability
 from runner.console.django.db import APP_LABEL, ConsoleNotConfigured
 from runner.console.forms import FormRefused, check_length, parse_form
 from runner.console.views import CSRF_FIELD, LIVE_TIMEOUT_SECONDS, ROUTES, Console, Request, Route
@@ -64,6 +71,12 @@ _MAY = {
     "cancel_run": "cancel runs",
     "retry_run": "retry runs",
     "resolve_effect": "record what an effect of unknown outcome did",
+}
+# The permission that gives each ability (app label runwright_console).
+ABILITY_PERMISSIONS = {
+    Ability.SEE_RUNS: "view_run",
+    Ability.SEE_PAYLOADS: "view_payloads",
+    Ability.DECIDE: "decide_runs",
 }
 STAFF_ONLY = "The console is for staff: your account may not use it."
 # Django checks a POST's Origin, and a browser sends "Origin: null" from a
@@ -131,11 +144,13 @@ def _answer(
                 console.error(refused.status, "Bad request", str(refused), Request(method))
             )
     user: str | None = None
+    abilities: frozenset[Ability] = frozenset()
     if not _by_link(route, request, form):
         refused_answer = _refusal(request, route, console)
         if refused_answer is not None:
             return refused_answer
         user = request.user.get_username()
+        abilities = abilities_of(request.user)
     last = request.headers.get("Last-Event-ID")
     headers = {} if last is None else {"Last-Event-ID": last}
     answer = console.handle(
@@ -150,9 +165,19 @@ def _answer(
             csrf_token=_token(request),
             headers=headers,
             remote=request.META.get("REMOTE_ADDR"),
+            abilities=abilities,
         ),
     )
     return _to_django(answer)
+
+
+def abilities_of(user: Any) -> frozenset[Ability]:
+    """What a signed-in Django user may do in the console, by their permissions."""
+    return frozenset(
+        ability
+        for ability, permission in ABILITY_PERMISSIONS.items()
+        if user.has_perm(f"{APP_LABEL}.{permission}")
+    )
 
 
 def _console(request: HttpRequest) -> Console:
