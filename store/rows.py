@@ -36,15 +36,33 @@ from store.models import (
 )
 from store.sealing import PLAIN, Sealing
 
+
+class _LeftOut(Sealing):
+    """What a read of runs without their payloads opens them to: None."""
+
+    def open(self, value: Any, table: str, column: str, *row: object) -> Any:
+        return None
+
+
+_LEFT_OUT = _LeftOut()
+
 # The approval columns an approval event carries (store/events.py).
 APPROVAL_EVENT_PAYLOADS = ("input", "arguments", "answer", "reason")
 
 
 def run_from_row(
-    row: Mapping[str, Any], waiting: WaitPoint | None = None, *, sealing: Sealing = PLAIN
+    row: Mapping[str, Any],
+    waiting: WaitPoint | None = None,
+    *,
+    sealing: Sealing = PLAIN,
+    payloads: bool = True,
 ) -> Run:
+    """A runs row as a run; without ``payloads``, its trigger's payload, its
+    output, its state and its wait's input are None, not read (nor opened)."""
     m = row
     run_id = str(m["id"])
+    if not payloads:
+        sealing = _LEFT_OUT
     claim = None
     if m["claim_owner"] is not None:
         claim = Claim(

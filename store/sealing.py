@@ -33,6 +33,7 @@ from store.db import dumps
 from store.errors import InvalidInput, RunwrightError
 
 PREFIX = "rw1"
+_MARK = f"{PREFIX}:"
 KEY_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")
 
 
@@ -54,7 +55,7 @@ class Cipher(Protocol):
 
 def key_of(value: object) -> str | None:
     """The id of the key a sealed value needs; None for anything else."""
-    if not isinstance(value, str) or not value.startswith(f"{PREFIX}:"):
+    if value.__class__ is not str or not value.startswith(_MARK):
         return None
     parts = value.split(":", 2)
     return parts[1] if len(parts) == 3 and KEY_ID.fullmatch(parts[1]) else None

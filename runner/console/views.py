@@ -271,6 +271,7 @@ class Console:
             since=_moment(filters.get("since"), "since"),
             until=_moment(filters.get("until"), "until"),
             needs_attention=bool(filters.get("attention")),
+            payloads=False,  # the list shows none
         )
         counts = engine.run_counts(filters.get("agent"))
         body = runs_body(

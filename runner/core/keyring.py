@@ -100,6 +100,14 @@ class KeyRing:
         """The id of the key that seals."""
         return self.order[0]
 
+    def ready(self) -> KeyRing:
+        """The ring with each key's cipher made: a missing ``encryption``
+        extra is one :class:`ConfigurationError` when a process starts, not
+        at its first write."""
+        for key_id in self.order:
+            self._cipher(key_id)
+        return self
+
     def _cipher(self, key_id: str) -> Any:
         found = self._ciphers.get(key_id)
         if found is None:

@@ -322,4 +322,4 @@ def key_ring(settings: Settings) -> KeyRing | None:
         return None
     from runner.core.keyring import KeyRing
 
-    return KeyRing.parse(settings.encryption_keys)
+    return KeyRing.parse(settings.encryption_keys).ready()

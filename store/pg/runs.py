@@ -230,9 +230,12 @@ class PgRuns(PgBase):
         since: datetime | None = None,
         until: datetime | None = None,
         needs_attention: bool = False,
+        payloads: bool = True,
     ) -> list[Run]:
         """Newest first; ``needs_attention``: only runs with an effect of
-        unknown outcome nobody resolved."""
+        unknown outcome nobody resolved; without ``payloads``, the runs'
+        trigger payloads, outputs and states are None, neither read nor
+        decrypted (a list that shows none)."""
         params = {
             "attention": bool(needs_attention),
             "status": None if status is None else RunStatus(status).value,
@@ -243,7 +246,8 @@ class PgRuns(PgBase):
             "since": since,
             "until": until,
         }
-        return [run_from_row(row, sealing=self.sealing) for row in self.db.rows(LIST_RUNS, params)]
+        rows = self.db.rows(LIST_RUNS, params)
+        return [run_from_row(row, sealing=self.sealing, payloads=payloads) for row in rows]
 
     def run_counts(self, agent: str | None = None) -> dict[RunStatus, int]:
         rows = self.db.rows(RUN_COUNTS, {"agent": agent})

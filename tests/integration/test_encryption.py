@@ -138,6 +138,10 @@ def test_a_missing_key_is_one_error_naming_its_id_and_changes_nothing(
             engines[ring].retry(run_id)
     after = raw(stores["old"], "SELECT CAST(output AS text) FROM runs WHERE id = :id", id=run_id)
     assert after == before
+    # A list that shows no payload opens none: it lists without the key.
+    [listed] = engines["new"].list_runs(payloads=False)
+    assert (listed.id, listed.status, listed.output) == (run_id, RunStatus.COMPLETED, None)
+    assert listed.trigger.payload is None and listed.trigger.keys == {"customer": "42"}
     assert engines["old"].get_run(run_id).status is RunStatus.COMPLETED
 
 

@@ -287,10 +287,13 @@ class Engine:
         since: datetime | None = None,
         until: datetime | None = None,
         needs_attention: bool = False,
+        payloads: bool = True,
     ) -> list[Run]:
         """Newest first; ``before`` (a run id) pages to older runs; ``since``
         and ``until`` bound when they were created; ``needs_attention``: only
-        runs with an effect of unknown outcome nobody resolved."""
+        runs with an effect of unknown outcome nobody resolved. Without
+        ``payloads``, each run's trigger payload, output and state are None:
+        a list that shows none neither reads nor decrypts them."""
         if isinstance(status, str):
             try:
                 status = RunStatus(status)
@@ -306,6 +309,7 @@ class Engine:
             since=since,
             until=until,
             needs_attention=needs_attention,
+            payloads=payloads,
         )
 
     def run_counts(self, agent: str | None = None) -> dict[RunStatus, int]:
