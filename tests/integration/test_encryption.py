@@ -232,3 +232,18 @@ def test_rotate_without_keys_is_one_clear_error(env: dict[str, str]) -> None:
     malformed = rotate(env, "old:not-base64!", "rotate")
     assert malformed.exit_code != 0
     assert "RUNWRIGHT_ENCRYPTION_KEYS" in malformed.output
+
+
+def test_erasure_with_keys_leaves_the_skeleton_and_no_ciphertext(
+    engines: dict[str, Engine], stores: dict[str, PostgresStore]
+) -> None:
+    marker = unique("MARKER")
+    run_id = completed_run(engines["old"], marker)
+    was = engines["old"].get_run(run_id)
+    engines["old"].erase([run_id], by="dpo", source="test")
+    run = engines["old"].get_run(run_id)
+    assert (run.status, run.usage, run.erased_by) == (was.status, was.usage, "dpo")
+    assert run.output is None and run.trigger.payload == {}
+    # Nothing sealed is left of it: erased means gone, not encrypted.
+    counts = {(c.table, c.column): c.values for c in stores["old"].key_counts() if c.key}
+    assert counts == {}
