@@ -46,6 +46,7 @@ if TYPE_CHECKING:
         Concurrency,
         registry,
     )
+    from runner.core.engine.conversations import Thread
     from runner.core.engine.engine import Engine
     from runner.core.errors import (
         AgentAlreadyRegistered,
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
         PayloadTooLarge,
         RunNotFound,
         RunwrightError,
+        ThreadBusy,
     )
     from runner.core.limits.model_limits import ModelLimit
     from runner.core.model import warm_up
@@ -105,6 +107,8 @@ _LAZY = {
     "RunStatus": "store.models",
     "RunwrightError": "runner.core.errors",
     "Tool": "runner.core.steps.tools",
+    "Thread": "runner.core.engine.conversations",
+    "ThreadBusy": "runner.core.errors",
     "TriggerEnvelope": "store.models",
     "done": "runner.core.steps.tools",
     "effect": "runner.core.steps.tools",
@@ -195,6 +199,16 @@ def start_run(agent: str, payload: Any = None, **kwargs: Any) -> Run:
     return default_engine().start(agent, payload, **kwargs)
 
 
+def send(thread: str, message: str, *, agent: str, **kwargs: Any) -> Run:
+    """Add a user's message to a thread (:meth:`Engine.send`) on the default engine."""
+    return default_engine().send(thread, message, agent=agent, **kwargs)
+
+
+def thread(thread_id: str) -> Thread:
+    """A thread as a conversation (:meth:`Engine.thread`) on the default engine."""
+    return default_engine().thread(thread_id)
+
+
 def limit_model(pattern: str, limit: ModelLimit, *, replace: bool = False) -> None:
     """Limit the calls to the models ``pattern`` names (a model, a provider's
     prefix ending in ``*``, or ``*``; the most specific wins), shared by every
@@ -238,6 +252,8 @@ __all__ = [
     "RunNotFound",
     "RunStatus",
     "RunwrightError",
+    "Thread",
+    "ThreadBusy",
     "Tool",
     "TriggerEnvelope",
     "default_engine",
@@ -246,8 +262,10 @@ __all__ = [
     "limit_model",
     "not_done",
     "registry",
+    "send",
     "set_default_engine",
     "start_run",
+    "thread",
     "tool",
     "version",
     "wait_for",

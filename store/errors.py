@@ -59,6 +59,11 @@ class RanEffect(NamedTuple):
     completed: bool = True
 
 
+class ThreadBusy(InvalidTransition):
+    """A message to a thread whose agent takes none while a run of the thread
+    is in progress (``on_new_message="reject"``)."""
+
+
 class ForkRepeatsEffects(InvalidTransition):
     """A fork at that step would run again effects that already ran after it.
 

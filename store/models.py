@@ -734,9 +734,17 @@ class DueNotification:
 
 @dataclass(frozen=True)
 class ThreadStart:
-    run_id: str
+    """Where a thread's next run starts: the history of its latest run that
+    ended with one (``run_id``, its messages and state), then the triggers of
+    the runs that ended after it without a step (a message cancelled while
+    it queued, under ``on_new_message="interrupt"``: its message is not
+    lost), and that run's effects (what a rollback tells the model ran)."""
+
+    run_id: str | None
     messages: list[Message]
     state: object
+    skipped: tuple[TriggerEnvelope, ...] = ()
+    effects: tuple[Effect, ...] = ()
 
 
 @dataclass(frozen=True)

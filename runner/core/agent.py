@@ -35,6 +35,7 @@ from runner.core.settings import Settings
 from runner.core.steps.builtin_tools import AskHuman, ask_human_spec
 from runner.core.steps.run_context import RunContext
 from runner.core.steps.tools import Tool
+from runner.core.threads import OnNewMessage, check_policy
 from runner.core.versions import POLICIES, AgentVersion, OnNewVersion, check_label
 from store.models import TriggerEnvelope
 
@@ -275,6 +276,10 @@ class Agent:
     # go on with this one ("continue"), wait for a worker of its own ("pin"),
     # or end failed ``version_changed`` ("fail").
     on_new_version: OnNewVersion = "continue"
+    # What a message sent to a thread does while a run of the thread is in
+    # progress: "enqueue", "reject", "interrupt" or "rollback"
+    # (runner/core/threads.py, docs/conversations.md).
+    on_new_message: OnNewMessage = "enqueue"
     register: bool = True
     # Registered where another agent of this name is: replace it on purpose
     # (else AgentAlreadyRegistered).
@@ -346,6 +351,7 @@ class Agent:
                 f"not {self.on_new_version!r:.40}"
             )
         check_label(self.name, self.version)
+        check_policy(self.name, self.on_new_message)
         if self.on_deny not in _ON_DENY:
             raise InvalidInput(
                 f"agent {self.name!r}: on_deny must be 'continue' or 'fail', not {self.on_deny!r}"

@@ -32,6 +32,7 @@ from store.errors import (
     SchemaMismatch,
     StoreRefused,
     StoreUnavailable,
+    ThreadBusy,
     WrongRequestKind,
 )
 
@@ -169,6 +170,7 @@ __all__ = [
     "SchemaMismatch",
     "StoreRefused",
     "StoreUnavailable",
+    "ThreadBusy",
     "ToolDefinitionError",
     "ToolInputError",
     "WrongRequestKind",

@@ -3,13 +3,15 @@ checkpoint and events."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from store.db import Tx, dumps
+from store.errors import InvalidInput, ThreadBusy
 from store.events import RunEvent
-from store.models import Checkpoint, Effect, NewRun, Run, RunStatus, Step
+from store.models import Checkpoint, Effect, NewRun, Run, RunStatus, Step, TriggerEnvelope
 from store.models import ThreadStart as ThreadStart  # moved: plain data of the journal port
 from store.pg.base import PgBase
 from store.rows import effect_from_row, event_from_row, run_from_row, step_from_row
@@ -125,13 +127,57 @@ START_POINT = Statement(
     """,
 )
 
+# The thread's latest ended run with a checkpoint before run :before, in the
+# order the database took them (``arrival``: the order a thread's runs go in).
 THREAD_START = Statement(
     "thread_start",
     """
-    SELECT id, state FROM runs
-     WHERE thread = CAST(:thread AS text) AND id < CAST(:before AS uuid)
-       AND status IN ('completed', 'failed', 'cancelled')
-     ORDER BY id DESC LIMIT 1
+    SELECT r.id, r.state, r.arrival FROM runs AS r
+     WHERE r.thread = CAST(:thread AS text)
+       AND r.arrival < (SELECT arrival FROM runs WHERE id = CAST(:before AS uuid))
+       AND r.status IN ('completed', 'failed', 'cancelled')
+       AND EXISTS (SELECT 1 FROM checkpoints AS c WHERE c.run_id = r.id)
+     ORDER BY r.arrival DESC LIMIT 1
+    """,
+)
+
+# The thread's runs that ended without a step between :after and run
+# :before (a message cancelled while it queued): their triggers.
+THREAD_SKIPPED = Statement(
+    "thread_skipped",
+    """
+    SELECT r.id, r.trigger FROM runs AS r
+     WHERE r.thread = CAST(:thread AS text)
+       AND r.arrival > CAST(:after AS bigint)
+       AND r.arrival < (SELECT arrival FROM runs WHERE id = CAST(:before AS uuid))
+       AND r.status IN ('completed', 'failed', 'cancelled')
+       AND NOT EXISTS (SELECT 1 FROM checkpoints AS c WHERE c.run_id = r.id)
+     ORDER BY r.arrival
+    """,
+)
+
+# One sender at a time on a thread (a transaction-scoped lock on its key).
+THREAD_LOCK = Statement(
+    "thread_lock", "SELECT pg_advisory_xact_lock(hashtextextended(CAST(:key AS text), 53))"
+)
+
+# The thread's runs not ended, oldest first.
+THREAD_ACTIVE = Statement(
+    "thread_active",
+    """
+    SELECT * FROM runs
+     WHERE thread = CAST(:thread AS text)
+       AND status IN ('queued', 'running', 'waiting', 'interrupted')
+     ORDER BY arrival
+    """,
+)
+
+# The thread's runs, oldest first.
+THREAD_RUNS = Statement(
+    "thread_runs",
+    """
+    SELECT * FROM runs WHERE thread = CAST(:thread AS text)
+     ORDER BY arrival LIMIT CAST(:limit AS int)
     """,
 )
 
@@ -311,12 +357,70 @@ class PgRuns(PgBase):
         return StartPoint(checkpoint=checkpoint, journaled=journaled)
 
     def thread_start(self, thread: str, before_run_id: str) -> ThreadStart | None:
+        """Where run ``before_run_id`` of ``thread`` starts (:class:`ThreadStart`);
+        None for the thread's first run."""
         with self.db.tx() as tx:
-            row = tx.first(THREAD_START, {"thread": thread, "before": before_run_id})
+            params = {"thread": thread, "before": before_run_id}
+            row = tx.first(THREAD_START, params)
+            after = -1 if row is None else int(row["arrival"])
+            skipped = tuple(
+                TriggerEnvelope.model_validate(
+                    self.sealing.trigger(r["trigger"], str(r["id"]), opening=True)
+                )
+                for r in tx.rows(THREAD_SKIPPED, {**params, "after": after})
+            )
             if row is None:
-                return None
-            checkpoint = self._checkpoint(tx, str(row["id"]))  # opened
-            messages = checkpoint.messages if checkpoint else []
+                return ThreadStart(None, [], None, skipped) if skipped else None
             before = str(row["id"])
+            checkpoint = self._checkpoint(tx, before)  # opened
+            messages = checkpoint.messages if checkpoint else []
             state = self.sealing.open(row["state"], "runs", "state", before)
-            return ThreadStart(run_id=before, messages=messages, state=state)
+            effects = tuple(
+                effect_from_row(r, sealing=self.sealing)
+                for r in tx.rows(EFFECTS, {"run_id": before})
+            )
+            return ThreadStart(before, messages, state, skipped, effects)
+
+    def start_on_thread(
+        self,
+        thread: str,
+        make: Callable[[Sequence[Run]], NewRun],
+        *,
+        refuse_if_busy: bool = False,
+    ) -> tuple[Run, bool, list[Run]]:
+        """Create the run ``make`` gives, given the thread's runs not ended
+        (oldest first), one sender at a time on ``thread``: the run (or the
+        one its trigger id names), whether it was created, and those runs.
+        With ``refuse_if_busy``, a thread with such a run refuses the message
+        (:class:`ThreadBusy`) and nothing is written."""
+        thread = check_text(thread, "thread", max_chars=512)
+        with self.db.tx() as tx:
+            tx.execute(THREAD_LOCK, {"key": f"thread:{thread}"})
+            active = [
+                run_from_row(r, sealing=self.sealing, payloads=False)
+                for r in tx.rows(THREAD_ACTIVE, {"thread": thread})
+            ]
+            new = make(active)
+            if new.thread != thread:
+                raise InvalidInput(f"the run is not one of thread {thread!r}")
+            check_new_run(new, self.max_payload_bytes)
+            params = {"agent": new.agent, "trigger_id": new.trigger.id}
+            existing = tx.first(RUN_BY_TRIGGER, params)
+            if existing is not None:  # the same message again: its run, as it is
+                return run_from_row(existing, sealing=self.sealing), False, []
+            if refuse_if_busy and active:
+                busy = active[0]
+                raise ThreadBusy(
+                    f"thread {thread!r} has run {busy.id} {busy.status.value}: its agent takes "
+                    "no message until it ends (on_new_message='reject')"
+                )
+            run, created = insert_run(tx, new, self.sealing)
+        if created:
+            self._committed(run.id)
+        return run, created, active
+
+    def thread_runs(self, thread: str, limit: int = 1000) -> list[Run]:
+        """The thread's runs, oldest first (at most ``limit``)."""
+        thread = check_text(thread, "thread", max_chars=512)
+        rows = self.db.rows(THREAD_RUNS, {"thread": thread, "limit": limit})
+        return [run_from_row(r, sealing=self.sealing) for r in rows]

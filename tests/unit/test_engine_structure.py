@@ -103,6 +103,7 @@ LAYER_OF = {
     "runner.core.model": "agents",
     "runner.core.agent": "agents",
     "runner.core.versions": "agents",  # an agent's fingerprint and what changed
+    "runner.core.threads": "agents",  # a thread as a conversation: policies, its history
     "runner.core.children": "agents",
     "runner.core.mcp": "agents",
     "runner.core.steps.tools": "agents",

@@ -22,7 +22,7 @@ from runner.core.clock import SYSTEM, Clock
 from runner.core.coordination.claims import NotClaimed
 from runner.core.coordination.leases import CancelListener, Leases
 from runner.core.deprecation import retired
-from runner.core.engine import erasure, retry_fork, versioning
+from runner.core.engine import conversations, erasure, retry_fork, versioning
 from runner.core.engine.deps import Deps, Enqueue
 from runner.core.engine.execution import Execution
 from runner.core.engine.tick import tick
@@ -235,6 +235,36 @@ class Engine:
         if created:
             self.deps.send([run.id], priority=run.priority)
         return run
+
+    def send(
+        self,
+        thread: str,
+        message: str,
+        *,
+        agent: str,
+        by: str | None = None,
+        id: str | None = None,
+        priority: int = 0,
+        source: str | None = None,
+    ) -> Run:
+        """Add a user's ``message`` to ``thread``: it starts the thread's next
+        run of ``agent``, which continues the thread's history. While a run
+        of the thread is in progress, the agent's ``on_new_message`` decides:
+        ``enqueue`` (after it), ``reject`` (:class:`ThreadBusy`, nothing
+        written), ``interrupt`` or ``rollback`` (it is cancelled at its next
+        safe point, and this run continues; docs/conversations.md). ``id``
+        makes a send idempotent; ``by`` is who sent it."""
+
+        def cancel(run_id: str) -> object:
+            return self.cancel(run_id, by=by, source=source)
+
+        return conversations.send(
+            self.deps, cancel, thread, message, agent=agent, by=by, id=id, priority=priority
+        )
+
+    def thread(self, thread: str) -> conversations.Thread:
+        """The thread as a conversation: its runs, the one in progress, its messages."""
+        return conversations.read(self.deps, thread)
 
     def execute(self, run_id: str) -> Run | None:
         """Execute the run here, blocking until its execution ends (the run

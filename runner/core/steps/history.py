@@ -23,10 +23,23 @@ CHILD_REQUEST = "child_request"
 ENGINE_ROLES = frozenset({APPROVAL_REQUEST, APPROVAL_RESPONSE, CHILD_REQUEST})
 
 
+# A message sent to a thread (runner/core/threads.py): its run's trigger.
+MESSAGE_SOURCE, MESSAGE_TRIGGER = "thread", "message"
+
+
 def render_trigger(envelope: TriggerEnvelope) -> str:
     """The first user message: ``source``, ``trigger`` and ``payload`` only, as a
     fenced JSON block with two-space indentation. ``id``, ``keys``, ``thread`` and
-    ``received_at`` stay out of it; tools read them from ``ctx.trigger``."""
+    ``received_at`` stay out of it; tools read them from ``ctx.trigger``. A
+    message sent to a thread is its text."""
+    payload = envelope.payload
+    if (
+        envelope.source == MESSAGE_SOURCE
+        and envelope.trigger == MESSAGE_TRIGGER
+        and isinstance(payload, dict)
+        and isinstance(payload.get("text"), str)
+    ):
+        return str(payload["text"])
     body = {"source": envelope.source, "trigger": envelope.trigger, "payload": envelope.payload}
     return "```json\n" + json.dumps(body, indent=2, ensure_ascii=False) + "\n```"
 

@@ -35,7 +35,6 @@ from runner.core.steps.history import (
     Request,
     assign_call_ids,
     call_ids,
-    continue_thread,
     edited_arguments,
     open_step,
     trigger_message,
@@ -44,6 +43,7 @@ from runner.core.steps.run_context import AbortSignal, RunContext
 from runner.core.steps.services import Services
 from runner.core.steps.toolcalls import CallRunner, StepCalls
 from runner.core.steps.tools import Tool
+from runner.core.threads import thread_history
 from store.models import (
     USAGE_ESTIMATED,
     AdmissionVerdict,
@@ -207,7 +207,7 @@ class StepLoop:
             if run.thread:
                 previous = await self.journal.thread_start(run.thread)
                 if previous is not None:
-                    history = continue_thread(previous.messages)
+                    history = thread_history(previous, run.trigger)
                     state = previous.state if state is None else state
             self.messages = [*history, trigger_message(run.trigger)]
         if self.agent.state is not None:
