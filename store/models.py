@@ -733,6 +733,18 @@ class DueNotification:
 
 
 @dataclass(frozen=True)
+class ThreadSummary:
+    """A thread in a list: its latest run's agent, status and time, and how
+    many runs it had in the list's window."""
+
+    thread: str
+    agent: str
+    status: RunStatus
+    last_at: datetime
+    runs: int
+
+
+@dataclass(frozen=True)
 class ThreadStart:
     """Where a thread's next run starts: the history of its latest run that
     ended with one (``run_id``, its messages and state), then the triggers of

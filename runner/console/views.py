@@ -21,11 +21,13 @@ The console is a client of the public engine API, never of the store.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from runner.console import answer_form, http_errors
 from runner.console.abilities import EVERY_ABILITY, Ability
@@ -44,6 +46,7 @@ from runner.console.masking import (
 )
 from runner.console.render import message_page, page, sign_out_form, url
 from runner.console.schedule_pages import schedule_body, schedules_body
+from runner.console.thread_pages import masked_messages, thread_body, thread_json, threads_body
 from runner.console.timeline import RETRYABLE, run_body
 from runner.core.approvals.expiry import marked_event
 from runner.core.errors import (
@@ -61,6 +64,7 @@ from store.models import Approval, Firing, RequestKind, Run
 from store.rules import CancelAction
 
 if TYPE_CHECKING:
+    from runner.core.engine.conversations import Thread
     from runner.core.engine.engine import Engine
 
 CSRF_FIELD = "csrf_token"
@@ -83,6 +87,7 @@ NOTES = {
     "cancel_requested": "Cancel requested: the run stops within a second or so.",
     "retried": "The run is queued again from its checkpoint.",
     "resolved": "Recorded. The run needs no more attention for that effect.",
+    "sent": "Sent.",
 }
 
 
@@ -166,6 +171,11 @@ ROUTES = (
     Route("decide", "POST", "/approvals/<approval_id>", public=True, needs=Ability.DECIDE),
     Route("schedules", "GET", "/schedules"),
     Route("schedule", "GET", "/schedules/<name>"),
+    Route("threads", "GET", "/threads"),
+    Route("thread", "GET", "/threads/<thread>"),
+    Route("send", "POST", "/threads/<thread>", needs=Ability.DECIDE),
+    Route("api_thread", "GET", "/api/threads/<thread>"),
+    Route("api_send", "POST", "/api/threads/<thread>/messages", needs=Ability.DECIDE),
 )
 _ROUTES = {route.name: route for route in ROUTES}
 
@@ -407,6 +417,80 @@ class Console:
         firings = book.firings(found.name, limit=_limit(request.query.get("limit")))
         body = schedule_body(found, upcoming, firings, self._runs_of(firings), base=self.base)
         return self._html(f"Schedule {found.name}", body, request)
+
+    # ----------------------------------------------------------- threads
+
+    def _threads(self, request: Request) -> Response:
+        body = threads_body(self.engine.threads(), base=self.base)
+        return self._html("Threads", body, request)
+
+    def _read_thread(self, request: Request) -> tuple[Thread, list[dict[str, Any]]]:
+        """The thread, and its messages as the user may see them (a read of
+        payloads, in the audit log, when they may)."""
+        view = self.engine.thread(request.params["thread"])
+        if not request.payloads:
+            return view, masked_messages(view.messages)
+        if view.runs:
+            latest = view.runs[-1].id
+            self.engine.viewed_payloads(latest, by=request.user, source=request.source)
+        return view, [dict(m) for m in view.messages]
+
+    def _thread(self, request: Request) -> Response:
+        view, messages = self._read_thread(request)
+        shown = dataclasses.replace(view, messages=tuple(messages))
+        body = thread_body(
+            shown,
+            base=self.base,
+            csrf=request.csrf_token,
+            field=CSRF_FIELD,
+            send=request.decides,
+            note=self._note(request),
+        )
+        return self._html(f"Thread {view.id}", body, request)
+
+    def _send(self, request: Request) -> Response:
+        thread = request.params["thread"]
+        self._sent(thread, request)
+        return self._redirect(f"/threads/{quote(thread, safe='')}", "sent")
+
+    def _sent(self, thread: str, request: Request) -> Run:
+        agent = request.form.get("agent") or ""
+        if not agent:
+            runs = self.engine.thread(thread).runs
+            if not runs:
+                raise InvalidInput("name the agent: the thread has no run yet")
+            agent = runs[-1].agent
+        return self.engine.send(
+            thread,
+            request.form.get("message", ""),
+            agent=agent,
+            by=request.user,
+            id=request.form.get("id") or None,
+            source=request.source,
+        )
+
+    def _api_thread(self, request: Request) -> Response:
+        try:
+            view, messages = self._read_thread(request)
+        except RunwrightError as exc:
+            return self._json_error(exc)
+        return self._json(200, thread_json(view, messages))
+
+    def _api_send(self, request: Request) -> Response:
+        try:
+            run = self._sent(request.params["thread"], request)
+        except RunwrightError as exc:
+            return self._json_error(exc)
+        answer = {"run": run.id, "status": run.status.value, "thread": run.thread}
+        return self._json(202, answer)
+
+    def _json(self, status: int, data: Any) -> Response:
+        headers = {"X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"}
+        return Response(status, json.dumps(data), headers, "application/json")
+
+    def _json_error(self, exc: RunwrightError) -> Response:
+        status, title = http_errors.status_for(exc)
+        return self._json(status, {"error": title, "message": exc.message})
 
     def _runs_of(self, firings: list[Firing]) -> dict[str, Run]:
         """The firings' runs that still exist (a pruned one is gone)."""

@@ -11,7 +11,16 @@ from typing import Any
 from store.db import Tx, dumps
 from store.errors import InvalidInput, ThreadBusy
 from store.events import RunEvent
-from store.models import Checkpoint, Effect, NewRun, Run, RunStatus, Step, TriggerEnvelope
+from store.models import (
+    Checkpoint,
+    Effect,
+    NewRun,
+    Run,
+    RunStatus,
+    Step,
+    ThreadSummary,
+    TriggerEnvelope,
+)
 from store.models import ThreadStart as ThreadStart  # moved: plain data of the journal port
 from store.pg.base import PgBase
 from store.rows import effect_from_row, event_from_row, run_from_row, step_from_row
@@ -178,6 +187,19 @@ THREAD_RUNS = Statement(
     """
     SELECT * FROM runs WHERE thread = CAST(:thread AS text)
      ORDER BY arrival LIMIT CAST(:limit AS int)
+    """,
+)
+
+# The threads with a run created since :since, the latest first: each with
+# its latest run's agent and status, and how many runs it has had since.
+THREADS = Statement(
+    "threads",
+    """
+    SELECT DISTINCT ON (thread) thread, id, agent, status, created_at,
+           count(*) OVER (PARTITION BY thread) AS runs
+      FROM runs
+     WHERE thread IS NOT NULL AND created_at >= CAST(:since AS timestamptz)
+     ORDER BY thread, arrival DESC
     """,
 )
 
@@ -418,6 +440,19 @@ class PgRuns(PgBase):
         if created:
             self._committed(run.id)
         return run, created, active
+
+    def threads(self, since: datetime, limit: int = 100) -> list[ThreadSummary]:
+        """The threads with a run created since ``since``, the one with the
+        latest run first (at most ``limit``)."""
+        rows = self.db.rows(THREADS, {"since": since})
+        found = [
+            ThreadSummary(
+                r["thread"], r["agent"], RunStatus(r["status"]), r["created_at"], int(r["runs"])
+            )
+            for r in rows
+        ]
+        found.sort(key=lambda t: t.last_at, reverse=True)
+        return found[:limit]
 
     def thread_runs(self, thread: str, limit: int = 1000) -> list[Run]:
         """The thread's runs, oldest first (at most ``limit``)."""

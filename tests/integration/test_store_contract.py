@@ -16,7 +16,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -34,6 +34,7 @@ from store.errors import (
     PayloadTooLarge,
     RunNotFound,
     ScheduleNotFound,
+    ThreadBusy,
     WrongRequestKind,
 )
 from store.events import EventType
@@ -796,6 +797,31 @@ def test_thread_start_returns_previous_settled_run(store: PostgresStore) -> None
     assert start is not None and start.run_id == first.run_id
     assert start.messages == [msg(0), msg(1)] and start.state == {"n": 1}
     assert store.thread_start("t-1", first.run_id) is None
+
+
+def test_a_thread_takes_one_sender_at_a_time_and_carries_a_message_cancelled_unstarted(
+    store: PostgresStore,
+) -> None:
+    first = claimed(store, thread="t-2", key="thread:t-2")
+    store.commit_step(first, commit(1, 0, [msg(0), msg(1)], outcome=Outcome(RunStatus.COMPLETED)))
+
+    def make(text: str) -> Callable[[Any], NewRun]:
+        return lambda active: new_run(thread="t-2", key="thread:t-2", payload={"text": text})
+
+    queued, created, active = store.start_on_thread("t-2", make("a"))
+    assert created and active == []
+    later, created, active = store.start_on_thread("t-2", make("b"), refuse_if_busy=False)
+    assert created and [r.id for r in active] == [queued.id]
+    with pytest.raises(ThreadBusy):
+        store.start_on_thread("t-2", make("c"), refuse_if_busy=True)
+    store.request_cancel(queued.id)  # cancelled before it ran: its message is carried
+    start = store.thread_start("t-2", later.id)
+    assert start is not None and start.run_id == first.run_id
+    assert start.messages == [msg(0), msg(1)]
+    assert [t.payload for t in start.skipped] == [{"text": "a"}]
+    assert [r.id for r in store.thread_runs("t-2")] == [first.run_id, queued.id, later.id]
+    [summary] = [t for t in store.threads(datetime(2000, 1, 1, tzinfo=UTC)) if t.thread == "t-2"]
+    assert (summary.runs, summary.status) == (3, RunStatus.QUEUED)
 
 
 def test_prune_deletes_settled_runs_and_their_rows(store: PostgresStore) -> None:

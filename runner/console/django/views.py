@@ -63,6 +63,11 @@ PERMISSIONS = {
     "decide": "decide_approval",
     "schedules": "view_run",
     "schedule": "view_run",
+    "threads": "view_run",
+    "thread": "view_run",
+    "send": "view_run",  # with decide_runs (Ability.DECIDE), as every action
+    "api_thread": "view_run",
+    "api_send": "view_run",
 }
 _MAY = {
     "view_run": "see runs",

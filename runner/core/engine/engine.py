@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import pydantic
@@ -52,6 +52,7 @@ from store.models import (
     RunStatus,
     StandingApproval,
     Step,
+    ThreadSummary,
     TriggerEnvelope,
 )
 from store.pg.approvals import CancelResult, DecisionResult
@@ -261,6 +262,13 @@ class Engine:
         return conversations.send(
             self.deps, cancel, thread, message, agent=agent, by=by, id=id, priority=priority
         )
+
+    def threads(self, *, days: float = 30, limit: int = 100) -> list[ThreadSummary]:
+        """The threads with a run in the last ``days``, the latest first."""
+        if not 0 < days <= 3660 or not 1 <= limit <= 1000:
+            raise InvalidInput("days is from 0 to 3660 and limit from 1 to 1000")
+        since = datetime.now(UTC) - timedelta(days=days)
+        return self.deps.store.threads(since, limit)
 
     def thread(self, thread: str) -> conversations.Thread:
         """The thread as a conversation: its runs, the one in progress, its messages."""
