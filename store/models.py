@@ -389,6 +389,9 @@ class Approval:
     # (``tool``, ``effect``, ``child``); None for a request made before versions.
     version: str | None = None
     tool_kind: str | None = None
+    # "requester": addressed to the thread's own user (runner/core/threads.py);
+    # None: to anyone who may decide.
+    addressed_to: str | None = None
 
     @property
     def pending(self) -> bool:
@@ -641,6 +644,7 @@ class NewApproval:
     # The agent version that asks, and the kind of the tool asked about.
     version: str | None = None
     tool_kind: str | None = None
+    addressed_to: str | None = None
 
     @property
     def pending(self) -> bool:

@@ -220,6 +220,7 @@ def approval_from_row(row: Mapping[str, Any], *, sealing: Sealing = PLAIN) -> Ap
         on_deny=OnDeny(m.get("on_deny") or OnDeny.CONTINUE),
         version=m.get("version"),
         tool_kind=m.get("tool_kind"),
+        addressed_to=m.get("addressed_to"),
     )
 
 

@@ -399,6 +399,8 @@ approvals = sa.Table(
     # since is checked against the tool as it is now.
     sa.Column("version", sa.Text),
     sa.Column("tool_kind", sa.Text),
+    # "requester": the request is addressed to the thread's own user (a chat).
+    sa.Column("addressed_to", sa.Text),
     sa.CheckConstraint(
         "decision IS NULL OR decision IN ('approved', 'denied', 'withdrawn', 'answered')",
         name="approvals_decision_valid",

@@ -35,7 +35,7 @@ from runner.core.settings import Settings
 from runner.core.steps.builtin_tools import AskHuman, ask_human_spec
 from runner.core.steps.run_context import RunContext
 from runner.core.steps.tools import Tool
-from runner.core.threads import OnNewMessage, check_policy
+from runner.core.threads import AddressedTo, OnNewMessage, check_addressed, check_policy
 from runner.core.versions import POLICIES, AgentVersion, OnNewVersion, check_label
 from store.models import TriggerEnvelope
 
@@ -178,9 +178,13 @@ class ApprovalPolicy:
     on_expire: OnExpire = "deny"
     when: Callable[[dict[str, Any]], bool] | None = None
     on_deny: OnDenyRule | None = None
+    # "requester": in a thread, the thread's own user decides it in the chat
+    # (``Engine.decide_in_thread``); a person who may decide in the console still can.
+    to: AddressedTo = "anyone"
 
     def __post_init__(self) -> None:
         check_expiry("ApprovalPolicy", self.expires_in, self.on_expire)
+        check_addressed("ApprovalPolicy", self.to)
         if self.on_deny is not None and self.on_deny not in _ON_DENY:
             raise InvalidInput(f"on_deny must be 'continue' or 'fail', not {self.on_deny!r}")
 

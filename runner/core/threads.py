@@ -31,6 +31,11 @@ from runner.core.steps.history import continue_thread, trigger_message
 from store.models import Effect, EffectStatus, Message, ThreadStart, TriggerEnvelope
 
 OnNewMessage = Literal["enqueue", "reject", "interrupt", "rollback"]
+# Whom a request for a person (an approval, a question) is addressed to:
+# anyone who may decide, or the thread's own user (``"requester"``), who
+# answers it in the chat (``Engine.send``, ``Engine.decide_in_thread``).
+AddressedTo = Literal["anyone", "requester"]
+REQUESTER = "requester"
 MAX_MESSAGE_CHARS = 100_000
 
 
@@ -50,6 +55,16 @@ def check_policy(agent: str, value: object) -> None:
             f"agent {agent!r}: on_new_message must be one of {', '.join(POLICIES)}, "
             f"not {value!r:.40}"
         )
+
+
+def check_addressed(what: str, value: object) -> None:
+    if value not in ("anyone", REQUESTER):
+        raise InvalidInput(f"{what}.to must be 'anyone' or 'requester', not {value!r:.40}")
+
+
+def addressed(to: str) -> str | None:
+    """A request's ``addressed_to`` as the store keeps it (None: anyone)."""
+    return REQUESTER if to == REQUESTER else None
 
 
 def check_message(thread: object, message: object) -> None:

@@ -437,17 +437,17 @@ COMMIT_STEP_WAIT = Statement(
         INSERT INTO approvals (approval_id, run_id, step_index, tool_call_id, tool_name, input,
                                expires_at, on_expire, token_id, next_notify_at, kind, schema,
                                on_deny, decision, decided_at, decided_by, standing_from,
-                               version, tool_kind)
+                               version, tool_kind, addressed_to)
         SELECT a.approval_id, cp.run_id, CAST(:step_index AS int), a.tool_call_id, a.tool_name,
                a.input, a.expires_at, a.on_expire, a.token_id, a.next_notify_at, a.kind,
                a.schema, a.on_deny, a.decision,
                CASE WHEN a.decision IS NULL THEN NULL ELSE now() END, a.decided_by,
-               a.standing_from, a.version, a.tool_kind
+               a.standing_from, a.version, a.tool_kind, a.addressed_to
           FROM cp, json_to_recordset(CAST(:approvals AS json)) AS a(
                approval_id uuid, tool_call_id text, tool_name text, input json,
                expires_at timestamptz, on_expire text, token_id text, next_notify_at timestamptz,
                kind text, schema json, on_deny text, decision text, decided_by text,
-               standing_from uuid, version text, tool_kind text)
+               standing_from uuid, version text, tool_kind text, addressed_to text)
         ON CONFLICT DO NOTHING
         RETURNING 1
     ), w AS (
@@ -636,17 +636,17 @@ COMMIT_STEP_REPLACE_WAIT = Statement(
         INSERT INTO approvals (approval_id, run_id, step_index, tool_call_id, tool_name, input,
                                expires_at, on_expire, token_id, next_notify_at, kind, schema,
                                on_deny, decision, decided_at, decided_by, standing_from,
-                               version, tool_kind)
+                               version, tool_kind, addressed_to)
         SELECT a.approval_id, cp.run_id, CAST(:step_index AS int), a.tool_call_id, a.tool_name,
                a.input, a.expires_at, a.on_expire, a.token_id, a.next_notify_at, a.kind,
                a.schema, a.on_deny, a.decision,
                CASE WHEN a.decision IS NULL THEN NULL ELSE now() END, a.decided_by,
-               a.standing_from, a.version, a.tool_kind
+               a.standing_from, a.version, a.tool_kind, a.addressed_to
           FROM cp, json_to_recordset(CAST(:approvals AS json)) AS a(
                approval_id uuid, tool_call_id text, tool_name text, input json,
                expires_at timestamptz, on_expire text, token_id text, next_notify_at timestamptz,
                kind text, schema json, on_deny text, decision text, decided_by text,
-               standing_from uuid, version text, tool_kind text)
+               standing_from uuid, version text, tool_kind text, addressed_to text)
         ON CONFLICT DO NOTHING
         RETURNING 1
     ), w AS (
@@ -856,6 +856,7 @@ def _approval_json(a: NewApproval, sealing: Sealing) -> dict[str, Any]:
         "standing_from": None if granted is None else granted.approval_id,
         "version": a.version,
         "tool_kind": a.tool_kind,
+        "addressed_to": a.addressed_to,
     }
 
 

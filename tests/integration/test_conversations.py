@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from runner import Agent, Engine, effect, tool
+from runner import Agent, ApprovalPolicy, AskHuman, Engine, effect, tool
 from runner.core.coordination.leases import Leases
-from runner.core.errors import InvalidInput, ThreadBusy
+from runner.core.errors import InvalidInput, InvalidTransition, ThreadBusy
 from runner.core.settings import Settings
 from runner.testing import Request, ScriptedModel, call, text, tools
 from store.models import RunStatus
@@ -183,3 +183,72 @@ def test_a_send_with_an_id_is_idempotent_and_bad_input_writes_nothing(engine: En
     assert [r.id for r in engine.thread(thread).runs] == [first.id]
     with pytest.raises(InvalidInput, match="on_new_message"):
         Agent(name=f"bad-{uuid.uuid4().hex[:6]}", model="openai/x", on_new_message="drop")  # type: ignore[arg-type]
+
+
+def asking_agent(*, question_to: str = "requester", approval_to: str = "requester") -> str:
+    """An agent that asks the thread's user a question, then runs a tool that
+    needs an approval, then answers with what it was told."""
+    name = f"chat-asks-{uuid.uuid4().hex[:6]}"
+
+    @tool
+    def ship(item: str) -> str:
+        """Ship an item."""
+        return f"shipped {item}"
+
+    def script(request: Request) -> Any:
+        done = since_last_user(request)
+        if not done:
+            return tools(call("ask_human", {"question": "Which colour?"}))
+        if len(done) == 2:
+            return tools(call("ship", {"item": done[1]["content"]}))
+        return text(f"done: {done[-1]['content']}")
+
+    Agent(
+        name=name,
+        model=ScriptedModel(name, script).model,
+        tools=[ship],
+        ask_human=AskHuman(to=question_to),  # type: ignore[arg-type]
+        approvals={"ship": ApprovalPolicy(to=approval_to)},  # type: ignore[arg-type]
+    )
+    return name
+
+
+def test_the_threads_user_answers_its_question_by_a_message_and_decides_in_the_thread(
+    engine: Engine,
+) -> None:
+    agent, thread = asking_agent(), thread_id()
+    first = engine.send(thread, "a shirt please", agent=agent, by="ada")
+    asked = engine.execute(first.id)
+    assert asked is not None and asked.status is RunStatus.WAITING
+    [question] = engine.approvals(first.id)
+    assert question.addressed_to == "requester"
+    answered = engine.send(thread, "blue", agent=agent, by="ada")  # answers: no new run
+    assert answered.id == first.id and len(engine.thread(thread).runs) == 1
+    waiting = engine.execute(first.id)
+    assert waiting is not None and waiting.status is RunStatus.WAITING
+    approval = next(a for a in engine.approvals(first.id) if a.pending)
+    with pytest.raises(InvalidTransition, match="asks its user no open request"):
+        engine.decide_in_thread("another", approval.approval_id, approve=True)
+    with pytest.raises(InvalidInput, match="approve=True or False"):
+        engine.decide_in_thread(thread, approval.approval_id, answer="yes")
+    engine.decide_in_thread(thread, approval.approval_id, approve=True, by="ada")
+    done = engine.execute(first.id)
+    assert done is not None and done.output == "done: shipped blue"
+    decided = next(a for a in engine.approvals(first.id) if a.approval_id == approval.approval_id)
+    assert decided.decided_by == "ada" and question.approval_id != approval.approval_id
+
+
+def test_a_request_for_anyone_is_not_the_threads_users_to_answer(engine: Engine) -> None:
+    agent, thread = asking_agent(question_to="anyone", approval_to="anyone"), thread_id()
+    first = engine.send(thread, "a shirt please", agent=agent)
+    engine.execute(first.id)
+    [question] = engine.approvals(first.id)
+    assert question.addressed_to is None
+    with pytest.raises(InvalidTransition):
+        engine.decide_in_thread(thread, question.approval_id, answer="blue")
+    later = engine.send(thread, "blue", agent=agent)  # a message, after the run (enqueue)
+    assert later.id != first.id and engine.get_run(first.id).status is RunStatus.WAITING
+    # Outside a thread, "requester" has nobody to address: anyone decides.
+    plain = engine.start(asking_agent(), {"item": "x"})
+    engine.execute(plain.id)
+    assert [a.addressed_to for a in engine.approvals(plain.id)] == [None]

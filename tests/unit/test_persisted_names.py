@@ -21,6 +21,7 @@ TABLES = {
         "expires_at", "on_expire", "token_id", "notified_at", "next_notify_at", "attempts",
         "decision", "reason", "decided_at", "created_at", "decided_by", "kind", "schema",
         "arguments", "answer", "for_run", "standing_from", "on_deny", "version", "tool_kind",
+        "addressed_to",
     ],
     "checkpoints": ["run_id", "step_index", "message_count", "finish_reason", "created_at"],
     "effects": [

@@ -4,17 +4,49 @@ a message sent to a thread, and the thread as its reader sees it."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import pydantic
 
 from runner.core.engine.deps import Deps
-from runner.core.errors import InvalidInput
+from runner.core.errors import InvalidInput, InvalidTransition
 from runner.core.steps.history import MESSAGE_SOURCE, MESSAGE_TRIGGER, trigger_message
-from runner.core.threads import Policy, check_message, message_payload
-from store.models import Message, NewRun, Run, TriggerEnvelope
+from runner.core.threads import REQUESTER, Policy, check_message, message_payload
+from store.models import Approval, Message, NewRun, RequestKind, Run, RunStatus, TriggerEnvelope
+
+
+class Engine(Protocol):
+    """What a thread's messages need of the engine."""
+
+    @property
+    def deps(self) -> Deps: ...
+
+    def approvals(self, run_id: str) -> list[Approval]: ...
+
+    def cancel(self, run_id: str, *, by: str | None = None, source: str | None = None) -> Any: ...
+
+    def answer(
+        self,
+        request_id: str,
+        value: Any,
+        *,
+        trusted: bool = False,
+        by: str | None = None,
+        source: str | None = None,
+    ) -> Run: ...
+
+    def decide(
+        self,
+        approval_id: str,
+        approve: bool,
+        reason: str | None = None,
+        *,
+        trusted: bool = False,
+        by: str | None = None,
+        source: str | None = None,
+    ) -> Run: ...
 
 
 @dataclass(frozen=True)
@@ -40,8 +72,7 @@ class Thread:
 
 
 def send(
-    deps: Deps,
-    cancel: Callable[[str], object],
+    engine: Engine,
     thread: str,
     message: str,
     *,
@@ -49,12 +80,19 @@ def send(
     by: str | None = None,
     id: str | None = None,
     priority: int = 0,
+    source: str | None = None,
 ) -> Run:
-    """A user's ``message`` on ``thread``: the run it starts (module
-    docstring of runner/core/threads.py for what the agent's
-    ``on_new_message`` does with a run in progress). ``id`` makes the send
+    """A user's ``message`` on ``thread``: the answer to the question the
+    thread's run in progress asks its user, if it asks one (``AskHuman(to=
+    "requester")``), else the run it starts (module docstring of
+    runner/core/threads.py for what the agent's ``on_new_message`` does
+    with a run in progress). ``id`` makes a send that starts a run
     idempotent: the same id again returns the same run and changes nothing."""
     check_message(thread, message)
+    deps = engine.deps
+    question = next((a for a in for_requester(engine, thread) if a.kind is RequestKind.INPUT), None)
+    if question is not None:
+        return engine.answer(question.approval_id, message, trusted=True, by=by, source=source)
     spec = deps.registry.get(agent)
     policy = Policy(spec.on_new_message)
     trigger_id = id or f"message:{uuid.uuid4()}"
@@ -85,10 +123,49 @@ def send(
     if not created:
         return run
     if policy in (Policy.INTERRUPT, Policy.ROLLBACK):
-        for earlier in active:
-            cancel(earlier.id)  # each stops at its next safe point; the key then frees
+        for earlier in active:  # each stops at its next safe point; the key then frees
+            engine.cancel(earlier.id, by=by, source=source)
     deps.send([run.id], priority=run.priority)
     return run
+
+
+def for_requester(engine: Engine, thread: str) -> list[Approval]:
+    """The open requests of the thread's run in progress that are addressed
+    to the thread's own user, oldest first."""
+    active = next((r for r in engine.deps.store.thread_runs(thread) if not r.status.ended), None)
+    if active is None or active.status is not RunStatus.WAITING:
+        return []
+    return [a for a in engine.approvals(active.id) if a.pending and a.addressed_to == REQUESTER]
+
+
+def decide_in_thread(
+    engine: Engine,
+    thread: str,
+    request_id: str,
+    *,
+    approve: bool | None = None,
+    answer: Any = None,
+    reason: str | None = None,
+    by: str | None = None,
+    source: str | None = None,
+) -> Run:
+    """The thread's own user's decision on a request addressed to them: an
+    approval (``approve``, ``reason``) or a question (``answer``). A request
+    of another thread, or one not addressed to its user, is refused."""
+    check_message(thread, "-")
+    found = next((a for a in for_requester(engine, thread) if a.approval_id == request_id), None)
+    if found is None:
+        raise InvalidTransition(
+            f"thread {thread!r} asks its user no open request {request_id!r}: it is another "
+            "thread's, decided already, or addressed to the people who decide in the console"
+        )
+    if found.kind is RequestKind.INPUT:
+        if answer is None:
+            raise InvalidInput("a question is answered: give answer=")
+        return engine.answer(request_id, answer, trusted=True, by=by, source=source)
+    if approve is None:
+        raise InvalidInput("an approval is decided: give approve=True or False")
+    return engine.decide(request_id, approve, reason, trusted=True, by=by, source=source)
 
 
 def read(deps: Deps, thread: str) -> Thread:

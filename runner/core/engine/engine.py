@@ -253,14 +253,41 @@ class Engine:
         of the thread is in progress, the agent's ``on_new_message`` decides:
         ``enqueue`` (after it), ``reject`` (:class:`ThreadBusy`, nothing
         written), ``interrupt`` or ``rollback`` (it is cancelled at its next
-        safe point, and this run continues; docs/conversations.md). ``id``
-        makes a send idempotent; ``by`` is who sent it."""
-
-        def cancel(run_id: str) -> object:
-            return self.cancel(run_id, by=by, source=source)
+        safe point, and this run continues; docs/conversations.md). A
+        message while the run asks the thread's user a question
+        (``AskHuman(to="requester")``) answers it. ``id`` makes a send
+        idempotent; ``by`` is who sent it."""
 
         return conversations.send(
-            self.deps, cancel, thread, message, agent=agent, by=by, id=id, priority=priority
+            self, thread, message, agent=agent, by=by, id=id, priority=priority, source=source
+        )
+
+    def decide_in_thread(
+        self,
+        thread: str,
+        request_id: str,
+        *,
+        approve: bool | None = None,
+        answer: Any = None,
+        reason: str | None = None,
+        by: str | None = None,
+        source: str | None = None,
+    ) -> Run:
+        """The thread's own user decides a request addressed to them
+        (``ApprovalPolicy(to="requester")``: ``approve``; ``AskHuman(to=
+        "requester")``: ``answer``, as a message sent to the thread does).
+        The app checks that the user is the thread's; Runwright checks that
+        the request is an open one of the thread's run, addressed to its
+        user (else :class:`InvalidTransition`)."""
+        return conversations.decide_in_thread(
+            self,
+            thread,
+            request_id,
+            approve=approve,
+            answer=answer,
+            reason=reason,
+            by=by,
+            source=source,
         )
 
     def threads(self, *, days: float = 30, limit: int = 100) -> list[ThreadSummary]:

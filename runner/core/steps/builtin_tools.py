@@ -102,8 +102,14 @@ class AskHuman:
     # None: the project's default, RUNWRIGHT_APPROVAL_EXPIRES_SECONDS (a day).
     expires_in: timedelta | float | None = None
     on_expire: Literal["deny", "fail"] = "deny"
+    # "requester": in a thread, the question is for the thread's own user,
+    # whose next message answers it (``Engine.send``).
+    to: Literal["anyone", "requester"] = "anyone"
 
     def __post_init__(self) -> None:
+        from runner.core.threads import check_addressed
+
+        check_addressed("AskHuman", self.to)
         if self.answer is not None and not (
             isinstance(self.answer, type) and issubclass(self.answer, pydantic.BaseModel)
         ):

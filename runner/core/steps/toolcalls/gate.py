@@ -21,6 +21,7 @@ from runner.core.steps.history import OpenStep, approval_request, edited_content
 from runner.core.steps.services import Services
 from runner.core.steps.toolcalls.results import CallResult, StepCalls, error
 from runner.core.steps.tools import Tool
+from runner.core.threads import addressed
 from store.jsonsafe import clean_json
 from store.models import (
     Message,
@@ -86,6 +87,7 @@ class Gate:
                     policy.on_expire,
                     on_deny=OnDeny(self.agent.denial(policy)),
                     granted=grant,
+                    addressed_to=addressed(policy.to),
                 )
                 if grant is None:
                     entry = approval_request(
@@ -164,6 +166,7 @@ class Gate:
         schema: Any = None,
         on_deny: OnDeny = OnDeny.CONTINUE,
         granted: StandingApproval | None = None,
+        addressed_to: str | None = None,
     ) -> NewApproval:
         """A request for a person about ``call_id``: an approval (``schema``,
         what edited arguments must fit: the tool's own), or a question."""
@@ -183,6 +186,8 @@ class Gate:
             granted=granted,
             version=self.run_.version,
             tool_kind=versions.tool_spec(tool)["kind"],
+            # A request of a run of no thread has no requester: anyone decides.
+            addressed_to=addressed_to if self.run_.thread else None,
         )
 
     def _question(
@@ -198,6 +203,7 @@ class Gate:
             spec.on_expire,
             kind=RequestKind.INPUT,
             schema=spec.answer_schema(),
+            addressed_to=addressed(spec.to),
         )
         return question, approval_request(question.approval_id, call_id, tool.name, input)
 
