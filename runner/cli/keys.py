@@ -150,6 +150,7 @@ def _passes(
             sealed += this_pass
             left = _not_current(store.key_counts(), store.sealing.cipher.current)  # type: ignore[union-attr]
             if left <= len(unreadable) or (number and not this_pass):
+                progress.update(task, description="sealed")
                 break
             time.sleep(PASS_PAUSE_SECONDS)  # rows a worker held: the next pass
     return sealed, unreadable
