@@ -126,7 +126,8 @@ def test_a_viewer_reads_a_conversation_masked_and_may_not_send(
     assert "4111" not in json.dumps(data) and data["messages"][0]["role"] == "user"
     assert [e.action for e in engine.audit_log()].count("viewed_payloads") == views_before
     # A token of the session (a decider's page): the refusal is the viewer's role's.
-    token = csrf_of(client.get(f"{BASE}/threads/t-secret", headers=headers()).get_data(as_text=True))
+    decider_page = client.get(f"{BASE}/threads/t-secret", headers=headers())
+    token = csrf_of(decider_page.get_data(as_text=True))
     refused = client.post(
         f"{BASE}/api/threads/t-secret/messages",
         data={"message": "x", "agent": agent, "csrf_token": token},

@@ -115,9 +115,7 @@ def test_100_messages_sent_at_once_to_one_thread_lose_none(cluster: Cluster) -> 
     try:
         texts = [f"quick {n}" for n in range(100)]
         with ThreadPoolExecutor(max_workers=20) as pool:
-            runs = list(
-                pool.map(lambda t: engine.send("busy", t, agent="thread-enqueue"), texts)
-            )
+            runs = list(pool.map(lambda t: engine.send("busy", t, agent="thread-enqueue"), texts))
         assert len({r.id for r in runs}) == 100
         _ended(engine, "busy", 100, timeout=240)
         view = engine.thread("busy")
