@@ -1,0 +1,234 @@
+"""A thread's chat stream (runner/chat/uistream.py) read by the Vercel AI
+SDK's own client code: a Flask app with the chat blueprint on a loopback
+port, and ``tests/js/read_chat_stream.mjs`` under Node, which parses the
+stream with the ``ai`` package (``parseJsonEventStream`` with its
+``uiMessageChunkSchema``) and rebuilds the messages (``readUIMessageStream``).
+``make js`` installs the package from tests/js/package-lock.json.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Iterator
+from http.client import HTTPConnection
+from typing import Any
+
+import pytest
+from flask import Flask
+
+from runner import Agent, Engine, RunStatus, tool
+from runner.chat.flask import chat_blueprint
+from runner.testing import Request, ScriptedModel, call, text, tools
+from store.models import StepKind
+from tests.e2e.test_sse_http import serving
+from tests.helpers import unique
+from tests.services import ROOT
+
+JS = ROOT / "tests" / "js"
+READER = JS / "read_chat_stream.mjs"
+
+
+@tool
+def order_status(order_id: str) -> dict[str, str]:
+    """The status of an order."""
+    return {"order_id": order_id, "status": "shipped"}
+
+
+def chat_agent() -> str:
+    """Says what it does, calls a tool, answers; a later run of the thread
+    answers in words."""
+    name = unique("chat")
+
+    def script(request: Request) -> Any:
+        if request.step == 1:
+            return tools(call("order_status", {"order_id": "A-7"}), content="Let me look.")
+        if request.step == 2:
+            return text("Order A-7 has shipped.")
+        return text("You are welcome.")
+
+    Agent(name=name, model=ScriptedModel(name, script).model, tools=[order_status])
+    return name
+
+
+@pytest.fixture
+def node() -> str:
+    found = shutil.which("node")
+    if found is None:
+        pytest.skip("node is not installed: the AI SDK's client runs under Node")
+    if not (JS / "node_modules" / "ai").is_dir():
+        pytest.fail("the tests' Node packages are missing: run `make js` (npm ci in tests/js)")
+    return found
+
+
+def guard(request: Any) -> str | None:
+    user = request.headers.get("X-User")
+    return user or None
+
+
+def abilities(request: Any) -> list[str]:
+    return [a for a in request.headers.get("X-Abilities", "").split(",") if a]
+
+
+@pytest.fixture
+def port(engine: Engine) -> Iterator[int]:
+    app = Flask(__name__)
+    app.register_blueprint(
+        chat_blueprint(engine, guard=guard, abilities=abilities, timeout=20), url_prefix="/chat"
+    )
+
+    @app.before_request
+    def sign_in_the_reader() -> None:
+        # The Node client sends no headers of the app's: it reads as someone
+        # who may see payloads, unless the test's request says otherwise.
+        from flask import request
+
+        environ = request.environ
+        environ.setdefault("HTTP_X_USER", "ada")
+        environ.setdefault("HTTP_X_ABILITIES", "see_runs,see_payloads")
+
+    with serving(app) as (bound, _handlers):
+        yield bound
+
+
+def thread_of_two_runs(engine: Engine) -> tuple[str, list[str]]:
+    name, thread = chat_agent(), unique("thread")
+    runs = []
+    for question in ("Where is order A-7?", "Thanks!"):
+        run = engine.start(name, {"question": question}, thread=thread)
+        done = engine.execute(run.id)
+        assert done is not None and done.status is RunStatus.COMPLETED
+        runs.append(run.id)
+    return thread, runs
+
+
+def read(node: str, port: int, thread: str, cut: int | None = None) -> dict[str, Any]:
+    url = f"http://127.0.0.1:{port}/chat/threads/{thread}/stream"
+    args = [node, str(READER), url] + ([] if cut is None else ["--cut", str(cut)])
+    done = subprocess.run(args, cwd=JS, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    read: dict[str, Any] = json.loads(done.stdout)
+    return read
+
+
+def journal(engine: Engine, run_id: str) -> list[dict[str, Any]]:
+    """What the run's journal says its assistant message holds, as the AI SDK
+    writes a message's parts: text, and each tool call with its result."""
+    parts: list[dict[str, Any]] = []
+    results = {s.tool_call_id: s.output for s in engine.steps(run_id) if s.kind is StepKind.TOOL}
+    for step in engine.steps(run_id):
+        if step.kind is not StepKind.LLM:
+            continue
+        message = step.output["message"]  # type: ignore[index]
+        parts.append({"type": "step-start"})
+        if message.get("content"):
+            parts.append({"type": "text", "text": message["content"], "state": "done"})
+        for made in message.get("tool_calls") or []:
+            parts.append(
+                {
+                    "type": "dynamic-tool",
+                    "toolName": made["function"]["name"],
+                    "toolCallId": made["id"],
+                    "state": "output-available",
+                    "input": json.loads(made["function"]["arguments"]),
+                    "output": results[made["id"]],
+                }
+            )
+    return parts
+
+
+def shown(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """A rebuilt message's parts, without what the SDK adds of its own."""
+    keep = ("type", "text", "state", "toolName", "toolCallId", "input", "output")
+    return [{k: part[k] for k in keep if k in part} for part in message["parts"]]
+
+
+def test_the_ai_sdk_rebuilds_the_thread_as_the_journal_has_it(
+    engine: Engine, node: str, port: int
+) -> None:
+    thread, runs = thread_of_two_runs(engine)
+    rebuilt = read(node, port, thread)
+    messages = rebuilt["messages"]
+    assert [m["id"] for m in messages] == runs
+    assert all(m["role"] == "assistant" for m in messages)
+    for message, run_id in zip(messages, runs, strict=True):
+        assert shown(message) == journal(engine, run_id)
+        assert message["metadata"] == {"run_id": run_id, "status": "completed"}
+    first = shown(messages[0])
+    assert [p["type"] for p in first] == [
+        "step-start",
+        "text",
+        "dynamic-tool",
+        "step-start",
+        "text",
+    ]
+    tool_part = first[2]
+    assert tool_part["input"] == {"order_id": "A-7"}
+    assert tool_part["output"] == {"order_id": "A-7", "status": "shipped"}
+    # The thread's history, as the model sees it, says the same.
+    history = engine.checkpoint(runs[1])
+    assert history is not None
+    said = [m["content"] for m in history.messages if m["role"] == "assistant" and m["content"]]
+    assert said == [p["text"] for m in messages for p in shown(m) if p["type"] == "text"]
+    assert rebuilt["chunks"][-1] == {
+        "type": "finish",
+        "finishReason": "stop",
+        "messageMetadata": {"run_id": runs[1], "status": "completed"},
+    }
+
+
+def test_a_stream_cut_in_the_middle_resumes_without_a_gap_or_a_duplicate(
+    engine: Engine, node: str, port: int
+) -> None:
+    thread, _runs = thread_of_two_runs(engine)
+    whole = read(node, port, thread)
+    chunks = whole["chunks"]
+    kinds = [c["type"] for c in chunks]
+    # Cut after the first part, inside a text (after its start), between a
+    # tool call and its result, and just before the end.
+    cuts = sorted(
+        {1, kinds.index("text-start") + 1, kinds.index("tool-input-available") + 1, len(chunks) - 1}
+    )
+    for cut in cuts:
+        resumed = read(node, port, thread, cut=cut)
+        assert resumed["cut_after"] is not None, cut
+        assert resumed["chunks"] == chunks, f"cut after {cut} parts"
+        assert resumed["messages"] == whole["messages"], f"cut after {cut} parts"
+
+
+def get(port: int, path: str, headers: dict[str, str]) -> tuple[int, str]:
+    connection = HTTPConnection("127.0.0.1", port, timeout=15)
+    try:
+        connection.request("GET", path, headers=headers)
+        response = connection.getresponse()
+        return response.status, response.read().decode()
+    finally:
+        connection.close()
+
+
+def test_the_stream_follows_the_consoles_access_rules(engine: Engine, port: int) -> None:
+    thread, runs = thread_of_two_runs(engine)
+    path = f"/chat/threads/{thread}/stream"
+    nobody = {"X-User": "", "X-Abilities": "see_runs,see_payloads"}
+    status, body = get(port, path, nobody)
+    assert status == 403 and "Sign in" in body
+    status, body = get(port, path, {"X-Abilities": "see_runs"})
+    assert status == 403 and "see_payloads" in body
+    assert "Order A-7" not in body
+    status, _ = get(port, path, {"X-Abilities": "see_payloads"})
+    assert status == 403
+    status, body = get(port, path, {"X-Abilities": "see_runs,see_payloads"})
+    assert status == 200 and "Order A-7 has shipped." in body
+    assert body.endswith("data: [DONE]\n\n")
+    # Who read which run's payloads is in the audit log, once a run.
+    viewed = [e for e in engine.audit_log(limit=50) if e.action == "viewed_payloads"]
+    assert sorted(e.run_id for e in viewed) == sorted(runs)
+    # A hostile resume point is refused without an echo; a thread without runs is 204.
+    status, body = get(port, path, {"Last-Event-ID": "<script>"})
+    assert status == 400 and "<script>" not in body
+    elsewhere = engine.start(chat_agent()).id  # a run of no thread
+    status, body = get(port, path, {"Last-Event-ID": f"{elsewhere}:5:0"})
+    assert status == 400 and "not in this thread" in body
+    status, _ = get(port, f"/chat/threads/{unique('empty')}/stream", {})
+    assert status == 204

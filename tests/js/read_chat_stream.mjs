@@ -1,0 +1,88 @@
+// Reads a thread's chat stream (runner/chat/uistream.py) with the AI SDK's
+// own client code, and prints what it rebuilt as JSON on stdout:
+// {"chunks": [...], "messages": [...], "cut_after": id or null}.
+//
+//   node read_chat_stream.mjs URL            one read, to the end
+//   node read_chat_stream.mjs URL --cut N    read N events, drop the
+//       connection, reconnect with Last-Event-ID: the id of the last one;
+//       the SDK then reads what the two connections carried, in order.
+//
+// The SDK parses the SSE (parseJsonEventStream), checks each part against
+// its own schema (uiMessageChunkSchema), and rebuilds the UI messages
+// (readUIMessageStream). This script only counts events to know where to cut.
+import { parseJsonEventStream, readUIMessageStream, uiMessageChunkSchema } from "ai";
+
+const [url, flag, count] = process.argv.slice(2);
+const HEADER = "x-vercel-ai-ui-message-stream";
+
+async function connect(lastEventId) {
+  const headers = { Accept: "text/event-stream" };
+  if (lastEventId != null) headers["Last-Event-ID"] = lastEventId;
+  const response = await fetch(url, { headers });
+  if (response.status !== 200) throw new Error(`status ${response.status}`);
+  if (response.headers.get(HEADER) !== "v1") throw new Error(`no ${HEADER}: v1 header`);
+  return response;
+}
+
+// The whole body of one connection, or its first `limit` events (then the
+// connection is dropped) and the id of the last of them.
+async function readBody(lastEventId, limit) {
+  const reader = (await connect(lastEventId)).body.getReader();
+  const decoder = new TextDecoder();
+  let text = "";
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) return { text, lastId: null };
+    text += decoder.decode(value, { stream: true });
+    if (limit == null) continue;
+    const events = text.split("\n\n");
+    if (events.length - 1 >= limit) {
+      await reader.cancel(); // the client goes away mid-stream
+      const kept = events.slice(0, limit);
+      const ids = kept.flatMap((e) => e.split("\n").filter((l) => l.startsWith("id: ")));
+      return { text: kept.join("\n\n") + "\n\n", lastId: ids.at(-1).slice(4) };
+    }
+  }
+}
+
+function textStream(text) {
+  return new ReadableStream({
+    start(controller) {
+      controller.enqueue(new TextEncoder().encode(text));
+      controller.close();
+    },
+  });
+}
+
+async function rebuild(text) {
+  const chunks = [];
+  const parsed = parseJsonEventStream({ stream: textStream(text), schema: uiMessageChunkSchema });
+  const checked = parsed.pipeThrough(
+    new TransformStream({
+      transform(result, controller) {
+        if (!result.success) throw result.error;
+        chunks.push(result.value);
+        controller.enqueue(result.value);
+      },
+    }),
+  );
+  const messages = new Map();
+  let failure = null;
+  const stream = readUIMessageStream({ stream: checked, onError: (e) => (failure = e), terminateOnError: true });
+  for await (const message of stream) messages.set(message.id, message);
+  if (failure) throw failure;
+  return { chunks, messages: [...messages.values()] };
+}
+
+let text;
+let cutAfter = null;
+if (flag === "--cut") {
+  const first = await readBody(null, Number(count));
+  const rest = await readBody(first.lastId, null);
+  text = first.text + rest.text;
+  cutAfter = first.lastId;
+} else {
+  text = (await readBody(null, null)).text;
+}
+const { chunks, messages } = await rebuild(text);
+process.stdout.write(JSON.stringify({ chunks, messages, cut_after: cutAfter }));
