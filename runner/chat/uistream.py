@@ -307,10 +307,10 @@ class Message:
         }
         if question:
             body["question"] = asked.get("question") if isinstance(asked, dict) else asked
-            body["answer_with"] = "Engine.answer(id, value)"
+            body["respond_with"] = "answer"  # Engine.answer(id, value)
         else:
             body["input"] = asked
-            body["answer_with"] = "Engine.decide(id, approve)"
+            body["respond_with"] = "decide"  # Engine.decide(id, approve)
         if decision == Decision.ANSWERED.value:
             body["status"] = "answered"
         kind = "data-question" if question else "data-approval"

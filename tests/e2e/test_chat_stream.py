@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import threading
 from collections.abc import Iterator
 from http.client import HTTPConnection
 from typing import Any
@@ -195,6 +196,73 @@ def test_a_stream_cut_in_the_middle_resumes_without_a_gap_or_a_duplicate(
         assert resumed["cut_after"] is not None, cut
         assert resumed["chunks"] == chunks, f"cut after {cut} parts"
         assert resumed["messages"] == whole["messages"], f"cut after {cut} parts"
+
+
+@tool
+def refund(order_id: str, amount: int) -> str:
+    """Refund an order; a person approves it first."""
+    return f"refunded {amount} on {order_id}"
+
+
+FINAL = "The refund of 30 on order A-7 is done; it shows in three days."
+
+
+def test_a_live_run_streams_its_text_as_it_comes_and_its_approval_as_a_data_part(
+    engine: Engine, node: str, port: int
+) -> None:
+    name, thread = unique("chat-live"), unique("thread")
+
+    def script(request: Request) -> Any:
+        if request.step == 1:
+            return tools(call("refund", {"order_id": "A-7", "amount": 30}), content="Refunding.")
+        return text(FINAL)
+
+    model = ScriptedModel(name, script, chunk_delay=0.01)
+    Agent(name=name, model=model.model, tools=[refund], approvals={"refund": True}, stream=True)
+    run = engine.start(name, {"question": "Refund A-7"}, thread=thread)
+    waiting = engine.execute(run.id)
+    assert waiting is not None and waiting.status is RunStatus.WAITING
+
+    url = f"http://127.0.0.1:{port}/chat/threads/{thread}/stream"
+    reader = subprocess.Popen(
+        [node, str(READER), url], cwd=JS, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert reader.stderr is not None
+        seen: list[str] = []
+        for line in reader.stderr:  # the parts' types, as the SDK reads them
+            seen.append(line.strip())
+            if seen[-1] == "data-approval":
+                break
+        assert seen[-1] == "data-approval", seen
+        # The stream now follows the run live: decide, and let it finish.
+        [request] = engine.approvals(run.id)
+        engine.decide(request.approval_id, True, by="ada", trusted=True)
+        finishing = threading.Thread(target=engine.execute, args=(run.id,))
+        finishing.start()
+        out, err = reader.communicate(timeout=60)
+        finishing.join(30)
+    finally:
+        if reader.poll() is None:
+            reader.kill()
+            reader.communicate()
+    assert reader.returncode == 0, err
+    rebuilt = json.loads(out)
+    assert engine.get_run(run.id).status is RunStatus.COMPLETED
+    [message] = rebuilt["messages"]
+    parts = shown(message)
+    approval = next(p for p in message["parts"] if p["type"] == "data-approval")
+    expected = journal(engine, run.id)
+    assert [p for p in parts if p["type"] != "data-approval"] == expected
+    assert approval["id"] == request.approval_id
+    assert approval["data"]["status"] == "approved"
+    assert approval["data"]["input"] == {"order_id": "A-7", "amount": 30}
+    assert "ada" not in json.dumps(approval)  # who decided stays in the console
+    # The final text came as the model streamed it: many deltas, one text part.
+    final = [c for c in rebuilt["chunks"] if c.get("id") == "text-2"]
+    deltas = [c["delta"] for c in final if c["type"] == "text-delta"]
+    assert len(deltas) >= 2 and "".join(deltas) == FINAL
+    assert final[0]["type"] == "text-start" and final[-1]["type"] == "text-end"
 
 
 def get(port: int, path: str, headers: dict[str, str]) -> tuple[int, str]:

@@ -2,7 +2,7 @@
 // own client code, and prints what it rebuilt as JSON on stdout:
 // {"chunks": [...], "messages": [...], "cut_after": id or null}.
 //
-//   node read_chat_stream.mjs URL            one read, to the end
+//   node read_chat_stream.mjs URL            one read, to the end, as it comes
 //   node read_chat_stream.mjs URL --cut N    read N events, drop the
 //       connection, reconnect with Last-Event-ID: the id of the last one;
 //       the SDK then reads what the two connections carried, in order.
@@ -54,35 +54,39 @@ function textStream(text) {
   });
 }
 
-async function rebuild(text) {
+// The SDK's reading of a byte stream: each part checked against its schema,
+// recorded, and its type written to stderr as it arrives (a test waits for
+// one), then the messages rebuilt from them.
+async function rebuild(bytes) {
   const chunks = [];
-  const parsed = parseJsonEventStream({ stream: textStream(text), schema: uiMessageChunkSchema });
+  const parsed = parseJsonEventStream({ stream: bytes, schema: uiMessageChunkSchema });
   const checked = parsed.pipeThrough(
     new TransformStream({
       transform(result, controller) {
         if (!result.success) throw result.error;
         chunks.push(result.value);
+        process.stderr.write(`${result.value.type}\n`);
         controller.enqueue(result.value);
       },
     }),
   );
   const messages = new Map();
   let failure = null;
-  const stream = readUIMessageStream({ stream: checked, onError: (e) => (failure = e), terminateOnError: true });
+  const onError = (e) => (failure = e);
+  const stream = readUIMessageStream({ stream: checked, onError, terminateOnError: true });
   for await (const message of stream) messages.set(message.id, message);
   if (failure) throw failure;
   return { chunks, messages: [...messages.values()] };
 }
 
-let text;
+let rebuilt;
 let cutAfter = null;
 if (flag === "--cut") {
   const first = await readBody(null, Number(count));
   const rest = await readBody(first.lastId, null);
-  text = first.text + rest.text;
+  rebuilt = await rebuild(textStream(first.text + rest.text));
   cutAfter = first.lastId;
 } else {
-  text = (await readBody(null, null)).text;
+  rebuilt = await rebuild((await connect(null)).body);
 }
-const { chunks, messages } = await rebuild(text);
-process.stdout.write(JSON.stringify({ chunks, messages, cut_after: cutAfter }));
+process.stdout.write(JSON.stringify({ ...rebuilt, cut_after: cutAfter }));
