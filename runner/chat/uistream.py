@@ -55,7 +55,7 @@ from runner.sse import HEADERS as SSE_HEADERS
 from runner.sse import KEEPALIVE_SECONDS, MAX_EVENT_ID, public_event
 from store.events import EventType, RunEvent
 from store.models import Decision, RequestKind, Run, RunStatus
-from store.validate import check_run_id
+from store.validate import MAX_ID_CHARS, check_run_id, check_text
 
 if TYPE_CHECKING:
     from runner.core.engine.engine import Engine
@@ -363,7 +363,7 @@ def ui_stream(
     cursor = parse_cursor(last_event_id)
     if not keepalive > 0:
         raise InvalidInput("keepalive must be a positive number of seconds")
-    runs = thread_runs(engine, thread)
+    runs = thread_runs(engine, check_text(thread, "the thread", max_chars=MAX_ID_CHARS))
     if not runs:
         return None
     seen = {run.id for run in runs}

@@ -300,3 +300,5 @@ def test_the_stream_follows_the_consoles_access_rules(engine: Engine, port: int)
     assert status == 400 and "not in this thread" in body
     status, _ = get(port, f"/chat/threads/{unique('empty')}/stream", {})
     assert status == 204
+    status, body = get(port, "/chat/threads/a%00b/stream", {})
+    assert status == 400 and "NUL" in body
