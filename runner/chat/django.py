@@ -5,7 +5,10 @@
     from django.urls import path
     from runner.chat.django import stream_view
 
-    urlpatterns = [path("chat/threads/<str:thread>/stream", stream_view)]
+    urlpatterns = [
+        path("chat/threads/<str:thread>/stream", stream_view),
+        path("chat/threads/<str:thread>/agui", agui_view),  # AG-UI's event stream
+    ]
 
 The engine is the console's (``RUNWRIGHT_CONSOLE_ENGINE``), and so are the
 rules: a user who is signed in, active, and holds the console's
@@ -22,7 +25,9 @@ from django.conf import settings
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 
-from runner.chat.uistream import HEADERS, refusal, ui_stream
+from runner.chat.agui import HEADERS as AGUI_HEADERS
+from runner.chat.agui import agui_event
+from runner.chat.uistream import DONE, HEADERS, PartShape, refusal, thread_stream
 from runner.console.abilities import Ability
 from runner.console.django.views import LIVE_TIMEOUT_SETTING, abilities_of, engine_factory
 from runner.console.views import LIVE_TIMEOUT_SECONDS
@@ -31,6 +36,21 @@ from runner.core.errors import InvalidInput, StoreUnavailable
 
 def stream_view(request: HttpRequest, thread: str) -> Any:
     """``GET``: the thread's runs as the AI SDK's UI message stream."""
+    return _serve(request, thread, None, DONE, HEADERS)
+
+
+def agui_view(request: HttpRequest, thread: str) -> Any:
+    """``GET``: the thread's runs as AG-UI's event stream (runner/chat/agui.py)."""
+    return _serve(request, thread, agui_event, None, AGUI_HEADERS)
+
+
+def _serve(
+    request: HttpRequest,
+    thread: str,
+    shape: PartShape | None,
+    end: bytes | None,
+    headers: dict[str, str],
+) -> Any:
     if request.method not in ("GET", "HEAD"):
         answer = HttpResponse(status=405)
         answer["Allow"] = "GET"
@@ -49,10 +69,12 @@ def stream_view(request: HttpRequest, thread: str) -> Any:
         last = request.GET.get("after")
     timeout = float(getattr(settings, LIVE_TIMEOUT_SETTING, LIVE_TIMEOUT_SECONDS))
     try:
-        frames = ui_stream(
+        frames = thread_stream(
             engine_factory()(),
             thread,
             last,
+            shape=shape,
+            end=end,
             timeout=timeout,
             viewer=name,
             source=f"chat {request.META.get('REMOTE_ADDR') or 'unknown'}",
@@ -64,7 +86,7 @@ def stream_view(request: HttpRequest, thread: str) -> Any:
     if frames is None:
         return HttpResponse(status=204)
     response = StreamingHttpResponse(frames, content_type="text/event-stream")
-    for header, value in HEADERS.items():
+    for header, value in headers.items():
         response[header] = value
     return response
 
@@ -78,3 +100,4 @@ def _non_atomic(view: Any) -> Any:
 
 
 stream_view = _non_atomic(stream_view)
+agui_view = _non_atomic(agui_view)

@@ -11,8 +11,9 @@
     )
 
 ``GET /chat/threads/<thread>/stream`` streams the thread's runs as the
-Vercel AI SDK's UI message stream, resuming after ``Last-Event-ID`` (or
-``?after=``). ``guard`` and ``abilities`` are the console's
+Vercel AI SDK's UI message stream, and ``/chat/threads/<thread>/agui`` as
+AG-UI's event stream (runner/chat/agui.py), resuming after
+``Last-Event-ID`` (or ``?after=``). ``guard`` and ``abilities`` are the console's
 (runner/console/flask.py): nobody signed in, or a user without
 ``see_runs`` and ``see_payloads``, gets a 403. Serve the app with threads
 (``gunicorn -k gthread``): an open stream holds one.
@@ -25,7 +26,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from runner.chat.uistream import HEADERS, refusal, ui_stream
+from runner.chat.agui import HEADERS as AGUI_HEADERS
+from runner.chat.agui import agui_event
+from runner.chat.uistream import DONE, HEADERS, PartShape, refusal, thread_stream
 from runner.console.flask import Abilities, Guard, request_abilities
 from runner.console.views import LIVE_TIMEOUT_SECONDS
 from runner.core.errors import InvalidInput, StoreUnavailable
@@ -51,8 +54,9 @@ def chat_blueprint(
 
     blueprint = Blueprint(name, __name__)
 
-    @blueprint.get("/threads/<thread>/stream")
-    def stream(thread: str) -> Response:
+    def serve(
+        thread: str, shape: PartShape | None, end: bytes | None, headers: dict[str, str]
+    ) -> Response:
         user = guard(request)
         refused = refusal(user, request_abilities(abilities, request, user))
         if refused is not None:
@@ -62,10 +66,12 @@ def chat_blueprint(
             last = request.args.get("after")
         made = engine() if callable(engine) else engine
         try:
-            frames = ui_stream(
+            frames = thread_stream(
                 made,
                 thread,
                 last,
+                shape=shape,
+                end=end,
                 timeout=timeout,
                 viewer=user,
                 source=f"chat {request.remote_addr or 'unknown'}",
@@ -77,7 +83,15 @@ def chat_blueprint(
         if frames is None:
             return Response(status=204)
         response = Response(stream_with_context(frames), mimetype="text/event-stream")
-        response.headers.update(HEADERS)
+        response.headers.update(headers)
         return response
+
+    @blueprint.get("/threads/<thread>/stream")
+    def stream(thread: str) -> Response:
+        return serve(thread, None, DONE, HEADERS)
+
+    @blueprint.get("/threads/<thread>/agui")
+    def agui(thread: str) -> Response:
+        return serve(thread, agui_event, None, AGUI_HEADERS)
 
     return blueprint

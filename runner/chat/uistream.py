@@ -43,7 +43,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +63,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 HEADERS = {**SSE_HEADERS, "x-vercel-ai-ui-message-stream": "v1"}
+# What another protocol shows of a part: the JSON of its frame, or None.
+PartShape = Callable[[dict[str, Any], str, str], dict[str, Any] | None]
 DONE = b"data: [DONE]\n\n"
 # Runs of a thread listed at a time.
 PAGE = 200
@@ -349,6 +351,31 @@ def ui_stream(
     viewer: str | None = None,
     source: str | None = None,
 ) -> Iterator[bytes] | None:
+    """The UI message stream of ``thread``'s runs after ``last_event_id``:
+    :func:`thread_stream` of the parts as they are, ended by ``[DONE]``."""
+    return thread_stream(
+        engine,
+        thread,
+        last_event_id,
+        timeout=timeout,
+        keepalive=keepalive,
+        viewer=viewer,
+        source=source,
+    )
+
+
+def thread_stream(
+    engine: Engine,
+    thread: str,
+    last_event_id: str | None,
+    *,
+    shape: PartShape | None = None,
+    end: bytes | None = DONE,
+    timeout: float | None = None,
+    keepalive: float = KEEPALIVE_SECONDS,
+    viewer: str | None = None,
+    source: str | None = None,
+) -> Iterator[bytes] | None:
     """The UI message stream of ``thread``'s runs after ``last_event_id``,
     following the latest until it ends or ``timeout`` seconds pass (then the
     stream stops without ``[DONE]``: reconnect with the last id). None: the
@@ -359,7 +386,12 @@ def ui_stream(
     not in the thread, raises :class:`InvalidInput`; an unreachable store
     :class:`StoreUnavailable`. ``viewer``: the person the stream is for
     (and ``source``, where from): each run's payloads shown to them go to
-    the audit log (:meth:`Engine.viewed_payloads`)."""
+    the audit log (:meth:`Engine.viewed_payloads`).
+
+    ``shape(part, run_id, thread)`` gives the JSON of each part's frame, or
+    None to leave it out (runner/chat/agui.py: another protocol's events
+    from the same parts, with the same ids); ``end``, the stream's last
+    frame once the thread's runs ended."""
     cursor = parse_cursor(last_event_id)
     if not keepalive > 0:
         raise InvalidInput("keepalive must be a positive number of seconds")
@@ -373,56 +405,85 @@ def ui_stream(
             raise InvalidInput("the last event id is of a run not in this thread")
         runs = runs[ids.index(cursor.run_id) :]
     deadline = None if timeout is None else time.monotonic() + timeout
-    return _frames(engine, thread, runs, seen, cursor, deadline, keepalive, viewer, source)
+    frames = _Frames(engine, thread, shape, keepalive, viewer, source)
+    return frames.iterate(runs, seen, cursor, deadline, end)
 
 
-def _frames(
-    engine: Engine,
-    thread: str,
-    runs: list[Run],
-    seen: set[str],
-    cursor: Cursor | None,
-    deadline: float | None,
-    keepalive: float,
-    viewer: str | None,
-    source: str | None,
-) -> Iterator[bytes]:
-    wrote = time.monotonic()
-    try:
-        while runs:
-            run = runs.pop(0)
-            if viewer is not None:
-                engine.viewed_payloads(run.id, by=viewer, source=source)
-            here = cursor if cursor is not None and cursor.run_id == run.id else None
-            message = Message(run.id, registry.redactor(run.agent), here)
-            if here is None:
-                for first, part in message.start():
-                    yield _frame(first, part)
-            after = None if here is None or here.event == 0 else here.event - 1
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            stream = engine.events(run.id, after, timeout=left)
-            with stream.reader() as reader:
-                while not reader.ended:
-                    quiet = time.monotonic() - wrote
-                    if quiet >= keepalive:
-                        yield b": keepalive\n\n"
-                        wrote = time.monotonic()
-                        continue
-                    for event in reader.read(keepalive - quiet):
-                        for ident, part in message.parts(event):
-                            yield _frame(ident, part)
+class _Frames:
+    """The frames of one stream (one request)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        thread: str,
+        shape: PartShape | None,
+        keepalive: float,
+        viewer: str | None,
+        source: str | None,
+    ) -> None:
+        self.engine = engine
+        self.thread = thread
+        self.shape = shape
+        self.keepalive = keepalive
+        self.viewer = viewer
+        self.source = source
+
+    def frame(self, run_id: str, ident: str | None, part: dict[str, Any]) -> bytes | None:
+        shaped = part if self.shape is None else self.shape(part, run_id, self.thread)
+        return None if shaped is None else _frame(ident, shaped)
+
+    def iterate(
+        self,
+        runs: list[Run],
+        seen: set[str],
+        cursor: Cursor | None,
+        deadline: float | None,
+        end: bytes | None,
+    ) -> Iterator[bytes]:
+        engine = self.engine
+        wrote = time.monotonic()
+        try:
+            while runs:
+                run = runs.pop(0)
+                if self.viewer is not None:
+                    engine.viewed_payloads(run.id, by=self.viewer, source=self.source)
+                here = cursor if cursor is not None and cursor.run_id == run.id else None
+                message = Message(run.id, registry.redactor(run.agent), here)
+                made: list[tuple[str | None, dict[str, Any]]] = []
+                if here is None:
+                    made += message.start()
+                after = None if here is None or here.event == 0 else here.event - 1
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                stream = engine.events(run.id, after, timeout=left)
+                with stream.reader() as reader:
+                    while True:
+                        for ident, part in made:
+                            frame = self.frame(run.id, ident, part)
+                            if frame is not None:
+                                yield frame
+                                wrote = time.monotonic()
+                        made = []
+                        if reader.ended:
+                            break
+                        quiet = time.monotonic() - wrote
+                        if quiet >= self.keepalive:
+                            yield b": keepalive\n\n"
                             wrote = time.monotonic()
-            if not stream.done:
-                return  # the timeout: the client reconnects after its last id
-            if not runs:  # a run started on the thread meanwhile is streamed too
-                runs = [r for r in thread_runs(engine, thread) if r.id not in seen]
-                seen.update(r.id for r in runs)
-    except RunNotFound:
-        pass  # pruned while streamed: the rest of the thread is gone too
-    except StoreUnavailable as exc:
-        log.warning("the chat stream of thread %s stopped: %s", thread, exc)
-        return
-    yield DONE
+                            continue
+                        for event in reader.read(self.keepalive - quiet):
+                            made += message.parts(event)
+                if not stream.done:
+                    return  # the timeout: the client reconnects after its last id
+                if not runs:  # a run started on the thread meanwhile is streamed too
+                    runs = [r for r in thread_runs(engine, self.thread) if r.id not in seen]
+                    seen.update(r.id for r in runs)
+        except RunNotFound:
+            pass  # pruned while streamed: the rest of the thread is gone too
+        except StoreUnavailable as exc:
+            log.warning("the chat stream of thread %s stopped: %s", self.thread, exc)
+            return
+        if end is not None:
+            yield end
 
 
 def _frame(ident: str | None, part: dict[str, Any]) -> bytes:

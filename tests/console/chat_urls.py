@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from django.urls import path
 
-from runner.chat.django import stream_view
+from runner.chat.django import agui_view, stream_view
 
-urlpatterns = [path("chat/threads/<str:thread>/stream", stream_view)]
+urlpatterns = [
+    path("chat/threads/<str:thread>/stream", stream_view),
+    path("chat/threads/<str:thread>/agui", agui_view),
+]

@@ -52,3 +52,12 @@ def test_the_view_streams_a_thread_to_those_who_may_see_payloads(chat: Engine) -
         response = client_of(refused).get(path)
         assert response.status_code == 403 and ANSWER not in body_of(response)
     assert client_of(reader).get(f"/chat/threads/{unique('none')}/stream").status_code == 204
+    # AG-UI's event stream, from the same events, under the same rules.
+    response = client_of(reader).get(f"/chat/threads/{thread}/agui")
+    assert response.status_code == 200
+    events = [json.loads(f.split("data: ", 1)[1]) for f in body_of(response).split("\n\n") if f]
+    assert events[0] == {"type": "RUN_STARTED", "threadId": thread, "runId": run.id}
+    assert [e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT"] == [ANSWER]
+    assert events[-1]["type"] == "RUN_FINISHED"
+    refused = client_of(make_user(permissions=("view_run",))).get(f"/chat/threads/{thread}/agui")
+    assert refused.status_code == 403

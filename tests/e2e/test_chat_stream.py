@@ -29,6 +29,7 @@ from tests.services import ROOT
 
 JS = ROOT / "tests" / "js"
 READER = JS / "read_chat_stream.mjs"
+AGUI_READER = JS / "read_agui_stream.mjs"
 
 
 @tool
@@ -58,7 +59,7 @@ def node() -> str:
     found = shutil.which("node")
     if found is None:
         pytest.skip("node is not installed: the AI SDK's client runs under Node")
-    if not (JS / "node_modules" / "ai").is_dir():
+    if not all((JS / "node_modules" / name).is_dir() for name in ("ai", "@ag-ui/client")):
         pytest.fail("the tests' Node packages are missing: run `make js` (npm ci in tests/js)")
     return found
 
@@ -196,6 +197,51 @@ def test_a_stream_cut_in_the_middle_resumes_without_a_gap_or_a_duplicate(
         assert resumed["cut_after"] is not None, cut
         assert resumed["chunks"] == chunks, f"cut after {cut} parts"
         assert resumed["messages"] == whole["messages"], f"cut after {cut} parts"
+
+
+def test_ag_uis_client_rebuilds_the_thread_from_the_agui_stream(
+    engine: Engine, node: str, port: int
+) -> None:
+    thread, runs = thread_of_two_runs(engine)
+    url = f"http://127.0.0.1:{port}/chat/threads/{thread}/agui"
+    done = subprocess.run(
+        [node, str(AGUI_READER), url], cwd=JS, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    rebuilt = json.loads(done.stdout)
+    kinds = [e["type"] for e in rebuilt["events"]]
+    assert kinds.count("RUN_STARTED") == kinds.count("RUN_FINISHED") == 2
+    assert [e["runId"] for e in rebuilt["events"] if e["type"] == "RUN_STARTED"] == runs
+    # The journal, as AG-UI's messages: the assistant's texts, its tool
+    # calls with their arguments, and the tools' results.
+    expected: list[Any] = []
+    for run_id in runs:
+        results = {
+            s.tool_call_id: s.output for s in engine.steps(run_id) if s.kind is StepKind.TOOL
+        }
+        for step in engine.steps(run_id):
+            if step.kind is not StepKind.LLM:
+                continue
+            message = step.output["message"]  # type: ignore[index]
+            if message.get("content"):
+                expected.append(("assistant", message["content"]))
+            for made in message.get("tool_calls") or []:
+                arguments = json.loads(made["function"]["arguments"])
+                expected.append(("call", made["id"], made["function"]["name"], arguments))
+                expected.append(("tool", made["id"], results[made["id"]]))
+    got: list[Any] = []
+    for message in rebuilt["messages"]:
+        if message["role"] == "tool":
+            got.append(("tool", message["toolCallId"], json.loads(message["content"])))
+            continue
+        assert message["role"] == "assistant"
+        if message.get("content"):
+            got.append(("assistant", message["content"]))
+        for made in message.get("toolCalls") or []:
+            arguments = json.loads(made["function"]["arguments"])
+            got.append(("call", made["id"], made["function"]["name"], arguments))
+    assert got == expected
+    assert ("tool", expected[2][1], {"order_id": "A-7", "status": "shipped"}) in got
 
 
 @tool

@@ -201,3 +201,36 @@ def test_live_text_joined_in_its_middle_or_with_a_gap_comes_whole_from_the_journ
     )
     assert text_of(gap) == TEXT
     assert [p["type"] for _, p in gap].count("text-start") == 1
+
+
+def test_agui_events_are_the_same_parts_one_for_one() -> None:
+    from runner.chat.agui import agui_event
+
+    def one(part: dict[str, Any]) -> dict[str, Any] | None:
+        return agui_event(part, RUN, "t-1")
+
+    assert one({"type": "start-step"}) is None and one({"type": "finish-step"}) is None
+    assert one({"type": "start", "messageId": RUN}) == {
+        "type": "RUN_STARTED",
+        "threadId": "t-1",
+        "runId": RUN,
+    }
+    failed = {"run_id": RUN, "status": "failed", "error_code": "model_error"}
+    assert one({"type": "finish", "finishReason": "error", "messageMetadata": failed}) == {
+        "type": "RUN_ERROR",
+        "message": "the run failed",
+        "code": "model_error",
+    }
+    error = {"type": "tool-output-error", "toolCallId": "c-1", "errorText": TOOL_FAILED}
+    assert one(error) == {
+        "type": "TOOL_CALL_RESULT",
+        "messageId": f"{RUN}:result:c-1",
+        "toolCallId": "c-1",
+        "content": TOOL_FAILED,
+        "role": "tool",
+    }
+    event = approval(8, kind="input", tool_name="ask_human", input={"question": "Which order?"})
+    [(_, part)] = sent(Message(RUN, Redactor(), None), event)
+    custom = one(part)
+    assert custom is not None and custom["type"] == "CUSTOM" and custom["name"] == "question"
+    assert custom["value"]["question"] == "Which order?"
