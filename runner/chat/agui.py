@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 from runner.sse import HEADERS as SSE_HEADERS
+from store.models import RunStatus
 
 HEADERS = dict(SSE_HEADERS)
 
@@ -55,7 +56,7 @@ def agui_event(part: dict[str, Any], run_id: str, thread: str) -> dict[str, Any]
         return {"type": "CUSTOM", "name": kind.removeprefix("data-"), "value": part["data"]}
     if kind == "finish":
         metadata = part["messageMetadata"]
-        if metadata["status"] == "failed":
+        if metadata["status"] == RunStatus.FAILED.value:
             error = {"type": "RUN_ERROR", "message": "the run failed"}
             if metadata.get("error_code"):
                 error["code"] = metadata["error_code"]

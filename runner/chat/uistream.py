@@ -177,7 +177,7 @@ class Message:
             if public["kind"] == "llm":
                 return self._reply(public, event.data)
             if public["kind"] == "tool" and public.get("tool_call_id"):
-                return [self._result(public)]
+                return [self._result(public, failed=event.data.get("error") is not None)]
             return []
         if event.type is EventType.APPROVAL:
             return [self._request(public, event.data)]
@@ -280,8 +280,8 @@ class Message:
         here = self.position
         return str(Cursor(self.run_id, here.event, here.part, step, self.chars.get(step)))
 
-    def _result(self, public: dict[str, Any]) -> dict[str, Any]:
-        if public.get("failed"):
+    def _result(self, public: dict[str, Any], *, failed: bool) -> dict[str, Any]:
+        if failed:
             return {
                 "type": "tool-output-error",
                 "toolCallId": public["tool_call_id"],
