@@ -253,9 +253,9 @@ def refund(order_id: str, amount: int) -> str:
 FINAL = "The refund of 30 on order A-7 is done; it shows in three days."
 
 
-def test_a_live_run_streams_its_text_as_it_comes_and_its_approval_as_a_data_part(
-    engine: Engine, node: str, port: int
-) -> None:
+def waiting_for_a_refund(engine: Engine) -> tuple[str, str]:
+    """A thread whose run said a word, asked to refund, and waits for a
+    person; its final text streams (``Agent(stream=True)``)."""
     name, thread = unique("chat-live"), unique("thread")
 
     def script(request: Request) -> Any:
@@ -268,23 +268,35 @@ def test_a_live_run_streams_its_text_as_it_comes_and_its_approval_as_a_data_part
     run = engine.start(name, {"question": "Refund A-7"}, thread=thread)
     waiting = engine.execute(run.id)
     assert waiting is not None and waiting.status is RunStatus.WAITING
+    return thread, run.id
 
+
+def read_while_deciding(
+    engine: Engine, node: str, port: int, thread: str, run_id: str, *args: str
+) -> dict[str, Any]:
+    """What node rebuilt of the thread's stream, read while the test
+    approves the refund once the stream has shown the request, and the run
+    finishes."""
     url = f"http://127.0.0.1:{port}/chat/threads/{thread}/stream"
     reader = subprocess.Popen(
-        [node, str(READER), url], cwd=JS, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [node, str(READER), url, *args],
+        cwd=JS,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         assert reader.stderr is not None
         seen: list[str] = []
-        for line in reader.stderr:  # the parts' types, as the SDK reads them
+        for line in reader.stderr:  # the parts' types, as they arrive
             seen.append(line.strip())
             if seen[-1] == "data-approval":
                 break
         assert seen[-1] == "data-approval", seen
         # The stream now follows the run live: decide, and let it finish.
-        [request] = engine.approvals(run.id)
+        [request] = engine.approvals(run_id)
         engine.decide(request.approval_id, True, by="ada", trusted=True)
-        finishing = threading.Thread(target=engine.execute, args=(run.id,))
+        finishing = threading.Thread(target=engine.execute, args=(run_id,))
         finishing.start()
         out, err = reader.communicate(timeout=60)
         finishing.join(30)
@@ -293,13 +305,21 @@ def test_a_live_run_streams_its_text_as_it_comes_and_its_approval_as_a_data_part
             reader.kill()
             reader.communicate()
     assert reader.returncode == 0, err
-    rebuilt = json.loads(out)
-    assert engine.get_run(run.id).status is RunStatus.COMPLETED
+    assert engine.get_run(run_id).status is RunStatus.COMPLETED
+    rebuilt: dict[str, Any] = json.loads(out)
+    return rebuilt
+
+
+def test_a_live_run_streams_its_text_as_it_comes_and_its_approval_as_a_data_part(
+    engine: Engine, node: str, port: int
+) -> None:
+    thread, run_id = waiting_for_a_refund(engine)
+    rebuilt = read_while_deciding(engine, node, port, thread, run_id)
     [message] = rebuilt["messages"]
     parts = shown(message)
     approval = next(p for p in message["parts"] if p["type"] == "data-approval")
-    expected = journal(engine, run.id)
-    assert [p for p in parts if p["type"] != "data-approval"] == expected
+    [request] = engine.approvals(run_id)
+    assert [p for p in parts if p["type"] != "data-approval"] == journal(engine, run_id)
     assert approval["id"] == request.approval_id
     assert approval["data"]["status"] == "approved"
     assert approval["data"]["input"] == {"order_id": "A-7", "amount": 30}
@@ -309,6 +329,32 @@ def test_a_live_run_streams_its_text_as_it_comes_and_its_approval_as_a_data_part
     deltas = [c["delta"] for c in final if c["type"] == "text-delta"]
     assert len(deltas) >= 2 and "".join(deltas) == FINAL
     assert final[0]["type"] == "text-start" and final[-1]["type"] == "text-end"
+
+
+# The parts a client has read when it is three deltas into the final text:
+# the replay (start; the first step's start-step, text, tool call and
+# finish-step; the request), the decision and the tool's result, then live
+# the final step's start-step, text-start and three deltas.
+THREE_DELTAS_IN = 8 + 2 + 2 + 3
+
+
+def test_a_live_text_cut_in_the_middle_resumes_without_a_gap_or_a_duplicate(
+    engine: Engine, node: str, port: int
+) -> None:
+    thread, run_id = waiting_for_a_refund(engine)
+    cut = str(THREE_DELTAS_IN)
+    rebuilt = read_while_deciding(engine, node, port, thread, run_id, "--cut", cut)
+    # The client left three deltas into the text: its last id says how much it had.
+    *_, step, chars = rebuilt["cut_after"].split(":")
+    assert (step, chars) == ("2", "12")  # the scripted model streams four characters a delta
+    [message] = rebuilt["messages"]
+    assert [p for p in shown(message) if p["type"] != "data-approval"] == journal(engine, run_id)
+    final = [c for c in rebuilt["chunks"] if c.get("id") == "text-2"]
+    assert [c["type"] for c in final].count("text-start") == 1
+    assert "".join(c["delta"] for c in final if c["type"] == "text-delta") == FINAL
+    kinds = [c["type"] for c in rebuilt["chunks"]]
+    assert kinds.count("start-step") == kinds.count("finish-step") == 2
+    assert kinds.count("finish") == 1
 
 
 def get(port: int, path: str, headers: dict[str, str]) -> tuple[int, str]:

@@ -3,13 +3,13 @@
 // {"chunks": [...], "messages": [...], "cut_after": id or null}.
 //
 //   node read_chat_stream.mjs URL            one read, to the end, as it comes
-//   node read_chat_stream.mjs URL --cut N    read N events, drop the
+//   node read_chat_stream.mjs URL --cut N    read N parts, drop the
 //       connection, reconnect with Last-Event-ID: the id of the last one;
-//       the SDK then reads what the two connections carried, in order.
+//       the SDK reads what the two connections carried, in order.
 //
 // The SDK parses the SSE (parseJsonEventStream), checks each part against
 // its own schema (uiMessageChunkSchema), and rebuilds the UI messages
-// (readUIMessageStream). This script only counts events to know where to cut.
+// (readUIMessageStream). This script only counts parts to know where to cut.
 import { parseJsonEventStream, readUIMessageStream, uiMessageChunkSchema } from "ai";
 
 const [url, flag, count] = process.argv.slice(2);
@@ -24,34 +24,31 @@ async function connect(lastEventId) {
   return response;
 }
 
-// The whole body of one connection, or its first `limit` events (then the
-// connection is dropped) and the id of the last of them.
-async function readBody(lastEventId, limit) {
-  const reader = (await connect(lastEventId)).body.getReader();
+// The first `limit` parts of one connection (then the connection is
+// dropped), and the id of the last of them; the type of each part is written
+// to stderr as it arrives (a test waits for one).
+async function readParts(limit) {
+  const reader = (await connect(null)).body.getReader();
   const decoder = new TextDecoder();
+  const parts = [];
   let text = "";
   for (;;) {
     const { done, value } = await reader.read();
-    if (done) return { text, lastId: null };
+    if (done) throw new Error(`the stream ended after ${parts.length} parts`);
     text += decoder.decode(value, { stream: true });
-    if (limit == null) continue;
     const events = text.split("\n\n");
-    if (events.length - 1 >= limit) {
-      await reader.cancel(); // the client goes away mid-stream
-      const kept = events.slice(0, limit);
-      const ids = kept.flatMap((e) => e.split("\n").filter((l) => l.startsWith("id: ")));
-      return { text: kept.join("\n\n") + "\n\n", lastId: ids.at(-1).slice(4) };
+    text = events.pop();
+    for (const event of events) {
+      if (!event.includes("data: ")) continue; // a keep-alive
+      parts.push(event);
+      process.stderr.write(`${JSON.parse(event.split("data: ")[1]).type}\n`);
+      if (parts.length === limit) {
+        await reader.cancel(); // the client goes away mid-stream
+        const ids = parts.flatMap((e) => e.split("\n").filter((l) => l.startsWith("id: ")));
+        return { text: parts.join("\n\n") + "\n\n", lastId: ids.at(-1).slice(4) };
+      }
     }
   }
-}
-
-function textStream(text) {
-  return new ReadableStream({
-    start(controller) {
-      controller.enqueue(new TextEncoder().encode(text));
-      controller.close();
-    },
-  });
 }
 
 // The SDK's reading of a byte stream: each part checked against its schema,
@@ -82,9 +79,17 @@ async function rebuild(bytes) {
 let rebuilt;
 let cutAfter = null;
 if (flag === "--cut") {
-  const first = await readBody(null, Number(count));
-  const rest = await readBody(first.lastId, null);
-  rebuilt = await rebuild(textStream(first.text + rest.text));
+  // The SDK reads what the two connections carried, in order.
+  const first = await readParts(Number(count));
+  const rest = await connect(first.lastId);
+  const joined = new ReadableStream({
+    async start(controller) {
+      controller.enqueue(new TextEncoder().encode(first.text));
+      for await (const bytes of rest.body) controller.enqueue(bytes);
+      controller.close();
+    },
+  });
+  rebuilt = await rebuild(joined);
   cutAfter = first.lastId;
 } else {
   rebuilt = await rebuild((await connect(null)).body);
