@@ -66,8 +66,6 @@ HEADERS = {**SSE_HEADERS, "x-vercel-ai-ui-message-stream": "v1"}
 # What another protocol shows of a part: the JSON of its frame, or None.
 PartShape = Callable[[dict[str, Any], str, str], dict[str, Any] | None]
 DONE = b"data: [DONE]\n\n"
-# Runs of a thread listed at a time.
-PAGE = 200
 
 _CURSOR = re.compile(r"([^:]{1,200}):([0-9]{1,19}):([0-9]{1,4})(?::([0-9]{1,9}):(s|[0-9]{1,12}))?")
 _BAD_CURSOR = "a last event id is one this stream sent: <run id>:<event id>:<part>"
@@ -119,15 +117,8 @@ def parse_cursor(value: str | None) -> Cursor | None:
 
 
 def thread_runs(engine: Engine, thread: str) -> list[Run]:
-    """The thread's runs, oldest first, without their payloads."""
-    runs: list[Run] = []
-    before: str | None = None
-    while True:
-        page = engine.list_runs(thread=thread, limit=PAGE, before=before, payloads=False)
-        runs += page
-        if len(page) < PAGE:
-            return runs[::-1]
-        before = page[-1].id
+    """The thread's runs in the order the engine takes them (oldest first)."""
+    return list(engine.thread(thread).runs)
 
 
 class Message:

@@ -97,8 +97,8 @@ def port(engine: Engine) -> Iterator[int]:
 def thread_of_two_runs(engine: Engine) -> tuple[str, list[str]]:
     name, thread = chat_agent(), unique("thread")
     runs = []
-    for question in ("Where is order A-7?", "Thanks!"):
-        run = engine.start(name, {"question": question}, thread=thread)
+    for message in ("Where is order A-7?", "Thanks!"):
+        run = engine.send(thread, message, agent=name, by="ada")
         done = engine.execute(run.id)
         assert done is not None and done.status is RunStatus.COMPLETED
         runs.append(run.id)
