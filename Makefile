@@ -10,7 +10,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 # Test processes (pytest-xdist); a file's tests stay together on one. 0: in this process.
 TEST_PROCESSES ?= 2
 
-.PHONY: help install browser demo test test-fast screenshots lint fmt dist bench soak lock worker beat flower local-up local-down clean
+.PHONY: help install browser js demo test test-fast screenshots lint fmt dist bench soak lock worker beat flower local-up local-down clean
 
 help: ## Show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -27,10 +27,19 @@ browser: ## Install Debian's chromium and chromedriver for the browser tests (ap
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
 
+# The tests' Node tooling (tests/js): the AI SDK's and AG-UI's clients read the chat streams.
+# Without Node, those tests skip and say why.
+tests/js/node_modules/.installed: tests/js/package.json tests/js/package-lock.json
+	@if command -v npm >/dev/null; then \
+	  cd tests/js && npm ci --ignore-scripts --no-audit --no-fund && touch node_modules/.installed; \
+	else echo "npm is not installed: the tests that read the chat streams under Node will skip"; fi
+
+js: tests/js/node_modules/.installed ## Install the tests' Node packages from tests/js/package-lock.json (npm ci)
+
 demo: install ## Run the demo end to end (local stack, worker, beat, approval, a killed worker)
 	$(BIN)/runwright demo
 
-test: install browser ## Run the tests (Postgres from RUNWRIGHT_DATABASE_URL, else the local stack; a Redis of their own: docs/testing.md)
+test: install browser js ## Run the tests (Postgres from RUNWRIGHT_DATABASE_URL, else the local stack; a Redis of their own: docs/testing.md)
 	$(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadfile
 
 test-fast: install ## Run the unit tests alone: no subprocess, no service, in seconds (tests/unit)

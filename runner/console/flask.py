@@ -137,7 +137,7 @@ def _view(
                 csrf_token=token,
                 headers=headers,
                 remote=request.remote_addr,
-                abilities=_abilities(abilities, request, user),
+                abilities=request_abilities(abilities, request, user),
             ),
         )
         return _to_flask(answer)
@@ -146,9 +146,11 @@ def _view(
     return view
 
 
-def _abilities(
+def request_abilities(
     abilities: Abilities | None, request: flask.Request, user: str | None
 ) -> frozenset[Ability]:
+    """What the signed-in ``user`` may do, by the app's ``abilities``
+    callable (everything without one); nobody signed in may do nothing."""
     if user is None:
         return frozenset()
     if abilities is None:

@@ -190,7 +190,8 @@ def test_calls_the_real_provider(runwright_engine):
 
 # What a checkout holds besides its source.
 _NOT_SOURCE = (".git", ".venv", ".runwright", "*.egg-info", "build", "dist", "__pycache__",
-               ".mypy_cache", ".ruff_cache", ".pytest_cache", "results")  # fmt: skip
+               ".mypy_cache", ".ruff_cache", ".pytest_cache", "results",
+               "node_modules")  # fmt: skip
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 VERSION = PROJECT["version"]
 # The top-level modules the wheel installs (README, "Module names").

@@ -39,6 +39,7 @@ CORE = "runner.core"
 INTEGRATIONS = (
     "runner.celery",
     "runner.celery_plugin",
+    "runner.chat",
     "runner.cli",
     "runner.console",
     "runner.notifiers",
@@ -124,6 +125,7 @@ LAYER_OF = {
     "runner": "integrations",  # the façade: runner/__init__.py
     "runner.celery": "integrations",
     "runner.celery_plugin": "integrations",
+    "runner.chat": "integrations",  # chat UI protocols over a thread's runs
     "runner.cli": "integrations",
     "runner.console": "integrations",
     "runner.sse": "integrations",
