@@ -124,6 +124,8 @@ def define(agent: Any) -> dict[str, Any]:
         "ask_human": None if asks is None else _plain(asks.answer_schema()),
         "on_deny": agent.on_deny,
         "mcp": [_server(server) for server in agent.mcp],
+        # Only when set: the versions of agents without one stay as they were.
+        **({} if agent.history is None else {"history": agent.history.definition()}),
     }
 
 
