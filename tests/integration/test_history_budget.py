@@ -193,3 +193,16 @@ def test_a_crash_after_a_summarys_journal_write_never_pays_for_it_again(
     steps = [step for r in runs for step in runwright_engine.steps(r.id)]
     assert len([s for s in steps if s.kind is StepKind.LLM]) == len(served)
     assert len(_summary_steps(steps)) == sum(1 for s in served if is_summary(s.body))
+
+
+def test_a_latest_turn_over_the_budget_fails_the_run_before_any_call(engine: Engine) -> None:
+    from runner.testing import ScriptedModel, text
+
+    name = unique("too-long")
+    model = ScriptedModel(name, [text("never sent")])
+    Agent(name=name, model=model.model, history=History(budget_tokens=60))
+    done = engine.execute(engine.start(name, {"report": "word " * 200}).id)
+    assert done is not None and done.status is RunStatus.FAILED
+    assert done.error is not None and done.error.code == "context_exceeded"
+    assert "more than the history's budget of 60 tokens" in done.error.message
+    assert model.calls == []
