@@ -137,20 +137,33 @@ def test_a_function_keeps_what_it_chooses() -> None:
 
 
 def test_a_summary_is_due_once_over_the_budget_and_covers_whole_turns() -> None:
-    history = thread(4)  # 4 messages a turn
-    summarizing = window(200, keep="summarize", summary_tokens=20, retain=0.5)
+    history = thread(9)  # 4 messages a turn: 370 tokens with the instructions
+    summarizing = window(400, keep="summarize", summary_tokens=20, retain=0.5)
     assert summarizing.summary_due(history) is None
-    history += thread(8)[16:]  # 8 turns: 330 tokens with the instructions
+    history += thread(12)[36:]  # 12 turns: 490 tokens
     due = summarizing.summary_due(history)
     assert due is not None
     assert due.start == 0 and history[due.covers]["role"] == "user"
-    # The kept turns and the summary fill at most half the budget.
+    # The kept turns and the summary (with its preface) fill at most half the budget.
     kept = len(history) - due.covers
-    assert 10 + 20 + 10 + PER_MESSAGE * kept <= 100
+    assert 10 + 20 + 10 + PER_MESSAGE * kept <= 200
+    assert due.covers == 32 and count(due.messages) <= 400
     assert due.messages[0]["role"] == "system"
     said = due.messages[1]["content"]
-    assert "question 0" in said and f"question {due.covers // 4 - 1}" in said
-    assert f"question {due.covers // 4}" not in said
+    assert "user: question 0\n" in said and "user: question 7\n" in said
+    assert "user: question 8\n" not in said
+
+
+def test_a_summary_takes_only_the_turns_its_own_request_holds() -> None:
+    history = thread(8)  # 330 tokens with the instructions
+    summarizing = window(200, keep="summarize", summary_tokens=20, retain=0.5)
+    due = summarizing.summary_due(history)
+    assert due is not None
+    # Its request (20 tokens, and 10 a message) holds 4 turns of the 7 it would drop.
+    assert due.covers == 16 and count(due.messages) <= 200
+    history.append(summary_record("the first four", due.covers))
+    assert summarizing.summary_due(history) is None  # 170 tokens now: within the budget
+    assert count(summarizing.request(history)) <= 200
 
 
 def test_the_request_after_a_summary_holds_it_in_place_of_the_turns() -> None:
@@ -242,3 +255,33 @@ def test_the_history_setting_is_part_of_the_agents_version() -> None:
     digests = {versions.of(agent).id for agent in (plain, trimmed, summarized)}
     assert len(digests) == 3
     assert versions.define(summarized)["history"]["keep"] == "summarize"
+
+
+@pytest.mark.parametrize("keep", ["trim", "summarize"])
+def test_a_long_history_read_whole_counts_only_its_latest_messages(keep: str) -> None:
+    """An execution of a thread's run reads the thread's history whole: it
+    counts back from the latest message until the budget is passed, and
+    chooses exactly what a count of every message would."""
+    counted: list[int] = []
+
+    def counting(messages: Sequence[Message]) -> int:
+        counted.append(len(messages))
+        return count(messages)
+
+    history = thread(300, calls=2)
+    settings: dict[str, Any] = {"budget_tokens": 400, "keep": keep, "summary_tokens": 50}
+    lazy = Window(History(**settings), 400, "Hi.", {}, counting)
+    request = lazy.request(history)
+    assert sum(counted) < 60  # not the 1,800 messages of the thread
+    whole = Window(History(**settings), 400, "Hi.", {}, count)
+    whole._read(history[:1])  # read message by message: every one counted
+    assert whole.request(history) == request
+    assert request[1:] == history[-36:]  # 6 turns of 6 messages: 360 tokens
+    if keep == "summarize":
+        # A History switched on for a long thread: the first summary takes
+        # the oldest turns its request holds, and the next steps the rest.
+        due, expected = lazy.summary_due(history), whole.summary_due(history)
+        assert due is not None and due == expected
+        assert due.start == 0 and 0 < due.covers < 60 and history[due.covers]["role"] == "user"
+        assert count(due.messages) <= 400
+        assert sum(counted) < 150

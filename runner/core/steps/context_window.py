@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from runner.core.errors import ContextExceeded, InvalidInput
-from runner.core.steps.history import ENGINE_ROLES, HISTORY_SUMMARY, _as_ran
+from runner.core.steps.history import ENGINE_ROLES, HISTORY_SUMMARY, as_ran
 from store.models import Message
 
 # The history's record of a summary (HISTORY_SUMMARY) holds its text, and how
@@ -229,12 +229,18 @@ class Window:
         self.turns: list[int] = []  # where each turn starts in the conversation
         self.summary: Message | None = None
         self.upto = 0  # how many messages of the history are read
+        # The sums are exact from this message on; from any earlier one the
+        # conversation is over the budget (an execution's first read counts
+        # back from the latest message only until it is).
+        self.exact_from = 0
 
     # ------------------------------------------------------------ reading
 
     def _read(self, history: list[Message]) -> None:
         if len(history) < self.upto:  # not the history this was built from
             self._reset()
+        fresh = self.upto == 0
+        added = len(self.conversation)
         for message in history[self.upto :]:
             role = message.get("role")
             if role == HISTORY_SUMMARY:
@@ -243,12 +249,36 @@ class Window:
             if role in ENGINE_ROLES:
                 continue
             if self.edits and role == "assistant":
-                message = _as_ran(message, self.edits)
+                message = as_ran(message, self.edits)
             if role == "user":
                 self.turns.append(len(self.conversation))
             self.conversation.append(message)
-            self.sums.append(self.sums[-1] + self.count([message]))
         self.upto = len(history)
+        if fresh:
+            self._count_back()
+            return
+        for message in self.conversation[added:]:
+            self.sums.append(self.sums[-1] + self.count([message]))
+
+    def _count_back(self) -> None:
+        """The sums of a history read whole: its messages counted from the
+        latest back, until they are over the budget or reach the summary's
+        turns. The older ones are never sent again (the history only grows),
+        so a thread's run does not count its whole thread."""
+        counts = [0] * len(self.conversation)
+        total = 0
+        stop = self.covered
+        position = len(self.conversation) - 1
+        while position >= stop:
+            counts[position] = self.count([self.conversation[position]])
+            total += counts[position]
+            if total > self.budget:
+                break
+            position -= 1
+        self.exact_from = max(stop, position + 1)
+        self.sums = [0]
+        for tokens in counts:
+            self.sums.append(self.sums[-1] + tokens)
 
     @property
     def covered(self) -> int:
@@ -270,16 +300,16 @@ class Window:
             self._heads = {key: (head, (self.count(head) if head else 0) + self.tools_tokens)}
         return self._heads[key]
 
+    def _fits(self, start: int, head_tokens: int) -> bool:
+        return start >= self.exact_from and head_tokens + self._suffix(start) <= self.budget
+
     def _suffix(self, start: int) -> int:
         return self.sums[-1] - self.sums[start]
 
     def _first_fitting(self, start: int, room: int) -> int | None:
         """The first turn at or after ``start`` from which the conversation
         takes at most ``room`` tokens; None if not even the latest turn fits."""
-        first = bisect.bisect_left(self.turns, start)
-        candidates = self.turns[first:]
-        if start < (candidates[0] if candidates else len(self.conversation)):
-            candidates = [start, *candidates]
+        candidates = self.turns[bisect.bisect_left(self.turns, max(start, self.exact_from)) :]
         # The suffixes shrink as the start moves on: the first that fits.
         low, high = 0, len(candidates)
         while low < high:
@@ -299,7 +329,7 @@ class Window:
         start = self.covered
         summary = None if self.summary is None else str(self.summary.get("content") or "")
         head, head_tokens = self._head(summary)
-        if head_tokens + self._suffix(start) <= self.budget:
+        if self._fits(start, head_tokens):
             return [*head, *self.conversation[start:]]
         keep = self.history.keep
         if callable(keep):
@@ -315,8 +345,10 @@ class Window:
 
     def _exceeded(self, head_tokens: int) -> ContextExceeded:
         latest = self.turns[-1] if self.turns else 0
+        # Counted whole here: the sums may have stopped counting inside it.
+        tokens = sum(self.count([message]) for message in self.conversation[latest:])
         return ContextExceeded(
-            f"the latest turn of the history takes {self._suffix(latest)} tokens and the "
+            f"the latest turn of the history takes {tokens} tokens and the "
             f"instructions and tools {head_tokens}: more than the history's budget of "
             f"{self.budget} tokens"
         )
@@ -329,7 +361,7 @@ class Window:
         start = self.covered
         summary = None if self.summary is None else str(self.summary.get("content") or "")
         _, head_tokens = self._head(summary)
-        if head_tokens + self._suffix(start) <= self.budget:
+        if self._fits(start, head_tokens):
             return None
         # The new summary's room: at most summary_tokens, and its preface.
         plain_tokens = self._head(None)[1]
@@ -347,19 +379,43 @@ class Window:
             raise self._exceeded(plain_tokens)
         if covers <= start:  # an earlier summary longer than asked: the request trims
             return None
-        # The summarizing request must fit the budget too: take fewer turns
-        # (the next step summarizes the rest), down to one.
+        # The summarizing request must fit the budget too: it takes fewer
+        # turns if need be (the next step summarizes the rest), down to one.
+        covers = self._summarizable(summary, start, covers)
         while True:
             messages = self._summary_request(summary, start, covers)
             if self.count(messages) <= self.budget:
                 return SummaryDue(start, covers, messages)
             earlier = bisect.bisect_left(self.turns, covers) - 1
             if earlier < 0 or self.turns[earlier] <= start:
-                raise ContextExceeded(
-                    f"a turn of the history is too long to summarize within the history's "
-                    f"budget of {self.budget} tokens"
-                )
+                raise self._unsummarizable()
             covers = self.turns[earlier]
+
+    def _summarizable(self, summary: str | None, start: int, covers: int) -> int:
+        """The most of the turns from ``start`` to ``covers`` that a
+        summarizing request holds within the budget, by the messages' counts
+        (counted now where the sums have none: the work is the turns summarized)."""
+        total = self.count(self._summary_request(summary, start, start))
+        upto = start
+        for position in range(start, covers):
+            if position >= self.exact_from:
+                total += self.sums[position + 1] - self.sums[position]
+            else:
+                total += self.count([self.conversation[position]])
+            if total > self.budget:
+                break
+            following = position + 1
+            if following == covers or self.conversation[following].get("role") == "user":
+                upto = following
+        if upto == start:
+            raise self._unsummarizable()
+        return upto
+
+    def _unsummarizable(self) -> ContextExceeded:
+        return ContextExceeded(
+            f"a turn of the history is too long to summarize within the history's "
+            f"budget of {self.budget} tokens"
+        )
 
     def _summary_request(self, summary: str | None, start: int, covers: int) -> list[Message]:
         said = transcript(self.conversation[start:covers])

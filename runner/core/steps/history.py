@@ -89,7 +89,7 @@ class Request:
             if message.get("role") in NOT_SENT:
                 continue
             if edits and message.get("role") == "assistant":
-                message = _as_ran(message, edits)
+                message = as_ran(message, edits)
             self.built.append(message)
         self.upto = len(history)
         return list(self.built)
@@ -104,7 +104,7 @@ def edited_arguments(history: Iterable[Message]) -> dict[str, Any]:
     }
 
 
-def _as_ran(message: Message, edits: Mapping[str, Any]) -> Message:
+def as_ran(message: Message, edits: Mapping[str, Any]) -> Message:
     """``message`` with the calls people edited as they ran (a copy)."""
     if not message.get("tool_calls"):
         return dict(message)
@@ -292,7 +292,7 @@ def continue_thread(history: list[Message]) -> list[Message]:
     # The calls people edited read as they ran: the records that say so go.
     edits = edited_arguments(history)
     kept = [
-        _as_ran(m, edits) if edits and m.get("role") == "assistant" else dict(m)
+        as_ran(m, edits) if edits and m.get("role") == "assistant" else dict(m)
         for m in history
         if m.get("role") not in ENGINE_ROLES
     ]
