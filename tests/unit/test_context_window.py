@@ -285,3 +285,23 @@ def test_a_long_history_read_whole_counts_only_its_latest_messages(keep: str) ->
         assert due.start == 0 and 0 < due.covers < 60 and history[due.covers]["role"] == "user"
         assert count(due.messages) <= 400
         assert sum(counted) < 150
+
+
+def test_a_keep_function_is_fingerprinted_by_its_code() -> None:
+    def keep(messages: list[Message], budget: int) -> list[Message]:
+        return messages[-2:]
+
+    def other(messages: list[Message], budget: int) -> list[Message]:
+        return messages[-3:]
+
+    made = [
+        Agent(
+            name="fingerprinted",
+            model="openai/gpt-4o",
+            history=History(budget_tokens=500, keep=function),
+            register=False,
+        )
+        for function in (keep, other)
+    ]
+    assert versions.of(made[0]).id != versions.of(made[1]).id
+    assert versions.define(made[0])["history"]["keep"]["name"].endswith("keep")

@@ -19,7 +19,6 @@ since, so each summary's request holds only what is new.
 from __future__ import annotations
 
 import bisect
-import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -138,23 +137,6 @@ class History:
                 "give History(budget_tokens=...)"
             )
         return max(1, int(window * self.share))
-
-    def definition(self) -> dict[str, Any]:
-        """What an agent's version fingerprints of it (runner/core/versions.py)."""
-        keep: Any = self.keep
-        if callable(keep):
-            code = getattr(keep, "__code__", None)
-            digest = hashlib.sha256(repr(getattr(code, "co_code", b"")).encode()).hexdigest()
-            keep = {"name": getattr(keep, "__qualname__", type(keep).__name__), "code": digest[:16]}
-        return {
-            "budget_tokens": self.budget_tokens,
-            "share": self.share,
-            "keep": keep,
-            "summary_model": self.summary_model,
-            "summary_tokens": self.summary_tokens,
-            "retain": self.retain,
-            "summary_instructions": hashlib.sha256(self.summary_instructions.encode()).hexdigest(),
-        }
 
 
 @dataclass(frozen=True)
