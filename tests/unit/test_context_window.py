@@ -305,3 +305,18 @@ def test_a_keep_function_is_fingerprinted_by_its_code() -> None:
     ]
     assert versions.of(made[0]).id != versions.of(made[1]).id
     assert versions.define(made[0])["history"]["keep"]["name"].endswith("keep")
+
+
+def test_a_function_is_asked_once_for_each_history() -> None:
+    asked: list[int] = []
+
+    def last_turn(messages: list[Message], budget: int) -> list[Message]:
+        asked.append(len(messages))
+        return messages[:1] + messages[-4:]
+
+    history = thread(10)
+    shaped = Window(History(budget_tokens=50, keep=last_turn), 50, "Hi.", {}, count)
+    assert shaped.request(history) == shaped.request(history)  # the estimate, then the call
+    history += turn(10)
+    shaped.request(history)
+    assert asked == [len(history) - 3, len(history) + 1]

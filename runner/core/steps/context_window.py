@@ -215,6 +215,7 @@ class Window:
         # conversation is over the budget (an execution's first read counts
         # back from the latest message only until it is).
         self.exact_from = 0
+        self._sent: tuple[int, list[Message]] | None = None  # the last request, by upto
 
     # ------------------------------------------------------------ reading
 
@@ -306,8 +307,15 @@ class Window:
 
     def request(self, history: list[Message]) -> list[Message]:
         """The next model call's messages for ``history``, within the budget.
-        Raises :class:`ContextExceeded` if the latest turn alone is over it."""
+        Raises :class:`ContextExceeded` if the latest turn alone is over it.
+        Asked again for the same history (the limits' estimate, then the
+        call), it answers the same, without calling ``keep`` again."""
         self._read(history)
+        if self._sent is None or self._sent[0] != self.upto:
+            self._sent = (self.upto, self._shortened())
+        return list(self._sent[1])
+
+    def _shortened(self) -> list[Message]:
         start = self.covered
         summary = None if self.summary is None else str(self.summary.get("content") or "")
         head, head_tokens = self._head(summary)
