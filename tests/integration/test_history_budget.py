@@ -28,6 +28,9 @@ from tests.provider import Provider, Served, answer, count_prompt, tool_calls
 TURNS = 300
 BUDGET = 700
 SUMMARY_TOKENS = 120
+# The trimmed thread's model: a context window litellm's model data gives
+# as 1,000 tokens, three quarters of which is the default budget.
+WINDOW = 1000
 
 _ids = itertools.count()
 
@@ -62,23 +65,36 @@ def provider() -> Iterator[Provider]:
         yield server
 
 
-def _agent(server: Provider, keep: str) -> Agent:
+def _agent(
+    server: Provider, keep: str, history: History | None = None, name: str | None = None
+) -> Agent:
     from tests.agents import lookup
 
-    name = unique(f"long-{keep}")
+    name = name or unique(f"long-{keep}")
+    if history is None:
+        history = History(budget_tokens=BUDGET, keep=keep, summary_tokens=SUMMARY_TOKENS)  # type: ignore[arg-type]
     return Agent(
         name=name,
         model=f"openai/{name}",
         model_settings={"api_base": server.base_url, "api_key": "sk-loopback"},
         instructions="Note each numbered turn the user sends.",
         tools=[lookup],
-        history=History(budget_tokens=BUDGET, keep=keep, summary_tokens=SUMMARY_TOKENS),  # type: ignore[arg-type]
+        history=history,
     )
 
 
-def _assert_within_budget(requests: list[Served]) -> None:
+def _small_context(name: str) -> str:
+    """``name``, in litellm's model data with a context window of WINDOW tokens."""
+    import litellm
+
+    info = {"max_input_tokens": WINDOW, "litellm_provider": "openai", "mode": "chat"}
+    litellm.register_model({f"openai/{name}": info})
+    return name
+
+
+def _assert_within_budget(requests: list[Served], budget: int = BUDGET) -> None:
     for served in requests:
-        assert count_prompt(served.body) <= BUDGET, served.body["messages"]
+        assert count_prompt(served.body) <= budget, served.body["messages"]
 
 
 def _assert_calls_with_results(requests: list[Served]) -> None:
@@ -112,11 +128,15 @@ def _thread(engine: Engine, agent: Agent, turns: int) -> list[str]:
 def test_a_trimmed_thread_of_300_turns_keeps_every_request_within_the_budget(
     engine: Engine, provider: Provider
 ) -> None:
-    agent = _agent(provider, "trim")
+    from runner.core import model
+
+    name = _small_context(unique("long-trim"))
+    assert model.context_window(f"openai/{name}") == WINDOW
+    agent = _agent(provider, "trim", History(), name)  # its budget: 0.75 of the window
     runs = _thread(engine, agent, TURNS)
     served = provider.answered()
     assert len(served) == TURNS + TURNS // 3  # no call more: trimming calls no model
-    _assert_within_budget(served)
+    _assert_within_budget(served, budget=WINDOW * 3 // 4)
     _assert_calls_with_results(served)
     last = served[-1].body["messages"]
     assert last[0] == {"role": "system", "content": "Note each numbered turn the user sends."}
