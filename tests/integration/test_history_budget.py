@@ -226,3 +226,47 @@ def test_a_latest_turn_over_the_budget_fails_the_run_before_any_call(engine: Eng
     assert done.error is not None and done.error.code == "context_exceeded"
     assert "more than the history's budget of 60 tokens" in done.error.message
     assert model.calls == []
+
+
+def test_a_worker_killed_after_a_summarys_journal_write_never_pays_for_it_again(
+    engine: Engine, proc_env: dict[str, str]
+) -> None:
+    """The thread's runs execute in worker processes, each SIGKILLed right
+    after its first journal write and taken over by another; the first run
+    whose first step is a summary shows the summary paid for once."""
+    from tests.agents import read_effect_log
+    from tests.integration.test_recovery import execute_in_process, wait_until_claim_lapses
+
+    def calls() -> list[dict[str, Any]]:
+        return read_effect_log(proc_env["RUNWRIGHT_SCRIPTED_JOURNAL"])
+
+    def summarizing(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [
+            e for e in entries if str(e["trigger"]).startswith(("The conversation:", "The summary"))
+        ]
+
+    thread = unique("thread")
+    for n in range(6):  # in this process: a history a summary is due on soon
+        done = engine.execute(engine.start("summarizing", {"n": n}, thread=thread).id)
+        assert done is not None and done.status is RunStatus.COMPLETED
+    for n in range(6, 20):
+        run = engine.start("summarizing", {"n": n}, thread=thread)
+        before = len(calls())
+        killed = execute_in_process(run.id, proc_env, "after_journal=kill")
+        assert killed.returncode == -9, killed.stderr[-2000:]
+        paid = calls()[before:]
+        wait_until_claim_lapses(engine, run.id)
+        resumed = execute_in_process(run.id, proc_env)
+        assert "RESULT completed" in resumed.stdout, resumed.stderr[-2000:]
+        again = calls()[before + len(paid) :]
+        steps = [s for s in engine.steps(run.id) if s.kind is StepKind.LLM]
+        assert len(paid) + len(again) == len(steps)  # no call made twice
+        if _summary_steps(steps):
+            assert [s.index for s in _summary_steps(steps)] == [1]
+            assert len(summarizing(paid)) == 1  # the killed worker's
+            assert summarizing(again) == []  # the worker that took over made none
+            checkpoint = engine.checkpoint(run.id)
+            assert checkpoint is not None
+            assert [m["role"] for m in checkpoint.messages].count("history_summary") >= 1
+            return
+    raise AssertionError("no run of the thread summarized its history")
