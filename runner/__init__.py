@@ -67,6 +67,7 @@ if TYPE_CHECKING:
     from runner.core.redaction import Redactor
     from runner.core.retry import RetryPolicy
     from runner.core.steps.builtin_tools import AskHuman
+    from runner.core.steps.context_window import History
     from runner.core.steps.run_context import RunContext
     from runner.core.steps.tools import Tool, done, effect, not_done, tool
     from store.models import Run, RunStatus, TriggerEnvelope
@@ -89,6 +90,7 @@ _LAZY = {
     "ApprovalRequest": "runner.core.agent",
     "AskHuman": "runner.core.steps.builtin_tools",
     "Budget": "runner.core.agent",
+    "History": "runner.core.steps.context_window",
     "Concurrency": "runner.core.agent",
     "ModelLimit": "runner.core.limits.model_limits",
     "ConfigurationError": "runner.core.errors",
@@ -239,6 +241,7 @@ __all__ = [
     "Concurrency",
     "ConfigurationError",
     "Engine",
+    "History",
     "InvalidApprovalInput",
     "InvalidInput",
     "LeaseLostError",

@@ -13,7 +13,8 @@ import os
 import time
 from typing import Any
 
-from runner import Agent, ApprovalPolicy, Budget, RunContext, effect, tool
+from runner import Agent, ApprovalPolicy, Budget, History, RunContext, effect, tool
+from runner.core.steps.context_window import SUMMARY_INSTRUCTIONS
 from runner.core.steps.tools import Reconciled, done, not_done
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
 
@@ -220,3 +221,20 @@ def paced(request: Request) -> Reply:
 # every call of it (an unpriced one also takes litellm's zero-cost checks).
 paced_model = ScriptedModel("paced", paced, journal=JOURNAL, price=(1.5e-7, 6e-7))
 Agent(name="paced", model=paced_model.model, tools=[lookup], budget=Budget(max_steps=200))
+
+
+def summarizing(request: Request) -> Reply:
+    """A thread's turns, answered in a word; a summary when one is asked for
+    (an agent's History that summarizes: runner/core/steps/context_window.py)."""
+    if request.messages[0].get("content") == SUMMARY_INSTRUCTIONS:
+        return text("summary: the user sent numbered turns, each noted.")
+    return text("noted")
+
+
+# A budget of a few turns: a summary is due every few runs of a thread.
+summarizing_model = ScriptedModel("summarizing", summarizing, journal=JOURNAL)
+Agent(
+    name="summarizing",
+    model=summarizing_model.model,
+    history=History(budget_tokens=300, keep="summarize", summary_tokens=60),
+)

@@ -33,6 +33,7 @@ from runner.core.redaction import Redactor, RedactSpec
 from runner.core.retry import RetryPolicy
 from runner.core.settings import Settings
 from runner.core.steps.builtin_tools import AskHuman, ask_human_spec
+from runner.core.steps.context_window import History
 from runner.core.steps.run_context import RunContext
 from runner.core.steps.tools import Tool
 from runner.core.threads import AddressedTo, OnNewMessage, check_addressed, check_policy
@@ -235,6 +236,10 @@ class Agent:
     model_settings: Mapping[str, Any] = field(default_factory=dict)
     approvals: Mapping[str, ApprovalRule] = field(default_factory=dict)
     budget: Budget = field(default_factory=Budget)
+    # How its model requests stay within a token budget as the history grows
+    # (runner/core/steps/context_window.py, docs/conversations.md); None: the
+    # whole history is sent.
+    history: History | None = None
     state: type[pydantic.BaseModel] | None = None
     output: type[pydantic.BaseModel] | None = None
     # The arguments a parent agent's model gives it when it is a tool
@@ -356,6 +361,7 @@ class Agent:
             )
         check_label(self.name, self.version)
         check_policy(self.name, self.on_new_message)
+        self._check_history()
         if self.on_deny not in _ON_DENY:
             raise InvalidInput(
                 f"agent {self.name!r}: on_deny must be 'continue' or 'fail', not {self.on_deny!r}"
@@ -387,6 +393,29 @@ class Agent:
                 f"{caller.f_globals.get('__name__', '?')}:{caller.f_lineno}"
             )
             registry.add(self, replace=self.replace)
+
+    def _check_history(self) -> None:
+        history = self.history
+        if history is None:
+            return
+        if not isinstance(history, History):
+            raise InvalidInput(
+                f"agent {self.name!r}: history must be a History, not {history!r:.60}"
+            )
+        if history.budget_tokens is None:
+            # Only then is litellm imported at the definition: its model data
+            # says the model's context window.
+            from runner.core.model import context_window
+
+            try:
+                budget = history.budget(context_window(self.model), self.model)
+            except InvalidInput as exc:
+                raise InvalidInput(f"agent {self.name!r}: {exc.message}") from None
+            if history.summarizes and history.summary_tokens >= budget // 2:
+                raise InvalidInput(
+                    f"agent {self.name!r}: History.summary_tokens ({history.summary_tokens}) "
+                    f"must be under half of the history's budget ({budget} tokens)"
+                )
 
     @contextlib.contextmanager
     def override(

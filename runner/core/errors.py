@@ -37,6 +37,13 @@ from store.errors import (
 )
 
 
+class ContextExceeded(RunwrightError):
+    """The latest turn of the history alone is over its request's token budget
+    (an agent's ``History``): the run fails ``context_exceeded``."""
+
+    code = "context_exceeded"
+
+
 class AgentNotFound(RunwrightError):
     """No agent is registered under that name."""
 
@@ -149,6 +156,7 @@ __all__ = [
     "ApprovalNotFound",
     "CheckpointConflict",
     "ConfigurationError",
+    "ContextExceeded",
     "EffectNotFound",
     "ForkRepeatsEffects",
     "InvalidApprovalId",

@@ -370,6 +370,26 @@ def _prompt_tokens(
     return max(1, int(counted))
 
 
+def count_tokens(
+    model: str, messages: Sequence[Message], tools: Sequence[dict[str, Any]] = ()
+) -> int:
+    """The tokens of a request's ``messages`` (and ``tools``) by litellm's counter
+    for ``model``: what a history's budget is held to (runner/core/steps/context_window.py)."""
+    return _prompt_tokens(_load(), model, list(messages), list(tools))
+
+
+def context_window(model: str) -> int | None:
+    """How many input tokens ``model`` takes, from litellm's model data; None
+    if litellm does not know the model (or its window)."""
+    litellm = _load()
+    try:
+        info = litellm.get_model_info(model)
+    except Exception:  # litellm raises when the model is not in its map
+        return None
+    window = info.get("max_input_tokens") or info.get("max_tokens")
+    return window if isinstance(window, int) and window > 0 else None
+
+
 # What a call's reply is expected to take when its settings set no output
 # cap (``max_tokens``, ``max_completion_tokens``): docs/children.md.
 DEFAULT_OUTPUT_TOKENS = 1024

@@ -124,6 +124,8 @@ def define(agent: Any) -> dict[str, Any]:
         "ask_human": None if asks is None else _plain(asks.answer_schema()),
         "on_deny": agent.on_deny,
         "mcp": [_server(server) for server in agent.mcp],
+        # Only when set: the versions of agents without one stay as they were.
+        **({} if agent.history is None else {"history": _history(agent.history)}),
     }
 
 
@@ -338,6 +340,23 @@ def _digest_code(code: types.CodeType, digest: Any) -> None:
 
 def _model_schema(model: type[pydantic.BaseModel] | None) -> Any:
     return None if model is None else model.model_json_schema()
+
+
+def _history(history: Any) -> dict[str, Any]:
+    keep = history.keep
+    return {
+        "budget_tokens": history.budget_tokens,
+        "share": history.share,
+        "keep": _code_name(keep) if callable(keep) else keep,
+        "summary_model": history.summary_model,
+        # A digest: settings may hold a key, and a definition is stored.
+        "summary_settings": hashlib.sha256(
+            json.dumps(_plain(history.summary_settings), sort_keys=True).encode()
+        ).hexdigest(),
+        "summary_tokens": history.summary_tokens,
+        "retain": history.retain,
+        "summary_instructions": hashlib.sha256(history.summary_instructions.encode()).hexdigest(),
+    }
 
 
 def _server(server: Any) -> dict[str, Any]:

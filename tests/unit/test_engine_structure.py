@@ -110,6 +110,7 @@ LAYER_OF = {
     "runner.core.steps.tools": "agents",
     "runner.core.steps.builtin_tools": "agents",
     "runner.core.steps.history": "agents",
+    "runner.core.steps.context_window": "agents",  # the History an agent declares
     "runner.core.approvals.expiry": "agents",
     "runner.core.approvals": "services",
     "runner.core.events": "services",

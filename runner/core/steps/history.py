@@ -4,7 +4,10 @@ It starts with the trigger, as the model first sees it (:func:`render_trigger`).
 The history holds the engine's own records beside the conversation:
 ``approval_request`` and ``approval_response`` entries, and ``child_request``
 entries (a call that started a child run: runner/core/children.py). They are the
-journal of a wait and never go to the model.
+journal of a wait and never go to the model. ``history_summary`` entries (an
+agent's ``History`` that summarizes: runner/core/steps/context_window.py) stand
+for the conversation's oldest messages; they are kept when a thread goes on,
+and go to the model only as the summary in place of those messages.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ APPROVAL_REQUEST = "approval_request"
 APPROVAL_RESPONSE = "approval_response"
 CHILD_REQUEST = "child_request"
 ENGINE_ROLES = frozenset({APPROVAL_REQUEST, APPROVAL_RESPONSE, CHILD_REQUEST})
+HISTORY_SUMMARY = "history_summary"
+# What a request never holds as it is stored.
+NOT_SENT = ENGINE_ROLES | {HISTORY_SUMMARY}
 
 
 # A message sent to a thread (runner/core/threads.py): its run's trigger.
@@ -80,10 +86,10 @@ class Request:
             self.built, self.upto = list(self.head), 0
         edits = self.edits
         for message in history[self.upto :]:
-            if message.get("role") in ENGINE_ROLES:
+            if message.get("role") in NOT_SENT:
                 continue
             if edits and message.get("role") == "assistant":
-                message = _as_ran(message, edits)
+                message = as_ran(message, edits)
             self.built.append(message)
         self.upto = len(history)
         return list(self.built)
@@ -98,7 +104,7 @@ def edited_arguments(history: Iterable[Message]) -> dict[str, Any]:
     }
 
 
-def _as_ran(message: Message, edits: Mapping[str, Any]) -> Message:
+def as_ran(message: Message, edits: Mapping[str, Any]) -> Message:
     """``message`` with the calls people edited as they ran (a copy)."""
     if not message.get("tool_calls"):
         return dict(message)
@@ -286,7 +292,7 @@ def continue_thread(history: list[Message]) -> list[Message]:
     # The calls people edited read as they ran: the records that say so go.
     edits = edited_arguments(history)
     kept = [
-        _as_ran(m, edits) if edits and m.get("role") == "assistant" else dict(m)
+        as_ran(m, edits) if edits and m.get("role") == "assistant" else dict(m)
         for m in history
         if m.get("role") not in ENGINE_ROLES
     ]

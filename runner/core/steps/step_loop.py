@@ -15,11 +15,14 @@ import contextlib
 import itertools
 import logging
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from runner.core import model
 from runner.core.agent import Agent
-from runner.core.errors import InvalidInput, ModelError, RunwrightError
+from runner.core.errors import ContextExceeded, InvalidInput, ModelError, RunwrightError
 from runner.core.journal import Journal, Start
 from runner.core.limits.limiter import Grant
 from runner.core.observe import FirstSeen, ModelCall
@@ -30,7 +33,13 @@ from runner.core.steps.builtin_tools import (
     output_tool,
     state_tools,
 )
+from runner.core.steps.context_window import (
+    SummaryDue,
+    Window,
+    summary_record,
+)
 from runner.core.steps.history import (
+    HISTORY_SUMMARY,
     OpenStep,
     Request,
     assign_call_ids,
@@ -102,6 +111,28 @@ def _first(override: T | None, default: T) -> T:
     return default if override is None else override
 
 
+@dataclass(frozen=True)
+class Ask:
+    """One model call's request: the step's own, or a summary of the history."""
+
+    messages: list[Message]
+    tools: list[dict[str, Any]]
+    settings: Mapping[str, Any]
+    stream: bool = False
+
+
+def _summary_from(output: Any) -> Message:
+    """The history's record of the summary a summary step journaled."""
+    try:
+        content = output["message"]["content"]
+        covers = output[HISTORY_SUMMARY]["covers"]
+    except (KeyError, TypeError):
+        raise InvalidInput("a summary step's journal holds no summary") from None
+    if not isinstance(content, str) or isinstance(covers, bool) or not isinstance(covers, int):
+        raise InvalidInput("a summary step's journal holds no summary")
+    return summary_record(content, covers)
+
+
 OUTPUT_REMINDER = "Give your final answer by calling the final_result tool."
 # How long a child's model call waits at first, and at most, while the other
 # calls of its tree in flight hold what is left of a budget they share.
@@ -134,6 +165,8 @@ class StepLoop:
         self._start = start
         self._journaled: Step | None = None
         self._built: Request | None = None  # the model calls' messages, built as the history grows
+        # The same under the agent's History (runner/core/steps/context_window.py).
+        self._window: Window | None = None
         # The run's failed attempts at its current model step; progress clears them.
         self.retry = run.retry
 
@@ -142,6 +175,8 @@ class StepLoop:
         # An MCP server that cannot be reached raises MCPUnavailable: the
         # execution retries the run under its policy (runner/core/engine/execution.py).
         self.tools = self._assemble(await self._server_tools())
+        if self.agent.history is not None:
+            self._window = await asyncio.to_thread(self._make_window)
         self.calls = CallRunner(
             self.journal, self.deps, self.agent, self.run_, self.ctx, self.tools
         )
@@ -176,6 +211,16 @@ class StepLoop:
         # A step an earlier execution left open (or whose reply it journaled)
         # may have effects journaled: its calls are resolved by the journal.
         resumed = step is not None or self._journaled is not None
+        if step is None and self._window is not None:
+            try:
+                summarized = await self._summarize(k, self._window)
+            except ContextExceeded as exc:
+                error = RunError(ContextExceeded.code, exc.message)
+                return await self.x.end(Outcome(RunStatus.FAILED, error=error))
+            if summarized is None:
+                return await self.x.end_aborted(self.agent)
+            if summarized:
+                return await self._commit(k, False, StepCalls())
         if step is None:
             assistant = await self._assistant(k)
             if assistant is None:
@@ -306,17 +351,31 @@ class StepLoop:
                 return None
             pause = min(pause * 2, ADMISSION_MAX_PAUSE)
 
-    async def _expected_tokens(self) -> int:
-        """What the step's model call is expected to take (runner/core/model.py)."""
+    async def _expected_tokens(self, ask: Ask | None = None) -> int:
+        """What the step's model call (or ``ask``) is expected to take (runner/core/model.py)."""
+        if ask is None:
+            try:
+                ask = self._ask()
+            except ContextExceeded:  # the step fails on it before any call
+                return model.output_cap(self.agent.model_settings)
         return await model.expected_tokens(
-            self.run_.model or self.agent.model,
+            self.run_.model or self.agent.model, ask.messages, ask.tools, ask.settings
+        )
+
+    def _ask(self) -> Ask:
+        """The step's model call: the history's request, the tools, the agent's settings."""
+        return Ask(
             self._request(),
             [t.schema() for t in self.tools.values()],
             self.agent.model_settings,
+            stream=self.agent.stream,
         )
 
     def _request(self) -> list[Message]:
-        """The next model call's messages (history.for_model), built on from the last call's."""
+        """The next model call's messages (history.for_model), built on from the last call's;
+        within the budget of the agent's History if it has one."""
+        if self._window is not None:
+            return self._window.request(self.messages)
         if self._built is None:
             self._built = Request(self.agent.instructions, self.edits)
         return self._built.of(self.messages)
@@ -358,6 +417,22 @@ class StepLoop:
             observed.output = reply.message
         message = assign_call_ids(reply.message, self.call_ids, k)
         output: dict[str, Any] = {"message": message, "finish_reason": reply.finish_reason}
+        if await self._journal_write(k, model_name, started, reply, self._mcp_record, output):
+            self._mcp_record = None  # recorded: the next steps offer the same
+        return self._from_journal(output)
+
+    async def _journal_write(
+        self,
+        k: int,
+        model_name: str,
+        started: datetime,
+        reply: model.ModelReply,
+        input: dict[str, Any] | None,
+        output: dict[str, Any],
+    ) -> bool:
+        """Step k's journal write: the model's reply (``output``, which
+        becomes the one journaled if another execution recorded step k
+        meanwhile, so that tool call ids stay stable). True if this one did."""
         if reply.usage.estimated:
             # In the step's journal, where `runwright show`, the event feed
             # and the console read it (store/rows.py reads it back).
@@ -368,7 +443,7 @@ class StepLoop:
             started_at=started,
             finished_at=utcnow(),
             name=model_name,
-            input=self._mcp_record,
+            input=input,
             output=output,
             usage=reply.usage,
             cost_usd=reply.cost_usd,
@@ -378,14 +453,91 @@ class StepLoop:
         # In flight while the step's plain tools run: a journal operation
         # (an effect's start, a child's, the commit) waits for it first.
         if await self.journal.record_model_step(record, rolls_up=rolls_up, soon=True):
-            self._mcp_record = None  # recorded: the next steps offer the same
             self.usage = self.usage + reply.usage
             self.cost_usd += reply.cost_usd or 0.0
-        else:  # recorded meanwhile: the journal wins, so tool call ids stay stable
-            existing = await self.journal.model_step(k)
-            assert existing is not None
-            output = existing.output
-        return self._from_journal(output)
+            return True
+        existing = await self.journal.model_step(k)
+        assert existing is not None
+        output.clear()
+        output.update(existing.output)
+        return False
+
+    # ------------------------------------------------------ the history's window
+
+    def _make_window(self) -> Window:
+        """The requests' window under the agent's History: its budget for the
+        run's model (else the agent's, whose window the agent's definition
+        checked litellm knows), counted by litellm's counter for it."""
+        history = self.agent.history
+        assert history is not None
+        run_model = self.run_.model or self.agent.model
+        window = None
+        if history.budget_tokens is None:
+            window = model.context_window(run_model) or model.context_window(self.agent.model)
+        schemas = [t.schema() for t in self.tools.values()]
+        return Window(
+            history,
+            history.budget(window, run_model),
+            self.agent.instructions,
+            self.edits,
+            lambda messages: model.count_tokens(run_model, messages),
+            tools_tokens=model.count_tokens(run_model, [], schemas) if schemas else 0,
+        )
+
+    def _summary_due(self, window: Window) -> SummaryDue | None:
+        history = self.agent.history
+        assert history is not None
+        if history.summarizes:
+            return window.summary_due(self.messages)
+        window.request(self.messages)  # raises ContextExceeded if the latest turn is over
+        return None
+
+    async def _summarize(self, k: int, window: Window) -> bool | None:
+        """Step k as a summary of the history's oldest turns, if one is due
+        (or an earlier execution journaled it): its record is appended to the
+        history, for the step's commit. True if so; None if an abort won the
+        race. Raises :class:`ContextExceeded` when the latest turn alone is
+        over the budget."""
+        journaled = self._journaled
+        if journaled is not None:
+            if not (isinstance(journaled.input, dict) and HISTORY_SUMMARY in journaled.input):
+                return False  # the step's model reply: no summary was due
+            self._journaled = None  # the summary's journal write ran: no call again
+            self.messages.append(_summary_from(journaled.output))
+            return True
+        # The first step of an execution counts the whole history: off the loop.
+        due = await asyncio.to_thread(self._summary_due, window)
+        if due is None:
+            return False
+        history = self.agent.history
+        assert history is not None
+        model_name = history.summary_model or self.run_.model or self.agent.model
+        settings = history.summary_settings
+        if settings is None:
+            settings = self.agent.model_settings if history.summary_model is None else {}
+        ask = Ask(due.messages, [], {**settings, "max_tokens": history.summary_tokens})
+        started = utcnow()
+        observed = ModelCall(model_name, k, messages=due.messages, tools=())
+        with self.deps.observer.model_call(self.run_, observed):
+            reply = await self._admitted_call(model_name, k, ask)
+            if reply is None:
+                return None
+            observed.usage = reply.usage
+            observed.finish_reason = reply.finish_reason
+            observed.cost_usd = reply.cost_usd
+            observed.output = reply.message
+        content = reply.message.get("content")
+        if not isinstance(content, str) or not content.strip():
+            raise ModelError(f"{model_name}: the history's summary came back without text")
+        span = {"start": due.start, "covers": due.covers}
+        output: dict[str, Any] = {
+            "message": {"role": "assistant", "content": content},
+            "finish_reason": reply.finish_reason,
+            HISTORY_SUMMARY: span,
+        }
+        await self._journal_write(k, model_name, started, reply, {HISTORY_SUMMARY: span}, output)
+        self.messages.append(_summary_from(output))
+        return True
 
     def _deltas(self, k: int) -> model.OnDelta:
         """Publishes step k's text as the model streams it: live only, never
@@ -410,7 +562,9 @@ class StepLoop:
 
         return publish
 
-    async def _admitted_call(self, model_name: str, k: int) -> model.ModelReply | None:
+    async def _admitted_call(
+        self, model_name: str, k: int, ask: Ask | None = None
+    ) -> model.ModelReply | None:
         """The model's reply, under its model's limit when it has one
         (docs/flow-control.md): the call takes a request, its expected
         tokens and a slot first, waiting its turn a short while in place; a
@@ -418,11 +572,12 @@ class StepLoop:
         the execution parks the run, none of the step journaled yet. After
         the call its grant is finished with the tokens it used, what the
         provider said of its limits is learnt by every process, and the
-        parked runs whose turn it now is are sent."""
+        parked runs whose turn it now is are sent. ``ask``: another call
+        than the step's own (a summary of the history)."""
         admission = self.deps.admission
         if admission is None or admission.limit_for(model_name) is None:
             try:
-                return await self._call_model(model_name, k)
+                return await self._call_model(model_name, k, ask)
             except ModelError as exc:
                 if exc.rate_limited:
                     self.deps.observer.throttled(model_name)
@@ -430,7 +585,7 @@ class StepLoop:
                     with contextlib.suppress(RunwrightError):
                         await admission.note_throttled(model_name)
                 raise
-        tokens = await self._expected_tokens()
+        tokens = await self._expected_tokens(ask)
         began = time.monotonic()
         hold = 3 * self.deps.settings.lease_ttl_seconds
         admitted = await admission.enter(
@@ -442,7 +597,7 @@ class StepLoop:
         self.deps.observer.limit_admitted(model_name, tokens, time.monotonic() - began)
         used = 0
         try:
-            reply = await self._call_model(model_name, k, retry_rate_limits=False)
+            reply = await self._call_model(model_name, k, ask, retry_rate_limits=False)
             if reply is not None:
                 used = reply.usage.total
                 await admission.learn(model_name, headers=reply.rate_limits)
@@ -460,9 +615,10 @@ class StepLoop:
             self.deps.wake([run_id for run_id in turns if run_id != self.run_.id])
 
     async def _call_model(
-        self, model_name: str, k: int, *, retry_rate_limits: bool = True
+        self, model_name: str, k: int, ask: Ask | None = None, *, retry_rate_limits: bool = True
     ) -> model.ModelReply | None:
         """The model's reply, or None if an abort won the race."""
+        ask = ask or self._ask()
         policy = self.agent.retry or self.deps.retry_policy
         # The call is awaited in this task, and an abort cancels the task
         # while the call is in flight: the race a task of its own and
@@ -486,9 +642,9 @@ class StepLoop:
         try:
             reply = await model.complete(
                 model_name,
-                self._request(),
-                [t.schema() for t in self.tools.values()],
-                self.agent.model_settings,
+                ask.messages,
+                ask.tools,
+                ask.settings,
                 retries=_first(
                     _first(policy.in_call_retries, self.agent.model_retries),
                     self.deps.model_retries,
@@ -498,7 +654,7 @@ class StepLoop:
                     self.deps.model_backoff_seconds,
                 ),
                 transient=policy.transient,
-                on_delta=self._deltas(k) if self.agent.stream else None,
+                on_delta=self._deltas(k) if ask.stream else None,
                 sleep=self.deps.clock.sleep,
                 retry_rate_limits=retry_rate_limits,
             )
