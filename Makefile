@@ -10,7 +10,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 # Test processes (pytest-xdist); a file's tests stay together on one. 0: in this process.
 TEST_PROCESSES ?= 2
 
-.PHONY: help install browser js demo test test-fast screenshots lint fmt dist bench soak lock worker beat flower local-up local-down clean
+.PHONY: help install browser js chat demo test test-fast screenshots lint fmt dist bench soak lock worker beat flower local-up local-down clean
 
 help: ## Show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -35,6 +35,9 @@ tests/js/node_modules/.installed: tests/js/package.json tests/js/package-lock.js
 	else echo "npm is not installed: the tests that read the chat streams under Node will skip"; fi
 
 js: tests/js/node_modules/.installed ## Install the tests' Node packages from tests/js/package-lock.json (npm ci)
+
+chat: install ## The chat example: the page, a worker and the local stack (examples/chat/)
+	$(BIN)/python -m examples.chat
 
 demo: install ## Run the demo end to end (local stack, worker, beat, approval, a killed worker)
 	$(BIN)/runwright demo
