@@ -346,7 +346,10 @@ def test_a_live_text_cut_in_the_middle_resumes_without_a_gap_or_a_duplicate(
     rebuilt = read_while_deciding(engine, node, port, thread, run_id, "--cut", cut)
     # The client left three deltas into the text: its last id says how much it had.
     *_, step, chars = rebuilt["cut_after"].split(":")
-    assert (step, chars) == ("2", "12")  # the scripted model streams four characters a delta
+    # Inside the final step's text, a whole number of the scripted model's
+    # four-character deltas in (three, unless the decision's parts came after
+    # a delta on a busy machine).
+    assert step == "2" and 0 < int(chars) < len(FINAL) and int(chars) % 4 == 0, chars
     [message] = rebuilt["messages"]
     assert [p for p in shown(message) if p["type"] != "data-approval"] == journal(engine, run_id)
     final = [c for c in rebuilt["chunks"] if c.get("id") == "text-2"]
