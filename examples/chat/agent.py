@@ -9,11 +9,11 @@ it a scripted model plays the part, so the example runs without an API key.
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Any
 
 from runner import Agent, ApprovalPolicy, tool
+from runner.settings import Settings
 from runner.testing import Reply, Request, ScriptedModel, call, text, tools
 
 AGENT = "chat_assistant"
@@ -41,7 +41,7 @@ def scripted(request: Request) -> Reply:
     return text(f"You said: {said}. Ask me to refund an order, e.g. A-1001.")
 
 
-MODEL = os.environ.get("RUNWRIGHT_MODEL") or ScriptedModel(AGENT, scripted, chunk_delay=0.05).model
+MODEL = Settings.from_env().model or ScriptedModel(AGENT, scripted, chunk_delay=0.05).model
 
 Agent(
     name=AGENT,
