@@ -127,6 +127,7 @@ LAYER_OF = {
     "runner.celery": "integrations",
     "runner.celery_plugin": "integrations",
     "runner.chat": "integrations",  # chat UI protocols over a thread's runs
+    "runner.evals": "integrations",  # replays and evaluations in a sandbox engine
     "runner.cli": "integrations",
     "runner.console": "integrations",
     "runner.sse": "integrations",
