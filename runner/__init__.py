@@ -15,7 +15,8 @@ The public names are these (``__all__``). The tree shows where the core ends:
   port, the runtime, leases and errors.
 - The integrations, clients of the core: ``celery.py`` and
   ``celery_plugin.py``, ``cli/``, ``console/``, ``sse.py``, ``webhooks/``,
-  ``notifiers.py``, ``observe/`` (traces and metrics) and ``testing/`` (the
+  ``notifiers.py``, ``observe/`` (traces and metrics), ``evals/`` (replays
+  and evaluations in a sandbox) and ``testing/`` (the
   kit: scripted models, an in-process engine, the pytest plugin).
 - The public paths of core modules, each only a re-export: ``errors.py``,
   ``settings.py``, ``retry.py``, ``model.py``, ``appdb.py``, ``faults.py``
@@ -70,6 +71,7 @@ if TYPE_CHECKING:
     from runner.core.steps.context_window import History
     from runner.core.steps.run_context import RunContext
     from runner.core.steps.tools import Tool, done, effect, not_done, tool
+    from runner.evals.replay import ReplayReport
     from store.models import Run, RunStatus, TriggerEnvelope
 
 _LAZY = {
@@ -222,6 +224,19 @@ def limit_model(pattern: str, limit: ModelLimit, *, replace: bool = False) -> No
     register(pattern, limit, replace=replace)
 
 
+def replay(
+    run_id: str, *, agent: Any = None, mode: str = "recorded", **kwargs: Any
+) -> ReplayReport:
+    """Replay a recorded run through ``agent`` (an Agent, ``"module:name"``,
+    or None: the recorded agent as defined now) in the sandbox, on the
+    default engine's database: ``mode="recorded"`` replies as the recorded
+    model did, ``"live"`` calls the model; effects never execute
+    (docs/replay-and-evals.md, :func:`runner.evals.replay.replay`)."""
+    from runner.evals.replay import replay as replay_run
+
+    return replay_run(run_id, agent=agent, mode=mode, engine=default_engine(), **kwargs)  # type: ignore[arg-type]
+
+
 def wait_for(run_id: str, timeout: float | None = None, until: str = "ended") -> Run:
     """The run once it ends (``until="waiting"``: or waits for an approval),
     or as it is after ``timeout`` seconds: :meth:`Engine.wait` on the default
@@ -265,6 +280,7 @@ __all__ = [
     "limit_model",
     "not_done",
     "registry",
+    "replay",
     "send",
     "set_default_engine",
     "start_run",

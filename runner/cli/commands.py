@@ -49,6 +49,8 @@ from runner.cli.console import console as console_command
 from runner.cli.describe import describe, requests_lines, status_cell, version_lines, when
 from runner.cli.keys import keys as keys_command
 from runner.cli.limits import limits as limits_command
+from runner.cli.replay import replay as replay_command
+from runner.cli.replay import sandbox as sandbox_command
 from runner.cli.shape import worker_shape as worker_shape_command
 from runner.cli.step_lines import arguments as as_text
 from runner.cli.step_lines import clip as _clip
@@ -1061,6 +1063,8 @@ def demo(keep: bool) -> None:
 
 main.add_command(audit_command)
 main.add_command(keys_command)
+main.add_command(replay_command)
+main.add_command(sandbox_command)
 main.add_command(console_command)
 main.add_command(workers_command)
 main.add_command(limits_command)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from runner.core.errors import InvalidInput
 from store.models import RequestKind, StepKind
+from store.status import RunStatus
 
 if TYPE_CHECKING:
     from runner.core.engine.engine import Engine
@@ -229,7 +230,9 @@ class Recording:
         envelope = run.trigger
         return cls(
             agent=run.agent,
-            trigger=Trigger(envelope.payload, envelope.source, envelope.trigger, dict(envelope.keys)),
+            trigger=Trigger(
+                envelope.payload, envelope.source, envelope.trigger, dict(envelope.keys)
+            ),
             steps=tuple(steps),
             calls=tuple(calls),
             decisions=tuple(decisions),
@@ -369,7 +372,7 @@ class Case:
         recording = Recording.of_run(engine, run_id)
         if redactor is not None:
             recording = recording.redacted(redactor)
-        completed = recording.status == "completed"
+        completed = recording.status == RunStatus.COMPLETED.value
         return cls(
             agent=recording.agent,
             trigger=recording.trigger,

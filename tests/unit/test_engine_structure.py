@@ -40,6 +40,7 @@ INTEGRATIONS = (
     "runner.celery",
     "runner.celery_plugin",
     "runner.chat",
+    "runner.evals",
     "runner.cli",
     "runner.console",
     "runner.notifiers",
