@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from os import PathLike
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runner.core.errors import InvalidInput
@@ -381,3 +383,34 @@ class Case:
             reference_run=run_id,
             recording=recording,
         )
+
+
+def load_case(source: Any) -> Case:
+    """A case from a :class:`Case`, its JSON (a dict), or the path of a case file."""
+    if isinstance(source, Case):
+        return source
+    if isinstance(source, Mapping):
+        return Case.from_json(source)
+    if isinstance(source, str | PathLike):
+        path = Path(source)
+        try:
+            data = json.loads(path.read_text())
+        except OSError as exc:
+            raise InvalidInput(f"cannot read the case file {str(path)!r}: {exc}") from None
+        except json.JSONDecodeError as exc:
+            raise InvalidInput(f"the case file {str(path)!r} is not JSON: {exc}") from None
+        return Case.from_json(data)
+    raise InvalidInput(f"a case is a Case, its JSON or a file's path, not {source!r}")
+
+
+def load_recording(source: Any) -> Recording:
+    """A recording from a :class:`Recording`, or from a case (see
+    :func:`load_case`) that has one."""
+    if isinstance(source, Recording):
+        return source
+    if isinstance(source, Mapping) and source.get("format") == FORMAT:
+        return Recording.from_json(source)
+    case = load_case(source)
+    if case.recording is None:
+        raise InvalidInput("the case has no recording of a run to take a script from")
+    return case.recording

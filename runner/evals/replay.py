@@ -373,26 +373,9 @@ def load_agent(spec: str | Agent | None, name: str, registry: Registry | None = 
 def recorded_model(recording: Recording) -> Any:
     """A scripted model that replies, step by step, what the recording's model
     replied; a step past the recording raises :class:`BeyondRecording`."""
-    from runner.testing.scripted import Reply, ScriptedModel, ToolCall
+    from runner.testing.scripted import ScriptedModel, replies_of
 
-    replies: list[Reply] = []
-    for step in recording.steps:
-        calls = [
-            ToolCall(
-                str((c.get("function") or {}).get("name")),
-                (c.get("function") or {}).get("arguments") or "{}",
-                c.get("id"),
-            )
-            for c in step.message.get("tool_calls") or ()
-        ]
-        content = step.message.get("content")
-        replies.append(
-            Reply(
-                content=content if isinstance(content, str) else None,
-                tool_calls=tuple(calls),
-                usage=(step.input_tokens, step.output_tokens),
-            )
-        )
+    replies = replies_of(recording)
 
     def script(request: Request) -> Reply:
         if request.step > len(replies):

@@ -43,12 +43,15 @@ from runner.testing.scripted import (
 from store.lazy import lazy_attributes
 
 if TYPE_CHECKING:
+    from runner.testing.cases import CaseFailed, replay_case
     from runner.testing.clock import ManualClock
     from runner.testing.kit import Crash, TestEngine, ToolCallRecord
 
 # The engine's parts load on first use: a process that only scripts a model
 # (a worker the tests start, the demo's) never builds a test engine.
 _LAZY = {
+    "CaseFailed": "runner.testing.cases",
+    "replay_case": "runner.testing.cases",
     "Crash": "runner.testing.kit",
     "ManualClock": "runner.testing.clock",
     "TestEngine": "runner.testing.kit",
@@ -78,6 +81,7 @@ serve_scripted_models(_serve_scripted)
 __all__ = [
     "ERROR_KINDS",
     "SCRIPTED",
+    "CaseFailed",
     "Crash",
     "ManualClock",
     "Reply",
@@ -97,6 +101,7 @@ __all__ = [
     "call",
     "output",
     "rate_limited",
+    "replay_case",
     "server_error",
     "text",
     "timeout",

@@ -382,6 +382,17 @@ class ScriptedModel:
         self.script = script
         register(self)
 
+    @classmethod
+    def from_run(cls, name: str, source: Any, **kwargs: Any) -> ScriptedModel:
+        """A model whose script is what a recorded run's model replied, step
+        by step: ``source`` is a :class:`~runner.evals.recording.Recording`,
+        a :class:`~runner.evals.recording.Case` with one, or the path of a
+        case file (``runwright runs export RUN > case.json``). Past the
+        recorded steps it is exhausted, as any list script."""
+        from runner.evals.recording import load_recording
+
+        return cls(name, replies_of(load_recording(source)), **kwargs)
+
     @property
     def script(self) -> Script:
         return self._script
@@ -658,3 +669,27 @@ def install_provider(litellm: Any) -> None:
     providers = [p for p in litellm.custom_provider_map if p.get("provider") != "scripted"]
     providers.append({"provider": "scripted", "custom_handler": ScriptedProvider()})
     litellm.custom_provider_map = providers
+
+
+def replies_of(recording: Any) -> list[Reply]:
+    """The replies of a recording's model steps, in order: words and tool
+    calls with their recorded ids and raw arguments, and the usage reported."""
+    replies: list[Reply] = []
+    for step in recording.steps:
+        calls = []
+        for asked in step.message.get("tool_calls") or ():
+            function = asked.get("function") or {}
+            calls.append(
+                ToolCall(
+                    str(function.get("name")), function.get("arguments") or "{}", asked.get("id")
+                )
+            )
+        content = step.message.get("content")
+        replies.append(
+            Reply(
+                content=content if isinstance(content, str) else None,
+                tool_calls=tuple(calls),
+                usage=(step.input_tokens, step.output_tokens),
+            )
+        )
+    return replies
