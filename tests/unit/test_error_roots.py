@@ -32,6 +32,7 @@ NOT_RUNWRIGHT = {
     ("runner.testing.scripted", "NotImplementedError"): "litellm contract",
     # The testing kit fails a test's expectation as pytest expects: an AssertionError.
     ("runner.testing.kit", "AssertionError"): "a failed expectation",
+    ("runner.testing.cases", "CaseFailed"): "a failed expectation (an AssertionError)",
     ("runner.testing.databases", "ValueError"): "a test dropping what it did not make",
     # A live channel's message that is not Runwright's: its one caller
     # (runner/core/events/feed.py) catches it and drops the message.
