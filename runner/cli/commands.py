@@ -47,6 +47,8 @@ from runner.cli.audit import audit as audit_command
 from runner.cli.audit import cli_source, login_name
 from runner.cli.console import console as console_command
 from runner.cli.describe import describe, requests_lines, status_cell, version_lines, when
+from runner.cli.evals import eval_command
+from runner.cli.evals import evals as evals_command
 from runner.cli.keys import keys as keys_command
 from runner.cli.limits import limits as limits_command
 from runner.cli.replay import replay as replay_command
@@ -1064,6 +1066,8 @@ def demo(keep: bool) -> None:
 main.add_command(audit_command)
 main.add_command(keys_command)
 main.add_command(replay_command)
+main.add_command(eval_command)
+main.add_command(evals_command)
 main.add_command(sandbox_command)
 main.add_command(console_command)
 main.add_command(workers_command)

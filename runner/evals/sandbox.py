@@ -14,6 +14,7 @@ in it touches the real runs. It is a record to read back and to prune
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -42,6 +43,9 @@ MAX_EXECUTIONS = 50
 # The longest a replay sleeps for a model step's retry wait.
 MAX_RETRY_WAIT_SECONDS = 60.0
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+# The sandboxes this process made ready: each is checked once.
+_prepared: set[str] = set()
+_prepared_lock = threading.Lock()
 
 
 def sandbox_url(database_url: str, schema: str = SCHEMA) -> str:
@@ -63,13 +67,16 @@ def store_url(store: PostgresStore) -> str:
 
 def prepare(database_url: str, schema: str = SCHEMA) -> str:
     """Create and migrate the sandbox schema of ``database_url`` if it is not
-    at the code's revision; the sandbox's URL."""
+    at the code's revision (once a process); the sandbox's URL."""
     import sqlalchemy as sa
 
     from store.db import normalize_url
     from store.migrate import upgrade_if_behind
 
     url = sandbox_url(database_url, schema)
+    with _prepared_lock:
+        if url in _prepared:
+            return url
     engine = sa.create_engine(normalize_url(database_url), poolclass=sa.pool.NullPool)
     try:
         with engine.begin() as conn:
@@ -77,6 +84,8 @@ def prepare(database_url: str, schema: str = SCHEMA) -> str:
     finally:
         engine.dispose()
     upgrade_if_behind(url)
+    with _prepared_lock:
+        _prepared.add(url)
     return url
 
 
