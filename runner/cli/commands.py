@@ -46,6 +46,8 @@ from runner.cli.as_json import (
 from runner.cli.audit import audit as audit_command
 from runner.cli.audit import cli_source, login_name
 from runner.cli.console import console as console_command
+from runner.cli.datasets import dataset as dataset_command
+from runner.cli.datasets import export as export_command
 from runner.cli.describe import describe, requests_lines, status_cell, version_lines, when
 from runner.cli.keys import keys as keys_command
 from runner.cli.limits import limits as limits_command
@@ -190,7 +192,8 @@ def runs(
     as_json: bool,
 ) -> None:
     """List the latest runs; `runwright runs upgrade` moves runs to another
-    version, `runwright runs erase` erases runs' payloads."""
+    version, `runwright runs erase` erases runs' payloads, `runwright runs
+    export` prints a run as a case to replay."""
     if ctx.invoked_subcommand is not None:
         given = [
             name
@@ -1061,6 +1064,8 @@ def demo(keep: bool) -> None:
 
 main.add_command(audit_command)
 main.add_command(keys_command)
+main.add_command(dataset_command)
+runs.add_command(export_command)
 main.add_command(console_command)
 main.add_command(workers_command)
 main.add_command(limits_command)

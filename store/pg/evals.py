@@ -537,7 +537,8 @@ class PgEvals(PgBase):
         """The next case of the running evaluation ``evaluation_id`` that is
         pending or whose claim lapsed (by ``now``, else the database's
         clock), claimed by ``worker`` for ``lease_seconds``; None when no
-        case is left to claim (all done or held, or the evaluation ended)."""
+        case is left to claim (all done or held, the evaluation ended, or
+        there is no such evaluation)."""
         evaluation_id = _evaluation_id(evaluation_id)
         _name_text(worker, "the worker", MAX_LABEL_CHARS)
         row = self.db.first(

@@ -101,7 +101,7 @@ def test_stored_enum_values_keep_their_spelling() -> None:
     assert [c.value for c in EvaluationCaseStatus] == ["pending", "running", "done"]
     assert [a.value for a in AuditAction] == [
         "viewed_payloads", "decided", "edited", "answered", "cancelled", "retried", "forked",
-        "resolved_effect", "erased", "upgraded_runs", "rotated_keys",
+        "resolved_effect", "erased", "upgraded_runs", "rotated_keys", "exported",
     ]  # fmt: skip
 
 
