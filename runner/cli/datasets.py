@@ -6,7 +6,7 @@ RUN``, which prints one run as a case.
 A case taken from the journal carries a run's payloads out of it: it is
 redacted with its agent's redactor (the project's, ``RUNWRIGHT_REDACT``,
 when this process does not load the agent), as everything that leaves the
-journal is (docs/security.md), and each run read for it is an ``exported``
+journal is (docs/security.md), and each run read for it is an `exported`
 entry in the audit log.
 """
 
@@ -243,7 +243,7 @@ def _from_journal(
     expect: bool,
 ) -> DatasetInfo:
     """The dataset of ``agent``'s runs that match, saved; each run read is
-    an ``exported`` entry in the audit log."""
+    an `exported` entry in the audit log."""
     from runner.core.audit import AuditAction
 
     after = None if since is None else datetime.now(UTC) - parse_duration(since)
@@ -310,7 +310,7 @@ def list_datasets(as_json: bool) -> Document | None:
 def show(name: str, version: str | None, as_json: bool) -> Document | None:
     """Show a dataset's version and its cases: each one's agent, payload and
     what is expected of it (with --json, the cases whole). The cases hold
-    runs' payloads: showing them is a ``viewed_payloads`` entry in the audit
+    runs' payloads: showing them is a `viewed_payloads` entry in the audit
     log."""
     from runner.core.audit import AuditAction, record
 
@@ -379,7 +379,7 @@ def export(run_id: str, no_expected: bool) -> None:
     """Print run RUN_ID as a case (JSON, redacted with its agent's
     redactor): `runwright runs export RUN > case.json` makes a regression
     case of a run (docs/replay-and-evals.md). Goes in the audit log as
-    ``exported``."""
+    `exported`."""
     from runner.core.audit import AuditAction
 
     engine = _engine()

@@ -229,9 +229,7 @@ class Recording:
         envelope = run.trigger
         return cls(
             agent=run.agent,
-            trigger=Trigger(
-                envelope.payload, envelope.source, envelope.trigger, dict(envelope.keys)
-            ),
+            trigger=Trigger(envelope.payload, envelope.source, envelope.trigger, dict(envelope.keys)),
             steps=tuple(steps),
             calls=tuple(calls),
             decisions=tuple(decisions),
