@@ -150,6 +150,14 @@ class ScheduleNotFound(InvalidInput):
     """No schedule has that name."""
 
 
+class DatasetNotFound(RunwrightError):
+    """No dataset has that name (or that version)."""
+
+
+class EvaluationNotFound(RunwrightError):
+    """No evaluation has that id."""
+
+
 class StoreUnavailable(RunwrightError):
     """The database or Redis could not be reached."""
 

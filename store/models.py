@@ -521,6 +521,100 @@ class Firing:
     reason: str | None = None
 
 
+class EvaluationStatus(enum.StrEnum):
+    """Where an evaluation is (``evaluations.status``): its cases are being
+    replayed, or it ended, with its summary or cancelled."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+
+
+class EvaluationCaseStatus(enum.StrEnum):
+    """Where one case of an evaluation is (``evaluation_cases.status``):
+    waiting for a worker, claimed by one (until its claim lapses), done."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """A version of a dataset, without its cases: ``version`` is the digest
+    of its cases (the same cases, the same version); ``query``, how it was
+    built (the journal query, or the file), if it was said."""
+
+    name: str
+    version: str
+    created_at: datetime
+    case_count: int
+    created_by: str | None = None
+    description: str | None = None
+    query: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A version of a dataset and its cases, in order (each the JSON of a
+    case, runner/evals/recording.py)."""
+
+    info: DatasetInfo
+    cases: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class EvaluationInfo:
+    """An evaluation, without its cases: which dataset version it replays,
+    against which agent and label (the version under test), the evaluation
+    it compares with (``baseline``), how far it got (``done`` of
+    ``case_count``) and, once ended, its summary per scorer."""
+
+    id: str
+    dataset: str
+    dataset_version: str
+    agent: str
+    label: str
+    status: EvaluationStatus
+    created_at: datetime
+    case_count: int
+    done: int = 0
+    baseline: str | None = None
+    finished_at: datetime | None = None
+    created_by: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    summary: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class EvaluationCase:
+    """One case of an evaluation (``position``: the dataset case it
+    replays): its claim while a worker holds it, how many claims it took,
+    and once done its replay report (``result``), its scores by scorer
+    (``{"passed": bool | None, "score": float | None, "detail": str | None}``)
+    and what it took."""
+
+    evaluation_id: str
+    position: int
+    status: EvaluationCaseStatus
+    attempts: int = 0
+    claimed_by: str | None = None
+    claimed_until: datetime | None = None
+    result: dict[str, Any] | None = None
+    scores: dict[str, Any] | None = None
+    duration_ms: float | None = None
+    cost_usd: float | None = None
+    tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """An evaluation and its cases, by position."""
+
+    info: EvaluationInfo
+    cases: list[EvaluationCase]
+
+
 # ---------------------------------------------------------------- write inputs
 
 

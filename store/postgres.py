@@ -3,8 +3,9 @@ statements that decide them, beside the code that runs them in ``store/pg/``).
 
 The class is assembled from one part per concern (``store/pg/``): runs, claims
 and fenced execution writes, child runs, effects of unknown outcome, approvals, tick
-maintenance, retry and fork, what the metrics endpoint reads, schedules, and
-flow control (a run parked on a limit).
+maintenance, retry and fork, what the metrics endpoint reads, schedules,
+flow control (a run parked on a limit), the audit log and erasure, the keys
+of encryption at rest, and datasets and evaluations.
 Each part holds its statements; :class:`store.db.Executor` runs them.
 
 Methods taking a :class:`~store.models.Fence` are the writes of a running run:
@@ -27,6 +28,7 @@ from store.pg.audit import PgAudit
 from store.pg.children import PgChildren
 from store.pg.effects import PgEffects
 from store.pg.erasure import PgErasure
+from store.pg.evals import PgEvals
 from store.pg.execution import PgExecution
 from store.pg.flow import PgFlow
 from store.pg.keys import PgKeys
@@ -55,6 +57,7 @@ class PostgresStore(
     PgAudit,
     PgErasure,
     PgKeys,
+    PgEvals,
 ):
     """The store: what the engine, the console and the command line call."""
 

@@ -577,6 +577,99 @@ audit = sa.Table(
     sa.Index("audit_run_idx", "run_id", "id", postgresql_where=sa.text("run_id IS NOT NULL")),
 )
 
+# Datasets (store/pg/evals.py, docs/replay-and-evals.md): lists of cases, each
+# the JSON of a case (runner/evals/recording.py), versioned by their content:
+# ``version`` is a digest of the case list, so saving the same cases again
+# adds nothing. A case is the customer's data (a run's trigger, its
+# recording): ``data`` is sealed like the runs' payloads (store/sealing.py);
+# ``query`` says how the dataset was built (agent, status, since), in clear.
+datasets = sa.Table(
+    "datasets",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("version", sa.Text, primary_key=True),
+    sa.Column("created_at", _TS, nullable=False, server_default=_NOW),
+    sa.Column("created_by", sa.Text),
+    sa.Column("description", sa.Text),
+    sa.Column("query", JSONB),
+    sa.Column("case_count", sa.Integer, nullable=False),
+)
+
+dataset_cases = sa.Table(
+    "dataset_cases",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("version", sa.Text, primary_key=True),
+    sa.Column("position", sa.Integer, primary_key=True),
+    sa.Column("data", sa.JSON, nullable=False),
+    sa.ForeignKeyConstraint(
+        ["name", "version"],
+        ["datasets.name", "datasets.version"],
+        name="dataset_cases_dataset_fkey",
+        ondelete="CASCADE",
+    ),
+)
+
+# Evaluations: a dataset's cases replayed against an agent (``label``: the
+# version under test) and scored, one row of ``evaluation_cases`` per case.
+# Workers claim cases with a lease (``claimed_by``, ``claimed_until``) and
+# write a case's result only while they hold it. No foreign key to the
+# dataset: an evaluation's record outlives the dataset it ran. ``result``
+# (the case's replay report) is the customer's data, sealed; ``options``,
+# ``summary`` and ``scores`` are numbers and names, in clear.
+evaluations = sa.Table(
+    "evaluations",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("dataset", sa.Text, nullable=False),
+    sa.Column("dataset_version", sa.Text, nullable=False),
+    sa.Column("agent", sa.Text, nullable=False),
+    sa.Column("label", sa.Text, nullable=False),
+    sa.Column("baseline", sa.Text),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("created_at", _TS, nullable=False, server_default=_NOW),
+    sa.Column("finished_at", _TS),
+    sa.Column("created_by", sa.Text),
+    sa.Column("options", JSONB, nullable=False),
+    sa.Column("summary", JSONB),
+    sa.Column("case_count", sa.Integer, nullable=False),
+    sa.CheckConstraint(
+        "status IN ('running', 'completed', 'cancelled')", name="evaluations_status_valid"
+    ),
+)
+
+evaluation_cases = sa.Table(
+    "evaluation_cases",
+    metadata,
+    sa.Column(
+        "evaluation_id",
+        sa.Text,
+        sa.ForeignKey("evaluations.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("position", sa.Integer, primary_key=True),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("claimed_by", sa.Text),
+    sa.Column("claimed_until", _TS),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("result", sa.JSON),
+    sa.Column("scores", JSONB),
+    sa.Column("duration_ms", sa.Float),
+    sa.Column("cost_usd", sa.Float),
+    sa.Column("tokens", sa.BigInteger),
+    sa.CheckConstraint(
+        "status IN ('pending', 'running', 'done')", name="evaluation_cases_status_valid"
+    ),
+    # What a claim looks through: the cases not done, so that its cost
+    # follows the open cases and not the evaluation's size.
+    sa.Index(
+        "evaluation_cases_open_idx",
+        "evaluation_id",
+        "position",
+        postgresql_where=sa.text("status <> 'done'"),
+    ),
+)
+
 # When tick() last finished: one row, written at the end of every tick
 # (runner/core/engine/tick.py). Redis holds the same mark, which the workers' watchdog and
 # `runwright doctor` read first; a Redis restart loses it, this one stays.

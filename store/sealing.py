@@ -13,7 +13,8 @@ steps' input (an ``llm`` step's is the MCP listing: tool names, in clear),
 output and error; effects' input and output; approvals' input, edited
 arguments, answer and the reason a person gave (a text column: the value
 sealed is the JSON of the text), and the approval events that carry them;
-schedules' payload. Ids, statuses, times, usage, costs, names, keys, error
+schedules' payload; a dataset's cases and an evaluation's case results
+(store/pg/evals.py). Ids, statuses, times, usage, costs, names, keys, error
 codes and the error messages of runs and effects (clipped, for operators to
 diagnose) stay in clear, so operators can query and the console can list.
 
@@ -85,6 +86,8 @@ BOUND: Mapping[tuple[str, str], tuple[str, ...]] = {
     ("approvals", "answer"): ("approval_id",),
     ("approvals", "reason"): ("approval_id",),
     ("schedules", "payload"): ("name",),
+    ("dataset_cases", "data"): ("name", "version", "position"),
+    ("evaluation_cases", "result"): ("evaluation_id", "position"),
 }
 
 # An llm step's input is the MCP listing (runner/core/mcp/listing.py): names

@@ -179,6 +179,10 @@ def snapshot(store: PostgresStore) -> Any:
         "effects": "run_id, key",
         "approvals": "approval_id",
         "standing_approvals": "run_id, tool_name",
+        "datasets": "name, version",
+        "dataset_cases": "name, version, position",
+        "evaluations": "id",
+        "evaluation_cases": "evaluation_id, position",
     }
     with store.engine.connect() as conn:
         return {

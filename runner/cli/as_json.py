@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from store.models import (
         Approval,
         Checkpoint,
+        DatasetInfo,
         Effect,
         Firing,
         ParkedKey,
@@ -57,15 +58,17 @@ if TYPE_CHECKING:
 Document = dict[str, Any]
 
 
-def dumps(document: object) -> str:
-    """``document`` as one line of JSON with nothing a terminal acts on.
+def dumps(document: object, *, indent: int | None = None) -> str:
+    """``document`` as one line of JSON with nothing a terminal acts on
+    (with ``indent``, laid out on lines for a file people read).
 
     ``ensure_ascii`` writes every non-ASCII character (C1 controls,
     bidirectional overrides, line separators) as ``\\uXXXX``, and JSON itself
     escapes the C0 controls; DEL is the one ASCII control it leaves raw. It can
     only be inside a string there, where ``\\u007f`` means the same character.
     """
-    return json.dumps(document, ensure_ascii=True, default=str).replace("\x7f", "\\u007f")
+    text = json.dumps(document, ensure_ascii=True, default=str, indent=indent)
+    return text.replace("\x7f", "\\u007f")
 
 
 def json_option(command: Callable[..., Document | None]) -> Callable[..., None]:
@@ -557,6 +560,21 @@ def versions_json(lines: Iterable[VersionLine]) -> Document:
             }
             for line in lines
         ]
+    }
+
+
+def dataset_json(info: DatasetInfo) -> Document:
+    """A version of a dataset (``runwright dataset ... --json``): name,
+    version (the digest of its cases), case_count, created_at, created_by,
+    description, query (how it was built)."""
+    return {
+        "name": info.name,
+        "version": info.version,
+        "case_count": info.case_count,
+        "created_at": when(info.created_at),
+        "created_by": info.created_by,
+        "description": info.description,
+        "query": info.query,
     }
 
 

@@ -46,6 +46,8 @@ from runner.cli.as_json import (
 from runner.cli.audit import audit as audit_command
 from runner.cli.audit import cli_source, login_name
 from runner.cli.console import console as console_command
+from runner.cli.datasets import dataset as dataset_command
+from runner.cli.datasets import export as export_command
 from runner.cli.describe import describe, requests_lines, status_cell, version_lines, when
 from runner.cli.evals import eval_command
 from runner.cli.evals import evals as evals_command
@@ -194,7 +196,8 @@ def runs(
     as_json: bool,
 ) -> None:
     """List the latest runs; `runwright runs upgrade` moves runs to another
-    version, `runwright runs erase` erases runs' payloads."""
+    version, `runwright runs erase` erases runs' payloads, `runwright runs
+    export` prints a run as a case to replay."""
     if ctx.invoked_subcommand is not None:
         given = [
             name
@@ -1069,6 +1072,8 @@ main.add_command(replay_command)
 main.add_command(eval_command)
 main.add_command(evals_command)
 main.add_command(sandbox_command)
+main.add_command(dataset_command)
+runs.add_command(export_command)
 main.add_command(console_command)
 main.add_command(workers_command)
 main.add_command(limits_command)

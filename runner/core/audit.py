@@ -45,6 +45,7 @@ class AuditAction(enum.StrEnum):
     ERASED = "erased"
     UPGRADED_RUNS = "upgraded_runs"
     ROTATED_KEYS = "rotated_keys"
+    EXPORTED = "exported"  # a run's payloads written out as a case (a file, a dataset)
 
 
 def record(

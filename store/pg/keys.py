@@ -50,6 +50,10 @@ KEY_COUNTS = Statement(
         UNION ALL
         SELECT 'schedules', 'payload', payload FROM schedules
         UNION ALL
+        SELECT 'dataset_cases', 'data', data FROM dataset_cases
+        UNION ALL
+        SELECT 'evaluation_cases', 'result', result FROM evaluation_cases
+        UNION ALL
         SELECT 'run_events', c.col, CAST(c.value AS json)
           FROM run_events AS t CROSS JOIN LATERAL (VALUES
                ('input', t.data -> 'input'), ('arguments', t.data -> 'arguments'),
@@ -235,6 +239,53 @@ WRITE_SCHEDULES = Statement(
     """,
 )
 
+RESEAL_DATASET_CASES = Statement(
+    "reseal_dataset_cases",
+    """
+    SELECT name, version, position, data FROM dataset_cases
+     WHERE (name, version, position) > (CAST(:after AS text), CAST(:after_version AS text),
+                                        CAST(:after_position AS int))
+       AND left(data #>> '{}', CAST(:plen AS int)) IS DISTINCT FROM CAST(:prefix AS text)
+       AND json_typeof(data) <> 'null'
+     ORDER BY name, version, position
+     LIMIT CAST(:limit AS int)
+       FOR UPDATE SKIP LOCKED
+    """,
+)
+
+WRITE_DATASET_CASES = Statement(
+    "write_resealed_dataset_cases",
+    """
+    UPDATE dataset_cases AS d SET data = n.data
+      FROM json_to_recordset(CAST(:rows AS json)) AS n(name text, version text, position int,
+                                                       data json)
+     WHERE d.name = n.name AND d.version = n.version AND d.position = n.position
+    """,
+)
+
+RESEAL_EVALUATION_CASES = Statement(
+    "reseal_evaluation_cases",
+    """
+    SELECT evaluation_id, position, result FROM evaluation_cases
+     WHERE (evaluation_id, position) > (CAST(:after AS text), CAST(:after_position AS int))
+       AND left(result #>> '{}', CAST(:plen AS int)) IS DISTINCT FROM CAST(:prefix AS text)
+       AND json_typeof(result) <> 'null'
+     ORDER BY evaluation_id, position
+     LIMIT CAST(:limit AS int)
+       FOR UPDATE SKIP LOCKED
+    """,
+)
+
+WRITE_EVALUATION_CASES = Statement(
+    "write_resealed_evaluation_cases",
+    """
+    UPDATE evaluation_cases AS c SET result = n.result
+      FROM json_to_recordset(CAST(:rows AS json)) AS n(evaluation_id text, position int,
+                                                       result json)
+     WHERE c.evaluation_id = n.evaluation_id AND c.position = n.position
+    """,
+)
+
 # An approval event carries its approval's payloads as the row had them.
 RESEAL_EVENTS = Statement(
     "reseal_events",
@@ -273,6 +324,8 @@ _START: Mapping[str, tuple[Any, ...]] = {
     "approvals": ("00000000-0000-0000-0000-000000000000",),
     "schedules": ("",),
     "run_events": (-1,),
+    "dataset_cases": ("", "", -1),
+    "evaluation_cases": ("", -1),
 }
 SEALED_TABLES = tuple(_START)
 
@@ -367,6 +420,25 @@ def _reseal_schedule(s: Sealing, r: Mapping[str, Any]) -> dict[str, Any]:
     return {"name": r["name"], "payload": s.reseal(r["payload"], "schedules", "payload", r["name"])}
 
 
+def _reseal_dataset_case(s: Sealing, r: Mapping[str, Any]) -> dict[str, Any]:
+    row = (r["name"], r["version"], r["position"])
+    return {
+        "name": r["name"],
+        "version": r["version"],
+        "position": r["position"],
+        "data": s.reseal(r["data"], "dataset_cases", "data", *row),
+    }
+
+
+def _reseal_evaluation_case(s: Sealing, r: Mapping[str, Any]) -> dict[str, Any]:
+    row = (r["evaluation_id"], r["position"])
+    return {
+        "evaluation_id": r["evaluation_id"],
+        "position": r["position"],
+        "result": s.reseal(r["result"], "evaluation_cases", "result", *row),
+    }
+
+
 def _reseal_event(s: Sealing, r: Mapping[str, Any]) -> dict[str, Any]:
     data = dict(r["data"])
     for column in ("input", "arguments", "answer", "reason"):
@@ -400,6 +472,20 @@ _TABLES: Mapping[str, _Table] = {
     ),
     "schedules": _Table(RESEAL_SCHEDULES, WRITE_SCHEDULES, _reseal_schedule, ("name",), ("after",)),
     "run_events": _Table(RESEAL_EVENTS, WRITE_EVENTS, _reseal_event, ("id",), ("after",)),
+    "dataset_cases": _Table(
+        RESEAL_DATASET_CASES,
+        WRITE_DATASET_CASES,
+        _reseal_dataset_case,
+        ("name", "version", "position"),
+        ("after", "after_version", "after_position"),
+    ),
+    "evaluation_cases": _Table(
+        RESEAL_EVALUATION_CASES,
+        WRITE_EVALUATION_CASES,
+        _reseal_evaluation_case,
+        ("evaluation_id", "position"),
+        ("after", "after_position"),
+    ),
 }
 
 

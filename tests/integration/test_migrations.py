@@ -112,6 +112,10 @@ def test_downgrade_to_base_and_up_again(empty_databases: tuple[str, str]) -> Non
         "schedule_firings",
         "agent_versions",
         "audit",
+        "datasets",
+        "dataset_cases",
+        "evaluations",
+        "evaluation_cases",
     }
 
 

@@ -28,6 +28,8 @@ from store.db import make_engine
 from store.errors import (
     ApprovalError,
     CheckpointConflict,
+    DatasetNotFound,
+    EvaluationNotFound,
     InvalidInput,
     InvalidTransition,
     LeaseLostError,
@@ -45,6 +47,8 @@ from store.models import (
     EffectOutcome,
     EffectStatus,
     Ended,
+    EvaluationCaseStatus,
+    EvaluationStatus,
     Fence,
     FiringOutcome,
     Interruption,
@@ -81,6 +85,7 @@ from tests.helpers import (
     tool_record,
     try_claim,
 )
+from tests.marked_runs import found
 from tests.services import Services
 
 KINDS = ("postgres", "postgres-unprepared", "postgres-sealed")
@@ -1855,6 +1860,235 @@ def test_the_audit_log_is_one_chain_and_erasure_keeps_a_runs_skeleton(
     assert store.runs_by_key("customer", "42") == [run.id]  # found by the hash it keeps
 
 
+def _cases(marker: str, count: int) -> list[dict[str, Any]]:
+    """Cases as runner/evals/recording.py writes them, ``marker`` in each."""
+    return [
+        {
+            "format": "runwright.case/1",
+            "agent": "triage",
+            "trigger": {"payload": {"note": f"{marker} {n}"}, "source": "cli"},
+            "expected": {"output": {"label": "bug", "n": n}},
+        }
+        for n in range(count)
+    ]
+
+
+def test_datasets_are_versioned_by_content_and_their_cases_sealed(store: PostgresStore) -> None:
+    marker = f"MARKER-{uuid.uuid4().hex[:8]}"
+    cases = _cases(marker, 3)
+    first = store.save_dataset(
+        "refunds", cases, created_by="ana", query={"agent": "triage"}, description="last week"
+    )
+    assert (first.name, first.case_count, first.created_by) == ("refunds", 3, "ana")
+    assert len(first.version) == 16 and first.query == {"agent": "triage"}
+    # The same cases again, keys in another order: the same version, nothing written.
+    reordered = [dict(reversed(list(case.items()))) for case in cases]
+    assert store.save_dataset("refunds", reordered, created_by="bo") == first
+    assert store.datasets() == [first]
+    changed = store.save_dataset("refunds", cases[:2])
+    assert changed.version != first.version and changed.case_count == 2
+    assert store.datasets() == [changed, first]
+    newest = store.dataset("refunds")
+    assert newest.info == changed and newest.cases == cases[:2]
+    assert store.dataset("refunds", first.version).cases == cases
+    assert list(store.dataset("refunds", first.version).cases[0]) == list(cases[0])  # key order
+    # Another name, the same cases: the same version under that name.
+    assert store.save_dataset("copy", cases).version == first.version
+    hits = found(store, marker)
+    if store.sealing.cipher is not None:
+        assert hits == []
+    else:
+        assert hits == ["dataset_cases.data"]
+
+    before = snapshot(store)
+    for name, bad in [
+        ("-starts-badly", cases),
+        ("x" * 101, cases),
+        ("sp ace", cases),
+        ("refunds", []),
+        ("refunds", "not a list"),
+        ("refunds", [{"ok": 1}, ["not", "an", "object"]]),
+        ("refunds", [{"nul": "a\x00b"}]),
+        ("refunds", [{"nan": float("nan")}]),
+    ]:
+        with pytest.raises(InvalidInput):
+            store.save_dataset(name, bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput):
+        store.save_dataset("refunds", cases, created_by="")
+    with pytest.raises(InvalidInput):
+        store.save_dataset("refunds", cases, query=["not", "an", "object"])  # type: ignore[arg-type]
+    for name, version in [
+        ("nobody", None),
+        ("refunds", "0" * 16),
+        ("refunds", "not-a-version"),
+        ("../etc", None),
+    ]:
+        with pytest.raises(DatasetNotFound):
+            store.dataset(name, version)
+    assert store.delete_dataset("nobody") == 0
+    assert snapshot(store) == before
+
+    assert store.delete_dataset("refunds", first.version) == 1
+    with pytest.raises(DatasetNotFound, match=first.version):
+        store.dataset("refunds", first.version)
+    assert store.delete_dataset("refunds") == 1
+    assert [d.name for d in store.datasets()] == ["copy"]
+
+
+def test_evaluation_cases_are_claimed_once_fenced_and_their_results_sealed(
+    store: PostgresStore,
+) -> None:
+    marker = f"MARKER-{uuid.uuid4().hex[:8]}"
+    data = store.save_dataset("triage", _cases("case", 3))
+    options = {"mode": "live", "tools": "recorded", "scorers": ["exact"]}
+    made = store.create_evaluation(
+        "ev-1",
+        dataset="triage",
+        version=data.version,
+        agent="triage",
+        label="v2",
+        case_count=3,
+        created_by="ana",
+        options=options,
+    )
+    assert (made.id, made.status, made.done, made.case_count) == (
+        "ev-1",
+        EvaluationStatus.RUNNING,
+        0,
+        3,
+    )
+    assert (made.options, made.summary, made.finished_at) == (options, None, None)
+    t0 = utcnow()
+    first = store.claim_eval_case("ev-1", "w1", 30, now=t0)
+    assert first is not None and (first.position, first.attempts, first.claimed_by) == (0, 1, "w1")
+    assert first.status is EvaluationCaseStatus.RUNNING and first.claimed_until is not None
+    second = store.claim_eval_case("ev-1", "w2", 30, now=t0)
+    assert second is not None and second.position == 1
+    assert store.extend_eval_claim("ev-1", 0, "w1", 30, now=t0)
+    assert not store.extend_eval_claim("ev-1", 0, "w2", 30, now=t0)  # not w2's
+    # w1's claim lapses: w3 takes its case over, one attempt more, and w1 is fenced out.
+    later = t0 + timedelta(seconds=61)
+    taken = store.claim_eval_case("ev-1", "w3", 30, now=later)
+    assert taken is not None and (taken.position, taken.attempts, taken.claimed_by) == (0, 2, "w3")
+    result = {"output": f"done with {marker}", "steps": [{"n": 1}]}
+    scores = {"exact": {"passed": True, "score": 1.0, "detail": "matched"}}
+    before = snapshot(store)
+    assert not store.finish_eval_case("ev-1", 0, "w1", result={"stale": 1}, scores={})
+    assert not store.extend_eval_claim("ev-1", 0, "w1", 30, now=later)
+    assert snapshot(store) == before
+    assert store.finish_eval_case(
+        "ev-1", 0, "w3", result=result, scores=scores, duration_ms=12.5, cost_usd=0.01, tokens=42
+    )
+    # A done case is never reopened, nor written again.
+    assert not store.finish_eval_case("ev-1", 0, "w3", result={"again": 1}, scores={})
+    # w2's process died: its case goes back, and the next claims take what is left.
+    assert store.release_eval_claims("ev-1", "w2") == 1
+    assert store.release_eval_claims("ev-1", "w2") == 0
+    rest = [store.claim_eval_case("ev-1", "w4", 30, now=later) for _ in range(3)]
+    assert [c.position if c else None for c in rest] == [1, 2, None]
+    for position in (1, 2):
+        assert store.finish_eval_case("ev-1", position, "w4", result={"n": position}, scores={})
+    assert store.claim_eval_case("ev-1", "w5", 30, now=t0 + timedelta(days=10)) is None
+
+    done = store.evaluation("ev-1")
+    assert done.info.done == 3 and [c.status for c in done.cases] == [EvaluationCaseStatus.DONE] * 3
+    case = done.cases[0]
+    assert (case.result, case.scores, case.attempts, case.claimed_by) == (result, scores, 2, "w3")
+    assert (case.duration_ms, case.cost_usd, case.tokens) == (12.5, 0.01, 42)
+    assert (done.cases[1].result, done.cases[1].tokens) == ({"n": 1}, None)
+    hits = found(store, marker)
+    if store.sealing.cipher is not None:
+        assert hits == []
+    else:
+        assert hits == ["evaluation_cases.result"]
+
+    summary = {"exact": {"pass_rate": 1.0, "mean": 1.0}}
+    ended = store.finish_evaluation("ev-1", summary)
+    assert (ended.status, ended.summary, ended.done) == (EvaluationStatus.COMPLETED, summary, 3)
+    assert ended.finished_at is not None
+    assert store.finish_evaluation("ev-1", {"other": {}}, status="cancelled") == ended
+    compared = store.create_evaluation(
+        "ev-2", dataset="triage", version=data.version, agent="triage", label="v3",
+        case_count=2, baseline="ev-1",
+    )  # fmt: skip
+    assert compared.baseline == "ev-1" and compared.options == {}
+    assert [e.id for e in store.evaluations()] == ["ev-2", "ev-1"]
+    assert [e.id for e in store.evaluations(dataset="triage", limit=1)] == ["ev-2"]
+    assert store.evaluations(dataset="other") == []
+    cancelled = store.finish_evaluation("ev-2", {}, status=EvaluationStatus.CANCELLED)
+    assert cancelled.status is EvaluationStatus.CANCELLED
+    assert store.claim_eval_case("ev-2", "w1", 30) is None  # an ended evaluation gives none
+
+    # Bad input: one clear error each, nothing written.
+    before = snapshot(store)
+    store.save_dataset("other", _cases("other", 1))
+    other = store.dataset("other").info.version
+    before = snapshot(store)
+    kwargs: dict[str, Any] = {"agent": "triage", "label": "v2", "case_count": 1}
+    with pytest.raises(DatasetNotFound):
+        store.create_evaluation("ev-3", dataset="nobody", version=other, **kwargs)
+    with pytest.raises(DatasetNotFound):
+        store.create_evaluation("ev-3", dataset="other", version="0" * 16, **kwargs)
+    with pytest.raises(InvalidInput, match="exists already"):
+        store.create_evaluation("ev-1", dataset="other", version=other, **kwargs)
+    with pytest.raises(EvaluationNotFound, match="baseline"):
+        store.create_evaluation("ev-3", dataset="other", version=other, baseline="ev-9", **kwargs)
+    for bad in (0, 2, True):
+        with pytest.raises(InvalidInput, match="case_count"):
+            store.create_evaluation(
+                "ev-3", dataset="other", version=other, agent="a", label="l", case_count=bad
+            )
+    for bad_id in ("", "-x", "a b", "x" * 200):
+        with pytest.raises(InvalidInput):
+            store.create_evaluation(bad_id, dataset="other", version=other, **kwargs)
+    with pytest.raises(InvalidInput):
+        store.create_evaluation("ev-3", dataset="other", version=other, agent="a", label="",
+                                case_count=1)  # fmt: skip
+    assert snapshot(store) == before
+    store.create_evaluation("ev-3", dataset="other", version=other, **kwargs)
+    claim = store.claim_eval_case("ev-3", "w1", 30)
+    assert claim is not None
+    before = snapshot(store)
+    for bad_scores in (
+        {"exact": {"passed": "yes"}},
+        {"exact": {"score": float("inf")}},
+        {"exact": {"score": True}},
+        {"exact": {"extra": 1}},
+        {"": {"passed": True}},
+        {"exact": {"detail": 3}},
+        ["not", "an", "object"],
+    ):
+        with pytest.raises(InvalidInput):
+            store.finish_eval_case("ev-3", 0, "w1", result={}, scores=bad_scores)  # type: ignore[arg-type]
+    for bad_kwargs in ({"tokens": -1}, {"cost_usd": float("nan")}, {"duration_ms": "1"}):
+        with pytest.raises(InvalidInput):
+            store.finish_eval_case("ev-3", 0, "w1", result={}, scores={}, **bad_kwargs)
+    with pytest.raises(InvalidInput):
+        store.finish_eval_case("ev-3", 0, "w1", result=[1], scores={})  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput):
+        store.finish_eval_case("ev-3", -1, "w1", result={}, scores={})
+    for lease in (0, -1, float("nan"), float("inf"), 10**9):
+        with pytest.raises(InvalidInput, match="lease"):
+            store.claim_eval_case("ev-3", "w1", lease)
+    with pytest.raises(InvalidInput):
+        store.claim_eval_case("ev-3", "", 30)
+    with pytest.raises(InvalidInput):
+        store.finish_evaluation("ev-3", {}, status="running")
+    with pytest.raises(InvalidInput):
+        store.finish_evaluation("ev-3", ["no"])  # type: ignore[arg-type]
+    for unknown in ("ev-9", "", "a b"):
+        with pytest.raises(EvaluationNotFound):
+            store.evaluation(unknown)
+    assert store.claim_eval_case("ev-9", "w1", 30) is None  # nothing to claim there
+    with pytest.raises(EvaluationNotFound):
+        store.claim_eval_case("a b", "w1", 30)
+    with pytest.raises(EvaluationNotFound):
+        store.finish_evaluation("ev-9", {})
+    with pytest.raises(InvalidInput):
+        store.evaluations(limit=0)
+    assert snapshot(store) == before
+
+
 def _contract_tests() -> Iterator[tuple[Callable[..., Any], dict[str, Any]]]:
     """This module's tests of the store, in order, each with the arguments
     besides ``store`` of its first parametrized case."""
@@ -1874,8 +2108,6 @@ def _contract_tests() -> Iterator[tuple[Callable[..., Any], dict[str, Any]]]:
         yield value, first
 
 
-# The module's whole run, at worst, on a busy machine.
-@pytest.mark.timeout(900)
 def test_key_counts_and_a_rotation_batch(store: PostgresStore) -> None:
     sealed = store.sealing.cipher is not None
     before_first = PostgresStore(
@@ -1887,10 +2119,18 @@ def test_key_counts_and_a_rotation_batch(store: PostgresStore) -> None:
         commit(1, 0, [msg(0), msg(1)], state={"n": 1}, outcome=Outcome(RunStatus.COMPLETED, "ok")),
     )
     written = store.get_run(fence.run_id)
+    data = before_first.save_dataset("rotated", _cases("rotated", 2))
+    before_first.create_evaluation(
+        "ev-r", dataset="rotated", version=data.version, agent="a", label="l", case_count=1
+    )
+    assert before_first.claim_eval_case("ev-r", "w", 30) is not None
+    before_first.finish_eval_case("ev-r", 0, "w", result={"report": 1}, scores={})
     counts = {(c.table, c.column, c.key): c.values for c in store.key_counts()}
     key = "before" if sealed else None
     assert counts[("messages", "body", key)] >= 2
     assert counts[("runs", "output", key)] >= 1 and counts[("runs", "trigger", key)] >= 1
+    assert counts[("dataset_cases", "data", key)] == 2
+    assert counts[("evaluation_cases", "result", key)] == 1
     if not sealed:
         with pytest.raises(CannotDecrypt, match="RUNWRIGHT_ENCRYPTION_KEYS is not set"):
             store.reseal("runs")
@@ -1903,11 +2143,19 @@ def test_key_counts_and_a_rotation_batch(store: PostgresStore) -> None:
     assert rest.rows >= 1 and rest.after is None
     for table in ("runs", "steps", "effects", "approvals", "schedules", "run_events"):
         assert store.reseal(table).after is None
+    cases = store.reseal("dataset_cases", limit=1)
+    assert (cases.rows, cases.after) == (1, ("rotated", data.version, 0))
+    assert store.reseal("dataset_cases", cases.after).rows == 1
+    assert store.reseal("evaluation_cases").values == 1
     assert {c.key for c in store.key_counts()} == {"now"}
     assert store.get_run(fence.run_id) == written
+    assert store.dataset("rotated").cases == _cases("rotated", 2)
+    assert store.evaluation("ev-r").cases[0].result == {"report": 1}
     assert store.reseal("messages").values == 0  # again: nothing to do
 
 
+# The module's whole run, at worst, on a busy machine.
+@pytest.mark.timeout(900)
 def test_every_public_method_succeeded_in_each_mode(services: Services) -> None:
     """Every public method of the store returned normally in each mode, in
     this module's tests. Those that did not run in this process (the suite

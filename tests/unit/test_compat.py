@@ -16,6 +16,8 @@ from store.models import (
     Decision,
     EffectOutcome,
     EffectStatus,
+    EvaluationCaseStatus,
+    EvaluationStatus,
     FiringOutcome,
     OnDeny,
     Overlap,
@@ -37,6 +39,8 @@ def test_status_values() -> None:
     ]
     assert [k.value for k in StepKind] == ["llm", "tool", "wait", "state"]
     assert [e.value for e in EffectStatus] == ["started", "completed", "failed", "unknown"]
+    assert [e.value for e in EvaluationStatus] == ["running", "completed", "cancelled"]
+    assert [c.value for c in EvaluationCaseStatus] == ["pending", "running", "done"]
     assert [o.value for o in EffectOutcome] == ["done", "not_done"]
     assert [d.value for d in Decision] == ["approved", "denied", "withdrawn", "answered"]
     assert [k.value for k in RequestKind] == ["approval", "input"]
@@ -78,11 +82,19 @@ def test_what_a_runs_user_writes_is_json_not_jsonb() -> None:
         ("approvals", "answer"): "JSON",
         ("schedules", "payload"): "JSON",
         ("schedules", "keys"): "JSON",
+        # A dataset's cases and an evaluation's case reports: runs' data (0022).
+        ("dataset_cases", "data"): "JSON",
+        ("evaluation_cases", "result"): "JSON",
         ("run_events", "data"): "JSONB",
         # Runwright's own, not a user's: versions and what changed between them (0019).
         ("runs", "version_change"): "JSONB",
         ("agent_versions", "definition"): "JSONB",
         ("audit", "detail"): "JSONB",
+        # How a dataset was built, an evaluation's options, summary and scores (0022).
+        ("datasets", "query"): "JSONB",
+        ("evaluations", "options"): "JSONB",
+        ("evaluations", "summary"): "JSONB",
+        ("evaluation_cases", "scores"): "JSONB",
     }
 
 

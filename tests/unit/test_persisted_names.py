@@ -8,7 +8,15 @@ from __future__ import annotations
 from runner.celery import EXECUTE, TICK
 from runner.core.audit import AuditAction
 from runner.core.coordination import leases
-from store.models import Decision, EffectStatus, Interruption, RunStatus, StepKind
+from store.models import (
+    Decision,
+    EffectStatus,
+    EvaluationCaseStatus,
+    EvaluationStatus,
+    Interruption,
+    RunStatus,
+    StepKind,
+)
 from store.schema import metadata
 
 TABLES = {
@@ -24,10 +32,22 @@ TABLES = {
         "addressed_to",
     ],
     "checkpoints": ["run_id", "step_index", "message_count", "finish_reason", "created_at"],
+    "datasets": [
+        "name", "version", "created_at", "created_by", "description", "query", "case_count",
+    ],
+    "dataset_cases": ["name", "version", "position", "data"],
     "effects": [
         "run_id", "key", "tool", "input", "status", "attempts", "claim_epoch", "output",
         "error", "started_at", "finished_at", "resolved_outcome", "resolved_by",
         "resolved_note", "resolved_at", "version",
+    ],
+    "evaluations": [
+        "id", "dataset", "dataset_version", "agent", "label", "baseline", "status",
+        "created_at", "finished_at", "created_by", "options", "summary", "case_count",
+    ],
+    "evaluation_cases": [
+        "evaluation_id", "position", "status", "claimed_by", "claimed_until", "attempts",
+        "result", "scores", "duration_ms", "cost_usd", "tokens",
     ],
     "messages": ["run_id", "seq", "body", "step_index"],
     "run_attempts": [
@@ -77,9 +97,11 @@ def test_stored_enum_values_keep_their_spelling() -> None:
     assert [d.value for d in Decision] == ["approved", "denied", "withdrawn", "answered"]
     assert [i.value for i in Interruption] == ["drain", "agent_missing"]
     assert [e.value for e in EffectStatus] == ["started", "completed", "failed", "unknown"]
+    assert [e.value for e in EvaluationStatus] == ["running", "completed", "cancelled"]
+    assert [c.value for c in EvaluationCaseStatus] == ["pending", "running", "done"]
     assert [a.value for a in AuditAction] == [
         "viewed_payloads", "decided", "edited", "answered", "cancelled", "retried", "forked",
-        "resolved_effect", "erased", "upgraded_runs", "rotated_keys",
+        "resolved_effect", "erased", "upgraded_runs", "rotated_keys", "exported",
     ]  # fmt: skip
 
 

@@ -22,6 +22,8 @@ from store.models import (
     Decision,
     EffectOutcome,
     EffectStatus,
+    EvaluationCaseStatus,
+    EvaluationStatus,
     FiringOutcome,
     OnDeny,
     Overlap,
@@ -188,6 +190,8 @@ ENUMS: dict[tuple[str, str], type[StrEnum]] = {
     ("approvals", "on_deny"): OnDeny,
     ("schedules", "overlap"): Overlap,
     ("schedule_firings", "outcome"): FiringOutcome,
+    ("evaluations", "status"): EvaluationStatus,
+    ("evaluation_cases", "status"): EvaluationCaseStatus,
 }
 COLUMNS = {column for _, column in ENUMS}
 TABLES = {table for table, _ in ENUMS}
@@ -231,6 +235,10 @@ NOT_ENUM_VALUES = {
     # (store/pg/keys.py, store/pg/erasure.py).
     "approvals",
     "body",
+    "data",
+    "dataset_cases",
+    "evaluation_cases",
+    "result",
     "effects",
     "error",
     "messages",
