@@ -42,19 +42,22 @@ def refund(order_id: str, amount: int) -> dict[str, Any]:
     return {"refund_id": f"rf-{order_id}", "amount": amount}
 
 
-def _agent(instructions: str, register: bool) -> Agent:
+def refunds_agent(
+    instructions: str, *, api_base: str = API_BASE, name: str = NAME, register: bool = False
+) -> Agent:
+    """The refund agent with ``instructions`` (V1 or V2), its model at ``api_base``."""
     return Agent(
-        name=NAME,
-        model=f"openai/{NAME}",
-        model_settings={"api_base": API_BASE, "api_key": "sk-loopback"},
+        name=name,
+        model=f"openai/{name}",
+        model_settings={"api_base": api_base, "api_key": "sk-loopback"},
         instructions=instructions,
         tools=[find_order, refund],
         register=register,
     )
 
 
-refunds_v1 = _agent(V1, register=True)
-refunds_v2 = _agent(V2, register=False)
+refunds_v1 = refunds_agent(V1, register=True)
+refunds_v2 = refunds_agent(V2)
 
 
 @scorer
@@ -69,14 +72,22 @@ cheap = within(max_cost_usd=1.0, max_steps=4)
 
 def script(step: int, body: dict[str, Any]) -> dict[str, Any]:
     """The model at the loopback server: looks the order up, refunds it and
-    thanks the customer; the second version escalates refunds over 100."""
+    thanks the customer; the second version escalates refunds over 100. As a
+    judge (runner.evals.scorers.judge), it passes an answer that thanks."""
+    from runner.evals.scorers import JUDGE_INSTRUCTIONS
     from tests.provider import answer, tool_calls
 
     messages = body["messages"]
+    if messages[0]["content"] == JUDGE_INSTRUCTIONS:
+        graded = json.loads(messages[1]["content"])
+        thanks = "thank" in str(graded["answer"]).lower()
+        return answer(
+            json.dumps({"passed": thanks, "score": 0.9 if thanks else 0.1, "reason": "-"})
+        )
     v2 = V2 in messages[0]["content"]
-    asked = json.loads(
-        messages[1]["content"].removeprefix("```json\n").removesuffix("\n```")
-    )["payload"]
+    asked = json.loads(messages[1]["content"].removeprefix("```json\n").removesuffix("\n```"))[
+        "payload"
+    ]
     order, amount = asked["order"], int(asked["amount"])
     done = [m for m in messages if m["role"] == "assistant"]
     if not done:

@@ -20,7 +20,7 @@ from runner.cli.terminal import Group, fail, say
 
 if TYPE_CHECKING:
     from runner.core.engine.engine import Engine
-    from store.models import Evaluation
+    from store.models import Evaluation, EvaluationInfo
 
 # How much of a case's payload a row of the table shows.
 PAYLOAD_CHARS = 40
@@ -175,9 +175,8 @@ def _print(engine: Engine, evaluation: Evaluation, as_json: bool, *, cases: bool
     say(render(engine, evaluation, cases=cases))
 
 
-def evaluation_json(evaluation: Evaluation, *, cases: bool = True) -> dict[str, Any]:
-    info = evaluation.info
-    data: dict[str, Any] = {
+def info_json(info: EvaluationInfo) -> dict[str, Any]:
+    return {
         "id": info.id,
         "dataset": info.dataset,
         "dataset_version": info.dataset_version,
@@ -192,6 +191,10 @@ def evaluation_json(evaluation: Evaluation, *, cases: bool = True) -> dict[str, 
         "options": info.options,
         "summary": info.summary,
     }
+
+
+def evaluation_json(evaluation: Evaluation, *, cases: bool = True) -> dict[str, Any]:
+    data = info_json(evaluation.info)
     if cases:
         data["cases"] = [
             {
@@ -267,7 +270,7 @@ def list_evaluations(dataset: str | None, limit: int, as_json: bool) -> None:
         engine.close()
     if as_json:
         for info in found:
-            click.echo(dumps(evaluation_json(_Info(info), cases=False)))
+            click.echo(dumps(info_json(info)))
         return
     for info in found:
         say(
@@ -309,14 +312,6 @@ def resume(evaluation_id: str, workers: int) -> None:
         _print(engine, evaluation, False, cases=False)
     finally:
         engine.close()
-
-
-class _Info:
-    """An evaluation without its cases, as :func:`evaluation_json` reads one."""
-
-    def __init__(self, info: Any) -> None:
-        self.info = info
-        self.cases: list[Any] = []
 
 
 @evals.command("compare")

@@ -29,10 +29,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from runner.core.agent import Agent
 from runner.core.errors import InvalidInput
 from runner.evals.recording import Case
 from runner.evals.replay import POLICIES, ReplayReport, Side, load_agent, replay
-from runner.evals.scorers import DEFAULT_SCORERS, Scorer, load_scorers
+from runner.evals.scorers import DEFAULT_SCORERS, Score, Scorer, load_scorers
 from runner.evals.summary import ScorerSummary, summarize
 
 if TYPE_CHECKING:
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
 CLAIM_SECONDS = 60.0
 # How often the runner looks at its workers and the progress.
 POLL_SECONDS = 0.2
+# Claims of one case before it is finished as failed (its replay kills workers).
+MAX_ATTEMPTS = 3
 # Workers the runner starts again after deaths before it gives up.
 MAX_RESTARTS = 20
 # ``--against runs``: the baseline is the recorded runs themselves.
@@ -100,7 +103,7 @@ def evaluate(
     engine: Engine,
     dataset: str,
     *,
-    agent: str,
+    agent: str | Agent,
     version: str | None = None,
     label: str | None = None,
     against: str | None = None,
@@ -115,11 +118,20 @@ def evaluate(
 ) -> Evaluation:
     """Evaluate ``agent`` on ``dataset`` (its ``version``, else its newest)
     with ``workers`` processes (0: in this process), against the evaluation
-    ``against`` (or "runs", the recorded runs); the evaluation when done."""
+    ``against`` (or "runs", the recorded runs); the evaluation when done.
+
+    ``agent``: ``module:name`` or a registered agent's name, which worker
+    processes load; an :class:`Agent` itself only with ``workers=0``."""
     store = engine.deps.store
     found = store.dataset(dataset, version)
+    given = agent if isinstance(agent, Agent) else None
+    if given is not None and workers != 0:
+        raise InvalidInput(
+            "worker processes load the agent by its MODULE:NAME or registered name; "
+            "an Agent object evaluates with workers=0"
+        )
     options = Options(
-        agent=agent,
+        agent=given.name if given is not None else str(agent),
         mode=mode,
         tools=tools,
         model=model,
@@ -127,8 +139,8 @@ def evaluate(
         scorers=tuple(scorers),
         against=against,
     )
-    _check(engine, options, found.info.version)
-    definition = load_agent(agent, agent, engine.deps.registry)
+    _check(engine, options, found.info.version, given)
+    definition = given or load_agent(options.agent, options.agent, engine.deps.registry)
     evaluation_id = str(uuid.uuid4())
     store.create_evaluation(
         evaluation_id,
@@ -137,20 +149,21 @@ def evaluate(
         agent=definition.name,
         label=label or definition.current_version().title,
         case_count=len(found.cases),
-        baseline=against,
+        baseline=None if against == AGAINST_RUNS else against,
         created_by=created_by,
         options=options.to_json(),
     )
-    return run_evaluation(engine, evaluation_id, workers=workers, progress=progress)
+    return run_evaluation(engine, evaluation_id, workers=workers, progress=progress, agent=given)
 
 
-def _check(engine: Engine, options: Options, version: str) -> None:
+def _check(engine: Engine, options: Options, version: str, given: Agent | None) -> None:
     """Refuse, before anything is written, what every case would fail on."""
     if options.mode not in ("live", "recorded"):
         raise InvalidInput(f"an evaluation's mode is live or recorded, not {options.mode!r}")
     if options.approvals not in POLICIES or options.approvals == "ask":
         raise InvalidInput("an evaluation's approvals are approve or deny (nobody is there to ask)")
-    load_agent(options.agent, options.agent, engine.deps.registry)
+    if given is None:
+        load_agent(options.agent, options.agent, engine.deps.registry)
     if not options.scorers:
         raise InvalidInput("an evaluation needs at least one scorer")
     load_scorers(options.scorers)
@@ -165,16 +178,22 @@ def _check(engine: Engine, options: Options, version: str) -> None:
 
 
 def run_evaluation(
-    engine: Engine, evaluation_id: str, *, workers: int = 2, progress: Progress | None = None
+    engine: Engine,
+    evaluation_id: str,
+    *,
+    workers: int = 2,
+    progress: Progress | None = None,
+    agent: Agent | None = None,
 ) -> Evaluation:
     """Replay and score the evaluation's cases not done yet, with
-    ``workers`` processes (0: here), then save its summary."""
+    ``workers`` processes (0: here, with ``agent`` if given in place of the
+    one its options name), then save its summary."""
     store = engine.deps.store
-    evaluation = store.evaluation(evaluation_id)
+    store.evaluation(evaluation_id, cases=False)  # it exists
     if workers < 0:
         raise InvalidInput("workers is a count, 0 or more")
     if workers == 0:
-        work(engine, evaluation_id, worker_name(os.getpid()))
+        work(engine, evaluation_id, worker_name(os.getpid()), agent)
     else:
         _supervise(engine, evaluation_id, workers, progress)
     evaluation = store.evaluation(evaluation_id)
@@ -209,7 +228,7 @@ def _supervise(engine: Engine, evaluation_id: str, workers: int, progress: Progr
     restarts = 0
     try:
         while True:
-            evaluation = store.evaluation(evaluation_id)
+            evaluation = store.evaluation(evaluation_id, cases=False)
             done = _done(evaluation)
             if progress is not None:
                 progress(done, evaluation.info.case_count)
@@ -269,7 +288,7 @@ def _child(evaluation_id: str, database_url: str, encryption_keys: Any, agents: 
 # ------------------------------------------------------------ the worker
 
 
-def work(engine: Engine, evaluation_id: str, worker: str) -> int:
+def work(engine: Engine, evaluation_id: str, worker: str, agent: Agent | None = None) -> int:
     """Claim, replay, score and save cases until none is left; how many."""
     store = engine.deps.store
     evaluation = store.evaluation(evaluation_id)
@@ -282,8 +301,16 @@ def work(engine: Engine, evaluation_id: str, worker: str) -> int:
         if claimed is None:
             return done
         case = Case.from_json(cases[claimed.position])
-        with _renewing(store, evaluation_id, claimed.position, worker):
-            result, scores = score_case(engine, case, options, scorers)
+        if claimed.attempts > MAX_ATTEMPTS:
+            said = (
+                f"the case was claimed {claimed.attempts} times: the workers that took it "
+                "died before they finished it"
+            )
+            result: dict[str, Any] = {"error": said}
+            scores = {s.name: Score(False, 0.0, said) for s in scorers}
+        else:
+            with _renewing(store, evaluation_id, claimed.position, worker):
+                result, scores = score_case(engine, case, options, scorers, agent)
         replay_side = result.get("replay") or {}
         store.finish_eval_case(
             evaluation_id,
@@ -299,16 +326,18 @@ def work(engine: Engine, evaluation_id: str, worker: str) -> int:
 
 
 def score_case(
-    engine: Engine, case: Case, options: Options, scorers: Sequence[Scorer]
-) -> tuple[dict[str, Any], dict[str, Any]]:
+    engine: Engine,
+    case: Case,
+    options: Options,
+    scorers: Sequence[Scorer],
+    agent: Agent | None = None,
+) -> tuple[dict[str, Any], dict[str, Score]]:
     """One case replayed and scored: the report's JSON (or the error that
     stopped the replay) and each scorer's :class:`Score`."""
-    from runner.evals.scorers import Score
-
     try:
         report = replay(
             case,
-            agent=options.agent,
+            agent=agent or options.agent,
             mode=options.mode,  # type: ignore[arg-type]
             tools=options.tools,  # type: ignore[arg-type]
             model=options.model,
@@ -356,7 +385,7 @@ def summary_of(engine: Engine, evaluation: Evaluation) -> dict[str, Any]:
     store = engine.deps.store
     ordered = sorted(evaluation.cases, key=lambda c: c.position)
     here = [c.scores for c in ordered]
-    against = evaluation.info.baseline
+    against = evaluation.info.baseline or Options.from_json(evaluation.info.options or {}).against
     baseline = None
     if against == AGAINST_RUNS:
         baseline = recorded_scores(engine, evaluation)

@@ -621,15 +621,17 @@ class PgEvals(PgBase):
             RELEASE_EVAL_CLAIMS, {"evaluation_id": evaluation_id, "worker": worker}
         )
 
-    def evaluation(self, id: str) -> Evaluation:
+    def evaluation(self, id: str, *, cases: bool = True) -> Evaluation:
         """Evaluation ``id`` with its cases, by position (done ones with
-        their results); :class:`EvaluationNotFound` if there is none."""
+        their results); :class:`EvaluationNotFound` if there is none.
+        ``cases=False``: without them (its progress is ``info.done``), a
+        read that stays small while a runner polls it."""
         id = _evaluation_id(id)
         with self.db.tx() as tx:
             row = tx.first(EVALUATION_INFO, {"id": id})
             if row is None:
                 raise EvaluationNotFound(f"no evaluation with id {id!r}")
-            rows = tx.rows(EVALUATION_CASES, {"id": id})
+            rows = tx.rows(EVALUATION_CASES, {"id": id}) if cases else []
         return Evaluation(_evaluation_info(row), [self._evaluation_case(r) for r in rows])
 
     def evaluations(self, dataset: str | None = None, limit: int = 50) -> list[EvaluationInfo]:
