@@ -32,7 +32,9 @@ def _engine() -> Engine:
     return replay_engine()
 
 
-def _progress() -> Any:
+def _progress(quiet: bool = False) -> Any:
+    """A progress bar on stderr (none with ``quiet``: ``--json`` prints one document)."""
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     return Progress(
@@ -40,6 +42,8 @@ def _progress() -> Any:
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        console=Console(stderr=True),
+        disable=quiet,
         transient=False,
     )
 
@@ -132,7 +136,7 @@ def eval_command(
     engine = _engine()
     try:
         baseline = _baseline(engine, against, dataset, dataset_version)
-        with _progress() as bar:
+        with _progress(as_json) as bar:
             task = bar.add_task(f"eval {dataset}", total=None)
 
             def progress(done: int, total: int) -> None:
