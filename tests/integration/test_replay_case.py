@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from runner import Agent, effect, tool
+from runner import Agent, ApprovalPolicy, effect, tool
 from runner.evals.recording import Case
 from runner.testing import CaseFailed, ScriptedModel, TestEngine, call, replay_case, text, tools
 from store.errors import InvalidInput
@@ -104,3 +104,26 @@ def test_a_scripted_model_takes_its_script_from_a_recorded_run(
     assert REFUNDED == ["B-2"]  # a real run of the recorded script: its effect ran
     assert [c.name for c in runwright_engine.tool_calls(run.id)] == ["find_order", "refund_order"]
     model.assert_complete()
+
+
+def test_an_incident_fixed_by_an_approval_rule_stops_at_it(
+    runwright_engine: TestEngine, tmp_path: Path
+) -> None:
+    """The worked example of docs/replay-and-evals.md: the fix asks a person
+    before a refund, so the incident's replay stops at the approval the
+    recording does not have; without the rule it completes."""
+    name, path = _incident(runwright_engine, tmp_path)
+    fixed = Agent(
+        name=name,
+        model="openai/unused",
+        tools=[find_order, refund_order],
+        approvals={"refund_order": ApprovalPolicy(when=lambda args: args["order_id"] == "B-2")},
+        register=False,
+    )
+    report = replay_case(path, agent=fixed, approvals="ask", check=False, engine=runwright_engine)
+    assert report.stopped == "refund_order waits for a decision the recording does not have"
+    unfixed = Agent(
+        name=name, model="openai/unused", tools=[find_order, refund_order], register=False
+    )
+    report = replay_case(path, agent=unfixed, approvals="ask", check=False, engine=runwright_engine)
+    assert report.stopped is None and report.passed
