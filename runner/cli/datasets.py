@@ -252,6 +252,7 @@ def _from_journal(
         runs = engine.list_runs(
             agent=agent, status=status, since=after, limit=limit, payloads=False
         )
+        runs = [run for run in runs if run.erased_at is None]  # their payloads are gone
         if not runs:
             within = "" if since is None else f" created in the last {since}"
             raise InvalidInput(f"no {status} run of agent {agent!r}{within}; nothing saved")

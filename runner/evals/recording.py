@@ -178,6 +178,11 @@ class Recording:
     def of_run(cls, engine: Engine, run_id: str) -> Recording:
         """The recording of run ``run_id`` in ``engine``'s journal."""
         run = engine.get_run(run_id)
+        if run.erased_at is not None:
+            raise InvalidInput(
+                f"run {run_id} was erased ({run.erased_at:%Y-%m-%d}): its payloads are gone, "
+                "so there is nothing to replay or export"
+            )
         effects = {e.key.rpartition(":")[2] for e in engine.effects(run_id)}
         steps: list[RecordedStep] = []
         calls: list[RecordedCall] = []

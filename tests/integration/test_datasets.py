@@ -295,3 +295,16 @@ def test_many_workers_claim_an_evaluations_cases_none_twice(
     for case in done.cases:
         assert case.status is EvaluationCaseStatus.DONE and case.attempts == 1
         assert case.result == {"by": by[case.position]} and case.claimed_by == by[case.position]
+
+
+def test_an_erased_run_is_no_case(cli: Any, engine: Engine, pg_store: PostgresStore) -> None:
+    agent = triage_agent()
+    kept = finished(engine, agent, {"from": "fay", "title": "Crash"})
+    erased = finished(engine, agent, {"from": "gus", "title": "Refund"})
+    engine.erase([erased], by="dpo")
+    made = cli("dataset", "create", "after-erasure", "--agent", agent)
+    assert made.exit_code == 0, made.output
+    assert [Case.from_json(c).reference_run for c in pg_store.dataset("after-erasure").cases] == [
+        kept
+    ]
+    assert "was erased" in one_error(cli("runs", "export", erased))

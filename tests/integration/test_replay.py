@@ -250,6 +250,10 @@ def test_hostile_input_is_one_clear_error_and_changes_nothing(
     with pytest.raises(InvalidInput, match="needs a recording"):
         replay(case, engine=engine)
     assert _journal(runwright_engine, run_id) == before
+    other = _recorded_run(runwright_engine, name)
+    engine.erase([other], by="dpo")
+    with pytest.raises(InvalidInput, match="was erased"):
+        replay(other, engine=engine)
 
 
 # ------------------------------------------- 50 runs after a tool changed
