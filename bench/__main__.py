@@ -21,6 +21,7 @@ BENCHMARKS = [
     "bench.store_ceiling",
     "bench.flow",
     "bench.encryption",
+    "bench.replay",
 ]
 
 

@@ -55,7 +55,9 @@ MODEL = ScriptedModel(
         text("Refunded A-1."),
     ],
 )
-AGENT = Agent(name=NAME, model=MODEL.model, tools=[look_up, refund])
+# Registered by main(): the worker processes import this module as
+# bench.replay, and so may ``python -m bench.replay`` (as __main__ and again).
+AGENT = Agent(name=NAME, model=MODEL.model, tools=[look_up, refund], register=False)
 
 
 def _run(engine: Any) -> tuple[str, float]:
@@ -115,6 +117,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--cases", type=int, default=40)
     args = parser.parse_args()
+    from runner.core.agent import registry
+
+    registry.add(AGENT, replace=True)
     ruler_before = machine_speed()
     with bench_database() as url:
         engine = durable_engine(PostgresStore(make_engine(url, pool_size=6)))
