@@ -11,7 +11,7 @@
   journals its run like any run: what the ratio shows.
 - ``eval``: an evaluation of ``--cases`` recorded runs, ``--recorded``, in
   this process (``workers=0``) and on two worker processes: cases a second
-  each way (the workers' figure includes their start, a spawned Python
+  each way (the workers' figure includes their start, a new Python
   importing the engine).
 """
 

@@ -19,9 +19,10 @@ replay's mode; so a worker process loads them itself.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -211,20 +212,8 @@ def _done(evaluation: Evaluation) -> int:
 def _supervise(engine: Engine, evaluation_id: str, workers: int, progress: Progress | None) -> None:
     """Run ``workers`` processes until every case is done; a process that
     dies has its claims released and is replaced."""
-    from runner.core.settings import key_ring  # noqa: F401  (the children rebuild it)
-
-    context = multiprocessing.get_context("spawn")
-    settings = engine.settings
-    database_url = _url(engine)
-    args = (evaluation_id, database_url, settings.encryption_keys, list(settings.agents))
-
-    def start() -> Any:
-        process = context.Process(target=_child, args=args, daemon=True)
-        process.start()
-        return process
-
     store = engine.deps.store
-    running = [start() for _ in range(workers)]
+    running = [_start(engine, evaluation_id) for _ in range(workers)]
     restarts = 0
     try:
         while True:
@@ -235,54 +224,67 @@ def _supervise(engine: Engine, evaluation_id: str, workers: int, progress: Progr
             if done >= evaluation.info.case_count:
                 return
             for process in list(running):
-                if process.is_alive():
+                code = process.poll()
+                if code is None:
                     continue
                 running.remove(process)
-                if process.exitcode != 0:
+                if code != 0:
                     store.release_eval_claims(evaluation_id, worker_name(process.pid))
                     restarts += 1
                     if restarts > MAX_RESTARTS:
                         raise InvalidInput(
                             f"the evaluation's workers died {restarts} times; the last exit "
-                            f"code was {process.exitcode}: see their output"
+                            f"code was {code}: see their output"
                         )
-                    running.append(start())
+                    running.append(_start(engine, evaluation_id))
             if not running:  # the others ended, and cases are left (released ones)
-                running.append(start())
+                running.append(_start(engine, evaluation_id))
             time.sleep(POLL_SECONDS)
     finally:
         for process in running:
-            if process.is_alive():
+            if process.poll() is None:
                 process.terminate()
-            process.join(timeout=10)
-        for process in running:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
             store.release_eval_claims(evaluation_id, worker_name(process.pid))
+
+
+def _start(engine: Engine, evaluation_id: str) -> subprocess.Popen[bytes]:
+    """A worker process (``python -m runner.evals.worker``): this process's
+    database, keys and agent modules in its environment, its import path,
+    its output on this one's standard error."""
+    settings = engine.settings
+    env = {
+        **os.environ,
+        "RUNWRIGHT_DATABASE_URL": _url(engine),
+        "RUNWRIGHT_AGENTS": ",".join(settings.agents),
+        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+    }
+    if settings.encryption_keys:
+        env["RUNWRIGHT_ENCRYPTION_KEYS"] = settings.encryption_keys
+    return subprocess.Popen(
+        [sys.executable, "-m", "runner.evals.worker", evaluation_id],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=sys.stderr.fileno() if _has_fileno(sys.stderr) else subprocess.DEVNULL,
+    )
+
+
+def _has_fileno(stream: Any) -> bool:
+    try:
+        stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return False
+    return True
 
 
 def _url(engine: Engine) -> str:
     from runner.evals.sandbox import store_url
 
     return store_url(engine.deps.store)
-
-
-def _child(evaluation_id: str, database_url: str, encryption_keys: Any, agents: list[str]) -> None:
-    """A worker process: an engine over the store, the agents loaded, cases
-    claimed until none is left."""
-    from runner.core.agent import registry
-    from runner.core.engine.engine import Engine
-    from runner.core.settings import Settings, key_ring
-    from store.postgres import PostgresStore
-
-    settings = Settings(
-        database_url=database_url, encryption_keys=encryption_keys, agents=tuple(agents)
-    )
-    registry.load(settings.agents)
-    store = PostgresStore.from_url(database_url, pool_size=2, cipher=key_ring(settings))
-    engine = Engine(store, settings=settings)
-    try:
-        work(engine, evaluation_id, worker_name(os.getpid()))
-    finally:
-        engine.close()
 
 
 # ------------------------------------------------------------ the worker

@@ -15,7 +15,7 @@ from datetime import timedelta
 
 import pytest
 
-from runner import Agent
+from runner import Agent, Engine
 from runner.evals.compare import compare
 from runner.evals.evaluation import MAX_ATTEMPTS, evaluate, run_evaluation, work
 from runner.evals.recording import Case
@@ -197,3 +197,55 @@ def test_summaries_of_paired_verdicts() -> None:
     assert alone.difference == 1.0 and alone.low is None  # one pair has no interval
     (skipped,) = summarize([{"s": {"passed": None}}, None])
     assert skipped.scored == 0 and skipped.pass_rate is None
+
+
+def test_a_sealed_dataset_is_evaluated_on_a_worker_process(
+    runwright_database_url: str, provider: Provider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker process opens the sealed cases and seals its results under
+    the engine's keys, which it is handed; nothing of a case is in clear."""
+    import sqlalchemy as sa
+
+    from runner.core.keyring import KeyRing, new_key
+    from runner.core.settings import Settings
+    from runner.evals.evaluation import evaluate as run_eval
+    from runner.testing.kit import TEST_SECRET_KEY
+    from store.db import make_engine
+    from store.postgres import PostgresStore
+
+    keys = f"k1:{new_key()}"
+    store = PostgresStore(
+        make_engine(runwright_database_url, pool_size=3), cipher=KeyRing.parse(keys)
+    )
+    engine = Engine(store, settings=Settings(secret_key=TEST_SECRET_KEY, encryption_keys=keys))
+    name = unique("refunds")
+    refunds_agent(V1, api_base=provider.base_url, name=name, register=True)
+    marker = unique("customer-marker")
+    try:
+        cases = []
+        for n in range(3):
+            run = engine.start(name, {"order": f"{marker}-{n}", "amount": 10})
+            assert engine.execute(run.id).status is RunStatus.COMPLETED
+            cases.append(Case.of_run(engine, run.id).to_json())
+        dataset = unique("sealed")
+        store.save_dataset(dataset, cases)
+        monkeypatch.setenv("RUNWRIGHT_TEST_EVAL_API_BASE", provider.base_url)
+        done = run_eval(
+            engine, dataset, agent="tests.agents_evals:refunds_v1", workers=1, scorers=["completed"]
+        )
+        assert done.info.done == 3
+        assert all(c.scores["completed"]["passed"] for c in done.cases), done.cases
+        # Opened with the keys: the order ids are in the calls the replays made.
+        assert all(marker in json.dumps(c.result) for c in done.cases)
+        with sa.create_engine(
+            runwright_database_url.replace("postgresql://", "postgresql+psycopg2://")
+        ).connect() as conn:
+            for table, column in (("dataset_cases", "data"), ("evaluation_cases", "result")):
+                values = conn.execute(
+                    sa.text(f"SELECT CAST({column} AS text) FROM {table}")
+                ).scalars()
+                for value in values:
+                    assert marker not in value and value.startswith('"rw1:k1:'), (table, value[:80])
+    finally:
+        engine.close()
+        store.close()
