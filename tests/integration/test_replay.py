@@ -124,12 +124,18 @@ def _recorded_run(kit: TestEngine, name: str) -> str:
     return run.id
 
 
-def test_a_live_replay_serves_the_journaled_effects_and_holds_a_new_one(
-    runwright_engine: TestEngine, provider: Provider
-) -> None:
+@pytest.fixture
+def recorded(runwright_engine: TestEngine, provider: Provider) -> tuple[str, str]:
+    """A run of version 1, recorded: its agent's name and its id."""
     name = unique("refunds")
     _agent(provider, name, "Refund and notify.")
-    run_id = _recorded_run(runwright_engine, name)
+    return name, _recorded_run(runwright_engine, name)
+
+
+def test_a_live_replay_serves_the_journaled_effects_and_holds_a_new_one(
+    runwright_engine: TestEngine, provider: Provider, recorded: tuple[str, str]
+) -> None:
+    name, run_id = recorded
     assert CALLED["refund"] == CALLED["notify"] == 1
     before = _journal(runwright_engine, run_id)
     runs_before = len(runwright_engine.engine.list_runs(limit=100))
@@ -169,9 +175,7 @@ def test_a_live_replay_serves_the_journaled_effects_and_holds_a_new_one(
 
 
 def test_recorded_tools_are_not_run_again(runwright_engine: TestEngine, provider: Provider) -> None:
-    name = unique("refunds")
-    _agent(provider, name, "Refund and notify.")
-    run_id = _recorded_run(runwright_engine, name)
+    _, run_id = recorded
     CALLED.clear()
     report = replay(run_id, mode="live", tools="recorded", engine=runwright_engine.engine)
     assert Counter() == CALLED
@@ -181,11 +185,9 @@ def test_recorded_tools_are_not_run_again(runwright_engine: TestEngine, provider
 
 
 def test_a_recorded_replay_of_an_unchanged_agent_passes(
-    runwright_engine: TestEngine, provider: Provider
+    runwright_engine: TestEngine, provider: Provider, recorded: tuple[str, str]
 ) -> None:
-    name = unique("refunds")
-    _agent(provider, name, "Refund and notify.")
-    run_id = _recorded_run(runwright_engine, name)
+    _, run_id = recorded
     requests = len(provider.answered())
     CALLED.clear()
     report = replay(run_id, engine=runwright_engine.engine)
@@ -196,11 +198,9 @@ def test_a_recorded_replay_of_an_unchanged_agent_passes(
 
 
 def test_calls_without_a_recorded_decision_follow_the_policy(
-    runwright_engine: TestEngine, provider: Provider
+    runwright_engine: TestEngine, provider: Provider, recorded: tuple[str, str]
 ) -> None:
-    name = unique("refunds")
-    _agent(provider, name, "Refund and notify.")
-    run_id = _recorded_run(runwright_engine, name)
+    name, run_id = recorded
     strict = Agent(
         name=name,
         model=f"openai/{name}",
@@ -227,11 +227,9 @@ def test_calls_without_a_recorded_decision_follow_the_policy(
 
 
 def test_hostile_input_is_one_clear_error_and_changes_nothing(
-    runwright_engine: TestEngine, provider: Provider
+    runwright_engine: TestEngine, provider: Provider, recorded: tuple[str, str]
 ) -> None:
-    name = unique("refunds")
-    _agent(provider, name, "Refund and notify.")
-    run_id = _recorded_run(runwright_engine, name)
+    name, run_id = recorded
     before = _journal(runwright_engine, run_id)
     engine = runwright_engine.engine
     with pytest.raises(RunNotFound):
