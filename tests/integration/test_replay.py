@@ -174,7 +174,9 @@ def test_a_live_replay_serves_the_journaled_effects_and_holds_a_new_one(
     assert "would have run: store_credit" in rendered and "diverged at step 2" in rendered
 
 
-def test_recorded_tools_are_not_run_again(runwright_engine: TestEngine, provider: Provider) -> None:
+def test_recorded_tools_are_not_run_again(
+    runwright_engine: TestEngine, recorded: tuple[str, str]
+) -> None:
     _, run_id = recorded
     CALLED.clear()
     report = replay(run_id, mode="live", tools="recorded", engine=runwright_engine.engine)
