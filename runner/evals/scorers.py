@@ -37,7 +37,8 @@ if TYPE_CHECKING:
     from runner.evals.recording import Case
     from runner.evals.replay import ReplayReport
 
-DEFAULT_SCORERS = ("output", "tool_calls", "no_would_have_run", "completed")
+# ``completed`` is named after the run status it checks.
+DEFAULT_SCORERS = ("output", "tool_calls", "no_would_have_run", RunStatus.COMPLETED.value)
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ def _no_would_have_run(case: Case, report: ReplayReport) -> Score:
     )
 
 
-@scorer(name="completed")
+@scorer(name=RunStatus.COMPLETED.value)
 def _completed(case: Case, report: ReplayReport) -> Score:
     done = report.replay.status == RunStatus.COMPLETED.value and report.stopped is None
     return Score(done, 1.0 if done else 0.0, None if done else f"ended {report.replay.status}")

@@ -20,7 +20,6 @@ from runner.evals.compare import compare
 from runner.evals.evaluation import MAX_ATTEMPTS, evaluate, run_evaluation, work
 from runner.evals.recording import Case
 from runner.evals.scorers import Score, as_score, judge, load_scorers
-from runner.evals.summary import summarize
 from runner.testing import TestEngine
 from store.errors import DatasetNotFound, InvalidInput
 from store.models import RunStatus, utcnow
@@ -183,20 +182,6 @@ def test_an_evaluation_whose_runner_died_is_finished_by_another(
         c.scores["completed"]["passed"] for p, c in by_position.items() if p != stuck.position
     )
     assert work(engine, evaluation_id, "late:3", v1) == 0  # nothing left, nothing redone
-
-
-def test_summaries_of_paired_verdicts() -> None:
-    here = [{"s": {"passed": p}} for p in [True] * 30 + [False] * 10]
-    there = [{"s": {"passed": True}} for _ in range(40)]
-    (summary,) = summarize(here, there)
-    assert summary.pass_rate == 0.75 and summary.baseline_pass_rate == 1.0
-    assert summary.difference == pytest.approx(-0.25)
-    assert summary.low is not None and summary.high is not None
-    assert summary.low < -0.25 < summary.high < 0  # ten worse cases in forty: a real drop
-    (alone,) = summarize([{"s": {"passed": True}}], [{"s": {"passed": False}}])
-    assert alone.difference == 1.0 and alone.low is None  # one pair has no interval
-    (skipped,) = summarize([{"s": {"passed": None}}, None])
-    assert skipped.scored == 0 and skipped.pass_rate is None
 
 
 def test_a_sealed_dataset_is_evaluated_on_a_worker_process(
