@@ -350,7 +350,9 @@ def comparison_body(comparison: Comparison, payloads: Payloads, *, base: str) ->
     outputs_second = {c.position: _output(c.result) for c in comparison.second.cases}
     names = comparison.scorers
     head = "".join(f'<th colspan="2">{e(name)}</th>' for name in names)
-    sides = "".join(f"<th>{e(first.label)}</th><th>{e(second.label)}</th>" for _ in names)
+    # Each scorer's two columns, by the versions' labels (by the ids if both have one label).
+    one, two = (first.label, second.label) if first.label != second.label else (first.id, second.id)
+    sides = "".join(f"<th>{e(one)}</th><th>{e(two)}</th>" for _ in names)
     rows = []
     for row in [*changed, *same]:
         cells = "".join(_side_by_side(row, name) for name in names)

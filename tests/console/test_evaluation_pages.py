@@ -84,7 +84,10 @@ def dataset_of(engine: Engine, name: str, cases: int = CASES, tag: str = "") -> 
     """A dataset of ``cases`` cases whose payloads carry :data:`SECRET`; its version."""
     made = [
         Case.from_json(
-            {"agent": "triage", "payload": {"customer": f"{SECRET}{n}{tag}", "note": HOSTILE_SCRIPT}}
+            {
+                "agent": "triage",
+                "payload": {"customer": f"{SECRET}{n}{tag}", "note": HOSTILE_SCRIPT},
+            }
         ).to_json()
         for n in range(cases)
     ]
@@ -184,9 +187,7 @@ def interval_text(s: ScorerSummary) -> str:
 
 def payload_views(engine: Engine) -> list[dict[str, Any]]:
     return [
-        dict(e.detail or {})
-        for e in engine.audit_log()
-        if e.action == AuditAction.VIEWED_PAYLOADS
+        dict(e.detail or {}) for e in engine.audit_log() if e.action == AuditAction.VIEWED_PAYLOADS
     ]
 
 
@@ -368,9 +369,7 @@ def test_nobody_signed_in_gets_none_of_it(client: FlaskClient, engine: Engine) -
         assert answer.status_code == 403 and SECRET not in answer.get_data(as_text=True)
 
 
-def test_a_running_evaluation_shows_its_summary_so_far(
-    client: FlaskClient, engine: Engine
-) -> None:
+def test_a_running_evaluation_shows_its_summary_so_far(client: FlaskClient, engine: Engine) -> None:
     dataset = unique("running")
     version = dataset_of(engine, dataset, cases=4)
     running = evaluate(engine, dataset, version, "v1", {0, 1}, cases=4, finish=3)
