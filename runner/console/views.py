@@ -522,19 +522,19 @@ class Console:
 
     def _listed(self, query: Mapping[str, str]) -> list[EvaluationInfo]:
         dataset = _text(query, "dataset") or None
-        return self.engine.store.evaluations(dataset=dataset, limit=_limit(query.get("limit")))
+        return self.engine.evaluations(dataset, limit=_limit(query.get("limit")))
 
     def _read_evaluation(self, evaluation_id: str, request: Request) -> Evaluation:
         """The evaluation with its cases, their reports masked for a person
         who may not see payloads."""
-        found = self.engine.store.evaluation(evaluation_id)
+        found = self.engine.evaluation(evaluation_id)
         return found if request.payloads else masked_evaluation(found)
 
     def _case_payloads(self, info: EvaluationInfo, request: Request) -> Payloads:
         """The payloads of the cases ``info`` replayed, masked for a person
         who may not see them; None if the dataset's version was deleted."""
         try:
-            cases = self.engine.store.dataset(info.dataset, info.dataset_version).cases
+            cases = self.engine.dataset(info.dataset, info.dataset_version).cases
         except DatasetNotFound:
             return None
         found = {position: case_payload(case) for position, case in enumerate(cases)}
