@@ -63,6 +63,12 @@ label.check{display:block;margin:.5rem 0 0}
 label.field{display:block;margin:.4rem 0}
 details.edit{margin:.4rem 0}
 table.standing{margin-bottom:.3rem}
+td.mark{text-align:center;white-space:nowrap}td.pass{color:#25663a}
+td.fail{color:#a33a3a;font-weight:600}
+tr.changed>td:first-child{border-left:3px solid #8a9bb0}
+tr.better>td:first-child{border-left-color:#2f7d46}tr.worse>td:first-child{border-left-color:#a33a3a}
+td.better,span.better{background:#cdebd3}td.worse,span.worse{background:#f5c9c9}
+details.report{min-width:16rem}td.payload{max-width:24rem}
 """
 
 SCRIPT = """

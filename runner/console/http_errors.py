@@ -8,7 +8,9 @@ from runner.core.errors import (
     ApprovalAlreadyDecided,
     ApprovalExpired,
     ApprovalNotFound,
+    DatasetNotFound,
     EffectNotFound,
+    EvaluationNotFound,
     InvalidApprovalToken,
     InvalidInput,
     InvalidTransition,
@@ -59,7 +61,15 @@ def status_for(exc: RunwrightError) -> tuple[int, str]:
         return 409, "Already decided"
     if isinstance(exc, ApprovalExpired | RunNotWaiting | InvalidTransition):
         return 409, "Not done"
-    not_found = RunNotFound | ApprovalNotFound | AgentNotFound | EffectNotFound | ScheduleNotFound
+    not_found = (
+        RunNotFound
+        | ApprovalNotFound
+        | AgentNotFound
+        | EffectNotFound
+        | ScheduleNotFound
+        | EvaluationNotFound
+        | DatasetNotFound
+    )
     if isinstance(exc, not_found):
         return 404, "Not found"
     if isinstance(exc, InvalidInput):

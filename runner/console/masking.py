@@ -18,7 +18,16 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from store.events import EventType, RunEvent
-from store.models import Approval, Effect, Run, RunAttempt, RunError, Schedule
+from store.models import (
+    Approval,
+    Effect,
+    Evaluation,
+    EvaluationCase,
+    Run,
+    RunAttempt,
+    RunError,
+    Schedule,
+)
 
 if TYPE_CHECKING:
     from runner.core.approvals.inbox import InboxItem
@@ -114,6 +123,26 @@ def masked_item(item: InboxItem) -> InboxItem:
     )
 
 
+def masked_evaluation(evaluation: Evaluation) -> Evaluation:
+    """An evaluation's cases: each replay report (the outputs, where the
+    replay parted from the recording, what would have run, the error that
+    stopped it) and what each scorer said of it (a judge's reason, an
+    error, may quote the output). Verdicts, scores and what a case took stay."""
+    return replace(evaluation, cases=[_masked_case(case) for case in evaluation.cases])
+
+
+def _masked_case(case: EvaluationCase) -> EvaluationCase:
+    scores = case.scores
+    if scores is not None:
+        scores = {
+            name: {**score, "detail": mask(score.get("detail"))}
+            if isinstance(score, dict)
+            else score
+            for name, score in scores.items()
+        }
+    return replace(case, result=mask(case.result), scores=scores)
+
+
 def _masked_error(error: RunError | None) -> RunError | None:
     # The code says what kind of failure; the message may quote a payload.
     return None if error is None else RunError(error.code, MASK)
@@ -125,6 +154,7 @@ __all__ = [
     "masked_approval",
     "masked_attempt",
     "masked_effect",
+    "masked_evaluation",
     "masked_event",
     "masked_item",
     "masked_run",

@@ -183,7 +183,8 @@ def page(title: str, body: str, *, base: str | None, user: str | None, sign_out:
             f'<header class="top"><a href="{e(base)}/">Runs</a>'
             f'<a href="{e(base)}/approvals">Approvals</a>'
             f'<a href="{e(base)}/schedules">Schedules</a>'
-            f'<a href="{e(base)}/threads">Threads</a>{who}{sign_out}</header>'
+            f'<a href="{e(base)}/threads">Threads</a>'
+            f'<a href="{e(base)}/evaluations">Evaluations</a>{who}{sign_out}</header>'
         )
     return (
         "<!doctype html>\n<html lang=en><head><meta charset=utf-8>"

@@ -33,12 +33,25 @@ from runner.console import answer_form, http_errors
 from runner.console.abilities import EVERY_ABILITY, Ability
 from runner.console.approval_pages import decided_text, inbox_body, link_body, link_title
 from runner.console.assets import PAGE_HEADERS
+from runner.console.evaluation_pages import (
+    Payloads,
+    case_payload,
+    comparison_body,
+    comparison_json,
+    comparison_path,
+    evaluation_body,
+    evaluation_json,
+    evaluations_body,
+    info_json,
+)
 from runner.console.forms import parse_json
 from runner.console.listing import runs_body
 from runner.console.masking import (
+    mask,
     masked_approval,
     masked_attempt,
     masked_effect,
+    masked_evaluation,
     masked_event,
     masked_item,
     masked_run,
@@ -49,18 +62,21 @@ from runner.console.schedule_pages import schedule_body, schedules_body
 from runner.console.thread_pages import masked_messages, thread_body, thread_json, threads_body
 from runner.console.timeline import RETRYABLE, run_body
 from runner.core.approvals.expiry import marked_event
+from runner.core.audit import AuditAction
 from runner.core.errors import (
     ApprovalAlreadyDecided,
+    DatasetNotFound,
     InvalidApprovalInput,
     InvalidInput,
     RunNotFound,
     RunwrightError,
     StoreUnavailable,
 )
+from runner.evals.compare import Comparison, compare
 from runner.sse import HEADERS as SSE_HEADERS
 from runner.sse import sse_stream
 from store.events import EventType, RunEvent, step_event
-from store.models import Approval, Firing, RequestKind, Run
+from store.models import Approval, Evaluation, EvaluationInfo, Firing, RequestKind, Run
 from store.rules import CancelAction
 
 if TYPE_CHECKING:
@@ -176,6 +192,12 @@ ROUTES = (
     Route("send", "POST", "/threads/<thread>", needs=Ability.DECIDE),
     Route("api_thread", "GET", "/api/threads/<thread>"),
     Route("api_send", "POST", "/api/threads/<thread>/messages", needs=Ability.DECIDE),
+    Route("evaluations", "GET", "/evaluations"),
+    Route("evaluation", "GET", "/evaluations/<evaluation_id>"),
+    Route("comparison", "GET", "/evaluations/<evaluation_id>/compare/<against>"),
+    Route("api_evaluations", "GET", "/api/evaluations"),
+    Route("api_evaluation", "GET", "/api/evaluations/<evaluation_id>"),
+    Route("api_comparison", "GET", "/api/evaluations/<evaluation_id>/compare/<against>"),
 )
 _ROUTES = {route.name: route for route in ROUTES}
 
@@ -483,6 +505,93 @@ class Console:
             return self._json_error(exc)
         answer = {"run": run.id, "status": run.status.value, "thread": run.thread}
         return self._json(202, answer)
+
+    # ------------------------------------------------------- evaluations
+
+    def _evaluations(self, request: Request) -> Response:
+        query = request.query
+        chosen, against = _text(query, "evaluation"), _text(query, "against")
+        if chosen or against:  # the list's form: on to the comparison
+            if not (chosen and against):
+                raise InvalidInput("pick two evaluations to compare: evaluation and against")
+            return Response(303, "", {"Location": comparison_path(self.base, chosen, against)})
+        body = evaluations_body(
+            self._listed(query), base=self.base, dataset=_text(query, "dataset")
+        )
+        return self._html("Evaluations", body, request)
+
+    def _listed(self, query: Mapping[str, str]) -> list[EvaluationInfo]:
+        dataset = _text(query, "dataset") or None
+        return self.engine.evaluations(dataset, limit=_limit(query.get("limit")))
+
+    def _read_evaluation(self, evaluation_id: str, request: Request) -> Evaluation:
+        """The evaluation with its cases, their reports masked for a person
+        who may not see payloads."""
+        found = self.engine.evaluation(evaluation_id)
+        return found if request.payloads else masked_evaluation(found)
+
+    def _case_payloads(self, info: EvaluationInfo, request: Request) -> Payloads:
+        """The payloads of the cases ``info`` replayed, masked for a person
+        who may not see them; None if the dataset's version was deleted."""
+        try:
+            cases = self.engine.dataset(info.dataset, info.dataset_version).cases
+        except DatasetNotFound:
+            return None
+        found = {position: case_payload(case) for position, case in enumerate(cases)}
+        return found if request.payloads else {p: mask(v) for p, v in found.items()}
+
+    def _viewed_evaluation(self, request: Request, **detail: str) -> None:
+        """The audit log's entry for a page that showed cases' payloads
+        (an evaluation belongs to no run: its ids are the entry's detail)."""
+        if request.payloads:
+            self.engine.audit(
+                AuditAction.VIEWED_PAYLOADS, by=request.user, source=request.source, detail=detail
+            )
+
+    def _evaluation(self, request: Request) -> Response:
+        evaluation = self._read_evaluation(request.params["evaluation_id"], request)
+        payloads = self._case_payloads(evaluation.info, request)
+        body = evaluation_body(evaluation, payloads, base=self.base)
+        self._viewed_evaluation(request, evaluation=evaluation.info.id)
+        return self._html(f"Evaluation {evaluation.info.id}", body, request)
+
+    def _read_comparison(self, request: Request) -> tuple[Comparison, Payloads]:
+        first = self._read_evaluation(request.params["evaluation_id"], request)
+        second = self._read_evaluation(request.params["against"], request)
+        comparison = compare(first, second)  # of one dataset version, or InvalidInput
+        return comparison, self._case_payloads(first.info, request)
+
+    def _comparison(self, request: Request) -> Response:
+        comparison, payloads = self._read_comparison(request)
+        body = comparison_body(comparison, payloads, base=self.base)
+        first, second = comparison.first.info.id, comparison.second.info.id
+        self._viewed_evaluation(request, evaluation=first, against=second)
+        return self._html(f"Evaluation {first} against {second}", body, request)
+
+    def _api_evaluations(self, request: Request) -> Response:
+        try:
+            found = self._listed(request.query)
+        except RunwrightError as exc:
+            return self._json_error(exc)
+        return self._json(200, {"evaluations": [info_json(info) for info in found]})
+
+    def _api_evaluation(self, request: Request) -> Response:
+        try:
+            evaluation = self._read_evaluation(request.params["evaluation_id"], request)
+            payloads = self._case_payloads(evaluation.info, request)
+        except RunwrightError as exc:
+            return self._json_error(exc)
+        self._viewed_evaluation(request, evaluation=evaluation.info.id)
+        return self._json(200, evaluation_json(evaluation, payloads))
+
+    def _api_comparison(self, request: Request) -> Response:
+        try:
+            comparison, payloads = self._read_comparison(request)
+        except RunwrightError as exc:
+            return self._json_error(exc)
+        first, second = comparison.first.info.id, comparison.second.info.id
+        self._viewed_evaluation(request, evaluation=first, against=second)
+        return self._json(200, comparison_json(comparison, payloads))
 
     def _json(self, status: int, data: Any) -> Response:
         headers = {"X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"}

@@ -68,6 +68,13 @@ PERMISSIONS = {
     "send": "view_run",  # with decide_runs (Ability.DECIDE), as every action
     "api_thread": "view_run",
     "api_send": "view_run",
+    # An evaluation's pages show replays of runs: whoever may see runs.
+    "evaluations": "view_run",
+    "evaluation": "view_run",
+    "comparison": "view_run",
+    "api_evaluations": "view_run",
+    "api_evaluation": "view_run",
+    "api_comparison": "view_run",
 }
 _MAY = {
     "view_run": "see runs",

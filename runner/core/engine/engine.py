@@ -44,8 +44,11 @@ from runner.core.steps.run_context import AbortReason
 from store.models import (
     Approval,
     Checkpoint,
+    Dataset,
     Effect,
     EffectOutcome,
+    Evaluation,
+    EvaluationInfo,
     NewRun,
     Run,
     RunAttempt,
@@ -300,6 +303,22 @@ class Engine:
     def thread(self, thread: str) -> conversations.Thread:
         """The thread as a conversation: its runs, the one in progress, its messages."""
         return conversations.read(self.deps, thread)
+
+    # ------------------------------------------------------- evaluations
+
+    def evaluations(self, dataset: str | None = None, *, limit: int = 50) -> list[EvaluationInfo]:
+        """The latest evaluations (of ``dataset`` if given), newest first,
+        without their cases (runner/evals/evaluation.py writes them)."""
+        return self.deps.store.evaluations(dataset=dataset, limit=limit)
+
+    def evaluation(self, evaluation_id: str) -> Evaluation:
+        """An evaluation with its cases and their reports; EvaluationNotFound if none."""
+        return self.deps.store.evaluation(evaluation_id)
+
+    def dataset(self, name: str, version: str | None = None) -> Dataset:
+        """Dataset ``name`` at ``version`` (else its newest) with its cases;
+        DatasetNotFound if there is none."""
+        return self.deps.store.dataset(name, version)
 
     def execute(self, run_id: str) -> Run | None:
         """Execute the run here, blocking until its execution ends (the run
