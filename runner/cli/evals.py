@@ -20,7 +20,7 @@ from runner.cli.terminal import Group, fail, say
 
 if TYPE_CHECKING:
     from runner.core.engine.engine import Engine
-    from store.models import Evaluation, EvaluationInfo
+    from store.models import Evaluation
 
 # How much of a case's payload a row of the table shows.
 PAYLOAD_CHARS = 40
@@ -179,25 +179,9 @@ def _print(engine: Engine, evaluation: Evaluation, as_json: bool, *, cases: bool
     say(render(engine, evaluation, cases=cases))
 
 
-def info_json(info: EvaluationInfo) -> dict[str, Any]:
-    return {
-        "id": info.id,
-        "dataset": info.dataset,
-        "dataset_version": info.dataset_version,
-        "agent": info.agent,
-        "label": info.label,
-        "status": info.status.value,
-        "baseline": info.baseline,
-        "case_count": info.case_count,
-        "done": info.done,
-        "created_at": info.created_at.isoformat(),
-        "finished_at": info.finished_at.isoformat() if info.finished_at else None,
-        "options": info.options,
-        "summary": info.summary,
-    }
-
-
 def evaluation_json(evaluation: Evaluation, *, cases: bool = True) -> dict[str, Any]:
+    from runner.evals.evaluation import info_json
+
     data = info_json(evaluation.info)
     if cases:
         data["cases"] = [
@@ -273,6 +257,8 @@ def list_evaluations(dataset: str | None, limit: int, as_json: bool) -> None:
     finally:
         engine.close()
     if as_json:
+        from runner.evals.evaluation import info_json
+
         for info in found:
             click.echo(dumps(info_json(info)))
         return

@@ -19,7 +19,7 @@ from urllib.parse import quote
 from runner.console.render import e, facts, json_block, status_badge, when
 from runner.core.costs import money
 from runner.evals.compare import Comparison, Row
-from runner.evals.evaluation import summaries
+from runner.evals.evaluation import info_json, summaries
 from runner.evals.summary import ScorerSummary, summarize
 from store.models import Evaluation, EvaluationCase, EvaluationCaseStatus, EvaluationInfo
 
@@ -416,26 +416,6 @@ def _link(base: str, evaluation_id: str) -> str:
 
 
 # -------------------------------------------------------------- JSON
-
-
-def info_json(info: EvaluationInfo) -> dict[str, Any]:
-    """An evaluation without its cases, as the console's JSON API answers it."""
-    return {
-        "id": info.id,
-        "dataset": info.dataset,
-        "dataset_version": info.dataset_version,
-        "agent": info.agent,
-        "label": info.label,
-        "status": info.status.value,
-        "baseline": info.baseline,
-        "case_count": info.case_count,
-        "done": info.done,
-        "created_at": info.created_at.isoformat(),
-        "finished_at": None if info.finished_at is None else info.finished_at.isoformat(),
-        "created_by": info.created_by,
-        "options": info.options,
-        "summary": info.summary,
-    }
 
 
 def evaluation_json(evaluation: Evaluation, payloads: Payloads) -> dict[str, Any]:

@@ -42,7 +42,6 @@ from runner.console.evaluation_pages import (
     evaluation_body,
     evaluation_json,
     evaluations_body,
-    info_json,
 )
 from runner.console.forms import parse_json
 from runner.console.listing import runs_body
@@ -62,7 +61,6 @@ from runner.console.schedule_pages import schedule_body, schedules_body
 from runner.console.thread_pages import masked_messages, thread_body, thread_json, threads_body
 from runner.console.timeline import RETRYABLE, run_body
 from runner.core.approvals.expiry import marked_event
-from runner.core.audit import AuditAction
 from runner.core.errors import (
     ApprovalAlreadyDecided,
     DatasetNotFound,
@@ -73,6 +71,7 @@ from runner.core.errors import (
     StoreUnavailable,
 )
 from runner.evals.compare import Comparison, compare
+from runner.evals.evaluation import info_json
 from runner.sse import HEADERS as SSE_HEADERS
 from runner.sse import sse_stream
 from store.events import EventType, RunEvent, step_event
@@ -544,9 +543,7 @@ class Console:
         """The audit log's entry for a page that showed cases' payloads
         (an evaluation belongs to no run: its ids are the entry's detail)."""
         if request.payloads:
-            self.engine.audit(
-                AuditAction.VIEWED_PAYLOADS, by=request.user, source=request.source, detail=detail
-            )
+            self.engine.viewed_payloads(None, by=request.user, source=request.source, detail=detail)
 
     def _evaluation(self, request: Request) -> Response:
         evaluation = self._read_evaluation(request.params["evaluation_id"], request)

@@ -39,7 +39,7 @@ from runner.evals.summary import ScorerSummary, summarize
 
 if TYPE_CHECKING:
     from runner.core.engine.engine import Engine
-    from store.models import Evaluation
+    from store.models import Evaluation, EvaluationInfo
     from store.postgres import PostgresStore
 
 # How long a worker's claim on a case holds without renewal; renewed every third of it.
@@ -438,6 +438,27 @@ def recorded_scores(engine: Engine, evaluation: Evaluation) -> list[dict[str, An
         )
         found.append({s.name: s(case, report).to_json() for s in scorers})
     return found
+
+
+def info_json(info: EvaluationInfo) -> dict[str, Any]:
+    """An evaluation without its cases, as JSON (the command line's and the
+    console's API): names, counts, options and summary, no customer data."""
+    return {
+        "id": info.id,
+        "dataset": info.dataset,
+        "dataset_version": info.dataset_version,
+        "agent": info.agent,
+        "label": info.label,
+        "status": info.status.value,
+        "baseline": info.baseline,
+        "case_count": info.case_count,
+        "done": info.done,
+        "created_at": info.created_at.isoformat(),
+        "finished_at": None if info.finished_at is None else info.finished_at.isoformat(),
+        "created_by": info.created_by,
+        "options": info.options,
+        "summary": info.summary,
+    }
 
 
 def summaries(evaluation: Evaluation) -> list[ScorerSummary]:

@@ -239,6 +239,8 @@ def test_an_evaluation_shows_its_summary_and_cases_and_its_view_is_recorded(
     assert "Would have run" in page and "Parted from the recording" in page
     assert HOSTILE_SCRIPT not in page and "&lt;script&gt;" in page  # escaped
     assert payload_views(engine) == [{"evaluation": pair.new}]
+    get(client, f"{BASE}/evaluations/{pair.new}")  # again, as a polling page would
+    assert payload_views(engine) == [{"evaluation": pair.new}]  # once a window
 
 
 def test_a_comparison_shows_the_changed_cases_first_and_marked(

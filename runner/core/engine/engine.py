@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import threading
 import time
@@ -773,17 +774,29 @@ class Engine:
         (None then): it is done, and the log's gap is named in the logs."""
         return record(self.deps.store, action, by, run_id=run_id, source=source, detail=detail)
 
-    def viewed_payloads(self, run_id: str, *, by: str | None, source: str | None = None) -> bool:
+    def viewed_payloads(
+        self,
+        run_id: str | None,
+        *,
+        by: str | None,
+        source: str | None = None,
+        detail: Mapping[str, Any] | None = None,
+    ) -> bool:
         """A person was shown ``run_id``'s payloads (its messages, tool
-        arguments and results): one ``viewed_payloads`` entry per person and
-        run per :data:`~runner.core.audit.VIEW_WINDOW_SECONDS`, counted in
-        this process, so that a polling page does not flood the log. True
-        if this view was recorded."""
+        arguments and results), or with no run, those ``detail`` names (an
+        evaluation's cases): one ``viewed_payloads`` entry per person and
+        run (or detail) per :data:`~runner.core.audit.VIEW_WINDOW_SECONDS`,
+        counted in this process, so that a polling page does not flood the
+        log. True if this view was recorded."""
         who = by or UNKNOWN_ACTOR
-        if not self._views.claim(who, run_id):
+        seen = run_id if run_id is not None else json.dumps(detail or {}, sort_keys=True)
+        if not self._views.claim(who, seen):
             return False
-        if self.audit(AuditAction.VIEWED_PAYLOADS, by=who, run_id=run_id, source=source) is None:
-            self._views.release(who, run_id)
+        entry = self.audit(
+            AuditAction.VIEWED_PAYLOADS, by=who, run_id=run_id, source=source, detail=detail
+        )
+        if entry is None:
+            self._views.release(who, seen)
             return False
         return True
 
