@@ -314,6 +314,9 @@ class Case:
     trigger: Trigger
     expected: Any = None
     has_expected: bool = False
+    # The tools the agent is expected to call, in order (others may come
+    # between); None: those its reference run called, if it has one.
+    expected_calls: tuple[str, ...] | None = None
     reference_run: str | None = None
     recording: Recording | None = None
     name: str | None = None
@@ -326,8 +329,13 @@ class Case:
         }
         if self.name is not None:
             data["name"] = self.name
+        expected: dict[str, Any] = {}
         if self.has_expected:
-            data["expected"] = {"output": self.expected}
+            expected["output"] = self.expected
+        if self.expected_calls is not None:
+            expected["tool_calls"] = list(self.expected_calls)
+        if expected:
+            data["expected"] = expected
         if self.reference_run is not None:
             data["reference_run"] = self.reference_run
         if self.recording is not None:
@@ -357,14 +365,24 @@ class Case:
         else:
             raise InvalidInput("a case has a trigger (or a payload)")
         expected = data.get("expected")
-        if expected is not None and not (isinstance(expected, Mapping) and "output" in expected):
-            raise InvalidInput('a case\'s expected is {"output": ...}')
+        if expected is not None and not (
+            isinstance(expected, Mapping) and expected and set(expected) <= {"output", "tool_calls"}
+        ):
+            raise InvalidInput(
+                'a case\'s expected is {"output": ...} and/or {"tool_calls": [tool names]}'
+            )
+        calls = None if expected is None else expected.get("tool_calls")
+        if calls is not None and not (
+            isinstance(calls, list) and all(isinstance(c, str) and c for c in calls)
+        ):
+            raise InvalidInput("a case's expected tool_calls is a list of tool names")
         name = data.get("name")
         return cls(
             agent=agent,
             trigger=trigger,
-            expected=None if expected is None else expected["output"],
-            has_expected=expected is not None,
+            expected=None if expected is None else expected.get("output"),
+            has_expected=expected is not None and "output" in expected,
+            expected_calls=None if calls is None else tuple(calls),
             reference_run=data.get("reference_run") or (recording.run_id if recording else None),
             recording=recording,
             name=None if name is None else str(name),

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from runner.core.agent import Agent, Registry
-from runner.core.errors import InvalidInput, RunwrightError
+from runner.core.errors import InvalidInput
 from runner.core.settings import Settings
 from runner.evals.recording import Case, RecordedDecision, Recording, canonical
 from runner.evals.sandbox import Sandbox, store_url
@@ -46,7 +46,6 @@ if TYPE_CHECKING:
     from runner.core.observe import Observer
     from runner.core.steps.run_context import RunContext
     from runner.core.steps.tools import Tool
-    from runner.testing.scripted import Reply, Request
     from store.models import Approval, Run
 
 Mode = Literal["recorded", "live"]
@@ -56,10 +55,6 @@ Decide = Callable[["Approval"], Any]
 POLICIES: tuple[str, ...] = ("approve", "deny", "ask")
 # How many waits one replay decides before it gives up on its run.
 MAX_WAITS = 50
-
-
-class BeyondRecording(RunwrightError):
-    """The replay asked for a model step the recording does not have."""
 
 
 # ------------------------------------------------------------ the report
@@ -372,19 +367,13 @@ def load_agent(spec: str | Agent | None, name: str, registry: Registry | None = 
 
 def recorded_model(recording: Recording) -> Any:
     """A scripted model that replies, step by step, what the recording's model
-    replied; a step past the recording raises :class:`BeyondRecording`."""
-    from runner.testing.scripted import ScriptedModel, replies_of
+    replied; a step past the recording fails as a bad request
+    (:class:`~runner.testing.scripted.BeyondRecording`)."""
+    from runner.testing.scripted import ScriptedModel, recorded_script
 
-    replies = replies_of(recording)
-
-    def script(request: Request) -> Reply:
-        if request.step > len(replies):
-            raise BeyondRecording(
-                f"the replay asked for model step {request.step}; the recording has {len(replies)}"
-            )
-        return replies[request.step - 1]
-
-    return ScriptedModel(f"replay-{uuid.uuid4().hex[:12]}", script, strict=False)
+    return ScriptedModel(
+        f"replay-{uuid.uuid4().hex[:12]}", recorded_script(recording), strict=False
+    )
 
 
 def replay(

@@ -8,8 +8,9 @@ built-ins are:
 
 - ``output``: the replay's output equals the case's expected output (JSON
   equal, so a structured output matches whatever its key order);
-- ``tool_calls``: the tools the reference run called were called again, in
-  the same order (others may come between);
+- ``tool_calls``: the tools the case expects (``"expected": {"tool_calls":
+  [...]}``), else those its reference run called, were called, in that
+  order (others may come between);
 - ``no_would_have_run``: no effect call was held as "would have run";
 - ``completed``: the replay's run completed;
 - :func:`within` ``(max_cost_usd=..., max_steps=...)``: cost and step limits;
@@ -109,9 +110,12 @@ def _output(case: Case, report: ReplayReport) -> Score | None:
 
 @scorer(name="tool_calls")
 def _tool_calls(case: Case, report: ReplayReport) -> Score | None:
-    if case.recording is None:
+    if case.expected_calls is not None:
+        wanted = list(case.expected_calls)
+    elif case.recording is not None:
+        wanted = [c.name for c in report.original.calls]
+    else:
         return None
-    wanted = [c.name for c in report.original.calls]
     made = iter(c.name for c in report.replay.calls)
     missing = [name for name in wanted if not any(m == name for m in made)]
     if not wanted:

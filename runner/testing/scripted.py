@@ -87,6 +87,12 @@ class ScriptExhausted(RunwrightError):
     """The scripted model was asked for more replies than its script holds."""
 
 
+class BeyondRecording(ScriptExhausted):
+    """A replay asked for a model step its recording does not have
+    (runner/evals/replay.py): a bad request to the recorded model, which no
+    retry can help, so the run fails at once and the report names the step."""
+
+
 # What assert_complete() raises. AssertionError as well as RunwrightError: a
 # script that does not match the run is a failed expectation of the test, not
 # a fault of the code under test, and an AssertionError is what says so
@@ -693,3 +699,20 @@ def replies_of(recording: Any) -> list[Reply]:
             )
         )
     return replies
+
+
+def recorded_script(recording: Any) -> Callable[[Request], Reply]:
+    """A script that replies what a recording's model replied at each step
+    (:func:`replies_of`), and past its last step raises
+    :class:`BeyondRecording`, which the provider turns into a bad request:
+    a replay's run fails at once, not after retries."""
+    replies = replies_of(recording)
+
+    def script(request: Request) -> Reply:
+        if request.step > len(replies):
+            raise BeyondRecording(
+                f"the replay asked for model step {request.step}; the recording has {len(replies)}"
+            )
+        return replies[request.step - 1]
+
+    return script

@@ -132,3 +132,18 @@ def test_the_scripted_provider_is_registered_on_first_use(tmp_path: Path) -> Non
     assert before["providers"] == []
     assert "runner.testing" not in before["modules"]
     assert after["providers"] == ["scripted"]
+
+
+def test_the_console_and_the_evaluations_load_no_test_module(tmp_path: Path) -> None:
+    """The console's Evaluations pages import the evaluations' modules; a
+    replay loads the kit's scripted model only when it replays from a
+    recording, so a console process never plugs it in."""
+    (loaded,) = _probe(
+        "import runner.console.views, runner.evals.evaluation, runner.evals.replay\n"
+        "report('console')\n",
+        _env(tmp_path),
+        tmp_path,
+    )
+    assert "runner.evals.evaluation" in loaded["modules"]
+    assert _test_only(loaded["modules"]) == []
+    assert not loaded["providers"]  # litellm not even loaded, or without the scripted provider

@@ -8,11 +8,21 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pydantic
 import pytest
 
 from runner import Agent, ApprovalPolicy, effect, tool
 from runner.evals.recording import Case
-from runner.testing import CaseFailed, ScriptedModel, TestEngine, call, replay_case, text, tools
+from runner.testing import (
+    CaseFailed,
+    ScriptedModel,
+    TestEngine,
+    call,
+    output,
+    replay_case,
+    text,
+    tools,
+)
 from store.errors import InvalidInput
 from store.models import RunStatus
 from tests.helpers import unique
@@ -127,3 +137,43 @@ def test_an_incident_fixed_by_an_approval_rule_stops_at_it(
     )
     report = replay_case(path, agent=unfixed, approvals="ask", check=False, engine=runwright_engine)
     assert report.stopped is None and report.passed
+
+
+class Verdict(pydantic.BaseModel):
+    order_id: str
+    refunded: bool
+
+
+class StricterVerdict(pydantic.BaseModel):
+    order_id: str
+    refunded: bool
+    reason: str  # now required
+
+
+def test_a_recorded_output_that_no_longer_validates_is_the_divergence(
+    runwright_engine: TestEngine,
+) -> None:
+    name = unique("verdicts")
+    model = ScriptedModel(
+        name,
+        [
+            tools(call("find_order", {"order_id": "C-3"})),
+            output(Verdict(order_id="C-3", refunded=False)),
+        ],
+    )
+    Agent(name=name, model=model.model, tools=[find_order], output=Verdict)
+    run = runwright_engine.run(name, {"message": "was C-3 refunded?"})
+    assert run.status is RunStatus.COMPLETED, run.error
+    stricter = Agent(
+        name=name, model="openai/unused", tools=[find_order], output=StricterVerdict, register=False
+    )
+    case = Case.of_run(runwright_engine.engine, run.id)
+    with pytest.raises(CaseFailed, match=r"diverged at step 2: final_result: .*reason"):
+        replay_case(case, agent=stricter, engine=runwright_engine)
+    same = Agent(
+        name=name, model="openai/unused", tools=[find_order], output=Verdict, register=False
+    )
+    assert replay_case(case, agent=same, engine=runwright_engine).replay.output == {
+        "order_id": "C-3",
+        "refunded": False,
+    }

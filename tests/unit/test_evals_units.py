@@ -74,6 +74,9 @@ def test_a_recording_reads_back_from_its_json() -> None:
         recording=recording,
     )
     assert load_case({"agent": "a", "payload": {"x": 1}}).trigger.payload == {"x": 1}
+    calls_only = Case.from_json({"agent": "a", "payload": 1, "expected": {"tool_calls": ["t"]}})
+    assert calls_only.expected_calls == ("t",) and not calls_only.has_expected
+    assert Case.from_json(calls_only.to_json()) == calls_only
 
 
 @pytest.mark.parametrize(
@@ -83,6 +86,10 @@ def test_a_recording_reads_back_from_its_json() -> None:
         ({"payload": 1}, "names its agent"),
         ({"agent": "a"}, "has a trigger"),
         ({"agent": "a", "payload": 1, "expected": 3}, "expected is"),
+        ({"agent": "a", "payload": 1, "expected": {}}, "expected is"),
+        ({"agent": "a", "payload": 1, "expected": {"outcome": 1}}, "expected is"),
+        ({"agent": "a", "payload": 1, "expected": {"tool_calls": "refund"}}, "list of tool names"),
+        ({"agent": "a", "payload": 1, "expected": {"tool_calls": [""]}}, "list of tool names"),
         ({"agent": "a", "format": "other/1", "payload": 1}, "format is"),
         ({"agent": "a", "trigger": {"keys": {"k": 1}}}, "keys map names to text"),
         ({"agent": "a", "recording": {"format": "x"}}, "a recording is"),
@@ -153,6 +160,9 @@ def test_the_built_in_scorers() -> None:
     assert BUILT_IN["output"](no_expected, report) == Score(None)
     assert BUILT_IN["tool_calls"](no_expected, report) == Score(None)
     assert within(max_steps=2)(case, report).detail == "3 steps > 2"
+    told = Case(agent="a", trigger=Trigger(), expected_calls=("pay", "look"))
+    found = BUILT_IN["tool_calls"](told, report)  # the case's list, not the reference run's
+    assert found.passed is False and found.detail == "not called (in order): look"
     assert within(max_cost_usd=0.0001)(case, report).passed is False
 
 
