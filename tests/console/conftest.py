@@ -18,6 +18,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from runner import Agent, Engine, Run, effect, tool
+from runner.console.abilities import EVERY_ABILITY, Ability, abilities_of, parse_role
 from runner.console.flask import console_blueprint
 from runner.core.coordination.leases import Leases
 from runner.core.settings import Settings
@@ -71,8 +72,55 @@ def client(app: Flask) -> Iterator[FlaskClient]:
         yield made
 
 
+@pytest.fixture
+def django_console(django_db: None, engine: Engine) -> Iterator[Engine]:
+    """The Django console over the test's engine (the example project's
+    RUNWRIGHT_CONSOLE_ENGINE is runner.default_engine); its users deleted after."""
+    from runner import set_default_engine
+    from tests.console.django_support import delete_users
+
+    set_default_engine(engine)
+    try:
+        yield engine
+    finally:
+        set_default_engine(None)
+        delete_users()
+
+
 def as_user(name: str = "alice") -> dict[str, str]:
     return {USER_HEADER: name}
+
+
+# A header that gives the request's user a role (runner/console/abilities.py);
+# without it, every ability.
+ROLE_HEADER = "X-Test-Role"
+
+
+def role_abilities(request: Any) -> frozenset[Ability]:
+    role = request.headers.get(ROLE_HEADER)
+    return EVERY_ABILITY if role is None else abilities_of(parse_role(role))
+
+
+def role_headers(user: str = "alice", role: str | None = None) -> dict[str, str]:
+    """The headers of a request by ``user``, in ``role`` if given."""
+    found = {USER_HEADER: user}
+    if role is not None:
+        found[ROLE_HEADER] = role
+    return found
+
+
+@pytest.fixture
+def role_client(engine: Engine) -> Iterator[FlaskClient]:
+    """The console in a Flask app whose users' abilities come with their role
+    (``role_headers``)."""
+    app = Flask(__name__)
+    app.secret_key = "console-roles-" + uuid.uuid4().hex
+    app.register_blueprint(
+        console_blueprint(engine, guard=guard, abilities=role_abilities, live_timeout=0.5),
+        url_prefix=BASE,
+    )
+    with app.test_client() as made:
+        yield made
 
 
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')

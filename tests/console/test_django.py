@@ -45,15 +45,8 @@ INBOX = f"{BASE}/approvals"
 
 
 @pytest.fixture
-def console(django_db: None, engine: Engine) -> Iterator[Engine]:
-    """The example project's console over the test's engine (its
-    RUNWRIGHT_CONSOLE_ENGINE is runner.default_engine)."""
-    set_default_engine(engine)
-    try:
-        yield engine
-    finally:
-        set_default_engine(None)
-        delete_users()
+def console(django_console: Engine) -> Engine:
+    return django_console
 
 
 @pytest.fixture

@@ -7,29 +7,23 @@ gets the console's 403."""
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
 
 import pytest
 from selenium import webdriver
 from selenium.webdriver.common.by import By
 
-from runner import Engine, RunStatus, set_default_engine
+from runner import Engine, RunStatus
 from store.models import Decision
 from tests.conftest import csp_refusals
 from tests.console.conftest import HOSTILE_IMG, HOSTILE_SCRIPT, approval_agent, execute_all
-from tests.console.django_support import BASE, delete_users, make_user
+from tests.console.django_support import BASE, make_user
 from tests.e2e.test_sse_http import serving
 from tests.helpers import run_in_thread, wait_for
 
 
 @pytest.fixture
-def console(django_db: None, engine: Engine) -> Iterator[Engine]:
-    set_default_engine(engine)
-    try:
-        yield engine
-    finally:
-        set_default_engine(None)
-        delete_users()
+def console(django_console: Engine) -> Engine:
+    return django_console
 
 
 def sign_in(browser: webdriver.Chrome, username: str, password: str) -> None:

@@ -4,11 +4,9 @@ abilities come from the app's permissions ``view_payloads`` and
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-from runner import Engine, RunStatus, set_default_engine
+from runner import Engine, RunStatus
 from runner.console.abilities import EVERY_ABILITY, Ability
 from runner.console.masking import MASK
 from runner.core.audit import AuditAction
@@ -18,7 +16,6 @@ from tests.console.django_support import (
     STAFF_PERMISSIONS,
     client_of,
     cookie_token,
-    delete_users,
     make_user,
     page,
     send,
@@ -32,13 +29,8 @@ ROUTES_ONLY = tuple(p for p in STAFF_PERMISSIONS if p not in ("view_payloads", "
 
 
 @pytest.fixture
-def console(django_db: None, engine: Engine) -> Iterator[Engine]:
-    set_default_engine(engine)
-    try:
-        yield engine
-    finally:
-        set_default_engine(None)
-        delete_users()
+def console(django_console: Engine) -> Engine:
+    return django_console
 
 
 def test_the_permissions_map_to_abilities(console: Engine) -> None:

@@ -5,24 +5,17 @@ without ``view_payloads`` (no view recorded) and shown with it (one
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-from runner import Engine, set_default_engine
+from runner import Engine
 from runner.console.masking import MASK
-from tests.console.django_support import BASE, client_of, delete_users, make_user, page, text
+from tests.console.django_support import BASE, client_of, make_user, page, text
 from tests.console.test_evaluation_pages import SECRET, payload_views, two_evaluations
 
 
 @pytest.fixture
-def console(django_db: None, engine: Engine) -> Iterator[Engine]:
-    set_default_engine(engine)
-    try:
-        yield engine
-    finally:
-        set_default_engine(None)
-        delete_users()
+def console(django_console: Engine) -> Engine:
+    return django_console
 
 
 def test_the_evaluations_pages_under_django_by_permission(console: Engine) -> None:

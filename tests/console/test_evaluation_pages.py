@@ -10,26 +10,20 @@ far. The evaluations are made through the store, with synthetic reports."""
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from flask import Flask
 from flask.testing import FlaskClient
 
 from runner import Engine
-from runner.console.abilities import EVERY_ABILITY, Ability, abilities_of, parse_role
-from runner.console.flask import console_blueprint
 from runner.console.masking import MASK
 from runner.core.audit import AuditAction
 from runner.evals.evaluation import summary_of
 from runner.evals.recording import Case
 from runner.evals.summary import ScorerSummary
-from tests.console.conftest import BASE, HOSTILE_SCRIPT, USER_HEADER, guard, unique
+from tests.console.conftest import BASE, HOSTILE_SCRIPT, role_headers, unique
 
-ROLE_HEADER = "X-Test-Role"
 SECRET = "secret-"  # in every payload, output and judge's reason: what a viewer must not see
 CASES = 12
 # The verdicts of the scorer "output": the baseline passes 0-5, the new
@@ -39,28 +33,12 @@ NEW_PASSES = set(range(10)) - {5}
 BETTER, WORSE = [6, 7, 8, 9], [5]
 
 
-def abilities(request: Any) -> frozenset[Ability]:
-    role = request.headers.get(ROLE_HEADER)
-    return EVERY_ABILITY if role is None else abilities_of(parse_role(role))
-
-
 @pytest.fixture
-def client(engine: Engine) -> Iterator[FlaskClient]:
-    app = Flask(__name__)
-    app.secret_key = "console-evaluations-" + uuid.uuid4().hex
-    app.register_blueprint(
-        console_blueprint(engine, guard=guard, abilities=abilities, live_timeout=0.5),
-        url_prefix=BASE,
-    )
-    with app.test_client() as made:
-        yield made
+def client(role_client: FlaskClient) -> FlaskClient:
+    return role_client
 
 
-def headers(user: str = "alice", role: str | None = None) -> dict[str, str]:
-    found = {USER_HEADER: user}
-    if role is not None:
-        found[ROLE_HEADER] = role
-    return found
+headers = role_headers
 
 
 def get(client: FlaskClient, path: str, role: str | None = None, status: int = 200) -> str:

@@ -7,44 +7,22 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from flask import Flask
 from flask.testing import FlaskClient
 
 from runner import Agent, Engine
-from runner.console.abilities import EVERY_ABILITY, Ability, abilities_of, parse_role
-from runner.console.flask import console_blueprint
 from runner.testing import Request, ScriptedModel, text
-from tests.console.conftest import BASE, USER_HEADER, csrf_of, execute_all, guard
-
-ROLE_HEADER = "X-Test-Role"
-
-
-def abilities(request: Any) -> frozenset[Ability]:
-    role = request.headers.get(ROLE_HEADER)
-    return EVERY_ABILITY if role is None else abilities_of(parse_role(role))
+from tests.console.conftest import BASE, csrf_of, execute_all, role_headers
 
 
 @pytest.fixture
-def client(engine: Engine) -> Iterator[FlaskClient]:
-    app = Flask(__name__)
-    app.secret_key = "console-threads-" + uuid.uuid4().hex
-    app.register_blueprint(
-        console_blueprint(engine, guard=guard, abilities=abilities, live_timeout=0.5),
-        url_prefix=BASE,
-    )
-    with app.test_client() as made:
-        yield made
+def client(role_client: FlaskClient) -> FlaskClient:
+    return role_client
 
 
-def headers(user: str = "alice", role: str | None = None) -> dict[str, str]:
-    found = {USER_HEADER: user}
-    if role is not None:
-        found[ROLE_HEADER] = role
-    return found
+headers = role_headers
 
 
 def chat(policy: str = "enqueue") -> str:

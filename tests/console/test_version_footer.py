@@ -6,21 +6,19 @@ link) does not name it."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from flask.testing import FlaskClient
 from werkzeug.test import Client
 
 import runner
-from runner import Engine, set_default_engine
+from runner import Engine
 from runner.console.accounts import add_account
 from runner.console.standalone import StandaloneConsole
 from runner.core.settings import Settings
 from tests.console.conftest import BASE, csrf_of, page_text
-from tests.console.django_support import client_of, delete_users, make_user, page
+from tests.console.django_support import client_of, make_user, page
 
 FOOTER = re.compile(r"<footer[^>]*>Runwright ([^<]+)</footer>")
 
@@ -51,16 +49,6 @@ def test_the_standalone_console_names_the_version(
     form = {"name": "alice", "password": "alice's password", "csrf_token": csrf_of(login.text)}
     assert client.post(f"{BASE}/login", data=form).status_code == 303
     assert footer_version(client.get(f"{BASE}/").text) == runner.__version__
-
-
-@pytest.fixture
-def django_console(django_db: None, engine: Engine) -> Iterator[Engine]:
-    set_default_engine(engine)
-    try:
-        yield engine
-    finally:
-        set_default_engine(None)
-        delete_users()
 
 
 def test_the_django_console_names_the_version(django_console: Engine) -> None:
