@@ -164,10 +164,12 @@ JUDGE_INSTRUCTIONS = (
 
 def judge(rubric: str, *, model: str, name: str = "judge", **settings: Any) -> Scorer:
     """A model grades each replay's output by ``rubric`` (a litellm model
-    string; ``settings`` go to litellm, e.g. ``api_base``)."""
+    string; ``settings`` go with the call, e.g. ``api_base``), through the
+    model adapter as an agent's calls go."""
 
     def grade(case: Case, report: ReplayReport) -> Score:
-        import litellm
+        from runner.core.model import complete
+        from runner.core.runtime import runtime
 
         asked = {
             "rubric": rubric,
@@ -175,15 +177,15 @@ def judge(rubric: str, *, model: str, name: str = "judge", **settings: Any) -> S
             "expected": case.expected if case.has_expected else None,
             "answer": report.replay.output,
         }
-        reply = litellm.completion(
-            model=model,
-            messages=[
-                {"role": "system", "content": JUDGE_INSTRUCTIONS},
-                {"role": "user", "content": json.dumps(asked, default=str)},
-            ],
-            **settings,
-        )
-        text = reply.choices[0].message.content or ""
+        messages = [
+            {"role": "system", "content": JUDGE_INSTRUCTIONS},
+            {"role": "user", "content": json.dumps(asked, default=str)},
+        ]
+        # The model adapter's call (its retries of a provider's blips), on
+        # the process's loop, where the runs' calls go.
+        reply = runtime().run(complete(model, messages, [], settings))
+        content = reply.message.get("content")
+        text = content if isinstance(content, str) else ""
         try:
             verdict = json.loads(text[text.index("{") : text.rindex("}") + 1])
         except ValueError:

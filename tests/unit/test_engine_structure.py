@@ -560,3 +560,17 @@ def test_every_module_logs_under_its_own_name() -> None:
                 if re.search(r"\blog\w* = logging\.getLogger\((?!__name__\))", line):
                     spelled.append(f"{path.relative_to(ROOT)}:{number}")
     assert spelled == []
+
+
+def test_only_the_model_adapter_imports_litellm() -> None:
+    """Every model call goes through runner/core/model.py (its retries, its
+    limits, its cost map, its blocked calls in tests); nothing else imports
+    litellm, eagerly or lazily (the kit's scripted provider is handed it)."""
+    pattern = re.compile(r"^\s*(import litellm|from litellm\b)", re.MULTILINE)
+    found = sorted(
+        str(path.relative_to(ROOT))
+        for package in ("runner", "store", "tasks")
+        for path in (ROOT / package).rglob("*.py")
+        if pattern.search(path.read_text())
+    )
+    assert found == ["runner/core/model.py"]
