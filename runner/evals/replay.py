@@ -21,13 +21,14 @@ Nothing is written to the recorded run: the replay's run is the sandbox's.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import json
 import secrets
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -494,9 +495,12 @@ def _replay(
     registry = Registry()
     registry.add(copy)
     settings = Settings(secret_key="replay:" + secrets.token_urlsafe(24))
-    with Sandbox(
-        url, registry, settings=settings, cipher=cipher, observers=[CallIds(), *observers]
-    ) as sandbox:
+    with (
+        _forgotten(scripted),
+        Sandbox(
+            url, registry, settings=settings, cipher=cipher, observers=[CallIds(), *observers]
+        ) as sandbox,
+    ):
         run = sandbox.engine.start(
             copy.name,
             trigger.payload,
@@ -539,6 +543,19 @@ def _replay(
         sandbox_run=run.id,
         wall_ms=(time.monotonic() - began) * 1000,
     )
+
+
+@contextlib.contextmanager
+def _forgotten(scripted: Any) -> Iterator[None]:
+    """The recorded model is forgotten when its replay ends: an evaluation's
+    worker replays thousands of runs, each with a model of its own."""
+    try:
+        yield
+    finally:
+        if scripted is not None:
+            from runner.testing.scripted import unregister
+
+            unregister(scripted)
 
 
 def _empty() -> Side:

@@ -571,6 +571,14 @@ def register(model: ScriptedModel) -> None:
         _scripts[model.name] = model
 
 
+def unregister(model: ScriptedModel) -> None:
+    """Forget ``model`` (a replay's, when the replay is over): a later call of
+    it is :class:`ScriptedModelNotFound`."""
+    with _scripts_lock:
+        if _scripts.get(model.name) is model:
+            del _scripts[model.name]
+
+
 def lookup(name: str) -> ScriptedModel:
     try:
         return _scripts[name]

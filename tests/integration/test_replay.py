@@ -24,7 +24,7 @@ from runner import Agent, ApprovalPolicy, effect, tool
 from runner.evals.recording import Case, Recording
 from runner.evals.replay import replay
 from runner.evals.serving import PLACEHOLDER
-from runner.testing import ScriptedModel, TestEngine, call, text, tools
+from runner.testing import ScriptedModel, TestEngine, call, scripted, text, tools
 from store.errors import InvalidInput, RunNotFound
 from store.models import RunStatus
 from tests.helpers import unique
@@ -192,8 +192,10 @@ def test_a_recorded_replay_of_an_unchanged_agent_passes(
     _, run_id = recorded
     requests = len(provider.answered())
     CALLED.clear()
+    models = len(scripted._scripts)
     report = replay(run_id, engine=runwright_engine.engine)
     assert report.passed, report.render()
+    assert len(scripted._scripts) == models  # the replay's recorded model is forgotten
     assert len(provider.answered()) == requests  # the model replied from the journal
     assert Counter() == CALLED
     assert report.replay.tokens == report.original.tokens
