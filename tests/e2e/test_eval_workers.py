@@ -79,65 +79,68 @@ def _order(served: Served) -> str:
 
 
 def test_200_cases_on_two_workers_lose_none_and_repeat_none_when_one_is_killed(
-    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: Cluster, tmp_path: Path
 ) -> None:
     calls = tmp_path / "tool-calls.jsonl"
     engine = cluster.engine()
-    with Provider(script) as provider:
-        dataset = _dataset(engine, provider)
-        recorded = len(provider.answered())
-        cluster.overrides["RUNWRIGHT_TEST_EFFECT_LOG"] = str(calls)
+    try:
+        with Provider(script) as provider:
+            dataset = _dataset(engine, provider)
+            recorded = len(provider.answered())
+            cluster.overrides["RUNWRIGHT_TEST_EFFECT_LOG"] = str(calls)
 
-        first = _eval(
-            cluster,
-            provider,
-            "eval-v1",
-            dataset,
-            "--agent",
-            "tests.agents_evals:refunds_v1",
-            "--against",
-            "runs",
-            "--label",
-            "v1",
-        )
-        v1 = _result(first, 600)
-        assert v1["done"] == CASES and v1["status"] == "completed"
+            first = _eval(
+                cluster,
+                provider,
+                "eval-v1",
+                dataset,
+                "--agent",
+                "tests.agents_evals:refunds_v1",
+                "--against",
+                "runs",
+                "--label",
+                "v1",
+            )
+            v1 = _result(first, 600)
+            assert v1["done"] == CASES and v1["status"] == "completed"
 
-        second = _eval(
-            cluster,
-            provider,
-            "eval-v2",
-            dataset,
-            "--agent",
-            "tests.agents_evals:refunds_v2",
-            "--against",
-            "v1",
-            "--label",
-            "v2",
-        )
-        store = engine.store
-        evaluation_id = wait_until(
-            lambda: next(
-                (e.id for e in store.evaluations(dataset=dataset) if e.label == "v2"), None
-            ),
-            120,
-            "the second evaluation to start",
-        )
+            second = _eval(
+                cluster,
+                provider,
+                "eval-v2",
+                dataset,
+                "--agent",
+                "tests.agents_evals:refunds_v2",
+                "--against",
+                "v1",
+                "--label",
+                "v2",
+            )
+            store = engine.store
+            evaluation_id = wait_until(
+                lambda: next(
+                    (e.id for e in store.evaluations(dataset=dataset) if e.label == "v2"), None
+                ),
+                120,
+                "the second evaluation to start",
+            )
 
-        def holder() -> int | None:
-            if store.evaluation(evaluation_id, cases=False).info.done < 40:
+            def holder() -> int | None:
+                if store.evaluation(evaluation_id, cases=False).info.done < 40:
+                    return None
+                for case in store.evaluation(evaluation_id).cases:
+                    if case.status is EvaluationCaseStatus.RUNNING and case.claimed_by:
+                        return int(case.claimed_by.rpartition(":")[2])
                 return None
-            for case in store.evaluation(evaluation_id).cases:
-                if case.status is EvaluationCaseStatus.RUNNING and case.claimed_by:
-                    return int(case.claimed_by.rpartition(":")[2])
-            return None
 
-        victim = wait_until(holder, 300, "a worker holding a case after 40 cases")
-        os.kill(victim, signal.SIGKILL)
-        v2 = _result(second, 600)
-        with pytest.raises(ProcessLookupError):  # it died, and its runner reaped it
-            os.kill(victim, 0)
-        v2_requests = provider.answered()[recorded:]
+            victim = wait_until(holder, 300, "a worker holding a case after 40 cases")
+            os.kill(victim, signal.SIGKILL)
+            v2 = _result(second, 600)
+            with pytest.raises(ProcessLookupError):  # it died, and its runner reaped it
+                os.kill(victim, 0)
+            v2_requests = provider.answered()[recorded:]
+    finally:
+        engine.close()  # its cancel listener, before the cluster's Redis goes
 
     # Every case done once; only the case the killed worker held was claimed twice.
     cases = v2["cases"]
