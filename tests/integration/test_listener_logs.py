@@ -73,3 +73,47 @@ def test_a_redis_outage_logs_one_warning_and_one_info(
     assert info.startswith("cancel listener is subscribed again after ")
     away = float(info.split(" after ")[1].split(" s ")[0])
     assert OUTAGE_SECONDS <= away < OUTAGE_SECONDS + 15
+
+
+def test_a_server_that_is_not_redis_is_retried_at_the_pace_of_an_outage(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Whatever the listener meets (here a port that answers like an HTTP
+    server, as another service that took Redis's port would), it tries again
+    every half second and says so once: it never spins."""
+    import socket
+
+    caplog.set_level(logging.INFO, "runner.core.coordination.leases")
+    accepted = []
+    stop = threading.Event()
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(64)
+        listening.settimeout(0.1)
+        port = listening.getsockname()[1]
+
+        def serve() -> None:
+            while not stop.is_set():
+                try:
+                    conn, _ = listening.accept()
+                except TimeoutError:
+                    continue
+                accepted.append(time.monotonic())
+                with conn:
+                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+        server = threading.Thread(target=serve, daemon=True)
+        server.start()
+        client = connect(f"redis://127.0.0.1:{port}/0")
+        listener = CancelListener(client, lambda run_id: None).start(wait=0.1)
+        try:
+            time.sleep(OUTAGE_SECONDS)
+        finally:
+            listener.stop()
+            client.close()
+            stop.set()
+            server.join(5)
+    # Two tries a second, and a little slack: never hundreds.
+    assert 1 <= len(accepted) <= 2 * OUTAGE_SECONDS + 3, len(accepted)
+    said = records(caplog, logging.WARNING) + records(caplog, logging.ERROR)
+    assert len(said) == 1, said

@@ -287,7 +287,14 @@ class CancelListener:
                     )
                 self._stop.wait(0.5)
             except Exception:
-                log.exception("cancel listener callback failed")
+                # Anything else (a server that is not Redis answering on its
+                # port, a callback's bug) is retried at the pace of an outage,
+                # and said once until the listener is subscribed again: a
+                # retry at once would spin, a socket a try.
+                if lost_at is None:
+                    lost_at = time.monotonic()
+                    log.exception("cancel listener failed; subscribing again")
+                self._stop.wait(0.5)
             finally:
                 with suppress(redis.exceptions.RedisError):
                     pubsub.close()
