@@ -147,7 +147,7 @@ def sandbox() -> None:
 def prune(older_than: str) -> None:
     """Delete the sandbox's ended runs; the real runs are not touched."""
     from runner.core.settings import Settings, open_store, resolve
-    from runner.evals.sandbox import prepare, prune_before, store_url
+    from runner.evals.sandbox import prepare, store_url
     from store.models import utcnow
     from store.postgres import PostgresStore
 
@@ -159,7 +159,7 @@ def prune(older_than: str) -> None:
         store.close()
     sandboxed = PostgresStore.from_url(url, pool_size=1)
     try:
-        deleted = prune_before(sandboxed, cutoff)
+        deleted = sandboxed.prune(cutoff)  # the sandbox's ended runs
     finally:
         sandboxed.close()
     say(f"deleted {deleted} replay runs")

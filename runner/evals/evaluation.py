@@ -126,6 +126,7 @@ def evaluate(
     store = engine.deps.store
     found = store.dataset(dataset, version)
     given = agent if isinstance(agent, Agent) else None
+    _check_workers(workers)
     if given is not None and workers != 0:
         raise InvalidInput(
             "worker processes load the agent by its MODULE:NAME or registered name; "
@@ -155,6 +156,11 @@ def evaluate(
         options=options.to_json(),
     )
     return run_evaluation(engine, evaluation_id, workers=workers, progress=progress, agent=given)
+
+
+def _check_workers(workers: int) -> None:
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+        raise InvalidInput(f"workers is a count of processes, 0 or more, not {workers!r}")
 
 
 def _check(engine: Engine, options: Options, version: str, given: Agent | None) -> None:
@@ -191,22 +197,17 @@ def run_evaluation(
     one its options name), then save its summary."""
     store = engine.deps.store
     store.evaluation(evaluation_id, cases=False)  # it exists
-    if workers < 0:
-        raise InvalidInput("workers is a count, 0 or more")
+    _check_workers(workers)
     if workers == 0:
         work(engine, evaluation_id, worker_name(os.getpid()), agent)
     else:
         _supervise(engine, evaluation_id, workers, progress)
     evaluation = store.evaluation(evaluation_id)
     if progress is not None:
-        progress(_done(evaluation), evaluation.info.case_count)
+        progress(evaluation.info.done, evaluation.info.case_count)
     summary = summary_of(engine, evaluation)
     store.finish_evaluation(evaluation_id, summary)
     return store.evaluation(evaluation_id)
-
-
-def _done(evaluation: Evaluation) -> int:
-    return evaluation.info.done
 
 
 def _supervise(engine: Engine, evaluation_id: str, workers: int, progress: Progress | None) -> None:
@@ -218,7 +219,7 @@ def _supervise(engine: Engine, evaluation_id: str, workers: int, progress: Progr
     try:
         while True:
             evaluation = store.evaluation(evaluation_id, cases=False)
-            done = _done(evaluation)
+            done = evaluation.info.done
             if progress is not None:
                 progress(done, evaluation.info.case_count)
             if done >= evaluation.info.case_count:

@@ -8,7 +8,7 @@ A replay's run is a real run there, with steps, effects and decisions
 journaled as any run's, and sealed under the same keys; but no worker, no
 ``tick()`` and no console of the deployment reads that schema, and nothing
 in it touches the real runs. It is a record to read back and to prune
-(:meth:`Sandbox.prune`, ``runwright replay prune``).
+(``runwright sandbox prune``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import make_url
@@ -141,12 +140,3 @@ class Sandbox:
                 time.sleep(min(max(wait, 0.0), MAX_RETRY_WAIT_SECONDS))
             self.engine.execute(run_id)
         return self.engine.get_run(run_id)
-
-    def prune(self, older_than: timedelta) -> int:
-        """Delete the replays' runs that ended before ``older_than`` ago; how many."""
-        return prune_before(self.store, utcnow() - older_than)
-
-
-def prune_before(store: PostgresStore, cutoff: datetime) -> int:
-    """Delete the sandbox runs of ``store`` that ended before ``cutoff``; how many."""
-    return store.prune(cutoff)

@@ -128,6 +128,8 @@ def test_hostile_input_writes_nothing(
         evaluate(engine, dataset, agent=v1, workers=0, approvals="ask")
     with pytest.raises(InvalidInput, match="workers=0"):
         evaluate(engine, dataset, agent=v1, workers=2)
+    with pytest.raises(InvalidInput, match="workers is a count"):
+        evaluate(engine, dataset, agent=v1, workers=-1)
     with pytest.raises(InvalidInput, match="not an Agent"):
         evaluate(engine, dataset, agent="tests.agents_evals:script", workers=0)
     other = unique("ds")

@@ -352,6 +352,11 @@ def test_the_command_prints_the_report_and_exits_3_on_a_divergence(
     assert [e.detail.get("via") for e in entries if e.action == "viewed_payloads"] == ["replay"] * 3
     unknown = runner.invoke(main, ["replay", "0190c0de-0000-7000-8000-000000000000"])
     assert unknown.exit_code == 1 and unknown.output.count("\n") == 1, unknown.output
+    # The three replays' runs are the sandbox's; pruning them leaves the real run.
+    pruned = runner.invoke(main, ["sandbox", "prune"])
+    assert pruned.exit_code == 0 and pruned.output.strip() == "deleted 3 replay runs", pruned.output
+    assert runner.invoke(main, ["sandbox", "prune"]).output.strip() == "deleted 0 replay runs"
+    assert runwright_engine.get_run(run.id).status is RunStatus.COMPLETED
 
 
 @effect(name="reserve")
